@@ -1,0 +1,30 @@
+#include "backends/builtin.h"
+
+#include <cstdlib>
+
+#include "backends/reference/reference_backend.h"
+
+namespace attnkit {
+
+void RegisterBuiltinBackends(BackendRegistry* registry) {
+  // One line per built-in backend; the registry rejects duplicate names.
+  registry->Register(MakeReferenceBackend()).IgnoreError();
+}
+
+const std::vector<std::string>& DefaultAutoOrder() {
+  static const std::vector<std::string>* order =
+      new std::vector<std::string>{"cuda", "highway", "blas", "reference"};
+  return *order;
+}
+
+BackendRegistry& GlobalRegistry() {
+  static BackendRegistry* registry = [] {
+    auto* r = new BackendRegistry();
+    RegisterBuiltinBackends(r);
+    if (const char* paths = std::getenv(kPluginPathEnv)) r->LoadPluginList(paths);
+    return r;
+  }();
+  return *registry;
+}
+
+}  // namespace attnkit

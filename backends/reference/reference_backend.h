@@ -1,0 +1,19 @@
+// The "reference" backend: core/reference.h's fp64 row function behind the
+// Backend interface. Slow by design; it supports everything a config can say.
+#ifndef ATTNKIT_BACKENDS_REFERENCE_REFERENCE_BACKEND_H_
+#define ATTNKIT_BACKENDS_REFERENCE_REFERENCE_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "core/backend.h"
+
+namespace attnkit {
+
+// `name` lets the same code register twice: built in as "reference" and as
+// the plugin "reference-plugin" that tests the dlopen route end to end.
+std::unique_ptr<Backend> MakeReferenceBackend(const std::string& name = "reference");
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_BACKENDS_REFERENCE_REFERENCE_BACKEND_H_

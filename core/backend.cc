@@ -1,0 +1,255 @@
+#include "core/backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+
+namespace attnkit {
+namespace {
+
+template <typename T, typename NameFn>
+std::string JoinNames(const std::vector<T>& items, NameFn name) {
+  std::vector<std::string> names;
+  for (const T& item : items) names.emplace_back(name(item));
+  return absl::StrJoin(names, ", ");
+}
+
+template <typename T>
+bool Contains(const std::vector<T>& items, const T& x) {
+  return std::find(items.begin(), items.end(), x) != items.end();
+}
+
+std::string DTypeList(const std::vector<DType>& v) {
+  return JoinNames(v, [](DType t) { return std::string(DTypeName(t)); });
+}
+
+// Expected [d0, d1, d2, d3] logical shape and dtype of one tensor argument.
+absl::Status CheckTensor(absl::string_view name, const TensorView& t, DType dtype,
+                         std::vector<int64_t> shape) {
+  if (t.empty()) return absl::InvalidArgumentError(absl::StrCat(name, " is missing"));
+  if (t.dtype != dtype) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s has dtype %s; the problem needs %s", name, DTypeName(t.dtype), DTypeName(dtype)));
+  }
+  bool same = t.rank == static_cast<int>(shape.size());
+  for (int i = 0; same && i < t.rank; ++i) same = t.shape[i] == shape[i];
+  if (!same) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s has shape %s; the problem needs [%s]", name, t.DebugString(),
+        absl::StrJoin(shape, ", ")));
+  }
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.strides[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s has a negative stride (%s)", name, t.DebugString()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckAbsent(absl::string_view name, const TensorView& t,
+                         absl::string_view flag) {
+  if (!t.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s was given but the problem has %s off", name, flag));
+  }
+  return absl::OkStatus();
+}
+
+bool Overlaps(const TensorView& a, const TensorView& b) {
+  if (a.empty() || b.empty()) return false;
+  const char* a0 = static_cast<const char*>(a.data);
+  const char* a1 = a0 + a.SpanElements() * DTypeSize(a.dtype);
+  const char* b0 = static_cast<const char*>(b.data);
+  const char* b1 = b0 + b.SpanElements() * DTypeSize(b.dtype);
+  return a0 < b1 && b0 < a1;
+}
+
+class HostBuffer : public DeviceBuffer {
+ public:
+  explicit HostBuffer(AlignedBuffer buffer) : buffer_(std::move(buffer)) {}
+  void* data() const override { return buffer_.data(); }
+  size_t size() const override { return buffer_.size(); }
+
+ private:
+  AlignedBuffer buffer_;
+};
+
+}  // namespace
+
+std::string Capabilities::Describe() const {
+  std::string out;
+  absl::StrAppend(&out, "dtypes: ", DTypeList(dtypes), "; kv dtypes: ", DTypeList(kv_dtypes),
+                  "\n");
+  if (head_dims.empty()) {
+    absl::StrAppend(&out, "head dims: ", min_head_dim, "..", max_head_dim, "\n");
+  } else {
+    absl::StrAppend(&out, "head dims: ", absl::StrJoin(head_dims, ", "), "\n");
+  }
+  absl::StrAppend(
+      &out, "masks: ",
+      JoinNames(masks, [](MaskKind k) { return std::string(MaskKindName(k)); }),
+      "; alignments: ",
+      JoinNames(alignments, [](Alignment a) { return std::string(AlignmentName(a)); }),
+      "; layouts: ",
+      JoinNames(layouts, [](Layout l) { return std::string(LayoutName(l)); }), "\n");
+  absl::StrAppend(&out, "group size (H/G): ",
+                  max_group_size == 0 ? std::string("any")
+                                      : absl::StrCat("<= ", max_group_size),
+                  "\n");
+  std::vector<std::string> extras;
+  if (lse) extras.push_back("lse");
+  if (kv_lengths) extras.push_back("kv_lengths");
+  if (blocked_mask) extras.push_back("blocked_mask");
+  if (additive_bias) extras.push_back("additive_bias");
+  if (softcap) extras.push_back("softcap");
+  absl::StrAppend(&out, "extras: ", extras.empty() ? "none" : absl::StrJoin(extras, ", "),
+                  "\n");
+  return out;
+}
+
+absl::Status CheckCapabilities(const Capabilities& c, const AttentionProblem& p) {
+  auto unsupported = [](absl::string_view what, absl::string_view asked,
+                        absl::string_view supported) {
+    return absl::UnimplementedError(
+        absl::StrFormat("%s %s is not supported; supported: %s", what, asked, supported));
+  };
+  if (!Contains(c.dtypes, p.dtype)) {
+    return unsupported("dtype", DTypeName(p.dtype), DTypeList(c.dtypes));
+  }
+  if (!Contains(c.kv_dtypes, p.kv_dtype)) {
+    return unsupported("kv_dtype", DTypeName(p.kv_dtype), DTypeList(c.kv_dtypes));
+  }
+  if (!c.head_dims.empty() ? !Contains(c.head_dims, p.head_dim)
+                           : (p.head_dim < c.min_head_dim || p.head_dim > c.max_head_dim)) {
+    return unsupported("head_dim", absl::StrCat(p.head_dim),
+                       c.head_dims.empty()
+                           ? absl::StrCat(c.min_head_dim, "..", c.max_head_dim)
+                           : absl::StrJoin(c.head_dims, ", "));
+  }
+  if (!Contains(c.masks, p.mask)) {
+    return unsupported("mask", MaskKindName(p.mask),
+                       JoinNames(c.masks, [](MaskKind k) { return std::string(MaskKindName(k)); }));
+  }
+  if (p.mask != MaskKind::kNone && !Contains(c.alignments, p.alignment)) {
+    return unsupported("alignment", AlignmentName(p.alignment),
+                       JoinNames(c.alignments,
+                                 [](Alignment a) { return std::string(AlignmentName(a)); }));
+  }
+  if (!Contains(c.layouts, p.layout)) {
+    return unsupported("layout", LayoutName(p.layout),
+                       JoinNames(c.layouts, [](Layout l) { return std::string(LayoutName(l)); }));
+  }
+  if (c.max_group_size > 0 && p.group_size() > c.max_group_size) {
+    return unsupported("group size (num_heads / num_kv_heads)", absl::StrCat(p.group_size()),
+                       absl::StrCat("<= ", c.max_group_size));
+  }
+  auto extra = [](bool asked, bool have, absl::string_view name) {
+    return asked && !have
+               ? absl::UnimplementedError(absl::StrCat(name, " is not supported"))
+               : absl::OkStatus();
+  };
+  ATTNKIT_RETURN_IF_ERROR(extra(p.return_lse, c.lse, "return_lse (log-sum-exp output)"));
+  ATTNKIT_RETURN_IF_ERROR(extra(p.has_kv_lengths(), c.kv_lengths, "kv_lengths (padding)"));
+  ATTNKIT_RETURN_IF_ERROR(extra(p.blocked_mask, c.blocked_mask, "blocked_mask (dense mask)"));
+  ATTNKIT_RETURN_IF_ERROR(extra(p.additive_bias, c.additive_bias, "additive_bias"));
+  ATTNKIT_RETURN_IF_ERROR(extra(p.softcap > 0, c.softcap, "softcap"));
+  return absl::OkStatus();
+}
+
+absl::Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& a) {
+  const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads;
+  const int64_t d = p.head_dim, Tq = p.q_len, Tk = p.kv_len;
+  ATTNKIT_RETURN_IF_ERROR(CheckTensor("q", a.q, p.dtype, {B, H, Tq, d}));
+  ATTNKIT_RETURN_IF_ERROR(CheckTensor("k", a.k, p.kv_dtype, {B, G, Tk, d}));
+  ATTNKIT_RETURN_IF_ERROR(CheckTensor("v", a.v, p.kv_dtype, {B, G, Tk, d}));
+  ATTNKIT_RETURN_IF_ERROR(CheckTensor("o", a.o, p.dtype, {B, H, Tq, d}));
+  if (p.return_lse) {
+    ATTNKIT_RETURN_IF_ERROR(CheckTensor("lse", a.lse, DType::kF32, {B, H, Tq}));
+  } else {
+    ATTNKIT_RETURN_IF_ERROR(CheckAbsent("lse", a.lse, "return_lse"));
+  }
+  if (p.has_kv_lengths()) {
+    ATTNKIT_RETURN_IF_ERROR(CheckTensor("kv_lengths", a.kv_lengths, DType::kI32, {B}));
+  } else {
+    ATTNKIT_RETURN_IF_ERROR(CheckAbsent("kv_lengths", a.kv_lengths, "kv_lengths"));
+  }
+  if (p.blocked_mask) {
+    ATTNKIT_RETURN_IF_ERROR(CheckTensor("blocked_mask", a.blocked_mask, DType::kU8, {B, H, Tq, Tk}));
+  } else {
+    ATTNKIT_RETURN_IF_ERROR(CheckAbsent("blocked_mask", a.blocked_mask, "blocked_mask"));
+  }
+  if (p.additive_bias) {
+    ATTNKIT_RETURN_IF_ERROR(CheckTensor("bias", a.bias, DType::kF32, {B, H, Tq, Tk}));
+  } else {
+    ATTNKIT_RETURN_IF_ERROR(CheckAbsent("bias", a.bias, "additive_bias"));
+  }
+  for (const TensorView* out : {&a.o, &a.lse}) {
+    for (const TensorView* in : {&a.q, &a.k, &a.v, &a.kv_lengths, &a.blocked_mask, &a.bias}) {
+      if (Overlaps(*out, *in)) {
+        return absl::InvalidArgumentError("an output tensor (o or lse) overlaps an input");
+      }
+    }
+  }
+  if (Overlaps(a.o, a.lse)) return absl::InvalidArgumentError("o and lse overlap");
+  return absl::OkStatus();
+}
+
+absl::Status Backend::Supports(const AttentionProblem& p) const {
+  ATTNKIT_RETURN_IF_ERROR(Available());
+  return CheckCapabilities(Caps(), p);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceBuffer>> Backend::Allocate(size_t bytes) {
+  ATTNKIT_ASSIGN_OR_RETURN(AlignedBuffer buffer, AlignedBuffer::Allocate(bytes));
+  return std::unique_ptr<DeviceBuffer>(new HostBuffer(std::move(buffer)));
+}
+
+absl::Status Backend::Upload(const void* host, DeviceBuffer* dst, size_t bytes) {
+  if (bytes > dst->size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "upload of %u bytes into a buffer of %u bytes", bytes, dst->size()));
+  }
+  if (bytes > 0) std::memcpy(dst->data(), host, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status Backend::Download(const DeviceBuffer& src, void* host, size_t bytes) {
+  if (bytes > src.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "download of %u bytes from a buffer of %u bytes", bytes, src.size()));
+  }
+  if (bytes > 0) std::memcpy(host, src.data(), bytes);
+  return absl::OkStatus();
+}
+
+absl::Status Backend::Forward(const AttentionProblem& p, const AttentionArgs& args,
+                              RunInfo* info) {
+  ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
+  if (UsesHostMemory() && p.has_kv_lengths()) {
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const int32_t len =
+          static_cast<const int32_t*>(args.kv_lengths.data)[b * args.kv_lengths.strides[0]];
+      if (len != p.kv_lengths[b]) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "kv_lengths tensor[%d] (%d) differs from the problem's kv_lengths[%d] (%d)", b,
+            len, b, p.kv_lengths[b]));
+      }
+    }
+  }
+  const absl::Status supported = Supports(p);
+  if (!supported.ok()) {
+    return absl::Status(supported.code(),
+                        absl::StrCat(Name(), " cannot run ", p.Id(), ": ", supported.message()));
+  }
+  RunInfo local;
+  RunInfo* out = info != nullptr ? info : &local;
+  out->backend = Name();
+  return ForwardImpl(p, args, out);
+}
+
+}  // namespace attnkit

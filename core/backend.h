@@ -1,0 +1,115 @@
+// The attention operator's backend interface. A backend is a plugin: built in
+// or loaded from a shared library (core/plugin_api.h), chosen at run time.
+#ifndef ATTNKIT_CORE_BACKEND_H_
+#define ATTNKIT_CORE_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/dtype.h"
+#include "core/problem.h"
+#include "core/tensor.h"
+
+namespace attnkit {
+
+// What a backend can run, in machine-readable form. Supports() may refuse
+// more (a CUDA backend without a GPU), but never less: the conformance suite
+// fails a backend that skips a case its capabilities cover.
+struct Capabilities {
+  std::vector<DType> dtypes{DType::kF32};     // Q and O storage
+  std::vector<DType> kv_dtypes{DType::kF32};  // K and V storage
+  std::vector<int64_t> head_dims;             // empty = any in [min, max]
+  int64_t min_head_dim = 1;
+  int64_t max_head_dim = 1024;
+  std::vector<MaskKind> masks{MaskKind::kNone};
+  std::vector<Alignment> alignments{Alignment::kTopLeft, Alignment::kBottomRight};
+  std::vector<Layout> layouts{Layout::kBHTD};
+  int64_t max_group_size = 0;  // largest H / G; 0 = any
+  bool lse = false;
+  bool kv_lengths = false;
+  bool blocked_mask = false;
+  bool additive_bias = false;
+  bool softcap = false;
+
+  // One line per property, for `attnkit backends`.
+  std::string Describe() const;
+};
+
+// OK when `caps` covers `p`; otherwise Unimplemented naming the property,
+// the value asked for and what is supported.
+absl::Status CheckCapabilities(const Capabilities& caps, const AttentionProblem& p);
+
+// The tensors of one call. Shapes are logical; strides give the memory order.
+//   q, o: [B, H, Tq, d] in problem.dtype; k, v: [B, G, Tk, d] in problem.kv_dtype
+//   lse: f32 [B, H, Tq], only when problem.return_lse
+//   kv_lengths: i32 [B], only when problem.has_kv_lengths() (values match it)
+//   blocked_mask: u8 [B, H, Tq, Tk], 1 = blocked; stride 0 broadcasts B or H
+//   bias: f32 [B, H, Tq, Tk], added to the scores; stride 0 broadcasts
+// All data lives in memory the backend allocated (or host memory for CPU
+// backends).
+struct AttentionArgs {
+  TensorView q, k, v, o;
+  TensorView lse;
+  TensorView kv_lengths;
+  TensorView blocked_mask;
+  TensorView bias;
+};
+
+// Checks that `args` matches `p`: shapes, dtypes, present/absent optional
+// inputs, and that output views do not overlap inputs.
+absl::Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& args);
+
+// What actually ran, for provenance in every report.
+struct RunInfo {
+  std::string backend;
+  std::string kernel;  // e.g. "flash-tiled/AVX3 q4xk16"
+};
+
+// Memory owned by a backend (device memory for accelerators).
+class DeviceBuffer {
+ public:
+  virtual ~DeviceBuffer() = default;
+  virtual void* data() const = 0;
+  virtual size_t size() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string Name() const = 0;
+  virtual std::string Description() const = 0;
+  virtual Capabilities Caps() const = 0;
+  // OK when the backend can run at all here; otherwise the reason (e.g.
+  // "CUDA driver version is insufficient for CUDA runtime version").
+  virtual absl::Status Available() const { return absl::OkStatus(); }
+  // OK, or Unimplemented / FailedPrecondition with a reason a person can act
+  // on. The default is Available() plus CheckCapabilities(Caps(), p).
+  virtual absl::Status Supports(const AttentionProblem& p) const;
+
+  // Memory. The defaults use aligned host memory; accelerator backends
+  // override all four.
+  virtual bool UsesHostMemory() const { return true; }
+  virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes);
+  virtual absl::Status Upload(const void* host, DeviceBuffer* dst, size_t bytes);
+  virtual absl::Status Download(const DeviceBuffer& src, void* host, size_t bytes);
+  // Waits until the work queued by Forward is finished (no-op on the CPU).
+  virtual absl::Status Synchronize() { return absl::OkStatus(); }
+
+  // Validates args against p, checks Supports(p), then runs ForwardImpl.
+  absl::Status Forward(const AttentionProblem& p, const AttentionArgs& args,
+                       RunInfo* info = nullptr);
+
+ protected:
+  // Computes o (and lse) for a validated, supported problem.
+  virtual absl::Status ForwardImpl(const AttentionProblem& p, const AttentionArgs& args,
+                                   RunInfo* info) = 0;
+};
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_CORE_BACKEND_H_

@@ -1,0 +1,120 @@
+#include "core/config_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "core/status_macros.h"
+
+namespace attnkit {
+namespace {
+
+class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (!has_error_) {
+      has_error_ = true;
+      line_ = line;
+      column_ = column;
+      message_ = message;
+    }
+  }
+  void AddWarning(int, int, const std::string&) override {}
+  bool has_error() const { return has_error_; }
+  std::string Describe(absl::string_view source) const {
+    // The parser counts from 0; people count from 1.
+    return absl::StrFormat("%s: line %d, column %d: %s", source, line_ + 1, column_ + 1,
+                           message_);
+  }
+
+ private:
+  bool has_error_ = false;
+  int line_ = 0, column_ = 0;
+  std::string message_;
+};
+
+absl::Status ErrnoStatus(absl::string_view what, const std::string& path) {
+  const int err = errno;
+  const std::string msg = absl::StrFormat("%s %s: %s", what, path, std::strerror(err));
+  if (err == ENOENT) return absl::NotFoundError(msg);
+  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
+  return absl::UnavailableError(msg);
+}
+
+}  // namespace
+
+absl::StatusOr<AttentionConfig> ParseConfigText(absl::string_view text,
+                                                absl::string_view source) {
+  google::protobuf::TextFormat::Parser parser;
+  FirstErrorCollector errors;
+  parser.RecordErrorsTo(&errors);
+  AttentionConfig config;
+  if (!parser.ParseFromString(std::string(text), &config)) {
+    if (errors.has_error()) return absl::InvalidArgumentError(errors.Describe(source));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: not a valid AttentionConfig", source));
+  }
+  return config;
+}
+
+absl::StatusOr<AttentionConfig> LoadConfigFile(const std::string& path) {
+  ATTNKIT_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseConfigText(text, path);
+}
+
+std::string ConfigToText(const AttentionConfig& config) {
+  std::string out;
+  google::protobuf::TextFormat::PrintToString(config, &out);
+  return out;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ErrnoStatus("cannot open", path);
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  if (in.bad()) return ErrnoStatus("cannot read", path);
+  return contents.str();
+}
+
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = mkstemp(&tmp[0]);
+  if (fd < 0) return ErrnoStatus("cannot create a temporary file for", path);
+  size_t written = 0;
+  while (written < contents.size()) {
+    const ssize_t n = write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const absl::Status s = ErrnoStatus("cannot write", tmp);
+      close(fd);
+      unlink(tmp.c_str());
+      return s;
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0 || close(fd) != 0) {
+    const absl::Status s = ErrnoStatus("cannot flush", tmp);
+    unlink(tmp.c_str());
+    return s;
+  }
+  // mkstemp creates 0600; give the file the usual permissions.
+  chmod(tmp.c_str(), 0644);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const absl::Status s = ErrnoStatus("cannot rename the temporary file onto", path);
+    unlink(tmp.c_str());
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace attnkit

@@ -1,0 +1,28 @@
+// Reading AttentionConfig text protos, with parse errors that give the line
+// and column, and writing files whole or not at all.
+#ifndef ATTNKIT_CORE_CONFIG_IO_H_
+#define ATTNKIT_CORE_CONFIG_IO_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/config.pb.h"
+
+namespace attnkit {
+
+// Parses text format. `source` names the text in errors ("cfg.textproto").
+absl::StatusOr<AttentionConfig> ParseConfigText(absl::string_view text,
+                                                absl::string_view source);
+absl::StatusOr<AttentionConfig> LoadConfigFile(const std::string& path);
+std::string ConfigToText(const AttentionConfig& config);
+
+// Reads a whole file; NotFound / PermissionDenied naming the path.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+// Writes `contents` to a temporary file beside `path`, then renames it over
+// `path`: readers see the old file or the whole new one, never a part.
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_CORE_CONFIG_IO_H_

@@ -1,0 +1,67 @@
+// Element types of attnkit tensors and the scalar conversions between the
+// 16-bit storage types and float. Arithmetic always happens in fp32 or wider.
+#ifndef ATTNKIT_CORE_DTYPE_H_
+#define ATTNKIT_CORE_DTYPE_H_
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace attnkit {
+
+// kF32/kF16/kBF16 store Q, K, V, O; kI32 holds key lengths; kU8 holds the
+// dense "blocked" mask (1 = blocked).
+enum class DType { kF32, kF16, kBF16, kI32, kU8 };
+
+size_t DTypeSize(DType t);
+absl::string_view DTypeName(DType t);  // "f32", "f16", "bf16", "i32", "u8"
+absl::StatusOr<DType> ParseDType(absl::string_view name);
+bool IsFloatStorage(DType t);  // f32, f16 or bf16
+// Machine epsilon of a float storage type (2^-23, 2^-10, 2^-7).
+double DTypeEpsilon(DType t);
+
+// IEEE binary16 <-> float, round to nearest even; Inf and NaN are kept.
+uint16_t F16FromF32(float f);
+float F32FromF16(uint16_t h);
+
+// bfloat16 is the top half of a float; rounding is to nearest even.
+inline float F32FromBF16(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+uint16_t BF16FromF32(float f);
+
+// Reads element `i` of a float storage buffer as float.
+inline float LoadAsF32(const void* data, DType t, int64_t i) {
+  switch (t) {
+    case DType::kF16:
+      return F32FromF16(static_cast<const uint16_t*>(data)[i]);
+    case DType::kBF16:
+      return F32FromBF16(static_cast<const uint16_t*>(data)[i]);
+    default:
+      return static_cast<const float*>(data)[i];
+  }
+}
+
+// Writes `value` to element `i` of a float storage buffer, rounding to `t`.
+inline void StoreFromF32(void* data, DType t, int64_t i, float value) {
+  switch (t) {
+    case DType::kF16:
+      static_cast<uint16_t*>(data)[i] = F16FromF32(value);
+      break;
+    case DType::kBF16:
+      static_cast<uint16_t*>(data)[i] = BF16FromF32(value);
+      break;
+    default:
+      static_cast<float*>(data)[i] = value;
+  }
+}
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_CORE_DTYPE_H_

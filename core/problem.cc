@@ -1,0 +1,278 @@
+#include "core/problem.h"
+
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/checked_math.h"
+#include "core/status_macros.h"
+
+namespace attnkit {
+namespace {
+
+// Upper bound for any one dimension; keeps every product below 2^63 when
+// combined with the byte-size checks.
+constexpr int64_t kMaxDim = int64_t{1} << 31;
+
+absl::Status Invalid(const absl::FormatSpec<>& msg) {
+  return absl::InvalidArgumentError(absl::StrFormat(msg));
+}
+
+absl::Status RequireRange(absl::string_view field, int64_t value, int64_t lo,
+                          int64_t hi) {
+  if (value < lo || value > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s (%d) must be in [%d, %d]", field, value, lo, hi));
+  }
+  return absl::OkStatus();
+}
+
+DType FromProto(DTypeProto t, DType unset) {
+  switch (t) {
+    case F16:
+      return DType::kF16;
+    case BF16:
+      return DType::kBF16;
+    case F32:
+      return DType::kF32;
+    default:
+      return unset;
+  }
+}
+
+DTypeProto ToProto(DType t) {
+  switch (t) {
+    case DType::kF16:
+      return F16;
+    case DType::kBF16:
+      return BF16;
+    default:
+      return F32;
+  }
+}
+
+}  // namespace
+
+absl::string_view MaskKindName(MaskKind kind) {
+  switch (kind) {
+    case MaskKind::kCausal:
+      return "causal";
+    case MaskKind::kSlidingWindow:
+      return "window";
+    default:
+      return "none";
+  }
+}
+
+absl::string_view AlignmentName(Alignment a) {
+  return a == Alignment::kTopLeft ? "tl" : "br";
+}
+
+MaskParams AttentionProblem::mask_params() const {
+  MaskParams m;
+  m.q_len = q_len;
+  m.bottom_right = alignment == Alignment::kBottomRight;
+  switch (mask) {
+    case MaskKind::kNone:
+      break;
+    case MaskKind::kCausal:
+      m.right = 0;
+      break;
+    case MaskKind::kSlidingWindow:
+      m.left = window_left;
+      m.right = window_right;
+      break;
+  }
+  return m;
+}
+
+absl::string_view AttentionProblem::Variant() const {
+  if (num_kv_heads == num_heads) return "mha";
+  if (num_kv_heads == 1) return "mqa";
+  return "gqa";
+}
+
+std::string AttentionProblem::Id() const {
+  std::string id = absl::StrFormat("%s_h%d_g%d_q%d_k%d_d%d", Variant(), num_heads,
+                                   num_kv_heads, q_len, kv_len, head_dim);
+  if (batch != 1) absl::StrAppend(&id, "_b", batch);
+  absl::StrAppend(&id, "_", MaskKindName(mask));
+  if (mask == MaskKind::kSlidingWindow) {
+    absl::StrAppend(&id, window_left, "x", window_right);
+  }
+  if (mask != MaskKind::kNone) absl::StrAppend(&id, "_", AlignmentName(alignment));
+  if (has_kv_lengths()) absl::StrAppend(&id, "_pad");
+  if (blocked_mask) absl::StrAppend(&id, "_dense");
+  if (additive_bias) absl::StrAppend(&id, "_bias");
+  if (softcap > 0) absl::StrAppend(&id, "_cap");
+  if (layout == Layout::kBTHD) absl::StrAppend(&id, "_bthd");
+  if (return_lse) absl::StrAppend(&id, "_lse");
+  absl::StrAppend(&id, "_", DTypeName(dtype));
+  if (kv_dtype != dtype) absl::StrAppend(&id, "_kv", DTypeName(kv_dtype));
+  return id;
+}
+
+absl::Status ValidateProblem(const AttentionProblem& p) {
+  ATTNKIT_RETURN_IF_ERROR(RequireRange("batch", p.batch, 1, kMaxDim));
+  ATTNKIT_RETURN_IF_ERROR(RequireRange("num_heads", p.num_heads, 1, 65536));
+  ATTNKIT_RETURN_IF_ERROR(RequireRange("num_kv_heads", p.num_kv_heads, 1, p.num_heads));
+  if (p.num_heads % p.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("num_heads (%d) must be a multiple of num_kv_heads (%d)",
+                        p.num_heads, p.num_kv_heads));
+  }
+  ATTNKIT_RETURN_IF_ERROR(RequireRange("head_dim", p.head_dim, 1, 1024));
+  ATTNKIT_RETURN_IF_ERROR(RequireRange("model_dim", p.model_dim, 1, kMaxDim));
+  ATTNKIT_RETURN_IF_ERROR(RequireRange("q_len", p.q_len, 1, kMaxDim));
+  ATTNKIT_RETURN_IF_ERROR(RequireRange("kv_len", p.kv_len, 1, kMaxDim));
+  if (!IsFloatStorage(p.dtype) || !IsFloatStorage(p.kv_dtype)) {
+    return Invalid("dtype and kv_dtype must be f32, f16 or bf16");
+  }
+  if (p.mask == MaskKind::kSlidingWindow) {
+    ATTNKIT_RETURN_IF_ERROR(RequireRange("mask.window_left", p.window_left, 0, kMaxDim));
+    ATTNKIT_RETURN_IF_ERROR(RequireRange("mask.window_right", p.window_right, 0, kMaxDim));
+  } else if (p.window_left != 0 || p.window_right != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "mask.window_left (%d) and mask.window_right (%d) must be 0 unless "
+        "mask.kind is SLIDING_WINDOW (it is %s)",
+        p.window_left, p.window_right, MaskKindName(p.mask)));
+  }
+  if (!std::isfinite(p.scale) || p.scale <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("scale (%g) must be finite and > 0", p.scale));
+  }
+  if (!std::isfinite(p.softcap) || p.softcap < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "softcap (%g) must be finite and >= 0 (0 turns it off)", p.softcap));
+  }
+  if (!p.kv_lengths.empty()) {
+    if (static_cast<int64_t>(p.kv_lengths.size()) != p.batch) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "kv_lengths has %d entries; it must be empty or have one per batch entry (%d)",
+          p.kv_lengths.size(), p.batch));
+    }
+    for (size_t b = 0; b < p.kv_lengths.size(); ++b) {
+      if (p.kv_lengths[b] < 0 || p.kv_lengths[b] > p.kv_len) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("kv_lengths[%d] (%d) must be in [0, kv_len (%d)]", b,
+                            p.kv_lengths[b], p.kv_len));
+      }
+    }
+  }
+  // Every tensor's element count must fit in 64 bits.
+  ATTNKIT_ASSIGN_OR_RETURN(int64_t bh, CheckedMul(p.batch, p.num_heads, "batch * num_heads"));
+  ATTNKIT_ASSIGN_OR_RETURN(int64_t q_elems, CheckedMul(bh, p.q_len, "Q elements"));
+  ATTNKIT_RETURN_IF_ERROR(CheckedMul(q_elems, p.head_dim * 4, "Q bytes").status());
+  ATTNKIT_ASSIGN_OR_RETURN(int64_t k_elems,
+                           CheckedMul(p.batch * p.num_kv_heads, p.kv_len, "K elements"));
+  ATTNKIT_RETURN_IF_ERROR(CheckedMul(k_elems, p.head_dim * 4, "K bytes").status());
+  if (p.blocked_mask || p.additive_bias) {
+    ATTNKIT_RETURN_IF_ERROR(CheckedMul(q_elems, p.kv_len * 4, "mask/bias bytes").status());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AttentionProblem> ProblemFromConfig(const AttentionConfig& c) {
+  AttentionProblem p;
+  p.name = c.name();
+  p.batch = c.batch() == 0 ? 1 : c.batch();
+  p.num_heads = c.num_heads();
+  p.num_kv_heads = c.num_kv_heads() == 0 ? c.num_heads() : c.num_kv_heads();
+  p.head_dim = c.head_dim();
+  if (c.num_heads() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("num_heads (%d) must be >= 1", c.num_heads()));
+  }
+  if (c.head_dim() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("head_dim (%d) must be >= 1", c.head_dim()));
+  }
+  p.model_dim = c.model_dim() == 0 ? c.num_heads() * c.head_dim() : c.model_dim();
+  p.q_len = c.q_len();
+  p.kv_len = c.kv_len() == 0 ? c.q_len() : c.kv_len();
+  p.dtype = FromProto(c.dtype(), DType::kF32);
+  p.kv_dtype = FromProto(c.kv_dtype(), p.dtype);
+  p.layout = c.layout() == BTHD ? Layout::kBTHD : Layout::kBHTD;
+  switch (c.mask().kind()) {
+    case MaskSpec::CAUSAL:
+      p.mask = MaskKind::kCausal;
+      break;
+    case MaskSpec::SLIDING_WINDOW:
+      p.mask = MaskKind::kSlidingWindow;
+      break;
+    default:
+      p.mask = MaskKind::kNone;
+  }
+  p.window_left = c.mask().window_left();
+  p.window_right = c.mask().window_right();
+  if (c.alignment() == ALIGNMENT_UNSPECIFIED) {
+    if (p.mask != MaskKind::kNone && p.q_len != p.kv_len) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "alignment must be TOP_LEFT or BOTTOM_RIGHT when q_len (%d) != kv_len (%d) "
+          "with a %s mask",
+          p.q_len, p.kv_len, MaskKindName(p.mask)));
+    }
+    p.alignment = Alignment::kBottomRight;
+  } else {
+    p.alignment = c.alignment() == TOP_LEFT ? Alignment::kTopLeft : Alignment::kBottomRight;
+  }
+  p.scale = c.has_scale() ? c.scale() : static_cast<float>(1.0 / std::sqrt(double(p.head_dim)));
+  p.softcap = c.softcap();
+  p.kv_lengths.assign(c.kv_lengths().begin(), c.kv_lengths().end());
+  p.blocked_mask = c.blocked_mask();
+  p.additive_bias = c.additive_bias();
+  p.return_lse = c.return_lse();
+  p.backend = c.backend().empty() ? "auto" : c.backend();
+  p.seed = c.seed();
+  ATTNKIT_RETURN_IF_ERROR(ValidateProblem(p));
+  return p;
+}
+
+AttentionConfig ConfigFromProblem(const AttentionProblem& p) {
+  AttentionConfig c;
+  c.set_name(p.name);
+  c.set_batch(p.batch);
+  c.set_num_heads(p.num_heads);
+  c.set_num_kv_heads(p.num_kv_heads);
+  c.set_head_dim(p.head_dim);
+  c.set_model_dim(p.model_dim);
+  c.set_q_len(p.q_len);
+  c.set_kv_len(p.kv_len);
+  c.set_dtype(ToProto(p.dtype));
+  c.set_kv_dtype(ToProto(p.kv_dtype));
+  c.set_layout(p.layout == Layout::kBTHD ? BTHD : BHTD);
+  c.mutable_mask()->set_kind(p.mask == MaskKind::kCausal          ? MaskSpec::CAUSAL
+                             : p.mask == MaskKind::kSlidingWindow ? MaskSpec::SLIDING_WINDOW
+                                                                  : MaskSpec::NONE);
+  if (p.mask == MaskKind::kSlidingWindow) {
+    c.mutable_mask()->set_window_left(p.window_left);
+    c.mutable_mask()->set_window_right(p.window_right);
+  }
+  c.set_alignment(p.alignment == Alignment::kTopLeft ? TOP_LEFT : BOTTOM_RIGHT);
+  c.set_scale(p.scale);
+  c.set_softcap(p.softcap);
+  for (int64_t l : p.kv_lengths) c.add_kv_lengths(l);
+  c.set_blocked_mask(p.blocked_mask);
+  c.set_additive_bias(p.additive_bias);
+  c.set_return_lse(p.return_lse);
+  c.set_backend(p.backend);
+  c.set_seed(p.seed);
+  return c;
+}
+
+int64_t CountVisiblePairs(const AttentionProblem& p) {
+  const MaskParams m = p.mask_params();
+  int64_t pairs = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t kv_length = p.KvLength(b);
+    for (int64_t i = 0; i < p.q_len; ++i) pairs += VisibleKeys(m, i, kv_length).size();
+  }
+  return pairs * p.num_heads;
+}
+
+double UsefulFlops(const AttentionProblem& p) {
+  return 4.0 * static_cast<double>(p.head_dim) * static_cast<double>(CountVisiblePairs(p));
+}
+
+}  // namespace attnkit

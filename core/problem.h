@@ -1,0 +1,78 @@
+// AttentionProblem: a validated attention problem, the form every backend
+// consumes. It is made from an AttentionConfig (the user's text) by
+// ProblemFromConfig, which checks every field and names the one that is wrong.
+#ifndef ATTNKIT_CORE_PROBLEM_H_
+#define ATTNKIT_CORE_PROBLEM_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/config.pb.h"
+#include "core/dtype.h"
+#include "core/mask.h"
+#include "core/tensor.h"
+
+namespace attnkit {
+
+enum class MaskKind { kNone, kCausal, kSlidingWindow };
+enum class Alignment { kTopLeft, kBottomRight };
+
+absl::string_view MaskKindName(MaskKind kind);     // "none", "causal", "window"
+absl::string_view AlignmentName(Alignment a);      // "tl", "br"
+
+struct AttentionProblem {
+  std::string name;
+  int64_t batch = 1;
+  int64_t num_heads = 1;     // H
+  int64_t num_kv_heads = 1;  // G; H % G == 0
+  int64_t head_dim = 1;      // d
+  int64_t model_dim = 1;     // D, for the layer in ops/
+  int64_t q_len = 1;         // Tq
+  int64_t kv_len = 1;        // Tk
+  DType dtype = DType::kF32;     // Q and O storage
+  DType kv_dtype = DType::kF32;  // K and V storage
+  Layout layout = Layout::kBHTD;
+  MaskKind mask = MaskKind::kNone;
+  int64_t window_left = 0;   // only for kSlidingWindow
+  int64_t window_right = 0;
+  Alignment alignment = Alignment::kTopLeft;
+  float scale = 1.0f;
+  float softcap = 0.0f;      // 0 = off
+  std::vector<int64_t> kv_lengths;  // empty, or one per batch entry
+  bool blocked_mask = false;
+  bool additive_bias = false;
+  bool return_lse = false;
+  std::string backend = "auto";
+  uint64_t seed = 0;
+
+  int64_t group_size() const { return num_heads / num_kv_heads; }  // H / G
+  // The query heads h with KvHead(h) == g share key/value head g.
+  int64_t KvHead(int64_t h) const { return h / group_size(); }
+  bool has_kv_lengths() const { return !kv_lengths.empty(); }
+  int64_t KvLength(int64_t b) const { return kv_lengths.empty() ? kv_len : kv_lengths[b]; }
+  MaskParams mask_params() const;
+  // "mha", "mqa" or "gqa".
+  absl::string_view Variant() const;
+  // A short readable id: "gqa_h32_g8_q129_k257_d80_causal_br_f32".
+  std::string Id() const;
+};
+
+// Validates `config` and fills defaults. Errors are InvalidArgument naming the
+// field, its value and the rule, e.g.
+// "num_heads (12) must be a multiple of num_kv_heads (5)".
+absl::StatusOr<AttentionProblem> ProblemFromConfig(const AttentionConfig& config);
+// Checks a problem built in code (the same rules as ProblemFromConfig).
+absl::Status ValidateProblem(const AttentionProblem& p);
+AttentionConfig ConfigFromProblem(const AttentionProblem& p);
+
+// Number of (query, key) pairs the structured mask and padding leave visible,
+// summed over batch and heads: the basis of the useful-FLOP count.
+int64_t CountVisiblePairs(const AttentionProblem& p);
+// Useful FLOPs: 4 * d * visible pairs (two matrix products, multiply + add).
+double UsefulFlops(const AttentionProblem& p);
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_CORE_PROBLEM_H_

@@ -1,0 +1,163 @@
+#include "core/registry.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/plugin_api.h"
+#include "core/status_macros.h"
+
+namespace attnkit {
+
+BackendRegistry::~BackendRegistry() {
+  absl::MutexLock lock(&mu_);
+  // Destroy plugin backends before anything else; the libraries stay mapped
+  // (dlclose could unmap code that static destructors still need).
+  backends_.clear();
+}
+
+absl::Status BackendRegistry::Register(std::unique_ptr<Backend> backend) {
+  if (backend == nullptr) return absl::InvalidArgumentError("cannot register a null backend");
+  absl::MutexLock lock(&mu_);
+  const std::string name = backend->Name();
+  for (const auto& b : backends_) {
+    if (b->Name() == name) {
+      return absl::AlreadyExistsError(
+          absl::StrFormat("a backend named '%s' is already registered", name));
+    }
+  }
+  backends_.push_back(std::move(backend));
+  return absl::OkStatus();
+}
+
+absl::Status BackendRegistry::LoadPlugin(const std::string& path) {
+  auto fail = [&](absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    failures_.push_back({path, status});
+    return status;
+  };
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* err = dlerror();
+    return fail(absl::NotFoundError(absl::StrFormat(
+        "plugin %s: cannot load: %s", path, err != nullptr ? err : "unknown dlopen error")));
+  }
+  auto entry = reinterpret_cast<AttnkitPluginEntryFn>(dlsym(handle, ATTNKIT_PLUGIN_ENTRY_SYMBOL));
+  if (entry == nullptr) {
+    return fail(absl::InvalidArgumentError(absl::StrFormat(
+        "plugin %s: not an attnkit plugin: symbol %s is missing", path,
+        ATTNKIT_PLUGIN_ENTRY_SYMBOL)));
+  }
+  const AttnkitPluginV1* plugin = entry();
+  if (plugin == nullptr) {
+    return fail(absl::InternalError(
+        absl::StrFormat("plugin %s: %s returned null", path, ATTNKIT_PLUGIN_ENTRY_SYMBOL)));
+  }
+  if (plugin->abi_version != ATTNKIT_PLUGIN_ABI_VERSION) {
+    return fail(absl::FailedPreconditionError(absl::StrFormat(
+        "plugin %s: ABI version %u does not match this build's version %u; rebuild the "
+        "plugin against this attnkit",
+        path, plugin->abi_version, ATTNKIT_PLUGIN_ABI_VERSION)));
+  }
+  std::vector<std::unique_ptr<Backend>> created;
+  for (uint32_t i = 0; i < plugin->num_backends; ++i) {
+    Backend* b = plugin->create_backend(i);
+    if (b == nullptr) {
+      return fail(absl::InternalError(
+          absl::StrFormat("plugin %s: creating backend %u failed", path, i)));
+    }
+    created.emplace_back(b);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    handles_.push_back(handle);
+  }
+  for (auto& b : created) {
+    const std::string name = b->Name();
+    const absl::Status s = Register(std::move(b));
+    if (!s.ok()) return fail(absl::Status(s.code(), absl::StrCat("plugin ", path, ": ", s.message())));
+  }
+  return absl::OkStatus();
+}
+
+void BackendRegistry::LoadPluginList(const std::string& paths) {
+  for (absl::string_view path : absl::StrSplit(paths, ':', absl::SkipEmpty())) {
+    LoadPlugin(std::string(path)).IgnoreError();  // recorded in failures_
+  }
+}
+
+absl::StatusOr<Backend*> BackendRegistry::Find(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> names;
+  for (const auto& b : backends_) {
+    if (b->Name() == name) return b.get();
+    names.push_back(b->Name());
+  }
+  return absl::NotFoundError(absl::StrFormat("unknown backend '%s'; registered: %s", name,
+                                             absl::StrJoin(names, ", ")));
+}
+
+std::vector<Backend*> BackendRegistry::All() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<Backend*> out;
+  for (const auto& b : backends_) out.push_back(b.get());
+  return out;
+}
+
+std::vector<std::string> BackendRegistry::Names() const {
+  std::vector<std::string> out;
+  for (Backend* b : All()) out.push_back(b->Name());
+  return out;
+}
+
+std::vector<PluginFailure> BackendRegistry::plugin_failures() const {
+  absl::MutexLock lock(&mu_);
+  return failures_;
+}
+
+absl::StatusOr<Selection> BackendRegistry::Select(
+    const std::string& name, const AttentionProblem& p,
+    const std::vector<std::string>& auto_order) const {
+  if (name != "auto" && !name.empty()) {
+    ATTNKIT_ASSIGN_OR_RETURN(Backend * b, Find(name));
+    const absl::Status s = b->Supports(p);
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrFormat("backend '%s' cannot run this problem: %s",
+                                                    name, s.message()));
+    }
+    return Selection{b, absl::StrFormat("%s: chosen by name", name)};
+  }
+  // auto: the static order first, then any other registered backend.
+  std::vector<Backend*> candidates;
+  for (const std::string& n : auto_order) {
+    auto b = Find(n);
+    if (b.ok()) candidates.push_back(*b);
+  }
+  for (Backend* b : All()) {
+    if (std::find(candidates.begin(), candidates.end(), b) == candidates.end()) {
+      candidates.push_back(b);
+    }
+  }
+  std::vector<std::string> passed_over;
+  for (Backend* b : candidates) {
+    const absl::Status s = b->Supports(p);
+    if (s.ok()) {
+      std::string reason = absl::StrFormat("auto: %s is the first backend in the order [%s] "
+                                           "that supports this problem",
+                                           b->Name(), absl::StrJoin(auto_order, ", "));
+      if (!passed_over.empty()) {
+        absl::StrAppend(&reason, " (passed over: ", absl::StrJoin(passed_over, "; "), ")");
+      }
+      return Selection{b, reason};
+    }
+    passed_over.push_back(absl::StrCat(b->Name(), ": ", s.message()));
+  }
+  return absl::UnimplementedError(absl::StrCat("no registered backend supports this problem: ",
+                                               absl::StrJoin(passed_over, "; ")));
+}
+
+}  // namespace attnkit

@@ -1,0 +1,68 @@
+// The backend registry: built-in backends registered from an explicit list,
+// plus shared-library backends loaded with dlopen. Safe to use from several
+// threads; backends live as long as the registry.
+#ifndef ATTNKIT_CORE_REGISTRY_H_
+#define ATTNKIT_CORE_REGISTRY_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/backend.h"
+
+namespace attnkit {
+
+// The environment variable holding plugin paths, separated by ':'.
+constexpr char kPluginPathEnv[] = "ATTNKIT_PLUGIN_PATH";
+
+struct PluginFailure {
+  std::string path;
+  absl::Status status;
+};
+
+// The outcome of resolving a backend name (or "auto") for a problem.
+struct Selection {
+  Backend* backend = nullptr;
+  std::string reason;  // why this backend, in one line
+};
+
+class BackendRegistry {
+ public:
+  BackendRegistry() = default;
+  BackendRegistry(const BackendRegistry&) = delete;
+  BackendRegistry& operator=(const BackendRegistry&) = delete;
+  ~BackendRegistry();
+
+  // AlreadyExists when a backend of the same name is registered.
+  absl::Status Register(std::unique_ptr<Backend> backend);
+  // Loads every backend of the plugin at `path`. On failure the error names
+  // the file and the reason; it is also kept for plugin_failures().
+  absl::Status LoadPlugin(const std::string& path);
+  // Loads each path of a ':'-separated list; failures are recorded, not fatal.
+  void LoadPluginList(const std::string& paths);
+
+  // NotFound listing the known names when `name` is not registered.
+  absl::StatusOr<Backend*> Find(const std::string& name) const;
+  std::vector<Backend*> All() const;
+  std::vector<std::string> Names() const;
+  std::vector<PluginFailure> plugin_failures() const;
+
+  // Resolves a backend name for `p`: a name must exist and support p; "auto"
+  // takes the first backend in `auto_order` that supports p.
+  absl::StatusOr<Selection> Select(const std::string& name, const AttentionProblem& p,
+                                   const std::vector<std::string>& auto_order) const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<Backend>> backends_ ABSL_GUARDED_BY(mu_);
+  std::vector<PluginFailure> failures_ ABSL_GUARDED_BY(mu_);
+  std::vector<void*> handles_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_CORE_REGISTRY_H_

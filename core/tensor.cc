@@ -1,0 +1,118 @@
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/checked_math.h"
+#include "core/status_macros.h"
+
+namespace attnkit {
+
+absl::string_view LayoutName(Layout layout) {
+  return layout == Layout::kBHTD ? "bhtd" : "bthd";
+}
+
+int64_t TensorView::NumElements() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= shape[i];
+  return n;
+}
+
+int64_t TensorView::SpanElements() const {
+  int64_t last = 0;
+  for (int i = 0; i < rank; ++i) {
+    if (shape[i] == 0) return 0;
+    last += (shape[i] - 1) * strides[i];
+  }
+  return last + 1;
+}
+
+bool TensorView::IsContiguous() const {
+  int64_t expected = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    if (shape[i] != 1 && strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+std::string TensorView::DebugString() const {
+  return absl::StrFormat("%s[%s] strides [%s]", DTypeName(dtype),
+                         absl::StrJoin(shape.begin(), shape.begin() + rank, ","),
+                         absl::StrJoin(strides.begin(), strides.begin() + rank, ","));
+}
+
+TensorView ContiguousView(void* data, DType dtype, absl::Span<const int64_t> shape) {
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.rank = static_cast<int>(shape.size());
+  int64_t stride = 1;
+  for (int i = v.rank - 1; i >= 0; --i) {
+    v.shape[i] = shape[i];
+    v.strides[i] = stride;
+    stride *= shape[i];
+  }
+  return v;
+}
+
+TensorView AttentionView(void* data, DType dtype, Layout layout, int64_t batch,
+                         int64_t heads, int64_t tokens, int64_t head_dim) {
+  TensorView v = ContiguousView(data, dtype, {batch, heads, tokens, head_dim});
+  if (layout == Layout::kBTHD) {
+    v.strides = {tokens * heads * head_dim, head_dim, heads * head_dim, 1};
+  }
+  return v;
+}
+
+void AlignedBuffer::Free::operator()(void* p) const { std::free(p); }
+
+absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(size_t bytes) {
+  constexpr size_t kAlign = 64;
+  if (bytes > std::numeric_limits<size_t>::max() - kAlign) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("cannot allocate %u bytes: size overflows", bytes));
+  }
+  const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  AlignedBuffer buffer;
+  if (rounded == 0) return buffer;
+  void* p = std::aligned_alloc(kAlign, rounded);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("cannot allocate %u bytes (64-byte aligned)", bytes));
+  }
+  std::memset(p, 0, rounded);
+  buffer.data_.reset(p);
+  buffer.size_ = bytes;
+  return buffer;
+}
+
+absl::StatusOr<Tensor> Tensor::Contiguous(DType dtype, absl::Span<const int64_t> shape) {
+  int64_t elements = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return absl::InvalidArgumentError("tensor dimension must be >= 0");
+    ATTNKIT_ASSIGN_OR_RETURN(elements, CheckedMul(elements, d, "tensor elements"));
+  }
+  ATTNKIT_ASSIGN_OR_RETURN(
+      const int64_t bytes,
+      CheckedMul(elements, static_cast<int64_t>(DTypeSize(dtype)), "tensor bytes"));
+  Tensor t;
+  ATTNKIT_ASSIGN_OR_RETURN(t.buffer_, AlignedBuffer::Allocate(static_cast<size_t>(bytes)));
+  t.view_ = ContiguousView(t.buffer_.data(), dtype, shape);
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::Attention(DType dtype, Layout layout, int64_t batch,
+                                         int64_t heads, int64_t tokens,
+                                         int64_t head_dim) {
+  ATTNKIT_ASSIGN_OR_RETURN(Tensor t,
+                           Contiguous(dtype, {batch, heads, tokens, head_dim}));
+  t.view_ = AttentionView(t.buffer_.data(), dtype, layout, batch, heads, tokens, head_dim);
+  return t;
+}
+
+}  // namespace attnkit
