@@ -1,0 +1,211 @@
+#include "backends/blas/attention_block.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "backends/blas/row_ops.h"
+
+namespace attnkit {
+namespace blas {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A [rows, d] f32 operand: pointer and leading dimension.
+struct Operand {
+  const float* data;
+  int64_t ld;
+};
+
+// Copies rows [j0, j0 + n) of head (b, g) of `t` to dst [n, d] as f32: the
+// staged K or V chunk when storage is f16/bf16 or not BLAS-compatible.
+void StageRows(const TensorView& t, int64_t b, int64_t g, int64_t j0, int64_t n, int64_t d,
+               float* dst) {
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t base = t.Offset(b, g, j0 + j, 0);
+    float* out = dst + j * d;
+    for (int64_t c = 0; c < d; ++c) out[c] = t.LoadF32(base + c * t.strides[3]);
+  }
+}
+
+// The block's query rows, stacked head-major: row r is head h0 + r / tokens,
+// position i0 + r % tokens. In place when they form one strided matrix.
+Operand QueryRows(const BlockContext& ctx, const BlockCoords& c, float* scratch) {
+  const TensorView& q = ctx.args->q;
+  const int64_t d = ctx.problem->head_dim;
+  const float* base = static_cast<const float*>(q.data) + q.Offset(c.b, c.h0, c.i0, 0);
+  if (ctx.q_in_place) {
+    if (c.num_tokens == 1 && c.num_heads == 1) return {base, d};
+    if (c.num_heads == 1 && q.strides[2] >= d) return {base, q.strides[2]};
+    if (c.num_tokens == 1 && q.strides[1] >= d) return {base, q.strides[1]};
+  }
+  for (int64_t hh = 0; hh < c.num_heads; ++hh) {
+    for (int64_t t = 0; t < c.num_tokens; ++t) {
+      const int64_t src = q.Offset(c.b, c.h0 + hh, c.i0 + t, 0);
+      float* dst = scratch + (hh * c.num_tokens + t) * d;
+      for (int64_t k = 0; k < d; ++k) dst[k] = q.LoadF32(src + k * q.strides[3]);
+    }
+  }
+  return {scratch, d};
+}
+
+// Turns row `s` [kn] of scores for keys [k0, k0 + kn) into unnormalised
+// probabilities exp(s - running max), updating the row's running max and sum
+// and rescaling its output accumulator `o` [d] when the max grows. Keys the
+// row cannot see get probability 0.
+void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i,
+                     int64_t kv_length, int64_t k0, int64_t kn, float* s, float* o,
+                     float* row_max, float* row_sum) {
+  const AttentionProblem& p = *ctx.problem;
+  const AttentionArgs& a = *ctx.args;
+  const KeyRange vis = VisibleKeys(ctx.mask, i, kv_length);
+  const int64_t lo = std::max(vis.begin, k0) - k0;
+  const int64_t hi = std::min(std::min(vis.end, kv_length), k0 + kn) - k0;
+  if (hi <= lo) {
+    std::fill(s, s + kn, 0.0f);
+    return;
+  }
+  std::fill(s, s + lo, 0.0f);
+  std::fill(s + hi, s + kn, 0.0f);
+  float* x = s + lo;
+  const int64_t n = hi - lo;
+  if (p.softcap > 0) SoftcapRow(x, n, p.softcap);
+  if (p.additive_bias) {
+    const float* bias = static_cast<const float*>(a.bias.data) + a.bias.Offset(b, h, i, k0 + lo);
+    const int64_t stride = a.bias.strides[3];
+    for (int64_t j = 0; j < n; ++j) x[j] += bias[j * stride];
+  }
+  if (p.blocked_mask) {
+    const uint8_t* blocked =
+        static_cast<const uint8_t*>(a.blocked_mask.data) + a.blocked_mask.Offset(b, h, i, k0 + lo);
+    const int64_t stride = a.blocked_mask.strides[3];
+    for (int64_t j = 0; j < n; ++j) x[j] = blocked[j * stride] != 0 ? kNegInf : x[j];
+  }
+  const float chunk_max = RowMax(x, n);
+  if (chunk_max == kNegInf) {  // every visible key here is blocked
+    std::fill(x, x + n, 0.0f);
+    return;
+  }
+  const float old_max = *row_max;
+  const float new_max = std::max(old_max, chunk_max);
+  if (old_max != kNegInf && new_max > old_max) {
+    // An earlier chunk contributed: rescale its sum and output to the new max.
+    const float f = std::exp(old_max - new_max);
+    *row_sum *= f;
+    ScaleRow(o, p.head_dim, f);
+  }
+  *row_max = new_max;
+  *row_sum += ExpSubtractSum(x, n, new_max);
+}
+
+// o = acc / sum and lse = max + log(sum) for one row; zeros and -inf when the
+// row saw no key.
+void StoreRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, const float* acc,
+              float max, float sum) {
+  const AttentionArgs& a = *ctx.args;
+  const int64_t d = ctx.problem->head_dim;
+  const bool blocked = !(sum > 0);
+  const float inv = blocked ? 0.0f : 1.0f / sum;
+  const int64_t base = a.o.Offset(b, h, i, 0);
+  const int64_t stride = a.o.strides[3];
+  if (a.o.dtype == DType::kF32 && stride == 1) {
+    float* out = static_cast<float*>(a.o.data) + base;
+    for (int64_t c = 0; c < d; ++c) out[c] = blocked ? 0.0f : acc[c] * inv;
+  } else {
+    for (int64_t c = 0; c < d; ++c) {
+      StoreFromF32(a.o.data, a.o.dtype, base + c * stride, blocked ? 0.0f : acc[c] * inv);
+    }
+  }
+  if (ctx.problem->return_lse) {
+    static_cast<float*>(a.lse.data)[a.lse.Offset(b, h, i)] =
+        blocked ? kNegInf : max + std::log(sum);
+  }
+}
+
+}  // namespace
+
+bool BlasCompatible(const TensorView& t, int64_t head_dim) {
+  return t.dtype == DType::kF32 && t.strides[3] == 1 && t.strides[2] >= head_dim;
+}
+
+BlockCoords DecodeItem(const AttentionProblem& p, const BlockPlan& plan, int64_t item) {
+  const int64_t head_blocks = CeilDiv(p.group_size(), plan.head_block);
+  const int64_t token_blocks = CeilDiv(p.q_len, plan.token_block);
+  BlockCoords c;
+  const int64_t hb = item % head_blocks;
+  item /= head_blocks;
+  c.g = item % p.num_kv_heads;
+  item /= p.num_kv_heads;
+  c.b = item % p.batch;
+  const int64_t tb = token_blocks - 1 - item / p.batch;
+  const int64_t first_in_group = hb * plan.head_block;
+  c.h0 = c.g * p.group_size() + first_in_group;
+  c.num_heads = std::min(plan.head_block, p.group_size() - first_in_group);
+  c.i0 = tb * plan.token_block;
+  c.num_tokens = std::min(plan.token_block, p.q_len - c.i0);
+  return c;
+}
+
+void ComputeBlock(const BlockContext& ctx, int64_t item, const WorkerScratch& w) {
+  const AttentionProblem& p = *ctx.problem;
+  const AttentionArgs& a = *ctx.args;
+  const BlockPlan& plan = ctx.plan;
+  const BlockCoords c = DecodeItem(p, plan, item);
+  const int64_t d = p.head_dim;
+  const int64_t rows = c.num_heads * c.num_tokens;
+  const int64_t kv_length = p.KvLength(c.b);
+  auto head_of = [&](int64_t r) { return c.h0 + r / c.num_tokens; };
+  auto pos_of = [&](int64_t r) { return c.i0 + r % c.num_tokens; };
+
+  // Visible ranges grow monotonically with the query position, so the keys
+  // the block can see are [begin of its first row, end of its last row).
+  const int64_t k_begin = VisibleKeys(ctx.mask, c.i0, kv_length).begin;
+  const int64_t k_end = std::min(
+      kv_length, VisibleKeys(ctx.mask, c.i0 + c.num_tokens - 1, kv_length).end);
+  std::fill(w.row_max, w.row_max + rows, kNegInf);
+  std::fill(w.row_sum, w.row_sum + rows, 0.0f);
+
+  if (k_begin < k_end) {
+    const Operand q = QueryRows(ctx, c, w.q);
+    for (int64_t k0 = k_begin; k0 < k_end; k0 += plan.key_chunk) {
+      const int64_t kn = std::min(plan.key_chunk, k_end - k0);
+      Operand k{w.k, d}, v{w.v, d};
+      if (plan.stage_kv) {
+        StageRows(a.k, c.b, c.g, k0, kn, d, w.k);
+      } else {
+        k = {static_cast<const float*>(a.k.data) + a.k.Offset(c.b, c.g, k0, 0), a.k.strides[2]};
+      }
+      // S [rows, kn] = scale * Q [rows, d] . K [kn, d]^T
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
+                  static_cast<int>(kn), static_cast<int>(d), p.scale, q.data,
+                  static_cast<int>(q.ld), k.data, static_cast<int>(k.ld), 0.0f, w.s,
+                  static_cast<int>(kn));
+      for (int64_t r = 0; r < rows; ++r) {
+        SoftmaxChunkRow(ctx, c.b, head_of(r), pos_of(r), kv_length, k0, kn, w.s + r * kn,
+                        w.o + r * d, w.row_max + r, w.row_sum + r);
+      }
+      if (plan.stage_kv) {
+        StageRows(a.v, c.b, c.g, k0, kn, d, w.v);
+      } else {
+        v = {static_cast<const float*>(a.v.data) + a.v.Offset(c.b, c.g, k0, 0), a.v.strides[2]};
+      }
+      // O [rows, d] (+)= P [rows, kn] . V [kn, d]; the first chunk overwrites.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
+                  static_cast<int>(d), static_cast<int>(kn), 1.0f, w.s, static_cast<int>(kn),
+                  v.data, static_cast<int>(v.ld), k0 == k_begin ? 0.0f : 1.0f, w.o,
+                  static_cast<int>(d));
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    StoreRow(ctx, c.b, head_of(r), pos_of(r), w.o + r * d, w.row_max[r], w.row_sum[r]);
+  }
+}
+
+}  // namespace blas
+}  // namespace attnkit

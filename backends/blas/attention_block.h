@@ -1,0 +1,45 @@
+// One work item of the BLAS backend (see block_plan.h): a block of stacked
+// query rows of one kv head, multiplied against the keys it can see.
+#ifndef ATTNKIT_BACKENDS_BLAS_ATTENTION_BLOCK_H_
+#define ATTNKIT_BACKENDS_BLAS_ATTENTION_BLOCK_H_
+
+#include <cstdint>
+
+#include "backends/blas/block_plan.h"
+#include "core/backend.h"
+#include "core/mask.h"
+#include "core/problem.h"
+
+namespace attnkit {
+namespace blas {
+
+// Everything the work items of one Forward share; built once per call.
+struct BlockContext {
+  const AttentionProblem* problem = nullptr;
+  const AttentionArgs* args = nullptr;
+  BlockPlan plan;
+  MaskParams mask;
+  // Q rows may be handed to BLAS in place (f32, unit stride along d) when they
+  // form one strided matrix; otherwise they are gathered into scratch.
+  bool q_in_place = false;
+};
+
+// True when `t` ([.., T, d]) can be a BLAS operand with leading dimension
+// t.strides[2]: f32, unit stride along d, rows at least d apart.
+bool BlasCompatible(const TensorView& t, int64_t head_dim);
+
+// Item `item` decoded: batch, kv head, first query head and count, first
+// query position and count. Token blocks run last-to-first so that under a
+// causal mask the heaviest items start first.
+struct BlockCoords {
+  int64_t b, g, h0, num_heads, i0, num_tokens;
+};
+BlockCoords DecodeItem(const AttentionProblem& p, const BlockPlan& plan, int64_t item);
+
+// Computes o (and lse) for every query row of `item`, using only `scratch`.
+void ComputeBlock(const BlockContext& ctx, int64_t item, const WorkerScratch& scratch);
+
+}  // namespace blas
+}  // namespace attnkit
+
+#endif  // ATTNKIT_BACKENDS_BLAS_ATTENTION_BLOCK_H_

@@ -1,0 +1,174 @@
+#include "backends/blas/blas_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "backends/blas/attention_block.h"
+#include "backends/blas/row_ops.h"
+#include "core/status_macros.h"
+
+namespace attnkit {
+
+// Threading choice. Measured with benchmarks/blas_bench.cc on the 2-core
+// development machine (see the commit that set it): spreading blocks over our
+// own threads with single-threaded BLAS beats OpenBLAS's threads inside each
+// GEMM, because the softmax between the two GEMMs then runs in parallel too
+// and the small-k GEMMs (k = head_dim) scale poorly inside OpenBLAS. With
+// fewer blocks than threads (decode against one kv head) only OpenBLAS's
+// threads can use the other cores, so kAuto switches to them.
+namespace {
+
+// Restores OpenBLAS's global thread count when the call ends.
+class ScopedBlasThreads {
+ public:
+  explicit ScopedBlasThreads(int n) : saved_(openblas_get_num_threads()) {
+    if (n != saved_) openblas_set_num_threads(n);
+  }
+  ~ScopedBlasThreads() {
+    if (openblas_get_num_threads() != saved_) openblas_set_num_threads(saved_);
+  }
+  ScopedBlasThreads(const ScopedBlasThreads&) = delete;
+  ScopedBlasThreads& operator=(const ScopedBlasThreads&) = delete;
+
+ private:
+  int saved_;
+};
+
+int ResolveThreads(int requested) {
+  if (requested > 0) return requested;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
+BlasBackend::BlasBackend(const BlasOptions& options)
+    : options_(options), num_threads_(ResolveThreads(options.num_threads)) {
+  options_.memory_budget_bytes = std::max(options_.memory_budget_bytes, kMinBlasBudgetBytes);
+  pool_ = std::make_unique<blas::WorkerPool>(num_threads_);
+  blas::RowOpsTarget();  // picks the Highway target once, before any worker runs
+}
+
+std::string BlasBackend::Description() const {
+  return absl::StrFormat(
+      "OpenBLAS (%s) cblas_sgemm over blocks of stacked query rows, Highway softmax; "
+      "scratch <= %d MiB",
+      openblas_get_corename(), memory_budget() >> 20);
+}
+
+Capabilities BlasBackend::Caps() const {
+  Capabilities c;
+  c.dtypes = c.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+  c.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
+  c.alignments = {Alignment::kTopLeft, Alignment::kBottomRight};
+  c.layouts = {Layout::kBHTD, Layout::kBTHD};
+  c.lse = c.kv_lengths = c.blocked_mask = c.additive_bias = c.softcap = true;
+  return c;
+}
+
+absl::Status BlasBackend::Supports(const AttentionProblem& p) const {
+  ATTNKIT_RETURN_IF_ERROR(Backend::Supports(p));
+  return PlanFor(p).status();
+}
+
+absl::Status BlasBackend::SetMemoryBudget(size_t bytes) {
+  if (bytes < kMinBlasBudgetBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "blas memory budget (%d bytes) must be at least %d bytes", bytes, kMinBlasBudgetBytes));
+  }
+  absl::MutexLock lock(&mu_);
+  options_.memory_budget_bytes = bytes;
+  return absl::OkStatus();
+}
+
+size_t BlasBackend::memory_budget() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return options_.memory_budget_bytes;
+}
+
+size_t BlasBackend::workspace_bytes() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return workspace_.size();
+}
+
+absl::StatusOr<blas::BlockPlan> BlasBackend::PlanFor(const AttentionProblem& p) const {
+  absl::ReaderMutexLock lock(&mu_);
+  bool use_items = false;
+  return Plan(p, p.kv_dtype != DType::kF32, &use_items);
+}
+
+absl::StatusOr<blas::BlockPlan> BlasBackend::Plan(const AttentionProblem& p, bool stage_kv,
+                                                  bool* use_items) const {
+  blas::PlanOptions o;
+  o.budget_bytes = options_.memory_budget_bytes;
+  o.target_rows = options_.target_rows;
+  o.max_key_chunk = options_.max_key_chunk;
+  o.stack_heads = options_.stack_group_heads;
+  o.stage_kv = stage_kv;
+  o.workers = options_.threading == BlasThreading::kBlas ? 1 : num_threads_;
+  ATTNKIT_ASSIGN_OR_RETURN(blas::BlockPlan plan, blas::MakePlan(p, o));
+  *use_items = options_.threading != BlasThreading::kBlas;
+  if (options_.threading == BlasThreading::kAuto && o.workers > 1 &&
+      plan.NumItems(p) < o.workers) {
+    o.workers = 1;
+    *use_items = false;
+    ATTNKIT_ASSIGN_OR_RETURN(plan, blas::MakePlan(p, o));
+  }
+  return plan;
+}
+
+std::string BlasBackend::KernelName(const blas::BlockPlan& plan, bool use_items) const {
+  return absl::StrFormat(
+      "sgemm/%s %s x%d; rows %dx%d keys<=%d; %s; softmax/%s%s", openblas_get_corename(),
+      use_items ? "blocks-over-threads (1-thread BLAS)" : "openblas-threads", num_threads_,
+      plan.head_block, plan.token_block, plan.key_chunk,
+      options_.stack_group_heads ? "gqa-stacked" : "per-head", blas::RowOpsTarget(),
+      plan.stage_kv ? "; kv staged to f32" : "");
+}
+
+absl::Status BlasBackend::ForwardImpl(const AttentionProblem& p, const AttentionArgs& args,
+                                      RunInfo* info) {
+  absl::MutexLock lock(&mu_);
+  const bool stage_kv =
+      !blas::BlasCompatible(args.k, p.head_dim) || !blas::BlasCompatible(args.v, p.head_dim);
+  bool use_items = false;
+  ATTNKIT_ASSIGN_OR_RETURN(const blas::BlockPlan plan, Plan(p, stage_kv, &use_items));
+  // Allocated (and zero-filled, so first-touched) only when a call needs more
+  // than the last one, or the budget shrank below it.
+  if (workspace_.size() < plan.total_bytes() ||
+      workspace_.size() > options_.memory_budget_bytes) {
+    workspace_ = AlignedBuffer();
+    ATTNKIT_ASSIGN_OR_RETURN(workspace_, AlignedBuffer::Allocate(plan.total_bytes()));
+  }
+
+  blas::BlockContext ctx;
+  ctx.problem = &p;
+  ctx.args = &args;
+  ctx.plan = plan;
+  ctx.mask = p.mask_params();
+  ctx.q_in_place = args.q.dtype == DType::kF32 && args.q.strides[3] == 1;
+  char* base = static_cast<char*>(workspace_.data());
+  auto run = [&](int worker, int64_t item) {
+    const blas::WorkerScratch scratch =
+        blas::CarveScratch(plan, p.head_dim, base + worker * plan.worker_bytes);
+    blas::ComputeBlock(ctx, item, scratch);
+  };
+  const int64_t items = plan.NumItems(p);
+  if (use_items) {
+    ScopedBlasThreads blas_threads(1);
+    pool_->Run(items, run);
+  } else {
+    ScopedBlasThreads blas_threads(num_threads_);
+    for (int64_t item = 0; item < items; ++item) run(0, item);
+  }
+  info->kernel = KernelName(plan, use_items);
+  return absl::OkStatus();
+}
+
+std::unique_ptr<Backend> MakeBlasBackend(const BlasOptions& options) {
+  return std::make_unique<BlasBackend>(options);
+}
+
+}  // namespace attnkit

@@ -1,0 +1,79 @@
+// How the BLAS backend cuts one attention problem into GEMM-sized blocks so
+// that its scratch memory stays under a fixed budget for any sequence length.
+//
+// A work item is (batch b, kv head g, a block of `head_block` of g's query
+// heads, a block of `token_block` query positions). Its query rows are
+// stacked head-major into one [rows = heads x tokens, d] matrix, and the keys
+// it can see are visited in chunks of at most `key_chunk`:
+//   S[rows, kn] = scale * Q[rows, d] . K[k0:k0+kn, d]^T     (cblas_sgemm)
+//   P = online softmax of S (running max and sum per row)
+//   O[rows, d] (+)= P[rows, kn] . V[k0:k0+kn, d]           (cblas_sgemm)
+#ifndef ATTNKIT_BACKENDS_BLAS_BLOCK_PLAN_H_
+#define ATTNKIT_BACKENDS_BLAS_BLOCK_PLAN_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "core/problem.h"
+
+namespace attnkit {
+namespace blas {
+
+struct PlanOptions {
+  size_t budget_bytes = size_t{64} << 20;  // all workers' scratch together
+  int workers = 1;          // each worker owns one scratch region
+  // Query rows per item when memory allows: target_rows / (H/G) positions of
+  // every head in the group.
+  int64_t target_rows = 256;
+  int64_t max_key_chunk = 0;  // 0 = the whole visible key range if it fits
+  // false: the same token blocks, but one query head per GEMM (to measure
+  // what stacking the group's heads buys).
+  bool stack_heads = true;
+  bool stage_kv = false;    // K/V chunks are converted to f32 in scratch
+};
+
+struct BlockPlan {
+  int64_t head_block = 1;   // query heads of one group per item
+  int64_t token_block = 1;  // query positions per item
+  int64_t key_chunk = 1;    // keys per S block
+  bool stage_kv = false;
+  int workers = 1;
+  size_t worker_bytes = 0;  // scratch of one worker, 64-byte aligned parts
+
+  int64_t rows() const { return head_block * token_block; }
+  size_t total_bytes() const { return worker_bytes * static_cast<size_t>(workers); }
+  // Number of work items: B * G * ceil(H/G / head_block) * ceil(Tq / token_block).
+  int64_t NumItems(const AttentionProblem& p) const;
+};
+
+// One worker's scratch, carved from its region. Sizes in floats:
+//   q [rows, d] (gathered Q), s [rows, key_chunk], o [rows, d] (accumulator),
+//   row_max [rows], row_sum [rows], k and v [key_chunk, d] (only when staged).
+struct WorkerScratch {
+  float* q = nullptr;
+  float* s = nullptr;
+  float* o = nullptr;
+  float* row_max = nullptr;
+  float* row_sum = nullptr;
+  float* k = nullptr;
+  float* v = nullptr;
+};
+
+// Bytes of one worker's scratch for these block sizes.
+size_t WorkerBytes(int64_t rows, int64_t key_chunk, int64_t head_dim, bool stage_kv);
+
+// Splits `region` (at least plan.worker_bytes, 64-byte aligned) into arrays.
+WorkerScratch CarveScratch(const BlockPlan& plan, int64_t head_dim, void* region);
+
+// Chooses block sizes: as many rows as target_rows asks (whole groups of
+// query heads, so K/V are shared), the whole visible key range per
+// chunk, then shrinks the key chunk, the token block and the head block until
+// one worker's scratch fits budget / workers. ResourceExhausted when even one
+// row against a 16-key chunk does not fit.
+absl::StatusOr<BlockPlan> MakePlan(const AttentionProblem& p, const PlanOptions& options);
+
+}  // namespace blas
+}  // namespace attnkit
+
+#endif  // ATTNKIT_BACKENDS_BLAS_BLOCK_PLAN_H_

@@ -1,0 +1,120 @@
+// Per-target Highway implementations of row_ops.h. Included once per target
+// by row_ops.cc through hwy/foreach_target.h.
+#if defined(ATTNKIT_BACKENDS_BLAS_ROW_OPS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTNKIT_BACKENDS_BLAS_ROW_OPS_INL_H_
+#undef ATTNKIT_BACKENDS_BLAS_ROW_OPS_INL_H_
+#else
+#define ATTNKIT_BACKENDS_BLAS_ROW_OPS_INL_H_
+#endif
+
+#include <cstdint>
+#include <limits>
+
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnkit {
+namespace blas {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Highway 1.0.3 has no LoadN/StoreN: a partial last vector goes through a
+// stack copy, so the tail uses the same arithmetic as the body.
+constexpr size_t kMaxFloatLanes = HWY_MAX_BYTES / sizeof(float);
+
+// Applies fn(vector) -> vector to x[0, n) in place.
+template <class Fn>
+HWY_INLINE void TransformRow(float* HWY_RESTRICT x, int64_t n, Fn fn) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t j = 0;
+  for (; j + N <= n; j += N) hn::StoreU(fn(hn::LoadU(df, x + j)), df, x + j);
+  if (j < n) {
+    HWY_ALIGN float tail[kMaxFloatLanes] = {};
+    const int64_t rest = n - j;
+    for (int64_t t = 0; t < rest; ++t) tail[t] = x[j + t];
+    hn::Store(fn(hn::Load(df, tail)), df, tail);
+    for (int64_t t = 0; t < rest; ++t) x[j + t] = tail[t];
+  }
+}
+
+HWY_INLINE void SoftcapRowImpl(float* HWY_RESTRICT s, int64_t n, float cap) {
+  const hn::ScalableTag<float> df;
+  const auto vcap = hn::Set(df, cap);
+  const auto vinv = hn::Set(df, 1.0f / cap);
+  TransformRow(s, n, [&](decltype(vcap) x) {
+    return hn::Mul(vcap, hn::Tanh(df, hn::Mul(x, vinv)));
+  });
+}
+
+HWY_INLINE float RowMaxImpl(const float* HWY_RESTRICT s, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto kNegInf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  auto m0 = kNegInf, m1 = kNegInf;
+  int64_t j = 0;
+  for (; j + 2 * N <= n; j += 2 * N) {
+    m0 = hn::Max(m0, hn::LoadU(df, s + j));
+    m1 = hn::Max(m1, hn::LoadU(df, s + j + N));
+  }
+  m0 = hn::Max(m0, m1);
+  float m = hn::GetLane(hn::MaxOfLanes(df, m0));
+  for (; j < n; ++j) m = s[j] > m ? s[j] : m;
+  return m;
+}
+
+HWY_INLINE float ExpSubtractSumImpl(float* HWY_RESTRICT s, int64_t n, float max) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto vmax = hn::Set(df, max);
+  // Exp returns 0 below -104, so -inf - max gives exactly 0.
+  auto sum0 = hn::Zero(df), sum1 = hn::Zero(df);
+  int64_t j = 0;
+  for (; j + 2 * N <= n; j += 2 * N) {
+    const auto e0 = hn::Exp(df, hn::Sub(hn::LoadU(df, s + j), vmax));
+    const auto e1 = hn::Exp(df, hn::Sub(hn::LoadU(df, s + j + N), vmax));
+    hn::StoreU(e0, df, s + j);
+    hn::StoreU(e1, df, s + j + N);
+    sum0 = hn::Add(sum0, e0);
+    sum1 = hn::Add(sum1, e1);
+  }
+  for (; j + N <= n; j += N) {
+    const auto e = hn::Exp(df, hn::Sub(hn::LoadU(df, s + j), vmax));
+    hn::StoreU(e, df, s + j);
+    sum0 = hn::Add(sum0, e);
+  }
+  if (j < n) {
+    // Unused tail lanes hold -inf, so they add exp(-inf) = 0 to the sum.
+    HWY_ALIGN float tail[kMaxFloatLanes];
+    const int64_t rest = n - j;
+    for (int64_t t = 0; t < N; ++t) {
+      tail[t] = t < rest ? s[j + t] : -std::numeric_limits<float>::infinity();
+    }
+    const auto e = hn::Exp(df, hn::Sub(hn::Load(df, tail), vmax));
+    hn::Store(e, df, tail);
+    for (int64_t t = 0; t < rest; ++t) s[j + t] = tail[t];
+    sum0 = hn::Add(sum0, e);
+  }
+  return hn::GetLane(hn::SumOfLanes(df, hn::Add(sum0, sum1)));
+}
+
+HWY_INLINE void ScaleRowImpl(float* HWY_RESTRICT x, int64_t n, float f) {
+  const hn::ScalableTag<float> df;
+  const auto vf = hn::Set(df, f);
+  TransformRow(x, n, [&](decltype(vf) v) { return hn::Mul(v, vf); });
+}
+
+// Wrappers with the exported signatures (HWY_EXPORT needs plain functions).
+void SoftcapRowT(float* s, int64_t n, float cap) { SoftcapRowImpl(s, n, cap); }
+float RowMaxT(const float* s, int64_t n) { return RowMaxImpl(s, n); }
+float ExpSubtractSumT(float* s, int64_t n, float max) { return ExpSubtractSumImpl(s, n, max); }
+void ScaleRowT(float* x, int64_t n, float f) { ScaleRowImpl(x, n, f); }
+int64_t TargetT() { return HWY_TARGET; }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace blas
+}  // namespace attnkit
+HWY_AFTER_NAMESPACE();
+
+#endif  // ATTNKIT_BACKENDS_BLAS_ROW_OPS_INL_H_

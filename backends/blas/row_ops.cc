@@ -1,0 +1,30 @@
+// Compiles row_ops-inl.h once per Highway target and dispatches at run time.
+#include "backends/blas/row_ops.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backends/blas/row_ops-inl.h"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "backends/blas/row_ops-inl.h"
+
+#if HWY_ONCE
+namespace attnkit {
+namespace blas {
+
+HWY_EXPORT(SoftcapRowT);
+HWY_EXPORT(RowMaxT);
+HWY_EXPORT(ExpSubtractSumT);
+HWY_EXPORT(ScaleRowT);
+HWY_EXPORT(TargetT);
+
+void SoftcapRow(float* s, int64_t n, float cap) { HWY_DYNAMIC_DISPATCH(SoftcapRowT)(s, n, cap); }
+float RowMax(const float* s, int64_t n) { return HWY_DYNAMIC_DISPATCH(RowMaxT)(s, n); }
+float ExpSubtractSum(float* s, int64_t n, float max) {
+  return HWY_DYNAMIC_DISPATCH(ExpSubtractSumT)(s, n, max);
+}
+void ScaleRow(float* x, int64_t n, float f) { HWY_DYNAMIC_DISPATCH(ScaleRowT)(x, n, f); }
+const char* RowOpsTarget() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetT)()); }
+
+}  // namespace blas
+}  // namespace attnkit
+#endif  // HWY_ONCE

@@ -1,0 +1,31 @@
+// Vectorised per-row steps of the blocked softmax: soft-capping, the row
+// maximum, exp(s - max) with its sum, and scaling. Plain C++ interface; the
+// Highway code lives in row_ops-inl.h and is dispatched in row_ops.cc.
+#ifndef ATTNKIT_BACKENDS_BLAS_ROW_OPS_H_
+#define ATTNKIT_BACKENDS_BLAS_ROW_OPS_H_
+
+#include <cstdint>
+
+namespace attnkit {
+namespace blas {
+
+// s = cap * tanh(s / cap) in place, over s[0, n). cap > 0.
+void SoftcapRow(float* s, int64_t n, float cap);
+
+// max(s[0, n)); -inf when n == 0 or every entry is -inf.
+float RowMax(const float* s, int64_t n);
+
+// s = exp(s - max) in place, exactly 0 where s is -inf; returns the sum.
+// `max` must be finite and >= every entry.
+float ExpSubtractSum(float* s, int64_t n, float max);
+
+// x *= f over x[0, n).
+void ScaleRow(float* x, int64_t n, float f);
+
+// The Highway target these functions dispatch to on this CPU, e.g. "AVX2".
+const char* RowOpsTarget();
+
+}  // namespace blas
+}  // namespace attnkit
+
+#endif  // ATTNKIT_BACKENDS_BLAS_ROW_OPS_H_

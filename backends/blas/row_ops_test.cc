@@ -1,0 +1,78 @@
+// The dispatched row kernels against scalar loops, for lengths 0 to a few
+// vectors and misaligned starts.
+#include "backends/blas/row_ops.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace attnkit {
+namespace blas {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+std::vector<float> RandomRow(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-20.0f, 20.0f);
+  std::vector<float> x(static_cast<size_t>(n) + 8);
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+TEST(RowOpsTest, MatchesScalarForEveryLengthAndOffset) {
+  SCOPED_TRACE(RowOpsTarget());
+  for (int64_t n = 0; n <= 70; ++n) {
+    for (int64_t off = 0; off < 4; ++off) {
+      SCOPED_TRACE(testing::Message() << "n=" << n << " offset=" << off);
+      std::vector<float> x = RandomRow(n, static_cast<uint32_t>(n * 4 + off));
+      if (n > 2) x[off + 1] = kNegInf;  // a blocked key
+      float* row = x.data() + off;
+      const std::vector<float> orig = x;
+
+      float want_max = kNegInf;
+      for (int64_t j = 0; j < n; ++j) want_max = std::max(want_max, row[j]);
+      EXPECT_EQ(RowMax(row, n), want_max);
+      if (n == 0) continue;
+
+      const float sum = ExpSubtractSum(row, n, want_max);
+      double want_sum = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const double want = std::exp(double(orig[off + j]) - want_max);
+        want_sum += want;
+        EXPECT_NEAR(row[j], want, 3e-6 * want + 1e-30) << j;  // Highway Exp: ~2e-6
+        if (orig[off + j] == kNegInf) {
+          EXPECT_EQ(row[j], 0.0f);
+        }
+      }
+      EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum);
+      // Nothing outside [off, off + n) is touched.
+      for (int64_t j = 0; j < off; ++j) EXPECT_EQ(x[j], orig[j]);
+      for (size_t j = off + n; j < x.size(); ++j) EXPECT_EQ(x[j], orig[j]);
+
+      x = orig;
+      ScaleRow(row, n, 0.25f);
+      for (int64_t j = 0; j < n; ++j) EXPECT_EQ(row[j], orig[off + j] * 0.25f);
+
+      x = orig;
+      SoftcapRow(row, n, 5.0f);
+      for (int64_t j = 0; j < n; ++j) {
+        const double want = 5.0 * std::tanh(double(orig[off + j]) / 5.0);
+        EXPECT_NEAR(row[j], want, 1e-6 * 5.0) << j;
+      }
+      for (size_t j = off + n; j < x.size(); ++j) EXPECT_EQ(x[j], orig[j]);
+    }
+  }
+}
+
+TEST(RowOpsTest, AllBlockedRowHasMaxNegInf) {
+  std::vector<float> x(13, kNegInf);
+  EXPECT_EQ(RowMax(x.data(), 13), kNegInf);
+}
+
+}  // namespace
+}  // namespace blas
+}  // namespace attnkit
