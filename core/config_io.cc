@@ -86,7 +86,10 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return contents.str();
 }
 
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
+namespace {
+
+// Writes `contents` to a new temporary file beside `path`; returns its name.
+absl::StatusOr<std::string> WriteTemporary(const std::string& path, absl::string_view contents) {
   std::string tmp = path + ".tmp.XXXXXX";
   const int fd = mkstemp(&tmp[0]);
   if (fd < 0) return ErrnoStatus("cannot create a temporary file for", path);
@@ -107,12 +110,35 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
     unlink(tmp.c_str());
     return s;
   }
-  // mkstemp creates 0600; give the file the usual permissions.
-  chmod(tmp.c_str(), 0644);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const absl::Status s = ErrnoStatus("cannot rename the temporary file onto", path);
-    unlink(tmp.c_str());
-    return s;
+  chmod(tmp.c_str(), 0644);  // mkstemp creates 0600
+  return tmp;
+}
+
+}  // namespace
+
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
+  return WriteFilesAtomically({{path, std::string(contents)}});
+}
+
+absl::Status WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::vector<std::string> temps;
+  auto remove_temps = [&](size_t from) {
+    for (size_t i = from; i < temps.size(); ++i) unlink(temps[i].c_str());
+  };
+  for (const auto& [path, contents] : files) {
+    auto tmp = WriteTemporary(path, contents);
+    if (!tmp.ok()) {
+      remove_temps(0);
+      return tmp.status();
+    }
+    temps.push_back(*tmp);
+  }
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (std::rename(temps[i].c_str(), files[i].first.c_str()) != 0) {
+      const absl::Status s = ErrnoStatus("cannot rename the temporary file onto", files[i].first);
+      remove_temps(i);
+      return s;
+    }
   }
   return absl::OkStatus();
 }

@@ -115,4 +115,18 @@ absl::StatusOr<Tensor> Tensor::Attention(DType dtype, Layout layout, int64_t bat
   return t;
 }
 
+absl::Status Tensor::SetView(const TensorView& view) {
+  const char* begin = static_cast<const char*>(buffer_.data());
+  const char* start = static_cast<const char*>(view.data);
+  const int64_t span_bytes = view.SpanElements() * static_cast<int64_t>(DTypeSize(view.dtype));
+  if (view.dtype != view_.dtype || start < begin ||
+      start + span_bytes > begin + buffer_.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "view %s does not fit the tensor's %d-byte %s buffer", view.DebugString(),
+        buffer_.size(), DTypeName(view_.dtype)));
+  }
+  view_ = view;
+  return absl::OkStatus();
+}
+
 }  // namespace attnkit

@@ -96,6 +96,9 @@ class Tensor {
                                           int64_t head_dim);
   const TensorView& view() const { return view_; }
   void* data() const { return view_.data; }
+  // Replaces the view (e.g. broadcast strides over the same storage);
+  // InvalidArgument when it would reach outside the buffer or change dtype.
+  absl::Status SetView(const TensorView& view);
 
  private:
   AlignedBuffer buffer_;
