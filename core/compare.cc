@@ -54,8 +54,8 @@ Comparison CompareToReference(const AttentionProblem& p, const AttentionArgs& a,
           c.max_rel_err = std::max(c.max_rel_err, err / std::max(std::fabs(want), rel_floor));
           if (err > t.atol + t.rtol * std::fabs(want)) {
             ++c.mismatches;
-            note(absl::StrFormat("o[%d,%d,%d,%d] = %.9g, reference %.9g, error %.3g > %.3g", b,
-                                 h, i, x, got, want, err, t.atol + t.rtol * std::fabs(want)));
+            note(absl::StrFormat("o[%d,%d,%d,%d] = %.9g, reference %.9g, error %.3g > %.3g", b, h,
+                                 i, x, got, want, err, t.atol + t.rtol * std::fabs(want)));
           }
         }
         if (!p.return_lse) continue;
@@ -65,8 +65,8 @@ Comparison CompareToReference(const AttentionProblem& p, const AttentionArgs& a,
         if (std::isinf(want) && want < 0) {
           if (!(std::isinf(got) && got < 0)) {
             ++c.mismatches;
-            note(absl::StrFormat("lse[%d,%d,%d] = %g for a fully blocked row; must be -inf", b,
-                                 h, i, got));
+            note(absl::StrFormat("lse[%d,%d,%d] = %g for a fully blocked row; must be -inf", b, h,
+                                 i, got));
           }
           continue;
         }

@@ -28,12 +28,12 @@ Tolerance ToleranceFor(const AttentionProblem& p, double v_max);
 
 struct Comparison {
   int64_t checked = 0;
-  int64_t mismatches = 0;       // elements outside the tolerance
-  bool non_finite = false;      // NaN or Inf where the reference is finite
+  int64_t mismatches = 0;   // elements outside the tolerance
+  bool non_finite = false;  // NaN or Inf where the reference is finite
   double max_abs_err = 0;
-  double max_rel_err = 0;       // |o - ref| / max(|ref|, v_max * e_out)
+  double max_rel_err = 0;  // |o - ref| / max(|ref|, v_max * e_out)
   double max_lse_err = 0;
-  std::string first_failure;    // where and what, for the first bad element
+  std::string first_failure;  // where and what, for the first bad element
   Tolerance tolerance;
   bool ok() const { return mismatches == 0 && !non_finite; }
 };

@@ -12,9 +12,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "core/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
-#include "core/status_macros.h"
 
 namespace attnkit {
 namespace {
@@ -33,8 +33,7 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
   bool has_error() const { return has_error_; }
   std::string Describe(absl::string_view source) const {
     // The parser counts from 0; people count from 1.
-    return absl::StrFormat("%s: line %d, column %d: %s", source, line_ + 1, column_ + 1,
-                           message_);
+    return absl::StrFormat("%s: line %d, column %d: %s", source, line_ + 1, column_ + 1, message_);
   }
 
  private:
@@ -53,8 +52,7 @@ absl::Status ErrnoStatus(absl::string_view what, const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<AttentionConfig> ParseConfigText(absl::string_view text,
-                                                absl::string_view source) {
+absl::StatusOr<AttentionConfig> ParseConfigText(absl::string_view text, absl::string_view source) {
   google::protobuf::TextFormat::Parser parser;
   FirstErrorCollector errors;
   parser.RecordErrorsTo(&errors);

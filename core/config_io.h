@@ -14,8 +14,7 @@
 namespace attnkit {
 
 // Parses text format. `source` names the text in errors ("cfg.textproto").
-absl::StatusOr<AttentionConfig> ParseConfigText(absl::string_view text,
-                                                absl::string_view source);
+absl::StatusOr<AttentionConfig> ParseConfigText(absl::string_view text, absl::string_view source);
 absl::StatusOr<AttentionConfig> LoadConfigFile(const std::string& path);
 std::string ConfigToText(const AttentionConfig& config);
 

@@ -18,9 +18,14 @@ absl::StatusOr<PlacedProblem> PlacedProblem::Place(Backend* backend, const Probl
   placed.backend_ = backend;
   placed.args_ = host.args();
   if (backend->UsesHostMemory()) return placed;
-  TensorView* views[] = {&placed.args_.q, &placed.args_.k, &placed.args_.v,
-                         &placed.args_.o, &placed.args_.lse, &placed.args_.kv_lengths,
-                         &placed.args_.blocked_mask, &placed.args_.bias};
+  TensorView* views[] = {&placed.args_.q,
+                         &placed.args_.k,
+                         &placed.args_.v,
+                         &placed.args_.o,
+                         &placed.args_.lse,
+                         &placed.args_.kv_lengths,
+                         &placed.args_.blocked_mask,
+                         &placed.args_.bias};
   for (TensorView* view : views) {
     if (view->empty()) continue;
     const size_t bytes = SpanBytes(*view);
@@ -41,8 +46,7 @@ absl::Status PlacedProblem::Forward(const AttentionProblem& p, RunInfo* info) {
 absl::Status PlacedProblem::DownloadOutputs(const ProblemData& host) {
   ATTNKIT_RETURN_IF_ERROR(backend_->Synchronize());
   if (backend_->UsesHostMemory()) return absl::OkStatus();
-  ATTNKIT_RETURN_IF_ERROR(
-      backend_->Download(*o_buffer_, host.o.data(), SpanBytes(host.o.view())));
+  ATTNKIT_RETURN_IF_ERROR(backend_->Download(*o_buffer_, host.o.data(), SpanBytes(host.o.view())));
   if (lse_buffer_ != nullptr) {
     ATTNKIT_RETURN_IF_ERROR(
         backend_->Download(*lse_buffer_, host.lse.data(), SpanBytes(host.lse.view())));
@@ -61,7 +65,8 @@ void PoisonOutputs(const ProblemData& data) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (const Tensor* t : {&data.o, &data.lse}) {
     if (t->view().empty()) continue;
-    ForEachOffset(t->view(), [&](int64_t off) { StoreFromF32(t->data(), t->view().dtype, off, nan); });
+    ForEachOffset(t->view(),
+                  [&](int64_t off) { StoreFromF32(t->data(), t->view().dtype, off, nan); });
   }
 }
 

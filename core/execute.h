@@ -35,8 +35,8 @@ class PlacedProblem {
 };
 
 // Place + Forward + Synchronize + DownloadOutputs, writing into host.o/lse.
-absl::Status RunOnBackend(Backend* backend, const AttentionProblem& p,
-                          const ProblemData& host, RunInfo* info);
+absl::Status RunOnBackend(Backend* backend, const AttentionProblem& p, const ProblemData& host,
+                          RunInfo* info);
 
 // Sets every element of the float outputs (o, lse) to NaN, so an element a
 // backend forgets to write cannot pass for a result.

@@ -8,7 +8,8 @@ namespace {
 
 std::string Bytes(int64_t bytes) {
   const double b = double(bytes);
-  if (b >= double(int64_t{1} << 30)) return absl::StrFormat("%d B (%.4g GiB)", bytes, b / (1 << 30));
+  if (b >= double(int64_t{1} << 30))
+    return absl::StrFormat("%d B (%.4g GiB)", bytes, b / (1 << 30));
   if (b >= double(1 << 20)) return absl::StrFormat("%d B (%.4g MiB)", bytes, b / (1 << 20));
   if (b >= 1024) return absl::StrFormat("%d B (%.4g KiB)", bytes, b / 1024);
   return absl::StrFormat("%d B", bytes);

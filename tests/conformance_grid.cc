@@ -15,27 +15,27 @@ struct Shape {
 // Sizes: T in {1, 2, 7, 33, 129, 257, 1000}, Tq < Tk and Tq > Tk, head dims
 // 16..256 with 80 and 96, group sizes 1, 2, 3, 4, 5, 6, 7, 8 and MQA.
 constexpr Shape kShapes[] = {
-    {1, 1, 1, 1, 1, 16},      // the smallest problem
-    {1, 2, 2, 2, 2, 32},      // MHA, T = 2
-    {2, 4, 2, 7, 7, 64},      // GQA 2, batch 2
-    {1, 4, 1, 33, 33, 80},    // MQA, d = 80
-    {1, 8, 2, 1, 129, 96},    // decode-like, GQA 4, d = 96
-    {1, 10, 2, 7, 33, 128},   // GQA 5, Tq < Tk
-    {1, 8, 1, 33, 7, 64},     // MQA (group 8), Tq > Tk
-    {2, 6, 2, 129, 257, 16},  // GQA 3
-    {1, 32, 8, 129, 257, 80}, // the GQA 32/8 example shape
-    {1, 7, 1, 2, 33, 48},     // MQA with 7 heads
-    {1, 12, 2, 33, 129, 256}, // GQA 6, d = 256
-    {3, 16, 2, 1, 1000, 64},  // GQA 8 decode over a long cache, batch 3
-    {1, 2, 1, 1000, 1000, 32},// long prefill, MQA
-    {1, 4, 4, 257, 129, 24},  // Tq > Tk with an odd head dim
+    {1, 1, 1, 1, 1, 16},        // the smallest problem
+    {1, 2, 2, 2, 2, 32},        // MHA, T = 2
+    {2, 4, 2, 7, 7, 64},        // GQA 2, batch 2
+    {1, 4, 1, 33, 33, 80},      // MQA, d = 80
+    {1, 8, 2, 1, 129, 96},      // decode-like, GQA 4, d = 96
+    {1, 10, 2, 7, 33, 128},     // GQA 5, Tq < Tk
+    {1, 8, 1, 33, 7, 64},       // MQA (group 8), Tq > Tk
+    {2, 6, 2, 129, 257, 16},    // GQA 3
+    {1, 32, 8, 129, 257, 80},   // the GQA 32/8 example shape
+    {1, 7, 1, 2, 33, 48},       // MQA with 7 heads
+    {1, 12, 2, 33, 129, 256},   // GQA 6, d = 256
+    {3, 16, 2, 1, 1000, 64},    // GQA 8 decode over a long cache, batch 3
+    {1, 2, 1, 1000, 1000, 32},  // long prefill, MQA
+    {1, 4, 4, 257, 129, 24},    // Tq > Tk with an odd head dim
 };
 
 // One feature combination applied to a shape.
 struct Variant {
   MaskKind mask;
   Alignment alignment;
-  bool window = false;      // with kSlidingWindow: left = Tk/4 + 1, right per below
+  bool window = false;  // with kSlidingWindow: left = Tk/4 + 1, right per below
   int64_t window_right = 0;
   bool padding = false;
   bool dense = false;
@@ -51,7 +51,8 @@ const Variant kVariants[] = {
     {MaskKind::kCausal, Alignment::kTopLeft, false, 0, false, false, false, false, false, true},
     {MaskKind::kCausal, Alignment::kBottomRight, false, 0, false, false, false, false, false, true},
     {MaskKind::kSlidingWindow, Alignment::kBottomRight, true, 0},
-    {MaskKind::kSlidingWindow, Alignment::kTopLeft, true, 3, false, false, false, false, false, true},
+    {MaskKind::kSlidingWindow, Alignment::kTopLeft, true, 3, false, false, false, false, false,
+     true},
     {MaskKind::kCausal, Alignment::kBottomRight, false, 0, true, false, false, false, false, true},
     {MaskKind::kNone, Alignment::kBottomRight, false, 0, true, true, false, false, false, true},
     {MaskKind::kCausal, Alignment::kTopLeft, false, 0, false, false, true, true, true, false},
@@ -61,9 +62,7 @@ const Variant kVariants[] = {
      true, Layout::kBTHD},
 };
 
-bool IsLarge(const Shape& s) {
-  return double(s.heads) * s.q_len * s.kv_len * s.head_dim > 4e6;
-}
+bool IsLarge(const Shape& s) { return double(s.heads) * s.q_len * s.kv_len * s.head_dim > 4e6; }
 
 }  // namespace
 
@@ -85,9 +84,8 @@ std::vector<AttentionProblem> ConformanceGrid() {
                   (variant_index % 2 == 0) ? std::make_pair(DType::kF16, DType::kF16)
                                            : std::make_pair(DType::kBF16, DType::kBF16)};
       } else {
-        dtypes = {{DType::kF32, DType::kF32},
-                  {DType::kF16, DType::kF16},
-                  {DType::kBF16, DType::kBF16}};
+        dtypes = {
+            {DType::kF32, DType::kF32}, {DType::kF16, DType::kF16}, {DType::kBF16, DType::kBF16}};
         if (variant_index % 3 == 0) dtypes.push_back({DType::kF32, DType::kBF16});
         if (variant_index % 5 == 0) dtypes.push_back({DType::kF32, DType::kF16});
       }

@@ -39,8 +39,7 @@ const ReferenceResult& Oracle(size_t index, const ProblemData& data) {
   return it->second;
 }
 
-class ConformanceTest
-    : public ::testing::TestWithParam<std::tuple<std::string, size_t>> {};
+class ConformanceTest : public ::testing::TestWithParam<std::tuple<std::string, size_t>> {};
 
 TEST_P(ConformanceTest, MatchesReference) {
   const std::string& backend_name = std::get<0>(GetParam());
@@ -68,8 +67,8 @@ TEST_P(ConformanceTest, MatchesReference) {
   EXPECT_TRUE(c.ok()) << backend_name << " [" << info.kernel << "] on " << p.name << ": "
                       << c.mismatches << " of " << c.checked << " outside tolerance (atol "
                       << c.tolerance.atol << ", rtol " << c.tolerance.rtol << ")"
-                      << (c.non_finite ? ", non-finite output" : "")
-                      << "; max abs error " << c.max_abs_err << "; first: " << c.first_failure;
+                      << (c.non_finite ? ", non-finite output" : "") << "; max abs error "
+                      << c.max_abs_err << "; first: " << c.first_failure;
 }
 
 std::vector<std::tuple<std::string, size_t>> AllCases() {
@@ -80,12 +79,11 @@ std::vector<std::tuple<std::string, size_t>> AllCases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllBackends, ConformanceTest, ::testing::ValuesIn(AllCases()),
-    [](const ::testing::TestParamInfo<std::tuple<std::string, size_t>>& info) {
-      return absl::StrCat(testing_env::SafeName(std::get<0>(info.param)), "_",
-                          Grid()[std::get<1>(info.param)].name);
-    });
+INSTANTIATE_TEST_SUITE_P(AllBackends, ConformanceTest, ::testing::ValuesIn(AllCases()),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, size_t>>& info) {
+                           return absl::StrCat(testing_env::SafeName(std::get<0>(info.param)), "_",
+                                               Grid()[std::get<1>(info.param)].name);
+                         });
 
 TEST(ConformanceGridTest, IsLargeAndVaried) {
   const auto& grid = Grid();

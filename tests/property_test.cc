@@ -182,8 +182,10 @@ std::vector<double> Weights(PropertyTest* test, const WeightCase& wc, bool dense
   AttentionProblem p = Basic(1, 1, 1, 1, n, n);
   p.scale = 1.0f;
   if (wc.visible < n) {
-    if (dense) p.blocked_mask = true;
-    else p.kv_lengths = {wc.visible};
+    if (dense)
+      p.blocked_mask = true;
+    else
+      p.kv_lengths = {wc.visible};
   }
   *ran = false;
   if (!testing_env::CheckRunnable(*GlobalRegistry().Find(test->GetParam()).value(), p).ok()) {
@@ -271,7 +273,8 @@ TEST_P(PropertyTest, FullyBlockedRowsGiveZeros) {
         for (int64_t i = 0; i < p.q_len; ++i) {
           const bool blocked =
               VisibleKeys(p.mask_params(), i, p.KvLength(b)).empty() || (p.blocked_mask && i == 1);
-          const float lse = static_cast<float*>(data->lse.data())[(b * p.num_heads + h) * p.q_len + i];
+          const float lse =
+              static_cast<float*>(data->lse.data())[(b * p.num_heads + h) * p.q_len + i];
           ASSERT_FALSE(std::isnan(lse)) << p.Id() << " row " << i;
           if (blocked) EXPECT_TRUE(std::isinf(lse) && lse < 0) << p.Id() << " row " << i;
           for (int64_t c = 0; c < p.head_dim; ++c) {

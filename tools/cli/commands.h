@@ -16,14 +16,14 @@
 namespace attnkit {
 
 struct CliOptions {
-  std::string config;        // path of a text-format AttentionConfig; "" = built-in default
-  std::string backend;       // overrides the config's backend when set
+  std::string config;   // path of a text-format AttentionConfig; "" = built-in default
+  std::string backend;  // overrides the config's backend when set
   std::vector<std::string> backends;  // check: restrict to these names
-  std::string q, k, v;       // run: .npy inputs
-  std::string kv_lengths;    // run: optional int32/int64 [B]
-  std::string mask;          // run: optional bool/uint8 [B|1, H|1, Tq, Tk], true = blocked
-  std::string bias;          // run: optional float32 [B|1, H|1, Tq, Tk]
-  std::string out, lse_out;  // run: outputs
+  std::string q, k, v;                // run: .npy inputs
+  std::string kv_lengths;             // run: optional int32/int64 [B]
+  std::string mask;                   // run: optional bool/uint8 [B|1, H|1, Tq, Tk], true = blocked
+  std::string bias;                   // run: optional float32 [B|1, H|1, Tq, Tk]
+  std::string out, lse_out;           // run: outputs
 };
 
 // The config of --config, or the built-in default when none is given.

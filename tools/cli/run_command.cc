@@ -37,8 +37,8 @@ absl::Status ShapeError(const std::string& flag, const std::string& path,
 
 // Loads a Q/K/V file, checks its shape and converts it to `dtype`.
 absl::StatusOr<Tensor> LoadAttentionTensor(const std::string& flag, const std::string& path,
-                                           DType dtype, Layout layout, int64_t b,
-                                           int64_t heads, int64_t t, int64_t d) {
+                                           DType dtype, Layout layout, int64_t b, int64_t heads,
+                                           int64_t t, int64_t d) {
   if (path.empty()) return absl::InvalidArgumentError(absl::StrFormat("--%s is required", flag));
   ATTNKIT_ASSIGN_OR_RETURN(NpyArray array, ReadNpy(path));
   const std::vector<int64_t> want = FileShape(layout, b, heads, t, d);
@@ -60,21 +60,21 @@ absl::StatusOr<Tensor> LoadAttentionTensor(const std::string& flag, const std::s
 
 // Loads a [B|1, H|1, Tq, Tk] (or [Tq, Tk]) mask or bias, broadcasting with
 // zero strides.
-absl::StatusOr<Tensor> LoadPairTensor(const std::string& flag, const std::string& path,
-                                      DType dtype, const AttentionProblem& p) {
+absl::StatusOr<Tensor> LoadPairTensor(const std::string& flag, const std::string& path, DType dtype,
+                                      const AttentionProblem& p) {
   ATTNKIT_ASSIGN_OR_RETURN(NpyArray array, ReadNpy(path));
   std::vector<int64_t> shape = array.shape;
   if (shape.size() == 2) shape.insert(shape.begin(), {1, 1});
-  const std::string want = absl::StrFormat("(%d|1, %d|1, %d, %d) or (%d, %d)", p.batch,
-                                           p.num_heads, p.q_len, p.kv_len, p.q_len, p.kv_len);
+  const std::string want = absl::StrFormat("(%d|1, %d|1, %d, %d) or (%d, %d)", p.batch, p.num_heads,
+                                           p.q_len, p.kv_len, p.q_len, p.kv_len);
   if (shape.size() != 4 || (shape[0] != 1 && shape[0] != p.batch) ||
       (shape[1] != 1 && shape[1] != p.num_heads) || shape[2] != p.q_len || shape[3] != p.kv_len) {
     return ShapeError(flag, path, array.shape, want);
   }
   if (array.tensor.view().dtype != dtype) {
-    return absl::InvalidArgumentError(absl::StrFormat("--%s=%s holds %s; expected %s", flag, path,
-                                                      DTypeName(array.tensor.view().dtype),
-                                                      dtype == DType::kU8 ? "bool or uint8" : "float32"));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--%s=%s holds %s; expected %s", flag, path, DTypeName(array.tensor.view().dtype),
+        dtype == DType::kU8 ? "bool or uint8" : "float32"));
   }
   TensorView v = ContiguousView(array.tensor.data(), dtype, shape);
   v.shape = {p.batch, p.num_heads, p.q_len, p.kv_len};
@@ -120,11 +120,15 @@ absl::Status RunCommand(const BackendRegistry& registry, const CliOptions& optio
     }
   }
   const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads, d = p.head_dim;
-  ATTNKIT_ASSIGN_OR_RETURN(data.q, LoadAttentionTensor("q", options.q, p.dtype, p.layout, B, H, p.q_len, d));
-  ATTNKIT_ASSIGN_OR_RETURN(data.k, LoadAttentionTensor("k", options.k, p.kv_dtype, p.layout, B, G, p.kv_len, d));
-  ATTNKIT_ASSIGN_OR_RETURN(data.v, LoadAttentionTensor("v", options.v, p.kv_dtype, p.layout, B, G, p.kv_len, d));
+  ATTNKIT_ASSIGN_OR_RETURN(
+      data.q, LoadAttentionTensor("q", options.q, p.dtype, p.layout, B, H, p.q_len, d));
+  ATTNKIT_ASSIGN_OR_RETURN(
+      data.k, LoadAttentionTensor("k", options.k, p.kv_dtype, p.layout, B, G, p.kv_len, d));
+  ATTNKIT_ASSIGN_OR_RETURN(
+      data.v, LoadAttentionTensor("v", options.v, p.kv_dtype, p.layout, B, G, p.kv_len, d));
   if (p.blocked_mask) {
-    ATTNKIT_ASSIGN_OR_RETURN(data.blocked_mask, LoadPairTensor("mask", options.mask, DType::kU8, p));
+    ATTNKIT_ASSIGN_OR_RETURN(data.blocked_mask,
+                             LoadPairTensor("mask", options.mask, DType::kU8, p));
   }
   if (p.additive_bias) {
     if (options.bias.empty()) {
@@ -146,7 +150,8 @@ absl::Status RunCommand(const BackendRegistry& registry, const CliOptions& optio
   ATTNKIT_RETURN_IF_ERROR(RunOnBackend(selection.backend, p, data, &info));
 
   std::vector<std::pair<std::string, std::string>> files;
-  ATTNKIT_ASSIGN_OR_RETURN(std::string o_bytes, SerializeNpy(FileOrderView(data.o.view(), p.layout)));
+  ATTNKIT_ASSIGN_OR_RETURN(std::string o_bytes,
+                           SerializeNpy(FileOrderView(data.o.view(), p.layout)));
   files.emplace_back(options.out, std::move(o_bytes));
   if (p.return_lse && !options.lse_out.empty()) {
     ATTNKIT_ASSIGN_OR_RETURN(std::string lse_bytes, SerializeNpy(data.lse.view()));
