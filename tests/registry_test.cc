@@ -2,7 +2,9 @@
 // `auto` selection.
 #include "core/registry.h"
 
+#include "absl/strings/str_cat.h"
 #include "backends/reference/reference_backend.h"
+#include "core/plugin_api.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -35,7 +37,10 @@ TEST(RegistryTest, PluginFailuresNameTheFileAndReason) {
               HasSubstr("not an attnkit plugin: symbol attnkit_plugin_entry is missing"));
   s = r.LoadPlugin(kWrongAbi);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("ABI version 99 does not match"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr(absl::StrCat("ABI version ", ATTNKIT_PLUGIN_ABI_VERSION + 98,
+                                     " does not match this build's version ",
+                                     ATTNKIT_PLUGIN_ABI_VERSION)));
   EXPECT_THAT(std::string(s.message()), HasSubstr(kWrongAbi));
   EXPECT_EQ(r.plugin_failures().size(), 3u);
   // The registry keeps working with what it has.
