@@ -73,6 +73,24 @@ absl::Status BlasBackend::Supports(const AttentionProblem& p) const {
   return PlanFor(p).status();
 }
 
+absl::Status BlasBackend::SetNumThreads(int n) {
+  if (n < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat("thread count (%d) must be >= 1", n));
+  }
+  absl::MutexLock lock(&mu_);
+  if (n != num_threads_) {
+    pool_.reset();
+    pool_ = std::make_unique<blas::WorkerPool>(n);
+    num_threads_ = n;
+  }
+  return absl::OkStatus();
+}
+
+int BlasBackend::NumThreads() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return num_threads_;
+}
+
 absl::Status BlasBackend::SetMemoryBudget(size_t bytes) {
   if (bytes < kMinBlasBudgetBytes) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -56,6 +56,9 @@ class BlasBackend : public Backend {
   // Caps, plus ResourceExhausted when the memory budget cannot hold even the
   // smallest block of `p`.
   absl::Status Supports(const AttentionProblem& p) const override;
+  // Threads of the next Forward (ours, or OpenBLAS's in kBlas mode).
+  absl::Status SetNumThreads(int n) override;
+  int NumThreads() const override;
 
   // InvalidArgument below kMinBlasBudgetBytes. Takes effect on the next call;
   // a larger workspace already allocated is released then.
@@ -74,12 +77,13 @@ class BlasBackend : public Backend {
  private:
   absl::StatusOr<blas::BlockPlan> Plan(const AttentionProblem& p, bool stage_kv,
                                        bool* use_items) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  std::string KernelName(const blas::BlockPlan& plan, bool use_items) const;
+  std::string KernelName(const blas::BlockPlan& plan, bool use_items) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   BlasOptions options_ ABSL_GUARDED_BY(mu_);
-  int num_threads_;
-  std::unique_ptr<blas::WorkerPool> pool_;  // used only under mu_
+  int num_threads_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<blas::WorkerPool> pool_ ABSL_GUARDED_BY(mu_);
   AlignedBuffer workspace_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -288,6 +288,22 @@ TEST(BlasBackendTest, WorkspaceIsAllocatedOnceAndReused) {
   EXPECT_EQ(backend.workspace_bytes(), first);
 }
 
+TEST(BlasBackendTest, ThreadCountCanChangeBetweenCalls) {
+  BlasBackend backend;
+  const AttentionProblem p = SmallProblem();
+  auto data = ProblemData::Random(p, 2);
+  ASSERT_TRUE(data.ok());
+  EXPECT_FALSE(backend.SetNumThreads(0).ok());
+  for (int n : {1, 3, 2}) {
+    ASSERT_TRUE(backend.SetNumThreads(n).ok());
+    EXPECT_EQ(backend.NumThreads(), n);
+    RunInfo info;
+    ASSERT_TRUE(backend.Forward(p, data->args(), &info).ok());
+    EXPECT_NE(info.kernel.find(absl::StrCat(" x", n, ";")), std::string::npos) << info.kernel;
+    ExpectMatchesReference(backend, p, *data, data->args());
+  }
+}
+
 TEST(BlasBackendTest, BudgetBelowTheMinimumIsRejected) {
   BlasBackend backend;
   const absl::Status s = backend.SetMemoryBudget(1000);
