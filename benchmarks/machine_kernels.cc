@@ -4,11 +4,14 @@
 #include <chrono>
 #include <thread>
 
+// Compile machine_kernels-inl.h once per Highway target (order matters).
+// clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "benchmarks/machine_kernels.cc"
-#include "benchmarks/machine_kernels-inl.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "benchmarks/machine_kernels-inl.h"
 #include "hwy/highway.h"
+// clang-format on
 
 #if HWY_ONCE
 namespace attnkit {
