@@ -103,15 +103,8 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
                                          const CompareOptions& options,
                                          const MachineFingerprint& machine,
                                          const MachineLimits& limits) {
-  std::vector<Backend*> backends;
-  if (options.backends.empty()) {
-    backends = registry.All();
-  } else {
-    for (const std::string& name : options.backends) {
-      ATTNKIT_ASSIGN_OR_RETURN(Backend * b, registry.Find(name));
-      backends.push_back(b);
-    }
-  }
+  ATTNKIT_ASSIGN_OR_RETURN(const std::vector<Backend*> backends,
+                           registry.FindAll(options.backends));
   for (Backend* b : backends) ATTNKIT_RETURN_IF_ERROR(b->SetNumThreads(options.threads));
 
   CompareReport report;

@@ -39,14 +39,8 @@ class SlightlyWrongBackend : public Backend {
 };
 
 AttentionProblem Small() {
-  AttentionProblem p;
+  AttentionProblem p = BasicProblem(1, 4, 2, 33, 33, 16);
   p.name = "small";
-  p.num_heads = 4;
-  p.num_kv_heads = 2;
-  p.head_dim = 16;
-  p.q_len = p.kv_len = 33;
-  p.model_dim = 64;
-  p.scale = 0.25f;
   p.mask = MaskKind::kCausal;
   p.seed = 3;
   return p;

@@ -14,15 +14,8 @@ namespace {
 
 AttentionProblem Problem(const std::string& name, int64_t heads, int64_t kv_heads, int64_t q_len,
                          int64_t kv_len, int64_t head_dim) {
-  AttentionProblem p;
+  AttentionProblem p = BasicProblem(1, heads, kv_heads, q_len, kv_len, head_dim);
   p.name = name;
-  p.num_heads = heads;
-  p.num_kv_heads = kv_heads;
-  p.q_len = q_len;
-  p.kv_len = kv_len;
-  p.head_dim = head_dim;
-  p.model_dim = heads * head_dim;
-  p.scale = 1.0f / std::sqrt(float(head_dim));
   p.mask = MaskKind::kCausal;
   p.alignment = Alignment::kBottomRight;
   p.seed = 17;
