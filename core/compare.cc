@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 
@@ -21,69 +22,101 @@ Tolerance ToleranceFor(const AttentionProblem& p, double v_max) {
   return t;
 }
 
-Comparison CompareToReference(const AttentionProblem& p, const AttentionArgs& a,
-                              const ReferenceResult& ref) {
+namespace {
+
+double MaxAbsV(const AttentionArgs& a) {
   double v_max = 0;
   ForEachOffset(a.v, [&](int64_t off) {
     const double x = std::fabs(double(a.v.LoadF32(off)));
     if (std::isfinite(x)) v_max = std::max(v_max, x);
   });
+  return v_max;
+}
+
+// Checks output row (b, h, i) against want_o[d] and want_lse, updating c.
+void CheckRow(const AttentionProblem& p, const AttentionArgs& a, double v_max, int64_t b, int64_t h,
+              int64_t i, const double* want_o, double want_lse, Comparison* c) {
+  const Tolerance& t = c->tolerance;
+  const double rel_floor = std::max(v_max, 1e-30) * DTypeEpsilon(p.dtype);
+  auto note = [&](const std::string& what) {
+    if (c->first_failure.empty()) c->first_failure = what;
+  };
+  for (int64_t x = 0; x < p.head_dim; ++x) {
+    const double want = want_o[x];
+    const double got = a.o.LoadF32(a.o.Offset(b, h, i, x));
+    ++c->checked;
+    if (!std::isfinite(got)) {
+      c->non_finite = true;
+      note(absl::StrFormat("o[%d,%d,%d,%d] = %g, reference %.9g", b, h, i, x, got, want));
+      continue;
+    }
+    const double err = std::fabs(got - want);
+    c->max_abs_err = std::max(c->max_abs_err, err);
+    c->max_rel_err = std::max(c->max_rel_err, err / std::max(std::fabs(want), rel_floor));
+    if (err > t.atol + t.rtol * std::fabs(want)) {
+      ++c->mismatches;
+      note(absl::StrFormat("o[%d,%d,%d,%d] = %.9g, reference %.9g, error %.3g > %.3g", b, h, i, x,
+                           got, want, err, t.atol + t.rtol * std::fabs(want)));
+    }
+  }
+  if (!p.return_lse) return;
+  const double got = static_cast<const float*>(a.lse.data)[a.lse.Offset(b, h, i)];
+  ++c->checked;
+  if (std::isinf(want_lse) && want_lse < 0) {
+    if (!(std::isinf(got) && got < 0)) {
+      ++c->mismatches;
+      note(absl::StrFormat("lse[%d,%d,%d] = %g for a fully blocked row; must be -inf", b, h, i,
+                           got));
+    }
+    return;
+  }
+  if (!std::isfinite(got)) {
+    c->non_finite = true;
+    note(absl::StrFormat("lse[%d,%d,%d] = %g, reference %.9g", b, h, i, got, want_lse));
+    return;
+  }
+  const double err = std::fabs(got - want_lse);
+  c->max_lse_err = std::max(c->max_lse_err, err);
+  if (err > t.lse_atol + t.lse_rtol * std::fabs(want_lse)) {
+    ++c->mismatches;
+    note(absl::StrFormat("lse[%d,%d,%d] = %.9g, reference %.9g, error %.3g", b, h, i, got, want_lse,
+                         err));
+  }
+}
+
+}  // namespace
+
+Comparison CompareToReference(const AttentionProblem& p, const AttentionArgs& a,
+                              const ReferenceResult& ref) {
+  const double v_max = MaxAbsV(a);
   Comparison c;
   c.tolerance = ToleranceFor(p, v_max);
-  const Tolerance& t = c.tolerance;
-  const double rel_floor = std::max(v_max, 1e-30) * DTypeEpsilon(p.dtype);
   const int64_t H = p.num_heads, Tq = p.q_len, d = p.head_dim;
-  auto note = [&](const std::string& what) {
-    if (c.first_failure.empty()) c.first_failure = what;
-  };
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t h = 0; h < H; ++h) {
       for (int64_t i = 0; i < Tq; ++i) {
         const int64_t row = (b * H + h) * Tq + i;
-        for (int64_t x = 0; x < d; ++x) {
-          const double want = ref.o[row * d + x];
-          const double got = a.o.LoadF32(a.o.Offset(b, h, i, x));
-          ++c.checked;
-          if (!std::isfinite(got)) {
-            c.non_finite = true;
-            note(absl::StrFormat("o[%d,%d,%d,%d] = %g, reference %.9g", b, h, i, x, got, want));
-            continue;
-          }
-          const double err = std::fabs(got - want);
-          c.max_abs_err = std::max(c.max_abs_err, err);
-          c.max_rel_err = std::max(c.max_rel_err, err / std::max(std::fabs(want), rel_floor));
-          if (err > t.atol + t.rtol * std::fabs(want)) {
-            ++c.mismatches;
-            note(absl::StrFormat("o[%d,%d,%d,%d] = %.9g, reference %.9g, error %.3g > %.3g", b, h,
-                                 i, x, got, want, err, t.atol + t.rtol * std::fabs(want)));
-          }
-        }
-        if (!p.return_lse) continue;
-        const double want = ref.lse[row];
-        const double got = static_cast<const float*>(a.lse.data)[a.lse.Offset(b, h, i)];
-        ++c.checked;
-        if (std::isinf(want) && want < 0) {
-          if (!(std::isinf(got) && got < 0)) {
-            ++c.mismatches;
-            note(absl::StrFormat("lse[%d,%d,%d] = %g for a fully blocked row; must be -inf", b, h,
-                                 i, got));
-          }
-          continue;
-        }
-        if (!std::isfinite(got)) {
-          c.non_finite = true;
-          note(absl::StrFormat("lse[%d,%d,%d] = %g, reference %.9g", b, h, i, got, want));
-          continue;
-        }
-        const double err = std::fabs(got - want);
-        c.max_lse_err = std::max(c.max_lse_err, err);
-        if (err > t.lse_atol + t.lse_rtol * std::fabs(want)) {
-          ++c.mismatches;
-          note(absl::StrFormat("lse[%d,%d,%d] = %.9g, reference %.9g, error %.3g", b, h, i, got,
-                               want, err));
-        }
+        CheckRow(p, a, v_max, b, h, i, &ref.o[row * d], ref.lse[row], &c);
       }
     }
+  }
+  return c;
+}
+
+Comparison CompareSampledRows(const AttentionProblem& p, const AttentionArgs& a, int64_t max_rows) {
+  const double v_max = MaxAbsV(a);
+  Comparison c;
+  c.tolerance = ToleranceFor(p, v_max);
+  const int64_t rows = p.batch * p.num_heads * p.q_len;
+  const int64_t n = std::min(rows, std::max<int64_t>(max_rows, 1));
+  std::vector<double> scores(static_cast<size_t>(p.kv_len)), want(static_cast<size_t>(p.head_dim));
+  for (int64_t k = 0; k < n; ++k) {
+    // Evenly spread, always including the first and the last row.
+    const int64_t row = n == 1 ? rows - 1 : k * (rows - 1) / (n - 1);
+    const int64_t i = row % p.q_len, h = (row / p.q_len) % p.num_heads;
+    const int64_t b = row / (p.q_len * p.num_heads);
+    const double lse = ReferenceRow(p, a, b, h, i, &scores, want.data());
+    CheckRow(p, a, v_max, b, h, i, want.data(), lse, &c);
   }
   return c;
 }

@@ -43,6 +43,12 @@ struct Comparison {
 Comparison CompareToReference(const AttentionProblem& p, const AttentionArgs& args,
                               const ReferenceResult& ref);
 
+// Like CompareToReference, but computes the reference only for `max_rows`
+// query rows spread evenly over the problem (first and last included): a
+// check that costs a fraction of the run for large problems.
+Comparison CompareSampledRows(const AttentionProblem& p, const AttentionArgs& args,
+                              int64_t max_rows);
+
 }  // namespace attnkit
 
 #endif  // ATTNKIT_CORE_COMPARE_H_

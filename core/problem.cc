@@ -110,6 +110,20 @@ std::string AttentionProblem::Id() const {
   return id;
 }
 
+AttentionProblem BasicProblem(int64_t batch, int64_t heads, int64_t kv_heads, int64_t q_len,
+                              int64_t kv_len, int64_t head_dim) {
+  AttentionProblem p;
+  p.batch = batch;
+  p.num_heads = heads;
+  p.num_kv_heads = kv_heads;
+  p.q_len = q_len;
+  p.kv_len = kv_len;
+  p.head_dim = head_dim;
+  p.model_dim = heads * head_dim;
+  p.scale = static_cast<float>(1.0 / std::sqrt(double(head_dim)));
+  return p;
+}
+
 absl::Status ValidateProblem(const AttentionProblem& p) {
   ATTNKIT_RETURN_IF_ERROR(RequireRange("batch", p.batch, 1, kMaxDim));
   ATTNKIT_RETURN_IF_ERROR(RequireRange("num_heads", p.num_heads, 1, 65536));

@@ -59,6 +59,11 @@ struct AttentionProblem {
   std::string Id() const;
 };
 
+// A valid problem with the given sizes and every option at its default (no
+// mask, f32, BHTD, scale 1/sqrt(head_dim), model_dim = heads * head_dim).
+AttentionProblem BasicProblem(int64_t batch, int64_t heads, int64_t kv_heads, int64_t q_len,
+                              int64_t kv_len, int64_t head_dim);
+
 // Validates `config` and fills defaults. Errors are InvalidArgument naming the
 // field, its value and the rule, e.g.
 // "num_heads (12) must be a multiple of num_kv_heads (5)".

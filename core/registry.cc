@@ -109,6 +109,17 @@ std::vector<Backend*> BackendRegistry::All() const {
   return out;
 }
 
+absl::StatusOr<std::vector<Backend*>> BackendRegistry::FindAll(
+    const std::vector<std::string>& names) const {
+  if (names.empty()) return All();
+  std::vector<Backend*> out;
+  for (const std::string& name : names) {
+    ATTNKIT_ASSIGN_OR_RETURN(Backend * b, Find(name));
+    out.push_back(b);
+  }
+  return out;
+}
+
 std::vector<std::string> BackendRegistry::Names() const {
   std::vector<std::string> out;
   for (Backend* b : All()) out.push_back(b->Name());

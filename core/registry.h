@@ -48,6 +48,8 @@ class BackendRegistry {
   // NotFound listing the known names when `name` is not registered.
   absl::StatusOr<Backend*> Find(const std::string& name) const;
   std::vector<Backend*> All() const;
+  // The named backends in order, or All() when `names` is empty.
+  absl::StatusOr<std::vector<Backend*>> FindAll(const std::vector<std::string>& names) const;
   std::vector<std::string> Names() const;
   std::vector<PluginFailure> plugin_failures() const;
 

@@ -41,20 +41,6 @@ class PropertyTest : public ::testing::TestWithParam<std::string> {
   std::string skip_reason_;
 };
 
-AttentionProblem Basic(int64_t batch, int64_t heads, int64_t kv_heads, int64_t q_len,
-                       int64_t kv_len, int64_t head_dim) {
-  AttentionProblem p;
-  p.batch = batch;
-  p.num_heads = heads;
-  p.num_kv_heads = kv_heads;
-  p.q_len = q_len;
-  p.kv_len = kv_len;
-  p.head_dim = head_dim;
-  p.model_dim = heads * head_dim;
-  p.scale = 1.0f / std::sqrt(float(head_dim));
-  return p;
-}
-
 float At(const Tensor& t, int64_t i0, int64_t i1, int64_t i2, int64_t i3 = 0) {
   return t.view().LoadF32(t.view().Offset(i0, i1, i2, i3));
 }
@@ -63,7 +49,7 @@ float At(const Tensor& t, int64_t i0, int64_t i1, int64_t i2, int64_t i3 = 0) {
 // reshapes [B, T, H, d] memory to [B, H, T, d] instead of using the strides
 // fails this; the last block proves such a bug would be visible.
 TEST_P(PropertyTest, PerHeadLoopEqualsBatchedCall) {
-  AttentionProblem p = Basic(2, 4, 2, 9, 9, 16);
+  AttentionProblem p = BasicProblem(2, 4, 2, 9, 9, 16);
   p.mask = MaskKind::kCausal;
   p.layout = Layout::kBTHD;
   if (!Runs(p)) GTEST_SKIP() << skip_reason_;
@@ -71,7 +57,7 @@ TEST_P(PropertyTest, PerHeadLoopEqualsBatchedCall) {
   ASSERT_TRUE(batched.ok());
   Run(p, *batched);
 
-  AttentionProblem one = Basic(1, 1, 1, p.q_len, p.kv_len, p.head_dim);
+  AttentionProblem one = BasicProblem(1, 1, 1, p.q_len, p.kv_len, p.head_dim);
   one.mask = MaskKind::kCausal;
   ASSERT_TRUE(Runs(one)) << skip_reason_;
   double max_diff = 0, reshape_diff = 0;
@@ -108,7 +94,7 @@ TEST_P(PropertyTest, PerHeadLoopEqualsBatchedCall) {
 
 // Under a causal mask, changing token 3 leaves outputs 0..2 bit for bit.
 TEST_P(PropertyTest, CausalOutputsIgnoreLaterTokens) {
-  AttentionProblem p = Basic(1, 2, 1, 8, 8, 32);
+  AttentionProblem p = BasicProblem(1, 2, 1, 8, 8, 32);
   p.mask = MaskKind::kCausal;
   if (!Runs(p)) GTEST_SKIP() << skip_reason_;
   auto first = ProblemData::Random(p, 21);
@@ -142,7 +128,7 @@ TEST_P(PropertyTest, CausalOutputsIgnoreLaterTokens) {
 // Padded keys get exactly zero weight: whatever they hold (huge, NaN), the
 // output is the same bits and finite.
 TEST_P(PropertyTest, PaddedKeysGetZeroWeight) {
-  AttentionProblem p = Basic(2, 2, 2, 3, 8, 16);
+  AttentionProblem p = BasicProblem(2, 2, 2, 3, 8, 16);
   p.kv_lengths = {5, 3};
   if (!Runs(p)) GTEST_SKIP() << skip_reason_;
   auto clean = ProblemData::Random(p, 31);
@@ -179,7 +165,7 @@ struct WeightCase {
 
 std::vector<double> Weights(PropertyTest* test, const WeightCase& wc, bool dense, bool* ran) {
   const int64_t n = static_cast<int64_t>(wc.scores.size());
-  AttentionProblem p = Basic(1, 1, 1, 1, n, n);
+  AttentionProblem p = BasicProblem(1, 1, 1, 1, n, n);
   p.scale = 1.0f;
   if (wc.visible < n) {
     if (dense)
@@ -244,16 +230,16 @@ TEST_P(PropertyTest, SoftmaxOfKnownScores) {
 // Rows with nothing to attend to: zeros in o, -inf in lse, no NaN anywhere.
 TEST_P(PropertyTest, FullyBlockedRowsGiveZeros) {
   std::vector<AttentionProblem> cases;
-  AttentionProblem causal = Basic(1, 2, 1, 5, 3, 16);  // rows 0, 1 see nothing
+  AttentionProblem causal = BasicProblem(1, 2, 1, 5, 3, 16);  // rows 0, 1 see nothing
   causal.mask = MaskKind::kCausal;
   causal.alignment = Alignment::kBottomRight;
   causal.return_lse = true;
   cases.push_back(causal);
-  AttentionProblem empty = Basic(2, 2, 2, 3, 4, 16);  // sequence 1 has no keys
+  AttentionProblem empty = BasicProblem(2, 2, 2, 3, 4, 16);  // sequence 1 has no keys
   empty.kv_lengths = {4, 0};
   empty.return_lse = true;
   cases.push_back(empty);
-  AttentionProblem dense = Basic(1, 1, 1, 3, 4, 16);  // row 1 fully blocked below
+  AttentionProblem dense = BasicProblem(1, 1, 1, 3, 4, 16);  // row 1 fully blocked below
   dense.blocked_mask = true;
   dense.return_lse = true;
   cases.push_back(dense);

@@ -25,6 +25,12 @@ ABSL_FLAG(std::string, mask, "", "run: bool/uint8 .npy [B|1, H|1, Tq, Tk], true 
 ABSL_FLAG(std::string, bias, "", "run: float32 .npy [B|1, H|1, Tq, Tk] added to the scores");
 ABSL_FLAG(std::string, out, "", "run: output .npy, same shape as q");
 ABSL_FLAG(std::string, lse_out, "", "run: optional log-sum-exp output .npy [B, H, Tq]");
+ABSL_FLAG(std::string, suite, "standard", "compare: the problem suite when --config is not given");
+ABSL_FLAG(int, threads, 0, "compare, peak, tune: worker threads (0 = every core)");
+ABSL_FLAG(std::string, json, "", "compare: write every figure and the machine fingerprint as JSON");
+ABSL_FLAG(std::string, svg, "", "compare: write a grouped bar chart (% of machine limit)");
+ABSL_FLAG(std::string, baseline, "", "compare: an earlier --json report; marks >10% slowdowns");
+ABSL_FLAG(bool, refresh, false, "peak, compare, tune: re-measure the machine limits");
 ABSL_FLAG(std::string, plugins, "",
           "':'-separated backend plugin libraries to load (besides $ATTNKIT_PLUGIN_PATH)");
 
@@ -35,7 +41,11 @@ constexpr char kUsage[] =
     "  backends                    list backends: available or why not, capabilities\n"
     "  run   --config=F --q --k --v --out [--kv_lengths --mask --bias --lse_out --backend]\n"
     "  check [--config=F] [--backends=a,b]   every backend vs the fp64 reference\n"
-    "  cost  [--config=F]          FLOPs, bytes, score size, KV-cache bytes, parameters";
+    "  cost  [--config=F]          FLOPs, bytes, score size, KV-cache bytes, parameters\n"
+    "  compare [--config=F | --suite=standard] [--backends=a,b] [--threads=N]\n"
+    "          [--json=F] [--svg=F] [--baseline=F]   time every backend side by side\n"
+    "  peak  [--threads=N] [--refresh]   this machine's FMA peak, read bandwidth, sgemm\n"
+    "  tune  [--threads=N]         record the fastest backend per shape class for auto";
 
 }  // namespace
 
@@ -70,6 +80,12 @@ int main(int argc, char** argv) {
   options.bias = absl::GetFlag(FLAGS_bias);
   options.out = absl::GetFlag(FLAGS_out);
   options.lse_out = absl::GetFlag(FLAGS_lse_out);
+  options.suite = absl::GetFlag(FLAGS_suite);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.json = absl::GetFlag(FLAGS_json);
+  options.svg = absl::GetFlag(FLAGS_svg);
+  options.baseline = absl::GetFlag(FLAGS_baseline);
+  options.refresh = absl::GetFlag(FLAGS_refresh);
 
   absl::Status status;
   if (command == "backends") {
@@ -80,6 +96,12 @@ int main(int argc, char** argv) {
     status = attnkit::CheckCommand(registry, options, std::cout);
   } else if (command == "cost") {
     status = attnkit::CostCommand(options, std::cout);
+  } else if (command == "peak") {
+    status = attnkit::PeakCommand(options, std::cout);
+  } else if (command == "compare") {
+    status = attnkit::CompareCommand(registry, options, std::cout, std::cerr);
+  } else if (command == "tune") {
+    status = attnkit::TuneCommand(registry, options, std::cout, std::cerr);
   } else {
     std::fprintf(stderr, "attnkit: unknown command '%s'\n%s\n", command.c_str(), kUsage);
     return 2;

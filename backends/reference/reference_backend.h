@@ -10,9 +10,12 @@
 
 namespace attnkit {
 
+// The reference every speed-up is reported against.
+inline constexpr char kReferenceBackendName[] = "reference";
+
 // `name` lets the same code register twice: built in as "reference" and as
 // the plugin "reference-plugin" that tests the dlopen route end to end.
-std::unique_ptr<Backend> MakeReferenceBackend(const std::string& name = "reference");
+std::unique_ptr<Backend> MakeReferenceBackend(const std::string& name = kReferenceBackendName);
 
 }  // namespace attnkit
 

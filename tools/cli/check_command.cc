@@ -15,15 +15,8 @@ absl::Status CheckCommand(const BackendRegistry& registry, const CliOptions& opt
                           std::ostream& out) {
   ATTNKIT_ASSIGN_OR_RETURN(const AttentionConfig config, LoadCliConfig(options));
   ATTNKIT_ASSIGN_OR_RETURN(const AttentionProblem p, ProblemFromConfig(config));
-  std::vector<Backend*> backends;
-  if (options.backends.empty()) {
-    backends = registry.All();
-  } else {
-    for (const std::string& name : options.backends) {
-      ATTNKIT_ASSIGN_OR_RETURN(Backend * b, registry.Find(name));
-      backends.push_back(b);
-    }
-  }
+  ATTNKIT_ASSIGN_OR_RETURN(const std::vector<Backend*> backends,
+                           registry.FindAll(options.backends));
   ATTNKIT_ASSIGN_OR_RETURN(ProblemData data, ProblemData::Random(p, p.seed));
   out << "check " << p.Id() << (p.name.empty() ? "" : " (" + p.name + ")") << ", seed " << p.seed
       << "\n";

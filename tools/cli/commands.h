@@ -24,6 +24,11 @@ struct CliOptions {
   std::string mask;                   // run: optional bool/uint8 [B|1, H|1, Tq, Tk], true = blocked
   std::string bias;                   // run: optional float32 [B|1, H|1, Tq, Tk]
   std::string out, lse_out;           // run: outputs
+  std::string suite;                  // compare: "standard" (used when config is empty)
+  int threads = 0;                    // compare, peak, tune: 0 = every core
+  std::string json, svg;              // compare: report files
+  std::string baseline;               // compare: an earlier --json report
+  bool refresh = false;               // peak, compare, tune: re-measure the machine limits
 };
 
 // The config of --config, or the built-in default when none is given.
@@ -40,6 +45,30 @@ absl::Status CheckCommand(const BackendRegistry& registry, const CliOptions& opt
                           std::ostream& out);
 // `attnkit cost`: FLOPs, bytes, score size, KV-cache bytes, parameters.
 absl::Status CostCommand(const CliOptions& options, std::ostream& out);
+// `attnkit peak`: the machine's limits (cached per CPU model; --refresh).
+absl::Status PeakCommand(const CliOptions& options, std::ostream& out);
+// `attnkit compare`: every backend side by side on a config or a suite;
+// progress goes to `progress`. FailedPrecondition when a backend is wrong.
+absl::Status CompareCommand(const BackendRegistry& registry, const CliOptions& options,
+                            std::ostream& out, std::ostream& progress);
+// `attnkit tune`: records the fastest backends per shape class.
+absl::Status TuneCommand(const BackendRegistry& registry, const CliOptions& options,
+                         std::ostream& out, std::ostream& progress);
+
+// options.threads, or every core when it is 0.
+int ThreadCount(const CliOptions& options);
+// `attnkit peak`: the machine's limits (cached per CPU model; --refresh).
+absl::Status PeakCommand(const CliOptions& options, std::ostream& out);
+// `attnkit compare`: every backend side by side on a config or a suite;
+// progress goes to `progress`. FailedPrecondition when a backend is wrong.
+absl::Status CompareCommand(const BackendRegistry& registry, const CliOptions& options,
+                            std::ostream& out, std::ostream& progress);
+// `attnkit tune`: records the fastest backends per shape class.
+absl::Status TuneCommand(const BackendRegistry& registry, const CliOptions& options,
+                         std::ostream& out, std::ostream& progress);
+
+// options.threads, or every core when it is 0.
+int ThreadCount(const CliOptions& options);
 
 }  // namespace attnkit
 

@@ -2,7 +2,7 @@
 // own order: [B, H, T, d] for BHTD, [B, T, H, d] for BTHD (no copy either way).
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "backends/builtin.h"
+#include "backends/auto_select.h"
 #include "core/config_io.h"
 #include "core/execute.h"
 #include "core/npy.h"
@@ -144,8 +144,7 @@ absl::Status RunCommand(const BackendRegistry& registry, const CliOptions& optio
     ATTNKIT_ASSIGN_OR_RETURN(data.lse, Tensor::Contiguous(DType::kF32, {B, H, p.q_len}));
   }
 
-  ATTNKIT_ASSIGN_OR_RETURN(const Selection selection,
-                           registry.Select(p.backend, p, DefaultAutoOrder()));
+  ATTNKIT_ASSIGN_OR_RETURN(const Selection selection, SelectBackend(registry, p.backend, p));
   RunInfo info;
   ATTNKIT_RETURN_IF_ERROR(RunOnBackend(selection.backend, p, data, &info));
 

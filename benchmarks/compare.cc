@@ -1,0 +1,245 @@
+#include "benchmarks/compare.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "backends/reference/reference_backend.h"
+#include "core/compare.h"
+#include "core/config_io.h"
+#include "core/execute.h"
+#include "core/machine_info.h"
+#include "core/problem_data.h"
+#include "core/status_macros.h"
+#include "google/protobuf/util/json_util.h"
+#include "ops/cost.h"
+
+namespace attnkit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Checks then times one backend on one problem.
+BackendResult Measure(Backend* backend, const AttentionProblem& p, const ProblemData& data,
+                      const CompareOptions& options) {
+  BackendResult r;
+  r.set_backend(backend->Name());
+  const absl::Status supported = backend->Supports(p);
+  if (!supported.ok()) {
+    r.set_status("unsupported");
+    r.set_detail(std::string(supported.message()));
+    return r;
+  }
+  auto placed = PlacedProblem::Place(backend, data);
+  if (!placed.ok()) {
+    r.set_status("error");
+    r.set_detail(std::string(placed.status().message()));
+    return r;
+  }
+  // The first run is the check: a wrong backend is never reported as fast.
+  PoisonOutputs(data);
+  RunInfo info;
+  auto start = Clock::now();
+  absl::Status s = placed->Forward(p, &info);
+  if (s.ok()) s = placed->DownloadOutputs(data);
+  const double first_seconds = SecondsSince(start);
+  r.set_kernel(info.kernel);
+  if (!s.ok()) {
+    r.set_status("error");
+    r.set_detail(std::string(s.message()));
+    return r;
+  }
+  const Comparison c = CompareSampledRows(p, data.args(), options.check_rows);
+  r.set_max_abs_err(c.max_abs_err);
+  if (!c.ok()) {
+    r.set_status("wrong");
+    r.set_detail(c.first_failure);
+    return r;
+  }
+  std::vector<double> samples;
+  if (first_seconds >= options.budget_seconds) {
+    samples.push_back(first_seconds);  // too slow to repeat within the budget
+  } else {
+    const auto begin = Clock::now();
+    while (static_cast<int>(samples.size()) < options.max_runs) {
+      start = Clock::now();
+      s = placed->Forward(p, &info);
+      if (s.ok()) s = backend->Synchronize();
+      samples.push_back(SecondsSince(start));
+      if (!s.ok()) {
+        r.set_status("error");
+        r.set_detail(std::string(s.message()));
+        return r;
+      }
+      const double elapsed = SecondsSince(begin);
+      const bool enough =
+          static_cast<int>(samples.size()) >= options.min_runs && elapsed >= options.min_seconds;
+      if (enough || elapsed >= options.budget_seconds) break;
+    }
+  }
+  r.set_status("ok");
+  r.set_runs(static_cast<int>(samples.size()));
+  r.set_median_s(Median(samples));
+  r.set_min_s(*std::min_element(samples.begin(), samples.end()));
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
+                                         const std::vector<AttentionProblem>& problems,
+                                         const CompareOptions& options,
+                                         const MachineFingerprint& machine,
+                                         const MachineLimits& limits) {
+  ATTNKIT_ASSIGN_OR_RETURN(const std::vector<Backend*> backends,
+                           registry.FindAll(options.backends));
+  for (Backend* b : backends) ATTNKIT_RETURN_IF_ERROR(b->SetNumThreads(options.threads));
+
+  CompareReport report;
+  *report.mutable_machine() = machine;
+  *report.mutable_limits() = limits;
+  report.set_flop_convention(
+      "useful FLOPs = 4 * head_dim * (query, key) pairs not blocked by the mask or padding "
+      "(QK^T and PV, multiply-add = 2 FLOPs); GB/s counts Q, K, V and O read or written once");
+  report.set_created_at(NowUtc());
+  const double balance = limits.read_gbps() > 0 ? limits.peak_fma_gflops() / limits.read_gbps() : 0;
+
+  int index = 0;
+  for (const AttentionProblem& p : problems) {
+    ++index;
+    ProblemResult* pr = report.add_problems();
+    pr->set_name(p.name.empty() ? p.Id() : p.name);
+    pr->set_id(p.Id());
+    *pr->mutable_config() = ConfigFromProblem(p);
+    const CostReport cost = ComputeCost(p);
+    pr->set_useful_flops(cost.useful_flops);
+    pr->set_bytes(double(cost.bytes_moved));
+    pr->set_memory_bound(cost.useful_flops / double(cost.bytes_moved) < balance);
+    ATTNKIT_ASSIGN_OR_RETURN(const ProblemData data, ProblemData::Random(p, p.seed));
+    for (Backend* b : backends) {
+      BackendResult r = Measure(b, p, data, options);
+      if (r.status() == "ok") {
+        r.set_gflops(cost.useful_flops / r.median_s() * 1e-9);
+        r.set_gbps(double(cost.bytes_moved) / r.median_s() * 1e-9);
+        if (pr->memory_bound() && limits.read_gbps() > 0) {
+          r.set_pct_of_limit(100.0 * r.gbps() / limits.read_gbps());
+        } else if (limits.peak_fma_gflops() > 0) {
+          r.set_pct_of_limit(100.0 * r.gflops() / limits.peak_fma_gflops());
+        }
+      }
+      if (options.progress != nullptr) {
+        *options.progress << absl::StrFormat(
+            "[%d/%d] %-38s %-18s %s\n", index, problems.size(), pr->name(), r.backend(),
+            r.status() == "ok" ? absl::StrFormat("%.3f ms", r.median_s() * 1e3) : r.status());
+        options.progress->flush();
+      }
+      *pr->add_results() = r;
+    }
+    // Speed-ups against the reference and the best backend that passed.
+    double best = 0, reference = 0;
+    for (const BackendResult& r : pr->results()) {
+      if (r.status() != "ok") continue;
+      if (best == 0 || r.median_s() < best) best = r.median_s();
+      if (r.backend() == kReferenceBackendName) reference = r.median_s();
+    }
+    for (BackendResult& r : *pr->mutable_results()) {
+      if (r.status() != "ok") continue;
+      r.set_speedup_vs_best(best / r.median_s());
+      if (reference > 0) r.set_speedup_vs_reference(reference / r.median_s());
+    }
+  }
+  return report;
+}
+
+void ApplyBaseline(const CompareReport& baseline, CompareReport* report) {
+  std::map<std::pair<std::string, std::string>, double> before;
+  for (const ProblemResult& p : baseline.problems()) {
+    for (const BackendResult& r : p.results()) {
+      if (r.status() == "ok") before[{p.id(), r.backend()}] = r.median_s();
+    }
+  }
+  for (ProblemResult& p : *report->mutable_problems()) {
+    for (BackendResult& r : *p.mutable_results()) {
+      auto it = before.find({p.id(), r.backend()});
+      if (it == before.end() || r.status() != "ok") continue;
+      r.set_baseline_median_s(it->second);
+      r.set_slower_than_baseline(r.median_s() > 1.10 * it->second);
+    }
+  }
+}
+
+std::string FormatCompareTable(const CompareReport& report) {
+  const MachineLimits& l = report.limits();
+  std::string out = absl::StrFormat(
+      "machine: %s, %d threads; limits: peak FMA %.1f GFLOP/s (%s), read %.1f GB/s, "
+      "OpenBLAS sgemm %.1f GFLOP/s (%s kernel)\n",
+      report.machine().cpu_model(), l.threads(), l.peak_fma_gflops(), l.best_target(),
+      l.read_gbps(), l.sgemm_gflops(), l.openblas_core());
+  absl::StrAppend(&out, "FLOPs: ", report.flop_convention(), "\n");
+  for (const ProblemResult& p : report.problems()) {
+    absl::StrAppendFormat(
+        &out, "\n%s  [%s]  %.3g GFLOP useful, %.3g MB moved, %s\n", p.name(), p.id(),
+        p.useful_flops() * 1e-9, p.bytes() * 1e-6,
+        p.memory_bound() ? "memory-bound: % of read bandwidth" : "compute-bound: % of peak FMA");
+    absl::StrAppendFormat(&out, "  %-17s %-34s %10s %10s %8s %7s %7s %8s %7s  %s\n", "backend",
+                          "kernel", "median ms", "min ms", "GFLOP/s", "GB/s", "%limit", "vs ref",
+                          "vs best", "check");
+    for (const BackendResult& r : p.results()) {
+      if (r.status() != "ok") {
+        absl::StrAppendFormat(&out, "  %-17s %-34s %s: %s\n", r.backend(), r.kernel(),
+                              r.status() == "wrong" ? "WRONG (not timed)" : r.status(), r.detail());
+        continue;
+      }
+      std::string vs_ref =
+          r.speedup_vs_reference() > 0 ? absl::StrFormat("%.1fx", r.speedup_vs_reference()) : "-";
+      std::string flag;
+      if (r.baseline_median_s() > 0) {
+        flag = absl::StrFormat("  %s baseline %.3f ms",
+                               r.slower_than_baseline() ? "SLOWER than" : "vs",
+                               r.baseline_median_s() * 1e3);
+      }
+      absl::StrAppendFormat(
+          &out, "  %-17s %-34s %10.3f %10.3f %8.1f %7.1f %6.1f%% %8s %7.2f  ok (%.1e)%s\n",
+          r.backend(), r.kernel(), r.median_s() * 1e3, r.min_s() * 1e3, r.gflops(), r.gbps(),
+          r.pct_of_limit(), vs_ref, r.speedup_vs_best(), r.max_abs_err(), flag);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> ReportToJson(const CompareReport& report) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  const auto status = google::protobuf::util::MessageToJsonString(report, &json, options);
+  if (!status.ok()) return absl::InternalError(std::string(status.message()));
+  return json;
+}
+
+absl::StatusOr<CompareReport> ReportFromJson(const std::string& json, const std::string& source) {
+  CompareReport report;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  const auto status = google::protobuf::util::JsonStringToMessage(json, &report, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": not an attnkit compare report: ", std::string(status.message())));
+  }
+  return report;
+}
+
+}  // namespace attnkit

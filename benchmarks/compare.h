@@ -1,0 +1,51 @@
+// The comparison harness behind `attnkit compare` and `attnkit tune`: every
+// backend on the same input data in one process, each output checked against
+// the fp64 reference before it is timed, figures scaled by the machine's
+// limits measured in the same run.
+#ifndef ATTNKIT_BENCHMARKS_COMPARE_H_
+#define ATTNKIT_BENCHMARKS_COMPARE_H_
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "benchmarks/records.pb.h"
+#include "core/problem.h"
+#include "core/registry.h"
+
+namespace attnkit {
+
+struct CompareOptions {
+  std::vector<std::string> backends;  // empty = every registered backend
+  int threads = 1;
+  // Timed runs continue until both minimums are met, or the budget is spent
+  // (a backend slower than the budget is timed from one run).
+  double min_seconds = 0.25;
+  int min_runs = 3;
+  int max_runs = 100;
+  double budget_seconds = 2.0;
+  int64_t check_rows = 256;          // reference rows checked per problem
+  std::ostream* progress = nullptr;  // one line per measurement
+};
+
+// Runs every problem on every selected backend. Figures use `limits`.
+absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
+                                         const std::vector<AttentionProblem>& problems,
+                                         const CompareOptions& options,
+                                         const MachineFingerprint& machine,
+                                         const MachineLimits& limits);
+
+// Marks every result more than 10 % slower than the same (problem id,
+// backend) in `baseline`, and records the baseline's median.
+void ApplyBaseline(const CompareReport& baseline, CompareReport* report);
+
+// The side-by-side table, one block per problem.
+std::string FormatCompareTable(const CompareReport& report);
+
+absl::StatusOr<std::string> ReportToJson(const CompareReport& report);
+absl::StatusOr<CompareReport> ReportFromJson(const std::string& json, const std::string& source);
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_BENCHMARKS_COMPARE_H_

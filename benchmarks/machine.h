@@ -1,0 +1,27 @@
+// The machine a benchmark runs on: its fingerprint, and its limits (peak FMA
+// per Highway target, streaming read bandwidth, OpenBLAS sgemm) measured here
+// and cached per CPU model and thread count.
+#ifndef ATTNKIT_BENCHMARKS_MACHINE_H_
+#define ATTNKIT_BENCHMARKS_MACHINE_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "benchmarks/records.pb.h"
+#include "core/machine_info.h"
+
+namespace attnkit {
+
+MachineFingerprint Fingerprint(int threads);
+
+// Measures the limits now with `threads` threads (a few seconds).
+MachineLimits MeasureLimits(int threads);
+
+// The cached limits for this CPU and thread count, or a fresh measurement
+// (saved to the cache) when there is none or `refresh` is set. `how` says
+// which ("cached in F", "measured now").
+MachineLimits LoadOrMeasureLimits(int threads, bool refresh, std::string* how);
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_BENCHMARKS_MACHINE_H_

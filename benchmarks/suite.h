@@ -1,0 +1,26 @@
+// Benchmark problem suites: the standard one (benchmarks/suite/standard/,
+// embedded in the binary) or a single config file.
+#ifndef ATTNKIT_BENCHMARKS_SUITE_H_
+#define ATTNKIT_BENCHMARKS_SUITE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/problem.h"
+
+namespace attnkit {
+
+struct SuiteFile {
+  const char* name;
+  const char* text;  // text-format AttentionConfig
+};
+
+const std::vector<SuiteFile>& EmbeddedStandardSuite();
+
+// "standard" -> the embedded suite, validated; NotFound for other names.
+absl::StatusOr<std::vector<AttentionProblem>> LoadSuite(const std::string& name);
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_BENCHMARKS_SUITE_H_

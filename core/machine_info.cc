@@ -1,0 +1,63 @@
+#include "core/machine_info.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace attnkit {
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "model name")) {
+      std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(':', 1));
+      if (parts.size() == 2) return std::string(absl::StripAsciiWhitespace(parts[1]));
+    }
+  }
+  return "unknown-cpu";
+}
+
+std::string CacheDir() {
+  if (const char* dir = std::getenv("ATTNKIT_CACHE_DIR")) return dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME")) return absl::StrCat(xdg, "/attnkit");
+  const char* home = std::getenv("HOME");
+  return absl::StrCat(home != nullptr ? home : "/tmp", "/.cache/attnkit");
+}
+
+std::string CachePath(const std::string& prefix, const std::string& suffix) {
+  std::string cpu = CpuModel();
+  for (char& c : cpu) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return absl::StrCat(CacheDir(), "/", prefix, "-", cpu, suffix);
+}
+
+bool EnsureCacheDir() {
+  std::string partial;
+  for (absl::string_view part : absl::StrSplit(CacheDir(), '/', absl::SkipEmpty())) {
+    absl::StrAppend(&partial, "/", part);
+    if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) return false;
+  }
+  return true;
+}
+
+std::string NowUtc() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm;
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace attnkit

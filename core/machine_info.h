@@ -1,0 +1,25 @@
+// Facts about this machine used to key cached measurements.
+#ifndef ATTNKIT_CORE_MACHINE_INFO_H_
+#define ATTNKIT_CORE_MACHINE_INFO_H_
+
+#include <string>
+
+namespace attnkit {
+
+// "model name" from /proc/cpuinfo, or "unknown-cpu".
+std::string CpuModel();
+
+// Where measurements are cached: $ATTNKIT_CACHE_DIR, else
+// $XDG_CACHE_HOME/attnkit, else $HOME/.cache/attnkit.
+std::string CacheDir();
+// "<cache>/<prefix>-<cpu model as a file name><suffix>".
+std::string CachePath(const std::string& prefix, const std::string& suffix);
+// Creates CacheDir() and its parents; false when that is not possible.
+bool EnsureCacheDir();
+
+// Current UTC time as ISO 8601.
+std::string NowUtc();
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_CORE_MACHINE_INFO_H_
