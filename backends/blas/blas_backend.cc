@@ -12,13 +12,20 @@
 
 namespace attnkit {
 
-// Threading choice. Measured with benchmarks/blas_bench.cc on the 2-core
-// development machine (see the commit that set it): spreading blocks over our
-// own threads with single-threaded BLAS beats OpenBLAS's threads inside each
-// GEMM, because the softmax between the two GEMMs then runs in parallel too
-// and the small-k GEMMs (k = head_dim) scale poorly inside OpenBLAS. With
-// fewer blocks than threads (decode against one kv head) only OpenBLAS's
-// threads can use the other cores, so kAuto switches to them.
+// Threading choice: blocks over our own threads, each GEMM single-threaded
+// (BlasThreading::kItems, what kAuto picks). Why:
+//  - the softmax between the two GEMMs (~5-10% of the time) then runs on
+//    every core; with OpenBLAS's threads it runs on one while the others spin;
+//  - items are independent (own rows, own scratch), so there is no barrier
+//    inside a block, only load imbalance on the last few of ~100 items;
+//  - measured (benchmarks/blas_bench.cc, 2 threads, OpenBLAS core "Zen", on
+//    the shared 2-core machine at load average 5-7): per round of random
+//    interleaving, OpenBLAS-threads mode took 1.036x (H=16 T=2048 d=64, no
+//    mask) and 1.016x (causal) the time of items mode, medians of 9 rounds;
+//    the spread per round (0.89-1.57) is mostly other jobs' noise, so the
+//    measured gain is small; the structural reasons above decide it.
+// With fewer items than threads (decode against one kv head) only OpenBLAS's
+// threads can use the other cores, so kAuto switches to kBlas there.
 namespace {
 
 // Restores OpenBLAS's global thread count when the call ends.
@@ -82,6 +89,7 @@ absl::Status BlasBackend::SetNumThreads(int n) {
     pool_.reset();
     pool_ = std::make_unique<blas::WorkerPool>(n);
     num_threads_ = n;
+    kernel_name_.clear();
   }
   return absl::OkStatus();
 }
@@ -181,7 +189,15 @@ absl::Status BlasBackend::ForwardImpl(const AttentionProblem& p, const Attention
     ScopedBlasThreads blas_threads(num_threads_);
     for (int64_t item = 0; item < items; ++item) run(0, item);
   }
-  info->kernel = KernelName(plan, use_items);
+  const blas::BlockPlan& k = kernel_plan_;
+  if (kernel_name_.empty() || use_items != kernel_use_items_ ||
+      plan.head_block != k.head_block || plan.token_block != k.token_block ||
+      plan.key_chunk != k.key_chunk || plan.stage_kv != k.stage_kv) {
+    kernel_name_ = KernelName(plan, use_items);
+    kernel_plan_ = plan;
+    kernel_use_items_ = use_items;
+  }
+  info->kernel = kernel_name_;
   return absl::OkStatus();
 }
 

@@ -27,7 +27,9 @@ enum class BlasThreading {
   // single-threaded BLAS; falls back to kBlas when there are fewer items than
   // threads (e.g. decode with one kv head). The default: see blas_backend.cc.
   kAuto,
-  kItems,  // always items over threads, single-threaded BLAS
+  // Always items over threads, single-threaded BLAS. OpenBLAS's thread count
+  // is process-wide: it is 1 during the call and restored after it.
+  kItems,
   kBlas,   // items in sequence on the caller, OpenBLAS's own threads in each GEMM
 };
 
@@ -85,6 +87,10 @@ class BlasBackend : public Backend {
   int num_threads_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<blas::WorkerPool> pool_ ABSL_GUARDED_BY(mu_);
   AlignedBuffer workspace_ ABSL_GUARDED_BY(mu_);
+  // RunInfo::kernel of the last call, rebuilt only when the plan changes.
+  std::string kernel_name_ ABSL_GUARDED_BY(mu_);
+  blas::BlockPlan kernel_plan_ ABSL_GUARDED_BY(mu_);
+  bool kernel_use_items_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 std::unique_ptr<Backend> MakeBlasBackend(const BlasOptions& options = {});
