@@ -51,6 +51,9 @@ constexpr int kValueColVecs = 2;
 
 // S[j, r] = sum_c qt[c, r] * k[j, c] for r < rows, j < keys.
 // rows must be a multiple of kRowVecs * Lanes, keys of kKeys; qt, s aligned.
+// The HWY_UNROLL(8) pragmas (8 >= every tile constant; GCC 12 takes no
+// template parameter there) matter: without full unrolling GCC keeps the
+// accumulator array on the stack.
 template <int kKeys, int kRowVecs>
 HWY_INLINE void QDotK(const float* HWY_RESTRICT qt, size_t ldq,
                       const float* HWY_RESTRICT k, size_t ldk, size_t d, size_t rows,
@@ -60,22 +63,29 @@ HWY_INLINE void QDotK(const float* HWY_RESTRICT qt, size_t ldq,
   for (size_t r0 = 0; r0 < rows; r0 += kRowVecs * N) {
     for (size_t j0 = 0; j0 < keys; j0 += kKeys) {
       VF acc[kKeys][kRowVecs];
+      HWY_UNROLL(8)
       for (int kk = 0; kk < kKeys; ++kk) {
+        HWY_UNROLL(8)
         for (int rv = 0; rv < kRowVecs; ++rv) acc[kk][rv] = hn::Zero(df);
       }
       const float* HWY_RESTRICT kj = k + j0 * ldk;
       const float* HWY_RESTRICT qc = qt + r0;
       for (size_t c = 0; c < d; ++c, qc += ldq) {
         VF q[kRowVecs];
+        HWY_UNROLL(8)
         for (int rv = 0; rv < kRowVecs; ++rv) q[rv] = hn::Load(df, qc + rv * N);
+        HWY_UNROLL(8)
         for (int kk = 0; kk < kKeys; ++kk) {
           const VF kc = hn::Set(df, kj[kk * ldk + c]);
+          HWY_UNROLL(8)
           for (int rv = 0; rv < kRowVecs; ++rv) {
             acc[kk][rv] = hn::MulAdd(kc, q[rv], acc[kk][rv]);
           }
         }
       }
+      HWY_UNROLL(8)
       for (int kk = 0; kk < kKeys; ++kk) {
+        HWY_UNROLL(8)
         for (int rv = 0; rv < kRowVecs; ++rv) {
           hn::Store(acc[kk][rv], df, s + (j0 + kk) * lds + r0 + rv * N);
         }
@@ -94,8 +104,10 @@ HWY_INLINE void WeightedSumVTile(const float* HWY_RESTRICT p, size_t ldp,
   const DF df;
   const size_t N = hn::Lanes(df);
   VF acc[kRows][kColVecs];
+  HWY_UNROLL(8)
   for (int r = 0; r < kRows; ++r) {
     const VF a = hn::Set(df, alpha[r0 + r]);
+    HWY_UNROLL(8)
     for (int cv = 0; cv < kColVecs; ++cv) {
       acc[r][cv] = hn::Mul(a, hn::Load(df, o + (r0 + r) * ldo + c0 + cv * N));
     }
@@ -104,13 +116,18 @@ HWY_INLINE void WeightedSumVTile(const float* HWY_RESTRICT p, size_t ldp,
   const float* HWY_RESTRICT vj = v + c0;
   for (size_t j = 0; j < keys; ++j, pj += ldp, vj += ldv) {
     VF vv[kColVecs];
+    HWY_UNROLL(8)
     for (int cv = 0; cv < kColVecs; ++cv) vv[cv] = hn::Load(df, vj + cv * N);
+    HWY_UNROLL(8)
     for (int r = 0; r < kRows; ++r) {
       const VF w = hn::Set(df, pj[r]);
+      HWY_UNROLL(8)
       for (int cv = 0; cv < kColVecs; ++cv) acc[r][cv] = hn::MulAdd(w, vv[cv], acc[r][cv]);
     }
   }
+  HWY_UNROLL(8)
   for (int r = 0; r < kRows; ++r) {
+    HWY_UNROLL(8)
     for (int cv = 0; cv < kColVecs; ++cv) {
       hn::Store(acc[r][cv], df, o + (r0 + r) * ldo + c0 + cv * N);
     }
