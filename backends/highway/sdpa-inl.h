@@ -21,6 +21,7 @@
 #include "backends/highway/workspace.h"
 #include "core/mask.h"
 #include "core/status_macros.h"
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -65,8 +66,11 @@ inline Tiling PlanTiling(const FlashParams& p) {
   const int64_t row_block =
       std::max<int64_t>(kValueRows, (t.narrow ? kNarrowRowVecs : kWideRowVecs) * N);
   t.rows_padded = RoundUp(rows, row_block);
-  t.key_tile = d <= 256 ? 64 : 32;
   t.dp = RoundUp(d, N);
+  // Decode-like tiles (one vector of rows) do little work per key: keep the
+  // converted K and V tile (2 x key_tile x dp floats) within 16 KiB of L1.
+  t.key_tile = t.narrow ? std::min<int64_t>(64, RoundUp(2048 / t.dp, kNarrowKeys))
+                        : (d <= 256 ? 64 : 32);
   t.base_items = p.batch * p.num_kv_heads * t.head_chunks * t.q_tiles;
   t.splits = 1;
   if (t.base_items < kMinItemsBeforeSplit) {
@@ -148,15 +152,28 @@ inline void LoadQueryTile(const FlashParams& p, const Tiling& t, const Item& it,
 }
 
 // Rows [k0, k0 + nk) of K and V for (b, g), as f32 [key_tile, dp]; rows
-// [nk, nk_padded) are zero.
+// [nk, nk_padded) are zero. Also prefetches rows [next_k0, next_k0 + nk) (the
+// next tile), so their cache misses overlap this tile's compute instead of
+// stalling the next conversion: decode is bound by exactly these reads.
 inline void LoadKeyValueTile(const FlashParams& p, const Tiling& t, const Item& it,
-                             int64_t k0, int64_t nk, int64_t nk_padded,
-                             float* HWY_RESTRICT k, float* HWY_RESTRICT v) {
+                             int64_t k0, int64_t nk, int64_t nk_padded, int64_t next_k0,
+                             int64_t next_nk, float* HWY_RESTRICT k, float* HWY_RESTRICT v) {
   const size_t d = static_cast<size_t>(p.head_dim), dp = static_cast<size_t>(t.dp);
   const size_t es = DTypeSize(p.k.dtype);
+  const char* kbase = static_cast<const char*>(p.k.data);
+  const char* vbase = static_cast<const char*>(p.v.data);
+  const size_t row_bytes = static_cast<size_t>(p.head_dim - 1) * p.k.strides[3] * es + es;
   for (int64_t j = 0; j < nk; ++j) {
-    const char* kp = static_cast<const char*>(p.k.data) + p.k.Offset(it.b, it.g, k0 + j, 0) * es;
-    const char* vp = static_cast<const char*>(p.v.data) + p.v.Offset(it.b, it.g, k0 + j, 0) * es;
+    if (j < next_nk) {
+      const char* kn = kbase + p.k.Offset(it.b, it.g, next_k0 + j, 0) * es;
+      const char* vn = vbase + p.v.Offset(it.b, it.g, next_k0 + j, 0) * es;
+      for (size_t off = 0; off < row_bytes; off += 64) {
+        hwy::Prefetch(kn + off);
+        hwy::Prefetch(vn + off);
+      }
+    }
+    const char* kp = kbase + p.k.Offset(it.b, it.g, k0 + j, 0) * es;
+    const char* vp = vbase + p.v.Offset(it.b, it.g, k0 + j, 0) * es;
     LoadRowAsF32(kp, p.k.dtype, p.k.strides[3], d, dp, k + j * dp);
     LoadRowAsF32(vp, p.v.dtype, p.v.strides[3], d, dp, v + j * dp);
   }
@@ -241,7 +258,9 @@ void RunItem(const FlashParams& p, const Tiling& t, const Item& it, float* scrat
     const TileVisibility vis = ClassifyTile(p.mask, kv_length, it.q0, it.q0 + it.nq, k0, k0 + nk);
     if (vis == TileVisibility::kHidden) continue;  // skipped, not computed
     const int64_t nkp = RoundUp(nk, key_step);
-    LoadKeyValueTile(p, t, it, k0, nk, nkp, k, v);
+    const int64_t next_k0 = k0 + t.key_tile;
+    const int64_t next_nk = std::max<int64_t>(0, std::min(t.key_tile, it.k_end - next_k0));
+    LoadKeyValueTile(p, t, it, k0, nk, nkp, next_k0, next_nk, k, v);
     if (t.narrow) {
       QDotK<kNarrowKeys, kNarrowRowVecs>(qt, mp, k, dp, d, mp, nkp, s, mp);
     } else {
