@@ -32,15 +32,15 @@ absl::Status CheckTensor(absl::string_view name, const TensorView& t, DType dtyp
                          std::vector<int64_t> shape) {
   if (t.empty()) return absl::InvalidArgumentError(absl::StrCat(name, " is missing"));
   if (t.dtype != dtype) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s has dtype %s; the problem needs %s", name, DTypeName(t.dtype), DTypeName(dtype)));
+    return absl::InvalidArgumentError(absl::StrFormat("%s has dtype %s; the problem needs %s", name,
+                                                      DTypeName(t.dtype), DTypeName(dtype)));
   }
   bool same = t.rank == static_cast<int>(shape.size());
   for (int i = 0; same && i < t.rank; ++i) same = t.shape[i] == shape[i];
   if (!same) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s has shape %s; the problem needs [%s]", name, t.DebugString(),
-        absl::StrJoin(shape, ", ")));
+    return absl::InvalidArgumentError(absl::StrFormat("%s has shape %s; the problem needs [%s]",
+                                                      name, t.DebugString(),
+                                                      absl::StrJoin(shape, ", ")));
   }
   for (int i = 0; i < t.rank; ++i) {
     if (t.strides[i] < 0) {
@@ -51,8 +51,7 @@ absl::Status CheckTensor(absl::string_view name, const TensorView& t, DType dtyp
   return absl::OkStatus();
 }
 
-absl::Status CheckAbsent(absl::string_view name, const TensorView& t,
-                         absl::string_view flag) {
+absl::Status CheckAbsent(absl::string_view name, const TensorView& t, absl::string_view flag) {
   if (!t.empty()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s was given but the problem has %s off", name, flag));
@@ -83,23 +82,19 @@ class HostBuffer : public DeviceBuffer {
 
 std::string Capabilities::Describe() const {
   std::string out;
-  absl::StrAppend(&out, "dtypes: ", DTypeList(dtypes), "; kv dtypes: ", DTypeList(kv_dtypes),
-                  "\n");
+  absl::StrAppend(&out, "dtypes: ", DTypeList(dtypes), "; kv dtypes: ", DTypeList(kv_dtypes), "\n");
   if (head_dims.empty()) {
     absl::StrAppend(&out, "head dims: ", min_head_dim, "..", max_head_dim, "\n");
   } else {
     absl::StrAppend(&out, "head dims: ", absl::StrJoin(head_dims, ", "), "\n");
   }
   absl::StrAppend(
-      &out, "masks: ",
-      JoinNames(masks, [](MaskKind k) { return std::string(MaskKindName(k)); }),
+      &out, "masks: ", JoinNames(masks, [](MaskKind k) { return std::string(MaskKindName(k)); }),
       "; alignments: ",
       JoinNames(alignments, [](Alignment a) { return std::string(AlignmentName(a)); }),
-      "; layouts: ",
-      JoinNames(layouts, [](Layout l) { return std::string(LayoutName(l)); }), "\n");
+      "; layouts: ", JoinNames(layouts, [](Layout l) { return std::string(LayoutName(l)); }), "\n");
   absl::StrAppend(&out, "group size (H/G): ",
-                  max_group_size == 0 ? std::string("any")
-                                      : absl::StrCat("<= ", max_group_size),
+                  max_group_size == 0 ? std::string("any") : absl::StrCat("<= ", max_group_size),
                   "\n");
   std::vector<std::string> extras;
   if (lse) extras.push_back("lse");
@@ -107,8 +102,7 @@ std::string Capabilities::Describe() const {
   if (blocked_mask) extras.push_back("blocked_mask");
   if (additive_bias) extras.push_back("additive_bias");
   if (softcap) extras.push_back("softcap");
-  absl::StrAppend(&out, "extras: ", extras.empty() ? "none" : absl::StrJoin(extras, ", "),
-                  "\n");
+  absl::StrAppend(&out, "extras: ", extras.empty() ? "none" : absl::StrJoin(extras, ", "), "\n");
   return out;
 }
 
@@ -127,18 +121,17 @@ absl::Status CheckCapabilities(const Capabilities& c, const AttentionProblem& p)
   if (!c.head_dims.empty() ? !Contains(c.head_dims, p.head_dim)
                            : (p.head_dim < c.min_head_dim || p.head_dim > c.max_head_dim)) {
     return unsupported("head_dim", absl::StrCat(p.head_dim),
-                       c.head_dims.empty()
-                           ? absl::StrCat(c.min_head_dim, "..", c.max_head_dim)
-                           : absl::StrJoin(c.head_dims, ", "));
+                       c.head_dims.empty() ? absl::StrCat(c.min_head_dim, "..", c.max_head_dim)
+                                           : absl::StrJoin(c.head_dims, ", "));
   }
   if (!Contains(c.masks, p.mask)) {
     return unsupported("mask", MaskKindName(p.mask),
                        JoinNames(c.masks, [](MaskKind k) { return std::string(MaskKindName(k)); }));
   }
   if (p.mask != MaskKind::kNone && !Contains(c.alignments, p.alignment)) {
-    return unsupported("alignment", AlignmentName(p.alignment),
-                       JoinNames(c.alignments,
-                                 [](Alignment a) { return std::string(AlignmentName(a)); }));
+    return unsupported(
+        "alignment", AlignmentName(p.alignment),
+        JoinNames(c.alignments, [](Alignment a) { return std::string(AlignmentName(a)); }));
   }
   if (!Contains(c.layouts, p.layout)) {
     return unsupported("layout", LayoutName(p.layout),
@@ -149,9 +142,8 @@ absl::Status CheckCapabilities(const Capabilities& c, const AttentionProblem& p)
                        absl::StrCat("<= ", c.max_group_size));
   }
   auto extra = [](bool asked, bool have, absl::string_view name) {
-    return asked && !have
-               ? absl::UnimplementedError(absl::StrCat(name, " is not supported"))
-               : absl::OkStatus();
+    return asked && !have ? absl::UnimplementedError(absl::StrCat(name, " is not supported"))
+                          : absl::OkStatus();
   };
   ATTNKIT_RETURN_IF_ERROR(extra(p.return_lse, c.lse, "return_lse (log-sum-exp output)"));
   ATTNKIT_RETURN_IF_ERROR(extra(p.has_kv_lengths(), c.kv_lengths, "kv_lengths (padding)"));
@@ -179,7 +171,8 @@ absl::Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& a) {
     ATTNKIT_RETURN_IF_ERROR(CheckAbsent("kv_lengths", a.kv_lengths, "kv_lengths"));
   }
   if (p.blocked_mask) {
-    ATTNKIT_RETURN_IF_ERROR(CheckTensor("blocked_mask", a.blocked_mask, DType::kU8, {B, H, Tq, Tk}));
+    ATTNKIT_RETURN_IF_ERROR(
+        CheckTensor("blocked_mask", a.blocked_mask, DType::kU8, {B, H, Tq, Tk}));
   } else {
     ATTNKIT_RETURN_IF_ERROR(CheckAbsent("blocked_mask", a.blocked_mask, "blocked_mask"));
   }
@@ -211,8 +204,8 @@ absl::StatusOr<std::unique_ptr<DeviceBuffer>> Backend::Allocate(size_t bytes) {
 
 absl::Status Backend::Upload(const void* host, DeviceBuffer* dst, size_t bytes) {
   if (bytes > dst->size()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "upload of %u bytes into a buffer of %u bytes", bytes, dst->size()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("upload of %u bytes into a buffer of %u bytes", bytes, dst->size()));
   }
   if (bytes > 0) std::memcpy(dst->data(), host, bytes);
   return absl::OkStatus();
@@ -220,15 +213,14 @@ absl::Status Backend::Upload(const void* host, DeviceBuffer* dst, size_t bytes) 
 
 absl::Status Backend::Download(const DeviceBuffer& src, void* host, size_t bytes) {
   if (bytes > src.size()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "download of %u bytes from a buffer of %u bytes", bytes, src.size()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("download of %u bytes from a buffer of %u bytes", bytes, src.size()));
   }
   if (bytes > 0) std::memcpy(host, src.data(), bytes);
   return absl::OkStatus();
 }
 
-absl::Status Backend::Forward(const AttentionProblem& p, const AttentionArgs& args,
-                              RunInfo* info) {
+absl::Status Backend::Forward(const AttentionProblem& p, const AttentionArgs& args, RunInfo* info) {
   ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
   if (UsesHostMemory() && p.has_kv_lengths()) {
     for (int64_t b = 0; b < p.batch; ++b) {
@@ -236,8 +228,8 @@ absl::Status Backend::Forward(const AttentionProblem& p, const AttentionArgs& ar
           static_cast<const int32_t*>(args.kv_lengths.data)[b * args.kv_lengths.strides[0]];
       if (len != p.kv_lengths[b]) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "kv_lengths tensor[%d] (%d) differs from the problem's kv_lengths[%d] (%d)", b,
-            len, b, p.kv_lengths[b]));
+            "kv_lengths tensor[%d] (%d) differs from the problem's kv_lengths[%d] (%d)", b, len, b,
+            p.kv_lengths[b]));
       }
     }
   }

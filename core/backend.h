@@ -100,6 +100,14 @@ class Backend {
   // Waits until the work queued by Forward is finished (no-op on the CPU).
   virtual absl::Status Synchronize() { return absl::OkStatus(); }
 
+  // Worker threads Forward may use (n >= 1). Single-threaded backends keep
+  // the default, which ignores the request and reports 1.
+  virtual absl::Status SetNumThreads(int n) {
+    (void)n;
+    return absl::OkStatus();
+  }
+  virtual int NumThreads() const { return 1; }
+
   // Validates args against p, checks Supports(p), then runs ForwardImpl.
   absl::Status Forward(const AttentionProblem& p, const AttentionArgs& args,
                        RunInfo* info = nullptr);

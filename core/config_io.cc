@@ -12,9 +12,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "core/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
-#include "core/status_macros.h"
 
 namespace attnkit {
 namespace {
@@ -33,8 +33,7 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
   bool has_error() const { return has_error_; }
   std::string Describe(absl::string_view source) const {
     // The parser counts from 0; people count from 1.
-    return absl::StrFormat("%s: line %d, column %d: %s", source, line_ + 1, column_ + 1,
-                           message_);
+    return absl::StrFormat("%s: line %d, column %d: %s", source, line_ + 1, column_ + 1, message_);
   }
 
  private:
@@ -53,8 +52,7 @@ absl::Status ErrnoStatus(absl::string_view what, const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<AttentionConfig> ParseConfigText(absl::string_view text,
-                                                absl::string_view source) {
+absl::StatusOr<AttentionConfig> ParseConfigText(absl::string_view text, absl::string_view source) {
   google::protobuf::TextFormat::Parser parser;
   FirstErrorCollector errors;
   parser.RecordErrorsTo(&errors);
@@ -86,7 +84,10 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return contents.str();
 }
 
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
+namespace {
+
+// Writes `contents` to a new temporary file beside `path`; returns its name.
+absl::StatusOr<std::string> WriteTemporary(const std::string& path, absl::string_view contents) {
   std::string tmp = path + ".tmp.XXXXXX";
   const int fd = mkstemp(&tmp[0]);
   if (fd < 0) return ErrnoStatus("cannot create a temporary file for", path);
@@ -107,12 +108,35 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
     unlink(tmp.c_str());
     return s;
   }
-  // mkstemp creates 0600; give the file the usual permissions.
-  chmod(tmp.c_str(), 0644);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const absl::Status s = ErrnoStatus("cannot rename the temporary file onto", path);
-    unlink(tmp.c_str());
-    return s;
+  chmod(tmp.c_str(), 0644);  // mkstemp creates 0600
+  return tmp;
+}
+
+}  // namespace
+
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
+  return WriteFilesAtomically({{path, std::string(contents)}});
+}
+
+absl::Status WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::vector<std::string> temps;
+  auto remove_temps = [&](size_t from) {
+    for (size_t i = from; i < temps.size(); ++i) unlink(temps[i].c_str());
+  };
+  for (const auto& [path, contents] : files) {
+    auto tmp = WriteTemporary(path, contents);
+    if (!tmp.ok()) {
+      remove_temps(0);
+      return tmp.status();
+    }
+    temps.push_back(*tmp);
+  }
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (std::rename(temps[i].c_str(), files[i].first.c_str()) != 0) {
+      const absl::Status s = ErrnoStatus("cannot rename the temporary file onto", files[i].first);
+      remove_temps(i);
+      return s;
+    }
   }
   return absl::OkStatus();
 }

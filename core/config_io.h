@@ -4,6 +4,8 @@
 #define ATTNKIT_CORE_CONFIG_IO_H_
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -12,8 +14,7 @@
 namespace attnkit {
 
 // Parses text format. `source` names the text in errors ("cfg.textproto").
-absl::StatusOr<AttentionConfig> ParseConfigText(absl::string_view text,
-                                                absl::string_view source);
+absl::StatusOr<AttentionConfig> ParseConfigText(absl::string_view text, absl::string_view source);
 absl::StatusOr<AttentionConfig> LoadConfigFile(const std::string& path);
 std::string ConfigToText(const AttentionConfig& config);
 
@@ -22,6 +23,9 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 // Writes `contents` to a temporary file beside `path`, then renames it over
 // `path`: readers see the old file or the whole new one, never a part.
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
+// Several files: all are written to temporaries first (a failure there leaves
+// nothing behind), then each is renamed into place.
+absl::Status WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files);
 
 }  // namespace attnkit
 

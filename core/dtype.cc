@@ -41,13 +41,11 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kU8}) {
     if (name == DTypeName(t)) return t;
   }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "dtype '%s' is unknown; expected one of f32, f16, bf16, i32, u8", name));
+  return absl::InvalidArgumentError(
+      absl::StrFormat("dtype '%s' is unknown; expected one of f32, f16, bf16, i32, u8", name));
 }
 
-bool IsFloatStorage(DType t) {
-  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
-}
+bool IsFloatStorage(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
 double DTypeEpsilon(DType t) {
   switch (t) {

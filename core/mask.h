@@ -35,8 +35,7 @@ struct KeyRange {
   ATTNKIT_HOST_DEVICE int64_t size() const { return begin >= end ? 0 : end - begin; }
 };
 
-ATTNKIT_HOST_DEVICE inline KeyRange VisibleKeys(const MaskParams& m, int64_t i,
-                                                int64_t kv_length) {
+ATTNKIT_HOST_DEVICE inline KeyRange VisibleKeys(const MaskParams& m, int64_t i, int64_t kv_length) {
   const int64_t diag = i + (m.bottom_right ? kv_length - m.q_len : 0);
   int64_t begin = 0;
   int64_t end = kv_length;
@@ -50,9 +49,8 @@ ATTNKIT_HOST_DEVICE inline KeyRange VisibleKeys(const MaskParams& m, int64_t i,
 // fully hidden (skip it), fully visible (no per-element checks) or partial.
 enum class TileVisibility { kHidden, kVisible, kPartial };
 
-ATTNKIT_HOST_DEVICE inline TileVisibility ClassifyTile(const MaskParams& m,
-                                                       int64_t kv_length, int64_t q0,
-                                                       int64_t q1, int64_t k0,
+ATTNKIT_HOST_DEVICE inline TileVisibility ClassifyTile(const MaskParams& m, int64_t kv_length,
+                                                       int64_t q0, int64_t q1, int64_t k0,
                                                        int64_t k1) {
   // Visible ranges are monotone in i: begin and end never decrease.
   const KeyRange first = VisibleKeys(m, q0, kv_length);

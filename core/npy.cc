@@ -37,28 +37,37 @@ absl::StatusOr<absl::string_view> HeaderValue(absl::string_view header, absl::st
   return absl::StripLeadingAsciiWhitespace(rest);
 }
 
-absl::StatusOr<DType> ParseDescr(absl::string_view value, absl::string_view source) {
+// The element type in the file; int64 arrays (NumPy's default integer) load
+// as int32, with a range check.
+struct FileType {
+  DType dtype;
+  size_t file_size;
+};
+
+absl::StatusOr<FileType> ParseDescr(absl::string_view value, absl::string_view source) {
   if (value.size() < 2 || (value[0] != '\'' && value[0] != '"')) {
     return Bad(source, "'descr' is not a string");
   }
   const size_t end = value.find(value[0], 1);
   if (end == absl::string_view::npos) return Bad(source, "'descr' string is not closed");
   const absl::string_view descr = value.substr(1, end - 1);
-  if (descr == "<f4") return DType::kF32;
-  if (descr == "<f2") return DType::kF16;
-  if (descr == "<i4") return DType::kI32;
-  if (descr == "|u1" || descr == "|b1" || descr == "<u1" || descr == "<b1") return DType::kU8;
+  if (descr == "<f4") return FileType{DType::kF32, 4};
+  if (descr == "<f2") return FileType{DType::kF16, 2};
+  if (descr == "<i4") return FileType{DType::kI32, 4};
+  if (descr == "<i8") return FileType{DType::kI32, 8};
+  if (descr == "|u1" || descr == "|b1" || descr == "<u1" || descr == "<b1") {
+    return FileType{DType::kU8, 1};
+  }
   if (!descr.empty() && descr[0] == '>') {
     return Bad(source, absl::StrCat("dtype '", descr,
                                     "' is big-endian; only little-endian data is accepted"));
   }
   return Bad(source, absl::StrCat("dtype '", descr,
                                   "' is not supported; use float32 (<f4), float16 (<f2), "
-                                  "int32 (<i4), uint8 or bool"));
+                                  "int32 (<i4), int64 (<i8), uint8 or bool"));
 }
 
-absl::StatusOr<std::vector<int64_t>> ParseShape(absl::string_view value,
-                                                absl::string_view source) {
+absl::StatusOr<std::vector<int64_t>> ParseShape(absl::string_view value, absl::string_view source) {
   if (!absl::ConsumePrefix(&value, "(")) return Bad(source, "'shape' is not a tuple");
   const size_t close = value.find(')');
   if (close == absl::string_view::npos) return Bad(source, "'shape' tuple is not closed");
@@ -73,8 +82,8 @@ absl::StatusOr<std::vector<int64_t>> ParseShape(absl::string_view value,
     shape.push_back(dim);
   }
   if (shape.size() > static_cast<size_t>(kMaxRank)) {
-    return Bad(source, absl::StrFormat("rank %d is more than the supported %d", shape.size(),
-                                       kMaxRank));
+    return Bad(source,
+               absl::StrFormat("rank %d is more than the supported %d", shape.size(), kMaxRank));
   }
   return shape;
 }
@@ -83,7 +92,8 @@ absl::StatusOr<std::vector<int64_t>> ParseShape(absl::string_view value,
 
 absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view source,
                                   int64_t max_bytes) {
-  if (bytes.size() < kMagicLen + 4 || bytes.substr(0, kMagicLen) != absl::string_view(kMagic, kMagicLen)) {
+  if (bytes.size() < kMagicLen + 4 ||
+      bytes.substr(0, kMagicLen) != absl::string_view(kMagic, kMagicLen)) {
     return Bad(source, "missing the \\x93NUMPY magic");
   }
   const uint8_t major = static_cast<uint8_t>(bytes[6]);
@@ -94,7 +104,8 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view sou
   } else if (major == 2 || major == 3) {
     if (bytes.size() < 12) return Bad(source, "truncated header");
     header_len = 0;
-    for (int i = 3; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>(bytes[8 + i]);
+    for (int i = 3; i >= 0; --i)
+      header_len = (header_len << 8) | static_cast<uint8_t>(bytes[8 + i]);
     header_start = 12;
   } else {
     return Bad(source, absl::StrFormat("format version %d is not supported", major));
@@ -103,9 +114,9 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view sou
   const absl::string_view header = bytes.substr(header_start, header_len);
 
   ATTNKIT_ASSIGN_OR_RETURN(absl::string_view descr, HeaderValue(header, "descr", source));
-  ATTNKIT_ASSIGN_OR_RETURN(const DType dtype, ParseDescr(descr, source));
-  ATTNKIT_ASSIGN_OR_RETURN(absl::string_view fortran,
-                           HeaderValue(header, "fortran_order", source));
+  ATTNKIT_ASSIGN_OR_RETURN(const FileType file_type, ParseDescr(descr, source));
+  const DType dtype = file_type.dtype;
+  ATTNKIT_ASSIGN_OR_RETURN(absl::string_view fortran, HeaderValue(header, "fortran_order", source));
   if (absl::StartsWith(fortran, "True")) {
     return Bad(source, "Fortran-order arrays are not supported; save with C order");
   }
@@ -119,23 +130,35 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view sou
     if (!product.ok()) return Bad(source, product.status().message());
     elements = *product;
   }
-  auto body_bytes = CheckedMul(elements, static_cast<int64_t>(DTypeSize(dtype)), "array bytes");
+  auto body_bytes = CheckedMul(elements, static_cast<int64_t>(file_type.file_size), "array bytes");
   if (!body_bytes.ok() || *body_bytes > max_bytes) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "%s: shape (%s) needs more than the %d-byte limit for one array", source,
-        absl::StrJoin(shape, ", "), max_bytes));
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("%s: shape (%s) needs more than the %d-byte limit for one array", source,
+                        absl::StrJoin(shape, ", "), max_bytes));
   }
   const size_t body_start = header_start + header_len;
   const size_t have = bytes.size() - body_start;
   if (have != static_cast<size_t>(*body_bytes)) {
     return Bad(source, absl::StrFormat("body has %d bytes; shape (%s) of %s needs %d%s", have,
-                                       absl::StrJoin(shape, ", "), DTypeName(dtype),
-                                       *body_bytes, have < size_t(*body_bytes) ? " (truncated)" : ""));
+                                       absl::StrJoin(shape, ", "), DTypeName(dtype), *body_bytes,
+                                       have < size_t(*body_bytes) ? " (truncated)" : ""));
   }
   NpyArray out;
   out.shape = shape;
   ATTNKIT_ASSIGN_OR_RETURN(out.tensor, Tensor::Contiguous(dtype, shape));
-  if (have > 0) std::memcpy(out.tensor.data(), bytes.data() + body_start, have);
+  if (file_type.file_size == DTypeSize(dtype)) {
+    if (have > 0) std::memcpy(out.tensor.data(), bytes.data() + body_start, have);
+    return out;
+  }
+  auto* dst = static_cast<int32_t*>(out.tensor.data());
+  for (int64_t i = 0; i < elements; ++i) {
+    int64_t x;
+    std::memcpy(&x, bytes.data() + body_start + i * 8, 8);
+    if (x < INT32_MIN || x > INT32_MAX) {
+      return Bad(source, absl::StrFormat("int64 element %d (%d) does not fit in int32", i, x));
+    }
+    dst[i] = static_cast<int32_t>(x);
+  }
   return out;
 }
 
@@ -152,8 +175,8 @@ absl::StatusOr<std::string> SerializeNpy(const TensorView& t) {
                                                 : "|u1";
   std::string shape = absl::StrJoin(t.shape.begin(), t.shape.begin() + t.rank, ", ");
   if (t.rank == 1) shape += ",";
-  std::string header = absl::StrFormat("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
-                                       descr, shape);
+  std::string header =
+      absl::StrFormat("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, shape);
   // Pad with spaces so the body starts on a 64-byte boundary; end with '\n'.
   const size_t unpadded = kMagicLen + 4 + header.size() + 1;
   header.append((64 - unpadded % 64) % 64, ' ');

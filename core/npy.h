@@ -26,8 +26,7 @@ struct NpyArray {
 // Parses a whole .npy file held in memory; `source` names it in errors.
 absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view source,
                                   int64_t max_bytes = kDefaultNpyMaxBytes);
-absl::StatusOr<NpyArray> ReadNpy(const std::string& path,
-                                 int64_t max_bytes = kDefaultNpyMaxBytes);
+absl::StatusOr<NpyArray> ReadNpy(const std::string& path, int64_t max_bytes = kDefaultNpyMaxBytes);
 
 // Serialises a float32, float16, int32 or uint8 view (any strides) in C order.
 // bf16 is written as float32, since NumPy has no bfloat16.

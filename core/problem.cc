@@ -19,8 +19,7 @@ absl::Status Invalid(const absl::FormatSpec<>& msg) {
   return absl::InvalidArgumentError(absl::StrFormat(msg));
 }
 
-absl::Status RequireRange(absl::string_view field, int64_t value, int64_t lo,
-                          int64_t hi) {
+absl::Status RequireRange(absl::string_view field, int64_t value, int64_t lo, int64_t hi) {
   if (value < lo || value > hi) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s (%d) must be in [%d, %d]", field, value, lo, hi));
@@ -65,9 +64,7 @@ absl::string_view MaskKindName(MaskKind kind) {
   }
 }
 
-absl::string_view AlignmentName(Alignment a) {
-  return a == Alignment::kTopLeft ? "tl" : "br";
-}
+absl::string_view AlignmentName(Alignment a) { return a == Alignment::kTopLeft ? "tl" : "br"; }
 
 MaskParams AttentionProblem::mask_params() const {
   MaskParams m;
@@ -94,8 +91,8 @@ absl::string_view AttentionProblem::Variant() const {
 }
 
 std::string AttentionProblem::Id() const {
-  std::string id = absl::StrFormat("%s_h%d_g%d_q%d_k%d_d%d", Variant(), num_heads,
-                                   num_kv_heads, q_len, kv_len, head_dim);
+  std::string id = absl::StrFormat("%s_h%d_g%d_q%d_k%d_d%d", Variant(), num_heads, num_kv_heads,
+                                   q_len, kv_len, head_dim);
   if (batch != 1) absl::StrAppend(&id, "_b", batch);
   absl::StrAppend(&id, "_", MaskKindName(mask));
   if (mask == MaskKind::kSlidingWindow) {
@@ -118,9 +115,8 @@ absl::Status ValidateProblem(const AttentionProblem& p) {
   ATTNKIT_RETURN_IF_ERROR(RequireRange("num_heads", p.num_heads, 1, 65536));
   ATTNKIT_RETURN_IF_ERROR(RequireRange("num_kv_heads", p.num_kv_heads, 1, p.num_heads));
   if (p.num_heads % p.num_kv_heads != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("num_heads (%d) must be a multiple of num_kv_heads (%d)",
-                        p.num_heads, p.num_kv_heads));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "num_heads (%d) must be a multiple of num_kv_heads (%d)", p.num_heads, p.num_kv_heads));
   }
   ATTNKIT_RETURN_IF_ERROR(RequireRange("head_dim", p.head_dim, 1, 1024));
   ATTNKIT_RETURN_IF_ERROR(RequireRange("model_dim", p.model_dim, 1, kMaxDim));
@@ -133,18 +129,18 @@ absl::Status ValidateProblem(const AttentionProblem& p) {
     ATTNKIT_RETURN_IF_ERROR(RequireRange("mask.window_left", p.window_left, 0, kMaxDim));
     ATTNKIT_RETURN_IF_ERROR(RequireRange("mask.window_right", p.window_right, 0, kMaxDim));
   } else if (p.window_left != 0 || p.window_right != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "mask.window_left (%d) and mask.window_right (%d) must be 0 unless "
-        "mask.kind is SLIDING_WINDOW (it is %s)",
-        p.window_left, p.window_right, MaskKindName(p.mask)));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("mask.window_left (%d) and mask.window_right (%d) must be 0 unless "
+                        "mask.kind is SLIDING_WINDOW (it is %s)",
+                        p.window_left, p.window_right, MaskKindName(p.mask)));
   }
   if (!std::isfinite(p.scale) || p.scale <= 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("scale (%g) must be finite and > 0", p.scale));
   }
   if (!std::isfinite(p.softcap) || p.softcap < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "softcap (%g) must be finite and >= 0 (0 turns it off)", p.softcap));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("softcap (%g) must be finite and >= 0 (0 turns it off)", p.softcap));
   }
   if (!p.kv_lengths.empty()) {
     if (static_cast<int64_t>(p.kv_lengths.size()) != p.batch) {
@@ -154,9 +150,8 @@ absl::Status ValidateProblem(const AttentionProblem& p) {
     }
     for (size_t b = 0; b < p.kv_lengths.size(); ++b) {
       if (p.kv_lengths[b] < 0 || p.kv_lengths[b] > p.kv_len) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("kv_lengths[%d] (%d) must be in [0, kv_len (%d)]", b,
-                            p.kv_lengths[b], p.kv_len));
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "kv_lengths[%d] (%d) must be in [0, kv_len (%d)]", b, p.kv_lengths[b], p.kv_len));
       }
     }
   }
@@ -185,8 +180,7 @@ absl::StatusOr<AttentionProblem> ProblemFromConfig(const AttentionConfig& c) {
         absl::StrFormat("num_heads (%d) must be >= 1", c.num_heads()));
   }
   if (c.head_dim() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("head_dim (%d) must be >= 1", c.head_dim()));
+    return absl::InvalidArgumentError(absl::StrFormat("head_dim (%d) must be >= 1", c.head_dim()));
   }
   p.model_dim = c.model_dim() == 0 ? c.num_heads() * c.head_dim() : c.model_dim();
   p.q_len = c.q_len();

@@ -19,27 +19,27 @@ namespace attnkit {
 enum class MaskKind { kNone, kCausal, kSlidingWindow };
 enum class Alignment { kTopLeft, kBottomRight };
 
-absl::string_view MaskKindName(MaskKind kind);     // "none", "causal", "window"
-absl::string_view AlignmentName(Alignment a);      // "tl", "br"
+absl::string_view MaskKindName(MaskKind kind);  // "none", "causal", "window"
+absl::string_view AlignmentName(Alignment a);   // "tl", "br"
 
 struct AttentionProblem {
   std::string name;
   int64_t batch = 1;
-  int64_t num_heads = 1;     // H
-  int64_t num_kv_heads = 1;  // G; H % G == 0
-  int64_t head_dim = 1;      // d
-  int64_t model_dim = 1;     // D, for the layer in ops/
-  int64_t q_len = 1;         // Tq
-  int64_t kv_len = 1;        // Tk
+  int64_t num_heads = 1;         // H
+  int64_t num_kv_heads = 1;      // G; H % G == 0
+  int64_t head_dim = 1;          // d
+  int64_t model_dim = 1;         // D, for the layer in ops/
+  int64_t q_len = 1;             // Tq
+  int64_t kv_len = 1;            // Tk
   DType dtype = DType::kF32;     // Q and O storage
   DType kv_dtype = DType::kF32;  // K and V storage
   Layout layout = Layout::kBHTD;
   MaskKind mask = MaskKind::kNone;
-  int64_t window_left = 0;   // only for kSlidingWindow
+  int64_t window_left = 0;  // only for kSlidingWindow
   int64_t window_right = 0;
   Alignment alignment = Alignment::kTopLeft;
   float scale = 1.0f;
-  float softcap = 0.0f;      // 0 = off
+  float softcap = 0.0f;             // 0 = off
   std::vector<int64_t> kv_lengths;  // empty, or one per batch entry
   bool blocked_mask = false;
   bool additive_bias = false;

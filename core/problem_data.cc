@@ -16,8 +16,10 @@ absl::StatusOr<ProblemData> ProblemData::Allocate(const AttentionProblem& p) {
   const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads;
   ProblemData data;
   ATTNKIT_ASSIGN_OR_RETURN(data.q, Tensor::Attention(p.dtype, p.layout, B, H, p.q_len, p.head_dim));
-  ATTNKIT_ASSIGN_OR_RETURN(data.k, Tensor::Attention(p.kv_dtype, p.layout, B, G, p.kv_len, p.head_dim));
-  ATTNKIT_ASSIGN_OR_RETURN(data.v, Tensor::Attention(p.kv_dtype, p.layout, B, G, p.kv_len, p.head_dim));
+  ATTNKIT_ASSIGN_OR_RETURN(data.k,
+                           Tensor::Attention(p.kv_dtype, p.layout, B, G, p.kv_len, p.head_dim));
+  ATTNKIT_ASSIGN_OR_RETURN(data.v,
+                           Tensor::Attention(p.kv_dtype, p.layout, B, G, p.kv_len, p.head_dim));
   ATTNKIT_ASSIGN_OR_RETURN(data.o, Tensor::Attention(p.dtype, p.layout, B, H, p.q_len, p.head_dim));
   if (p.return_lse) {
     ATTNKIT_ASSIGN_OR_RETURN(data.lse, Tensor::Contiguous(DType::kF32, {B, H, p.q_len}));

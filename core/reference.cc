@@ -5,8 +5,8 @@
 
 namespace attnkit {
 
-double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b,
-                    int64_t h, int64_t i, std::vector<double>* scores, double* o_row) {
+double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b, int64_t h,
+                    int64_t i, std::vector<double>* scores, double* o_row) {
   const int64_t d = p.head_dim;
   const int64_t g = p.KvHead(h);
   const int64_t kv_length = p.KvLength(b);
@@ -17,13 +17,14 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
   double max_score = kNegInf;
   for (int64_t j = range.begin; j < range.end; ++j) {
     s[j] = kNegInf;
-    if (p.blocked_mask && static_cast<const uint8_t*>(a.blocked_mask.data)[a.blocked_mask.Offset(b, h, i, j)] != 0) {
+    if (p.blocked_mask &&
+        static_cast<const uint8_t*>(a.blocked_mask.data)[a.blocked_mask.Offset(b, h, i, j)] != 0) {
       continue;
     }
     double dot = 0;
     for (int64_t c = 0; c < d; ++c) {
-      dot += double(a.q.LoadF32(a.q.Offset(b, h, i, c))) *
-             double(a.k.LoadF32(a.k.Offset(b, g, j, c)));
+      dot +=
+          double(a.q.LoadF32(a.q.Offset(b, h, i, c))) * double(a.k.LoadF32(a.k.Offset(b, g, j, c)));
     }
     double score = double(p.scale) * dot;
     if (p.softcap > 0) score = double(p.softcap) * std::tanh(score / double(p.softcap));

@@ -21,8 +21,8 @@ namespace attnkit {
 // A row with no unblocked key (or whose scores are all -inf) gives o = 0 and
 // lse = -inf. `scores` is scratch of at least kv_len entries.
 // Returns the row's lse and writes head_dim values to o_row.
-double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b,
-                    int64_t h, int64_t i, std::vector<double>* scores, double* o_row);
+double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b, int64_t h,
+                    int64_t i, std::vector<double>* scores, double* o_row);
 
 struct ReferenceResult {
   std::vector<double> o;    // [B, H, Tq, d], canonical order

@@ -48,9 +48,9 @@ absl::Status BackendRegistry::LoadPlugin(const std::string& path) {
   }
   auto entry = reinterpret_cast<AttnkitPluginEntryFn>(dlsym(handle, ATTNKIT_PLUGIN_ENTRY_SYMBOL));
   if (entry == nullptr) {
-    return fail(absl::InvalidArgumentError(absl::StrFormat(
-        "plugin %s: not an attnkit plugin: symbol %s is missing", path,
-        ATTNKIT_PLUGIN_ENTRY_SYMBOL)));
+    return fail(absl::InvalidArgumentError(
+        absl::StrFormat("plugin %s: not an attnkit plugin: symbol %s is missing", path,
+                        ATTNKIT_PLUGIN_ENTRY_SYMBOL)));
   }
   const AttnkitPluginV1* plugin = entry();
   if (plugin == nullptr) {
@@ -67,8 +67,8 @@ absl::Status BackendRegistry::LoadPlugin(const std::string& path) {
   for (uint32_t i = 0; i < plugin->num_backends; ++i) {
     Backend* b = plugin->create_backend(i);
     if (b == nullptr) {
-      return fail(absl::InternalError(
-          absl::StrFormat("plugin %s: creating backend %u failed", path, i)));
+      return fail(
+          absl::InternalError(absl::StrFormat("plugin %s: creating backend %u failed", path, i)));
     }
     created.emplace_back(b);
   }
@@ -79,7 +79,8 @@ absl::Status BackendRegistry::LoadPlugin(const std::string& path) {
   for (auto& b : created) {
     const std::string name = b->Name();
     const absl::Status s = Register(std::move(b));
-    if (!s.ok()) return fail(absl::Status(s.code(), absl::StrCat("plugin ", path, ": ", s.message())));
+    if (!s.ok())
+      return fail(absl::Status(s.code(), absl::StrCat("plugin ", path, ": ", s.message())));
   }
   return absl::OkStatus();
 }
@@ -97,8 +98,8 @@ absl::StatusOr<Backend*> BackendRegistry::Find(const std::string& name) const {
     if (b->Name() == name) return b.get();
     names.push_back(b->Name());
   }
-  return absl::NotFoundError(absl::StrFormat("unknown backend '%s'; registered: %s", name,
-                                             absl::StrJoin(names, ", ")));
+  return absl::NotFoundError(
+      absl::StrFormat("unknown backend '%s'; registered: %s", name, absl::StrJoin(names, ", ")));
 }
 
 std::vector<Backend*> BackendRegistry::All() const {
@@ -126,8 +127,8 @@ absl::StatusOr<Selection> BackendRegistry::Select(
     ATTNKIT_ASSIGN_OR_RETURN(Backend * b, Find(name));
     const absl::Status s = b->Supports(p);
     if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrFormat("backend '%s' cannot run this problem: %s",
-                                                    name, s.message()));
+      return absl::Status(
+          s.code(), absl::StrFormat("backend '%s' cannot run this problem: %s", name, s.message()));
     }
     return Selection{b, absl::StrFormat("%s: chosen by name", name)};
   }
@@ -146,9 +147,10 @@ absl::StatusOr<Selection> BackendRegistry::Select(
   for (Backend* b : candidates) {
     const absl::Status s = b->Supports(p);
     if (s.ok()) {
-      std::string reason = absl::StrFormat("auto: %s is the first backend in the order [%s] "
-                                           "that supports this problem",
-                                           b->Name(), absl::StrJoin(auto_order, ", "));
+      std::string reason = absl::StrFormat(
+          "auto: %s is the first backend in the order [%s] "
+          "that supports this problem",
+          b->Name(), absl::StrJoin(auto_order, ", "));
       if (!passed_over.empty()) {
         absl::StrAppend(&reason, " (passed over: ", absl::StrJoin(passed_over, "; "), ")");
       }

@@ -5,9 +5,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-#define ATTNKIT_RETURN_IF_ERROR(expr)                \
-  do {                                               \
-    const ::absl::Status attnkit_status_ = (expr);   \
+#define ATTNKIT_RETURN_IF_ERROR(expr)                  \
+  do {                                                 \
+    const ::absl::Status attnkit_status_ = (expr);     \
     if (!attnkit_status_.ok()) return attnkit_status_; \
   } while (0)
 
@@ -16,8 +16,7 @@
 
 // ATTNKIT_ASSIGN_OR_RETURN(auto x, MakeX()); declares x or returns the error.
 #define ATTNKIT_ASSIGN_OR_RETURN(lhs, rexpr) \
-  ATTNKIT_ASSIGN_OR_RETURN_IMPL_(            \
-      ATTNKIT_STATUS_CONCAT_(attnkit_statusor_, __LINE__), lhs, rexpr)
+  ATTNKIT_ASSIGN_OR_RETURN_IMPL_(ATTNKIT_STATUS_CONCAT_(attnkit_statusor_, __LINE__), lhs, rexpr)
 
 #define ATTNKIT_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr) \
   auto statusor = (rexpr);                                   \

@@ -12,9 +12,7 @@
 
 namespace attnkit {
 
-absl::string_view LayoutName(Layout layout) {
-  return layout == Layout::kBHTD ? "bhtd" : "bthd";
-}
+absl::string_view LayoutName(Layout layout) { return layout == Layout::kBHTD ? "bhtd" : "bthd"; }
 
 int64_t TensorView::NumElements() const {
   int64_t n = 1;
@@ -60,8 +58,8 @@ TensorView ContiguousView(void* data, DType dtype, absl::Span<const int64_t> sha
   return v;
 }
 
-TensorView AttentionView(void* data, DType dtype, Layout layout, int64_t batch,
-                         int64_t heads, int64_t tokens, int64_t head_dim) {
+TensorView AttentionView(void* data, DType dtype, Layout layout, int64_t batch, int64_t heads,
+                         int64_t tokens, int64_t head_dim) {
   TensorView v = ContiguousView(data, dtype, {batch, heads, tokens, head_dim});
   if (layout == Layout::kBTHD) {
     v.strides = {tokens * heads * head_dim, head_dim, heads * head_dim, 1};
@@ -106,13 +104,24 @@ absl::StatusOr<Tensor> Tensor::Contiguous(DType dtype, absl::Span<const int64_t>
   return t;
 }
 
-absl::StatusOr<Tensor> Tensor::Attention(DType dtype, Layout layout, int64_t batch,
-                                         int64_t heads, int64_t tokens,
-                                         int64_t head_dim) {
-  ATTNKIT_ASSIGN_OR_RETURN(Tensor t,
-                           Contiguous(dtype, {batch, heads, tokens, head_dim}));
+absl::StatusOr<Tensor> Tensor::Attention(DType dtype, Layout layout, int64_t batch, int64_t heads,
+                                         int64_t tokens, int64_t head_dim) {
+  ATTNKIT_ASSIGN_OR_RETURN(Tensor t, Contiguous(dtype, {batch, heads, tokens, head_dim}));
   t.view_ = AttentionView(t.buffer_.data(), dtype, layout, batch, heads, tokens, head_dim);
   return t;
+}
+
+absl::Status Tensor::SetView(const TensorView& view) {
+  const char* begin = static_cast<const char*>(buffer_.data());
+  const char* start = static_cast<const char*>(view.data);
+  const int64_t span_bytes = view.SpanElements() * static_cast<int64_t>(DTypeSize(view.dtype));
+  if (view.dtype != view_.dtype || start < begin || start + span_bytes > begin + buffer_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("view %s does not fit the tensor's %d-byte %s buffer", view.DebugString(),
+                        buffer_.size(), DTypeName(view_.dtype)));
+  }
+  view_ = view;
+  return absl::OkStatus();
 }
 
 }  // namespace attnkit

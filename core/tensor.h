@@ -66,8 +66,8 @@ void ForEachOffset(const TensorView& t, Fn fn) {
 // A view with the given shape over `data`, contiguous in row-major order.
 TensorView ContiguousView(void* data, DType dtype, absl::Span<const int64_t> shape);
 // A [B, heads, T, d] view over `data` stored in `layout`.
-TensorView AttentionView(void* data, DType dtype, Layout layout, int64_t batch,
-                         int64_t heads, int64_t tokens, int64_t head_dim);
+TensorView AttentionView(void* data, DType dtype, Layout layout, int64_t batch, int64_t heads,
+                         int64_t tokens, int64_t head_dim);
 
 // Heap memory aligned to 64 bytes (one cache line, one AVX-512 vector).
 class AlignedBuffer {
@@ -91,11 +91,13 @@ class Tensor {
  public:
   Tensor() = default;
   static absl::StatusOr<Tensor> Contiguous(DType dtype, absl::Span<const int64_t> shape);
-  static absl::StatusOr<Tensor> Attention(DType dtype, Layout layout, int64_t batch,
-                                          int64_t heads, int64_t tokens,
-                                          int64_t head_dim);
+  static absl::StatusOr<Tensor> Attention(DType dtype, Layout layout, int64_t batch, int64_t heads,
+                                          int64_t tokens, int64_t head_dim);
   const TensorView& view() const { return view_; }
   void* data() const { return view_.data; }
+  // Replaces the view (e.g. broadcast strides over the same storage);
+  // InvalidArgument when it would reach outside the buffer or change dtype.
+  absl::Status SetView(const TensorView& view);
 
  private:
   AlignedBuffer buffer_;

@@ -14,6 +14,7 @@ const AttnkitPluginV1 kPlugin = {ATTNKIT_PLUGIN_ABI_VERSION, 1, &CreateBackend};
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) const AttnkitPluginV1* attnkit_plugin_entry(void) {
+extern "C" __attribute__((visibility("default"))) const AttnkitPluginV1* attnkit_plugin_entry(
+    void) {
   return &kPlugin;
 }

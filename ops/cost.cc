@@ -1,0 +1,65 @@
+#include "ops/cost.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace attnkit {
+namespace {
+
+std::string Bytes(int64_t bytes) {
+  const double b = double(bytes);
+  if (b >= double(int64_t{1} << 30))
+    return absl::StrFormat("%d B (%.4g GiB)", bytes, b / (1 << 30));
+  if (b >= double(1 << 20)) return absl::StrFormat("%d B (%.4g MiB)", bytes, b / (1 << 20));
+  if (b >= 1024) return absl::StrFormat("%d B (%.4g KiB)", bytes, b / 1024);
+  return absl::StrFormat("%d B", bytes);
+}
+
+}  // namespace
+
+CostReport ComputeCost(const AttentionProblem& p) {
+  CostReport c;
+  const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads, d = p.head_dim;
+  const int64_t qsize = DTypeSize(p.dtype), kvsize = DTypeSize(p.kv_dtype);
+  c.visible_pairs = CountVisiblePairs(p);
+  c.total_pairs = B * H * p.q_len * p.kv_len;
+  c.useful_flops = UsefulFlops(p);
+  c.dense_flops = 4.0 * double(d) * double(c.total_pairs);
+  c.bytes_q = B * H * p.q_len * d * qsize;
+  c.bytes_o = c.bytes_q;
+  c.bytes_k = B * G * p.kv_len * d * kvsize;
+  c.bytes_v = c.bytes_k;
+  if (p.return_lse) c.bytes_extra += B * H * p.q_len * 4;
+  if (p.has_kv_lengths()) c.bytes_extra += B * 4;
+  if (p.blocked_mask) c.bytes_extra += c.total_pairs;
+  if (p.additive_bias) c.bytes_extra += c.total_pairs * 4;
+  c.bytes_moved = c.bytes_q + c.bytes_k + c.bytes_v + c.bytes_o + c.bytes_extra;
+  c.score_entries = c.total_pairs;
+  c.kv_cache_bytes = c.bytes_k + c.bytes_v;
+  c.projection_params = 2 * p.model_dim * d * (H + G);
+  return c;
+}
+
+std::string FormatCost(const AttentionProblem& p, const CostReport& c) {
+  std::string out;
+  absl::StrAppendFormat(&out, "problem            %s (%s, %d query heads share %d kv heads)\n",
+                        p.Id(), p.Variant(), p.num_heads, p.num_kv_heads);
+  absl::StrAppendFormat(&out, "visible pairs      %d of %d (%.2f%%)\n", c.visible_pairs,
+                        c.total_pairs, c.total_pairs ? 100.0 * c.visible_pairs / c.total_pairs : 0);
+  absl::StrAppendFormat(&out, "useful FLOPs       %.6g (4 * d * visible pairs)\n", c.useful_flops);
+  absl::StrAppendFormat(&out, "dense FLOPs        %.6g (4 * d * B * H * Tq * Tk)\n", c.dense_flops);
+  absl::StrAppendFormat(&out, "bytes moved        %s (q %d, k %d, v %d, o %d, other %d)\n",
+                        Bytes(c.bytes_moved), c.bytes_q, c.bytes_k, c.bytes_v, c.bytes_o,
+                        c.bytes_extra);
+  absl::StrAppendFormat(&out, "arith. intensity   %.3g FLOP/byte\n",
+                        c.bytes_moved ? c.useful_flops / c.bytes_moved : 0);
+  absl::StrAppendFormat(&out, "score tensor       %d entries (B * H * Tq * Tk; %s as f32)\n",
+                        c.score_entries, Bytes(c.score_entries * 4));
+  absl::StrAppendFormat(&out, "kv cache           %s per layer (%d tokens, %s)\n",
+                        Bytes(c.kv_cache_bytes), p.kv_len, DTypeName(p.kv_dtype));
+  absl::StrAppendFormat(&out, "projection params  %d (model_dim %d: Wq, Wk, Wv, Wo)\n",
+                        c.projection_params, p.model_dim);
+  return out;
+}
+
+}  // namespace attnkit

@@ -1,0 +1,104 @@
+#include "tests/backend_test_env.h"
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "backends/builtin.h"
+#include "gtest/gtest.h"
+
+namespace attnkit {
+namespace testing_env {
+namespace {
+
+struct Counts {
+  int passed = 0, failed = 0, skipped = 0;
+  std::map<std::string, int> skip_reasons;
+};
+
+std::mutex& SummaryMutex() {
+  static std::mutex* mu = new std::mutex;
+  return *mu;
+}
+
+std::map<std::string, Counts>& Summary() {
+  static auto* summary = new std::map<std::string, Counts>;
+  return *summary;
+}
+
+}  // namespace
+
+std::vector<std::string> BackendNames() { return GlobalRegistry().Names(); }
+
+std::string SafeName(const std::string& name) {
+  std::string out = name;
+  for (char& c : out) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return out;
+}
+
+void Record(const std::string& backend, Outcome outcome, const std::string& skip_reason) {
+  std::lock_guard<std::mutex> lock(SummaryMutex());
+  Counts& c = Summary()[backend];
+  switch (outcome) {
+    case Outcome::kPassed:
+      ++c.passed;
+      break;
+    case Outcome::kFailed:
+      ++c.failed;
+      break;
+    case Outcome::kSkipped:
+      ++c.skipped;
+      ++c.skip_reasons[skip_reason];
+      break;
+  }
+}
+
+absl::Status CheckRunnable(const Backend& b, const AttentionProblem& p) {
+  const absl::Status supported = b.Supports(p);
+  if (supported.ok()) return supported;
+  if (b.Available().ok() && CheckCapabilities(b.Caps(), p).ok()) {
+    ADD_FAILURE() << b.Name() << " refuses " << p.Id()
+                  << " although its capabilities cover it: " << supported;
+  }
+  return supported;
+}
+
+bool LoadPluginsFromArgs(int* argc, char** argv) {
+  bool ok = true;
+  int out = 1;
+  for (int i = 1; i < *argc; ++i) {
+    constexpr char kFlag[] = "--plugin=";
+    if (std::strncmp(argv[i], kFlag, sizeof(kFlag) - 1) == 0) {
+      const absl::Status s = GlobalRegistry().LoadPlugin(argv[i] + sizeof(kFlag) - 1);
+      if (!s.ok()) {
+        std::fprintf(stderr, "FATAL: %s\n", std::string(s.message()).c_str());
+        ok = false;
+      }
+    } else {
+      argv[out++] = argv[i];
+    }
+  }
+  *argc = out;
+  return ok;
+}
+
+void PrintSummary() {
+  std::lock_guard<std::mutex> lock(SummaryMutex());
+  if (Summary().empty()) return;
+  std::printf("\n=== attnkit backend summary (cases run / passed / failed / skipped) ===\n");
+  for (const auto& [name, c] : Summary()) {
+    std::printf("%-20s run %5d  passed %5d  failed %5d  skipped %5d\n", name.c_str(),
+                c.passed + c.failed, c.passed, c.failed, c.skipped);
+    for (const auto& [reason, n] : c.skip_reasons) {
+      std::printf("    skipped %4d: %s\n", n, reason.c_str());
+    }
+  }
+}
+
+}  // namespace testing_env
+}  // namespace attnkit

@@ -1,0 +1,41 @@
+// Shared set-up for the suites that run on every registered backend: plugins
+// named on the command line (--plugin=PATH) are loaded into the global
+// registry before the parameterised tests are generated, and a summary of
+// what ran and what was skipped is printed at the end.
+#ifndef ATTNKIT_TESTS_BACKEND_TEST_ENV_H_
+#define ATTNKIT_TESTS_BACKEND_TEST_ENV_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/backend.h"
+#include "core/problem.h"
+
+namespace attnkit {
+namespace testing_env {
+
+// Names of every backend in GlobalRegistry() after plugins are loaded.
+std::vector<std::string> BackendNames();
+
+// gtest-safe form of a backend name ("reference-plugin" -> "reference_plugin").
+std::string SafeName(const std::string& name);
+
+// Records an outcome for the end-of-run summary.
+enum class Outcome { kPassed, kFailed, kSkipped };
+void Record(const std::string& backend, Outcome outcome, const std::string& skip_reason = "");
+
+// Returns OK when the test should run `p` on `b`. Otherwise returns the
+// reason to skip, after adding a test failure if `b` refuses a case that its
+// Caps() claim to cover while it is available.
+absl::Status CheckRunnable(const Backend& b, const AttentionProblem& p);
+
+// For main(): loads --plugin= arguments (removing them from argv) and fails
+// loudly if any plugin does not load; returns false on failure.
+bool LoadPluginsFromArgs(int* argc, char** argv);
+void PrintSummary();
+
+}  // namespace testing_env
+}  // namespace attnkit
+
+#endif  // ATTNKIT_TESTS_BACKEND_TEST_ENV_H_

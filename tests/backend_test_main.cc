@@ -1,0 +1,14 @@
+// main() for the suites parameterised over every backend: plugins first (so
+// the generated test list includes them), then gtest, then the summary.
+#include <cstdio>
+
+#include "gtest/gtest.h"
+#include "tests/backend_test_env.h"
+
+int main(int argc, char** argv) {
+  if (!attnkit::testing_env::LoadPluginsFromArgs(&argc, argv)) return 1;
+  testing::InitGoogleTest(&argc, argv);
+  const int result = RUN_ALL_TESTS();
+  attnkit::testing_env::PrintSummary();
+  return result;
+}

@@ -1,0 +1,18 @@
+// The problem grid of the conformance suite: sizes, head dims, GQA ratios,
+// masks, alignments, padding, dense masks, bias, softcap, LSE, layouts and
+// dtypes, chosen so every feature meets odd and tiny shapes.
+#ifndef ATTNKIT_TESTS_CONFORMANCE_GRID_H_
+#define ATTNKIT_TESTS_CONFORMANCE_GRID_H_
+
+#include <vector>
+
+#include "core/problem.h"
+
+namespace attnkit {
+
+// Every problem is valid and has a unique Id(); its seed is set.
+std::vector<AttentionProblem> ConformanceGrid();
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_TESTS_CONFORMANCE_GRID_H_

@@ -1,0 +1,299 @@
+// Properties from the standard explanations of attention, each checked on
+// every registered backend that supports the case.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backends/builtin.h"
+#include "core/compare.h"
+#include "core/execute.h"
+#include "core/problem_data.h"
+#include "gtest/gtest.h"
+#include "tests/backend_test_env.h"
+
+namespace attnkit {
+namespace {
+
+using testing_env::Outcome;
+
+class PropertyTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  Backend* backend() {
+    auto b = GlobalRegistry().Find(GetParam());
+    EXPECT_TRUE(b.ok()) << b.status();
+    return b.ok() ? *b : nullptr;
+  }
+  // True when the backend runs p; otherwise records the skip reason.
+  bool Runs(const AttentionProblem& p) {
+    const absl::Status s = testing_env::CheckRunnable(*backend(), p);
+    if (!s.ok()) {
+      testing_env::Record(GetParam(), Outcome::kSkipped, std::string(s.message()));
+      skip_reason_ = std::string(s.message());
+    }
+    return s.ok();
+  }
+  void Run(const AttentionProblem& p, const ProblemData& data) {
+    PoisonOutputs(data);
+    RunInfo info;
+    const absl::Status s = RunOnBackend(backend(), p, data, &info);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  std::string skip_reason_;
+};
+
+AttentionProblem Basic(int64_t batch, int64_t heads, int64_t kv_heads, int64_t q_len,
+                       int64_t kv_len, int64_t head_dim) {
+  AttentionProblem p;
+  p.batch = batch;
+  p.num_heads = heads;
+  p.num_kv_heads = kv_heads;
+  p.q_len = q_len;
+  p.kv_len = kv_len;
+  p.head_dim = head_dim;
+  p.model_dim = heads * head_dim;
+  p.scale = 1.0f / std::sqrt(float(head_dim));
+  return p;
+}
+
+float At(const Tensor& t, int64_t i0, int64_t i1, int64_t i2, int64_t i3 = 0) {
+  return t.view().LoadF32(t.view().Offset(i0, i1, i2, i3));
+}
+
+// Per-head loop == batched call, on the token-major layout. A backend that
+// reshapes [B, T, H, d] memory to [B, H, T, d] instead of using the strides
+// fails this; the last block proves such a bug would be visible.
+TEST_P(PropertyTest, PerHeadLoopEqualsBatchedCall) {
+  AttentionProblem p = Basic(2, 4, 2, 9, 9, 16);
+  p.mask = MaskKind::kCausal;
+  p.layout = Layout::kBTHD;
+  if (!Runs(p)) GTEST_SKIP() << skip_reason_;
+  auto batched = ProblemData::Random(p, 11);
+  ASSERT_TRUE(batched.ok());
+  Run(p, *batched);
+
+  AttentionProblem one = Basic(1, 1, 1, p.q_len, p.kv_len, p.head_dim);
+  one.mask = MaskKind::kCausal;
+  ASSERT_TRUE(Runs(one)) << skip_reason_;
+  double max_diff = 0, reshape_diff = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.num_heads; ++h) {
+      auto head = ProblemData::Allocate(one);
+      ASSERT_TRUE(head.ok());
+      const int64_t g = p.KvHead(h);
+      for (int64_t t = 0; t < p.q_len; ++t) {
+        for (int64_t c = 0; c < p.head_dim; ++c) {
+          // Explicit transpose: token t of head h.
+          StoreFromF32(head->q.data(), DType::kF32, t * p.head_dim + c, At(batched->q, b, h, t, c));
+          StoreFromF32(head->k.data(), DType::kF32, t * p.head_dim + c, At(batched->k, b, g, t, c));
+          StoreFromF32(head->v.data(), DType::kF32, t * p.head_dim + c, At(batched->v, b, g, t, c));
+        }
+      }
+      Run(one, *head);
+      for (int64_t t = 0; t < p.q_len; ++t) {
+        for (int64_t c = 0; c < p.head_dim; ++c) {
+          const double want = At(head->o, 0, 0, t, c);
+          max_diff = std::max(max_diff, std::fabs(At(batched->o, b, h, t, c) - want));
+          // The reshape bug reads the same memory as if it were [B, H, T, d].
+          const TensorView wrong = AttentionView(batched->o.data(), DType::kF32, Layout::kBHTD,
+                                                 p.batch, p.num_heads, p.q_len, p.head_dim);
+          reshape_diff =
+              std::max(reshape_diff, std::fabs(wrong.LoadF32(wrong.Offset(b, h, t, c)) - want));
+        }
+      }
+    }
+  }
+  EXPECT_LE(max_diff, 1e-5) << "batched output differs from the per-head loop";
+  EXPECT_GT(reshape_diff, 0.05) << "the test could not tell a reshape from a transpose";
+}
+
+// Under a causal mask, changing token 3 leaves outputs 0..2 bit for bit.
+TEST_P(PropertyTest, CausalOutputsIgnoreLaterTokens) {
+  AttentionProblem p = Basic(1, 2, 1, 8, 8, 32);
+  p.mask = MaskKind::kCausal;
+  if (!Runs(p)) GTEST_SKIP() << skip_reason_;
+  auto first = ProblemData::Random(p, 21);
+  auto second = ProblemData::Random(p, 21);
+  ASSERT_TRUE(first.ok() && second.ok());
+  for (const Tensor* t : {&second->q, &second->k, &second->v}) {
+    for (int64_t h = 0; h < t->view().dim(1); ++h) {
+      for (int64_t c = 0; c < p.head_dim; ++c) {
+        StoreFromF32(t->data(), DType::kF32, t->view().Offset(0, h, 3, c), 0.9f - 0.05f * c);
+      }
+    }
+  }
+  Run(p, *first);
+  Run(p, *second);
+  double later_diff = 0;
+  for (int64_t h = 0; h < p.num_heads; ++h) {
+    for (int64_t i = 0; i < p.q_len; ++i) {
+      for (int64_t c = 0; c < p.head_dim; ++c) {
+        const float a = At(first->o, 0, h, i, c), b = At(second->o, 0, h, i, c);
+        if (i < 3) {
+          ASSERT_EQ(a, b) << "output " << i << " changed when token 3 changed";
+        } else {
+          later_diff = std::max(later_diff, double(std::fabs(a - b)));
+        }
+      }
+    }
+  }
+  EXPECT_GT(later_diff, 1e-3) << "token 3 did not influence outputs 3..7";
+}
+
+// Padded keys get exactly zero weight: whatever they hold (huge, NaN), the
+// output is the same bits and finite.
+TEST_P(PropertyTest, PaddedKeysGetZeroWeight) {
+  AttentionProblem p = Basic(2, 2, 2, 3, 8, 16);
+  p.kv_lengths = {5, 3};
+  if (!Runs(p)) GTEST_SKIP() << skip_reason_;
+  auto clean = ProblemData::Random(p, 31);
+  auto dirty = ProblemData::Random(p, 31);
+  ASSERT_TRUE(clean.ok() && dirty.ok());
+  const float poison[] = {1e30f, -1e30f, std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::infinity()};
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t g = 0; g < p.num_kv_heads; ++g) {
+      for (int64_t j = p.kv_lengths[b]; j < p.kv_len; ++j) {
+        for (int64_t c = 0; c < p.head_dim; ++c) {
+          for (const Tensor* t : {&dirty->k, &dirty->v}) {
+            StoreFromF32(t->data(), DType::kF32, t->view().Offset(b, g, j, c), poison[(j + c) % 4]);
+          }
+        }
+      }
+    }
+  }
+  Run(p, *clean);
+  Run(p, *dirty);
+  ForEachOffset(clean->o.view(), [&](int64_t off) {
+    const float a = clean->o.view().LoadF32(off), b = dirty->o.view().LoadF32(off);
+    ASSERT_TRUE(std::isfinite(b)) << "padding leaked into the output";
+    ASSERT_EQ(a, b) << "padded keys changed the output";
+  });
+}
+
+// Weights come out as the output when V is the identity: q = e0, k_j = s_j e0,
+// scale 1, so the scores are s_j exactly.
+struct WeightCase {
+  std::vector<float> scores;
+  int64_t visible;  // keys at or past this index are blocked
+};
+
+std::vector<double> Weights(PropertyTest* test, const WeightCase& wc, bool dense, bool* ran) {
+  const int64_t n = static_cast<int64_t>(wc.scores.size());
+  AttentionProblem p = Basic(1, 1, 1, 1, n, n);
+  p.scale = 1.0f;
+  if (wc.visible < n) {
+    if (dense)
+      p.blocked_mask = true;
+    else
+      p.kv_lengths = {wc.visible};
+  }
+  *ran = false;
+  if (!testing_env::CheckRunnable(*GlobalRegistry().Find(test->GetParam()).value(), p).ok()) {
+    return {};
+  }
+  auto data = ProblemData::Allocate(p);
+  EXPECT_TRUE(data.ok());
+  auto* q = static_cast<float*>(data->q.data());
+  auto* k = static_cast<float*>(data->k.data());
+  auto* v = static_cast<float*>(data->v.data());
+  q[0] = 1;
+  for (int64_t j = 0; j < n; ++j) {
+    k[j * n] = wc.scores[j];
+    v[j * n + j] = 1;
+    if (dense && j >= wc.visible) static_cast<uint8_t*>(data->blocked_mask.data())[j] = 1;
+  }
+  PoisonOutputs(*data);
+  RunInfo info;
+  const absl::Status s =
+      RunOnBackend(GlobalRegistry().Find(test->GetParam()).value(), p, *data, &info);
+  EXPECT_TRUE(s.ok()) << s;
+  *ran = true;
+  std::vector<double> w(n);
+  for (int64_t j = 0; j < n; ++j) w[j] = static_cast<float*>(data->o.data())[j];
+  return w;
+}
+
+TEST_P(PropertyTest, BlockedScoresGetZeroWeight) {
+  int ran_count = 0;
+  for (bool dense : {false, true}) {
+    bool ran;
+    const std::vector<double> w = Weights(this, {{1, 2, 0, 0}, 2}, dense, &ran);
+    if (!ran) continue;
+    ++ran_count;
+    EXPECT_NEAR(w[0], 0.2689, 1e-4);
+    EXPECT_NEAR(w[1], 0.7311, 1e-4);
+    EXPECT_EQ(w[2], 0.0);
+    EXPECT_EQ(w[3], 0.0);
+  }
+  if (ran_count == 0) GTEST_SKIP() << "supports neither kv_lengths nor blocked_mask";
+}
+
+TEST_P(PropertyTest, SoftmaxOfKnownScores) {
+  bool ran;
+  std::vector<double> w = Weights(this, {{2, 1, 0}, 3}, false, &ran);
+  if (!ran) GTEST_SKIP() << "does not run a 1x3 f32 problem";
+  EXPECT_NEAR(w[0], 0.6652, 1e-4);
+  EXPECT_NEAR(w[1], 0.2447, 1e-4);
+  EXPECT_NEAR(w[2], 0.0900, 1e-4);
+  w = Weights(this, {{16, 8, 0}, 3}, false, &ran);
+  EXPECT_NEAR(w[0], 1.0, 1e-3);
+  EXPECT_NEAR(w[1], 3.3535e-4, 1e-7);
+  EXPECT_NEAR(w[2], 1.1254e-7, 1e-9);
+}
+
+// Rows with nothing to attend to: zeros in o, -inf in lse, no NaN anywhere.
+TEST_P(PropertyTest, FullyBlockedRowsGiveZeros) {
+  std::vector<AttentionProblem> cases;
+  AttentionProblem causal = Basic(1, 2, 1, 5, 3, 16);  // rows 0, 1 see nothing
+  causal.mask = MaskKind::kCausal;
+  causal.alignment = Alignment::kBottomRight;
+  causal.return_lse = true;
+  cases.push_back(causal);
+  AttentionProblem empty = Basic(2, 2, 2, 3, 4, 16);  // sequence 1 has no keys
+  empty.kv_lengths = {4, 0};
+  empty.return_lse = true;
+  cases.push_back(empty);
+  AttentionProblem dense = Basic(1, 1, 1, 3, 4, 16);  // row 1 fully blocked below
+  dense.blocked_mask = true;
+  dense.return_lse = true;
+  cases.push_back(dense);
+  int ran = 0;
+  for (const AttentionProblem& p : cases) {
+    if (!Runs(p)) continue;
+    ++ran;
+    auto data = ProblemData::Random(p, 41);
+    ASSERT_TRUE(data.ok());
+    if (p.blocked_mask) {
+      auto* m = static_cast<uint8_t*>(data->blocked_mask.data());
+      for (int64_t j = 0; j < p.kv_len; ++j) m[1 * p.kv_len + j] = 1;
+    }
+    Run(p, *data);
+    for (int64_t b = 0; b < p.batch; ++b) {
+      for (int64_t h = 0; h < p.num_heads; ++h) {
+        for (int64_t i = 0; i < p.q_len; ++i) {
+          const bool blocked =
+              VisibleKeys(p.mask_params(), i, p.KvLength(b)).empty() || (p.blocked_mask && i == 1);
+          const float lse =
+              static_cast<float*>(data->lse.data())[(b * p.num_heads + h) * p.q_len + i];
+          ASSERT_FALSE(std::isnan(lse)) << p.Id() << " row " << i;
+          if (blocked) EXPECT_TRUE(std::isinf(lse) && lse < 0) << p.Id() << " row " << i;
+          for (int64_t c = 0; c < p.head_dim; ++c) {
+            const float o = At(data->o, b, h, i, c);
+            ASSERT_TRUE(std::isfinite(o)) << p.Id() << " row " << i;
+            if (blocked) ASSERT_EQ(o, 0.0f) << p.Id() << " row " << i;
+          }
+        }
+      }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << skip_reason_;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, PropertyTest,
+                         ::testing::ValuesIn(testing_env::BackendNames()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return testing_env::SafeName(info.param);
+                         });
+
+}  // namespace
+}  // namespace attnkit

@@ -1,0 +1,80 @@
+// The registry: built-ins, plugin loading and its failures, name lookup and
+// `auto` selection.
+#include "core/registry.h"
+
+#include "absl/strings/str_cat.h"
+#include "backends/reference/reference_backend.h"
+#include "core/plugin_api.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace attnkit {
+namespace {
+
+using ::testing::HasSubstr;
+
+const char kPlugin[] = "backends/reference/libattnkit_reference_plugin.so";
+const char kWrongAbi[] = "tests/testdata/libwrong_abi_plugin.so";
+const char kNotAPlugin[] = "tests/testdata/libnot_a_plugin.so";
+
+TEST(RegistryTest, LoadsAPluginAndRunsIt) {
+  BackendRegistry r;
+  ASSERT_TRUE(r.LoadPlugin(kPlugin).ok());
+  auto b = r.Find("reference-plugin");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_THAT((*b)->Description(), HasSubstr("fp64"));
+  EXPECT_TRUE(r.plugin_failures().empty());
+}
+
+TEST(RegistryTest, PluginFailuresNameTheFileAndReason) {
+  BackendRegistry r;
+  ASSERT_TRUE(r.Register(MakeReferenceBackend()).ok());
+  absl::Status s = r.LoadPlugin("/nonexistent/libx.so");
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("plugin /nonexistent/libx.so: cannot load"));
+  s = r.LoadPlugin(kNotAPlugin);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("not an attnkit plugin: symbol attnkit_plugin_entry is missing"));
+  s = r.LoadPlugin(kWrongAbi);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr(absl::StrCat("ABI version ", ATTNKIT_PLUGIN_ABI_VERSION + 98,
+                                     " does not match this build's version ",
+                                     ATTNKIT_PLUGIN_ABI_VERSION)));
+  EXPECT_THAT(std::string(s.message()), HasSubstr(kWrongAbi));
+  EXPECT_EQ(r.plugin_failures().size(), 3u);
+  // The registry keeps working with what it has.
+  EXPECT_TRUE(r.Find("reference").ok());
+  // Loading the same plugin twice is a duplicate name, not a crash.
+  ASSERT_TRUE(r.LoadPlugin(kPlugin).ok());
+  EXPECT_THAT(std::string(r.LoadPlugin(kPlugin).message()), HasSubstr("already registered"));
+}
+
+TEST(RegistryTest, UnknownNamesListWhatExists) {
+  BackendRegistry r;
+  ASSERT_TRUE(r.Register(MakeReferenceBackend()).ok());
+  EXPECT_FALSE(r.Register(MakeReferenceBackend()).ok());
+  auto b = r.Find("hihgway");
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(b.status().message()),
+              HasSubstr("unknown backend 'hihgway'; registered: reference"));
+}
+
+TEST(RegistryTest, AutoSaysWhatItPickedAndWhy) {
+  BackendRegistry r;
+  ASSERT_TRUE(r.Register(MakeReferenceBackend()).ok());
+  AttentionProblem p;
+  p.num_heads = p.num_kv_heads = 1;
+  p.head_dim = 8;
+  auto sel = r.Select("auto", p, {"fast-but-absent", "reference"});
+  ASSERT_TRUE(sel.ok()) << sel.status();
+  EXPECT_EQ(sel->backend->Name(), "reference");
+  EXPECT_THAT(sel->reason, HasSubstr("auto: reference is the first backend"));
+  sel = r.Select("reference", p, {});
+  ASSERT_TRUE(sel.ok());
+  EXPECT_THAT(sel->reason, HasSubstr("chosen by name"));
+  EXPECT_FALSE(r.Select("nope", p, {}).ok());
+}
+
+}  // namespace
+}  // namespace attnkit

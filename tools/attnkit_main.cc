@@ -1,0 +1,94 @@
+// attnkit: list backends, run a config on .npy tensors, check every backend
+// against the fp64 reference, and print the cost model. Flags are defined
+// here and nowhere else; the commands live in tools/cli/.
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_split.h"
+#include "backends/builtin.h"
+#include "tools/cli/commands.h"
+
+ABSL_FLAG(std::string, config, "",
+          "text-format AttentionConfig (core/config.proto); default: the built-in example");
+ABSL_FLAG(std::string, backend, "", "backend name or 'auto'; overrides the config");
+ABSL_FLAG(std::string, backends, "", "check: comma-separated backends to run (default: all)");
+ABSL_FLAG(std::string, q, "", "run: queries .npy, [B, H, Tq, d] (BTHD layout: [B, Tq, H, d])");
+ABSL_FLAG(std::string, k, "", "run: keys .npy, [B, Hkv, Tk, d] (BTHD layout: [B, Tk, Hkv, d])");
+ABSL_FLAG(std::string, v, "", "run: values .npy, same shape as keys");
+ABSL_FLAG(std::string, kv_lengths, "", "run: int32/int64 .npy [B] of valid keys per sequence");
+ABSL_FLAG(std::string, mask, "", "run: bool/uint8 .npy [B|1, H|1, Tq, Tk], true = blocked");
+ABSL_FLAG(std::string, bias, "", "run: float32 .npy [B|1, H|1, Tq, Tk] added to the scores");
+ABSL_FLAG(std::string, out, "", "run: output .npy, same shape as q");
+ABSL_FLAG(std::string, lse_out, "", "run: optional log-sum-exp output .npy [B, H, Tq]");
+ABSL_FLAG(std::string, plugins, "",
+          "':'-separated backend plugin libraries to load (besides $ATTNKIT_PLUGIN_PATH)");
+
+namespace {
+
+constexpr char kUsage[] =
+    "attnkit COMMAND [flags]\n"
+    "  backends                    list backends: available or why not, capabilities\n"
+    "  run   --config=F --q --k --v --out [--kv_lengths --mask --bias --lse_out --backend]\n"
+    "  check [--config=F] [--backends=a,b]   every backend vs the fp64 reference\n"
+    "  cost  [--config=F]          FLOPs, bytes, score size, KV-cache bytes, parameters";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() != 2) {
+    std::fprintf(stderr, "attnkit: expected one command\n%s\n", kUsage);
+    return 2;
+  }
+  const std::string command = args[1];
+
+  attnkit::BackendRegistry& registry = attnkit::GlobalRegistry();
+  const std::string plugins = absl::GetFlag(FLAGS_plugins);
+  for (absl::string_view path : absl::StrSplit(plugins, ':', absl::SkipEmpty())) {
+    const absl::Status s = registry.LoadPlugin(std::string(path));
+    if (!s.ok()) std::fprintf(stderr, "attnkit: warning: %s\n", std::string(s.message()).c_str());
+  }
+
+  attnkit::CliOptions options;
+  options.config = absl::GetFlag(FLAGS_config);
+  options.backend = absl::GetFlag(FLAGS_backend);
+  for (absl::string_view name :
+       absl::StrSplit(absl::GetFlag(FLAGS_backends), ',', absl::SkipEmpty())) {
+    options.backends.emplace_back(name);
+  }
+  options.q = absl::GetFlag(FLAGS_q);
+  options.k = absl::GetFlag(FLAGS_k);
+  options.v = absl::GetFlag(FLAGS_v);
+  options.kv_lengths = absl::GetFlag(FLAGS_kv_lengths);
+  options.mask = absl::GetFlag(FLAGS_mask);
+  options.bias = absl::GetFlag(FLAGS_bias);
+  options.out = absl::GetFlag(FLAGS_out);
+  options.lse_out = absl::GetFlag(FLAGS_lse_out);
+
+  absl::Status status;
+  if (command == "backends") {
+    status = attnkit::BackendsCommand(registry, std::cout);
+  } else if (command == "run") {
+    status = attnkit::RunCommand(registry, options, std::cout);
+  } else if (command == "check") {
+    status = attnkit::CheckCommand(registry, options, std::cout);
+  } else if (command == "cost") {
+    status = attnkit::CostCommand(options, std::cout);
+  } else {
+    std::fprintf(stderr, "attnkit: unknown command '%s'\n%s\n", command.c_str(), kUsage);
+    return 2;
+  }
+  std::cout.flush();
+  if (!status.ok()) {
+    std::fprintf(stderr, "attnkit %s: error: %s\n", command.c_str(),
+                 std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

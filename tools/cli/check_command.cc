@@ -1,0 +1,70 @@
+#include <chrono>
+
+#include "absl/strings/str_format.h"
+#include "backends/builtin.h"
+#include "core/compare.h"
+#include "core/execute.h"
+#include "core/problem_data.h"
+#include "core/reference.h"
+#include "core/status_macros.h"
+#include "tools/cli/commands.h"
+
+namespace attnkit {
+
+absl::Status CheckCommand(const BackendRegistry& registry, const CliOptions& options,
+                          std::ostream& out) {
+  ATTNKIT_ASSIGN_OR_RETURN(const AttentionConfig config, LoadCliConfig(options));
+  ATTNKIT_ASSIGN_OR_RETURN(const AttentionProblem p, ProblemFromConfig(config));
+  std::vector<Backend*> backends;
+  if (options.backends.empty()) {
+    backends = registry.All();
+  } else {
+    for (const std::string& name : options.backends) {
+      ATTNKIT_ASSIGN_OR_RETURN(Backend * b, registry.Find(name));
+      backends.push_back(b);
+    }
+  }
+  ATTNKIT_ASSIGN_OR_RETURN(ProblemData data, ProblemData::Random(p, p.seed));
+  out << "check " << p.Id() << (p.name.empty() ? "" : " (" + p.name + ")") << ", seed " << p.seed
+      << "\n";
+  const auto ref_start = std::chrono::steady_clock::now();
+  const ReferenceResult ref = ComputeReference(p, data.args());
+  const double ref_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - ref_start).count();
+  out << absl::StrFormat("fp64 oracle computed in %.3f s\n\n", ref_seconds);
+  out << absl::StrFormat("%-18s %-34s %-6s %12s %12s %12s %10s\n", "backend", "kernel", "result",
+                         "max abs err", "max rel err", "atol", "time ms");
+  int failures = 0;
+  for (Backend* b : backends) {
+    const absl::Status supported = b->Supports(p);
+    if (!supported.ok()) {
+      out << absl::StrFormat("%-18s skipped: %s\n", b->Name(), supported.message());
+      continue;
+    }
+    PoisonOutputs(data);
+    RunInfo info;
+    const auto start = std::chrono::steady_clock::now();
+    const absl::Status run = RunOnBackend(b, p, data, &info);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (!run.ok()) {
+      ++failures;
+      out << absl::StrFormat("%-18s %-34s %-6s %s\n", b->Name(), info.kernel, "ERROR",
+                             run.message());
+      continue;
+    }
+    const Comparison c = CompareToReference(p, data.args(), ref);
+    if (!c.ok()) ++failures;
+    out << absl::StrFormat("%-18s %-34s %-6s %12.3e %12.3e %12.3e %10.2f\n", b->Name(), info.kernel,
+                           c.ok() ? "pass" : "FAIL", c.max_abs_err, c.max_rel_err, c.tolerance.atol,
+                           ms);
+    if (!c.ok()) out << "    first mismatch: " << c.first_failure << "\n";
+  }
+  if (failures > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%d backend(s) disagree with the reference on %s", failures, p.Id()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace attnkit

@@ -1,0 +1,46 @@
+// The attnkit subcommands as library functions: they take options, not flags
+// (flags live only in tools/attnkit_main.cc), write reports to `out`, and
+// return a status whose message is the one line printed on failure.
+#ifndef ATTNKIT_TOOLS_CLI_COMMANDS_H_
+#define ATTNKIT_TOOLS_CLI_COMMANDS_H_
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/config.pb.h"
+#include "core/registry.h"
+
+namespace attnkit {
+
+struct CliOptions {
+  std::string config;   // path of a text-format AttentionConfig; "" = built-in default
+  std::string backend;  // overrides the config's backend when set
+  std::vector<std::string> backends;  // check: restrict to these names
+  std::string q, k, v;                // run: .npy inputs
+  std::string kv_lengths;             // run: optional int32/int64 [B]
+  std::string mask;                   // run: optional bool/uint8 [B|1, H|1, Tq, Tk], true = blocked
+  std::string bias;                   // run: optional float32 [B|1, H|1, Tq, Tk]
+  std::string out, lse_out;           // run: outputs
+};
+
+// The config of --config, or the built-in default when none is given.
+absl::StatusOr<AttentionConfig> LoadCliConfig(const CliOptions& options);
+
+// `attnkit backends`: each backend, available or why not, and capabilities.
+absl::Status BackendsCommand(const BackendRegistry& registry, std::ostream& out);
+// `attnkit run`: one backend on .npy tensors, outputs written whole or not at all.
+absl::Status RunCommand(const BackendRegistry& registry, const CliOptions& options,
+                        std::ostream& out);
+// `attnkit check`: every (selected) backend on random data against the
+// reference. FailedPrecondition when any backend that ran is wrong.
+absl::Status CheckCommand(const BackendRegistry& registry, const CliOptions& options,
+                          std::ostream& out);
+// `attnkit cost`: FLOPs, bytes, score size, KV-cache bytes, parameters.
+absl::Status CostCommand(const CliOptions& options, std::ostream& out);
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_TOOLS_CLI_COMMANDS_H_

@@ -1,0 +1,190 @@
+// The CLI commands end to end on files: correct results, and for bad input a
+// clear error with no output file left behind.
+#include <unistd.h>
+
+#include <sstream>
+
+#include "backends/builtin.h"
+#include "core/compare.h"
+#include "core/config_io.h"
+#include "core/npy.h"
+#include "core/problem_data.h"
+#include "core/reference.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "ops/cost.h"
+#include "tools/cli/commands.h"
+
+namespace attnkit {
+namespace {
+
+using ::testing::HasSubstr;
+
+class RunCommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/run_" + std::to_string(counter_++);
+    ASSERT_EQ(system(("mkdir -p " + dir_).c_str()), 0);
+  }
+  std::string Path(const std::string& name) { return dir_ + "/" + name; }
+
+  // Writes a config and random q/k/v for it; returns the problem.
+  AttentionProblem Prepare(const std::string& config_text) {
+    EXPECT_TRUE(WriteFileAtomically(Path("cfg.textproto"), config_text).ok());
+    auto p = ProblemFromConfig(*ParseConfigText(config_text, "cfg"));
+    EXPECT_TRUE(p.ok()) << p.status();
+    data_ = std::move(*ProblemData::Random(*p, 5));
+    const bool bthd = p->layout == Layout::kBTHD;
+    for (auto [name, tensor] : {std::make_pair("q.npy", &data_.q), std::make_pair("k.npy", &data_.k),
+                                std::make_pair("v.npy", &data_.v)}) {
+      TensorView v = tensor->view();
+      if (bthd) {
+        std::swap(v.shape[1], v.shape[2]);
+        std::swap(v.strides[1], v.strides[2]);
+      }
+      EXPECT_TRUE(WriteNpy(Path(name), v).ok());
+    }
+    options_.config = Path("cfg.textproto");
+    options_.q = Path("q.npy");
+    options_.k = Path("k.npy");
+    options_.v = Path("v.npy");
+    options_.out = Path("o.npy");
+    options_.backend = "reference";
+    return *p;
+  }
+
+  absl::Status Run() {
+    std::ostringstream out;
+    return RunCommand(GlobalRegistry(), options_, out);
+  }
+
+  bool Exists(const std::string& name) { return access(Path(name).c_str(), F_OK) == 0; }
+
+  static int counter_;
+  std::string dir_;
+  CliOptions options_;
+  ProblemData data_;
+};
+int RunCommandTest::counter_ = 0;
+
+TEST_F(RunCommandTest, MatchesTheReferenceInBothLayouts) {
+  for (const char* layout : {"BHTD", "BTHD"}) {
+    const AttentionProblem p = Prepare(
+        std::string("num_heads: 4 num_kv_heads: 2 head_dim: 16 q_len: 5 kv_len: 9 "
+                    "mask { kind: CAUSAL } alignment: BOTTOM_RIGHT layout: ") + layout);
+    options_.lse_out = Path("lse.npy");
+    ASSERT_TRUE(Run().ok()) << Run();
+    auto o = ReadNpy(Path("o.npy"));
+    auto lse = ReadNpy(Path("lse.npy"));
+    ASSERT_TRUE(o.ok() && lse.ok());
+    const ReferenceResult ref = ComputeReference(p, data_.args());
+    AttentionArgs got = data_.args();
+    got.o = AttentionView(o->tensor.data(), DType::kF32, p.layout, 1, 4, 5, 16);
+    AttentionProblem with_lse = p;
+    with_lse.return_lse = true;
+    got.lse = lse->tensor.view();
+    const Comparison c = CompareToReference(with_lse, got, ref);
+    EXPECT_TRUE(c.ok()) << layout << ": " << c.first_failure;
+  }
+}
+
+TEST_F(RunCommandTest, BadInputIsOneClearErrorAndNoOutput) {
+  Prepare("num_heads: 4 head_dim: 16 q_len: 5 kv_len: 7");
+  struct Case {
+    std::function<void(CliOptions*)> mutate;
+    std::string message;
+  };
+  const std::string k = Path("k.npy");
+  ASSERT_TRUE(WriteFileAtomically(Path("truncated.npy"),
+                                  ReadFile(k)->substr(0, ReadFile(k)->size() - 4))
+                  .ok());
+  int32_t ints[4] = {1, 2, 3, 4};
+  ASSERT_TRUE(WriteNpy(Path("ints.npy"), ContiguousView(ints, DType::kI32, {1, 4, 1, 1})).ok());
+  ASSERT_TRUE(WriteFileAtomically(Path("bad.textproto"), "num_heads: 4\nhead_dim: x\n").ok());
+  const Case cases[] = {
+      {[&](CliOptions* o) { o->q = k; }, "--q=" + k + " has shape (1, 4, 7, 16)"},
+      {[&](CliOptions* o) { o->k = Path("truncated.npy"); }, "(truncated)"},
+      {[&](CliOptions* o) { o->v = Path("missing.npy"); }, "cannot open"},
+      {[&](CliOptions* o) { o->backend = "nope"; }, "unknown backend 'nope'"},
+      {[&](CliOptions* o) { o->config = Path("bad.textproto"); }, "line 2, column 11"},
+      {[&](CliOptions* o) { o->kv_lengths = Path("ints.npy"); }, "must be an int32 or int64 array"},
+      {[&](CliOptions* o) { o->mask = Path("ints.npy"); }, "--mask=" + Path("ints.npy") + " has shape"},
+      {[&](CliOptions* o) { o->out = Path("nodir/o.npy"); }, "nodir/o.npy"},
+  };
+  for (const Case& c : cases) {
+    CliOptions saved = options_;
+    c.mutate(&options_);
+    const absl::Status s = Run();
+    EXPECT_FALSE(s.ok()) << c.message;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.message));
+    EXPECT_EQ(std::string(s.message()).find('\n'), std::string::npos) << "one line";
+    EXPECT_FALSE(Exists("o.npy")) << "partial output left behind for " << c.message;
+    options_ = saved;
+  }
+}
+
+TEST_F(RunCommandTest, BroadcastMaskAndPadding) {
+  const AttentionProblem p = Prepare("num_heads: 2 head_dim: 8 q_len: 3 kv_len: 4 batch: 2");
+  uint8_t mask[3][4] = {{0, 1, 0, 0}, {1, 1, 1, 1}, {0, 0, 0, 1}};
+  ASSERT_TRUE(WriteNpy(Path("m.npy"), ContiguousView(mask, DType::kU8, {3, 4})).ok());
+  int32_t lengths32[2] = {4, 2};
+  ASSERT_TRUE(WriteNpy(Path("l.npy"), ContiguousView(lengths32, DType::kI32, {2})).ok());
+  options_.mask = Path("m.npy");
+  options_.kv_lengths = Path("l.npy");
+  options_.lse_out = Path("lse.npy");
+  ASSERT_TRUE(Run().ok()) << Run();
+  auto lse = ReadNpy(Path("lse.npy"));
+  ASSERT_TRUE(lse.ok());
+  const float* l = static_cast<const float*>(lse->tensor.data());
+  // Row 1 is fully blocked by the mask in every batch entry and head.
+  for (int b = 0; b < 2; ++b) {
+    for (int h = 0; h < 2; ++h) EXPECT_TRUE(std::isinf(l[(b * 2 + h) * 3 + 1]));
+  }
+  // Sequence 1 has two keys; row 0 may only see key 0 (key 1 is masked).
+  auto o = ReadNpy(Path("o.npy"));
+  ASSERT_TRUE(o.ok());
+  const float* out = static_cast<const float*>(o->tensor.data());
+  for (int c = 0; c < 8; ++c) {
+    EXPECT_EQ(out[((1 * 2 + 0) * 3 + 0) * 8 + c], data_.v.view().LoadF32(data_.v.view().Offset(1, 0, 0, c)));
+  }
+  EXPECT_EQ(p.batch, 2);
+}
+
+TEST(CostTest, StandardFigures) {
+  auto cost = [](const std::string& text) {
+    return ComputeCost(*ProblemFromConfig(*ParseConfigText(text, "t")));
+  };
+  EXPECT_EQ(cost("num_heads: 1 head_dim: 64 q_len: 1024").score_entries, 1048576);
+  EXPECT_EQ(cost("num_heads: 16 head_dim: 64 q_len: 1024").score_entries, 16777216);
+  // Model dim 512: the same FLOPs for 1, 8 and 16 heads, 262,144 weights per matrix.
+  const double flops = cost("num_heads: 1 head_dim: 512 q_len: 1024").useful_flops;
+  EXPECT_EQ(cost("num_heads: 8 head_dim: 64 q_len: 1024").useful_flops, flops);
+  EXPECT_EQ(cost("num_heads: 16 head_dim: 32 q_len: 1024").useful_flops, flops);
+  EXPECT_EQ(cost("num_heads: 8 head_dim: 64 q_len: 4").projection_params, 4 * 262144);
+  EXPECT_EQ(cost("num_heads: 16 head_dim: 32 q_len: 4").projection_params, 4 * 262144);
+  // KV cache for one layer: 4096 tokens, d = 128, 16-bit, 32 / 8 / 1 KV heads.
+  const std::string base = "num_heads: 32 head_dim: 128 q_len: 1 kv_len: 4096 dtype: BF16 ";
+  EXPECT_EQ(cost(base + "num_kv_heads: 32").kv_cache_bytes * 32, int64_t{2} << 30);
+  EXPECT_EQ(cost(base + "num_kv_heads: 8").kv_cache_bytes * 32, int64_t{512} << 20);
+  EXPECT_EQ(cost(base + "num_kv_heads: 1").kv_cache_bytes * 32, int64_t{64} << 20);
+}
+
+TEST(CheckCommandTest, DefaultConfigPassesAndReportsEachBackend) {
+  std::ostringstream out;
+  CliOptions options;
+  options.backends = {"reference"};
+  const absl::Status s = CheckCommand(GlobalRegistry(), options, out);
+  EXPECT_TRUE(s.ok()) << s << out.str();
+  EXPECT_THAT(out.str(), HasSubstr("reference"));
+  EXPECT_THAT(out.str(), HasSubstr("pass"));
+}
+
+TEST(BackendsCommandTest, ListsCapabilities) {
+  std::ostringstream out;
+  ASSERT_TRUE(BackendsCommand(GlobalRegistry(), out).ok());
+  EXPECT_THAT(out.str(), HasSubstr("reference: available"));
+  EXPECT_THAT(out.str(), HasSubstr("masks: none, causal, window"));
+}
+
+}  // namespace
+}  // namespace attnkit

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The attnkit binary: exit codes and one-line errors on stderr.
+set -uo pipefail
+bin=tools/attnkit
+tmp=${TEST_TMPDIR:-$(mktemp -d)}
+fail() { echo "FAIL: $*"; exit 1; }
+
+$bin backends > "$tmp/backends.txt" || fail "backends exited $?"
+grep -q '^reference: available' "$tmp/backends.txt" || fail "backends lists no reference"
+
+cat > "$tmp/small.textproto" <<'PB'
+num_heads: 4 num_kv_heads: 2 head_dim: 16 q_len: 9 mask { kind: CAUSAL }
+PB
+$bin check --config="$tmp/small.textproto" > "$tmp/check.txt" || fail "check exited $?"
+grep -q 'pass' "$tmp/check.txt" || fail "check printed no pass"
+
+$bin bogus 2> "$tmp/err.txt"; rc=$?
+[[ $rc -eq 2 ]] || fail "unknown command exited $rc, want 2"
+
+echo 'num_heads: 12 num_kv_heads: 5 head_dim: 8 q_len: 4' > "$tmp/bad.textproto"
+$bin cost --config="$tmp/bad.textproto" 2> "$tmp/err.txt"; rc=$?
+[[ $rc -eq 1 ]] || fail "invalid config exited $rc, want 1"
+[[ $(wc -l < "$tmp/err.txt") -eq 1 ]] || fail "expected one error line, got: $(cat "$tmp/err.txt")"
+grep -q 'num_heads (12) must be a multiple of num_kv_heads (5)' "$tmp/err.txt" || fail "message: $(cat "$tmp/err.txt")"
+
+ATTNKIT_PLUGIN_PATH=/nonexistent/libx.so $bin backends > "$tmp/b2.txt" 2>&1 || fail "a missing plugin must not stop the tool"
+grep -q 'plugin failed: plugin /nonexistent/libx.so: cannot load' "$tmp/b2.txt" || fail "missing plugin not reported"
+echo "PASS"

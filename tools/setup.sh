@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs every Debian package attnkit needs to build and test. Idempotent:
+# when everything is present it only asks dpkg and returns (well under a
+# second). CUDA is not from apt: it is used when /usr/local/cuda exists.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap bazel-platforms default-jdk-headless
+  g++ libabsl-dev libhwy-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libprotobuf-dev protobuf-compiler libopenblas-dev
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$pkg")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+echo "attnkit setup: installing ${missing[*]}" >&2
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "attnkit setup: run as root or install sudo" >&2; exit 1; }
+  SUDO=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "attnkit setup: done" >&2
