@@ -1,6 +1,7 @@
 #include "backends/highway/highway_backend.h"
 
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -32,7 +33,7 @@ std::string TargetFromOptions(const HighwayOptions& o) {
 class HighwayBackend : public Backend {
  public:
   explicit HighwayBackend(const HighwayOptions& options)
-      : name_(options.name), pool_(ThreadsFromOptions(options)) {
+      : name_(options.name), pool_(std::make_unique<ThreadPool>(ThreadsFromOptions(options))) {
     const std::string target = TargetFromOptions(options);
     if (!target.empty()) {
       absl::StatusOr<int64_t> parsed = ParseFlashTarget(target);
@@ -50,7 +51,7 @@ class HighwayBackend : public Backend {
         "flash attention (online softmax, fp32 accumulate) with Highway SIMD; target ",
         forced_target_ != 0 ? absl::StrCat(hwy::TargetName(forced_target_), " (forced)")
                             : "chosen at run time",
-        ", ", pool_.num_threads(), " threads");
+        ", ", pool_->num_threads(), " threads");
   }
   Capabilities Caps() const override {
     Capabilities c;
@@ -66,6 +67,17 @@ class HighwayBackend : public Backend {
   }
   absl::Status Available() const override { return available_; }
 
+  // Replaces the pool only when the count changes; never on the hot path.
+  absl::Status SetNumThreads(int n) override {
+    if (n < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("thread count (", n, ") must be >= 1"));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (n != pool_->num_threads()) pool_ = std::make_unique<ThreadPool>(n);
+    return absl::OkStatus();
+  }
+  int NumThreads() const override { return pool_->num_threads(); }
+
  protected:
   absl::Status ForwardImpl(const AttentionProblem& p, const AttentionArgs& a,
                            RunInfo* info) override {
@@ -73,7 +85,7 @@ class HighwayBackend : public Backend {
     std::lock_guard<std::mutex> lock(mu_);
     const FlashParams params = MakeFlashParams(p, a);
     FlashRunInfo run;
-    ATTNKIT_RETURN_IF_ERROR(FlashAttention(params, forced_target_, &pool_, &workspace_, &run));
+    ATTNKIT_RETURN_IF_ERROR(FlashAttention(params, forced_target_, pool_.get(), &workspace_, &run));
     info->kernel = run.Describe();
     return absl::OkStatus();
   }
@@ -83,7 +95,7 @@ class HighwayBackend : public Backend {
   absl::Status available_;
   int64_t forced_target_ = 0;
   std::mutex mu_;
-  ThreadPool pool_;
+  std::unique_ptr<ThreadPool> pool_;
   Workspace workspace_;
 };
 

@@ -41,6 +41,17 @@ TEST(HighwayThreads, OneAndTwoThreadsAreBitwiseEqual) {
   }
 }
 
+TEST(HighwayThreads, SetNumThreadsChangesThePool) {
+  auto backend = MakeHighwayBackend({1});
+  EXPECT_EQ(backend->NumThreads(), 1);
+  ASSERT_TRUE(backend->SetNumThreads(2).ok());
+  EXPECT_EQ(backend->NumThreads(), 2);
+  EXPECT_FALSE(backend->SetNumThreads(0).ok());
+  std::string kernel;
+  ASSERT_TRUE(CheckAgainstReference(backend.get(), MakeTestProblem(1, 4, 2, 9, 30, 16), &kernel).ok());
+  EXPECT_NE(kernel.find("threads=2"), std::string::npos) << kernel;
+}
+
 TEST(HighwayThreads, RepeatedCallsReuseWorkspaceAndAgree) {
   auto backend = MakeHighwayBackend({2});
   AttentionProblem p = MakeTestProblem(1, 8, 2, 1, 300, 64);

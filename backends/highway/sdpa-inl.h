@@ -128,7 +128,10 @@ inline Item DecodeItem(const FlashParams& p, const Tiling& t, int64_t base, int6
   const int64_t kv_length = p.KvLength(it.b);
   const KeyRange first = VisibleKeys(p.mask, it.q0, kv_length);
   const KeyRange last = VisibleKeys(p.mask, it.q0 + it.nq - 1, kv_length);
-  const int64_t lo = first.begin, hi = std::max(lo, last.end);
+  // An empty row's range [begin, begin) may lie past kv_length: clamp, or a
+  // tile would read K/V rows that do not exist.
+  const int64_t hi = std::min(kv_length, std::max(first.begin, last.end));
+  const int64_t lo = std::min(first.begin, hi);
   const int64_t chunk_keys = RoundUp(CeilDiv(hi - lo, t.splits), t.key_tile);
   it.k_begin = std::min(hi, lo + split * chunk_keys);
   it.k_end = std::min(hi, it.k_begin + chunk_keys);
