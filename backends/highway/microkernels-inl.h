@@ -37,14 +37,14 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-// Register tiles. QK^T: kKeys keys x kRowVecs vectors of query rows; the wide
-// variant (4 x 2 vectors = 8 accumulators) covers the FMA latency x 2 pipes,
-// the narrow one (8 x 1) serves tiles with at most one vector of rows
-// (decode) without padding rows to two vectors. PV: kValueRows rows x
-// kValueColVecs vectors of the head dimension (8 accumulators).
+// Register tiles. QK^T: kWideKeys keys x kWideRowVecs vectors of query rows
+// (8 accumulators cover the FMA latency x 2 pipes). Tiles with at most one
+// vector of rows (decode) use QDotKRows instead and pad rows to one vector
+// and keys to kNarrowKeys. PV: kValueRows rows x kValueColVecs vectors of the
+// head dimension (8 accumulators).
 constexpr int kWideKeys = 4;
 constexpr int kWideRowVecs = 2;
-constexpr int kNarrowKeys = 8;
+constexpr int kNarrowKeys = 2;
 constexpr int kNarrowRowVecs = 1;
 constexpr int kValueRows = 4;
 constexpr int kValueColVecs = 2;
@@ -90,6 +90,53 @@ HWY_INLINE void QDotK(const float* HWY_RESTRICT qt, size_t ldq,
           hn::Store(acc[kk][rv], df, s + (j0 + kk) * lds + r0 + rv * N);
         }
       }
+    }
+  }
+}
+
+// S[j, r] = q[r, :] . k[j, :] for r < rows, j < keys, as dot products along
+// the head dimension: for decode, where only a few query rows exist, this
+// spends FMAs on real rows only. q [rows_padded, ldq] row-major, k
+// [keys, ldk]; dp (a multiple of Lanes) is the padded head dim, zero-padded
+// in both. Rows [rows rounded up to 4, rows_padded) of S are set to 0.
+// keys must be even.
+HWY_INLINE void QDotKRows(const float* HWY_RESTRICT q, size_t ldq,
+                          const float* HWY_RESTRICT k, size_t ldk, size_t dp, size_t rows,
+                          size_t rows_padded, size_t keys, float* HWY_RESTRICT s,
+                          size_t lds) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  constexpr int kRows = 4, kKeys = 2;
+  const size_t rows4 = (rows + kRows - 1) / kRows * kRows;
+  for (size_t j0 = 0; j0 < keys; j0 += kKeys) {
+    for (size_t r0 = 0; r0 < rows4; r0 += kRows) {
+      VF acc[kKeys][kRows];
+      HWY_UNROLL(8)
+      for (int kk = 0; kk < kKeys; ++kk) {
+        HWY_UNROLL(8)
+        for (int r = 0; r < kRows; ++r) acc[kk][r] = hn::Zero(df);
+      }
+      for (size_t c = 0; c < dp; c += N) {
+        VF kv[kKeys];
+        HWY_UNROLL(8)
+        for (int kk = 0; kk < kKeys; ++kk) kv[kk] = hn::Load(df, k + (j0 + kk) * ldk + c);
+        HWY_UNROLL(8)
+        for (int r = 0; r < kRows; ++r) {
+          const VF qv = hn::Load(df, q + (r0 + r) * ldq + c);
+          HWY_UNROLL(8)
+          for (int kk = 0; kk < kKeys; ++kk) acc[kk][r] = hn::MulAdd(qv, kv[kk], acc[kk][r]);
+        }
+      }
+      HWY_UNROLL(8)
+      for (int kk = 0; kk < kKeys; ++kk) {
+        HWY_UNROLL(8)
+        for (int r = 0; r < kRows; ++r) {
+          s[(j0 + kk) * lds + r0 + r] = hn::GetLane(hn::SumOfLanes(df, acc[kk][r]));
+        }
+      }
+    }
+    for (size_t kk = 0; kk < kKeys; ++kk) {
+      for (size_t r = rows4; r < rows_padded; ++r) s[(j0 + kk) * lds + r] = 0.0f;
     }
   }
 }

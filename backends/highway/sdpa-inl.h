@@ -47,7 +47,7 @@ struct Tiling {
   int64_t splits;           // key ranges per base item (split-K)
   bool narrow;              // rows fit one vector: use the 8-key x 1-vector QK^T
   // Per-thread scratch offsets, in floats.
-  size_t off_qt, off_k, off_v, off_s, off_o, off_m, off_l, off_alpha, off_kb, off_ke;
+  size_t off_qt, off_q, off_k, off_v, off_s, off_o, off_m, off_l, off_alpha, off_kb, off_ke;
   size_t scratch_floats;
   size_t partial_floats;  // split-K partials: [base_items, splits, rows, dp + 1]
 };
@@ -88,6 +88,7 @@ inline Tiling PlanTiling(const FlashParams& p) {
     return at;
   };
   t.off_qt = take(d * mp);
+  t.off_q = take(t.narrow ? mp * t.dp : 0);
   t.off_k = take(kt * t.dp);
   t.off_v = take(kt * t.dp);
   t.off_s = take(kt * mp);
@@ -151,6 +152,17 @@ inline void LoadQueryTile(const FlashParams& p, const Tiling& t, const Item& it,
   }
   for (int64_t c = 0; c < d; ++c) {
     for (int64_t r = rows; r < mp; ++r) qt[c * mp + r] = 0.0f;
+  }
+}
+
+// The same tile row-major for QDotKRows: q[r, c] = Qt[c, r], zero-padded to
+// [rows_padded, dp].
+inline void TransposeQueryTile(const Tiling& t, int64_t d, const float* HWY_RESTRICT qt,
+                               float* HWY_RESTRICT q) {
+  const int64_t mp = t.rows_padded;
+  for (int64_t r = 0; r < mp; ++r) {
+    for (int64_t c = 0; c < d; ++c) q[r * t.dp + c] = qt[c * mp + r];
+    for (int64_t c = d; c < t.dp; ++c) q[r * t.dp + c] = 0.0f;
   }
 }
 
@@ -234,6 +246,7 @@ void RunItem(const FlashParams& p, const Tiling& t, const Item& it, float* scrat
              const StoreRow& store_row) {
   const int64_t mp = t.rows_padded, dp = t.dp, d = p.head_dim;
   float* HWY_RESTRICT qt = scratch + t.off_qt;
+  float* HWY_RESTRICT qrows = scratch + t.off_q;
   float* HWY_RESTRICT k = scratch + t.off_k;
   float* HWY_RESTRICT v = scratch + t.off_v;
   float* HWY_RESTRICT s = scratch + t.off_s;
@@ -253,7 +266,10 @@ void RunItem(const FlashParams& p, const Tiling& t, const Item& it, float* scrat
     l[r] = 0.0f;
   }
   std::fill(o, o + mp * dp, 0.0f);
-  if (it.k_begin < it.k_end) LoadQueryTile(p, t, it, qt);
+  if (it.k_begin < it.k_end) {
+    LoadQueryTile(p, t, it, qt);
+    if (t.narrow) TransposeQueryTile(t, d, qt, qrows);
+  }
 
   const int64_t kv_length = p.KvLength(it.b);
   for (int64_t k0 = it.k_begin; k0 < it.k_end; k0 += t.key_tile) {
@@ -265,7 +281,7 @@ void RunItem(const FlashParams& p, const Tiling& t, const Item& it, float* scrat
     const int64_t next_nk = std::max<int64_t>(0, std::min(t.key_tile, it.k_end - next_k0));
     LoadKeyValueTile(p, t, it, k0, nk, nkp, next_k0, next_nk, k, v);
     if (t.narrow) {
-      QDotK<kNarrowKeys, kNarrowRowVecs>(qt, mp, k, dp, d, mp, nkp, s, mp);
+      QDotKRows(qrows, dp, k, dp, dp, rows, mp, nkp, s, mp);
     } else {
       QDotK<kWideKeys, kWideRowVecs>(qt, mp, k, dp, d, mp, nkp, s, mp);
     }
@@ -354,8 +370,9 @@ inline absl::Status FlashForward(const FlashParams& p, ThreadPool* pool, Workspa
   info->target = HWY_TARGET;
   info->q_rows = mp;
   info->key_tile = t.key_tile;
-  info->score_rows = static_cast<int>((t.narrow ? kNarrowRowVecs : kWideRowVecs) * hn::Lanes(DF()));
-  info->score_keys = t.narrow ? kNarrowKeys : kWideKeys;
+  // Narrow tiles use QDotKRows: 4 rows x 2 keys of dot products.
+  info->score_rows = t.narrow ? 4 : static_cast<int>(kWideRowVecs * hn::Lanes(DF()));
+  info->score_keys = t.narrow ? 2 : kWideKeys;
   info->value_rows = kValueRows;
   info->value_cols = static_cast<int>(kValueColVecs * hn::Lanes(DF()));
   info->splits = t.splits;
