@@ -30,7 +30,9 @@ ABSL_FLAG(int, threads, 0, "compare, peak, tune: worker threads (0 = every core)
 ABSL_FLAG(std::string, json, "", "compare: write every figure and the machine fingerprint as JSON");
 ABSL_FLAG(std::string, svg, "", "compare: write a grouped bar chart (% of machine limit)");
 ABSL_FLAG(std::string, baseline, "", "compare: an earlier --json report; marks >10% slowdowns");
-ABSL_FLAG(bool, refresh, false, "peak, compare, tune: re-measure the machine limits");
+ABSL_FLAG(
+    bool, refresh, false,
+    "peak: re-measure instead of showing the cached limits (compare and tune always measure)");
 ABSL_FLAG(std::string, plugins, "",
           "':'-separated backend plugin libraries to load (besides $ATTNKIT_PLUGIN_PATH)");
 
