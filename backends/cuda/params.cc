@@ -1,5 +1,6 @@
 #include "backends/cuda/params.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -125,6 +126,16 @@ absl::StatusOr<FlashParams> MakeFlashParams(const AttentionProblem& p, const Att
   f.k_vec = VectorLoadable(a.k, f.compute, p.head_dim);
   f.v_vec = VectorLoadable(a.v, f.compute, p.head_dim);
   return f;
+}
+
+int64_t CublasBytesPerQueryRow(int64_t num_kv_heads, int64_t kv_len, int64_t head_dim,
+                               int64_t elem_bytes) {
+  return num_kv_heads * (kv_len * (4 + elem_bytes) + head_dim * 4);
+}
+
+int64_t CublasQueryBlock(int64_t q_len, int64_t bytes_per_row, int64_t budget_bytes) {
+  const int64_t rows = bytes_per_row > 0 ? budget_bytes / bytes_per_row : q_len;
+  return std::max<int64_t>(1, std::min(q_len, rows));
 }
 
 }  // namespace cuda

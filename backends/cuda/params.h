@@ -26,6 +26,13 @@ absl::StatusOr<FlashParams> MakeFlashParams(const AttentionProblem& p, const Att
 // True when `t` can be read in 16-byte vectors as type `compute`.
 bool VectorLoadable(const TensorView& t, ComputeKind compute, int64_t head_dim);
 
+// cuBLAS backend blocking: bytes of scores, probabilities and output
+// accumulators one query row costs over all G KV heads, and the query rows
+// per block that fit `budget_bytes` (at least 1, at most q_len).
+int64_t CublasBytesPerQueryRow(int64_t num_kv_heads, int64_t kv_len, int64_t head_dim,
+                               int64_t elem_bytes);
+int64_t CublasQueryBlock(int64_t q_len, int64_t bytes_per_row, int64_t budget_bytes);
+
 }  // namespace cuda
 }  // namespace attnkit
 
