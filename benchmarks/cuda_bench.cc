@@ -62,7 +62,8 @@ void BM_CublasBf16Gemm(benchmark::State& state) {
   const size_t bytes = size_t{n} * n * 2;
   cublasHandle_t handle = nullptr;
   if (!Check(cudaMalloc(&a, bytes), "cudaMalloc") || !Check(cudaMalloc(&b, bytes), "cudaMalloc") ||
-      !Check(cudaMalloc(&c, bytes), "cudaMalloc") || cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
+      !Check(cudaMalloc(&c, bytes), "cudaMalloc") ||
+      cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
     state.SkipWithError("allocation failed");
     return;
   }
@@ -90,7 +91,8 @@ void BM_CublasBf16Gemm(benchmark::State& state) {
 void BM_HbmCopy(benchmark::State& state) {
   const size_t bytes = size_t{1} << 30;
   void *src = nullptr, *dst = nullptr;
-  if (!Check(cudaMalloc(&src, bytes), "cudaMalloc") || !Check(cudaMalloc(&dst, bytes), "cudaMalloc")) {
+  if (!Check(cudaMalloc(&src, bytes), "cudaMalloc") ||
+      !Check(cudaMalloc(&dst, bytes), "cudaMalloc")) {
     state.SkipWithError("allocation failed");
     return;
   }
@@ -100,8 +102,8 @@ void BM_HbmCopy(benchmark::State& state) {
   TimeMs(copy, 2);
   for (auto _ : state) state.SetIterationTime(TimeMs(copy, 10) / 10 / 1e3);
   if (!Check(cudaGetLastError(), "copy kernel")) state.SkipWithError("copy kernel failed");
-  state.counters["GB/s"] = benchmark::Counter(2.0 * bytes / 1e9,
-                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(2.0 * bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   cudaFree(src);
   cudaFree(dst);
 }
@@ -121,9 +123,8 @@ Peaks MeasurePeaks() {
       cudaMemset(b, 0, bytes);
       const float one = 1.0f, zero = 0.0f;
       auto gemm = [&] {
-        cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b,
-                     CUDA_R_16BF, n, &zero, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
-                     CUBLAS_GEMM_DEFAULT);
+        cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF,
+                     n, &zero, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
       };
       TimeMs(gemm, 3);
       p.tflops = 2.0 * n * n * double(n) * 10 / (TimeMs(gemm, 10) * 1e-3) / 1e12;
@@ -206,7 +207,8 @@ void BM_Attention(benchmark::State& state, Backend* backend, AttentionProblem p)
   state.counters["TFLOP/s"] = C(flops / 1e12, C::kIsIterationInvariantRate);
   state.counters["GB/s"] = C(bytes / 1e9, C::kIsIterationInvariantRate);
   if (peaks.tflops > 0) {
-    state.counters["frac_peak_flops"] = C(flops / 1e12 / peaks.tflops, C::kIsIterationInvariantRate);
+    state.counters["frac_peak_flops"] =
+        C(flops / 1e12 / peaks.tflops, C::kIsIterationInvariantRate);
   }
   if (peaks.gbps > 0) {
     state.counters["frac_peak_bw"] = C(bytes / 1e9 / peaks.gbps, C::kIsIterationInvariantRate);

@@ -110,8 +110,7 @@ class CublasBackend : public CudaBackendBase {
     const size_t p_bytes = Align256(G * nq_max * Tk * esize);
     const size_t acc_bytes = Align256(G * nq_max * d * sizeof(float));
     ATTNKIT_ASSIGN_OR_RETURN(
-        void* ws_ptr,
-        workspace_.Get(q_bytes + k_bytes + v_bytes + s_bytes + p_bytes + acc_bytes));
+        void* ws_ptr, workspace_.Get(q_bytes + k_bytes + v_bytes + s_bytes + p_bytes + acc_bytes));
     char* ws = static_cast<char*>(ws_ptr);
     char* conv_q = ws;
     char* conv_k = conv_q + q_bytes;
@@ -139,10 +138,10 @@ class CublasBackend : public CudaBackendBase {
       };
       ATTNKIT_ASSIGN_OR_RETURN(
           const Operand q, operand(f.q, f.q_stride, f.q_type, q_direct, conv_q, H, Tq, packed_q));
-      ATTNKIT_ASSIGN_OR_RETURN(const Operand k, operand(f.k, f.k_stride, f.kv_type, k_direct,
-                                                        conv_k, G, Tk, packed_kv));
-      ATTNKIT_ASSIGN_OR_RETURN(const Operand v, operand(f.v, f.v_stride, f.kv_type, v_direct,
-                                                        conv_v, G, Tk, packed_kv));
+      ATTNKIT_ASSIGN_OR_RETURN(
+          const Operand k, operand(f.k, f.k_stride, f.kv_type, k_direct, conv_k, G, Tk, packed_kv));
+      ATTNKIT_ASSIGN_OR_RETURN(
+          const Operand v, operand(f.v, f.v_stride, f.kv_type, v_direct, conv_v, G, Tk, packed_kv));
       for (int64_t j = 0; j < group; ++j) {
         for (int64_t i0 = 0; i0 < Tq; i0 += nq_max) {
           const int64_t nq = std::min(nq_max, Tq - i0);
@@ -186,16 +185,15 @@ class CublasBackend : public CudaBackendBase {
           ATTNKIT_RETURN_IF_ERROR(CublasStatus(
               cublasGemmStridedBatchedEx(
                   handle_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(d), static_cast<int>(nq),
-                  static_cast<int>(Tk), &one, v.at(0, 0), cuda_ct, static_cast<int>(v.s.t),
-                  v.s.h, probs, cuda_ct, static_cast<int>(Tk), nq * Tk, &zero, acc, CUDA_R_32F,
+                  static_cast<int>(Tk), &one, v.at(0, 0), cuda_ct, static_cast<int>(v.s.t), v.s.h,
+                  probs, cuda_ct, static_cast<int>(Tk), nq * Tk, &zero, acc, CUDA_R_32F,
                   static_cast<int>(d), nq * d, static_cast<int>(G), CUBLAS_COMPUTE_32F,
                   CUBLAS_GEMM_DEFAULT),
               "cuBLAS O = PV"));
           ATTNKIT_RETURN_IF_ERROR(CudaStatus(
-              LaunchStoreOutput(acc, static_cast<int>(G), static_cast<int>(nq),
-                                static_cast<int>(d), f.o, f.q_type, f.o_stride,
-                                static_cast<int>(b), static_cast<int>(j), static_cast<int>(i0),
-                                static_cast<int>(group), kStream),
+              LaunchStoreOutput(acc, static_cast<int>(G), static_cast<int>(nq), static_cast<int>(d),
+                                f.o, f.q_type, f.o_stride, static_cast<int>(b), static_cast<int>(j),
+                                static_cast<int>(i0), static_cast<int>(group), kStream),
               "output store"));
         }
       }

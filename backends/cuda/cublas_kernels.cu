@@ -81,8 +81,8 @@ __global__ void __launch_bounds__(kSoftmaxThreads) MaskedSoftmaxKernel(const Sof
   }
 }
 
-__global__ void ConvertKernel(const void* src, ElemType src_type, Strides4 s, int heads,
-                              int tokens, int d, void* dst, ElemType dst_type) {
+__global__ void ConvertKernel(const void* src, ElemType src_type, Strides4 s, int heads, int tokens,
+                              int d, void* dst, ElemType dst_type) {
   const int64_t n = int64_t{heads} * tokens * d;
   for (int64_t idx = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; idx < n;
        idx += int64_t{gridDim.x} * blockDim.x) {

@@ -33,9 +33,9 @@ DeviceInfo Probe() {
   info.minor = prop.minor;
   info.num_sms = prop.multiProcessorCount;
   if (prop.major < kMinMajor) {
-    info.available = absl::FailedPreconditionError(absl::StrFormat(
-        "%s has compute capability %d.%d; this build targets sm_80 and newer", prop.name,
-        prop.major, prop.minor));
+    info.available = absl::FailedPreconditionError(
+        absl::StrFormat("%s has compute capability %d.%d; this build targets sm_80 and newer",
+                        prop.name, prop.major, prop.minor));
   }
   return info;
 }

@@ -86,8 +86,7 @@ TEST_F(CudaPluginTest, SmallProblemMatchesReferenceOnGpu) {
       RunInfo info;
       const absl::Status run = RunOnBackend(b, p, *data, &info);
       ASSERT_TRUE(run.ok()) << b->Name() << ": " << run;
-      const Comparison c =
-          CompareToReference(p, data->args(), ComputeReference(p, data->args()));
+      const Comparison c = CompareToReference(p, data->args(), ComputeReference(p, data->args()));
       EXPECT_TRUE(c.ok()) << b->Name() << " [" << info.kernel << "] " << p.name << ": "
                           << c.first_failure;
     }

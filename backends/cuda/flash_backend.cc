@@ -57,8 +57,8 @@ class FlashBackend : public CudaBackendBase {
     }
     const int64_t tiles_m = (params.rows_per_kv_head + config.block_m - 1) / config.block_m;
     const int64_t key_tiles = (params.kv_len + config.block_n - 1) / config.block_n;
-    params.num_splits = ChooseNumSplits(tiles_m * params.num_kv_heads * params.batch, key_tiles,
-                                        Device().num_sms);
+    params.num_splits =
+        ChooseNumSplits(tiles_m * params.num_kv_heads * params.batch, key_tiles, Device().num_sms);
 
     absl::MutexLock lock(&mu_);
     if (params.num_splits > 1) {

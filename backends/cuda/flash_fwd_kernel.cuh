@@ -47,7 +47,9 @@ __device__ __forceinline__ void LoadTile(T* dst, const void* src, ElemType type,
       const int c = (idx % kVecsPerRow) * kPerVec;
       const int64_t off = row_offset(r);
       uint4 chunk = make_uint4(0, 0, 0, 0);
-      if (off >= 0 && c < d) chunk = *reinterpret_cast<const uint4*>(static_cast<const T*>(src) + off + c);
+      if (off >= 0 && c < d) {
+        chunk = *reinterpret_cast<const uint4*>(static_cast<const T*>(src) + off + c);
+      }
       if constexpr (sizeof(T) == 2) {
         // kLd * 2 bytes is a multiple of 16, so the shared store is aligned.
         *reinterpret_cast<uint4*>(dst + r * kLd + c) = chunk;
@@ -294,7 +296,9 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
     const float* o_row = sO + r * Traits::kLdO;
     if (p.num_splits > 1) {
       const int64_t prow = ((split * int64_t{p.batch} + b) * p.num_heads + h) * p.q_len + i;
-      for (int c = lane; c < p.head_dim; c += 32) p.partial_o[prow * p.head_dim + c] = o_row[c] * inv;
+      for (int c = lane; c < p.head_dim; c += 32) {
+        p.partial_o[prow * p.head_dim + c] = o_row[c] * inv;
+      }
       if (lane == 0) p.partial_lse[prow] = lse;
     } else {
       const Strides4& os = p.o_stride;
@@ -311,9 +315,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
 
 template <class Traits>
 cudaError_t LaunchFlashTraits(const FlashParams& p, cudaStream_t stream) {
-  const cudaError_t attr =
-      cudaFuncSetAttribute(FlashForwardKernel<Traits>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           Traits::kSmemBytes);
+  const cudaError_t attr = cudaFuncSetAttribute(
+      FlashForwardKernel<Traits>, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
   if (attr != cudaSuccess) return attr;
   const int64_t tiles_m = (p.rows_per_kv_head + Traits::kBlockM - 1) / Traits::kBlockM;
   const int64_t blocks_x = tiles_m * p.num_splits;

@@ -29,10 +29,10 @@ struct FlashParams {
   const void* k = nullptr;
   const void* v = nullptr;
   void* o = nullptr;
-  float* lse = nullptr;                    // [B, H, Tq], or null
-  const int32_t* kv_lengths = nullptr;     // [B], or null
-  const uint8_t* blocked_mask = nullptr;   // [B, H, Tq, Tk], 1 = blocked, or null
-  const float* bias = nullptr;             // [B, H, Tq, Tk], or null
+  float* lse = nullptr;                   // [B, H, Tq], or null
+  const int32_t* kv_lengths = nullptr;    // [B], or null
+  const uint8_t* blocked_mask = nullptr;  // [B, H, Tq, Tk], 1 = blocked, or null
+  const float* bias = nullptr;            // [B, H, Tq, Tk], or null
   Strides4 q_stride, k_stride, v_stride, o_stride, mask_stride, bias_stride;
   int64_t lse_stride_b = 0, lse_stride_h = 0, lse_stride_t = 0;
   int64_t kv_lengths_stride = 0;

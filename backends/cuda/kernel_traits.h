@@ -91,8 +91,8 @@ constexpr KernelConfig ConfigOf() {
 // The configuration compiled for (bucket, compute); head_dim 0 when the
 // bucket is not compiled.
 constexpr KernelConfig FlashConfig(int bucket, ComputeKind c) {
-#define ATTNKIT_CONFIG_CASE(D)                                                         \
-  if (bucket == D) {                                                                   \
+#define ATTNKIT_CONFIG_CASE(D)                                                        \
+  if (bucket == D) {                                                                  \
     return c == ComputeKind::kF32   ? ConfigOf<FlashTraits<D, ComputeKind::kF32>>()   \
            : c == ComputeKind::kF16 ? ConfigOf<FlashTraits<D, ComputeKind::kF16>>()   \
                                     : ConfigOf<FlashTraits<D, ComputeKind::kBF16>>(); \

@@ -62,17 +62,17 @@ bool VectorLoadable(const TensorView& t, ComputeKind compute, int64_t head_dim) 
 
 absl::StatusOr<FlashParams> MakeFlashParams(const AttentionProblem& p, const AttentionArgs& a) {
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
-  for (int64_t n : {p.batch, p.num_heads, p.q_len, p.kv_len, p.head_dim,
-                    p.q_len * p.group_size()}) {
+  for (int64_t n :
+       {p.batch, p.num_heads, p.q_len, p.kv_len, p.head_dim, p.q_len * p.group_size()}) {
     if (n > kIntMax) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "a problem dimension (%d) exceeds the 32-bit range of the CUDA kernels", n));
     }
   }
   if (p.batch > 65535 || p.num_kv_heads > 65535) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "batch (%d) and num_kv_heads (%d) must be <= 65535 (CUDA grid limits)", p.batch,
-        p.num_kv_heads));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("batch (%d) and num_kv_heads (%d) must be <= 65535 (CUDA grid limits)",
+                        p.batch, p.num_kv_heads));
   }
   FlashParams f;
   auto q_type = ElemTypeOf(p.dtype);

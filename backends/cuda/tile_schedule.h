@@ -35,8 +35,8 @@ struct TileSpan {
 // ranges are monotone in the query, so the union lies between the first
 // query's begin and the last query's end. Tiles inside the span may still be
 // hidden for a sparse window; ClassifyTile says which.
-ATTNKIT_HOST_DEVICE inline TileSpan KeyTileSpan(const MaskParams& m, int64_t kv_length,
-                                                int64_t q0, int64_t q1, int64_t block_n) {
+ATTNKIT_HOST_DEVICE inline TileSpan KeyTileSpan(const MaskParams& m, int64_t kv_length, int64_t q0,
+                                                int64_t q1, int64_t block_n) {
   const KeyRange first = VisibleKeys(m, q0, kv_length);
   const KeyRange last = VisibleKeys(m, q1 - 1, kv_length);
   if (last.end <= first.begin) return TileSpan{0, 0};

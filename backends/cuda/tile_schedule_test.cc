@@ -73,8 +73,8 @@ TEST(KeyTileSpanTest, VisitsEveryVisiblePairAndClassifiesTilesSoundly) {
                   const KeyRange keys = VisibleKeys(m, i, kv_length);
                   for (int64_t j = keys.begin; j < keys.end; ++j) {
                     const int64_t t = j / block_n;
-                    ASSERT_TRUE(t >= span.begin && t < span.end) << "pair (" << i << "," << j
-                                                                 << ") outside the tile span";
+                    ASSERT_TRUE(t >= span.begin && t < span.end)
+                        << "pair (" << i << "," << j << ") outside the tile span";
                     ASSERT_NE(ClassifyTile(m, kv_length, qs.first, qs.end, t * block_n,
                                            (t + 1) * block_n),
                               TileVisibility::kHidden)
