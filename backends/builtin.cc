@@ -3,12 +3,14 @@
 #include <cstdlib>
 
 #include "backends/blas/blas_backend.h"
+#include "backends/highway/highway_backend.h"
 #include "backends/reference/reference_backend.h"
 
 namespace attnkit {
 
 void RegisterBuiltinBackends(BackendRegistry* registry) {
   // One line per built-in backend; the registry rejects duplicate names.
+  registry->Register(MakeHighwayBackend()).IgnoreError();
   registry->Register(MakeBlasBackend()).IgnoreError();
   registry->Register(MakeReferenceBackend()).IgnoreError();
 }

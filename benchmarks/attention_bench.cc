@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   }
   argc = out;
   std::string how;
-  ctx->limits = LoadOrMeasureLimits(ctx->threads, false, &how);
+  ctx->limits = LoadOrMeasureLimits(ctx->threads, /*refresh=*/true, &how);
   std::fprintf(stderr,
                "machine limits (%s): peak FMA %.1f GFLOP/s (%s), read %.1f GB/s, sgemm %.1f "
                "GFLOP/s (%s); %d threads\n",

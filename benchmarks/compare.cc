@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -188,17 +189,41 @@ std::string FormatCompareTable(const CompareReport& report) {
       report.machine().cpu_model(), l.threads(), l.peak_fma_gflops(), l.best_target(),
       l.read_gbps(), l.sgemm_gflops(), l.openblas_core());
   absl::StrAppend(&out, "FLOPs: ", report.flop_convention(), "\n");
+
+  // A backend refused by every problem for one reason (e.g. no GPU) is said
+  // once, not once per problem. The kernel column fits the longest name.
+  std::map<std::string, std::set<std::string>> refusals;
+  std::map<std::string, int> refused_count;
+  size_t kernel_width = 6;
+  for (const ProblemResult& p : report.problems()) {
+    for (const BackendResult& r : p.results()) {
+      kernel_width = std::max(kernel_width, r.kernel().size());
+      if (r.status() == "unsupported") {
+        refusals[r.backend()].insert(r.detail());
+        ++refused_count[r.backend()];
+      }
+    }
+  }
+  std::set<std::string> everywhere;
+  for (const auto& [backend, reasons] : refusals) {
+    if (refused_count[backend] == report.problems_size() && reasons.size() == 1) {
+      everywhere.insert(backend);
+      absl::StrAppend(&out, "not run: ", backend, ": ", *reasons.begin(), "\n");
+    }
+  }
+  const int kw = static_cast<int>(kernel_width);
   for (const ProblemResult& p : report.problems()) {
     absl::StrAppendFormat(
         &out, "\n%s  [%s]  %.3g GFLOP useful, %.3g MB moved, %s\n", p.name(), p.id(),
         p.useful_flops() * 1e-9, p.bytes() * 1e-6,
         p.memory_bound() ? "memory-bound: % of read bandwidth" : "compute-bound: % of peak FMA");
-    absl::StrAppendFormat(&out, "  %-17s %-34s %10s %10s %8s %7s %7s %8s %7s  %s\n", "backend",
+    absl::StrAppendFormat(&out, "  %-17s %-*s %10s %10s %8s %7s %7s %8s %7s  %s\n", "backend", kw,
                           "kernel", "median ms", "min ms", "GFLOP/s", "GB/s", "%limit", "vs ref",
                           "vs best", "check");
     for (const BackendResult& r : p.results()) {
+      if (everywhere.count(r.backend())) continue;
       if (r.status() != "ok") {
-        absl::StrAppendFormat(&out, "  %-17s %-34s %s: %s\n", r.backend(), r.kernel(),
+        absl::StrAppendFormat(&out, "  %-17s %-*s %s: %s\n", r.backend(), kw, r.kernel(),
                               r.status() == "wrong" ? "WRONG (not timed)" : r.status(), r.detail());
         continue;
       }
@@ -211,8 +236,8 @@ std::string FormatCompareTable(const CompareReport& report) {
                                r.baseline_median_s() * 1e3);
       }
       absl::StrAppendFormat(
-          &out, "  %-17s %-34s %10.3f %10.3f %8.1f %7.1f %6.1f%% %8s %7.2f  ok (%.1e)%s\n",
-          r.backend(), r.kernel(), r.median_s() * 1e3, r.min_s() * 1e3, r.gflops(), r.gbps(),
+          &out, "  %-17s %-*s %10.3f %10.3f %8.1f %7.1f %6.1f%% %8s %7.2f  ok (%.1e)%s\n",
+          r.backend(), kw, r.kernel(), r.median_s() * 1e3, r.min_s() * 1e3, r.gflops(), r.gbps(),
           r.pct_of_limit(), vs_ref, r.speedup_vs_best(), r.max_abs_err(), flag);
     }
   }

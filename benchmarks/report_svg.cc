@@ -54,9 +54,9 @@ std::string ReportToSvg(const CompareReport& report) {
     for (const BackendResult& r : p.results()) top = std::max(top, r.pct_of_limit());
   }
   top = std::min(100.0, std::ceil(top / 10) * 10);
-  const int bar = 18, gap = 28, left = 70, plot_h = 320, top_margin = 60;
+  const int bar = 18, gap = 28, left = 70, plot_h = 320, top_margin = 80;
   const int group_w = static_cast<int>(backends.size()) * bar + gap;
-  const int width = std::max(640, left + group_w * report.problems_size() + 40);
+  const int width = std::max(900, left + group_w * report.problems_size() + 40);
   const int height = top_margin + plot_h + 150;
   std::string svg = absl::StrFormat(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
@@ -119,7 +119,7 @@ std::string ReportToSvg(const CompareReport& report) {
     absl::StrAppendFormat(&svg,
                           "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
                           "<text x=\"%d\" y=\"%d\">%s</text>\n",
-                          lx, height - 24, kColors[i % 8], lx + 16, height - 14,
+                          lx, 48, kColors[i % 8], lx + 16, 58,
                           Escape(backends[i]));
   }
   svg += "</svg>\n";

@@ -1,8 +1,13 @@
 // attnkit: list backends, run a config on .npy tensors, check every backend
 // against the fp64 reference, and print the cost model. Flags are defined
 // here and nowhere else; the commands live in tools/cli/.
+#include <unistd.h>
+
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,7 +35,9 @@ ABSL_FLAG(int, threads, 0, "compare, peak, tune: worker threads (0 = every core)
 ABSL_FLAG(std::string, json, "", "compare: write every figure and the machine fingerprint as JSON");
 ABSL_FLAG(std::string, svg, "", "compare: write a grouped bar chart (% of machine limit)");
 ABSL_FLAG(std::string, baseline, "", "compare: an earlier --json report; marks >10% slowdowns");
-ABSL_FLAG(bool, refresh, false, "peak, compare, tune: re-measure the machine limits");
+ABSL_FLAG(
+    bool, refresh, false,
+    "peak: re-measure instead of showing the cached limits (compare and tune always measure)");
 ABSL_FLAG(std::string, plugins, "",
           "':'-separated backend plugin libraries to load (besides $ATTNKIT_PLUGIN_PATH)");
 
@@ -47,6 +54,46 @@ constexpr char kUsage[] =
     "  peak  [--threads=N] [--refresh]   this machine's FMA peak, read bandwidth, sgemm\n"
     "  tune  [--threads=N]         record the fastest backend per shape class for auto";
 
+// Plugins built together with this binary (its Bazel data, e.g. the CUDA
+// plugin when CUDA is built), as paths inside the runfiles tree.
+constexpr const char* kBundledPlugins[] = {"backends/cuda/libattnkit_cuda.so"};
+
+std::string RealPath(const std::string& path) {
+  char buffer[PATH_MAX];
+  return realpath(path.c_str(), buffer) != nullptr ? std::string(buffer) : path;
+}
+
+// The runfiles directories that may hold bundled plugins: Bazel's test and
+// run environments, then <binary>.runfiles next to the executable.
+std::vector<std::string> RunfilesDirs(const char* argv0) {
+  std::vector<std::string> dirs;
+  for (const char* env : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
+    if (const char* dir = std::getenv(env)) dirs.push_back(dir);
+  }
+  dirs.push_back(std::string(argv0) + ".runfiles");
+  dirs.push_back(RealPath("/proc/self/exe") + ".runfiles");
+  return dirs;
+}
+
+// Loads each bundled plugin found in the runfiles, unless the same file was
+// already named by --plugins or $ATTNKIT_PLUGIN_PATH (`loaded`).
+void LoadBundledPlugins(attnkit::BackendRegistry& registry, const char* argv0,
+                        const std::set<std::string>& loaded) {
+  for (const char* relative : kBundledPlugins) {
+    for (const std::string& dir : RunfilesDirs(argv0)) {
+      const std::string path = dir + "/attnkit/" + relative;
+      if (access(path.c_str(), F_OK) != 0) continue;
+      if (loaded.count(RealPath(path)) == 0) {
+        const absl::Status s = registry.LoadPlugin(path);
+        if (!s.ok()) {
+          std::fprintf(stderr, "attnkit: warning: %s\n", std::string(s.message()).c_str());
+        }
+      }
+      break;
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,10 +107,18 @@ int main(int argc, char** argv) {
 
   attnkit::BackendRegistry& registry = attnkit::GlobalRegistry();
   const std::string plugins = absl::GetFlag(FLAGS_plugins);
+  std::set<std::string> named;
   for (absl::string_view path : absl::StrSplit(plugins, ':', absl::SkipEmpty())) {
+    named.insert(RealPath(std::string(path)));
     const absl::Status s = registry.LoadPlugin(std::string(path));
     if (!s.ok()) std::fprintf(stderr, "attnkit: warning: %s\n", std::string(s.message()).c_str());
   }
+  if (const char* env = std::getenv(attnkit::kPluginPathEnv)) {
+    for (absl::string_view path : absl::StrSplit(env, ':', absl::SkipEmpty())) {
+      named.insert(RealPath(std::string(path)));
+    }
+  }
+  LoadBundledPlugins(registry, argv[0], named);
 
   attnkit::CliOptions options;
   options.config = absl::GetFlag(FLAGS_config);

@@ -25,4 +25,9 @@ grep -q 'num_heads (12) must be a multiple of num_kv_heads (5)' "$tmp/err.txt" |
 
 ATTNKIT_PLUGIN_PATH=/nonexistent/libx.so $bin backends > "$tmp/b2.txt" 2>&1 || fail "a missing plugin must not stop the tool"
 grep -q 'plugin failed: plugin /nonexistent/libx.so: cannot load' "$tmp/b2.txt" || fail "missing plugin not reported"
+# A bundled CUDA plugin is listed, available or with the reason it is not.
+if [[ -e backends/cuda/libattnkit_cuda.so ]]; then
+  grep -qE '^cuda: (available|unavailable: .+)' "$tmp/backends.txt" || fail "bundled cuda plugin not listed"
+  grep -qE '^cuda-cublas: (available|unavailable: .+)' "$tmp/backends.txt" || fail "cuda-cublas not listed"
+fi
 echo "PASS"

@@ -55,8 +55,10 @@ absl::Status CompareCommand(const BackendRegistry& registry, const CliOptions& o
   }
   const int threads = ThreadCount(options);
   std::string how;
+  // Limits are measured in the same run as the figures they scale (the
+  // machine is shared and noisy); the measurement also refreshes the cache.
   progress << "measuring machine limits...\n";
-  const MachineLimits limits = LoadOrMeasureLimits(threads, options.refresh, &how);
+  const MachineLimits limits = LoadOrMeasureLimits(threads, /*refresh=*/true, &how);
   progress << "machine limits " << how << "\n";
   CompareOptions compare;
   compare.backends = options.backends;
@@ -92,7 +94,7 @@ absl::Status TuneCommand(const BackendRegistry& registry, const CliOptions& opti
                          std::ostream& out, std::ostream& progress) {
   const int threads = ThreadCount(options);
   std::string how;
-  const MachineLimits limits = LoadOrMeasureLimits(threads, options.refresh, &how);
+  const MachineLimits limits = LoadOrMeasureLimits(threads, /*refresh=*/true, &how);
   CompareOptions compare;
   compare.backends = options.backends;
   compare.threads = threads;

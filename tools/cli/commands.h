@@ -28,7 +28,7 @@ struct CliOptions {
   int threads = 0;                    // compare, peak, tune: 0 = every core
   std::string json, svg;              // compare: report files
   std::string baseline;               // compare: an earlier --json report
-  bool refresh = false;               // peak, compare, tune: re-measure the machine limits
+  bool refresh = false;               // peak: re-measure instead of reading the cache
 };
 
 // The config of --config, or the built-in default when none is given.

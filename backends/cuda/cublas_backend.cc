@@ -1,0 +1,223 @@
+#include "backends/cuda/cublas_backend.h"
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "backends/cuda/cublas_kernels.h"
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/params.h"
+#include "core/status_macros.h"
+
+namespace attnkit {
+namespace cuda {
+namespace {
+
+// Scores + probabilities + accumulators of one query block, at most.
+constexpr int64_t kBlockBudgetBytes = int64_t{256} << 20;
+
+absl::Status CublasStatus(cublasStatus_t s, absl::string_view what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  const std::string message = absl::StrFormat("%s: %s", what, cublasGetStatusString(s));
+  if (s == CUBLAS_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(message);
+  if (s == CUBLAS_STATUS_NOT_INITIALIZED || s == CUBLAS_STATUS_ARCH_MISMATCH) {
+    return absl::FailedPreconditionError(message);
+  }
+  return absl::InternalError(message);
+}
+
+size_t ElemBytes(ElemType t) { return t == ElemType::kF32 ? 4 : 2; }
+
+cudaDataType CudaTypeOf(ElemType t) {
+  switch (t) {
+    case ElemType::kF16:
+      return CUDA_R_16F;
+    case ElemType::kBF16:
+      return CUDA_R_16BF;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
+size_t Align256(size_t n) { return (n + 255) / 256 * 256; }
+
+// One GEMM operand of batch b: [heads, T, d] with strides, in `type`.
+struct Operand {
+  const char* base = nullptr;  // element [b, 0, 0, 0]
+  Strides4 s;
+  ElemType type = ElemType::kF32;
+  const char* at(int64_t h, int64_t t) const {
+    return base + (h * s.h + t * s.t) * static_cast<int64_t>(ElemBytes(type));
+  }
+};
+
+// GEMM-ready as stored: compute type, unit column stride, row stride >= d
+// and within cuBLAS's int leading dimensions.
+bool Direct(const Strides4& s, ElemType t, ElemType compute, int64_t d) {
+  return t == compute && s.c == 1 && s.t >= d && s.t <= std::numeric_limits<int>::max();
+}
+
+class CublasBackend : public CudaBackendBase {
+ public:
+  explicit CublasBackend(std::string name) : name_(std::move(name)) {}
+  ~CublasBackend() override {
+    if (handle_ != nullptr) cublasDestroy(handle_);
+  }
+
+  std::string Name() const override { return name_; }
+  std::string Description() const override {
+    return "CUDA baseline: batched cuBLAS GEMMs (S = QK^T, O = PV, fp32 accumulation) with a "
+           "masked-softmax kernel between them, blocked over query rows";
+  }
+
+  Capabilities Caps() const override {
+    Capabilities c;
+    c.dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+    c.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+    c.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
+    c.layouts = {Layout::kBHTD, Layout::kBTHD};
+    c.lse = c.kv_lengths = c.blocked_mask = c.additive_bias = c.softcap = true;
+    return c;
+  }
+
+ protected:
+  absl::Status ForwardImpl(const AttentionProblem& p, const AttentionArgs& args,
+                           RunInfo* info) override {
+    ATTNKIT_ASSIGN_OR_RETURN(const FlashParams f, MakeFlashParams(p, args));
+    absl::MutexLock lock(&mu_);
+    if (handle_ == nullptr) {
+      ATTNKIT_RETURN_IF_ERROR(CublasStatus(cublasCreate(&handle_), "cublasCreate"));
+      ATTNKIT_RETURN_IF_ERROR(CublasStatus(cublasSetStream(handle_, kStream), "cublasSetStream"));
+    }
+    const ElemType ct = static_cast<ElemType>(f.compute);  // same numbering
+    const int64_t B = f.batch, H = f.num_heads, G = f.num_kv_heads, group = f.group_size;
+    const int64_t Tq = f.q_len, Tk = f.kv_len, d = f.head_dim;
+    const size_t esize = ElemBytes(ct);
+    const bool q_direct = Direct(f.q_stride, f.q_type, ct, d);
+    const bool k_direct = Direct(f.k_stride, f.kv_type, ct, d);
+    const bool v_direct = Direct(f.v_stride, f.kv_type, ct, d);
+    const int64_t nq_max =
+        CublasQueryBlock(Tq, CublasBytesPerQueryRow(G, Tk, d, esize), kBlockBudgetBytes);
+
+    // Workspace: converted operands of one batch entry, then the block buffers.
+    const size_t q_bytes = q_direct ? 0 : Align256(H * Tq * d * esize);
+    const size_t kv_bytes = Align256(G * Tk * d * esize);
+    const size_t k_bytes = k_direct ? 0 : kv_bytes, v_bytes = v_direct ? 0 : kv_bytes;
+    const size_t s_bytes = Align256(G * nq_max * Tk * sizeof(float));
+    const size_t p_bytes = Align256(G * nq_max * Tk * esize);
+    const size_t acc_bytes = Align256(G * nq_max * d * sizeof(float));
+    ATTNKIT_ASSIGN_OR_RETURN(
+        void* ws_ptr, workspace_.Get(q_bytes + k_bytes + v_bytes + s_bytes + p_bytes + acc_bytes));
+    char* ws = static_cast<char*>(ws_ptr);
+    char* conv_q = ws;
+    char* conv_k = conv_q + q_bytes;
+    char* conv_v = conv_k + k_bytes;
+    float* scores = reinterpret_cast<float*>(conv_v + v_bytes);
+    char* probs = reinterpret_cast<char*>(scores) + s_bytes;
+    float* acc = reinterpret_cast<float*>(probs + p_bytes);
+
+    const Strides4 packed_q{0, Tq * d, d, 1}, packed_kv{0, Tk * d, d, 1};
+    const cudaDataType cuda_ct = CudaTypeOf(ct);
+    const float one = 1.0f, zero = 0.0f;
+    for (int64_t b = 0; b < B; ++b) {
+      // Operands of batch b, converted to contiguous compute-type copies when
+      // their type or strides do not suit cuBLAS.
+      auto operand = [&](const void* data, const Strides4& s, ElemType type, bool direct,
+                         char* conv, int64_t heads, int64_t tokens,
+                         const Strides4& packed) -> absl::StatusOr<Operand> {
+        const char* batch = static_cast<const char*>(data) + b * s.b * int64_t(ElemBytes(type));
+        if (direct) return Operand{batch, s, type};
+        ATTNKIT_RETURN_IF_ERROR(CudaStatus(
+            LaunchConvert(batch, type, s, static_cast<int>(heads), static_cast<int>(tokens),
+                          static_cast<int>(d), conv, ct, kStream),
+            "operand conversion"));
+        return Operand{conv, packed, ct};
+      };
+      ATTNKIT_ASSIGN_OR_RETURN(
+          const Operand q, operand(f.q, f.q_stride, f.q_type, q_direct, conv_q, H, Tq, packed_q));
+      ATTNKIT_ASSIGN_OR_RETURN(
+          const Operand k, operand(f.k, f.k_stride, f.kv_type, k_direct, conv_k, G, Tk, packed_kv));
+      ATTNKIT_ASSIGN_OR_RETURN(
+          const Operand v, operand(f.v, f.v_stride, f.kv_type, v_direct, conv_v, G, Tk, packed_kv));
+      for (int64_t j = 0; j < group; ++j) {
+        for (int64_t i0 = 0; i0 < Tq; i0 += nq_max) {
+          const int64_t nq = std::min(nq_max, Tq - i0);
+          // S[g] (nq x Tk, row-major) = Q[b, g*group + j, i0:i0+nq] K[b, g]^T; in
+          // cuBLAS's column-major terms S^T (Tk x nq) = K (Tk x d) Q^T (d x nq).
+          ATTNKIT_RETURN_IF_ERROR(CublasStatus(
+              cublasGemmStridedBatchedEx(
+                  handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(Tk), static_cast<int>(nq),
+                  static_cast<int>(d), &one, k.at(0, 0), cuda_ct, static_cast<int>(k.s.t), k.s.h,
+                  q.at(j, i0), cuda_ct, static_cast<int>(q.s.t), group * q.s.h, &zero, scores,
+                  CUDA_R_32F, static_cast<int>(Tk), nq * Tk, static_cast<int>(G),
+                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              "cuBLAS S = QK^T"));
+          SoftmaxParams sp;
+          sp.scores = scores;
+          sp.probs = probs;
+          sp.probs_type = ct;
+          sp.num_kv_heads = static_cast<int>(G);
+          sp.nq = static_cast<int>(nq);
+          sp.kv_len = static_cast<int>(Tk);
+          sp.group_size = static_cast<int>(group);
+          sp.b = static_cast<int>(b);
+          sp.j = static_cast<int>(j);
+          sp.i0 = static_cast<int>(i0);
+          sp.scale = f.scale;
+          sp.softcap = f.softcap;
+          sp.mask = f.mask;
+          sp.kv_lengths = f.kv_lengths;
+          sp.kv_lengths_stride = f.kv_lengths_stride;
+          sp.blocked_mask = f.blocked_mask;
+          sp.mask_stride = f.mask_stride;
+          sp.bias = f.bias;
+          sp.bias_stride = f.bias_stride;
+          sp.lse = f.lse;
+          sp.lse_stride_b = f.lse_stride_b;
+          sp.lse_stride_h = f.lse_stride_h;
+          sp.lse_stride_t = f.lse_stride_t;
+          ATTNKIT_RETURN_IF_ERROR(CudaStatus(LaunchMaskedSoftmax(sp, kStream), "masked softmax"));
+          // acc[g] (nq x d, row-major) = P[g] (nq x Tk) V[b, g] (Tk x d); column-major
+          // acc^T (d x nq) = V^T (d x Tk) P^T (Tk x nq).
+          ATTNKIT_RETURN_IF_ERROR(CublasStatus(
+              cublasGemmStridedBatchedEx(
+                  handle_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(d), static_cast<int>(nq),
+                  static_cast<int>(Tk), &one, v.at(0, 0), cuda_ct, static_cast<int>(v.s.t), v.s.h,
+                  probs, cuda_ct, static_cast<int>(Tk), nq * Tk, &zero, acc, CUDA_R_32F,
+                  static_cast<int>(d), nq * d, static_cast<int>(G), CUBLAS_COMPUTE_32F,
+                  CUBLAS_GEMM_DEFAULT),
+              "cuBLAS O = PV"));
+          ATTNKIT_RETURN_IF_ERROR(CudaStatus(
+              LaunchStoreOutput(acc, static_cast<int>(G), static_cast<int>(nq), static_cast<int>(d),
+                                f.o, f.q_type, f.o_stride, static_cast<int>(b), static_cast<int>(j),
+                                static_cast<int>(i0), static_cast<int>(group), kStream),
+              "output store"));
+        }
+      }
+    }
+    info->kernel = absl::StrFormat("cublas-gemm %s qblock=%d%s",
+                                   ct == ElemType::kF32   ? "f32"
+                                   : ct == ElemType::kF16 ? "f16"
+                                                          : "bf16",
+                                   nq_max, (q_direct && k_direct && v_direct) ? "" : " converted");
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::string name_;
+  absl::Mutex mu_;
+  cublasHandle_t handle_ ABSL_GUARDED_BY(mu_) = nullptr;
+  Workspace workspace_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeCublasBackend(const std::string& name) {
+  return std::make_unique<CublasBackend>(name);
+}
+
+}  // namespace cuda
+}  // namespace attnkit

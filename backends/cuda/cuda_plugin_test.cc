@@ -1,0 +1,103 @@
+// The CUDA plugin through the registry's dlopen route. Without a usable GPU
+// every entry point must fail cleanly with the CUDA reason; with one, a small
+// GQA problem must match the fp64 reference on both backends.
+#include <string>
+
+#include "absl/strings/match.h"
+#include "core/compare.h"
+#include "core/execute.h"
+#include "core/problem_data.h"
+#include "core/reference.h"
+#include "core/registry.h"
+#include "gtest/gtest.h"
+
+namespace attnkit {
+namespace {
+
+std::string* plugin_path = nullptr;
+
+class CudaPluginTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(plugin_path, nullptr) << "usage: cuda_plugin_test PATH/libattnkit_cuda.so";
+    const absl::Status loaded = registry_.LoadPlugin(*plugin_path);
+    ASSERT_TRUE(loaded.ok()) << loaded;
+  }
+  BackendRegistry registry_;
+};
+
+AttentionProblem SmallGqa(DType dtype) {
+  AttentionProblem p;
+  p.batch = 2;
+  p.num_heads = 4;
+  p.num_kv_heads = 2;
+  p.head_dim = 64;
+  p.model_dim = 256;
+  p.q_len = 33;
+  p.kv_len = 70;
+  p.dtype = p.kv_dtype = dtype;
+  p.mask = MaskKind::kCausal;
+  p.alignment = Alignment::kBottomRight;
+  p.scale = 0.125f;
+  p.return_lse = true;
+  p.name = p.Id();
+  return p;
+}
+
+TEST_F(CudaPluginTest, ProvidesBothBackends) {
+  EXPECT_EQ(registry_.Names(), (std::vector<std::string>{"cuda", "cuda-cublas"}));
+  for (Backend* b : registry_.All()) {
+    const Capabilities c = b->Caps();
+    EXPECT_EQ(c.dtypes.size(), 3u) << b->Name();
+    EXPECT_TRUE(c.lse && c.kv_lengths && c.blocked_mask && c.additive_bias && c.softcap);
+    EXPECT_FALSE(b->UsesHostMemory());
+  }
+  auto flash = registry_.Find("cuda");
+  ASSERT_TRUE(flash.ok());
+  EXPECT_EQ((*flash)->Caps().max_head_dim, 256);
+}
+
+TEST_F(CudaPluginTest, UnavailableWithoutGpuSaysWhy) {
+  for (Backend* b : registry_.All()) {
+    const absl::Status available = b->Available();
+    if (available.ok()) GTEST_SKIP() << "a GPU is present";
+    EXPECT_EQ(available.code(), absl::StatusCode::kFailedPrecondition) << available;
+    EXPECT_FALSE(available.message().empty());
+    const AttentionProblem p = SmallGqa(DType::kF16);
+    EXPECT_EQ(b->Supports(p).message(), available.message());
+    EXPECT_FALSE(b->Allocate(1024).ok());
+    EXPECT_FALSE(b->Synchronize().ok());
+    auto data = ProblemData::Random(p, 1);
+    ASSERT_TRUE(data.ok());
+    const absl::Status run = RunOnBackend(b, p, *data, nullptr);
+    EXPECT_FALSE(run.ok());
+    EXPECT_TRUE(absl::StrContains(run.message(), available.message())) << run;
+  }
+}
+
+TEST_F(CudaPluginTest, SmallProblemMatchesReferenceOnGpu) {
+  for (Backend* b : registry_.All()) {
+    if (!b->Available().ok()) GTEST_SKIP() << b->Available();
+    for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+      const AttentionProblem p = SmallGqa(t);
+      auto data = ProblemData::Random(p, 7);
+      ASSERT_TRUE(data.ok());
+      PoisonOutputs(*data);
+      RunInfo info;
+      const absl::Status run = RunOnBackend(b, p, *data, &info);
+      ASSERT_TRUE(run.ok()) << b->Name() << ": " << run;
+      const Comparison c = CompareToReference(p, data->args(), ComputeReference(p, data->args()));
+      EXPECT_TRUE(c.ok()) << b->Name() << " [" << info.kernel << "] " << p.name << ": "
+                          << c.first_failure;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attnkit
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  if (argc > 1) attnkit::plugin_path = new std::string(argv[1]);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,122 @@
+// Flash-attention kernel configuration: a traits struct per (head-dim bucket,
+// compute kind), chosen by small constexpr rules, and the host heuristics
+// that pick the bucket and the number of key splits. Host and device code.
+#ifndef ATTNKIT_BACKENDS_CUDA_KERNEL_TRAITS_H_
+#define ATTNKIT_BACKENDS_CUDA_KERNEL_TRAITS_H_
+
+#include <cstdint>
+
+#include "backends/cuda/flash_params.h"
+
+namespace attnkit {
+namespace cuda {
+
+// The head dims compiled; a problem runs in the smallest bucket >= d, with
+// Q, K and V zero-padded to the bucket in shared memory.
+constexpr int kHeadDimBuckets[] = {32, 64, 128, 256};
+constexpr int kMaxHeadDim = 256;
+// Largest dynamic shared memory per block on sm_80 (A100); sm_90 allows more.
+constexpr int kMaxSmemBytes = 166912;
+// Rows of the query tile owned by one warp (one WMMA m16 strip).
+constexpr int kRowsPerWarp = 16;
+constexpr int kMaxSplits = 32;
+
+// The bucket for head dim d, or 0 when d > kMaxHeadDim.
+constexpr int HeadDimBucket(int d) {
+  for (int b : kHeadDimBuckets) {
+    if (d <= b) return b;
+  }
+  return 0;
+}
+
+// Query rows per block: 64 (four warps) unless the tiles of a large head dim
+// would not fit the shared memory of sm_80.
+constexpr int BlockMFor(int head_dim, ComputeKind c) {
+  return head_dim >= (c == ComputeKind::kF32 ? 128 : 256) ? 32 : 64;
+}
+// Keys per tile: 64, halved for f32 at d = 256 (shared memory again).
+constexpr int BlockNFor(int head_dim, ComputeKind c) {
+  return (c == ComputeKind::kF32 && head_dim >= 256) ? 32 : 64;
+}
+
+constexpr int AlignUp(int x, int a) { return (x + a - 1) / a * a; }
+
+template <int kHeadDim_, ComputeKind kCompute_>
+struct FlashTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr ComputeKind kCompute = kCompute_;
+  static constexpr bool kTensorCores = kCompute != ComputeKind::kF32;
+  static constexpr int kBlockM = BlockMFor(kHeadDim, kCompute);
+  static constexpr int kBlockN = BlockNFor(kHeadDim, kCompute);
+  static constexpr int kNWarps = kBlockM / kRowsPerWarp;
+  static constexpr int kNThreads = kNWarps * 32;
+  static constexpr int kElemBytes = kTensorCores ? 2 : 4;
+  // Leading dims (elements) of the shared-memory tiles. WMMA needs multiples
+  // of 16 bytes; the f32 path pads by one word so that lanes reading one
+  // column of K each hit a different bank.
+  static constexpr int kLdQK = kHeadDim + (kTensorCores ? 8 : 1);  // sQ, sK, sV
+  static constexpr int kLdS = kBlockN + 4;                         // scores, f32
+  static constexpr int kLdP = kBlockN + (kTensorCores ? 8 : 4);    // probabilities
+  static constexpr int kLdO = kHeadDim + 4;                        // output accumulator, f32
+  // Byte offsets of the tiles in dynamic shared memory, 128-byte aligned.
+  static constexpr int kOffQ = 0;
+  static constexpr int kOffK = AlignUp(kOffQ + kBlockM * kLdQK * kElemBytes, 128);
+  static constexpr int kOffV = AlignUp(kOffK + kBlockN * kLdQK * kElemBytes, 128);
+  static constexpr int kOffS = AlignUp(kOffV + kBlockN * kLdQK * kElemBytes, 128);
+  static constexpr int kOffP = AlignUp(kOffS + kBlockM * kLdS * 4, 128);
+  static constexpr int kOffO = AlignUp(kOffP + kBlockM * kLdP * kElemBytes, 128);
+  static constexpr int kSmemBytes = AlignUp(kOffO + kBlockM * kLdO * 4, 128);
+
+  static_assert(kHeadDim % 32 == 0, "lanes stride over head-dim columns by 32");
+  static_assert(kBlockN % 32 == 0, "lanes stride over key columns by 32");
+  static_assert(kBlockM % kRowsPerWarp == 0, "whole warps per query tile");
+  static_assert(kSmemBytes <= kMaxSmemBytes, "tiles exceed sm_80 shared memory");
+};
+
+// The run-time view of one FlashTraits instance, for launching and logging.
+struct KernelConfig {
+  int head_dim = 0;  // the bucket
+  int block_m = 0;
+  int block_n = 0;
+  int num_warps = 0;
+  int smem_bytes = 0;
+};
+
+template <class Traits>
+constexpr KernelConfig ConfigOf() {
+  return KernelConfig{Traits::kHeadDim, Traits::kBlockM, Traits::kBlockN, Traits::kNWarps,
+                      Traits::kSmemBytes};
+}
+
+// The configuration compiled for (bucket, compute); head_dim 0 when the
+// bucket is not compiled.
+constexpr KernelConfig FlashConfig(int bucket, ComputeKind c) {
+#define ATTNKIT_CONFIG_CASE(D)                                                        \
+  if (bucket == D) {                                                                  \
+    return c == ComputeKind::kF32   ? ConfigOf<FlashTraits<D, ComputeKind::kF32>>()   \
+           : c == ComputeKind::kF16 ? ConfigOf<FlashTraits<D, ComputeKind::kF16>>()   \
+                                    : ConfigOf<FlashTraits<D, ComputeKind::kBF16>>(); \
+  }
+  ATTNKIT_CONFIG_CASE(32)
+  ATTNKIT_CONFIG_CASE(64)
+  ATTNKIT_CONFIG_CASE(128)
+  ATTNKIT_CONFIG_CASE(256)
+#undef ATTNKIT_CONFIG_CASE
+  return KernelConfig{};
+}
+
+// Key splits for split-K: 1 when the grid already fills the GPU; otherwise
+// enough splits for about two blocks per SM, each split keeping at least two
+// key tiles, at most kMaxSplits.
+constexpr int ChooseNumSplits(int64_t num_blocks, int64_t num_key_tiles, int num_sms) {
+  if (num_blocks <= 0 || num_blocks >= num_sms || num_key_tiles < 4) return 1;
+  int64_t splits = (2 * int64_t{num_sms} + num_blocks - 1) / num_blocks;
+  if (splits > num_key_tiles / 2) splits = num_key_tiles / 2;
+  if (splits > kMaxSplits) splits = kMaxSplits;
+  return splits < 1 ? 1 : static_cast<int>(splits);
+}
+
+}  // namespace cuda
+}  // namespace attnkit
+
+#endif  // ATTNKIT_BACKENDS_CUDA_KERNEL_TRAITS_H_

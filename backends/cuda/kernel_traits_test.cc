@@ -1,0 +1,83 @@
+// The kernel configuration heuristics, on the CPU: buckets, tile shapes and
+// shared memory, split-K and the cuBLAS query blocking.
+#include "backends/cuda/kernel_traits.h"
+
+#include "backends/cuda/params.h"
+#include "gtest/gtest.h"
+
+namespace attnkit {
+namespace cuda {
+namespace {
+
+TEST(HeadDimBucketTest, SmallestCompiledBucketAtLeastD) {
+  EXPECT_EQ(HeadDimBucket(1), 32);
+  EXPECT_EQ(HeadDimBucket(16), 32);
+  EXPECT_EQ(HeadDimBucket(32), 32);
+  EXPECT_EQ(HeadDimBucket(33), 64);
+  EXPECT_EQ(HeadDimBucket(80), 128);
+  EXPECT_EQ(HeadDimBucket(96), 128);
+  EXPECT_EQ(HeadDimBucket(128), 128);
+  EXPECT_EQ(HeadDimBucket(129), 256);
+  EXPECT_EQ(HeadDimBucket(256), 256);
+  EXPECT_EQ(HeadDimBucket(257), 0);
+}
+
+TEST(FlashConfigTest, EveryCompiledInstanceFitsSm80) {
+  for (int bucket : kHeadDimBuckets) {
+    for (ComputeKind c : {ComputeKind::kF32, ComputeKind::kF16, ComputeKind::kBF16}) {
+      const KernelConfig k = FlashConfig(bucket, c);
+      SCOPED_TRACE(testing::Message() << "bucket " << bucket << " compute " << int(c));
+      EXPECT_EQ(k.head_dim, bucket);
+      EXPECT_EQ(k.block_m, k.num_warps * kRowsPerWarp);
+      EXPECT_EQ(k.block_n % 32, 0);
+      EXPECT_GT(k.smem_bytes, 0);
+      EXPECT_LE(k.smem_bytes, kMaxSmemBytes);
+    }
+  }
+  EXPECT_EQ(FlashConfig(48, ComputeKind::kF16).head_dim, 0) << "48 is not a compiled bucket";
+}
+
+TEST(FlashConfigTest, TileShapes) {
+  using Bf16D128 = FlashTraits<128, ComputeKind::kBF16>;
+  static_assert(Bf16D128::kBlockM == 64 && Bf16D128::kBlockN == 64 && Bf16D128::kNWarps == 4,
+                "the prefill configuration");
+  static_assert(Bf16D128::kLdQK % 8 == 0 && Bf16D128::kLdP % 8 == 0,
+                "WMMA leading dims are multiples of 16 bytes");
+  static_assert(Bf16D128::kOffK % 128 == 0 && Bf16D128::kOffO % 128 == 0, "aligned tiles");
+  using F32D256 = FlashTraits<256, ComputeKind::kF32>;
+  static_assert(F32D256::kBlockM == 32 && F32D256::kBlockN == 32, "smaller tiles for f32 d256");
+  static_assert(F32D256::kLdQK % 2 == 1, "odd f32 leading dim avoids bank conflicts");
+  EXPECT_EQ(FlashConfig(256, ComputeKind::kBF16).block_m, 32);
+  EXPECT_EQ(FlashConfig(64, ComputeKind::kF32).block_m, 64);
+}
+
+TEST(ChooseNumSplitsTest, SplitsOnlyWhenTheGridIsSmall) {
+  // Decode, B=8, Hkv=8, one query tile per KV head, Tk=8192 (128 key tiles), 132 SMs.
+  EXPECT_EQ(ChooseNumSplits(64, 128, 132), 5);
+  // Prefill, B=4, H=32, T=4096: 64 query tiles x 32 heads x 4.
+  EXPECT_EQ(ChooseNumSplits(64 * 32 * 4, 64, 132), 1);
+  EXPECT_EQ(ChooseNumSplits(132, 1000, 132), 1);
+  // Too few key tiles to share.
+  EXPECT_EQ(ChooseNumSplits(1, 3, 132), 1);
+  // Each split keeps at least two key tiles; at most kMaxSplits.
+  EXPECT_EQ(ChooseNumSplits(1, 10, 132), 5);
+  EXPECT_EQ(ChooseNumSplits(1, 100000, 132), kMaxSplits);
+  EXPECT_EQ(ChooseNumSplits(0, 100, 132), 1);
+  EXPECT_EQ(ChooseNumSplits(1, 100, 0), 1);
+}
+
+TEST(CublasBlockingTest, QueryBlockFitsTheBudget) {
+  // bf16 prefill B=4, H=G=32, T=4096, d=128: 32 * (4096 * 6 + 512) bytes a row.
+  const int64_t row = CublasBytesPerQueryRow(32, 4096, 128, 2);
+  EXPECT_EQ(row, 32 * (4096 * 6 + 512));
+  const int64_t budget = int64_t{256} << 20;
+  const int64_t nq = CublasQueryBlock(4096, row, budget);
+  EXPECT_LE(nq * row, budget);
+  EXPECT_GT((nq + 1) * row, budget);
+  EXPECT_EQ(CublasQueryBlock(7, row, budget), 7);
+  EXPECT_EQ(CublasQueryBlock(4096, budget * 2, budget), 1);
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace attnkit

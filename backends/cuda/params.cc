@@ -1,0 +1,142 @@
+#include "backends/cuda/params.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "absl/strings/str_format.h"
+
+namespace attnkit {
+namespace cuda {
+namespace {
+
+Strides4 StridesOf(const TensorView& t) {
+  if (t.empty()) return Strides4{};
+  return Strides4{t.strides[0], t.strides[1], t.strides[2], t.strides[3]};
+}
+
+DType StorageOf(ComputeKind c) {
+  switch (c) {
+    case ComputeKind::kF16:
+      return DType::kF16;
+    case ComputeKind::kBF16:
+      return DType::kBF16;
+    default:
+      return DType::kF32;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<ElemType> ElemTypeOf(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return ElemType::kF32;
+    case DType::kF16:
+      return ElemType::kF16;
+    case DType::kBF16:
+      return ElemType::kBF16;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s is not a float storage type", DTypeName(t)));
+  }
+}
+
+ComputeKind ComputeKindFor(DType q, DType kv) {
+  if (q == kv && q == DType::kF16) return ComputeKind::kF16;
+  if (q == kv && q == DType::kBF16) return ComputeKind::kBF16;
+  return ComputeKind::kF32;
+}
+
+bool VectorLoadable(const TensorView& t, ComputeKind compute, int64_t head_dim) {
+  if (t.empty() || t.dtype != StorageOf(compute) || t.rank != 4 || t.strides[3] != 1) return false;
+  const int64_t elem = static_cast<int64_t>(DTypeSize(t.dtype));
+  const int64_t per_vector = 16 / elem;
+  if (head_dim % per_vector != 0) return false;
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
+  for (int i = 0; i < 3; ++i) {
+    if ((t.strides[i] * elem) % 16 != 0) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<FlashParams> MakeFlashParams(const AttentionProblem& p, const AttentionArgs& a) {
+  constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+  for (int64_t n :
+       {p.batch, p.num_heads, p.q_len, p.kv_len, p.head_dim, p.q_len * p.group_size()}) {
+    if (n > kIntMax) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a problem dimension (%d) exceeds the 32-bit range of the CUDA kernels", n));
+    }
+  }
+  if (p.batch > 65535 || p.num_kv_heads > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("batch (%d) and num_kv_heads (%d) must be <= 65535 (CUDA grid limits)",
+                        p.batch, p.num_kv_heads));
+  }
+  FlashParams f;
+  auto q_type = ElemTypeOf(p.dtype);
+  if (!q_type.ok()) return q_type.status();
+  auto kv_type = ElemTypeOf(p.kv_dtype);
+  if (!kv_type.ok()) return kv_type.status();
+  f.q_type = *q_type;
+  f.kv_type = *kv_type;
+  f.compute = ComputeKindFor(p.dtype, p.kv_dtype);
+
+  f.q = a.q.data;
+  f.k = a.k.data;
+  f.v = a.v.data;
+  f.o = a.o.data;
+  f.q_stride = StridesOf(a.q);
+  f.k_stride = StridesOf(a.k);
+  f.v_stride = StridesOf(a.v);
+  f.o_stride = StridesOf(a.o);
+  if (p.return_lse) {
+    f.lse = static_cast<float*>(a.lse.data);
+    f.lse_stride_b = a.lse.strides[0];
+    f.lse_stride_h = a.lse.strides[1];
+    f.lse_stride_t = a.lse.strides[2];
+  }
+  if (p.has_kv_lengths()) {
+    f.kv_lengths = static_cast<const int32_t*>(a.kv_lengths.data);
+    f.kv_lengths_stride = a.kv_lengths.strides[0];
+  }
+  if (p.blocked_mask) {
+    f.blocked_mask = static_cast<const uint8_t*>(a.blocked_mask.data);
+    f.mask_stride = StridesOf(a.blocked_mask);
+  }
+  if (p.additive_bias) {
+    f.bias = static_cast<const float*>(a.bias.data);
+    f.bias_stride = StridesOf(a.bias);
+  }
+
+  f.batch = static_cast<int>(p.batch);
+  f.num_heads = static_cast<int>(p.num_heads);
+  f.num_kv_heads = static_cast<int>(p.num_kv_heads);
+  f.group_size = static_cast<int>(p.group_size());
+  f.q_len = static_cast<int>(p.q_len);
+  f.kv_len = static_cast<int>(p.kv_len);
+  f.head_dim = static_cast<int>(p.head_dim);
+  f.rows_per_kv_head = p.q_len * p.group_size();
+  f.scale = p.scale;
+  f.softcap = p.softcap;
+  f.mask = p.mask_params();
+
+  f.q_vec = VectorLoadable(a.q, f.compute, p.head_dim);
+  f.k_vec = VectorLoadable(a.k, f.compute, p.head_dim);
+  f.v_vec = VectorLoadable(a.v, f.compute, p.head_dim);
+  return f;
+}
+
+int64_t CublasBytesPerQueryRow(int64_t num_kv_heads, int64_t kv_len, int64_t head_dim,
+                               int64_t elem_bytes) {
+  return num_kv_heads * (kv_len * (4 + elem_bytes) + head_dim * 4);
+}
+
+int64_t CublasQueryBlock(int64_t q_len, int64_t bytes_per_row, int64_t budget_bytes) {
+  const int64_t rows = bytes_per_row > 0 ? budget_bytes / bytes_per_row : q_len;
+  return std::max<int64_t>(1, std::min(q_len, rows));
+}
+
+}  // namespace cuda
+}  // namespace attnkit

@@ -1,0 +1,64 @@
+// The Highway backend's private parameters: a validated problem and its
+// tensor views turned into what the kernels consume (no Highway types here,
+// so plain C++ can build them and every target can read them).
+#ifndef ATTNKIT_BACKENDS_HIGHWAY_FLASH_PARAMS_H_
+#define ATTNKIT_BACKENDS_HIGHWAY_FLASH_PARAMS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "core/backend.h"
+#include "core/mask.h"
+#include "core/problem.h"
+#include "core/tensor.h"
+
+namespace attnkit {
+
+struct FlashParams {
+  int64_t batch = 1;
+  int64_t num_heads = 1;     // H
+  int64_t num_kv_heads = 1;  // G
+  int64_t group = 1;         // H / G query heads per kv head
+  int64_t head_dim = 1;      // d
+  int64_t q_len = 1;         // Tq
+  int64_t kv_len = 1;        // Tk
+  // q, o: [B, H, Tq, d]; k, v: [B, G, Tk, d] (strided views, never copied).
+  TensorView q, k, v, o;
+  float* lse = nullptr;  // [B, H, Tq] f32 when requested
+  TensorView lse_view;
+  const uint8_t* blocked = nullptr;  // [B, H, Tq, Tk], 1 = blocked
+  TensorView blocked_view;
+  const float* bias = nullptr;  // [B, H, Tq, Tk], added to scores
+  TensorView bias_view;
+  const int64_t* kv_lengths = nullptr;  // [B] or null (all Tk)
+  MaskParams mask;
+  float scale = 1.0f;
+  float softcap = 0.0f;  // 0 = off
+
+  int64_t KvLength(int64_t b) const { return kv_lengths ? kv_lengths[b] : kv_len; }
+};
+
+// `p` and `a` must have passed ValidateArgs. `p` must outlive the result
+// (kv_lengths points into it).
+FlashParams MakeFlashParams(const AttentionProblem& p, const AttentionArgs& a);
+
+// What one Forward ran, filled by the per-target code.
+struct FlashRunInfo {
+  int64_t target = 0;      // HWY_* bit of the target that ran
+  int64_t q_rows = 0;      // query rows (heads x positions) per item
+  int64_t key_tile = 0;    // keys per tile
+  int score_rows = 0;      // QK^T micro-kernel: rows x keys per register tile
+  int score_keys = 0;
+  int value_rows = 0;      // PV micro-kernel: rows x columns per register tile
+  int value_cols = 0;
+  int64_t splits = 1;      // split-K factor
+  int64_t items = 0;       // parallel work items
+  int threads = 1;
+
+  // "flash/AVX2 q16xk4 pv4x16 rows=64 ktile=64 split-k=2 threads=2"
+  std::string Describe() const;
+};
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_BACKENDS_HIGHWAY_FLASH_PARAMS_H_

@@ -1,0 +1,108 @@
+#include "backends/highway/highway_backend.h"
+
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "backends/highway/flash_params.h"
+#include "backends/highway/sdpa.h"
+#include "backends/highway/thread_pool.h"
+#include "backends/highway/workspace.h"
+#include "core/status_macros.h"
+#include "hwy/targets.h"
+
+namespace attnkit {
+namespace {
+
+int ThreadsFromOptions(const HighwayOptions& o) {
+  if (o.num_threads > 0) return o.num_threads;
+  if (const char* env = std::getenv("ATTNKIT_HWY_THREADS")) {
+    const int n = std::atoi(env);
+    if (n > 0) return n;
+  }
+  return 0;  // ThreadPool: one per hardware thread
+}
+
+std::string TargetFromOptions(const HighwayOptions& o) {
+  if (!o.target.empty()) return o.target;
+  const char* env = std::getenv("ATTNKIT_HWY_TARGET");
+  return env != nullptr ? std::string(env) : std::string();
+}
+
+class HighwayBackend : public Backend {
+ public:
+  explicit HighwayBackend(const HighwayOptions& options)
+      : name_(options.name), pool_(std::make_unique<ThreadPool>(ThreadsFromOptions(options))) {
+    const std::string target = TargetFromOptions(options);
+    if (!target.empty()) {
+      absl::StatusOr<int64_t> parsed = ParseFlashTarget(target);
+      if (parsed.ok()) {
+        forced_target_ = *parsed;
+      } else {
+        available_ = parsed.status();
+      }
+    }
+  }
+
+  std::string Name() const override { return name_; }
+  std::string Description() const override {
+    return absl::StrCat(
+        "flash attention (online softmax, fp32 accumulate) with Highway SIMD; target ",
+        forced_target_ != 0 ? absl::StrCat(hwy::TargetName(forced_target_), " (forced)")
+                            : "chosen at run time",
+        ", ", pool_->num_threads(), " threads");
+  }
+  Capabilities Caps() const override {
+    Capabilities c;
+    c.dtypes = c.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+    c.min_head_dim = 1;
+    c.max_head_dim = 1024;
+    c.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
+    c.alignments = {Alignment::kTopLeft, Alignment::kBottomRight};
+    c.layouts = {Layout::kBHTD, Layout::kBTHD};
+    c.max_group_size = 0;
+    c.lse = c.kv_lengths = c.blocked_mask = c.additive_bias = c.softcap = true;
+    return c;
+  }
+  absl::Status Available() const override { return available_; }
+
+  // Replaces the pool only when the count changes; never on the hot path.
+  absl::Status SetNumThreads(int n) override {
+    if (n < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("thread count (", n, ") must be >= 1"));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (n != pool_->num_threads()) pool_ = std::make_unique<ThreadPool>(n);
+    return absl::OkStatus();
+  }
+  int NumThreads() const override { return pool_->num_threads(); }
+
+ protected:
+  absl::Status ForwardImpl(const AttentionProblem& p, const AttentionArgs& a,
+                           RunInfo* info) override {
+    // The workspace and pool serve one call at a time.
+    std::lock_guard<std::mutex> lock(mu_);
+    const FlashParams params = MakeFlashParams(p, a);
+    FlashRunInfo run;
+    ATTNKIT_RETURN_IF_ERROR(FlashAttention(params, forced_target_, pool_.get(), &workspace_, &run));
+    info->kernel = run.Describe();
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string name_;
+  absl::Status available_;
+  int64_t forced_target_ = 0;
+  std::mutex mu_;
+  std::unique_ptr<ThreadPool> pool_;
+  Workspace workspace_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeHighwayBackend(const HighwayOptions& options) {
+  return std::make_unique<HighwayBackend>(options);
+}
+
+}  // namespace attnkit

@@ -1,0 +1,337 @@
+// Per-target micro-kernels of the flash attention loop: the two matrix
+// products as register-tiled kernels, the online softmax update, masking,
+// soft-capping, row conversion and the log-sum-exp merge of split-K partials.
+// All arithmetic is fp32. Included once per Highway target (toggle guard).
+//
+// Layouts (all row-major, leading dimensions in floats):
+//   qt [d, ldq]     the query tile transposed and pre-scaled: column r is a
+//                   query row (one head at one position)
+//   k  [keys, ldk]  one key tile, converted to f32
+//   s  [keys, lds]  scores, then probabilities, key-major: one vector holds
+//                   Lanes() query rows of one key, so the softmax statistics
+//                   of Lanes() rows are updated with plain vector max/add
+//   v  [keys, ldv]  one value tile, converted to f32, padded with zeros
+//   o  [rows, ldo]  the unnormalised output accumulator
+
+#if defined(ATTNKIT_BACKENDS_HIGHWAY_MICROKERNELS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTNKIT_BACKENDS_HIGHWAY_MICROKERNELS_INL_H_
+#undef ATTNKIT_BACKENDS_HIGHWAY_MICROKERNELS_INL_H_
+#else
+#define ATTNKIT_BACKENDS_HIGHWAY_MICROKERNELS_INL_H_
+#endif
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "core/dtype.h"
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnkit {
+namespace HWY_NAMESPACE {
+
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// Register tiles. QK^T: kWideKeys keys x kWideRowVecs vectors of query rows
+// (8 accumulators cover the FMA latency x 2 pipes). Tiles with at most one
+// vector of rows (decode) use QDotKRows instead and pad rows to one vector
+// and keys to kNarrowKeys. PV: kValueRows rows x kValueColVecs vectors of the
+// head dimension (8 accumulators).
+constexpr int kWideKeys = 4;
+constexpr int kWideRowVecs = 2;
+constexpr int kNarrowKeys = 2;
+constexpr int kNarrowRowVecs = 1;
+constexpr int kValueRows = 4;
+constexpr int kValueColVecs = 2;
+
+// S[j, r] = sum_c qt[c, r] * k[j, c] for r < rows, j < keys.
+// rows must be a multiple of kRowVecs * Lanes, keys of kKeys; qt, s aligned.
+// The HWY_UNROLL(8) pragmas (8 >= every tile constant; GCC 12 takes no
+// template parameter there) matter: without full unrolling GCC keeps the
+// accumulator array on the stack.
+template <int kKeys, int kRowVecs>
+HWY_INLINE void QDotK(const float* HWY_RESTRICT qt, size_t ldq,
+                      const float* HWY_RESTRICT k, size_t ldk, size_t d, size_t rows,
+                      size_t keys, float* HWY_RESTRICT s, size_t lds) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  for (size_t r0 = 0; r0 < rows; r0 += kRowVecs * N) {
+    for (size_t j0 = 0; j0 < keys; j0 += kKeys) {
+      VF acc[kKeys][kRowVecs];
+      HWY_UNROLL(8)
+      for (int kk = 0; kk < kKeys; ++kk) {
+        HWY_UNROLL(8)
+        for (int rv = 0; rv < kRowVecs; ++rv) acc[kk][rv] = hn::Zero(df);
+      }
+      const float* HWY_RESTRICT kj = k + j0 * ldk;
+      const float* HWY_RESTRICT qc = qt + r0;
+      for (size_t c = 0; c < d; ++c, qc += ldq) {
+        VF q[kRowVecs];
+        HWY_UNROLL(8)
+        for (int rv = 0; rv < kRowVecs; ++rv) q[rv] = hn::Load(df, qc + rv * N);
+        HWY_UNROLL(8)
+        for (int kk = 0; kk < kKeys; ++kk) {
+          const VF kc = hn::Set(df, kj[kk * ldk + c]);
+          HWY_UNROLL(8)
+          for (int rv = 0; rv < kRowVecs; ++rv) {
+            acc[kk][rv] = hn::MulAdd(kc, q[rv], acc[kk][rv]);
+          }
+        }
+      }
+      HWY_UNROLL(8)
+      for (int kk = 0; kk < kKeys; ++kk) {
+        HWY_UNROLL(8)
+        for (int rv = 0; rv < kRowVecs; ++rv) {
+          hn::Store(acc[kk][rv], df, s + (j0 + kk) * lds + r0 + rv * N);
+        }
+      }
+    }
+  }
+}
+
+// S[j, r] = q[r, :] . k[j, :] for r < rows, j < keys, as dot products along
+// the head dimension: for decode, where only a few query rows exist, this
+// spends FMAs on real rows only. q [rows_padded, ldq] row-major, k
+// [keys, ldk]; dp (a multiple of Lanes) is the padded head dim, zero-padded
+// in both. Rows [rows rounded up to 4, rows_padded) of S are set to 0.
+// keys must be even.
+HWY_INLINE void QDotKRows(const float* HWY_RESTRICT q, size_t ldq,
+                          const float* HWY_RESTRICT k, size_t ldk, size_t dp, size_t rows,
+                          size_t rows_padded, size_t keys, float* HWY_RESTRICT s,
+                          size_t lds) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  constexpr int kRows = 4, kKeys = 2;
+  const size_t rows4 = (rows + kRows - 1) / kRows * kRows;
+  for (size_t j0 = 0; j0 < keys; j0 += kKeys) {
+    for (size_t r0 = 0; r0 < rows4; r0 += kRows) {
+      VF acc[kKeys][kRows];
+      HWY_UNROLL(8)
+      for (int kk = 0; kk < kKeys; ++kk) {
+        HWY_UNROLL(8)
+        for (int r = 0; r < kRows; ++r) acc[kk][r] = hn::Zero(df);
+      }
+      for (size_t c = 0; c < dp; c += N) {
+        VF kv[kKeys];
+        HWY_UNROLL(8)
+        for (int kk = 0; kk < kKeys; ++kk) kv[kk] = hn::Load(df, k + (j0 + kk) * ldk + c);
+        HWY_UNROLL(8)
+        for (int r = 0; r < kRows; ++r) {
+          const VF qv = hn::Load(df, q + (r0 + r) * ldq + c);
+          HWY_UNROLL(8)
+          for (int kk = 0; kk < kKeys; ++kk) acc[kk][r] = hn::MulAdd(qv, kv[kk], acc[kk][r]);
+        }
+      }
+      HWY_UNROLL(8)
+      for (int kk = 0; kk < kKeys; ++kk) {
+        HWY_UNROLL(8)
+        for (int r = 0; r < kRows; ++r) {
+          s[(j0 + kk) * lds + r0 + r] = hn::GetLane(hn::SumOfLanes(df, acc[kk][r]));
+        }
+      }
+    }
+    for (size_t kk = 0; kk < kKeys; ++kk) {
+      for (size_t r = rows4; r < rows_padded; ++r) s[(j0 + kk) * lds + r] = 0.0f;
+    }
+  }
+}
+
+// One register tile of WeightedSumV: rows [r0, r0 + kRows), columns
+// [c0, c0 + kColVecs * Lanes).
+template <int kRows, int kColVecs>
+HWY_INLINE void WeightedSumVTile(const float* HWY_RESTRICT p, size_t ldp,
+                                 const float* HWY_RESTRICT v, size_t ldv, size_t keys,
+                                 const float* HWY_RESTRICT alpha, size_t r0, size_t c0,
+                                 float* HWY_RESTRICT o, size_t ldo) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  VF acc[kRows][kColVecs];
+  HWY_UNROLL(8)
+  for (int r = 0; r < kRows; ++r) {
+    const VF a = hn::Set(df, alpha[r0 + r]);
+    HWY_UNROLL(8)
+    for (int cv = 0; cv < kColVecs; ++cv) {
+      acc[r][cv] = hn::Mul(a, hn::Load(df, o + (r0 + r) * ldo + c0 + cv * N));
+    }
+  }
+  const float* HWY_RESTRICT pj = p + r0;
+  const float* HWY_RESTRICT vj = v + c0;
+  for (size_t j = 0; j < keys; ++j, pj += ldp, vj += ldv) {
+    VF vv[kColVecs];
+    HWY_UNROLL(8)
+    for (int cv = 0; cv < kColVecs; ++cv) vv[cv] = hn::Load(df, vj + cv * N);
+    HWY_UNROLL(8)
+    for (int r = 0; r < kRows; ++r) {
+      const VF w = hn::Set(df, pj[r]);
+      HWY_UNROLL(8)
+      for (int cv = 0; cv < kColVecs; ++cv) acc[r][cv] = hn::MulAdd(w, vv[cv], acc[r][cv]);
+    }
+  }
+  HWY_UNROLL(8)
+  for (int r = 0; r < kRows; ++r) {
+    HWY_UNROLL(8)
+    for (int cv = 0; cv < kColVecs; ++cv) {
+      hn::Store(acc[r][cv], df, o + (r0 + r) * ldo + c0 + cv * N);
+    }
+  }
+}
+
+// O[r, c] = alpha[r] * O[r, c] + sum_j P[j, r] * V[j, c] for r < rows, c < dp.
+// P is key-major [keys, ldp]; rows a multiple of kValueRows, dp of Lanes.
+HWY_INLINE void WeightedSumV(const float* HWY_RESTRICT p, size_t ldp,
+                             const float* HWY_RESTRICT v, size_t ldv, size_t keys,
+                             const float* HWY_RESTRICT alpha, size_t rows, size_t dp,
+                             float* HWY_RESTRICT o, size_t ldo) {
+  const size_t N = hn::Lanes(DF());
+  for (size_t r0 = 0; r0 < rows; r0 += kValueRows) {
+    size_t c0 = 0;
+    for (; c0 + kValueColVecs * N <= dp; c0 += kValueColVecs * N) {
+      WeightedSumVTile<kValueRows, kValueColVecs>(p, ldp, v, ldv, keys, alpha, r0, c0, o, ldo);
+    }
+    for (; c0 < dp; c0 += N) {
+      WeightedSumVTile<kValueRows, 1>(p, ldp, v, ldv, keys, alpha, r0, c0, o, ldo);
+    }
+  }
+}
+
+// Online softmax over one key tile, vectorised over query rows:
+//   m' = max(m, max_j S[j, r]);  alpha = exp(m - m');
+//   P[j, r] = exp(S[j, r] - m');  l' = alpha * l + sum_j P[j, r].
+// Blocked scores are -inf and give P = 0 (Exp returns 0 below -104). While a
+// row has seen only -inf, m' = -inf and exp is taken relative to 0 instead,
+// so no -inf - -inf = NaN appears; l stays 0. S is overwritten with P.
+HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t keys,
+                                    size_t rows, float* HWY_RESTRICT m,
+                                    float* HWY_RESTRICT l, float* HWY_RESTRICT alpha) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  for (size_t r0 = 0; r0 < rows; r0 += N) {
+    VF tile_max = neg_inf;
+    for (size_t j = 0; j < keys; ++j) tile_max = hn::Max(tile_max, hn::Load(df, s + j * lds + r0));
+    const VF m_old = hn::Load(df, m + r0);
+    const VF m_new = hn::Max(m_old, tile_max);
+    const VF m_use = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
+    const VF a = hn::Exp(df, hn::Sub(m_old, m_use));
+    VF sum0 = hn::Zero(df), sum1 = hn::Zero(df);
+    size_t j = 0;
+    for (; j + 2 <= keys; j += 2) {
+      float* s0 = s + j * lds + r0;
+      float* s1 = s0 + lds;
+      const VF p0 = hn::Exp(df, hn::Sub(hn::Load(df, s0), m_use));
+      const VF p1 = hn::Exp(df, hn::Sub(hn::Load(df, s1), m_use));
+      hn::Store(p0, df, s0);
+      hn::Store(p1, df, s1);
+      sum0 = hn::Add(sum0, p0);
+      sum1 = hn::Add(sum1, p1);
+    }
+    if (j < keys) {
+      float* s0 = s + j * lds + r0;
+      const VF p0 = hn::Exp(df, hn::Sub(hn::Load(df, s0), m_use));
+      hn::Store(p0, df, s0);
+      sum0 = hn::Add(sum0, p0);
+    }
+    hn::Store(m_new, df, m + r0);
+    hn::Store(hn::MulAdd(a, hn::Load(df, l + r0), hn::Add(sum0, sum1)), df, l + r0);
+    hn::Store(a, df, alpha + r0);
+  }
+}
+
+// S[j, r] = -inf where tile-relative key j is outside [kb[r], ke[r]): the
+// structured mask (and padding) on a partially visible tile.
+HWY_INLINE void MaskKeyRange(float* HWY_RESTRICT s, size_t lds, size_t keys, size_t rows,
+                             const float* HWY_RESTRICT kb, const float* HWY_RESTRICT ke) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  for (size_t r0 = 0; r0 < rows; r0 += N) {
+    const VF b = hn::Load(df, kb + r0);
+    const VF e = hn::Load(df, ke + r0);
+    for (size_t j = 0; j < keys; ++j) {
+      const VF jj = hn::Set(df, static_cast<float>(j));
+      const auto visible = hn::And(hn::Ge(jj, b), hn::Lt(jj, e));
+      float* sj = s + j * lds + r0;
+      hn::Store(hn::IfThenElse(visible, hn::Load(df, sj), neg_inf), df, sj);
+    }
+  }
+}
+
+// x = cap * tanh(x / cap) for the n (a multiple of Lanes) values at x.
+HWY_INLINE void SoftCap(float* HWY_RESTRICT x, size_t n, float cap) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const VF vcap = hn::Set(df, cap);
+  const VF inv = hn::Set(df, 1.0f / cap);
+  for (size_t i = 0; i < n; i += N) {
+    hn::Store(hn::Mul(vcap, hn::Tanh(df, hn::Mul(hn::Load(df, x + i), inv))), df, x + i);
+  }
+}
+
+// dst[0, n) = src[0, n) converted to f32 (src element stride `stride`), and
+// dst[n, n_padded) = 0.
+HWY_INLINE void LoadRowAsF32(const void* src, DType type, int64_t stride, size_t n,
+                             size_t n_padded, float* HWY_RESTRICT dst) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  size_t i = 0;
+  if (stride == 1) {
+    if (type == DType::kF32) {
+      const float* f = static_cast<const float*>(src);
+      for (; i + N <= n; i += N) hn::StoreU(hn::LoadU(df, f + i), df, dst + i);
+    } else if (type == DType::kBF16) {
+      const hn::Rebind<hwy::bfloat16_t, DF> dbf;
+      const auto* h = static_cast<const hwy::bfloat16_t*>(src);
+      for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dbf, h + i)), df, dst + i);
+    } else {
+      const hn::Rebind<hwy::float16_t, DF> dh;
+      const auto* h = static_cast<const hwy::float16_t*>(src);
+      for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, h + i)), df, dst + i);
+    }
+  }
+  for (; i < n; ++i) dst[i] = LoadAsF32(src, type, static_cast<int64_t>(i) * stride);
+  for (; i < n_padded; ++i) dst[i] = 0.0f;
+}
+
+// Merges one row's partial results over disjoint key ranges (split-K):
+//   lse = log sum_s exp(lse_s);  out = sum_s exp(lse_s - lse) * o_s
+// where o_s [n_parts, ldo] are each normalised over their own range. Parts
+// with lse_s = -inf (nothing visible) contribute nothing; if all are -inf,
+// out = 0 and lse = -inf. dp is a multiple of Lanes. Returns lse.
+HWY_INLINE float MergeLsePartials(const float* HWY_RESTRICT o_parts, size_t ldo,
+                                  const float* HWY_RESTRICT lse_parts, size_t n_parts,
+                                  size_t dp, float* HWY_RESTRICT out) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  float max_lse = kNegInf;
+  for (size_t s = 0; s < n_parts; ++s) max_lse = std::max(max_lse, lse_parts[s]);
+  for (size_t c = 0; c < dp; c += N) hn::Store(hn::Zero(df), df, out + c);
+  if (max_lse == kNegInf) return kNegInf;
+  float total = 0.0f;
+  for (size_t s = 0; s < n_parts; ++s) {
+    if (lse_parts[s] == kNegInf) continue;
+    total += std::exp(lse_parts[s] - max_lse);
+  }
+  const float lse = max_lse + std::log(total);
+  for (size_t s = 0; s < n_parts; ++s) {
+    if (lse_parts[s] == kNegInf) continue;
+    const VF w = hn::Set(df, std::exp(lse_parts[s] - lse));
+    const float* HWY_RESTRICT os = o_parts + s * ldo;
+    for (size_t c = 0; c < dp; c += N) {
+      hn::Store(hn::MulAdd(w, hn::Load(df, os + c), hn::Load(df, out + c)), df, out + c);
+    }
+  }
+  return lse;
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace attnkit
+HWY_AFTER_NAMESPACE();
+
+#endif  // toggle guard

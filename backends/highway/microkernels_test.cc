@@ -1,0 +1,281 @@
+// Unit tests of the micro-kernels against simple scalar functions, for every
+// compiled target (so every vector width), with odd sizes.
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backends/highway/microkernels_test.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "backends/highway/microkernels-inl.h"
+#include "hwy/aligned_allocator.h"
+#include "hwy/highway.h"
+#include "hwy/tests/hwy_gtest.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnkit {
+namespace HWY_NAMESPACE {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+std::vector<float> Random(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// An aligned copy (the kernels use aligned loads on their workspaces).
+hwy::AlignedFreeUniquePtr<float[]> Aligned(const std::vector<float>& v) {
+  auto p = hwy::AllocateAligned<float>(v.size() + 1);
+  std::copy(v.begin(), v.end(), p.get());
+  return p;
+}
+
+void ExpectNear(double want, double got, double tol, const char* what) {
+  EXPECT_NEAR(want, got, tol * (1.0 + std::abs(want))) << what;
+}
+
+template <int kKeys, int kRowVecs>
+void CheckQDotK(size_t d, size_t row_blocks, size_t key_blocks) {
+  const size_t N = hn::Lanes(DF());
+  const size_t rows = row_blocks * kRowVecs * N, keys = key_blocks * kKeys;
+  const size_t ldq = rows + N, ldk = d + 3, lds = rows + 2 * N;  // non-tight strides
+  auto qt = Aligned(Random(d * ldq, 1));
+  auto k = Aligned(Random(keys * ldk, 2));
+  auto s = hwy::AllocateAligned<float>(keys * lds);
+  QDotK<kKeys, kRowVecs>(qt.get(), ldq, k.get(), ldk, d, rows, keys, s.get(), lds);
+  for (size_t j = 0; j < keys; ++j) {
+    for (size_t r = 0; r < rows; ++r) {
+      double want = 0;
+      for (size_t c = 0; c < d; ++c) want += double(qt[c * ldq + r]) * k[j * ldk + c];
+      ExpectNear(want, s[j * lds + r], 1e-5 * std::sqrt(double(d) + 1), "QDotK");
+    }
+  }
+}
+
+void TestQDotK() {
+  for (size_t d : {1, 2, 7, 16, 33}) {
+    for (size_t rb : {1, 2}) {
+      for (size_t kb : {1, 3}) {
+        CheckQDotK<kWideKeys, kWideRowVecs>(d, rb, kb);
+      }
+    }
+  }
+}
+
+void TestQDotKRows() {
+  const size_t N = hn::Lanes(DF());
+  for (size_t d : {1, 5, 16, 33}) {
+    const size_t dp = (d + N - 1) / N * N;
+    for (size_t rows : {1, 3, 4, 7}) {
+      const size_t rows_padded = (rows + 3) / 4 * 4 + 4, keys = 6, lds = rows_padded + 1;
+      std::vector<float> q = Random(rows_padded * dp, 20), k = Random(keys * dp, 21);
+      for (size_t r = 0; r < rows_padded; ++r) {
+        for (size_t c = 0; c < dp; ++c) {
+          if (c >= d || r >= rows) q[r * dp + c] = 0.0f;  // padding is zero
+        }
+      }
+      for (size_t j = 0; j < keys; ++j) {
+        for (size_t c = d; c < dp; ++c) k[j * dp + c] = 0.0f;
+      }
+      auto qa = Aligned(q), ka = Aligned(k);
+      std::vector<float> s(keys * lds, 99.0f);
+      QDotKRows(qa.get(), dp, ka.get(), dp, dp, rows, rows_padded, keys, s.data(), lds);
+      for (size_t j = 0; j < keys; ++j) {
+        for (size_t r = 0; r < rows_padded; ++r) {
+          double want = 0;
+          for (size_t c = 0; c < d; ++c) want += double(q[r * dp + c]) * k[j * dp + c];
+          ExpectNear(want, s[j * lds + r], 1e-5 * std::sqrt(double(d) + 1), "QDotKRows");
+        }
+        EXPECT_EQ(s[j * lds + rows_padded], 99.0f);  // untouched beyond rows_padded
+      }
+    }
+  }
+}
+
+void TestWeightedSumV() {
+  const size_t N = hn::Lanes(DF());
+  for (size_t keys : {0, 1, 5, 13}) {
+    for (size_t dvecs : {1, 2, 3, 5}) {  // odd counts exercise the 1-vector tail
+      const size_t dp = dvecs * N, rows = 2 * kValueRows, ldp = rows + N, ldv = dp + N;
+      const size_t ldo = dp;
+      auto p = Aligned(Random(keys * ldp + 1, 3));
+      auto v = Aligned(Random(keys * ldv + 1, 4));
+      auto alpha = Aligned(Random(rows, 5));
+      const std::vector<float> o0 = Random(rows * ldo, 6);
+      auto o = Aligned(o0);
+      WeightedSumV(p.get(), ldp, v.get(), ldv, keys, alpha.get(), rows, dp, o.get(), ldo);
+      for (size_t r = 0; r < rows; ++r) {
+        for (size_t c = 0; c < dp; ++c) {
+          double want = double(alpha[r]) * o0[r * ldo + c];
+          for (size_t j = 0; j < keys; ++j) want += double(p[j * ldp + r]) * v[j * ldv + c];
+          ExpectNear(want, o[r * ldo + c], 1e-5 * std::sqrt(double(keys) + 1), "WeightedSumV");
+        }
+      }
+    }
+  }
+}
+
+// Two tiles through OnlineSoftmaxUpdate equal one softmax over both, with
+// blocked (-inf) scores, rows blocked in the first tile only, and rows
+// blocked everywhere.
+void TestOnlineSoftmaxUpdate() {
+  const size_t N = hn::Lanes(DF());
+  for (size_t keys : {1, 2, 7}) {
+    const size_t rows = 2 * N, lds = rows;
+    std::vector<float> s0 = Random(keys * lds, 7), s1 = Random(keys * lds, 8);
+    for (size_t j = 0; j < keys; ++j) {
+      s0[j * lds + 0] = kNegInf;  // row 0 blocked in tile 0, visible in tile 1
+      s0[j * lds + rows - 1] = s1[j * lds + rows - 1] = kNegInf;  // always blocked
+      if (j % 2 == 1) s1[j * lds + 1] = kNegInf;
+    }
+    s0[0 * lds + 1] = 30.0f;  // large score: forces a rescale in tile 1
+    auto a0 = Aligned(s0), a1 = Aligned(s1);
+    auto m = hwy::AllocateAligned<float>(rows), l = hwy::AllocateAligned<float>(rows);
+    auto alpha = hwy::AllocateAligned<float>(rows);
+    for (size_t r = 0; r < rows; ++r) m[r] = kNegInf, l[r] = 0;
+    OnlineSoftmaxUpdate(a0.get(), lds, keys, rows, m.get(), l.get(), alpha.get());
+    std::vector<float> alpha0(alpha.get(), alpha.get() + rows);
+    OnlineSoftmaxUpdate(a1.get(), lds, keys, rows, m.get(), l.get(), alpha.get());
+    for (size_t r = 0; r < rows; ++r) {
+      double mx = -INFINITY;
+      for (size_t j = 0; j < keys; ++j) mx = std::max({mx, double(s0[j * lds + r]), double(s1[j * lds + r])});
+      if (std::isinf(mx)) {
+        EXPECT_EQ(l[r], 0.0f) << r;
+        EXPECT_EQ(m[r], kNegInf) << r;
+        for (size_t j = 0; j < keys; ++j) EXPECT_EQ(a1[j * lds + r], 0.0f);
+        continue;
+      }
+      double sum = 0;
+      for (size_t j = 0; j < keys; ++j) sum += std::exp(s0[j * lds + r] - mx) + std::exp(s1[j * lds + r] - mx);
+      EXPECT_EQ(m[r], float(mx)) << r;
+      ExpectNear(sum, l[r], 1e-6, "l");
+      for (size_t j = 0; j < keys; ++j) {
+        ExpectNear(std::exp(double(s1[j * lds + r]) - mx), a1[j * lds + r], 1e-6, "p");
+        EXPECT_FALSE(std::isnan(a0[j * lds + r]));
+      }
+      EXPECT_FALSE(std::isnan(alpha0[r]));
+      EXPECT_FALSE(std::isnan(alpha[r]));
+    }
+  }
+}
+
+void TestMaskKeyRange() {
+  const size_t N = hn::Lanes(DF());
+  const size_t rows = 2 * N, keys = 11, lds = rows;
+  auto s = Aligned(Random(keys * lds, 9));
+  const std::vector<float> orig(s.get(), s.get() + keys * lds);
+  auto kb = hwy::AllocateAligned<float>(rows), ke = hwy::AllocateAligned<float>(rows);
+  for (size_t r = 0; r < rows; ++r) {
+    kb[r] = float(int(r % 5) - 1);
+    ke[r] = float(r % 13);
+  }
+  MaskKeyRange(s.get(), lds, keys, rows, kb.get(), ke.get());
+  for (size_t j = 0; j < keys; ++j) {
+    for (size_t r = 0; r < rows; ++r) {
+      const bool visible = float(j) >= kb[r] && float(j) < ke[r];
+      EXPECT_EQ(s[j * lds + r], visible ? orig[j * lds + r] : kNegInf) << j << " " << r;
+    }
+  }
+}
+
+void TestSoftCapAndLoadRow() {
+  const size_t N = hn::Lanes(DF());
+  const std::vector<float> x0 = Random(3 * N, 10);
+  auto x = Aligned(x0);
+  for (size_t i = 0; i < 3 * N; ++i) x[i] *= 20.0f;
+  SoftCap(x.get(), 3 * N, 5.0f);
+  for (size_t i = 0; i < 3 * N; ++i) {
+    ExpectNear(5.0 * std::tanh(20.0 * x0[i] / 5.0), x[i], 1e-5, "SoftCap");
+  }
+  for (size_t n : {0, 1, 3, 17, 40}) {
+    const std::vector<float> src = Random(2 * n + 1, 11);
+    std::vector<uint16_t> bf(2 * n + 1), h(2 * n + 1);
+    for (size_t i = 0; i < src.size(); ++i) {
+      bf[i] = BF16FromF32(src[i]);
+      h[i] = F16FromF32(src[i]);
+    }
+    const size_t np = n + 5;
+    std::vector<float> dst(np, 7.0f);
+    for (int64_t stride : {1, 2}) {
+      LoadRowAsF32(src.data(), DType::kF32, stride, n, np, dst.data());
+      for (size_t i = 0; i < np; ++i) EXPECT_EQ(dst[i], i < n ? src[i * stride] : 0.0f);
+      LoadRowAsF32(bf.data(), DType::kBF16, stride, n, np, dst.data());
+      for (size_t i = 0; i < n; ++i) EXPECT_EQ(dst[i], F32FromBF16(bf[i * stride]));
+      LoadRowAsF32(h.data(), DType::kF16, stride, n, np, dst.data());
+      for (size_t i = 0; i < n; ++i) EXPECT_EQ(dst[i], F32FromF16(h[i * stride]));
+    }
+  }
+}
+
+// Merging partials over split key ranges equals the softmax over all keys.
+void TestMergeLsePartials() {
+  const size_t N = hn::Lanes(DF());
+  for (size_t dvecs : {1, 3}) {
+    const size_t dp = dvecs * N;
+    for (size_t parts : {1, 2, 5}) {
+      const size_t keys_per = 4, keys = parts * keys_per;
+      const std::vector<float> score = Random(keys, 12), v = Random(keys * dp, 13);
+      std::vector<float> lses(parts);
+      auto o = hwy::AllocateAligned<float>(parts * dp);
+      for (size_t s = 0; s < parts; ++s) {
+        // Part 1 (if any) sees nothing: lse -inf, garbage-free zeros.
+        if (s == 1) {
+          lses[s] = kNegInf;
+          for (size_t c = 0; c < dp; ++c) o[s * dp + c] = 0;
+          continue;
+        }
+        double sum = 0;
+        for (size_t j = s * keys_per; j < (s + 1) * keys_per; ++j) sum += std::exp(double(score[j]));
+        lses[s] = float(std::log(sum));
+        for (size_t c = 0; c < dp; ++c) {
+          double acc = 0;
+          for (size_t j = s * keys_per; j < (s + 1) * keys_per; ++j) acc += std::exp(double(score[j])) * v[j * dp + c];
+          o[s * dp + c] = float(acc / sum);
+        }
+      }
+      auto out = hwy::AllocateAligned<float>(dp);
+      const float lse = MergeLsePartials(o.get(), dp, lses.data(), parts, dp, out.get());
+      double sum = 0;
+      for (size_t j = 0; j < keys; ++j) if (j / keys_per != 1) sum += std::exp(double(score[j]));
+      ExpectNear(std::log(sum), lse, 1e-6, "lse");
+      for (size_t c = 0; c < dp; ++c) {
+        double acc = 0;
+        for (size_t j = 0; j < keys; ++j) if (j / keys_per != 1) acc += std::exp(double(score[j])) * v[j * dp + c];
+        ExpectNear(acc / sum, out[c], 1e-5, "merged o");
+      }
+    }
+    // Everything blocked: zeros and -inf.
+    const float lses[2] = {kNegInf, kNegInf};
+    auto o = hwy::AllocateAligned<float>(2 * dp);
+    for (size_t i = 0; i < 2 * dp; ++i) o[i] = 0;
+    auto out = hwy::AllocateAligned<float>(dp);
+    EXPECT_EQ(MergeLsePartials(o.get(), dp, lses, 2, dp, out.get()), kNegInf);
+    for (size_t c = 0; c < dp; ++c) EXPECT_EQ(out[c], 0.0f);
+  }
+}
+
+}  // namespace
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace attnkit
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attnkit {
+namespace HWY_NAMESPACE {}
+HWY_BEFORE_TEST(MicroKernelTest);
+HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestQDotK);
+HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestQDotKRows);
+HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestWeightedSumV);
+HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestOnlineSoftmaxUpdate);
+HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestMaskKeyRange);
+HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestSoftCapAndLoadRow);
+HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestMergeLsePartials);
+}  // namespace attnkit
+#endif

@@ -1,0 +1,389 @@
+// Per-target flash attention: query tiles (all heads of one kv-head group at
+// a few positions) stream over key/value tiles with an online softmax, so the
+// Tq x Tk score matrix never exists. Included once per target (toggle guard).
+
+#if defined(ATTNKIT_BACKENDS_HIGHWAY_SDPA_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTNKIT_BACKENDS_HIGHWAY_SDPA_INL_H_
+#undef ATTNKIT_BACKENDS_HIGHWAY_SDPA_INL_H_
+#else
+#define ATTNKIT_BACKENDS_HIGHWAY_SDPA_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "absl/status/status.h"
+#include "backends/highway/flash_params.h"
+#include "backends/highway/microkernels-inl.h"
+#include "backends/highway/thread_pool.h"
+#include "backends/highway/workspace.h"
+#include "core/mask.h"
+#include "core/status_macros.h"
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnkit {
+namespace HWY_NAMESPACE {
+
+constexpr int64_t kMinItemsBeforeSplit = 16;  // split K below this many items
+constexpr size_t kAlignFloats = 16;           // 64-byte sub-buffer alignment
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
+
+// How the problem is cut into work items and tiles.
+struct Tiling {
+  int64_t heads_per_chunk;  // query heads of one kv head processed together
+  int64_t head_chunks;      // ceil(group / heads_per_chunk)
+  int64_t q_tile;           // query positions per item
+  int64_t q_tiles;
+  int64_t rows_padded;      // heads_per_chunk * q_tile, padded for the kernels
+  int64_t key_tile;
+  int64_t dp;               // head_dim padded to Lanes
+  int64_t base_items;       // B * G * head_chunks * q_tiles
+  int64_t splits;           // key ranges per base item (split-K)
+  bool narrow;              // rows fit one vector: use the 8-key x 1-vector QK^T
+  // Per-thread scratch offsets, in floats.
+  size_t off_qt, off_q, off_k, off_v, off_s, off_o, off_m, off_l, off_alpha, off_kb, off_ke;
+  size_t scratch_floats;
+  size_t partial_floats;  // split-K partials: [base_items, splits, rows, dp + 1]
+};
+
+inline Tiling PlanTiling(const FlashParams& p) {
+  const size_t N = hn::Lanes(DF());
+  Tiling t;
+  const int64_t d = p.head_dim;
+  const int64_t target_rows = d <= 256 ? 64 : 32;
+  t.head_chunks = CeilDiv(p.group, target_rows);
+  t.heads_per_chunk = CeilDiv(p.group, t.head_chunks);
+  t.q_tile = std::min<int64_t>(p.q_len, std::max<int64_t>(1, target_rows / t.heads_per_chunk));
+  t.q_tiles = CeilDiv(p.q_len, t.q_tile);
+  const int64_t rows = t.heads_per_chunk * t.q_tile;
+  t.narrow = rows <= static_cast<int64_t>(N);
+  const int64_t row_block =
+      std::max<int64_t>(kValueRows, (t.narrow ? kNarrowRowVecs : kWideRowVecs) * N);
+  t.rows_padded = RoundUp(rows, row_block);
+  t.dp = RoundUp(d, N);
+  // Decode-like tiles (one vector of rows) do little work per key: keep the
+  // converted K and V tile (2 x key_tile x dp floats) within 16 KiB of L1.
+  t.key_tile = t.narrow ? std::min<int64_t>(64, RoundUp(2048 / t.dp, kNarrowKeys))
+                        : (d <= 256 ? 64 : 32);
+  t.base_items = p.batch * p.num_kv_heads * t.head_chunks * t.q_tiles;
+  t.splits = 1;
+  if (t.base_items < kMinItemsBeforeSplit) {
+    // Depends on the shape only (not the thread count), so results are the
+    // same bit for bit whatever the number of threads.
+    const int64_t key_tiles = CeilDiv(p.kv_len, t.key_tile);
+    t.splits = std::max<int64_t>(
+        1, std::min(CeilDiv(kMinItemsBeforeSplit, t.base_items), key_tiles / 2));
+  }
+  const int64_t mp = t.rows_padded, kt = t.key_tile;
+  size_t off = 0;
+  auto take = [&off](int64_t floats) {
+    const size_t at = off;
+    off += static_cast<size_t>(RoundUp(floats, kAlignFloats));
+    return at;
+  };
+  t.off_qt = take(d * mp);
+  t.off_q = take(t.narrow ? mp * t.dp : 0);
+  t.off_k = take(kt * t.dp);
+  t.off_v = take(kt * t.dp);
+  t.off_s = take(kt * mp);
+  t.off_o = take(mp * t.dp);
+  t.off_m = take(mp);
+  t.off_l = take(mp);
+  t.off_alpha = take(mp);
+  t.off_kb = take(mp);
+  t.off_ke = take(mp);
+  t.scratch_floats = off;
+  t.partial_floats = t.splits > 1
+                         ? static_cast<size_t>(t.base_items * t.splits * mp * (t.dp + 1))
+                         : 0;
+  return t;
+}
+
+// One work item: query heads [h0, h0 + nh) of kv head g in batch b at
+// positions [q0, q0 + nq), over keys [k_begin, k_end).
+struct Item {
+  int64_t b, g, h0, nh, q0, nq;
+  int64_t k_begin, k_end;
+};
+
+inline Item DecodeItem(const FlashParams& p, const Tiling& t, int64_t base, int64_t split) {
+  Item it;
+  const int64_t qt = base % t.q_tiles;
+  int64_t rest = base / t.q_tiles;
+  const int64_t chunk = rest % t.head_chunks;
+  rest /= t.head_chunks;
+  it.g = rest % p.num_kv_heads;
+  it.b = rest / p.num_kv_heads;
+  it.h0 = it.g * p.group + chunk * t.heads_per_chunk;
+  it.nh = std::min(t.heads_per_chunk, p.group - chunk * t.heads_per_chunk);
+  it.q0 = qt * t.q_tile;
+  it.nq = std::min(t.q_tile, p.q_len - it.q0);
+  // Ranges are monotone in the query position, so the union over the tile
+  // runs from the first row's begin to the last row's end.
+  const int64_t kv_length = p.KvLength(it.b);
+  const KeyRange first = VisibleKeys(p.mask, it.q0, kv_length);
+  const KeyRange last = VisibleKeys(p.mask, it.q0 + it.nq - 1, kv_length);
+  // An empty row's range [begin, begin) may lie past kv_length: clamp, or a
+  // tile would read K/V rows that do not exist.
+  const int64_t hi = std::min(kv_length, std::max(first.begin, last.end));
+  const int64_t lo = std::min(first.begin, hi);
+  const int64_t chunk_keys = RoundUp(CeilDiv(hi - lo, t.splits), t.key_tile);
+  it.k_begin = std::min(hi, lo + split * chunk_keys);
+  it.k_end = std::min(hi, it.k_begin + chunk_keys);
+  return it;
+}
+
+// Qt[c, r] = scale * Q[b, h0 + r / nq, q0 + r % nq, c]; padded rows are 0.
+inline void LoadQueryTile(const FlashParams& p, const Tiling& t, const Item& it,
+                          float* HWY_RESTRICT qt) {
+  const int64_t mp = t.rows_padded, d = p.head_dim;
+  const int64_t rows = it.nh * it.nq;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t base = p.q.Offset(it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, 0);
+    for (int64_t c = 0; c < d; ++c) {
+      qt[c * mp + r] = p.scale * LoadAsF32(p.q.data, p.q.dtype, base + c * p.q.strides[3]);
+    }
+  }
+  for (int64_t c = 0; c < d; ++c) {
+    for (int64_t r = rows; r < mp; ++r) qt[c * mp + r] = 0.0f;
+  }
+}
+
+// The same tile row-major for QDotKRows: q[r, c] = Qt[c, r], zero-padded to
+// [rows_padded, dp].
+inline void TransposeQueryTile(const Tiling& t, int64_t d, const float* HWY_RESTRICT qt,
+                               float* HWY_RESTRICT q) {
+  const int64_t mp = t.rows_padded;
+  for (int64_t r = 0; r < mp; ++r) {
+    for (int64_t c = 0; c < d; ++c) q[r * t.dp + c] = qt[c * mp + r];
+    for (int64_t c = d; c < t.dp; ++c) q[r * t.dp + c] = 0.0f;
+  }
+}
+
+// Rows [k0, k0 + nk) of K and V for (b, g), as f32 [key_tile, dp]; rows
+// [nk, nk_padded) are zero. Also prefetches rows [next_k0, next_k0 + nk) (the
+// next tile), so their cache misses overlap this tile's compute instead of
+// stalling the next conversion: decode is bound by exactly these reads.
+inline void LoadKeyValueTile(const FlashParams& p, const Tiling& t, const Item& it,
+                             int64_t k0, int64_t nk, int64_t nk_padded, int64_t next_k0,
+                             int64_t next_nk, float* HWY_RESTRICT k, float* HWY_RESTRICT v) {
+  const size_t d = static_cast<size_t>(p.head_dim), dp = static_cast<size_t>(t.dp);
+  const size_t es = DTypeSize(p.k.dtype);
+  const char* kbase = static_cast<const char*>(p.k.data);
+  const char* vbase = static_cast<const char*>(p.v.data);
+  const size_t row_bytes = static_cast<size_t>(p.head_dim - 1) * p.k.strides[3] * es + es;
+  for (int64_t j = 0; j < nk; ++j) {
+    if (j < next_nk) {
+      const char* kn = kbase + p.k.Offset(it.b, it.g, next_k0 + j, 0) * es;
+      const char* vn = vbase + p.v.Offset(it.b, it.g, next_k0 + j, 0) * es;
+      for (size_t off = 0; off < row_bytes; off += 64) {
+        hwy::Prefetch(kn + off);
+        hwy::Prefetch(vn + off);
+      }
+    }
+    const char* kp = kbase + p.k.Offset(it.b, it.g, k0 + j, 0) * es;
+    const char* vp = vbase + p.v.Offset(it.b, it.g, k0 + j, 0) * es;
+    LoadRowAsF32(kp, p.k.dtype, p.k.strides[3], d, dp, k + j * dp);
+    LoadRowAsF32(vp, p.v.dtype, p.v.strides[3], d, dp, v + j * dp);
+  }
+  for (int64_t j = nk; j < nk_padded; ++j) {
+    for (size_t c = 0; c < dp; ++c) k[j * dp + c] = v[j * dp + c] = 0.0f;
+  }
+}
+
+// The optional per-element inputs on tile [k0, k0 + nk): bias is added, and
+// dense-mask-blocked scores become -inf. Scalar: they are per (h, i, j).
+inline void ApplyBiasAndBlockedMask(const FlashParams& p, const Tiling& t, const Item& it,
+                                    int64_t k0, int64_t nk, float* HWY_RESTRICT s) {
+  const int64_t mp = t.rows_padded;
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t r = 0; r < it.nh * it.nq; ++r) {
+    const int64_t h = it.h0 + r / it.nq, i = it.q0 + r % it.nq;
+    if (p.bias != nullptr) {
+      const float* bias = p.bias + p.bias_view.Offset(it.b, h, i, k0);
+      const int64_t bs = p.bias_view.strides[3];
+      for (int64_t j = 0; j < nk; ++j) s[j * mp + r] += bias[j * bs];
+    }
+    if (p.blocked != nullptr) {
+      const uint8_t* blocked = p.blocked + p.blocked_view.Offset(it.b, h, i, k0);
+      const int64_t ms = p.blocked_view.strides[3];
+      for (int64_t j = 0; j < nk; ++j) {
+        if (blocked[j * ms] != 0) s[j * mp + r] = kNegInf;
+      }
+    }
+  }
+}
+
+// Tile-relative visible key range [kb, ke) of every row; padded rows see all.
+inline void RowKeyRanges(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0,
+                         int64_t nk, float* HWY_RESTRICT kb, float* HWY_RESTRICT ke) {
+  const int64_t kv_length = p.KvLength(it.b);
+  const int64_t rows = it.nh * it.nq;
+  auto clamp = [nk](int64_t x) {
+    return static_cast<float>(std::min<int64_t>(std::max<int64_t>(x, -1), nk + 1));
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const KeyRange range = VisibleKeys(p.mask, it.q0 + r % it.nq, kv_length);
+    kb[r] = clamp(range.begin - k0);
+    ke[r] = clamp(std::min(range.end, k0 + nk) - k0);
+  }
+  for (int64_t r = rows; r < t.rows_padded; ++r) {
+    kb[r] = 0.0f;
+    ke[r] = static_cast<float>(nk + 1);
+  }
+}
+
+// Runs one item; writes normalised rows and their lse to (o_out, lse_out),
+// row r at o_out + r * ldo. Fully blocked rows give 0 and -inf.
+template <class StoreRow>
+void RunItem(const FlashParams& p, const Tiling& t, const Item& it, float* scratch,
+             const StoreRow& store_row) {
+  const int64_t mp = t.rows_padded, dp = t.dp, d = p.head_dim;
+  float* HWY_RESTRICT qt = scratch + t.off_qt;
+  float* HWY_RESTRICT qrows = scratch + t.off_q;
+  float* HWY_RESTRICT k = scratch + t.off_k;
+  float* HWY_RESTRICT v = scratch + t.off_v;
+  float* HWY_RESTRICT s = scratch + t.off_s;
+  float* HWY_RESTRICT o = scratch + t.off_o;
+  float* HWY_RESTRICT m = scratch + t.off_m;
+  float* HWY_RESTRICT l = scratch + t.off_l;
+  float* HWY_RESTRICT alpha = scratch + t.off_alpha;
+  float* HWY_RESTRICT kb = scratch + t.off_kb;
+  float* HWY_RESTRICT ke = scratch + t.off_ke;
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t rows = it.nh * it.nq;
+  const int64_t value_rows = RoundUp(rows, kValueRows);
+  const int key_step = t.narrow ? kNarrowKeys : kWideKeys;
+
+  for (int64_t r = 0; r < mp; ++r) {
+    m[r] = kNegInf;
+    l[r] = 0.0f;
+  }
+  std::fill(o, o + mp * dp, 0.0f);
+  if (it.k_begin < it.k_end) {
+    LoadQueryTile(p, t, it, qt);
+    if (t.narrow) TransposeQueryTile(t, d, qt, qrows);
+  }
+
+  const int64_t kv_length = p.KvLength(it.b);
+  for (int64_t k0 = it.k_begin; k0 < it.k_end; k0 += t.key_tile) {
+    const int64_t nk = std::min(t.key_tile, it.k_end - k0);
+    const TileVisibility vis = ClassifyTile(p.mask, kv_length, it.q0, it.q0 + it.nq, k0, k0 + nk);
+    if (vis == TileVisibility::kHidden) continue;  // skipped, not computed
+    const int64_t nkp = RoundUp(nk, key_step);
+    const int64_t next_k0 = k0 + t.key_tile;
+    const int64_t next_nk = std::max<int64_t>(0, std::min(t.key_tile, it.k_end - next_k0));
+    LoadKeyValueTile(p, t, it, k0, nk, nkp, next_k0, next_nk, k, v);
+    if (t.narrow) {
+      QDotKRows(qrows, dp, k, dp, dp, rows, mp, nkp, s, mp);
+    } else {
+      QDotK<kWideKeys, kWideRowVecs>(qt, mp, k, dp, d, mp, nkp, s, mp);
+    }
+    if (p.softcap > 0.0f) SoftCap(s, static_cast<size_t>(nkp * mp), p.softcap);
+    if (p.bias != nullptr || p.blocked != nullptr) ApplyBiasAndBlockedMask(p, t, it, k0, nk, s);
+    // Fully visible tiles skip the per-element structured mask.
+    if (vis != TileVisibility::kVisible || nkp != nk) {
+      RowKeyRanges(p, t, it, k0, nk, kb, ke);
+      MaskKeyRange(s, mp, nkp, mp, kb, ke);
+    }
+    OnlineSoftmaxUpdate(s, mp, nkp, mp, m, l, alpha);
+    WeightedSumV(s, mp, v, dp, nkp, alpha, value_rows, dp, o, dp);
+  }
+
+  for (int64_t r = 0; r < rows; ++r) {
+    float* orow = o + r * dp;
+    float lse = kNegInf;
+    if (l[r] > 0.0f) {
+      const float inv = 1.0f / l[r];
+      for (int64_t c = 0; c < dp; ++c) orow[c] *= inv;
+      lse = m[r] + std::log(l[r]);
+    } else {
+      std::fill(orow, orow + dp, 0.0f);
+    }
+    store_row(r, orow, lse);
+  }
+}
+
+// Writes one finished row of `it` to O (and lse), converting to O's dtype.
+inline void StoreOutputRow(const FlashParams& p, const Item& it, int64_t r,
+                           const float* HWY_RESTRICT row, float lse) {
+  const int64_t h = it.h0 + r / it.nq, i = it.q0 + r % it.nq;
+  const int64_t base = p.o.Offset(it.b, h, i, 0);
+  const int64_t cs = p.o.strides[3];
+  if (p.o.dtype == DType::kF32 && cs == 1) {
+    std::copy(row, row + p.head_dim, static_cast<float*>(p.o.data) + base);
+  } else {
+    for (int64_t c = 0; c < p.head_dim; ++c) StoreFromF32(p.o.data, p.o.dtype, base + c * cs, row[c]);
+  }
+  if (p.lse != nullptr) p.lse[p.lse_view.Offset(it.b, h, i)] = lse;
+}
+
+// Computes the whole problem on this target. The workspace grows on first
+// use only; the pool is reused.
+inline absl::Status FlashForward(const FlashParams& p, ThreadPool* pool, Workspace* ws,
+                                 FlashRunInfo* info) {
+  const Tiling t = PlanTiling(p);
+  ATTNKIT_RETURN_IF_ERROR(ws->Reserve(pool->num_threads(), t.scratch_floats, t.partial_floats));
+  const int64_t mp = t.rows_padded, dp = t.dp;
+  const int64_t items = t.base_items * t.splits;
+  float* partials = ws->shared_area();
+  // Largest work first: later query tiles see more keys under causal masks.
+  pool->Run(items, [&](int64_t w, int thread) HWY_ATTR {
+    const int64_t item = items - 1 - w;
+    const int64_t base = item / t.splits, split = item % t.splits;
+    const Item it = DecodeItem(p, t, base, split);
+    float* scratch = ws->thread_area(thread);
+    if (t.splits == 1) {
+      RunItem(p, t, it, scratch, [&](int64_t r, const float* row, float lse) {
+        StoreOutputRow(p, it, r, row, lse);
+      });
+    } else {
+      float* part = partials + static_cast<size_t>(item) * mp * (dp + 1);
+      RunItem(p, t, it, scratch, [&](int64_t r, const float* row, float lse) {
+        std::copy(row, row + dp, part + r * dp);
+        part[mp * dp + r] = lse;
+      });
+    }
+  });
+  if (t.splits > 1) {
+    // Merge the split-K partials of each row through their log-sum-exp.
+    pool->Run(t.base_items, [&](int64_t base, int thread) HWY_ATTR {
+      const Item it = DecodeItem(p, t, base, 0);
+      float* scratch = ws->thread_area(thread);
+      float* lses = scratch + t.off_m;  // t.splits <= kMinItemsBeforeSplit floats
+      float* merged = scratch + t.off_o;
+      const size_t stride = static_cast<size_t>(mp * (dp + 1));
+      const float* first = partials + static_cast<size_t>(base * t.splits) * stride;
+      for (int64_t r = 0; r < it.nh * it.nq; ++r) {
+        for (int64_t s = 0; s < t.splits; ++s) lses[s] = first[s * stride + mp * dp + r];
+        const float lse = MergeLsePartials(first + r * dp, stride, lses, t.splits, dp, merged);
+        StoreOutputRow(p, it, r, merged, lse);
+      }
+    });
+  }
+  info->target = HWY_TARGET;
+  info->q_rows = mp;
+  info->key_tile = t.key_tile;
+  // Narrow tiles use QDotKRows: 4 rows x 2 keys of dot products.
+  info->score_rows = t.narrow ? 4 : static_cast<int>(kWideRowVecs * hn::Lanes(DF()));
+  info->score_keys = t.narrow ? 2 : kWideKeys;
+  info->value_rows = kValueRows;
+  info->value_cols = static_cast<int>(kValueColVecs * hn::Lanes(DF()));
+  info->splits = t.splits;
+  info->items = items;
+  info->threads = pool->num_threads();
+  return absl::OkStatus();
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace attnkit
+HWY_AFTER_NAMESPACE();
+
+#endif  // toggle guard

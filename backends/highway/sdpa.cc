@@ -1,0 +1,60 @@
+// Compiles sdpa-inl.h once per Highway target and exports the dispatch table.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backends/highway/sdpa.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "backends/highway/sdpa-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnkit {
+namespace HWY_NAMESPACE {
+
+// The exported per-target entry (a function, not inline, for the table).
+absl::Status FlashForwardTarget(const FlashParams& p, ThreadPool* pool, Workspace* ws,
+                                FlashRunInfo* info) {
+  return FlashForward(p, pool, ws, info);
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace attnkit
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <cctype>
+
+#include "absl/strings/str_join.h"
+#include "backends/highway/sdpa.h"
+
+namespace attnkit {
+
+HWY_EXPORT(FlashForwardTarget);
+
+absl::Status FlashAttention(const FlashParams& p, int64_t target, ThreadPool* pool,
+                            Workspace* ws, FlashRunInfo* info) {
+  if (target == 0) return HWY_DYNAMIC_DISPATCH(FlashForwardTarget)(p, pool, ws, info);
+  // The same table HWY_DYNAMIC_DISPATCH uses, indexed for `target` by a local
+  // ChosenTarget, so forcing a target changes no global state.
+  hwy::ChosenTarget chosen;
+  chosen.Update(target);
+  return HWY_DISPATCH_TABLE(FlashForwardTarget)[chosen.GetIndex()](p, pool, ws, info);
+}
+
+std::vector<int64_t> AvailableFlashTargets() { return hwy::SupportedAndGeneratedTargets(); }
+
+absl::StatusOr<int64_t> ParseFlashTarget(const std::string& name) {
+  std::string upper;
+  for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  std::vector<std::string> names;
+  for (int64_t t : AvailableFlashTargets()) {
+    if (upper == hwy::TargetName(t)) return t;
+    names.push_back(hwy::TargetName(t));
+  }
+  return absl::FailedPreconditionError(
+      "Highway target '" + name + "' is not compiled or not supported by this CPU; available: " +
+      absl::StrJoin(names, ", "));
+}
+
+}  // namespace attnkit
+#endif  // HWY_ONCE

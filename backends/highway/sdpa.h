@@ -1,0 +1,35 @@
+// Flash attention on the CPU with Highway: the plain C++ entry points. The
+// per-target code is in sdpa-inl.h, compiled for every target in
+// hwy_targets.bzl by sdpa.cc and chosen at run time.
+#ifndef ATTNKIT_BACKENDS_HIGHWAY_SDPA_H_
+#define ATTNKIT_BACKENDS_HIGHWAY_SDPA_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "backends/highway/flash_params.h"
+#include "backends/highway/thread_pool.h"
+#include "backends/highway/workspace.h"
+
+namespace attnkit {
+
+// Computes o (and lse) for `p`. `target` is a single HWY_* bit to force a
+// compiled, supported target, or 0 for the best one (HWY_DYNAMIC_DISPATCH,
+// which also honours hwy::SetSupportedTargetsForTest).
+absl::Status FlashAttention(const FlashParams& p, int64_t target, ThreadPool* pool,
+                            Workspace* ws, FlashRunInfo* info);
+
+// The targets compiled into sdpa.cc that this CPU supports, best first.
+std::vector<int64_t> AvailableFlashTargets();
+
+// Parses a target name ("AVX2", "avx3_dl", "SCALAR", ...) into its HWY_* bit;
+// FailedPrecondition naming the available targets when it is unknown, not
+// compiled or not supported by this CPU.
+absl::StatusOr<int64_t> ParseFlashTarget(const std::string& name);
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_BACKENDS_HIGHWAY_SDPA_H_

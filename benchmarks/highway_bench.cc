@@ -1,0 +1,132 @@
+// Google Benchmark suite for the Highway backend, with the machine's limits
+// measured in the same run: peak FMA GFLOP/s (best target, all threads) and
+// streaming read bandwidth. Counters: GFLOP/s and % of peak FMA for every
+// case; for decode also K/V GB/s and % of read bandwidth.
+//   bazel run -c opt //benchmarks:highway_bench
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "backends/highway/highway_backend.h"
+#include "benchmark/benchmark.h"
+#include "benchmarks/machine.h"
+#include "core/problem.h"
+#include "core/problem_data.h"
+
+namespace attnkit {
+namespace {
+
+int g_threads = 2;
+double g_peak_gflops = 0;
+double g_read_gbps = 0;
+std::map<std::string, double> g_seconds;  // mean seconds per call, by case
+
+AttentionProblem Problem(int64_t b, int64_t h, int64_t g, int64_t tq, int64_t tk, int64_t d,
+                         bool causal, DType kv_dtype) {
+  AttentionProblem p = BasicProblem(b, h, g, tq, tk, d);
+  p.kv_dtype = kv_dtype;
+  if (causal) {
+    p.mask = MaskKind::kCausal;
+    p.alignment = Alignment::kBottomRight;
+  }
+  return p;
+}
+
+Backend* HighwayBackend() {
+  static Backend* backend = MakeHighwayBackend({g_threads}).release();
+  return backend;
+}
+
+void BM_Attention(benchmark::State& state, const std::string& name, AttentionProblem p,
+                  bool memory_bound) {
+  auto data = ProblemData::Random(p, 1);
+  if (!data.ok()) {
+    state.SkipWithError(std::string(data.status().message()).c_str());
+    return;
+  }
+  Backend* backend = HighwayBackend();
+  RunInfo info;
+  if (auto s = backend->Forward(p, data->args(), &info); !s.ok()) {  // warm-up
+    state.SkipWithError(std::string(s.message()).c_str());
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(backend->Forward(p, data->args(), &info).ok());
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                      static_cast<double>(state.iterations());
+  g_seconds[name] = secs;
+  const double gflops = UsefulFlops(p) / secs * 1e-9;
+  state.counters["GFLOP/s"] = gflops;
+  state.counters["%peak_fma"] = 100.0 * gflops / g_peak_gflops;
+  if (memory_bound) {
+    const double kv_bytes = 2.0 * p.batch * p.num_kv_heads * p.kv_len * p.head_dim *
+                            static_cast<double>(DTypeSize(p.kv_dtype));
+    const double gbps = kv_bytes / secs * 1e-9;
+    state.counters["KV_GB/s"] = gbps;
+    state.counters["%read_bw"] = 100.0 * gbps / g_read_gbps;
+  }
+  state.SetLabel(info.kernel);
+}
+
+void RegisterAll() {
+  struct Case {
+    const char* name;
+    AttentionProblem p;
+    bool memory_bound;
+  };
+  const Case cases[] = {
+      {"prefill_b1_h16_t2048_d64_causal", Problem(1, 16, 16, 2048, 2048, 64, true, DType::kF32),
+       false},
+      {"prefill_b1_h32_g8_t1024_d128_causal", Problem(1, 32, 8, 1024, 1024, 128, true, DType::kF32),
+       false},
+      {"prefill_b1_h16_t512_d64_full", Problem(1, 16, 16, 512, 512, 64, false, DType::kF32), false},
+      {"decode_b1_h32_g8_tk4096_d128_f32", Problem(1, 32, 8, 1, 4096, 128, false, DType::kF32),
+       true},
+      {"decode_b1_h32_g8_tk4096_d128_bf16kv", Problem(1, 32, 8, 1, 4096, 128, false, DType::kBF16),
+       true},
+      {"decode_b8_h32_g8_tk4096_d128_f32", Problem(8, 32, 8, 1, 4096, 128, false, DType::kF32),
+       true},
+      {"decode_b8_h32_g8_tk4096_d128_bf16kv", Problem(8, 32, 8, 1, 4096, 128, false, DType::kBF16),
+       true},
+  };
+  for (const Case& c : cases) {
+    benchmark::RegisterBenchmark(c.name, BM_Attention, std::string(c.name), c.p, c.memory_bound)
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(0.5)
+        ->UseRealTime();
+  }
+}
+
+void PrintRatio(const char* what, const std::string& slow, const std::string& fast) {
+  if (g_seconds.count(slow) && g_seconds.count(fast)) {
+    std::printf("%s: %.2fx\n", what, g_seconds[slow] / g_seconds[fast]);
+  }
+}
+
+}  // namespace
+}  // namespace attnkit
+
+int main(int argc, char** argv) {
+  using namespace attnkit;
+  if (const char* env = std::getenv("ATTNKIT_HWY_THREADS")) g_threads = std::atoi(env);
+  if (g_threads <= 0) g_threads = static_cast<int>(std::thread::hardware_concurrency());
+  benchmark::Initialize(&argc, argv);
+  const MachineLimits limits = MeasureLimits(g_threads);  // in this run, not cached
+  g_peak_gflops = limits.peak_fma_gflops();
+  g_read_gbps = limits.read_gbps();
+  std::printf("machine: %d threads, peak FMA %.1f GFLOP/s (%s), read bandwidth %.1f GB/s\n",
+              g_threads, g_peak_gflops, limits.best_target().c_str(), g_read_gbps);
+  RegisterAll();
+  benchmark::RunSpecifiedBenchmarks();
+  PrintRatio("decode B=1 bf16 KV speed-up over f32", "decode_b1_h32_g8_tk4096_d128_f32",
+             "decode_b1_h32_g8_tk4096_d128_bf16kv");
+  PrintRatio("decode B=8 bf16 KV speed-up over f32", "decode_b8_h32_g8_tk4096_d128_f32",
+             "decode_b8_h32_g8_tk4096_d128_bf16kv");
+  benchmark::Shutdown();
+  return 0;
+}
