@@ -54,7 +54,7 @@ int ResolveThreads(int requested) {
 BlasBackend::BlasBackend(const BlasOptions& options)
     : options_(options), num_threads_(ResolveThreads(options.num_threads)) {
   options_.memory_budget_bytes = std::max(options_.memory_budget_bytes, kMinBlasBudgetBytes);
-  pool_ = std::make_unique<blas::WorkerPool>(num_threads_);
+  pool_ = std::make_unique<ThreadPool>(num_threads_);
   blas::RowOpsTarget();  // picks the Highway target once, before any worker runs
 }
 
@@ -87,7 +87,7 @@ absl::Status BlasBackend::SetNumThreads(int n) {
   absl::MutexLock lock(&mu_);
   if (n != num_threads_) {
     pool_.reset();
-    pool_ = std::make_unique<blas::WorkerPool>(n);
+    pool_ = std::make_unique<ThreadPool>(n);
     num_threads_ = n;
     kernel_name_.clear();
   }
@@ -176,7 +176,7 @@ absl::Status BlasBackend::ForwardImpl(const AttentionProblem& p, const Attention
   ctx.mask = p.mask_params();
   ctx.q_in_place = args.q.dtype == DType::kF32 && args.q.strides[3] == 1;
   char* base = static_cast<char*>(workspace_.data());
-  auto run = [&](int worker, int64_t item) {
+  auto run = [&](int64_t item, int worker) {
     const blas::WorkerScratch scratch =
         blas::CarveScratch(plan, p.head_dim, base + worker * plan.worker_bytes);
     blas::ComputeBlock(ctx, item, scratch);
@@ -187,7 +187,7 @@ absl::Status BlasBackend::ForwardImpl(const AttentionProblem& p, const Attention
     pool_->Run(items, run);
   } else {
     ScopedBlasThreads blas_threads(num_threads_);
-    for (int64_t item = 0; item < items; ++item) run(0, item);
+    for (int64_t item = 0; item < items; ++item) run(item, 0);
   }
   const blas::BlockPlan& k = kernel_plan_;
   if (kernel_name_.empty() || use_items != kernel_use_items_ ||

@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "backends/blas/block_plan.h"
-#include "backends/blas/worker_pool.h"
+#include "backends/highway/thread_pool.h"
 #include "core/backend.h"
 #include "core/tensor.h"
 
@@ -85,7 +85,7 @@ class BlasBackend : public Backend {
   mutable absl::Mutex mu_;
   BlasOptions options_ ABSL_GUARDED_BY(mu_);
   int num_threads_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<blas::WorkerPool> pool_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<ThreadPool> pool_ ABSL_GUARDED_BY(mu_);
   AlignedBuffer workspace_ ABSL_GUARDED_BY(mu_);
   // RunInfo::kernel of the last call, rebuilt only when the plan changes.
   std::string kernel_name_ ABSL_GUARDED_BY(mu_);
