@@ -57,18 +57,6 @@ absl::Status TuneCommand(const BackendRegistry& registry, const CliOptions& opti
 
 // options.threads, or every core when it is 0.
 int ThreadCount(const CliOptions& options);
-// `attnkit peak`: the machine's limits (cached per CPU model; --refresh).
-absl::Status PeakCommand(const CliOptions& options, std::ostream& out);
-// `attnkit compare`: every backend side by side on a config or a suite;
-// progress goes to `progress`. FailedPrecondition when a backend is wrong.
-absl::Status CompareCommand(const BackendRegistry& registry, const CliOptions& options,
-                            std::ostream& out, std::ostream& progress);
-// `attnkit tune`: records the fastest backends per shape class.
-absl::Status TuneCommand(const BackendRegistry& registry, const CliOptions& options,
-                         std::ostream& out, std::ostream& progress);
-
-// options.threads, or every core when it is 0.
-int ThreadCount(const CliOptions& options);
 
 }  // namespace attnkit
 
