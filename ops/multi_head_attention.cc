@@ -72,12 +72,11 @@ absl::Status CheckActivations(const char* name, const TensorView& x, int64_t mod
     return absl::InvalidArgumentError(
         absl::StrFormat("%s has shape %s; B and T must be >= 1", name, ShapeString(x)));
   }
-  const int64_t ld = RowStride(x);
-  if (ld < model_dim) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s (%s) must have a contiguous last dim and its B * T rows evenly strided, not "
-        "overlapping",
-        name, x.DebugString()));
+  if (x.strides[2] != 1 || (x.shape[1] > 1 && x.strides[1] < model_dim) ||
+      (x.shape[0] > 1 && x.strides[0] < 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s (%s) must have a contiguous last dim and rows that do not overlap",
+                        name, x.DebugString()));
   }
   return absl::OkStatus();
 }
@@ -196,12 +195,24 @@ absl::StatusOr<KVCache> MultiHeadAttention::NewCache(int64_t batch, int64_t capa
   return KVCache::Create(batch, problem_.num_kv_heads, capacity, problem_.head_dim, dtype);
 }
 
-void MultiHeadAttention::Project(const float* x, int64_t ld, int64_t m, const Tensor& w,
-                                 const Tensor& b, float* out) const {
-  const int64_t n = w.view().dim(0), k = w.view().dim(1);
-  matmul_->Linear(x, ld, static_cast<const float*>(w.data()),
-                  b.view().empty() ? nullptr : static_cast<const float*>(b.data()), m, n, k, out,
-                  n);
+void MultiHeadAttention::Linear(const TensorView& x, const Tensor& w, const Tensor& b, float* y,
+                                const TensorView* y_view) const {
+  const int64_t B = x.shape[0], T = x.shape[1], n = w.view().dim(0), k = w.view().dim(1);
+  const float* wd = static_cast<const float*>(w.data());
+  const float* bd = b.view().empty() ? nullptr : static_cast<const float*>(b.data());
+  const auto* xd = static_cast<const float*>(x.data);
+  // One matmul over all B*T rows when both sides are evenly strided (always
+  // for a decode step); else one per sequence.
+  const int64_t ldx = RowStride(x), ldy = y_view ? RowStride(*y_view) : n;
+  if (ldx >= 0 && ldy >= 0) {
+    matmul_->Linear(xd, ldx, wd, bd, B * T, n, k, y, ldy);
+    return;
+  }
+  for (int64_t i = 0; i < B; ++i) {
+    float* yb = y_view ? y + i * y_view->strides[0] : y + i * T * n;
+    matmul_->Linear(xd + i * x.strides[0], x.strides[1], wd, bd, T, n, k, yb,
+                    y_view ? y_view->strides[1] : n);
+  }
 }
 
 absl::Status MultiHeadAttention::AttendAndMerge(int64_t batch, int64_t q_len, const TensorView& k,
@@ -247,11 +258,9 @@ absl::Status MultiHeadAttention::CrossForward(const TensorView& x, const TensorV
   ATTNKIT_ASSIGN_OR_RETURN(float* q, q_ws_.Get(B * Tq * problem_.num_heads * d));
   ATTNKIT_ASSIGN_OR_RETURN(float* k, k_ws_.Get(B * Tk * Gd));
   ATTNKIT_ASSIGN_OR_RETURN(float* v, v_ws_.Get(B * Tk * Gd));
-  const auto* xd = static_cast<const float*>(x.data);
-  const auto* cd = static_cast<const float*>(context.data);
-  Project(xd, RowStride(x), B * Tq, weights_.wq, weights_.bq, q);
-  Project(cd, RowStride(context), B * Tk, weights_.wk, weights_.bk, k);
-  Project(cd, RowStride(context), B * Tk, weights_.wv, weights_.bv, v);
+  Linear(x, weights_.wq, weights_.bq, q);
+  Linear(context, weights_.wk, weights_.bk, k);
+  Linear(context, weights_.wv, weights_.bv, v);
   problem_.batch = B;
   problem_.q_len = Tq;
   problem_.kv_len = Tk;
@@ -301,10 +310,9 @@ absl::Status MultiHeadAttention::ForwardCached(const TensorView& x, KVCache* cac
   ATTNKIT_ASSIGN_OR_RETURN(float* q, q_ws_.Get(B * T * problem_.num_heads * d));
   ATTNKIT_ASSIGN_OR_RETURN(float* k, k_ws_.Get(B * T * Gd));
   ATTNKIT_ASSIGN_OR_RETURN(float* v, v_ws_.Get(B * T * Gd));
-  const auto* xd = static_cast<const float*>(x.data);
-  Project(xd, RowStride(x), B * T, weights_.wq, weights_.bq, q);
-  Project(xd, RowStride(x), B * T, weights_.wk, weights_.bk, k);
-  Project(xd, RowStride(x), B * T, weights_.wv, weights_.bv, v);
+  Linear(x, weights_.wq, weights_.bq, q);
+  Linear(x, weights_.wk, weights_.bk, k);
+  Linear(x, weights_.wv, weights_.bv, v);
   ATTNKIT_RETURN_IF_ERROR(cache->Append(k, v, Gd, T));
   const absl::Status s =
       AttendAndMerge(B, T, cache->keys(), cache->values(),

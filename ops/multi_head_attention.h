@@ -62,8 +62,8 @@ class MultiHeadAttention {
   // expected shape.
   absl::Status SetWeight(const std::string& name, const TensorView& value);
 
-  // Self-attention. x, y: f32 [B, T, D], last dim contiguous, rows evenly
-  // strided; y may be x.
+  // Self-attention. x, y: f32 [B, T, D] views with a contiguous last dim
+  // (token slices of a longer buffer work); y may be x.
   absl::Status Forward(const TensorView& x, const TensorView& y);
   // Cross-attention: queries from x [B, Tq, D], keys and values from
   // context [B, Tk, D]; the score matrix is Tq x Tk.
@@ -90,9 +90,10 @@ class MultiHeadAttention {
 
  private:
   MultiHeadAttention() : runner_(nullptr) {}
-  // X [M, D] rows (stride ld) times W^T into out [M, N].
-  void Project(const float* x, int64_t ld, int64_t m, const Tensor& w, const Tensor& b,
-               float* out) const;
+  // y = x W^T + b for x [B, T, K]: into contiguous rows y [B*T, N], or into
+  // the view *y_view [B, T, N] when given.
+  void Linear(const TensorView& x, const Tensor& w, const Tensor& b, float* y,
+              const TensorView* y_view = nullptr) const;
   // Attention over q_ws_ and the given K/V, then y = O Wo^T.
   absl::Status AttendAndMerge(int64_t batch, int64_t q_len, const TensorView& k,
                               const TensorView& v, const TensorView& kv_lengths,
@@ -108,10 +109,11 @@ class MultiHeadAttention {
   RunInfo last_run_;
 };
 
-// Checks a [B, T, D] f32 activation view: rank 3, last dim D contiguous, and
-// its B * T rows evenly strided, so they form one matrix for the projections.
+// Checks a [B, T, D] f32 activation view: rank 3, last dim D contiguous, rows
+// that do not overlap.
 absl::Status CheckActivations(const char* name, const TensorView& x, int64_t model_dim);
-// The stride between consecutive rows of those B * T rows; -1 when uneven.
+// The stride between consecutive rows of its B * T rows; -1 when uneven (then
+// the projections run once per sequence).
 int64_t RowStride(const TensorView& x);
 
 }  // namespace attnkit
