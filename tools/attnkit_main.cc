@@ -1,6 +1,8 @@
 // attnkit: list backends, run a config on .npy tensors, check every backend
-// against the fp64 reference, and print the cost model. Flags are defined
+// against the fp64 reference, print the cost model, and run the KV-cache
+// generation demo. Flags are defined
 // here and nowhere else; the commands live in tools/cli/.
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -31,6 +33,12 @@ ABSL_FLAG(std::string, json, "", "compare: write every figure and the machine fi
 ABSL_FLAG(std::string, svg, "", "compare: write a grouped bar chart (% of machine limit)");
 ABSL_FLAG(std::string, baseline, "", "compare: an earlier --json report; marks >10% slowdowns");
 ABSL_FLAG(bool, refresh, false, "peak, compare, tune: re-measure the machine limits");
+ABSL_FLAG(int64_t, layers, 1,
+          "cost: also print the KV cache of this many layers; generate: layers in the stack");
+ABSL_FLAG(int64_t, prompt_len, 128, "generate: prompt tokens (prefill)");
+ABSL_FLAG(int64_t, new_tokens, 16, "generate: tokens decoded one at a time with the KV cache");
+ABSL_FLAG(int64_t, chunk, 0, "generate: prefill chunk size (0 = the whole prompt at once)");
+ABSL_FLAG(bool, verify, true, "generate: check the last hidden state against a full recompute");
 ABSL_FLAG(std::string, plugins, "",
           "':'-separated backend plugin libraries to load (besides $ATTNKIT_PLUGIN_PATH)");
 
@@ -41,7 +49,10 @@ constexpr char kUsage[] =
     "  backends                    list backends: available or why not, capabilities\n"
     "  run   --config=F --q --k --v --out [--kv_lengths --mask --bias --lse_out --backend]\n"
     "  check [--config=F] [--backends=a,b]   every backend vs the fp64 reference\n"
-    "  cost  [--config=F]          FLOPs, bytes, score size, KV-cache bytes, parameters\n"
+    "  cost  [--config=F] [--layers=N]   FLOPs, bytes, score size, KV-cache bytes, parameters\n"
+    "  generate [--config=F] --layers=N --prompt_len=P --new_tokens=K [--chunk=C] [--backend]\n"
+    "                              prefill + KV-cached decode through N layers: tokens/s,\n"
+    "                              cache memory, check against a full recompute\n"
     "  compare [--config=F | --suite=standard] [--backends=a,b] [--threads=N]\n"
     "          [--json=F] [--svg=F] [--baseline=F]   time every backend side by side\n"
     "  peak  [--threads=N] [--refresh]   this machine's FMA peak, read bandwidth, sgemm\n"
@@ -86,6 +97,12 @@ int main(int argc, char** argv) {
   options.svg = absl::GetFlag(FLAGS_svg);
   options.baseline = absl::GetFlag(FLAGS_baseline);
   options.refresh = absl::GetFlag(FLAGS_refresh);
+  options.layers = absl::GetFlag(FLAGS_layers);
+  attnkit::GenerateOptions generate;
+  generate.prompt_len = absl::GetFlag(FLAGS_prompt_len);
+  generate.new_tokens = absl::GetFlag(FLAGS_new_tokens);
+  generate.chunk = absl::GetFlag(FLAGS_chunk);
+  generate.verify = absl::GetFlag(FLAGS_verify);
 
   absl::Status status;
   if (command == "backends") {
@@ -102,6 +119,8 @@ int main(int argc, char** argv) {
     status = attnkit::CompareCommand(registry, options, std::cout, std::cerr);
   } else if (command == "tune") {
     status = attnkit::TuneCommand(registry, options, std::cout, std::cerr);
+  } else if (command == "generate") {
+    status = attnkit::GenerateCommand(registry, options, generate, std::cout);
   } else {
     std::fprintf(stderr, "attnkit: unknown command '%s'\n%s\n", command.c_str(), kUsage);
     return 2;
