@@ -1,7 +1,7 @@
 // attnkit: list backends, run a config on .npy tensors, check every backend
 // against the fp64 reference, print the cost model, and run the KV-cache
-// generation demo. Flags are defined
-// here and nowhere else; the commands live in tools/cli/.
+// generation demo. Flags are defined here and nowhere else; the commands live
+// in tools/cli/.
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
