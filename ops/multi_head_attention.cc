@@ -215,13 +215,12 @@ void MultiHeadAttention::Linear(const TensorView& x, const Tensor& w, const Tens
   }
 }
 
-absl::Status MultiHeadAttention::AttendAndMerge(int64_t batch, int64_t q_len, const TensorView& k,
-                                                const TensorView& v, const TensorView& kv_lengths,
-                                                const TensorView& y) {
+absl::Status MultiHeadAttention::AttendAndMerge(float* q, int64_t batch, int64_t q_len,
+                                                const TensorView& k, const TensorView& v,
+                                                const TensorView& kv_lengths, const TensorView& y) {
   const AttentionProblem& p = problem_;
-  const int64_t M = batch * q_len, Hd = p.num_heads * p.head_dim;
-  ATTNKIT_ASSIGN_OR_RETURN(float* q, q_ws_.Get(M * Hd));
-  ATTNKIT_ASSIGN_OR_RETURN(float* o, o_ws_.Get(M * Hd));
+  const int64_t Hd = p.num_heads * p.head_dim;
+  ATTNKIT_ASSIGN_OR_RETURN(float* o, o_ws_.Get(batch * q_len * Hd));
   AttentionArgs args;
   // [B*T, H*d] rows read as [B, H, T, d]: the head split without a copy.
   args.q = AttentionView(q, DType::kF32, Layout::kBTHD, batch, p.num_heads, q_len, p.head_dim);
@@ -231,10 +230,8 @@ absl::Status MultiHeadAttention::AttendAndMerge(int64_t batch, int64_t q_len, co
   args.kv_lengths = kv_lengths;
   ATTNKIT_RETURN_IF_ERROR(runner_.Run(p, args, &last_run_));
   // O [B*T, H*d] is already the merged heads; y = O Wo^T.
-  matmul_->Linear(
-      o, Hd, static_cast<const float*>(weights_.wo.data()),
-      weights_.bo.view().empty() ? nullptr : static_cast<const float*>(weights_.bo.data()), M,
-      p.model_dim, Hd, static_cast<float*>(y.data), RowStride(y));
+  Linear(ContiguousView(o, DType::kF32, {batch, q_len, Hd}), weights_.wo, weights_.bo,
+         static_cast<float*>(y.data), &y);
   return absl::OkStatus();
 }
 
@@ -266,7 +263,7 @@ absl::Status MultiHeadAttention::CrossForward(const TensorView& x, const TensorV
   problem_.kv_len = Tk;
   problem_.kv_dtype = DType::kF32;
   problem_.kv_lengths.clear();
-  return AttendAndMerge(B, Tq, AttentionView(k, DType::kF32, Layout::kBTHD, B, G, Tk, d),
+  return AttendAndMerge(q, B, Tq, AttentionView(k, DType::kF32, Layout::kBTHD, B, G, Tk, d),
                         AttentionView(v, DType::kF32, Layout::kBTHD, B, G, Tk, d), TensorView(), y);
 }
 
@@ -315,7 +312,7 @@ absl::Status MultiHeadAttention::ForwardCached(const TensorView& x, KVCache* cac
   Linear(x, weights_.wv, weights_.bv, v);
   ATTNKIT_RETURN_IF_ERROR(cache->Append(k, v, Gd, T));
   const absl::Status s =
-      AttendAndMerge(B, T, cache->keys(), cache->values(),
+      AttendAndMerge(q, B, T, cache->keys(), cache->values(),
                      problem_.has_kv_lengths() ? cache->kv_lengths_view() : TensorView(), y);
   if (!s.ok()) {  // undo the append, so a failed step leaves the cache as it was
     std::vector<int64_t> lengths = cache->lengths();

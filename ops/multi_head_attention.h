@@ -94,8 +94,8 @@ class MultiHeadAttention {
   // the view *y_view [B, T, N] when given.
   void Linear(const TensorView& x, const Tensor& w, const Tensor& b, float* y,
               const TensorView* y_view = nullptr) const;
-  // Attention over q_ws_ and the given K/V, then y = O Wo^T.
-  absl::Status AttendAndMerge(int64_t batch, int64_t q_len, const TensorView& k,
+  // Attention of q [B*Tq, H*d] over the given K/V, then y = O Wo^T.
+  absl::Status AttendAndMerge(float* q, int64_t batch, int64_t q_len, const TensorView& k,
                               const TensorView& v, const TensorView& kv_lengths,
                               const TensorView& y);
 
