@@ -40,13 +40,7 @@ class DecodeTest : public ::testing::TestWithParam<std::string> {
     }
     auto p = ProblemFromConfig(step);
     EXPECT_TRUE(p.ok()) << p.status();
-    const absl::Status runnable =
-        testing_env::CheckRunnable(*GlobalRegistry().Find(GetParam()).value(), *p);
-    if (!runnable.ok()) {
-      skip_ = std::string(runnable.message());
-      testing_env::Record(GetParam(), testing_env::Outcome::kSkipped, skip_);
-      return nullptr;
-    }
+    if (!testing_env::RunsOrRecordsSkip(GetParam(), *p, &skip_)) return nullptr;
     auto layer = MultiHeadAttention::Create(c, {}, GlobalRegistry());
     EXPECT_TRUE(layer.ok()) << layer.status();
     return layer.ok() ? std::move(layer).value() : nullptr;

@@ -39,13 +39,7 @@ class LayerTest : public ::testing::TestWithParam<std::string> {
     if (shaped.alignment() == ALIGNMENT_UNSPECIFIED) shaped.set_alignment(BOTTOM_RIGHT);
     auto p = ProblemFromConfig(shaped);
     EXPECT_TRUE(p.ok()) << p.status();
-    const absl::Status runnable =
-        testing_env::CheckRunnable(*GlobalRegistry().Find(GetParam()).value(), *p);
-    if (!runnable.ok()) {
-      skip_ = std::string(runnable.message());
-      testing_env::Record(GetParam(), testing_env::Outcome::kSkipped, skip_);
-      return nullptr;
-    }
+    if (!testing_env::RunsOrRecordsSkip(GetParam(), *p, &skip_)) return nullptr;
     auto layer = MultiHeadAttention::Create(c, options, GlobalRegistry());
     EXPECT_TRUE(layer.ok()) << layer.status();
     if (!layer.ok()) return nullptr;
