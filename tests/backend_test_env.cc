@@ -68,6 +68,21 @@ absl::Status CheckRunnable(const Backend& b, const AttentionProblem& p) {
   return supported;
 }
 
+bool RunsOrRecordsSkip(const std::string& backend, const AttentionProblem& p,
+                       std::string* skip_reason) {
+  auto b = GlobalRegistry().Find(backend);
+  if (!b.ok()) {
+    ADD_FAILURE() << b.status();
+    *skip_reason = std::string(b.status().message());
+    return false;
+  }
+  const absl::Status s = CheckRunnable(**b, p);
+  if (s.ok()) return true;
+  *skip_reason = std::string(s.message());
+  Record(backend, Outcome::kSkipped, *skip_reason);
+  return false;
+}
+
 bool LoadPluginsFromArgs(int* argc, char** argv) {
   bool ok = true;
   int out = 1;

@@ -30,6 +30,11 @@ void Record(const std::string& backend, Outcome outcome, const std::string& skip
 // Caps() claim to cover while it is available.
 absl::Status CheckRunnable(const Backend& b, const AttentionProblem& p);
 
+// CheckRunnable for the backend named `backend`; when it refuses, records
+// the skip and stores the reason in *skip_reason. True when the test runs.
+bool RunsOrRecordsSkip(const std::string& backend, const AttentionProblem& p,
+                       std::string* skip_reason);
+
 // For main(): loads --plugin= arguments (removing them from argv) and fails
 // loudly if any plugin does not load; returns false on failure.
 bool LoadPluginsFromArgs(int* argc, char** argv);

@@ -25,12 +25,7 @@ class PropertyTest : public ::testing::TestWithParam<std::string> {
   }
   // True when the backend runs p; otherwise records the skip reason.
   bool Runs(const AttentionProblem& p) {
-    const absl::Status s = testing_env::CheckRunnable(*backend(), p);
-    if (!s.ok()) {
-      testing_env::Record(GetParam(), Outcome::kSkipped, std::string(s.message()));
-      skip_reason_ = std::string(s.message());
-    }
-    return s.ok();
+    return testing_env::RunsOrRecordsSkip(GetParam(), p, &skip_reason_);
   }
   void Run(const AttentionProblem& p, const ProblemData& data) {
     PoisonOutputs(data);

@@ -1,9 +1,11 @@
 // attnkit: list backends, run a config on .npy tensors, check every backend
-// against the fp64 reference, and print the cost model. Flags are defined
-// here and nowhere else; the commands live in tools/cli/.
+// against the fp64 reference, print the cost model, compare and tune backends,
+// and run the KV-cache generation demo. Flags are defined here and nowhere
+// else; the commands live in tools/cli/.
 #include <unistd.h>
 
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -38,6 +40,12 @@ ABSL_FLAG(std::string, baseline, "", "compare: an earlier --json report; marks >
 ABSL_FLAG(
     bool, refresh, false,
     "peak: re-measure instead of showing the cached limits (compare and tune always measure)");
+ABSL_FLAG(int64_t, layers, 1,
+          "cost: also print the KV cache of this many layers; generate: layers in the stack");
+ABSL_FLAG(int64_t, prompt_len, 128, "generate: prompt tokens (prefill)");
+ABSL_FLAG(int64_t, new_tokens, 16, "generate: tokens decoded one at a time with the KV cache");
+ABSL_FLAG(int64_t, chunk, 0, "generate: prefill chunk size (0 = the whole prompt at once)");
+ABSL_FLAG(bool, verify, true, "generate: check the last hidden state against a full recompute");
 ABSL_FLAG(std::string, plugins, "",
           "':'-separated backend plugin libraries to load (besides $ATTNKIT_PLUGIN_PATH)");
 
@@ -48,7 +56,10 @@ constexpr char kUsage[] =
     "  backends                    list backends: available or why not, capabilities\n"
     "  run   --config=F --q --k --v --out [--kv_lengths --mask --bias --lse_out --backend]\n"
     "  check [--config=F] [--backends=a,b]   every backend vs the fp64 reference\n"
-    "  cost  [--config=F]          FLOPs, bytes, score size, KV-cache bytes, parameters\n"
+    "  cost  [--config=F] [--layers=N]   FLOPs, bytes, score size, KV-cache bytes, parameters\n"
+    "  generate [--config=F] --layers=N --prompt_len=P --new_tokens=K [--chunk=C] [--backend]\n"
+    "                              prefill + KV-cached decode through N layers: tokens/s,\n"
+    "                              cache memory, check against a full recompute\n"
     "  compare [--config=F | --suite=standard] [--backends=a,b] [--threads=N]\n"
     "          [--json=F] [--svg=F] [--baseline=F]   time every backend side by side\n"
     "  peak  [--threads=N] [--refresh]   this machine's FMA peak, read bandwidth, sgemm\n"
@@ -141,6 +152,12 @@ int main(int argc, char** argv) {
   options.svg = absl::GetFlag(FLAGS_svg);
   options.baseline = absl::GetFlag(FLAGS_baseline);
   options.refresh = absl::GetFlag(FLAGS_refresh);
+  options.layers = absl::GetFlag(FLAGS_layers);
+  attnkit::GenerateOptions generate;
+  generate.prompt_len = absl::GetFlag(FLAGS_prompt_len);
+  generate.new_tokens = absl::GetFlag(FLAGS_new_tokens);
+  generate.chunk = absl::GetFlag(FLAGS_chunk);
+  generate.verify = absl::GetFlag(FLAGS_verify);
 
   absl::Status status;
   if (command == "backends") {
@@ -157,6 +174,8 @@ int main(int argc, char** argv) {
     status = attnkit::CompareCommand(registry, options, std::cout, std::cerr);
   } else if (command == "tune") {
     status = attnkit::TuneCommand(registry, options, std::cout, std::cerr);
+  } else if (command == "generate") {
+    status = attnkit::GenerateCommand(registry, options, generate, std::cout);
   } else {
     std::fprintf(stderr, "attnkit: unknown command '%s'\n%s\n", command.c_str(), kUsage);
     return 2;

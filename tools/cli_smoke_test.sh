@@ -23,6 +23,11 @@ $bin cost --config="$tmp/bad.textproto" 2> "$tmp/err.txt"; rc=$?
 [[ $(wc -l < "$tmp/err.txt") -eq 1 ]] || fail "expected one error line, got: $(cat "$tmp/err.txt")"
 grep -q 'num_heads (12) must be a multiple of num_kv_heads (5)' "$tmp/err.txt" || fail "message: $(cat "$tmp/err.txt")"
 
+$bin generate --config="$tmp/small.textproto" --backend=reference --layers=2 --prompt_len=6 \
+  --new_tokens=3 --chunk=2 > "$tmp/gen.txt" || fail "generate exited $?"
+grep -q 'tokens/s' "$tmp/gen.txt" || fail "generate printed no tokens/s"
+grep -q ': ok' "$tmp/gen.txt" || fail "generate did not verify: $(cat "$tmp/gen.txt")"
+
 ATTNKIT_PLUGIN_PATH=/nonexistent/libx.so $bin backends > "$tmp/b2.txt" 2>&1 || fail "a missing plugin must not stop the tool"
 grep -q 'plugin failed: plugin /nonexistent/libx.so: cannot load' "$tmp/b2.txt" || fail "missing plugin not reported"
 # A bundled CUDA plugin is listed, available or with the reason it is not.

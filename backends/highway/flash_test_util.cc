@@ -10,16 +10,7 @@ namespace attnkit {
 
 AttentionProblem MakeTestProblem(int64_t batch, int64_t heads, int64_t kv_heads,
                                  int64_t q_len, int64_t kv_len, int64_t head_dim) {
-  AttentionProblem p;
-  p.batch = batch;
-  p.num_heads = heads;
-  p.num_kv_heads = kv_heads;
-  p.q_len = q_len;
-  p.kv_len = kv_len;
-  p.head_dim = head_dim;
-  p.model_dim = heads * head_dim;
-  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
-  return p;
+  return BasicProblem(batch, heads, kv_heads, q_len, kv_len, head_dim);
 }
 
 std::vector<AttentionProblem> TestGrid(bool small) {

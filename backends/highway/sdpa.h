@@ -1,6 +1,6 @@
 // Flash attention on the CPU with Highway: the plain C++ entry points. The
 // per-target code is in sdpa-inl.h, compiled for every target in
-// hwy_targets.bzl by sdpa.cc and chosen at run time.
+// third_party/highway/targets.bzl by sdpa.cc and chosen at run time.
 #ifndef ATTNKIT_BACKENDS_HIGHWAY_SDPA_H_
 #define ATTNKIT_BACKENDS_HIGHWAY_SDPA_H_
 

@@ -4,6 +4,7 @@
 #ifndef ATTNKIT_TOOLS_CLI_COMMANDS_H_
 #define ATTNKIT_TOOLS_CLI_COMMANDS_H_
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -29,6 +30,15 @@ struct CliOptions {
   std::string json, svg;              // compare: report files
   std::string baseline;               // compare: an earlier --json report
   bool refresh = false;               // peak: re-measure instead of reading the cache
+  int64_t layers = 1;                 // cost: KV cache for this many layers; generate: stack depth
+};
+
+// `attnkit generate` beyond the shared options.
+struct GenerateOptions {
+  int64_t prompt_len = 128;  // P tokens of prefill
+  int64_t new_tokens = 16;   // K decode steps
+  int64_t chunk = 0;         // prefill chunk size; 0 = the whole prompt in one call
+  bool verify = true;        // recompute the whole sequence and compare the last hidden state
 };
 
 // The config of --config, or the built-in default when none is given.
@@ -43,7 +53,8 @@ absl::Status RunCommand(const BackendRegistry& registry, const CliOptions& optio
 // reference. FailedPrecondition when any backend that ran is wrong.
 absl::Status CheckCommand(const BackendRegistry& registry, const CliOptions& options,
                           std::ostream& out);
-// `attnkit cost`: FLOPs, bytes, score size, KV-cache bytes, parameters.
+// `attnkit cost`: FLOPs, bytes, score size, KV-cache bytes (for
+// options.layers layers too), parameters.
 absl::Status CostCommand(const CliOptions& options, std::ostream& out);
 // `attnkit peak`: the machine's limits (cached per CPU model; --refresh).
 absl::Status PeakCommand(const CliOptions& options, std::ostream& out);
@@ -57,18 +68,12 @@ absl::Status TuneCommand(const BackendRegistry& registry, const CliOptions& opti
 
 // options.threads, or every core when it is 0.
 int ThreadCount(const CliOptions& options);
-// `attnkit peak`: the machine's limits (cached per CPU model; --refresh).
-absl::Status PeakCommand(const CliOptions& options, std::ostream& out);
-// `attnkit compare`: every backend side by side on a config or a suite;
-// progress goes to `progress`. FailedPrecondition when a backend is wrong.
-absl::Status CompareCommand(const BackendRegistry& registry, const CliOptions& options,
-                            std::ostream& out, std::ostream& progress);
-// `attnkit tune`: records the fastest backends per shape class.
-absl::Status TuneCommand(const BackendRegistry& registry, const CliOptions& options,
-                         std::ostream& out, std::ostream& progress);
-
-// options.threads, or every core when it is 0.
-int ThreadCount(const CliOptions& options);
+// `attnkit generate`: a stack of options.layers attention layers (random
+// weights, residual connections) prefills P tokens, decodes K more with the
+// KV cache, reports tokens per second and cache memory, and checks the last
+// hidden state against a full recompute. FailedPrecondition when it differs.
+absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& options,
+                             const GenerateOptions& gen, std::ostream& out);
 
 }  // namespace attnkit
 

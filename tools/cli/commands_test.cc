@@ -169,6 +169,66 @@ TEST(CostTest, StandardFigures) {
   EXPECT_EQ(cost(base + "num_kv_heads: 1").kv_cache_bytes * 32, int64_t{64} << 20);
 }
 
+// `attnkit cost --layers=32` prints the whole model's cache: 32 layers,
+// head_dim 128, 4,096 tokens, 16-bit values.
+TEST(CostTest, KvCacheForAllLayers) {
+  const std::string dir = ::testing::TempDir();
+  const std::pair<int, const char*> cases[] = {
+      {32, "2147483648 B (2 GiB)"}, {8, "536870912 B (0.5 GiB)"}, {1, "67108864 B (0.0625 GiB)"}};
+  for (const auto& [kv_heads, want] : cases) {
+    const std::string path = dir + "/kv" + std::to_string(kv_heads) + ".textproto";
+    ASSERT_TRUE(WriteFileAtomically(path,
+                                    "num_heads: 32 head_dim: 128 q_len: 1 kv_len: 4096 "
+                                    "dtype: BF16 alignment: BOTTOM_RIGHT num_kv_heads: " +
+                                        std::to_string(kv_heads))
+                    .ok());
+    CliOptions options;
+    options.config = path;
+    options.layers = 32;
+    std::ostringstream out;
+    ASSERT_TRUE(CostCommand(options, out).ok());
+    EXPECT_THAT(out.str(), HasSubstr(std::string("kv cache, 32 layers ") + want));
+  }
+  CliOptions bad;
+  bad.layers = 0;
+  std::ostringstream out;
+  EXPECT_THAT(std::string(CostCommand(bad, out).message()), HasSubstr("--layers (0) must be >= 1"));
+}
+
+// A small stack end to end on the reference backend: chunked prefill, decode,
+// and the recompute agrees.
+TEST(GenerateCommandTest, SmallStackVerifies) {
+  const std::string path = ::testing::TempDir() + "/gen.textproto";
+  ASSERT_TRUE(WriteFileAtomically(path, "num_heads: 4 num_kv_heads: 2 head_dim: 8 seed: 3").ok());
+  CliOptions options;
+  options.config = path;
+  options.backend = "reference";
+  options.layers = 2;
+  GenerateOptions gen;
+  gen.prompt_len = 7;
+  gen.new_tokens = 4;
+  gen.chunk = 3;
+  std::ostringstream out;
+  const absl::Status s = GenerateCommand(GlobalRegistry(), options, gen, out);
+  ASSERT_TRUE(s.ok()) << s << out.str();
+  EXPECT_THAT(out.str(), HasSubstr("backend            reference"));
+  EXPECT_THAT(out.str(), HasSubstr("matmul reference"));
+  EXPECT_THAT(out.str(), HasSubstr("in chunks of 3"));
+  EXPECT_THAT(out.str(), HasSubstr("tokens/s"));
+  // 2 layers x 2 (K, V) x 2 kv heads x 11 tokens x 8 x 4 bytes.
+  EXPECT_THAT(out.str(), HasSubstr("kv cache           2816 B"));
+  EXPECT_THAT(out.str(), HasSubstr(": ok"));
+
+  gen.prompt_len = 0;
+  EXPECT_THAT(std::string(GenerateCommand(GlobalRegistry(), options, gen, out).message()),
+              HasSubstr("--prompt_len (0) must be >= 1"));
+  ASSERT_TRUE(
+      WriteFileAtomically(path, "num_heads: 4 head_dim: 8 model_dim: 30 mask { kind: NONE }").ok());
+  gen.prompt_len = 4;
+  EXPECT_THAT(std::string(GenerateCommand(GlobalRegistry(), options, gen, out).message()),
+              HasSubstr("mask.kind must be CAUSAL"));
+}
+
 TEST(CheckCommandTest, DefaultConfigPassesAndReportsEachBackend) {
   std::ostringstream out;
   CliOptions options;

@@ -1,0 +1,325 @@
+#include "ops/multi_head_attention.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "backends/builtin.h"
+#include "core/npy.h"
+#include "core/problem_data.h"
+#include "core/status_macros.h"
+
+namespace attnkit {
+namespace {
+
+std::string ShapeString(const TensorView& t) {
+  std::vector<int64_t> dims(t.shape.begin(), t.shape.begin() + t.rank);
+  return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
+}
+
+// Rules the operator does not have but the layer does.
+absl::Status ValidateForLayer(const AttentionProblem& p) {
+  if (p.model_dim % p.num_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("model_dim (%d) must be divisible by num_heads (%d) for the layer",
+                        p.model_dim, p.num_heads));
+  }
+  if (p.dtype != DType::kF32 || p.kv_dtype != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the layer computes in f32: dtype (%s) and kv_dtype (%s) must be F32 (a KV cache may "
+        "still store 16-bit values)",
+        DTypeName(p.dtype), DTypeName(p.kv_dtype)));
+  }
+  const struct {
+    bool on;
+    const char* field;
+  } unsupported[] = {{p.has_kv_lengths(), "kv_lengths"},
+                     {p.blocked_mask, "blocked_mask"},
+                     {p.additive_bias, "additive_bias"},
+                     {p.return_lse, "return_lse"}};
+  for (const auto& u : unsupported) {
+    if (u.on) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s is set, but the layer takes no such input; the KV cache supplies per-sequence "
+          "lengths",
+          u.field));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t RowStride(const TensorView& x) {
+  if (x.rank != 3 || x.strides[2] != 1) return -1;
+  if (x.shape[1] == 1) return x.strides[0];  // one token per sequence: rows are the batch
+  if (x.shape[0] == 1 || x.strides[0] == x.shape[1] * x.strides[1]) return x.strides[1];
+  return -1;
+}
+
+absl::Status CheckActivations(const char* name, const TensorView& x, int64_t model_dim) {
+  if (x.empty() || x.rank != 3 || x.dtype != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s must be an f32 [B, T, D] tensor; got %s",
+                                                      name, x.empty() ? "none" : x.DebugString()));
+  }
+  if (x.shape[2] != model_dim) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s has shape %s; its last dim must be model_dim (%d)", name, ShapeString(x), model_dim));
+  }
+  if (x.shape[0] < 1 || x.shape[1] < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s has shape %s; B and T must be >= 1", name, ShapeString(x)));
+  }
+  if (x.strides[2] != 1 || (x.shape[1] > 1 && x.strides[1] < model_dim) ||
+      (x.shape[0] > 1 && x.strides[0] < 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s (%s) must have a contiguous last dim and rows that do not overlap",
+                        name, x.DebugString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<MultiHeadAttention>> MultiHeadAttention::Create(
+    const AttentionConfig& config, const LayerOptions& options, const BackendRegistry& registry) {
+  AttentionConfig c = config;
+  if (c.q_len() == 0) c.set_q_len(1);  // shapes come with each call
+  ATTNKIT_ASSIGN_OR_RETURN(AttentionProblem p, ProblemFromConfig(c));
+  ATTNKIT_RETURN_IF_ERROR(ValidateForLayer(p));
+  p.layout = Layout::kBTHD;  // q and o are views of the projections' rows
+  p.kv_len = p.q_len;
+
+  std::unique_ptr<MultiHeadAttention> layer(new MultiHeadAttention());
+  layer->options_ = options;
+  ATTNKIT_ASSIGN_OR_RETURN(const Selection selection,
+                           registry.Select(p.backend, p, DefaultAutoOrder()));
+  layer->runner_ = AttentionRunner(selection.backend);
+  layer->selection_reason_ = selection.reason;
+  if (options.matmul.empty()) {
+    layer->matmul_ = &MatmulForBackend(selection.backend->Name());
+  } else {
+    ATTNKIT_ASSIGN_OR_RETURN(layer->matmul_, FindMatmul(options.matmul));
+  }
+  layer->problem_ = p;
+
+  const int64_t D = p.model_dim, Hd = p.num_heads * p.head_dim, Gd = p.num_kv_heads * p.head_dim;
+  AttentionWeights& w = layer->weights_;
+  ATTNKIT_ASSIGN_OR_RETURN(w.wq, Tensor::Contiguous(DType::kF32, {Hd, D}));
+  ATTNKIT_ASSIGN_OR_RETURN(w.wk, Tensor::Contiguous(DType::kF32, {Gd, D}));
+  ATTNKIT_ASSIGN_OR_RETURN(w.wv, Tensor::Contiguous(DType::kF32, {Gd, D}));
+  ATTNKIT_ASSIGN_OR_RETURN(w.wo, Tensor::Contiguous(DType::kF32, {D, Hd}));
+  if (options.bias) {
+    ATTNKIT_ASSIGN_OR_RETURN(w.bq, Tensor::Contiguous(DType::kF32, {Hd}));
+    ATTNKIT_ASSIGN_OR_RETURN(w.bk, Tensor::Contiguous(DType::kF32, {Gd}));
+    ATTNKIT_ASSIGN_OR_RETURN(w.bv, Tensor::Contiguous(DType::kF32, {Gd}));
+    ATTNKIT_ASSIGN_OR_RETURN(w.bo, Tensor::Contiguous(DType::kF32, {D}));
+  }
+  // nn.Linear's default: U(-1/sqrt(in), 1/sqrt(in)) for weights and biases.
+  const uint64_t s = options.seed * 16;
+  const float in_q = 1.0f / std::sqrt(float(D)), in_o = 1.0f / std::sqrt(float(Hd));
+  const Tensor* tensors[] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk, &w.bv, &w.bo};
+  for (int i = 0; i < 8; ++i) {
+    if (tensors[i]->view().empty()) continue;
+    const float bound = (i % 4 == 3) ? in_o : in_q;
+    FillUniform(tensors[i]->view(), s + i + 1, -bound, bound);
+  }
+  return layer;
+}
+
+absl::Status MultiHeadAttention::SetWeight(const std::string& name, const TensorView& value) {
+  const struct {
+    const char* name;
+    Tensor* tensor;
+    const char* rule;
+  } slots[] = {
+      {"wq", &weights_.wq, "[num_heads * head_dim, model_dim]"},
+      {"wk", &weights_.wk, "[num_kv_heads * head_dim, model_dim]"},
+      {"wv", &weights_.wv, "[num_kv_heads * head_dim, model_dim]"},
+      {"wo", &weights_.wo, "[model_dim, num_heads * head_dim]"},
+      {"bq", &weights_.bq, "[num_heads * head_dim]"},
+      {"bk", &weights_.bk, "[num_kv_heads * head_dim]"},
+      {"bv", &weights_.bv, "[num_kv_heads * head_dim]"},
+      {"bo", &weights_.bo, "[model_dim]"},
+  };
+  for (const auto& slot : slots) {
+    if (name != slot.name) continue;
+    const TensorView& dst = slot.tensor->view();
+    if (dst.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " given but the layer has no bias (LayerOptions.bias is off)"));
+    }
+    bool same = value.rank == dst.rank;
+    for (int i = 0; same && i < dst.rank; ++i) same = value.shape[i] == dst.shape[i];
+    if (!same) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s has shape %s; expected %s = %s ([out, in], as torch.nn.Linear.weight)", name,
+          ShapeString(value), ShapeString(dst), slot.rule));
+    }
+    if (value.dtype != DType::kF32 && value.dtype != DType::kF16) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s has dtype %s; expected f32 or f16", name, DTypeName(value.dtype)));
+    }
+    auto* out = static_cast<float*>(dst.data);
+    int64_t i = 0;
+    ForEachOffset(value, [&](int64_t off) { out[i++] = value.LoadF32(off); });
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown weight '", name, "'; expected wq, wk, wv, wo, bq, bk, bv or bo"));
+}
+
+absl::Status MultiHeadAttention::LoadNpy(const std::string& dir) {
+  std::vector<std::string> names = {"wq", "wk", "wv", "wo"};
+  if (options_.bias) names.insert(names.end(), {"bq", "bk", "bv", "bo"});
+  for (const std::string& name : names) {
+    const std::string path = absl::StrCat(dir, "/", name, ".npy");
+    ATTNKIT_ASSIGN_OR_RETURN(NpyArray array, ReadNpy(path));
+    const absl::Status s = SetWeight(name, array.tensor.view());
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+int64_t MultiHeadAttention::NumParameters() const {
+  int64_t n = 0;
+  for (const Tensor* t : {&weights_.wq, &weights_.wk, &weights_.wv, &weights_.wo, &weights_.bq,
+                          &weights_.bk, &weights_.bv, &weights_.bo}) {
+    if (!t->view().empty()) n += t->view().NumElements();
+  }
+  return n;
+}
+
+absl::StatusOr<KVCache> MultiHeadAttention::NewCache(int64_t batch, int64_t capacity,
+                                                     DType dtype) const {
+  return KVCache::Create(batch, problem_.num_kv_heads, capacity, problem_.head_dim, dtype);
+}
+
+void MultiHeadAttention::Linear(const TensorView& x, const Tensor& w, const Tensor& b, float* y,
+                                const TensorView* y_view) const {
+  const int64_t B = x.shape[0], T = x.shape[1], n = w.view().dim(0), k = w.view().dim(1);
+  const float* wd = static_cast<const float*>(w.data());
+  const float* bd = b.view().empty() ? nullptr : static_cast<const float*>(b.data());
+  const auto* xd = static_cast<const float*>(x.data);
+  // One matmul over all B*T rows when both sides are evenly strided (always
+  // for a decode step); else one per sequence.
+  const int64_t ldx = RowStride(x), ldy = y_view ? RowStride(*y_view) : n;
+  if (ldx >= 0 && ldy >= 0) {
+    matmul_->Linear(xd, ldx, wd, bd, B * T, n, k, y, ldy);
+    return;
+  }
+  for (int64_t i = 0; i < B; ++i) {
+    float* yb = y_view ? y + i * y_view->strides[0] : y + i * T * n;
+    matmul_->Linear(xd + i * x.strides[0], x.strides[1], wd, bd, T, n, k, yb,
+                    y_view ? y_view->strides[1] : n);
+  }
+}
+
+absl::Status MultiHeadAttention::AttendAndMerge(float* q, int64_t batch, int64_t q_len,
+                                                const TensorView& k, const TensorView& v,
+                                                const TensorView& kv_lengths, const TensorView& y) {
+  const AttentionProblem& p = problem_;
+  const int64_t Hd = p.num_heads * p.head_dim;
+  ATTNKIT_ASSIGN_OR_RETURN(float* o, o_ws_.Get(batch * q_len * Hd));
+  AttentionArgs args;
+  // [B*T, H*d] rows read as [B, H, T, d]: the head split without a copy.
+  args.q = AttentionView(q, DType::kF32, Layout::kBTHD, batch, p.num_heads, q_len, p.head_dim);
+  args.o = AttentionView(o, DType::kF32, Layout::kBTHD, batch, p.num_heads, q_len, p.head_dim);
+  args.k = k;
+  args.v = v;
+  args.kv_lengths = kv_lengths;
+  ATTNKIT_RETURN_IF_ERROR(runner_.Run(p, args, &last_run_));
+  // O [B*T, H*d] is already the merged heads; y = O Wo^T.
+  Linear(ContiguousView(o, DType::kF32, {batch, q_len, Hd}), weights_.wo, weights_.bo,
+         static_cast<float*>(y.data), &y);
+  return absl::OkStatus();
+}
+
+absl::Status MultiHeadAttention::Forward(const TensorView& x, const TensorView& y) {
+  return CrossForward(x, x, y);
+}
+
+absl::Status MultiHeadAttention::CrossForward(const TensorView& x, const TensorView& context,
+                                              const TensorView& y) {
+  const int64_t D = problem_.model_dim;
+  ATTNKIT_RETURN_IF_ERROR(CheckActivations("x", x, D));
+  ATTNKIT_RETURN_IF_ERROR(CheckActivations("context", context, D));
+  ATTNKIT_RETURN_IF_ERROR(CheckActivations("y", y, D));
+  const int64_t B = x.shape[0], Tq = x.shape[1], Tk = context.shape[1];
+  if (context.shape[0] != B || y.shape[0] != B || y.shape[1] != Tq) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("x %s, context %s and y %s must agree: context [B, Tk, D], y [B, Tq, D]",
+                        ShapeString(x), ShapeString(context), ShapeString(y)));
+  }
+  const int64_t G = problem_.num_kv_heads, d = problem_.head_dim, Gd = G * d;
+  ATTNKIT_ASSIGN_OR_RETURN(float* q, q_ws_.Get(B * Tq * problem_.num_heads * d));
+  ATTNKIT_ASSIGN_OR_RETURN(float* k, k_ws_.Get(B * Tk * Gd));
+  ATTNKIT_ASSIGN_OR_RETURN(float* v, v_ws_.Get(B * Tk * Gd));
+  Linear(x, weights_.wq, weights_.bq, q);
+  Linear(context, weights_.wk, weights_.bk, k);
+  Linear(context, weights_.wv, weights_.bv, v);
+  problem_.batch = B;
+  problem_.q_len = Tq;
+  problem_.kv_len = Tk;
+  problem_.kv_dtype = DType::kF32;
+  problem_.kv_lengths.clear();
+  return AttendAndMerge(q, B, Tq, AttentionView(k, DType::kF32, Layout::kBTHD, B, G, Tk, d),
+                        AttentionView(v, DType::kF32, Layout::kBTHD, B, G, Tk, d), TensorView(), y);
+}
+
+absl::Status MultiHeadAttention::ForwardCached(const TensorView& x, KVCache* cache,
+                                               const TensorView& y) {
+  const int64_t D = problem_.model_dim, G = problem_.num_kv_heads, d = problem_.head_dim;
+  ATTNKIT_RETURN_IF_ERROR(CheckActivations("x", x, D));
+  ATTNKIT_RETURN_IF_ERROR(CheckActivations("y", y, D));
+  const int64_t B = x.shape[0], T = x.shape[1];
+  if (y.shape[0] != B || y.shape[1] != T) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("y %s must have x's shape %s", ShapeString(y), ShapeString(x)));
+  }
+  if (cache->batch() != B || cache->kv_heads() != G || cache->head_dim() != d) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV cache [B %d, Hkv %d, d %d] does not match the input batch (%d) and the layer's "
+        "num_kv_heads (%d) and head_dim (%d)",
+        cache->batch(), cache->kv_heads(), cache->head_dim(), B, G, d));
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    if (cache->length(b) + T > cache->capacity()) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "KV cache too small: sequence %d holds %d tokens, %d more need %d, the capacity is %d", b,
+          cache->length(b), T, cache->length(b) + T, cache->capacity()));
+    }
+  }
+  // The problem after the append: every sequence grows by T. Per-sequence
+  // lengths go to the backend only when they differ.
+  problem_.batch = B;
+  problem_.q_len = T;
+  problem_.kv_len = cache->max_length() + T;
+  problem_.kv_dtype = cache->dtype();
+  problem_.kv_lengths.clear();
+  if (!cache->uniform_lengths()) {
+    for (int64_t b = 0; b < B; ++b) problem_.kv_lengths.push_back(cache->length(b) + T);
+  }
+  // Refuse before touching the cache.
+  ATTNKIT_RETURN_IF_ERROR(backend()->Supports(problem_));
+
+  const int64_t Gd = G * d;
+  ATTNKIT_ASSIGN_OR_RETURN(float* q, q_ws_.Get(B * T * problem_.num_heads * d));
+  ATTNKIT_ASSIGN_OR_RETURN(float* k, k_ws_.Get(B * T * Gd));
+  ATTNKIT_ASSIGN_OR_RETURN(float* v, v_ws_.Get(B * T * Gd));
+  Linear(x, weights_.wq, weights_.bq, q);
+  Linear(x, weights_.wk, weights_.bk, k);
+  Linear(x, weights_.wv, weights_.bv, v);
+  ATTNKIT_RETURN_IF_ERROR(cache->Append(k, v, Gd, T));
+  const absl::Status s =
+      AttendAndMerge(q, B, T, cache->keys(), cache->values(),
+                     problem_.has_kv_lengths() ? cache->kv_lengths_view() : TensorView(), y);
+  if (!s.ok()) {  // undo the append, so a failed step leaves the cache as it was
+    std::vector<int64_t> lengths = cache->lengths();
+    for (int64_t& l : lengths) l -= T;
+    cache->SetLengths(lengths).IgnoreError();
+  }
+  return s;
+}
+
+}  // namespace attnkit

@@ -1,0 +1,121 @@
+// The multi-head attention layer:
+//   Q = x Wq^T   [B, T, H*d]      K = c Wk^T, V = c Wv^T   [B, Tk, Hkv*d]
+//   O = attention(Q, K, V) through the selected backend     [B, T, H*d]
+//   y = O Wo^T   [B, T, D]
+// with c = x (self-attention) or a second input (cross-attention, Tq != Tk).
+// The head split is a strided view: the projection output [B, T, H*d] is read
+// as [B, H, T, d] with BTHD strides, and the attention output is written the
+// same way, so the merge back to [B, T, H*d] is free.
+//
+// Weights use PyTorch's nn.Linear orientation, [out, in]: Wq [H*d, D],
+// Wk and Wv [Hkv*d, D] (GQA/MQA shrink them), Wo [D, H*d]; biases [out].
+// A layer exported from PyTorch loads with LoadNpy() straight from
+// `layer.q_proj.weight.detach().numpy()` and friends, no transpose.
+#ifndef ATTNKIT_OPS_MULTI_HEAD_ATTENTION_H_
+#define ATTNKIT_OPS_MULTI_HEAD_ATTENTION_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/config.pb.h"
+#include "core/problem.h"
+#include "core/registry.h"
+#include "core/tensor.h"
+#include "ops/attention_runner.h"
+#include "ops/kv_cache.h"
+#include "ops/matmul.h"
+#include "ops/workspace.h"
+
+namespace attnkit {
+
+struct LayerOptions {
+  bool bias = false;   // projections with bias vectors (off, as in most LLMs)
+  uint64_t seed = 0;   // initial weights: U(-1/sqrt(in), 1/sqrt(in)), like nn.Linear
+  std::string matmul;  // a provider name; "" = MatmulForBackend(backend)
+};
+
+// f32, contiguous, [out, in].
+struct AttentionWeights {
+  Tensor wq, wk, wv, wo;  // [H*d, D], [Hkv*d, D], [Hkv*d, D], [D, H*d]
+  Tensor bq, bk, bv, bo;  // [H*d], [Hkv*d], [Hkv*d], [D]; empty without bias
+};
+
+class MultiHeadAttention {
+ public:
+  // Validates the config for the layer (every ProblemFromConfig rule, plus
+  // model_dim divisible by num_heads and f32 activations), selects the
+  // backend named by config.backend ("auto": the first in DefaultAutoOrder()
+  // that supports the layer's problem) and its matmul, and initialises the
+  // weights from options.seed. q_len/kv_len in the config are not used.
+  static absl::StatusOr<std::unique_ptr<MultiHeadAttention>> Create(
+      const AttentionConfig& config, const LayerOptions& options, const BackendRegistry& registry);
+
+  // Reads wq.npy, wk.npy, wv.npy, wo.npy (and bq/bk/bv/bo.npy when the layer
+  // has bias) from `dir`: f32 or f16, shapes as in AttentionWeights.
+  // InvalidArgument naming the file, its shape and the expected shape.
+  absl::Status LoadNpy(const std::string& dir);
+  // Copies one matrix or bias ("wq", ..., "bo") from any f32/f16 view of the
+  // expected shape.
+  absl::Status SetWeight(const std::string& name, const TensorView& value);
+
+  // Self-attention. x, y: f32 [B, T, D] views with a contiguous last dim
+  // (token slices of a longer buffer work); y may be x.
+  absl::Status Forward(const TensorView& x, const TensorView& y);
+  // Cross-attention: queries from x [B, Tq, D], keys and values from
+  // context [B, Tk, D]; the score matrix is Tq x Tk.
+  absl::Status CrossForward(const TensorView& x, const TensorView& context, const TensorView& y);
+  // Appends the keys and values of x's T tokens to `cache`, then every new
+  // query attends to all cached tokens of its sequence (bottom-right causal
+  // alignment unless the config says TOP_LEFT): T = 1 is a decode step, T > 1
+  // a chunked prefill. ResourceExhausted, with the cache unchanged, when the
+  // cache is too small.
+  absl::Status ForwardCached(const TensorView& x, KVCache* cache, const TensorView& y);
+  // A cache for this layer's KV heads and head_dim.
+  absl::StatusOr<KVCache> NewCache(int64_t batch, int64_t capacity,
+                                   DType dtype = DType::kF32) const;
+
+  const AttentionProblem& problem() const { return problem_; }
+  Backend* backend() const { return runner_.backend(); }
+  const std::string& selection_reason() const { return selection_reason_; }
+  const MatmulProvider& matmul() const { return *matmul_; }
+  const AttentionWeights& weights() const { return weights_; }
+  bool has_bias() const { return options_.bias; }
+  int64_t NumParameters() const;
+  // What ran in the last attention call.
+  const RunInfo& last_run() const { return last_run_; }
+
+ private:
+  MultiHeadAttention() : runner_(nullptr) {}
+  // y = x W^T + b for x [B, T, K]: into contiguous rows y [B*T, N], or into
+  // the view *y_view [B, T, N] when given.
+  void Linear(const TensorView& x, const Tensor& w, const Tensor& b, float* y,
+              const TensorView* y_view = nullptr) const;
+  // Attention of q [B*Tq, H*d] over the given K/V, then y = O Wo^T.
+  absl::Status AttendAndMerge(float* q, int64_t batch, int64_t q_len, const TensorView& k,
+                              const TensorView& v, const TensorView& kv_lengths,
+                              const TensorView& y);
+
+  LayerOptions options_;
+  AttentionProblem problem_;  // reused: only the shapes change per call
+  AttentionRunner runner_;
+  std::string selection_reason_;
+  const MatmulProvider* matmul_ = nullptr;
+  AttentionWeights weights_;
+  FloatWorkspace q_ws_, k_ws_, v_ws_, o_ws_;
+  RunInfo last_run_;
+};
+
+// Checks a [B, T, D] f32 activation view: rank 3, last dim D contiguous, rows
+// that do not overlap.
+absl::Status CheckActivations(const char* name, const TensorView& x, int64_t model_dim);
+// The stride between consecutive rows of its B * T rows; -1 when uneven (then
+// the projections run once per sequence).
+int64_t RowStride(const TensorView& x);
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_OPS_MULTI_HEAD_ATTENTION_H_

@@ -1,0 +1,245 @@
+// The layer against the slow per-head version, cross-attention, weights from
+// .npy, device staging, parameter counts and bad input. The TEST_Ps run on
+// every registered backend that supports the case.
+#include "ops/multi_head_attention.h"
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/builtin.h"
+#include "core/npy.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "ops/layer_test_util.h"
+#include "tests/backend_test_env.h"
+
+namespace attnkit {
+namespace {
+
+using layer_test::ActivationView;
+using layer_test::LayerConfig;
+using layer_test::MaxAbsDiff;
+using layer_test::RandomActivations;
+using ::testing::HasSubstr;
+
+class LayerTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  // The layer on this test's backend, or null (skip_ set) when the backend
+  // does not run the layer's attention problem for these shapes.
+  std::unique_ptr<MultiHeadAttention> Make(AttentionConfig c, int64_t B, int64_t Tq, int64_t Tk,
+                                           const LayerOptions& options = {}) {
+    c.set_backend(GetParam());
+    AttentionConfig shaped = c;
+    shaped.set_batch(B);
+    shaped.set_q_len(Tq);
+    shaped.set_kv_len(Tk);
+    shaped.set_layout(BTHD);
+    if (shaped.alignment() == ALIGNMENT_UNSPECIFIED) shaped.set_alignment(BOTTOM_RIGHT);
+    auto p = ProblemFromConfig(shaped);
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (!testing_env::RunsOrRecordsSkip(GetParam(), *p, &skip_)) return nullptr;
+    auto layer = MultiHeadAttention::Create(c, options, GlobalRegistry());
+    EXPECT_TRUE(layer.ok()) << layer.status();
+    if (!layer.ok()) return nullptr;
+    EXPECT_EQ((*layer)->backend()->Name(), GetParam());
+    return std::move(layer).value();
+  }
+  std::string skip_;
+};
+
+// y from the fused layer equals the per-head loop over weight slices; the
+// reshape bug (memory [B, T, H*d] read as [B, H, T, d]) does not.
+TEST_P(LayerTest, EqualsPerHeadLoopAndCatchesReshapeBug) {
+  struct Case {
+    int64_t heads, kv_heads, head_dim;
+    bool causal, bias;
+  };
+  for (const Case& c :
+       {Case{4, 2, 8, true, false}, Case{4, 4, 8, false, true}, Case{3, 1, 16, true, true}}) {
+    const int64_t B = 2, T = 7;
+    LayerOptions options;
+    options.bias = c.bias;
+    options.seed = 3;
+    auto layer = Make(LayerConfig(c.heads, c.kv_heads, c.head_dim, c.causal, ""), B, T, T, options);
+    if (layer == nullptr) GTEST_SKIP() << skip_;
+    const int64_t D = layer->problem().model_dim;
+    const std::vector<float> x = RandomActivations(B, T, D, 5);
+    std::vector<float> y(B * T * D);
+    ASSERT_TRUE(
+        layer->Forward(ActivationView(x.data(), B, T, D), ActivationView(y.data(), B, T, D)).ok());
+    const std::vector<double> slow = layer_test::SlowLayer(*layer, x.data(), B, T, x.data(), T);
+    EXPECT_LE(MaxAbsDiff(y, slow), 1e-5) << "heads " << c.heads << "/" << c.kv_heads;
+    const std::vector<double> bug = layer_test::ReshapeBugLayer(*layer, x.data(), B, T);
+    EXPECT_GT(MaxAbsDiff(bug, slow), 0.05) << "the test cannot tell the reshape bug apart";
+  }
+}
+
+// Keys and values from a second input of another length: the score matrix is
+// Tq x Tk and the values match the per-head reference.
+TEST_P(LayerTest, CrossAttentionWithTqNotTk) {
+  const int64_t B = 2, Tq = 5, Tk = 11;
+  auto layer = Make(LayerConfig(4, 2, 8, false, ""), B, Tq, Tk);
+  if (layer == nullptr) GTEST_SKIP() << skip_;
+  const int64_t D = layer->problem().model_dim;
+  const std::vector<float> x = RandomActivations(B, Tq, D, 7);
+  const std::vector<float> ctx = RandomActivations(B, Tk, D, 8);
+  std::vector<float> y(B * Tq * D);
+  ASSERT_TRUE(layer
+                  ->CrossForward(ActivationView(x.data(), B, Tq, D),
+                                 ActivationView(ctx.data(), B, Tk, D),
+                                 ActivationView(y.data(), B, Tq, D))
+                  .ok());
+  EXPECT_EQ(layer->problem().q_len, Tq);
+  EXPECT_EQ(layer->problem().kv_len, Tk);
+  const std::vector<double> slow = layer_test::SlowLayer(*layer, x.data(), B, Tq, ctx.data(), Tk);
+  EXPECT_LE(MaxAbsDiff(y, slow), 1e-5);
+}
+
+// Input and output as token slices of longer buffers (rows not evenly
+// strided across the batch): projections run per sequence, same result.
+TEST_P(LayerTest, TokenSlicesInAndOut) {
+  const int64_t B = 2, T = 9, t0 = 2, n = 5;
+  auto layer = Make(LayerConfig(4, 2, 8, true, ""), B, n, n);
+  if (layer == nullptr) GTEST_SKIP() << skip_;
+  const int64_t D = layer->problem().model_dim;
+  const std::vector<float> x = RandomActivations(B, T, D, 12);
+  std::vector<float> y(B * T * D, -3.0f);
+  ASSERT_TRUE(layer
+                  ->Forward(layer_test::TokenSlice(x.data(), B, T, D, t0, n),
+                            layer_test::TokenSlice(y.data(), B, T, D, t0, n))
+                  .ok());
+  std::vector<float> xs, ys;
+  for (int64_t b = 0; b < B; ++b) {
+    xs.insert(xs.end(), x.begin() + (b * T + t0) * D, x.begin() + (b * T + t0 + n) * D);
+    ys.insert(ys.end(), y.begin() + (b * T + t0) * D, y.begin() + (b * T + t0 + n) * D);
+    for (int64_t t = 0; t < T; ++t) {
+      if (t >= t0 && t < t0 + n) continue;
+      for (int64_t c = 0; c < D; ++c) ASSERT_EQ(y[(b * T + t) * D + c], -3.0f) << "wrote outside y";
+    }
+  }
+  EXPECT_LE(MaxAbsDiff(ys, layer_test::SlowLayer(*layer, xs.data(), B, n, xs.data(), n)), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, LayerTest, ::testing::ValuesIn(testing_env::BackendNames()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return testing_env::SafeName(info.param);
+                         });
+
+std::unique_ptr<MultiHeadAttention> ReferenceLayer(const AttentionConfig& c,
+                                                   const LayerOptions& options = {}) {
+  AttentionConfig config = c;
+  config.set_backend("reference");
+  auto layer = MultiHeadAttention::Create(config, options, GlobalRegistry());
+  EXPECT_TRUE(layer.ok()) << layer.status();
+  return layer.ok() ? std::move(layer).value() : nullptr;
+}
+
+// Weights written as .npy (the PyTorch export route) load into another layer
+// and give the same output bit for bit.
+TEST(LayerWeightsTest, LoadsFromNpy) {
+  LayerOptions options;
+  options.bias = true;
+  options.seed = 1;
+  auto source = ReferenceLayer(LayerConfig(4, 2, 8, true, ""), options);
+  options.seed = 2;
+  auto target = ReferenceLayer(LayerConfig(4, 2, 8, true, ""), options);
+  const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
+  const AttentionWeights& w = source->weights();
+  const std::pair<const char*, const Tensor*> files[] = {
+      {"wq", &w.wq}, {"wk", &w.wk}, {"wv", &w.wv}, {"wo", &w.wo},
+      {"bq", &w.bq}, {"bk", &w.bk}, {"bv", &w.bv}, {"bo", &w.bo}};
+  for (const auto& [name, tensor] : files) {
+    ASSERT_TRUE(WriteNpy(dir + "/" + name + ".npy", tensor->view()).ok());
+  }
+  ASSERT_TRUE(target->LoadNpy(dir).ok());
+  const int64_t B = 1, T = 6, D = 32;
+  const std::vector<float> x = RandomActivations(B, T, D, 9);
+  std::vector<float> y1(B * T * D), y2(B * T * D);
+  ASSERT_TRUE(
+      source->Forward(ActivationView(x.data(), B, T, D), ActivationView(y1.data(), B, T, D)).ok());
+  ASSERT_TRUE(
+      target->Forward(ActivationView(x.data(), B, T, D), ActivationView(y2.data(), B, T, D)).ok());
+  EXPECT_EQ(y1, y2);
+
+  // The wrong orientation (in, out) is refused, naming the file and both shapes.
+  ASSERT_TRUE(WriteNpy(dir + "/wk.npy", ContiguousView(w.wq.data(), DType::kF32, {32, 16})).ok());
+  const absl::Status s = target->LoadNpy(dir);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("wk.npy"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("has shape [32, 16]; expected [16, 32]"));
+}
+
+// A backend that keeps data in its own memory gets it uploaded and the output
+// downloaded; the layer's result is the same as on the host.
+TEST(LayerDeviceTest, StagesThroughBackendMemory) {
+  BackendRegistry registry;
+  auto spy = std::make_unique<layer_test::SpyBackend>(/*device_mode=*/true);
+  layer_test::SpyBackend* device = spy.get();
+  ASSERT_TRUE(registry.Register(std::move(spy)).ok());
+  AttentionConfig c = LayerConfig(4, 2, 8, true, "spy-device");
+  auto layer = MultiHeadAttention::Create(c, {}, registry);
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  const int64_t B = 2, T = 5, D = 32;
+  const std::vector<float> x = RandomActivations(B, T, D, 10);
+  std::vector<float> y(B * T * D);
+  ASSERT_TRUE(
+      (*layer)->Forward(ActivationView(x.data(), B, T, D), ActivationView(y.data(), B, T, D)).ok());
+  ASSERT_EQ(device->calls().size(), 1u);
+  EXPECT_NE(device->calls()[0].q.data, nullptr);
+  EXPECT_LE(MaxAbsDiff(y, layer_test::SlowLayer(**layer, x.data(), B, T, x.data(), T)), 1e-5);
+}
+
+// Model dim 512: 262,144 weights per matrix, 1,048,576 for the four, whatever
+// the head count.
+TEST(LayerParametersTest, IndependentOfHeadCount) {
+  for (int64_t heads : {1, 8, 16}) {
+    AttentionConfig c = LayerConfig(heads, heads, 512 / heads, false, "reference");
+    auto layer = ReferenceLayer(c);
+    ASSERT_NE(layer, nullptr);
+    EXPECT_EQ(layer->weights().wq.view().NumElements(), 262144) << heads << " heads";
+    EXPECT_EQ(layer->weights().wo.view().NumElements(), 262144) << heads << " heads";
+    EXPECT_EQ(layer->NumParameters(), 1048576) << heads << " heads";
+  }
+  // GQA shrinks Wk and Wv: 8 query heads over 2 KV heads, d = 64.
+  auto gqa = ReferenceLayer(LayerConfig(8, 2, 64, false, "reference"));
+  EXPECT_EQ(gqa->weights().wk.view().NumElements(), 2 * 64 * 512);
+  EXPECT_EQ(gqa->NumParameters(), 2 * 262144 + 2 * 65536);
+}
+
+TEST(LayerBadInputTest, ErrorsNameTheValues) {
+  auto message = [](const AttentionConfig& c) {
+    auto layer = MultiHeadAttention::Create(c, {}, GlobalRegistry());
+    EXPECT_FALSE(layer.ok());
+    EXPECT_EQ(layer.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(layer.status().message());
+  };
+  AttentionConfig c = LayerConfig(12, 5, 8, false, "reference");
+  EXPECT_THAT(message(c), HasSubstr("num_heads (12) must be a multiple of num_kv_heads (5)"));
+  c = LayerConfig(3, 3, 32, false, "reference");
+  c.set_model_dim(100);
+  EXPECT_THAT(message(c), HasSubstr("model_dim (100) must be divisible by num_heads (3)"));
+  c = LayerConfig(4, 2, 8, false, "reference");
+  c.set_dtype(BF16);
+  EXPECT_THAT(message(c), HasSubstr("dtype (bf16)"));
+
+  auto layer = ReferenceLayer(LayerConfig(4, 2, 8, false, ""));
+  std::vector<float> w(32 * 32);
+  const absl::Status s = layer->SetWeight("wv", ContiguousView(w.data(), DType::kF32, {32, 32}));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("wv has shape [32, 32]; expected [16, 32] = [num_kv_heads * head_dim, "
+                        "model_dim]"));
+  EXPECT_THAT(
+      std::string(layer->SetWeight("bq", ContiguousView(w.data(), DType::kF32, {32})).message()),
+      HasSubstr("no bias"));
+  std::vector<float> x(2 * 3 * 30), y(2 * 3 * 32);
+  EXPECT_THAT(
+      std::string(
+          layer->Forward(ActivationView(x.data(), 2, 3, 30), ActivationView(y.data(), 2, 3, 32))
+              .message()),
+      HasSubstr("last dim must be model_dim (32)"));
+}
+
+}  // namespace
+}  // namespace attnkit
