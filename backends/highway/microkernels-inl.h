@@ -39,12 +39,12 @@ using VF = hn::Vec<DF>;
 
 // Register tiles. QK^T: kWideKeys keys x kWideRowVecs vectors of query rows
 // (8 accumulators cover the FMA latency x 2 pipes). Tiles with at most one
-// vector of rows (decode) use QDotKRows instead and pad rows to one vector
-// and keys to kNarrowKeys. PV: kValueRows rows x kValueColVecs vectors of the
-// head dimension (8 accumulators).
+// vector of rows (decode) use QDotKRows instead, which pads rows to one
+// vector and takes any key count (kNarrowKeys = 1: no key padding). PV: kValueRows rows x
+// kValueColVecs vectors of the head dimension (8 accumulators).
 constexpr int kWideKeys = 4;
 constexpr int kWideRowVecs = 2;
-constexpr int kNarrowKeys = 2;
+constexpr int kNarrowKeys = 1;
 constexpr int kNarrowRowVecs = 1;
 constexpr int kValueRows = 4;
 constexpr int kValueColVecs = 2;
@@ -94,60 +94,116 @@ HWY_INLINE void QDotK(const float* HWY_RESTRICT qt, size_t ldq,
   }
 }
 
-// S[j, r] = q[r, :] . k[j, :] for r < rows, j < keys, as dot products along
-// the head dimension: for decode, where only a few query rows exist, this
-// spends FMAs on real rows only. q [rows_padded, ldq] row-major, k
-// [keys, ldk]; dp (a multiple of Lanes) is the padded head dim, zero-padded
-// in both. Rows [rows rounded up to 4, rows_padded) of S are set to 0.
-// keys must be even.
-HWY_INLINE void QDotKRows(const float* HWY_RESTRICT q, size_t ldq,
-                          const float* HWY_RESTRICT k, size_t ldk, size_t dp, size_t rows,
-                          size_t rows_padded, size_t keys, float* HWY_RESTRICT s,
-                          size_t lds) {
+// One vector of K or V storage as f32. bf16 widens by a 16-bit shift and f16
+// by F16C (where the target has it), so 16-bit caches are read at half the
+// bytes and converted in registers. Unaligned: storage rows are strided views.
+HWY_INLINE VF LoadF32(DF df, const float* HWY_RESTRICT p) { return hn::LoadU(df, p); }
+HWY_INLINE VF LoadF32(DF df, const hwy::bfloat16_t* HWY_RESTRICT p) {
+  return hn::PromoteTo(df, hn::LoadU(hn::Rebind<hwy::bfloat16_t, DF>(), p));
+}
+HWY_INLINE VF LoadF32(DF df, const hwy::float16_t* HWY_RESTRICT p) {
+  return hn::PromoteTo(df, hn::LoadU(hn::Rebind<hwy::float16_t, DF>(), p));
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// Sums 128-bit blocks: [N] -> [4] lanes, lane i = sum of lanes i mod 4.
+template <class D>
+HWY_INLINE auto SumOfBlocks(D d, hn::Vec<D> v) {
+  if constexpr (hn::MaxLanes(D()) <= 4) {
+    return v;
+  } else {
+    const hn::Half<D> dh;
+    return SumOfBlocks(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
+  }
+}
+#endif
+
+// out[r] = sum of the lanes of a[r], r < 4: the four dot products of one key
+// with four query rows. Two interleave-and-add steps and a block fold instead
+// of four SumOfLanes, which each broadcast their result.
+HWY_INLINE void StoreLaneSums4(const VF* HWY_RESTRICT a, float* HWY_RESTRICT out) {
+#if HWY_TARGET == HWY_SCALAR
+  for (int r = 0; r < 4; ++r) out[r] = hn::GetLane(a[r]);
+#else
+  const DF df;
+  // Per block: [a0_0 + a0_2, a1_0 + a1_2, a0_1 + a0_3, a1_1 + a1_3].
+  const VF t01 = hn::Add(hn::InterleaveLower(df, a[0], a[1]), hn::InterleaveUpper(df, a[0], a[1]));
+  const VF t23 = hn::Add(hn::InterleaveLower(df, a[2], a[3]), hn::InterleaveUpper(df, a[2], a[3]));
+  // Per block: [a0, a1, a2, a3] (pairs of lanes interleaved as u64).
+  const hn::Repartition<uint64_t, DF> du;
+  const auto u01 = hn::BitCast(du, t01), u23 = hn::BitCast(du, t23);
+  const VF sums = hn::Add(hn::BitCast(df, hn::InterleaveLower(du, u01, u23)),
+                          hn::BitCast(df, hn::InterleaveUpper(du, u01, u23)));
+  hn::StoreU(SumOfBlocks(df, sums), hn::CappedTag<float, 4>(), out);
+#endif
+}
+
+// One register tile of QDotKRows: query rows [r0, r0 + 4) x keys
+// [j0, j0 + kKeys); each loaded K vector serves four rows.
+template <int kKeys, typename T>
+HWY_INLINE void QDotKRowsTile(const float* HWY_RESTRICT q, size_t ldq, const T* HWY_RESTRICT k,
+                              size_t ldk, size_t dp, size_t r0, size_t j0, float* HWY_RESTRICT s,
+                              size_t lds) {
   const DF df;
   const size_t N = hn::Lanes(df);
-  constexpr int kRows = 4, kKeys = 2;
+  constexpr int kRows = 4;
+  VF acc[kKeys][kRows];
+  HWY_UNROLL(8)
+  for (int kk = 0; kk < kKeys; ++kk) {
+    HWY_UNROLL(8)
+    for (int r = 0; r < kRows; ++r) acc[kk][r] = hn::Zero(df);
+  }
+  const float* HWY_RESTRICT q0 = q + r0 * ldq;
+  const T* HWY_RESTRICT k0 = k + j0 * ldk;
+  for (size_t c = 0; c < dp; c += N) {
+    VF kv[kKeys];
+    HWY_UNROLL(8)
+    for (int kk = 0; kk < kKeys; ++kk) kv[kk] = LoadF32(df, k0 + kk * ldk + c);
+    HWY_UNROLL(8)
+    for (int r = 0; r < kRows; ++r) {
+      const VF qv = hn::Load(df, q0 + r * ldq + c);
+      HWY_UNROLL(8)
+      for (int kk = 0; kk < kKeys; ++kk) acc[kk][r] = hn::MulAdd(qv, kv[kk], acc[kk][r]);
+    }
+  }
+  HWY_UNROLL(8)
+  for (int kk = 0; kk < kKeys; ++kk) StoreLaneSums4(acc[kk], s + (j0 + kk) * lds + r0);
+}
+
+// S[j, r] = q[r, :] . k[j, :] for r < rows, j < keys, as dot products along
+// the head dimension: for decode, where only a few query rows exist, this
+// spends FMAs on real rows only. q [rows_padded, ldq] f32 row-major (aligned),
+// k [keys, ldk] of T (f32, bf16 or f16: K storage itself or a converted
+// tile); dp (a multiple of Lanes) is the padded head dim, zero-padded in
+// both. Rows [rows rounded up to 4, rows_padded) of S are set to 0.
+template <typename T>
+HWY_INLINE void QDotKRows(const float* HWY_RESTRICT q, size_t ldq, const T* HWY_RESTRICT k,
+                          size_t ldk, size_t dp, size_t rows, size_t rows_padded, size_t keys,
+                          float* HWY_RESTRICT s, size_t lds) {
+  constexpr size_t kRows = 4, kKeys = 2;
   const size_t rows4 = (rows + kRows - 1) / kRows * kRows;
-  for (size_t j0 = 0; j0 < keys; j0 += kKeys) {
+  size_t j0 = 0;
+  for (; j0 + kKeys <= keys; j0 += kKeys) {
     for (size_t r0 = 0; r0 < rows4; r0 += kRows) {
-      VF acc[kKeys][kRows];
-      HWY_UNROLL(8)
-      for (int kk = 0; kk < kKeys; ++kk) {
-        HWY_UNROLL(8)
-        for (int r = 0; r < kRows; ++r) acc[kk][r] = hn::Zero(df);
-      }
-      for (size_t c = 0; c < dp; c += N) {
-        VF kv[kKeys];
-        HWY_UNROLL(8)
-        for (int kk = 0; kk < kKeys; ++kk) kv[kk] = hn::Load(df, k + (j0 + kk) * ldk + c);
-        HWY_UNROLL(8)
-        for (int r = 0; r < kRows; ++r) {
-          const VF qv = hn::Load(df, q + (r0 + r) * ldq + c);
-          HWY_UNROLL(8)
-          for (int kk = 0; kk < kKeys; ++kk) acc[kk][r] = hn::MulAdd(qv, kv[kk], acc[kk][r]);
-        }
-      }
-      HWY_UNROLL(8)
-      for (int kk = 0; kk < kKeys; ++kk) {
-        HWY_UNROLL(8)
-        for (int r = 0; r < kRows; ++r) {
-          s[(j0 + kk) * lds + r0 + r] = hn::GetLane(hn::SumOfLanes(df, acc[kk][r]));
-        }
-      }
+      QDotKRowsTile<kKeys>(q, ldq, k, ldk, dp, r0, j0, s, lds);
     }
-    for (size_t kk = 0; kk < kKeys; ++kk) {
-      for (size_t r = rows4; r < rows_padded; ++r) s[(j0 + kk) * lds + r] = 0.0f;
+  }
+  for (; j0 < keys; ++j0) {
+    for (size_t r0 = 0; r0 < rows4; r0 += kRows) {
+      QDotKRowsTile<1>(q, ldq, k, ldk, dp, r0, j0, s, lds);
     }
+  }
+  for (size_t j = 0; j < keys; ++j) {
+    for (size_t r = rows4; r < rows_padded; ++r) s[j * lds + r] = 0.0f;
   }
 }
 
 // One register tile of WeightedSumV: rows [r0, r0 + kRows), columns
 // [c0, c0 + kColVecs * Lanes).
-template <int kRows, int kColVecs>
-HWY_INLINE void WeightedSumVTile(const float* HWY_RESTRICT p, size_t ldp,
-                                 const float* HWY_RESTRICT v, size_t ldv, size_t keys,
-                                 const float* HWY_RESTRICT alpha, size_t r0, size_t c0,
-                                 float* HWY_RESTRICT o, size_t ldo) {
+template <int kRows, int kColVecs, typename T>
+HWY_INLINE void WeightedSumVTile(const float* HWY_RESTRICT p, size_t ldp, const T* HWY_RESTRICT v,
+                                 size_t ldv, size_t keys, const float* HWY_RESTRICT alpha,
+                                 size_t r0, size_t c0, float* HWY_RESTRICT o, size_t ldo) {
   const DF df;
   const size_t N = hn::Lanes(df);
   VF acc[kRows][kColVecs];
@@ -160,11 +216,11 @@ HWY_INLINE void WeightedSumVTile(const float* HWY_RESTRICT p, size_t ldp,
     }
   }
   const float* HWY_RESTRICT pj = p + r0;
-  const float* HWY_RESTRICT vj = v + c0;
+  const T* HWY_RESTRICT vj = v + c0;
   for (size_t j = 0; j < keys; ++j, pj += ldp, vj += ldv) {
     VF vv[kColVecs];
     HWY_UNROLL(8)
-    for (int cv = 0; cv < kColVecs; ++cv) vv[cv] = hn::Load(df, vj + cv * N);
+    for (int cv = 0; cv < kColVecs; ++cv) vv[cv] = LoadF32(df, vj + cv * N);
     HWY_UNROLL(8)
     for (int r = 0; r < kRows; ++r) {
       const VF w = hn::Set(df, pj[r]);
@@ -182,11 +238,14 @@ HWY_INLINE void WeightedSumVTile(const float* HWY_RESTRICT p, size_t ldp,
 }
 
 // O[r, c] = alpha[r] * O[r, c] + sum_j P[j, r] * V[j, c] for r < rows, c < dp.
-// P is key-major [keys, ldp]; rows a multiple of kValueRows, dp of Lanes.
-HWY_INLINE void WeightedSumV(const float* HWY_RESTRICT p, size_t ldp,
-                             const float* HWY_RESTRICT v, size_t ldv, size_t keys,
-                             const float* HWY_RESTRICT alpha, size_t rows, size_t dp,
-                             float* HWY_RESTRICT o, size_t ldo) {
+// P is key-major [keys, ldp]; rows a multiple of kValueRows, dp of Lanes. V
+// [keys, ldv] of T is a converted f32 tile or, for decode, V storage itself:
+// each column block re-reads the tile's rows from L1, the first pass from
+// memory.
+template <typename T>
+HWY_INLINE void WeightedSumV(const float* HWY_RESTRICT p, size_t ldp, const T* HWY_RESTRICT v,
+                             size_t ldv, size_t keys, const float* HWY_RESTRICT alpha, size_t rows,
+                             size_t dp, float* HWY_RESTRICT o, size_t ldo) {
   const size_t N = hn::Lanes(DF());
   for (size_t r0 = 0; r0 < rows; r0 += kValueRows) {
     size_t c0 = 0;

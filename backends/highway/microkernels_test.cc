@@ -1,13 +1,17 @@
 // Unit tests of the micro-kernels against simple scalar functions, for every
 // compiled target (so every vector width), with odd sizes.
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backends/highway/microkernels_test.cc"
+// clang-format off
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+// clang-format on
 
 #include "backends/highway/microkernels-inl.h"
 #include "hwy/aligned_allocator.h"
@@ -68,32 +72,84 @@ void TestQDotK() {
   }
 }
 
-void TestQDotKRows() {
+// K as f32, bf16 or f16 storage: the values the kernel should see.
+template <typename T>
+std::vector<T> Storage(const std::vector<float>& x, std::vector<float>* seen) {
+  std::vector<T> out(x.size());
+  seen->resize(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    if constexpr (std::is_same<T, float>::value) {
+      out[i] = x[i];
+    } else {
+      const uint16_t bits =
+          std::is_same<T, hwy::bfloat16_t>::value ? BF16FromF32(x[i]) : F16FromF32(x[i]);
+      std::memcpy(&out[i], &bits, sizeof(bits));
+    }
+    (*seen)[i] = LoadAsF32(out.data(),
+                           std::is_same<T, float>::value             ? DType::kF32
+                           : std::is_same<T, hwy::bfloat16_t>::value ? DType::kBF16
+                                                                     : DType::kF16,
+                           static_cast<int64_t>(i));
+  }
+  return out;
+}
+
+// K read in place: unaligned start, row stride ldk > dp, any key count.
+template <typename T>
+void CheckQDotKRows(size_t d, size_t rows, size_t keys) {
   const size_t N = hn::Lanes(DF());
+  const size_t dp = (d + N - 1) / N * N, ldk = dp + 3;
+  const size_t rows_padded = (rows + 3) / 4 * 4 + 4, lds = rows_padded + 1;
+  std::vector<float> q = Random(rows_padded * dp, 20), k = Random(keys * ldk + 1, 21);
+  for (size_t r = 0; r < rows_padded; ++r) {
+    for (size_t c = 0; c < dp; ++c) {
+      if (c >= d || r >= rows) q[r * dp + c] = 0.0f;  // padding is zero
+    }
+  }
+  std::vector<float> seen;
+  const std::vector<T> ks = Storage<T>(k, &seen);
+  auto qa = Aligned(q);
+  std::vector<float> s(keys * lds + 1, 99.0f);
+  QDotKRows(qa.get(), dp, ks.data() + 1, ldk, dp, rows, rows_padded, keys, s.data(), lds);
+  for (size_t j = 0; j < keys; ++j) {
+    for (size_t r = 0; r < rows_padded; ++r) {
+      double want = 0;
+      for (size_t c = 0; c < d; ++c) want += double(q[r * dp + c]) * seen[1 + j * ldk + c];
+      ExpectNear(want, s[j * lds + r], 1e-5 * std::sqrt(double(d) + 1), "QDotKRows");
+    }
+    EXPECT_EQ(s[j * lds + rows_padded], 99.0f);  // untouched beyond rows_padded
+  }
+}
+
+void TestQDotKRows() {
   for (size_t d : {1, 5, 16, 33}) {
-    const size_t dp = (d + N - 1) / N * N;
     for (size_t rows : {1, 3, 4, 7}) {
-      const size_t rows_padded = (rows + 3) / 4 * 4 + 4, keys = 6, lds = rows_padded + 1;
-      std::vector<float> q = Random(rows_padded * dp, 20), k = Random(keys * dp, 21);
-      for (size_t r = 0; r < rows_padded; ++r) {
-        for (size_t c = 0; c < dp; ++c) {
-          if (c >= d || r >= rows) q[r * dp + c] = 0.0f;  // padding is zero
-        }
+      for (size_t keys : {0, 1, 5, 6}) {
+        CheckQDotKRows<float>(d, rows, keys);
+        CheckQDotKRows<hwy::bfloat16_t>(d, rows, keys);
+        CheckQDotKRows<hwy::float16_t>(d, rows, keys);
       }
-      for (size_t j = 0; j < keys; ++j) {
-        for (size_t c = d; c < dp; ++c) k[j * dp + c] = 0.0f;
-      }
-      auto qa = Aligned(q), ka = Aligned(k);
-      std::vector<float> s(keys * lds, 99.0f);
-      QDotKRows(qa.get(), dp, ka.get(), dp, dp, rows, rows_padded, keys, s.data(), lds);
-      for (size_t j = 0; j < keys; ++j) {
-        for (size_t r = 0; r < rows_padded; ++r) {
-          double want = 0;
-          for (size_t c = 0; c < d; ++c) want += double(q[r * dp + c]) * k[j * dp + c];
-          ExpectNear(want, s[j * lds + r], 1e-5 * std::sqrt(double(d) + 1), "QDotKRows");
-        }
-        EXPECT_EQ(s[j * lds + rows_padded], 99.0f);  // untouched beyond rows_padded
-      }
+    }
+  }
+}
+
+// V read in place as bf16 and f16, from an unaligned start.
+template <typename T>
+void CheckWeightedSumVStorage(size_t keys, size_t dvecs) {
+  const size_t N = hn::Lanes(DF());
+  const size_t dp = dvecs * N, rows = kValueRows, ldp = rows, ldv = dp + 5, ldo = dp;
+  auto p = Aligned(Random(keys * ldp + 1, 3));
+  std::vector<float> seen;
+  const std::vector<T> v = Storage<T>(Random(keys * ldv + 1, 4), &seen);
+  auto alpha = Aligned(Random(rows, 5));
+  const std::vector<float> o0 = Random(rows * ldo, 6);
+  auto o = Aligned(o0);
+  WeightedSumV(p.get(), ldp, v.data() + 1, ldv, keys, alpha.get(), rows, dp, o.get(), ldo);
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t c = 0; c < dp; ++c) {
+      double want = double(alpha[r]) * o0[r * ldo + c];
+      for (size_t j = 0; j < keys; ++j) want += double(p[j * ldp + r]) * seen[1 + j * ldv + c];
+      ExpectNear(want, o[r * ldo + c], 1e-5 * std::sqrt(double(keys) + 1), "WeightedSumV");
     }
   }
 }
@@ -117,6 +173,9 @@ void TestWeightedSumV() {
           ExpectNear(want, o[r * ldo + c], 1e-5 * std::sqrt(double(keys) + 1), "WeightedSumV");
         }
       }
+      CheckWeightedSumVStorage<float>(keys, dvecs);
+      CheckWeightedSumVStorage<hwy::bfloat16_t>(keys, dvecs);
+      CheckWeightedSumVStorage<hwy::float16_t>(keys, dvecs);
     }
   }
 }
