@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "backends/blas/block_plan.h"
-#include "backends/highway/thread_pool.h"
+#include "core/thread_pool.h"
 #include "core/backend.h"
 #include "core/tensor.h"
 

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "backends/highway/flash_params.h"
 #include "backends/highway/sdpa.h"
-#include "backends/highway/thread_pool.h"
+#include "core/thread_pool.h"
 #include "backends/highway/workspace.h"
 #include "core/status_macros.h"
 #include "hwy/targets.h"

@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "backends/highway/flash_params.h"
 #include "backends/highway/microkernels-inl.h"
-#include "backends/highway/thread_pool.h"
+#include "core/thread_pool.h"
 #include "backends/highway/workspace.h"
 #include "core/mask.h"
 #include "core/status_macros.h"

@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "backends/highway/flash_params.h"
-#include "backends/highway/thread_pool.h"
+#include "core/thread_pool.h"
 #include "backends/highway/workspace.h"
 
 namespace attnkit {

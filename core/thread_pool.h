@@ -1,7 +1,7 @@
-// A persistent pool of worker threads for the Highway backend: created once,
+// A persistent pool of worker threads for the CPU backends: created once,
 // reused by every Forward call (Highway 1.0.3 ships no thread pool).
-#ifndef ATTNKIT_BACKENDS_HIGHWAY_THREAD_POOL_H_
-#define ATTNKIT_BACKENDS_HIGHWAY_THREAD_POOL_H_
+#ifndef ATTNKIT_CORE_THREAD_POOL_H_
+#define ATTNKIT_CORE_THREAD_POOL_H_
 
 #include <atomic>
 #include <condition_variable>
@@ -50,4 +50,4 @@ class ThreadPool {
 
 }  // namespace attnkit
 
-#endif  // ATTNKIT_BACKENDS_HIGHWAY_THREAD_POOL_H_
+#endif  // ATTNKIT_CORE_THREAD_POOL_H_

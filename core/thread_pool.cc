@@ -1,4 +1,4 @@
-#include "backends/highway/thread_pool.h"
+#include "core/thread_pool.h"
 
 namespace attnkit {
 
