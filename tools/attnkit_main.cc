@@ -38,6 +38,9 @@ ABSL_FLAG(std::string, baseline, "", "compare: an earlier --json report; marks >
 ABSL_FLAG(
     bool, refresh, false,
     "peak: re-measure instead of showing the cached limits (compare and tune always measure)");
+ABSL_FLAG(int64_t, count, 100, "fuzz: number of random problems");
+ABSL_FLAG(uint64_t, seed, 1, "fuzz: seed of the run (problems and inputs follow from it)");
+ABSL_FLAG(std::string, repro_dir, "/tmp", "fuzz: directory for shrunk failing configs");
 ABSL_FLAG(std::string, plugins, "",
           "':'-separated backend plugin libraries to load (besides $ATTNKIT_PLUGIN_PATH)");
 
@@ -52,7 +55,9 @@ constexpr char kUsage[] =
     "  compare [--config=F | --suite=standard] [--backends=a,b] [--threads=N]\n"
     "          [--json=F] [--svg=F] [--baseline=F]   time every backend side by side\n"
     "  peak  [--threads=N] [--refresh]   this machine's FMA peak, read bandwidth, sgemm\n"
-    "  tune  [--threads=N]         record the fastest backend per shape class for auto";
+    "  tune  [--threads=N]         record the fastest backend per shape class for auto\n"
+    "  fuzz  [--count=N] [--seed=S] [--backends=a,b] [--repro_dir=D]\n"
+    "          random problems on every backend vs the reference; mismatches shrunk";
 
 // Plugins built together with this binary (its Bazel data, e.g. the CUDA
 // plugin when CUDA is built), as paths inside the runfiles tree.
@@ -141,6 +146,9 @@ int main(int argc, char** argv) {
   options.svg = absl::GetFlag(FLAGS_svg);
   options.baseline = absl::GetFlag(FLAGS_baseline);
   options.refresh = absl::GetFlag(FLAGS_refresh);
+  options.count = absl::GetFlag(FLAGS_count);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.repro_dir = absl::GetFlag(FLAGS_repro_dir);
 
   absl::Status status;
   if (command == "backends") {
@@ -155,6 +163,8 @@ int main(int argc, char** argv) {
     status = attnkit::PeakCommand(options, std::cout);
   } else if (command == "compare") {
     status = attnkit::CompareCommand(registry, options, std::cout, std::cerr);
+  } else if (command == "fuzz") {
+    status = attnkit::FuzzCommand(registry, options, std::cout);
   } else if (command == "tune") {
     status = attnkit::TuneCommand(registry, options, std::cout, std::cerr);
   } else {

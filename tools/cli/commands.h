@@ -29,6 +29,9 @@ struct CliOptions {
   std::string json, svg;              // compare: report files
   std::string baseline;               // compare: an earlier --json report
   bool refresh = false;               // peak: re-measure instead of reading the cache
+  int64_t count = 100;                // fuzz: problems to draw
+  uint64_t seed = 1;                  // fuzz: the run follows from it
+  std::string repro_dir = "/tmp";     // fuzz: where shrunk failing configs go
 };
 
 // The config of --config, or the built-in default when none is given.
@@ -43,6 +46,11 @@ absl::Status RunCommand(const BackendRegistry& registry, const CliOptions& optio
 // reference. FailedPrecondition when any backend that ran is wrong.
 absl::Status CheckCommand(const BackendRegistry& registry, const CliOptions& options,
                           std::ostream& out);
+// `attnkit fuzz`: random valid problems on every (selected) backend against
+// the reference; each mismatch is shrunk and printed with a one-line
+// `attnkit check` reproduction. FailedPrecondition when any is found.
+absl::Status FuzzCommand(const BackendRegistry& registry, const CliOptions& options,
+                         std::ostream& out);
 // `attnkit cost`: FLOPs, bytes, score size, KV-cache bytes, parameters.
 absl::Status CostCommand(const CliOptions& options, std::ostream& out);
 // `attnkit peak`: the machine's limits (cached per CPU model; --refresh).
