@@ -220,6 +220,22 @@ inline void ApplyBiasAndBlockedMask(const FlashParams& p, const Tiling& t, const
   }
 }
 
+// Zeroes the V rows of tile keys that no real row sees (every score -inf).
+// Their weight is 0, but 0 * V is NaN when V holds NaN or Inf there, and a
+// key blocked for every query may hold anything (found by `attnkit fuzz`
+// with poison_blocked: NaN leaked from keys the dense mask blocks).
+// s: [nk, mp] scores after masking; v: [nk, dp] this tile's values.
+inline void ZeroUnseenValueRows(const float* HWY_RESTRICT s, int64_t mp, int64_t rows, int64_t nk,
+                                float* HWY_RESTRICT v, int64_t dp) {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < nk; ++j) {
+    const float* col = s + j * mp;
+    bool seen = false;
+    for (int64_t r = 0; r < rows && !seen; ++r) seen = col[r] != kNegInf;
+    if (!seen) std::fill(v + j * dp, v + (j + 1) * dp, 0.0f);
+  }
+}
+
 // Tile-relative visible key range [kb, ke) of every row; padded rows see all.
 inline void RowKeyRanges(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0,
                          int64_t nk, float* HWY_RESTRICT kb, float* HWY_RESTRICT ke) {
@@ -291,6 +307,9 @@ void RunItem(const FlashParams& p, const Tiling& t, const Item& it, float* scrat
     if (vis != TileVisibility::kVisible || nkp != nk) {
       RowKeyRanges(p, t, it, k0, nk, kb, ke);
       MaskKeyRange(s, mp, nkp, mp, kb, ke);
+    }
+    if (p.blocked != nullptr || vis != TileVisibility::kVisible) {
+      ZeroUnseenValueRows(s, mp, rows, nk, v, dp);
     }
     OnlineSoftmaxUpdate(s, mp, nkp, mp, m, l, alpha);
     WeightedSumV(s, mp, v, dp, nkp, alpha, value_rows, dp, o, dp);
