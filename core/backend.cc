@@ -103,6 +103,8 @@ std::string Capabilities::Describe() const {
   if (additive_bias) extras.push_back("additive_bias");
   if (softcap) extras.push_back("softcap");
   absl::StrAppend(&out, "extras: ", extras.empty() ? "none" : absl::StrJoin(extras, ", "), "\n");
+  absl::StrAppend(&out, "deterministic: ",
+                  deterministic ? "yes (bitwise, for a fixed thread count)" : "no", "\n");
   return out;
 }
 

@@ -34,6 +34,10 @@ struct Capabilities {
   bool blocked_mask = false;
   bool additive_bias = false;
   bool softcap = false;
+  // Two calls on the same inputs with the same thread count give bitwise
+  // equal outputs (no atomics or scheduling-dependent reduction order). The
+  // conformance suite runs every case twice to hold a backend to this.
+  bool deterministic = false;
 
   // One line per property, for `attnkit backends`.
   std::string Describe() const;

@@ -1,6 +1,8 @@
 #include "core/npy.h"
 
+#include <algorithm>
 #include <cstring>
+#include <fstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -88,10 +90,20 @@ absl::StatusOr<std::vector<int64_t>> ParseShape(absl::string_view value, absl::s
   return shape;
 }
 
-}  // namespace
+// What the header says: everything but the body.
+struct NpyHeader {
+  std::vector<int64_t> shape;
+  FileType file_type;
+  int64_t elements = 0;
+  size_t body_start = 0;
+  int64_t body_bytes = 0;  // <= max_bytes
+};
 
-absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view source,
-                                  int64_t max_bytes) {
+// Parses the magic, version and header dict from the start of a file
+// (`bytes` may stop anywhere after the header) and checks the body size
+// against `max_bytes` before anything is allocated or read.
+absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view bytes, absl::string_view source,
+                                         int64_t max_bytes) {
   if (bytes.size() < kMagicLen + 4 ||
       bytes.substr(0, kMagicLen) != absl::string_view(kMagic, kMagicLen)) {
     return Bad(source, "missing the \\x93NUMPY magic");
@@ -115,7 +127,6 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view sou
 
   ATTNKIT_ASSIGN_OR_RETURN(absl::string_view descr, HeaderValue(header, "descr", source));
   ATTNKIT_ASSIGN_OR_RETURN(const FileType file_type, ParseDescr(descr, source));
-  const DType dtype = file_type.dtype;
   ATTNKIT_ASSIGN_OR_RETURN(absl::string_view fortran, HeaderValue(header, "fortran_order", source));
   if (absl::StartsWith(fortran, "True")) {
     return Bad(source, "Fortran-order arrays are not supported; save with C order");
@@ -136,12 +147,35 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view sou
         absl::StrFormat("%s: shape (%s) needs more than the %d-byte limit for one array", source,
                         absl::StrJoin(shape, ", "), max_bytes));
   }
-  const size_t body_start = header_start + header_len;
+  NpyHeader h;
+  h.shape = std::move(shape);
+  h.file_type = file_type;
+  h.elements = elements;
+  h.body_start = header_start + header_len;
+  h.body_bytes = *body_bytes;
+  return h;
+}
+
+// Bytes enough for any header: magic, version, a 4-byte length and the
+// largest header NumPy writes (it caps version 1 headers at 64 KiB).
+constexpr size_t kMaxHeaderRead = 12 + (size_t{1} << 20);
+
+}  // namespace
+
+absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view source,
+                                  int64_t max_bytes) {
+  ATTNKIT_ASSIGN_OR_RETURN(NpyHeader h, ParseNpyHeader(bytes, source, max_bytes));
+  const std::vector<int64_t>& shape = h.shape;
+  const FileType file_type = h.file_type;
+  const DType dtype = file_type.dtype;
+  const int64_t elements = h.elements;
+  const int64_t body_bytes = h.body_bytes;
+  const size_t body_start = h.body_start;
   const size_t have = bytes.size() - body_start;
-  if (have != static_cast<size_t>(*body_bytes)) {
+  if (have != static_cast<size_t>(body_bytes)) {
     return Bad(source, absl::StrFormat("body has %d bytes; shape (%s) of %s needs %d%s", have,
-                                       absl::StrJoin(shape, ", "), DTypeName(dtype), *body_bytes,
-                                       have < size_t(*body_bytes) ? " (truncated)" : ""));
+                                       absl::StrJoin(shape, ", "), DTypeName(dtype), body_bytes,
+                                       have < size_t(body_bytes) ? " (truncated)" : ""));
   }
   NpyArray out;
   out.shape = shape;
@@ -163,6 +197,22 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view sou
 }
 
 absl::StatusOr<NpyArray> ReadNpy(const std::string& path, int64_t max_bytes) {
+  // The header first: a shape over max_bytes, or a body that the file's size
+  // contradicts, is refused before the body is read.
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return ReadFile(path).status();  // the error naming path and reason
+  const int64_t file_size = static_cast<int64_t>(in.tellg());
+  std::string prefix(static_cast<size_t>(std::min<int64_t>(file_size, kMaxHeaderRead)), '\0');
+  in.seekg(0);
+  in.read(&prefix[0], static_cast<std::streamsize>(prefix.size()));
+  prefix.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+  ATTNKIT_ASSIGN_OR_RETURN(const NpyHeader h, ParseNpyHeader(prefix, path, max_bytes));
+  const int64_t have = file_size - static_cast<int64_t>(h.body_start);
+  if (have != h.body_bytes) {
+    return Bad(path, absl::StrFormat("body has %d bytes; shape (%s) needs %d%s", have,
+                                     absl::StrJoin(h.shape, ", "), h.body_bytes,
+                                     have < h.body_bytes ? " (truncated)" : ""));
+  }
   ATTNKIT_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
   return ParseNpy(bytes, path, max_bytes);
 }

@@ -74,7 +74,8 @@ TEST(NpyTest, RefusesBadFilesWithTheReason) {
        "body has 8 bytes; shape (3) of f32 needs 12 (truncated)"},
       {Npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }", body8),
        "body has 8 bytes; shape (1) of f32 needs 4"},
-      {Npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 1000000, 1000000), }", body8),
+      {Npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 1000000, 1000000), }",
+           body8),
        "needs more than the"},
       {Npy("{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }", body8),
        "shape entry '-2' is not a size"},
@@ -107,6 +108,23 @@ TEST(NpyTest, WritesWholeFilesOrNothing) {
   EXPECT_FALSE(ReadNpy(dir + "/missing/out.npy").ok());
   EXPECT_THAT(std::string(ReadNpy(dir + "/nope.npy").status().message()),
               HasSubstr("cannot open " + dir + "/nope.npy"));
+}
+
+// A file whose header claims a huge shape is refused from its header alone.
+TEST(NpyTest, HugeShapeIsRefusedBeforeTheBodyIsRead) {
+  const std::string path = ::testing::TempDir() + "/huge.npy";
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1048576, 1024), }";
+  header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+  header.push_back('\n');
+  std::string bytes("\x93NUMPY\x01\x00", 8);
+  bytes.push_back(static_cast<char>(header.size() & 0xff));
+  bytes.push_back(static_cast<char>(header.size() >> 8));
+  ASSERT_TRUE(WriteFileAtomically(path, bytes + header + std::string(4096, 'x')).ok());
+  auto a = ReadNpy(path, int64_t{1} << 30);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kResourceExhausted) << a.status();
+  // Under the limit, a body the file size contradicts is refused unread.
+  a = ReadNpy(path, int64_t{8} << 30);
+  EXPECT_THAT(std::string(a.status().message()), HasSubstr("(truncated)"));
 }
 
 }  // namespace

@@ -14,6 +14,8 @@ namespace {
 // Upper bound for any one dimension; keeps every product below 2^63 when
 // combined with the byte-size checks.
 constexpr int64_t kMaxDim = int64_t{1} << 31;
+constexpr int64_t kMaxHeads = 65536;
+constexpr int64_t kMaxHeadDim = 1024;
 
 absl::Status Invalid(const absl::FormatSpec<>& msg) {
   return absl::InvalidArgumentError(absl::StrFormat(msg));
@@ -126,13 +128,13 @@ AttentionProblem BasicProblem(int64_t batch, int64_t heads, int64_t kv_heads, in
 
 absl::Status ValidateProblem(const AttentionProblem& p) {
   ATTNKIT_RETURN_IF_ERROR(RequireRange("batch", p.batch, 1, kMaxDim));
-  ATTNKIT_RETURN_IF_ERROR(RequireRange("num_heads", p.num_heads, 1, 65536));
+  ATTNKIT_RETURN_IF_ERROR(RequireRange("num_heads", p.num_heads, 1, kMaxHeads));
   ATTNKIT_RETURN_IF_ERROR(RequireRange("num_kv_heads", p.num_kv_heads, 1, p.num_heads));
   if (p.num_heads % p.num_kv_heads != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "num_heads (%d) must be a multiple of num_kv_heads (%d)", p.num_heads, p.num_kv_heads));
   }
-  ATTNKIT_RETURN_IF_ERROR(RequireRange("head_dim", p.head_dim, 1, 1024));
+  ATTNKIT_RETURN_IF_ERROR(RequireRange("head_dim", p.head_dim, 1, kMaxHeadDim));
   ATTNKIT_RETURN_IF_ERROR(RequireRange("model_dim", p.model_dim, 1, kMaxDim));
   ATTNKIT_RETURN_IF_ERROR(RequireRange("q_len", p.q_len, 1, kMaxDim));
   ATTNKIT_RETURN_IF_ERROR(RequireRange("kv_len", p.kv_len, 1, kMaxDim));
@@ -169,6 +171,11 @@ absl::Status ValidateProblem(const AttentionProblem& p) {
       }
     }
   }
+  if (p.memory_budget_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("memory_budget_bytes (%d) must be >= 1 (unset means %d)",
+                        p.memory_budget_bytes, kDefaultMemoryBudgetBytes));
+  }
   // Every tensor's element count must fit in 64 bits.
   ATTNKIT_ASSIGN_OR_RETURN(int64_t bh, CheckedMul(p.batch, p.num_heads, "batch * num_heads"));
   ATTNKIT_ASSIGN_OR_RETURN(int64_t q_elems, CheckedMul(bh, p.q_len, "Q elements"));
@@ -189,13 +196,10 @@ absl::StatusOr<AttentionProblem> ProblemFromConfig(const AttentionConfig& c) {
   p.num_heads = c.num_heads();
   p.num_kv_heads = c.num_kv_heads() == 0 ? c.num_heads() : c.num_kv_heads();
   p.head_dim = c.head_dim();
-  if (c.num_heads() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("num_heads (%d) must be >= 1", c.num_heads()));
-  }
-  if (c.head_dim() < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat("head_dim (%d) must be >= 1", c.head_dim()));
-  }
+  // Ranges first: the default model_dim multiplies them (found by
+  // //tests/fuzz:config_fuzz_test: head_dim near 2^63 overflowed here).
+  ATTNKIT_RETURN_IF_ERROR(RequireRange("num_heads", c.num_heads(), 1, kMaxHeads));
+  ATTNKIT_RETURN_IF_ERROR(RequireRange("head_dim", c.head_dim(), 1, kMaxHeadDim));
   p.model_dim = c.model_dim() == 0 ? c.num_heads() * c.head_dim() : c.model_dim();
   p.q_len = c.q_len();
   p.kv_len = c.kv_len() == 0 ? c.q_len() : c.kv_len();
@@ -233,6 +237,8 @@ absl::StatusOr<AttentionProblem> ProblemFromConfig(const AttentionConfig& c) {
   p.return_lse = c.return_lse();
   p.backend = c.backend().empty() ? "auto" : c.backend();
   p.seed = c.seed();
+  p.poison_blocked = c.poison_blocked();
+  if (c.memory_budget_bytes() != 0) p.memory_budget_bytes = c.memory_budget_bytes();
   ATTNKIT_RETURN_IF_ERROR(ValidateProblem(p));
   return p;
 }
@@ -266,7 +272,59 @@ AttentionConfig ConfigFromProblem(const AttentionProblem& p) {
   c.set_return_lse(p.return_lse);
   c.set_backend(p.backend);
   c.set_seed(p.seed);
+  c.set_poison_blocked(p.poison_blocked);
+  if (p.memory_budget_bytes != kDefaultMemoryBudgetBytes) {
+    c.set_memory_budget_bytes(p.memory_budget_bytes);
+  }
   return c;
+}
+
+absl::StatusOr<int64_t> ProblemBytes(const AttentionProblem& p) {
+  const int64_t q_size = DTypeSize(p.dtype), kv_size = DTypeSize(p.kv_dtype);
+  // [B, H, Tq]: one LSE per query row; [B, H, Tq, d] for Q and O.
+  ATTNKIT_ASSIGN_OR_RETURN(const int64_t bh, CheckedMul(p.batch, p.num_heads, "batch * num_heads"));
+  ATTNKIT_ASSIGN_OR_RETURN(const int64_t rows, CheckedMul(bh, p.q_len, "query rows"));
+  ATTNKIT_ASSIGN_OR_RETURN(const int64_t q_elems, CheckedMul(rows, p.head_dim, "Q elements"));
+  ATTNKIT_ASSIGN_OR_RETURN(const int64_t q_bytes, CheckedMul(q_elems, 2 * q_size, "Q + O bytes"));
+  // [B, G, Tk, d] for K and V.
+  ATTNKIT_ASSIGN_OR_RETURN(const int64_t bg,
+                           CheckedMul(p.batch, p.num_kv_heads, "batch * num_kv_heads"));
+  ATTNKIT_ASSIGN_OR_RETURN(const int64_t kv_rows, CheckedMul(bg, p.kv_len, "key rows"));
+  ATTNKIT_ASSIGN_OR_RETURN(const int64_t kv_elems, CheckedMul(kv_rows, p.head_dim, "K elements"));
+  ATTNKIT_ASSIGN_OR_RETURN(int64_t total, CheckedMul(kv_elems, 2 * kv_size, "K + V bytes"));
+  ATTNKIT_ASSIGN_OR_RETURN(total, CheckedAdd(total, q_bytes, "tensor bytes"));
+  if (p.return_lse) {
+    ATTNKIT_ASSIGN_OR_RETURN(const int64_t lse, CheckedMul(rows, 4, "LSE bytes"));
+    ATTNKIT_ASSIGN_OR_RETURN(total, CheckedAdd(total, lse, "tensor bytes"));
+  }
+  if (p.has_kv_lengths()) {
+    ATTNKIT_ASSIGN_OR_RETURN(const int64_t lengths, CheckedMul(p.batch, 4, "kv_lengths bytes"));
+    ATTNKIT_ASSIGN_OR_RETURN(total, CheckedAdd(total, lengths, "tensor bytes"));
+  }
+  // [B, H, Tq, Tk]: the dense mask (1 byte) and bias (4 bytes).
+  const int64_t pair_size = (p.blocked_mask ? 1 : 0) + (p.additive_bias ? 4 : 0);
+  if (pair_size > 0) {
+    ATTNKIT_ASSIGN_OR_RETURN(const int64_t pairs, CheckedMul(rows, p.kv_len, "mask/bias entries"));
+    ATTNKIT_ASSIGN_OR_RETURN(const int64_t dense, CheckedMul(pairs, pair_size, "mask/bias bytes"));
+    ATTNKIT_ASSIGN_OR_RETURN(total, CheckedAdd(total, dense, "tensor bytes"));
+  }
+  return total;
+}
+
+absl::Status CheckMemoryBudget(const AttentionProblem& p) {
+  const absl::StatusOr<int64_t> bytes = ProblemBytes(p);
+  if (!bytes.ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("the tensors of %s do not fit in memory_budget_bytes (%d): %s", p.Id(),
+                        p.memory_budget_bytes, bytes.status().message()));
+  }
+  if (*bytes > p.memory_budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the tensors of %s need %d bytes, more than memory_budget_bytes (%d); raise "
+        "memory_budget_bytes in the config or shrink the problem",
+        p.Id(), *bytes, p.memory_budget_bytes));
+  }
+  return absl::OkStatus();
 }
 
 int64_t CountVisiblePairs(const AttentionProblem& p) {

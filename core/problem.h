@@ -16,6 +16,9 @@
 
 namespace attnkit {
 
+// Default ceiling on the bytes of one problem's tensors (config.proto).
+constexpr int64_t kDefaultMemoryBudgetBytes = int64_t{16} << 30;
+
 enum class MaskKind { kNone, kCausal, kSlidingWindow };
 enum class Alignment { kTopLeft, kBottomRight };
 
@@ -46,6 +49,8 @@ struct AttentionProblem {
   bool return_lse = false;
   std::string backend = "auto";
   uint64_t seed = 0;
+  bool poison_blocked = false;  // see config.proto
+  int64_t memory_budget_bytes = kDefaultMemoryBudgetBytes;
 
   int64_t group_size() const { return num_heads / num_kv_heads; }  // H / G
   // The query heads h with KvHead(h) == g share key/value head g.
@@ -71,6 +76,12 @@ absl::StatusOr<AttentionProblem> ProblemFromConfig(const AttentionConfig& config
 // Checks a problem built in code (the same rules as ProblemFromConfig).
 absl::Status ValidateProblem(const AttentionProblem& p);
 AttentionConfig ConfigFromProblem(const AttentionProblem& p);
+
+// Bytes of every tensor the problem needs (Q, K, V, O and the optional LSE,
+// kv_lengths, mask and bias), computed with overflow checks.
+absl::StatusOr<int64_t> ProblemBytes(const AttentionProblem& p);
+// ResourceExhausted when ProblemBytes(p) exceeds p.memory_budget_bytes.
+absl::Status CheckMemoryBudget(const AttentionProblem& p);
 
 // Number of (query, key) pairs the structured mask and padding leave visible,
 // summed over batch and heads: the basis of the useful-FLOP count.

@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "core/poison_blocked.h"
 #include "core/status_macros.h"
 
 namespace attnkit {
@@ -13,6 +14,7 @@ void FillUniform(const TensorView& t, uint64_t seed, float lo, float hi) {
 
 absl::StatusOr<ProblemData> ProblemData::Allocate(const AttentionProblem& p) {
   ATTNKIT_RETURN_IF_ERROR(ValidateProblem(p));
+  ATTNKIT_RETURN_IF_ERROR(CheckMemoryBudget(p));  // before any allocation
   const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads;
   ProblemData data;
   ATTNKIT_ASSIGN_OR_RETURN(data.q, Tensor::Attention(p.dtype, p.layout, B, H, p.q_len, p.head_dim));
@@ -52,6 +54,7 @@ absl::StatusOr<ProblemData> ProblemData::Random(const AttentionProblem& p, uint6
     const int64_t n = data.blocked_mask.view().NumElements();
     for (int64_t i = 0; i < n; ++i) m[i] = (rng() % 5 == 0) ? 1 : 0;
   }
+  if (p.poison_blocked) PoisonBlockedInputs(p, data.args(), seed * 4 + 6);
   return data;
 }
 

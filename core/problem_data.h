@@ -18,7 +18,10 @@ class ProblemData {
   // kv_lengths tensor holds p.kv_lengths.
   static absl::StatusOr<ProblemData> Allocate(const AttentionProblem& p);
   // Allocate, then q, k, v and bias uniform in [-1, 1] and about one in five
-  // mask entries blocked, all drawn from `seed`.
+  // mask entries blocked, all drawn from `seed`. With p.poison_blocked, the
+  // inputs the problem never reads are then set to NaN / +-Inf
+  // (core/poison_blocked.h). ResourceExhausted, before allocating, when the
+  // tensors exceed p.memory_budget_bytes.
   static absl::StatusOr<ProblemData> Random(const AttentionProblem& p, uint64_t seed);
 
   // Views of every tensor; optional ones are empty when the problem lacks them.

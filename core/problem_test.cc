@@ -36,8 +36,8 @@ TEST(ProblemTest, ErrorsNameFieldValueAndRule) {
       {"num_heads: 12 num_kv_heads: 5 head_dim: 64 q_len: 4",
        "num_heads (12) must be a multiple of num_kv_heads (5)"},
       {"num_heads: 4 num_kv_heads: 8 head_dim: 64 q_len: 4", "num_kv_heads (8) must be in [1, 4]"},
-      {"num_heads: 0 head_dim: 64 q_len: 4", "num_heads (0) must be >= 1"},
-      {"num_heads: 4 head_dim: 0 q_len: 4", "head_dim (0) must be >= 1"},
+      {"num_heads: 0 head_dim: 64 q_len: 4", "num_heads (0) must be in [1, 65536]"},
+      {"num_heads: 4 head_dim: 0 q_len: 4", "head_dim (0) must be in [1, 1024]"},
       {"num_heads: 4 head_dim: 64 q_len: 0", "q_len (0) must be in [1,"},
       {"num_heads: 4 head_dim: 64 q_len: 4 kv_len: 9 mask { kind: CAUSAL }",
        "alignment must be TOP_LEFT or BOTTOM_RIGHT when q_len (4) != kv_len (9)"},
@@ -51,8 +51,12 @@ TEST(ProblemTest, ErrorsNameFieldValueAndRule) {
        "kv_lengths has 1 entries; it must be empty or have one per batch entry (2)"},
       {"num_heads: 4 head_dim: 64 q_len: 4 kv_lengths: 5",
        "kv_lengths[0] (5) must be in [0, kv_len (4)]"},
-      {"num_heads: 4 head_dim: 64 q_len: 2000000000 batch: 2000000000",
-       "overflows 64 bits"},
+      {"num_heads: 4 head_dim: 64 q_len: 2000000000 batch: 2000000000", "overflows 64 bits"},
+      // Found by the config fuzzer: the default model_dim overflowed.
+      {"num_heads: 3 head_dim: 9223372036854775807 q_len: 1",
+       "head_dim (9223372036854775807) must be in [1, 1024]"},
+      {"num_heads: 4 head_dim: 64 q_len: 4 memory_budget_bytes: -1",
+       "memory_budget_bytes (-1) must be >= 1"},
   };
   for (const Case& c : cases) {
     auto p = FromText(c.text);
@@ -133,11 +137,33 @@ TEST(ProblemTest, VisiblePairsAreExact) {
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(CountVisiblePairs(*p), 2 * 55);
   EXPECT_DOUBLE_EQ(UsefulFlops(*p), 4.0 * 8 * 110);
-  p = FromText("num_heads: 1 head_dim: 8 q_len: 2 kv_len: 6 mask { kind: CAUSAL } "
-               "alignment: BOTTOM_RIGHT batch: 2 kv_lengths: [6, 1]");
+  p = FromText(
+      "num_heads: 1 head_dim: 8 q_len: 2 kv_len: 6 mask { kind: CAUSAL } "
+      "alignment: BOTTOM_RIGHT batch: 2 kv_lengths: [6, 1]");
   ASSERT_TRUE(p.ok());
   // Sequence 0: rows see 5 and 6 keys; sequence 1 (1 key): row 0 sees none, row 1 sees 1.
   EXPECT_EQ(CountVisiblePairs(*p), 5 + 6 + 0 + 1);
+}
+
+// Buffers over the budget are refused before anything is allocated.
+TEST(ProblemTest, MemoryBudgetIsCheckedBeforeAllocation) {
+  AttentionProblem p = BasicProblem(1, 2, 1, 4, 8, 16);
+  p.return_lse = p.blocked_mask = true;
+  // Q, O: 2*4*16 f32 each; K, V: 8*16 f32 each; LSE 2*4 f32; mask 2*4*8 u8.
+  const int64_t bytes = 2 * 128 * 4 + 2 * 128 * 4 + 8 * 4 + 64;
+  auto computed = ProblemBytes(p);
+  ASSERT_TRUE(computed.ok());
+  EXPECT_EQ(*computed, bytes);
+  p.memory_budget_bytes = bytes;
+  EXPECT_TRUE(CheckMemoryBudget(p).ok());
+  p.memory_budget_bytes = bytes - 1;
+  const absl::Status s = CheckMemoryBudget(p);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("more than memory_budget_bytes"));
+  // 2^31 tokens x 65536 heads x 1024 dims: a valid shape, far over budget.
+  AttentionProblem huge = BasicProblem(1, 65536, 1, int64_t{1} << 31, int64_t{1} << 31, 1024);
+  ASSERT_TRUE(ValidateProblem(huge).ok());
+  EXPECT_EQ(CheckMemoryBudget(huge).code(), absl::StatusCode::kResourceExhausted);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/plugin_api.h"
+#include "core/plugin_file.h"
 #include "core/status_macros.h"
 
 namespace attnkit {
@@ -40,25 +41,34 @@ absl::Status BackendRegistry::LoadPlugin(const std::string& path) {
     failures_.push_back({path, status});
     return status;
   };
+  // dlopen faults on some malformed files instead of failing: check first.
+  const absl::Status file_ok = CheckPluginFile(path);
+  if (!file_ok.ok()) return fail(file_ok);
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* err = dlerror();
     return fail(absl::NotFoundError(absl::StrFormat(
         "plugin %s: cannot load: %s", path, err != nullptr ? err : "unknown dlopen error")));
   }
+  // Until a backend is registered nothing refers to the library: close it on
+  // every failure below.
+  auto fail_and_close = [&](absl::Status status) {
+    dlclose(handle);
+    return fail(std::move(status));
+  };
   auto entry = reinterpret_cast<AttnkitPluginEntryFn>(dlsym(handle, ATTNKIT_PLUGIN_ENTRY_SYMBOL));
   if (entry == nullptr) {
-    return fail(absl::InvalidArgumentError(
+    return fail_and_close(absl::InvalidArgumentError(
         absl::StrFormat("plugin %s: not an attnkit plugin: symbol %s is missing", path,
                         ATTNKIT_PLUGIN_ENTRY_SYMBOL)));
   }
   const AttnkitPluginV1* plugin = entry();
   if (plugin == nullptr) {
-    return fail(absl::InternalError(
+    return fail_and_close(absl::InternalError(
         absl::StrFormat("plugin %s: %s returned null", path, ATTNKIT_PLUGIN_ENTRY_SYMBOL)));
   }
   if (plugin->abi_version != ATTNKIT_PLUGIN_ABI_VERSION) {
-    return fail(absl::FailedPreconditionError(absl::StrFormat(
+    return fail_and_close(absl::FailedPreconditionError(absl::StrFormat(
         "plugin %s: ABI version %u does not match this build's version %u; rebuild the "
         "plugin against this attnkit",
         path, plugin->abi_version, ATTNKIT_PLUGIN_ABI_VERSION)));
@@ -67,7 +77,8 @@ absl::Status BackendRegistry::LoadPlugin(const std::string& path) {
   for (uint32_t i = 0; i < plugin->num_backends; ++i) {
     Backend* b = plugin->create_backend(i);
     if (b == nullptr) {
-      return fail(
+      created.clear();  // their code lives in the library
+      return fail_and_close(
           absl::InternalError(absl::StrFormat("plugin %s: creating backend %u failed", path, i)));
     }
     created.emplace_back(b);

@@ -95,6 +95,13 @@ absl::StatusOr<Tensor> Tensor::Contiguous(DType dtype, absl::Span<const int64_t>
     if (d < 0) return absl::InvalidArgumentError("tensor dimension must be >= 0");
     ATTNKIT_ASSIGN_OR_RETURN(elements, CheckedMul(elements, d, "tensor elements"));
   }
+  // The strides multiply the inner dims even when an outer one is 0, so an
+  // empty tensor can still overflow them (found by the npy fuzzer:
+  // shape (0, 85899345920, 8589934592, 4)).
+  int64_t stride = 1;
+  for (size_t i = shape.size(); i-- > 1;) {
+    ATTNKIT_ASSIGN_OR_RETURN(stride, CheckedMul(stride, shape[i], "tensor strides"));
+  }
   ATTNKIT_ASSIGN_OR_RETURN(
       const int64_t bytes,
       CheckedMul(elements, static_cast<int64_t>(DTypeSize(dtype)), "tensor bytes"));

@@ -39,6 +39,23 @@ const ReferenceResult& Oracle(size_t index, const ProblemData& data) {
   return it->second;
 }
 
+std::string Bytes(const Tensor& t) {
+  if (t.view().empty()) return "";
+  return std::string(static_cast<const char*>(t.data()),
+                     t.view().SpanElements() * DTypeSize(t.view().dtype));
+}
+
+// A backend that claims determinism gives the same bits when run again.
+void ExpectSameBitsOnRerun(Backend* backend, const AttentionProblem& p, const ProblemData& data) {
+  const std::string o = Bytes(data.o), lse = Bytes(data.lse);
+  PoisonOutputs(data);
+  const absl::Status run = RunOnBackend(backend, p, data, nullptr);
+  ASSERT_TRUE(run.ok()) << run;
+  EXPECT_TRUE(Bytes(data.o) == o && Bytes(data.lse) == lse)
+      << backend->Name() << " claims to be deterministic but a second run of " << p.name
+      << " gave different bits";
+}
+
 class ConformanceTest : public ::testing::TestWithParam<std::tuple<std::string, size_t>> {};
 
 TEST_P(ConformanceTest, MatchesReference) {
@@ -69,6 +86,7 @@ TEST_P(ConformanceTest, MatchesReference) {
                       << c.tolerance.atol << ", rtol " << c.tolerance.rtol << ")"
                       << (c.non_finite ? ", non-finite output" : "") << "; max abs error "
                       << c.max_abs_err << "; first: " << c.first_failure;
+  if ((*backend)->Caps().deterministic) ExpectSameBitsOnRerun(*backend, p, *data);
 }
 
 std::vector<std::tuple<std::string, size_t>> AllCases() {

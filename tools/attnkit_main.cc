@@ -46,6 +46,9 @@ ABSL_FLAG(int64_t, prompt_len, 128, "generate: prompt tokens (prefill)");
 ABSL_FLAG(int64_t, new_tokens, 16, "generate: tokens decoded one at a time with the KV cache");
 ABSL_FLAG(int64_t, chunk, 0, "generate: prefill chunk size (0 = the whole prompt at once)");
 ABSL_FLAG(bool, verify, true, "generate: check the last hidden state against a full recompute");
+ABSL_FLAG(int64_t, count, 100, "fuzz: number of random problems");
+ABSL_FLAG(uint64_t, seed, 1, "fuzz: seed of the run (problems and inputs follow from it)");
+ABSL_FLAG(std::string, repro_dir, "/tmp", "fuzz: directory for shrunk failing configs");
 ABSL_FLAG(std::string, plugins, "",
           "':'-separated backend plugin libraries to load (besides $ATTNKIT_PLUGIN_PATH)");
 
@@ -63,7 +66,9 @@ constexpr char kUsage[] =
     "  compare [--config=F | --suite=standard] [--backends=a,b] [--threads=N]\n"
     "          [--json=F] [--svg=F] [--baseline=F]   time every backend side by side\n"
     "  peak  [--threads=N] [--refresh]   this machine's FMA peak, read bandwidth, sgemm\n"
-    "  tune  [--threads=N]         record the fastest backend per shape class for auto";
+    "  tune  [--threads=N]         record the fastest backend per shape class for auto\n"
+    "  fuzz  [--count=N] [--seed=S] [--backends=a,b] [--repro_dir=D]\n"
+    "          random problems on every backend vs the reference; mismatches shrunk";
 
 // Plugins built together with this binary (its Bazel data, e.g. the CUDA
 // plugin when CUDA is built), as paths inside the runfiles tree.
@@ -158,6 +163,9 @@ int main(int argc, char** argv) {
   generate.new_tokens = absl::GetFlag(FLAGS_new_tokens);
   generate.chunk = absl::GetFlag(FLAGS_chunk);
   generate.verify = absl::GetFlag(FLAGS_verify);
+  options.count = absl::GetFlag(FLAGS_count);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.repro_dir = absl::GetFlag(FLAGS_repro_dir);
 
   absl::Status status;
   if (command == "backends") {
@@ -172,6 +180,8 @@ int main(int argc, char** argv) {
     status = attnkit::PeakCommand(options, std::cout);
   } else if (command == "compare") {
     status = attnkit::CompareCommand(registry, options, std::cout, std::cerr);
+  } else if (command == "fuzz") {
+    status = attnkit::FuzzCommand(registry, options, std::cout);
   } else if (command == "tune") {
     status = attnkit::TuneCommand(registry, options, std::cout, std::cerr);
   } else if (command == "generate") {

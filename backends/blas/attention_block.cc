@@ -59,9 +59,8 @@ Operand QueryRows(const BlockContext& ctx, const BlockCoords& c, float* scratch)
 // probabilities exp(s - running max), updating the row's running max and sum
 // and rescaling its output accumulator `o` [d] when the max grows. Keys the
 // row cannot see get probability 0.
-void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i,
-                     int64_t kv_length, int64_t k0, int64_t kn, float* s, float* o,
-                     float* row_max, float* row_sum) {
+void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, int64_t kv_length,
+                     int64_t k0, int64_t kn, float* s, float* o, float* row_max, float* row_sum) {
   const AttentionProblem& p = *ctx.problem;
   const AttentionArgs& a = *ctx.args;
   const KeyRange vis = VisibleKeys(ctx.mask, i, kv_length);
@@ -106,8 +105,8 @@ void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i,
 
 // o = acc / sum and lse = max + log(sum) for one row; zeros and -inf when the
 // row saw no key.
-void StoreRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, const float* acc,
-              float max, float sum) {
+void StoreRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, const float* acc, float max,
+              float sum) {
   const AttentionArgs& a = *ctx.args;
   const int64_t d = ctx.problem->head_dim;
   const bool blocked = !(sum > 0);
@@ -152,6 +151,21 @@ BlockCoords DecodeItem(const AttentionProblem& p, const BlockPlan& plan, int64_t
   return c;
 }
 
+namespace {
+
+// Zeroes staged V rows [kn, d] whose weight is 0 in every row of P
+// [rows, kn]: a key the dense mask hides from the whole block may hold NaN or
+// Inf, and 0 * NaN inside sgemm would leak it into the output.
+void ZeroUnweightedValueRows(const float* p, int64_t rows, int64_t kn, int64_t d, float* v) {
+  for (int64_t j = 0; j < kn; ++j) {
+    bool weighted = false;
+    for (int64_t r = 0; r < rows && !weighted; ++r) weighted = p[r * kn + j] != 0.0f;
+    if (!weighted) std::fill(v + j * d, v + (j + 1) * d, 0.0f);
+  }
+}
+
+}  // namespace
+
 void ComputeBlock(const BlockContext& ctx, int64_t item, const WorkerScratch& w) {
   const AttentionProblem& p = *ctx.problem;
   const AttentionArgs& a = *ctx.args;
@@ -166,8 +180,8 @@ void ComputeBlock(const BlockContext& ctx, int64_t item, const WorkerScratch& w)
   // Visible ranges grow monotonically with the query position, so the keys
   // the block can see are [begin of its first row, end of its last row).
   const int64_t k_begin = VisibleKeys(ctx.mask, c.i0, kv_length).begin;
-  const int64_t k_end = std::min(
-      kv_length, VisibleKeys(ctx.mask, c.i0 + c.num_tokens - 1, kv_length).end);
+  const int64_t k_end =
+      std::min(kv_length, VisibleKeys(ctx.mask, c.i0 + c.num_tokens - 1, kv_length).end);
   std::fill(w.row_max, w.row_max + rows, kNegInf);
   std::fill(w.row_sum, w.row_sum + rows, 0.0f);
 
@@ -192,6 +206,7 @@ void ComputeBlock(const BlockContext& ctx, int64_t item, const WorkerScratch& w)
       }
       if (plan.stage_kv) {
         StageRows(a.v, c.b, c.g, k0, kn, d, w.v);
+        if (p.blocked_mask) ZeroUnweightedValueRows(w.s, rows, kn, d, w.v);
       } else {
         v = {static_cast<const float*>(a.v.data) + a.v.Offset(c.b, c.g, k0, 0), a.v.strides[2]};
       }

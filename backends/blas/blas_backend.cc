@@ -136,8 +136,7 @@ absl::StatusOr<blas::BlockPlan> BlasBackend::Plan(const AttentionProblem& p, boo
   o.workers = options_.threading == BlasThreading::kBlas ? 1 : num_threads_;
   ATTNKIT_ASSIGN_OR_RETURN(blas::BlockPlan plan, blas::MakePlan(p, o));
   *use_items = options_.threading != BlasThreading::kBlas;
-  if (options_.threading == BlasThreading::kAuto && o.workers > 1 &&
-      plan.NumItems(p) < o.workers) {
+  if (options_.threading == BlasThreading::kAuto && o.workers > 1 && plan.NumItems(p) < o.workers) {
     o.workers = 1;
     *use_items = false;
     ATTNKIT_ASSIGN_OR_RETURN(plan, blas::MakePlan(p, o));
@@ -146,25 +145,26 @@ absl::StatusOr<blas::BlockPlan> BlasBackend::Plan(const AttentionProblem& p, boo
 }
 
 std::string BlasBackend::KernelName(const blas::BlockPlan& plan, bool use_items) const {
-  return absl::StrFormat(
-      "sgemm/%s %s x%d; rows %dx%d keys<=%d; %s; softmax/%s%s", openblas_get_corename(),
-      use_items ? "blocks-over-threads (1-thread BLAS)" : "openblas-threads", num_threads_,
-      plan.head_block, plan.token_block, plan.key_chunk,
-      options_.stack_group_heads ? "gqa-stacked" : "per-head", blas::RowOpsTarget(),
-      plan.stage_kv ? "; kv staged to f32" : "");
+  return absl::StrFormat("sgemm/%s %s x%d; rows %dx%d keys<=%d; %s; softmax/%s%s",
+                         openblas_get_corename(),
+                         use_items ? "blocks-over-threads (1-thread BLAS)" : "openblas-threads",
+                         num_threads_, plan.head_block, plan.token_block, plan.key_chunk,
+                         options_.stack_group_heads ? "gqa-stacked" : "per-head",
+                         blas::RowOpsTarget(), plan.stage_kv ? "; kv staged to f32" : "");
 }
 
 absl::Status BlasBackend::ForwardImpl(const AttentionProblem& p, const AttentionArgs& args,
                                       RunInfo* info) {
   absl::MutexLock lock(&mu_);
-  const bool stage_kv =
-      !blas::BlasCompatible(args.k, p.head_dim) || !blas::BlasCompatible(args.v, p.head_dim);
+  // A dense mask can hide a key from every row of a block; its V row must
+  // then be zeroed (0 * NaN is NaN inside sgemm), which needs staged V.
+  const bool stage_kv = !blas::BlasCompatible(args.k, p.head_dim) ||
+                        !blas::BlasCompatible(args.v, p.head_dim) || p.blocked_mask;
   bool use_items = false;
   ATTNKIT_ASSIGN_OR_RETURN(const blas::BlockPlan plan, Plan(p, stage_kv, &use_items));
   // Allocated (and zero-filled, so first-touched) only when a call needs more
   // than the last one, or the budget shrank below it.
-  if (workspace_.size() < plan.total_bytes() ||
-      workspace_.size() > options_.memory_budget_bytes) {
+  if (workspace_.size() < plan.total_bytes() || workspace_.size() > options_.memory_budget_bytes) {
     workspace_ = AlignedBuffer();
     ATTNKIT_ASSIGN_OR_RETURN(workspace_, AlignedBuffer::Allocate(plan.total_bytes()));
   }
@@ -190,9 +190,9 @@ absl::Status BlasBackend::ForwardImpl(const AttentionProblem& p, const Attention
     for (int64_t item = 0; item < items; ++item) run(item, 0);
   }
   const blas::BlockPlan& k = kernel_plan_;
-  if (kernel_name_.empty() || use_items != kernel_use_items_ ||
-      plan.head_block != k.head_block || plan.token_block != k.token_block ||
-      plan.key_chunk != k.key_chunk || plan.stage_kv != k.stage_kv) {
+  if (kernel_name_.empty() || use_items != kernel_use_items_ || plan.head_block != k.head_block ||
+      plan.token_block != k.token_block || plan.key_chunk != k.key_chunk ||
+      plan.stage_kv != k.stage_kv) {
     kernel_name_ = KernelName(plan, use_items);
     kernel_plan_ = plan;
     kernel_use_items_ = use_items;

@@ -80,6 +80,10 @@ class CublasBackend : public CudaBackendBase {
     c.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
     c.layouts = {Layout::kBHTD, Layout::kBTHD};
     c.lse = c.kv_lengths = c.blocked_mask = c.additive_bias = c.softcap = true;
+    // cuBLAS GEMMs on one stream are bitwise reproducible on one GPU model and
+    // toolkit (cuBLAS docs, "Results reproducibility"); the softmax kernel
+    // reduces each row in a fixed order.
+    c.deterministic = true;
     return c;
   }
 

@@ -42,6 +42,10 @@ class FlashBackend : public CudaBackendBase {
     c.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
     c.layouts = {Layout::kBHTD, Layout::kBTHD};
     c.lse = c.kv_lengths = c.blocked_mask = c.additive_bias = c.softcap = true;
+    // No atomics: each block owns its rows, and split-K partials are combined
+    // in split order (split_combine.cu); the split count depends only on the
+    // shape and the GPU's SM count, so one GPU model gives the same bits.
+    c.deterministic = true;
     return c;
   }
 

@@ -18,10 +18,10 @@
 #include "absl/status/status.h"
 #include "backends/highway/flash_params.h"
 #include "backends/highway/microkernels-inl.h"
-#include "core/thread_pool.h"
 #include "backends/highway/workspace.h"
 #include "core/mask.h"
 #include "core/status_macros.h"
+#include "core/thread_pool.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
@@ -47,13 +47,13 @@ struct Tiling {
   int64_t head_chunks;      // ceil(group / heads_per_chunk)
   int64_t q_tile;           // query positions per item
   int64_t q_tiles;
-  int64_t rows_padded;      // heads_per_chunk * q_tile, padded for the kernels
+  int64_t rows_padded;  // heads_per_chunk * q_tile, padded for the kernels
   int64_t key_tile;
-  int64_t dp;          // head_dim padded to Lanes
-  int64_t base_items;  // B * G * head_chunks * q_tiles
-  int64_t splits;      // key ranges per base item (split-K)
-  bool narrow;         // rows fit one vector: use the 8-key x 1-vector QK^T
-  bool direct;         // narrow, and K/V rows are read from storage as is
+  int64_t dp;              // head_dim padded to Lanes
+  int64_t base_items;      // B * G * head_chunks * q_tiles
+  int64_t splits;          // key ranges per base item (split-K)
+  bool narrow;             // rows fit one vector: use the 8-key x 1-vector QK^T
+  bool direct;             // narrow, and K/V rows are read from storage as is
   int64_t prefetch_tiles;  // direct: how many tiles ahead each tile prefetches
   // Per-thread scratch offsets, in floats.
   size_t off_qt, off_q, off_k, off_v, off_s, off_o, off_m, off_l, off_alpha, off_kb, off_ke;
@@ -79,12 +79,15 @@ inline Tiling PlanTiling(const FlashParams& p) {
   // Decode reads K and V in place (converting 16-bit types in registers):
   // the kernels load whole vectors, so rows must be contiguous and d a
   // multiple of Lanes; otherwise tiles are converted to f32 scratch first.
+  // A dense mask can hide a key from every row of a tile; such V rows must be
+  // zeroed (0 * NaN is NaN), which needs the scratch copy, so it reads tiles.
+  // Structured masks never hide a key inside an item's range from all rows.
   t.direct = t.narrow && p.k.dtype == p.v.dtype && p.k.strides[3] == 1 && p.v.strides[3] == 1 &&
-             p.k.strides[2] > 0 && p.v.strides[2] > 0 && t.dp == d;
+             p.k.strides[2] > 0 && p.v.strides[2] > 0 && t.dp == d && p.blocked == nullptr;
   // Decode-like tiles (one vector of rows) do little work per key: keep the
   // converted K and V tile (2 x key_tile x dp floats) within 16 KiB of L1.
-  t.key_tile = t.narrow ? std::min<int64_t>(64, RoundUp(2048 / t.dp, kNarrowKeys))
-                        : (d <= 256 ? 64 : 32);
+  t.key_tile =
+      t.narrow ? std::min<int64_t>(64, RoundUp(2048 / t.dp, kNarrowKeys)) : (d <= 256 ? 64 : 32);
   const int64_t kv_row_bytes = 2 * d * static_cast<int64_t>(DTypeSize(p.k.dtype));
   if (t.direct && DTypeSize(p.k.dtype) == 2) t.key_tile = kDirectKeyTile16;
   t.prefetch_tiles = std::max<int64_t>(1, kPrefetchBytes / (t.key_tile * kv_row_bytes));
@@ -94,8 +97,8 @@ inline Tiling PlanTiling(const FlashParams& p) {
     // Depends on the shape only (not the thread count), so results are the
     // same bit for bit whatever the number of threads.
     const int64_t key_tiles = CeilDiv(p.kv_len, t.key_tile);
-    t.splits = std::max<int64_t>(
-        1, std::min(CeilDiv(kMinItemsBeforeSplit, t.base_items), key_tiles / 2));
+    t.splits =
+        std::max<int64_t>(1, std::min(CeilDiv(kMinItemsBeforeSplit, t.base_items), key_tiles / 2));
   }
   const int64_t mp = t.rows_padded, kt = t.key_tile;
   size_t off = 0;
@@ -116,9 +119,8 @@ inline Tiling PlanTiling(const FlashParams& p) {
   t.off_kb = take(mp);
   t.off_ke = take(mp);
   t.scratch_floats = off;
-  t.partial_floats = t.splits > 1
-                         ? static_cast<size_t>(t.base_items * t.splits * mp * (t.dp + 1))
-                         : 0;
+  t.partial_floats =
+      t.splits > 1 ? static_cast<size_t>(t.base_items * t.splits * mp * (t.dp + 1)) : 0;
   return t;
 }
 
@@ -187,9 +189,9 @@ inline void TransposeQueryTile(const Tiling& t, int64_t d, const float* HWY_REST
 // [nk, nk_padded) are zero. Also prefetches rows [next_k0, next_k0 + nk) (the
 // next tile), so their cache misses overlap this tile's compute instead of
 // stalling the next conversion: decode is bound by exactly these reads.
-inline void LoadKeyValueTile(const FlashParams& p, const Tiling& t, const Item& it,
-                             int64_t k0, int64_t nk, int64_t nk_padded, int64_t next_k0,
-                             int64_t next_nk, float* HWY_RESTRICT k, float* HWY_RESTRICT v) {
+inline void LoadKeyValueTile(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0,
+                             int64_t nk, int64_t nk_padded, int64_t next_k0, int64_t next_nk,
+                             float* HWY_RESTRICT k, float* HWY_RESTRICT v) {
   const size_t d = static_cast<size_t>(p.head_dim), dp = static_cast<size_t>(t.dp);
   const size_t es = DTypeSize(p.k.dtype);
   const char* kbase = static_cast<const char*>(p.k.data);
@@ -230,7 +232,6 @@ inline void PrefetchKeyValueRows(const FlashParams& p, const Item& it, int64_t k
   }
 }
 
-
 // The optional per-element inputs on tile [k0, k0 + nk): bias is added, and
 // dense-mask-blocked scores become -inf. Scalar: they are per (h, i, j).
 inline void ApplyBiasAndBlockedMask(const FlashParams& p, const Tiling& t, const Item& it,
@@ -251,6 +252,22 @@ inline void ApplyBiasAndBlockedMask(const FlashParams& p, const Tiling& t, const
         if (blocked[j * ms] != 0) s[j * mp + r] = kNegInf;
       }
     }
+  }
+}
+
+// Zeroes the V rows of tile keys that no real row sees (every score -inf).
+// Their weight is 0, but 0 * V is NaN when V holds NaN or Inf there, and a
+// key blocked for every query may hold anything (found by `attnkit fuzz`
+// with poison_blocked: NaN leaked from keys the dense mask blocks).
+// s: [nk, mp] scores after masking; v: [nk, dp] this tile's values.
+inline void ZeroUnseenValueRows(const float* HWY_RESTRICT s, int64_t mp, int64_t rows, int64_t nk,
+                                float* HWY_RESTRICT v, int64_t dp) {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < nk; ++j) {
+    const float* col = s + j * mp;
+    bool seen = false;
+    for (int64_t r = 0; r < rows && !seen; ++r) seen = col[r] != kNegInf;
+    if (!seen) std::fill(v + j * dp, v + (j + 1) * dp, 0.0f);
   }
 }
 
@@ -351,6 +368,9 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       RowKeyRanges(p, t, it, k0, nk, kb, ke);
       MaskKeyRange(s, mp, nkp, mp, kb, ke);
     }
+    if (!t.direct && (p.blocked != nullptr || vis != TileVisibility::kVisible)) {
+      ZeroUnseenValueRows(s, mp, rows, nk, v, dp);  // v is the scratch tile
+    }
     OnlineSoftmaxUpdate(s, mp, nkp, mp, m, l, alpha);
     WeightedSumV(s, mp, vtile, ldv, nkp, alpha, value_rows, dp, o, dp);
   }
@@ -381,7 +401,6 @@ void RunItem(const FlashParams& p, const Tiling& t, const Item& it, float* scrat
   }
 }
 
-
 // Writes one finished row of `it` to O (and lse), converting to O's dtype.
 inline void StoreOutputRow(const FlashParams& p, const Item& it, int64_t r,
                            const float* HWY_RESTRICT row, float lse) {
@@ -391,7 +410,8 @@ inline void StoreOutputRow(const FlashParams& p, const Item& it, int64_t r,
   if (p.o.dtype == DType::kF32 && cs == 1) {
     std::copy(row, row + p.head_dim, static_cast<float*>(p.o.data) + base);
   } else {
-    for (int64_t c = 0; c < p.head_dim; ++c) StoreFromF32(p.o.data, p.o.dtype, base + c * cs, row[c]);
+    for (int64_t c = 0; c < p.head_dim; ++c)
+      StoreFromF32(p.o.data, p.o.dtype, base + c * cs, row[c]);
   }
   if (p.lse != nullptr) p.lse[p.lse_view.Offset(it.b, h, i)] = lse;
 }
@@ -412,9 +432,8 @@ inline absl::Status FlashForward(const FlashParams& p, ThreadPool* pool, Workspa
     const Item it = DecodeItem(p, t, base, split);
     float* scratch = ws->thread_area(thread);
     if (t.splits == 1) {
-      RunItem(p, t, it, scratch, [&](int64_t r, const float* row, float lse) {
-        StoreOutputRow(p, it, r, row, lse);
-      });
+      RunItem(p, t, it, scratch,
+              [&](int64_t r, const float* row, float lse) { StoreOutputRow(p, it, r, row, lse); });
     } else {
       float* part = partials + static_cast<size_t>(item) * mp * (dp + 1);
       RunItem(p, t, it, scratch, [&](int64_t r, const float* row, float lse) {

@@ -21,6 +21,7 @@ class ReferenceBackend : public Backend {
     c.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
     c.layouts = {Layout::kBHTD, Layout::kBTHD};
     c.lse = c.kv_lengths = c.blocked_mask = c.additive_bias = c.softcap = true;
+    c.deterministic = true;  // one thread, a fixed loop order
     return c;
   }
 

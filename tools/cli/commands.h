@@ -31,6 +31,9 @@ struct CliOptions {
   std::string baseline;               // compare: an earlier --json report
   bool refresh = false;               // peak: re-measure instead of reading the cache
   int64_t layers = 1;                 // cost: KV cache for this many layers; generate: stack depth
+  int64_t count = 100;                // fuzz: problems to draw
+  uint64_t seed = 1;                  // fuzz: the run follows from it
+  std::string repro_dir = "/tmp";     // fuzz: where shrunk failing configs go
 };
 
 // `attnkit generate` beyond the shared options.
@@ -53,6 +56,11 @@ absl::Status RunCommand(const BackendRegistry& registry, const CliOptions& optio
 // reference. FailedPrecondition when any backend that ran is wrong.
 absl::Status CheckCommand(const BackendRegistry& registry, const CliOptions& options,
                           std::ostream& out);
+// `attnkit fuzz`: random valid problems on every (selected) backend against
+// the reference; each mismatch is shrunk and printed with a one-line
+// `attnkit check` reproduction. FailedPrecondition when any is found.
+absl::Status FuzzCommand(const BackendRegistry& registry, const CliOptions& options,
+                         std::ostream& out);
 // `attnkit cost`: FLOPs, bytes, score size, KV-cache bytes (for
 // options.layers layers too), parameters.
 absl::Status CostCommand(const CliOptions& options, std::ostream& out);

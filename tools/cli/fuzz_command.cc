@@ -1,0 +1,39 @@
+#include <chrono>
+
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+#include "tools/cli/commands.h"
+#include "tools/diff_fuzz/diff_fuzz.h"
+
+namespace attnkit {
+
+absl::Status FuzzCommand(const BackendRegistry& registry, const CliOptions& options,
+                         std::ostream& out) {
+  ATTNKIT_ASSIGN_OR_RETURN(const std::vector<Backend*> backends,
+                           registry.FindAll(options.backends));
+  if (options.count < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat("--count (%d) must be >= 1", options.count));
+  }
+  FuzzOptions fuzz;
+  fuzz.count = options.count;
+  fuzz.seed = options.seed;
+  fuzz.repro_dir = options.repro_dir;
+  const auto start = std::chrono::steady_clock::now();
+  const FuzzReport report = FuzzBackends(backends, fuzz, [&](const std::string& line) {
+    out << line << "\n";
+    out.flush();
+  });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out << absl::StrFormat(
+      "fuzz: %d problems (seed %d), %d backend runs, %d unsupported, %d mismatches, %.1f s\n",
+      report.problems, options.seed, report.runs, report.unsupported, report.findings.size(),
+      seconds);
+  if (!report.findings.empty()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%d mismatch(es); first: %s", report.findings.size(), report.findings[0].command));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace attnkit

@@ -1,0 +1,157 @@
+#include "tools/diff_fuzz/diff_fuzz.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/compare.h"
+#include "core/config_io.h"
+#include "core/execute.h"
+#include "core/problem.h"
+#include "core/problem_data.h"
+#include "core/reference.h"
+#include "core/status_macros.h"
+#include "tools/diff_fuzz/random_config.h"
+
+namespace attnkit {
+
+absl::Status CheckOnBackend(const AttentionConfig& config, Backend* backend, bool* ran) {
+  if (ran != nullptr) *ran = false;
+  ATTNKIT_ASSIGN_OR_RETURN(const AttentionProblem p, ProblemFromConfig(config));
+  if (!backend->Supports(p).ok()) return absl::OkStatus();
+  if (ran != nullptr) *ran = true;
+  // The same inputs as `attnkit check`: ProblemData::Random(p, p.seed).
+  ATTNKIT_ASSIGN_OR_RETURN(ProblemData data, ProblemData::Random(p, p.seed));
+  const ReferenceResult ref = ComputeReference(p, data.args());
+  PoisonOutputs(data);
+  RunInfo info;
+  const absl::Status run = RunOnBackend(backend, p, data, &info);
+  if (!run.ok()) return absl::InternalError(absl::StrCat("error: ", run.message()));
+  const Comparison c = CompareToReference(p, data.args(), ref);
+  if (c.ok()) return absl::OkStatus();
+  return absl::InternalError(absl::StrFormat(
+      "[%s] %d of %d outside tolerance%s; max abs error %.3g; first: %s", info.kernel, c.mismatches,
+      c.checked, c.non_finite ? ", non-finite output" : "", c.max_abs_err, c.first_failure));
+}
+
+namespace {
+
+// Candidate reductions of a failing config, simplest first.
+std::vector<AttentionConfig> Reductions(const AttentionConfig& c) {
+  std::vector<AttentionConfig> out;
+  auto add = [&](auto edit) {
+    AttentionConfig r = c;
+    edit(r);
+    if (r.SerializeAsString() != c.SerializeAsString()) out.push_back(r);
+  };
+  add([](AttentionConfig& r) { r.set_poison_blocked(false); });
+  add([](AttentionConfig& r) { r.set_blocked_mask(false); });
+  add([](AttentionConfig& r) { r.set_additive_bias(false); });
+  add([](AttentionConfig& r) { r.set_softcap(0); });
+  add([](AttentionConfig& r) { r.set_return_lse(false); });
+  add([](AttentionConfig& r) { r.clear_kv_lengths(); });
+  add([](AttentionConfig& r) { r.clear_mask(); });
+  add([](AttentionConfig& r) { r.clear_scale(); });
+  add([](AttentionConfig& r) { r.set_layout(BHTD); });
+  add([](AttentionConfig& r) { r.set_dtype(F32); });
+  add([](AttentionConfig& r) { r.set_kv_dtype(r.dtype()); });
+  add([](AttentionConfig& r) {  // one batch entry: keep the first length
+    r.set_batch(1);
+    if (r.kv_lengths_size() > 1) r.mutable_kv_lengths()->Truncate(1);
+  });
+  add([](AttentionConfig& r) { r.set_num_heads(r.num_kv_heads()); });
+  add([](AttentionConfig& r) {
+    r.set_num_heads(r.num_heads() / r.num_kv_heads());
+    r.set_num_kv_heads(1);
+  });
+  auto shrink_len = [&](bool q, int64_t to) {
+    add([&](AttentionConfig& r) {
+      if (q) {
+        r.set_q_len(to);
+      } else {
+        r.set_kv_len(to);
+        for (int64_t& l : *r.mutable_kv_lengths()) l = std::min(l, to);
+      }
+    });
+  };
+  for (bool q : {true, false}) {
+    const int64_t len = q ? c.q_len() : c.kv_len();
+    for (int64_t to : {int64_t{1}, len / 2, len - 1}) {
+      if (to >= 1 && to < len) shrink_len(q, to);
+    }
+  }
+  for (int64_t to : {int64_t{1}, c.head_dim() / 2, c.head_dim() - 1}) {
+    if (to >= 1 && to < c.head_dim()) add([&](AttentionConfig& r) { r.set_head_dim(to); });
+  }
+  if (c.mask().kind() == MaskSpec::SLIDING_WINDOW) {
+    add([](AttentionConfig& r) { r.mutable_mask()->set_window_left(0); });
+    add([](AttentionConfig& r) { r.mutable_mask()->set_window_right(0); });
+  }
+  for (int64_t i = 0; i < c.kv_lengths_size(); ++i) {
+    if (c.kv_lengths(i) > 0) add([&](AttentionConfig& r) { r.set_kv_lengths(i, 0); });
+  }
+  add([](AttentionConfig& r) { r.clear_model_dim(); });
+  return out;
+}
+
+}  // namespace
+
+AttentionConfig Shrink(const AttentionConfig& failing, Backend* backend, int max_steps) {
+  AttentionConfig best = failing;
+  int steps = 0;
+  bool progress = true;
+  while (progress && steps < max_steps) {
+    progress = false;
+    for (const AttentionConfig& r : Reductions(best)) {
+      if (++steps > max_steps) break;
+      if (!ProblemFromConfig(r).ok()) continue;
+      if (!CheckOnBackend(r, backend).ok()) {
+        best = r;
+        progress = true;
+        break;
+      }
+    }
+  }
+  return best;
+}
+
+FuzzReport FuzzBackends(const std::vector<Backend*>& backends, const FuzzOptions& options,
+                        const std::function<void(const std::string&)>& progress) {
+  FuzzReport report;
+  std::mt19937_64 rng(options.seed);
+  auto say = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
+  for (int64_t n = 0; n < options.count; ++n) {
+    AttentionConfig config = RandomConfig(rng);
+    config.set_name(absl::StrFormat("fuzz-%d-%d", options.seed, n));
+    ++report.problems;
+    for (Backend* b : backends) {
+      bool ran = false;
+      const absl::Status s = CheckOnBackend(config, b, &ran);
+      report.runs += ran ? 1 : 0;
+      report.unsupported += ran ? 0 : 1;
+      if (s.ok()) continue;
+      const AttentionConfig small = Shrink(config, b);
+      FuzzFinding f;
+      f.backend = b->Name();
+      f.message = std::string(CheckOnBackend(small, b).message());
+      f.config_path = absl::StrFormat("%s/attnkit_fuzz_%d_%d_%s.textproto", options.repro_dir,
+                                      options.seed, n, b->Name());
+      const absl::Status w = WriteFileAtomically(f.config_path, ConfigToText(small));
+      f.command = w.ok() ? absl::StrFormat("attnkit check --config=%s --backends=%s", f.config_path,
+                                           b->Name())
+                         : absl::StrCat("(could not write the config: ", w.message(), ")");
+      say(absl::StrFormat("MISMATCH %s on problem %d: %s\n  shrunk: %s\n  repro: %s", f.backend, n,
+                          s.message(), f.message, f.command));
+      report.findings.push_back(f);
+    }
+    if ((n + 1) % 100 == 0) {
+      say(absl::StrFormat("%d problems, %d runs, %d unsupported, %d findings", n + 1, report.runs,
+                          report.unsupported, report.findings.size()));
+    }
+  }
+  return report;
+}
+
+}  // namespace attnkit

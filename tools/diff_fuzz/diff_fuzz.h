@@ -1,0 +1,55 @@
+// Differential fuzzing: random valid problems on every backend against the
+// fp64 reference; a mismatch is shrunk to a small config and written to a
+// file that `attnkit check --config=F --backends=NAME` reproduces (inputs,
+// including the NaN / Inf placement, follow from the config's seed).
+#ifndef ATTNKIT_TOOLS_DIFF_FUZZ_DIFF_FUZZ_H_
+#define ATTNKIT_TOOLS_DIFF_FUZZ_DIFF_FUZZ_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/backend.h"
+#include "core/config.pb.h"
+
+namespace attnkit {
+
+// Runs `config` on `backend` against the reference. OK when it matches or is
+// unsupported (*ran says which); otherwise an error saying what went wrong.
+absl::Status CheckOnBackend(const AttentionConfig& config, Backend* backend, bool* ran = nullptr);
+
+// Greedily applies size and feature reductions while CheckOnBackend still
+// fails; returns the smallest failing config found.
+AttentionConfig Shrink(const AttentionConfig& failing, Backend* backend, int max_steps = 400);
+
+struct FuzzOptions {
+  int64_t count = 100;             // problems to draw
+  uint64_t seed = 1;               // the whole run follows from it
+  std::string repro_dir = "/tmp";  // where shrunk configs are written
+};
+
+struct FuzzFinding {
+  std::string backend;
+  std::string message;  // the mismatch on the shrunk problem
+  std::string config_path;
+  std::string command;  // one line that reproduces it
+};
+
+struct FuzzReport {
+  int64_t problems = 0;
+  int64_t runs = 0;         // (problem, backend) pairs that ran
+  int64_t unsupported = 0;  // pairs a backend declined through Supports()
+  std::vector<FuzzFinding> findings;
+};
+
+// Draws options.count problems and checks each on every backend in
+// `backends`; `progress` (may be empty) gets one line per finding and a
+// summary every 100 problems.
+FuzzReport FuzzBackends(const std::vector<Backend*>& backends, const FuzzOptions& options,
+                        const std::function<void(const std::string&)>& progress);
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_TOOLS_DIFF_FUZZ_DIFF_FUZZ_H_

@@ -1,0 +1,76 @@
+#include "tools/diff_fuzz/random_config.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace attnkit {
+namespace {
+
+template <typename T>
+T Pick(std::mt19937_64& rng, const std::vector<T>& items) {
+  return items[rng() % items.size()];
+}
+
+bool Chance(std::mt19937_64& rng, double p) {
+  return std::uniform_real_distribution<double>(0, 1)(rng) < p;
+}
+
+DTypeProto RandomDType(std::mt19937_64& rng) { return Pick<DTypeProto>(rng, {F32, F16, BF16}); }
+
+}  // namespace
+
+AttentionConfig RandomConfig(std::mt19937_64& rng, double max_work) {
+  // Lengths around tile and vector edges (1, 2^k - 1, 2^k, 2^k + 1).
+  const std::vector<int64_t> kLens = {1,  2,  3,  4,  5,  7,  8,  9,   15, 16,
+                                      17, 31, 32, 33, 63, 64, 65, 100, 129};
+  const std::vector<int64_t> kHeadDims = {1,  2,  3,  4,  7,  8,  15,  16, 17,
+                                          32, 33, 48, 64, 80, 96, 128, 256};
+  AttentionConfig c;
+  for (;;) {
+    c.Clear();
+    const int64_t kv_heads = 1 + rng() % 3;
+    c.set_num_kv_heads(kv_heads);
+    c.set_num_heads(kv_heads * Pick<int64_t>(rng, {1, 1, 2, 3, 4, 8}));
+    c.set_head_dim(Pick(rng, kHeadDims));
+    c.set_batch(1 + rng() % 3);
+    c.set_q_len(Pick(rng, kLens));
+    c.set_kv_len(Chance(rng, 0.3) ? c.q_len() : Pick(rng, kLens));
+    const double work = double(c.batch()) * c.num_heads() * c.q_len() * c.kv_len() * c.head_dim();
+    if (work <= max_work) break;
+  }
+  switch (rng() % 3) {
+    case 0:
+      c.mutable_mask()->set_kind(MaskSpec::NONE);
+      break;
+    case 1:
+      c.mutable_mask()->set_kind(MaskSpec::CAUSAL);
+      break;
+    default:
+      c.mutable_mask()->set_kind(MaskSpec::SLIDING_WINDOW);
+      c.mutable_mask()->set_window_left(rng() % 9);
+      c.mutable_mask()->set_window_right(rng() % 4);
+  }
+  c.set_alignment(Chance(rng, 0.5) ? TOP_LEFT : BOTTOM_RIGHT);
+  if (Chance(rng, 0.4)) {
+    for (int64_t b = 0; b < c.batch(); ++b) {
+      // Zero-length and full sequences are the edges; favour them.
+      const int64_t len = Chance(rng, 0.25)   ? 0
+                          : Chance(rng, 0.25) ? c.kv_len()
+                                              : int64_t(rng() % (c.kv_len() + 1));
+      c.add_kv_lengths(len);
+    }
+  }
+  c.set_blocked_mask(Chance(rng, 0.25));
+  c.set_additive_bias(Chance(rng, 0.25));
+  if (Chance(rng, 0.2)) c.set_softcap(Pick<float>(rng, {1.0f, 5.0f, 30.0f, 50.0f}));
+  c.set_return_lse(Chance(rng, 0.5));
+  c.set_dtype(RandomDType(rng));
+  c.set_kv_dtype(Chance(rng, 0.7) ? c.dtype() : RandomDType(rng));
+  c.set_layout(Chance(rng, 0.5) ? BHTD : BTHD);
+  if (Chance(rng, 0.3)) c.set_scale(std::uniform_real_distribution<float>(0.05f, 2.0f)(rng));
+  c.set_poison_blocked(Chance(rng, 0.7));
+  c.set_seed(rng() % 1000000);
+  return c;
+}
+
+}  // namespace attnkit

@@ -1,0 +1,20 @@
+// Random valid attention problems for differential fuzzing: shapes, GQA
+// ratios, masks, alignments, padding (zero-length sequences included), dense
+// masks that block whole rows, bias, softcap, dtypes, layouts, and NaN / Inf
+// in the blocked positions (poison_blocked).
+#ifndef ATTNKIT_TOOLS_DIFF_FUZZ_RANDOM_CONFIG_H_
+#define ATTNKIT_TOOLS_DIFF_FUZZ_RANDOM_CONFIG_H_
+
+#include <random>
+
+#include "core/config.pb.h"
+
+namespace attnkit {
+
+// A config that ProblemFromConfig accepts, small enough that the fp64
+// reference runs it in milliseconds (B * H * Tq * Tk * d <= max_work).
+AttentionConfig RandomConfig(std::mt19937_64& rng, double max_work = 4e6);
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_TOOLS_DIFF_FUZZ_RANDOM_CONFIG_H_
