@@ -124,11 +124,9 @@ TEST(LinearAttentionTest, IsNotSoftmaxAttention) {
   const Data data = MakeData(p, Layout::kBHTD, 5);
   LinearAttention op;
   ASSERT_TRUE(op.Forward(p, data.args()).ok());
-  AttentionProblem s;
-  s.num_heads = s.num_kv_heads = 2;
-  s.q_len = s.kv_len = 16;
-  s.head_dim = s.model_dim = 8;
-  s.scale = 1.0f / std::sqrt(8.0f);
+  // The same shapes as the linear problem, K/V heads included.
+  const AttentionProblem s =
+      BasicProblem(p.batch, p.num_heads, p.num_kv_heads, p.q_len, p.kv_len, p.head_dim);
   AttentionArgs args;
   args.q = data.q.view();
   args.k = data.k.view();
