@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "backends/blas/attention_block.h"
 #include "backends/blas/row_ops.h"
+#include "core/full_capabilities.h"
 #include "core/status_macros.h"
 
 namespace attnkit {
@@ -66,13 +67,7 @@ std::string BlasBackend::Description() const {
 }
 
 Capabilities BlasBackend::Caps() const {
-  Capabilities c;
-  c.dtypes = c.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
-  c.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
-  c.alignments = {Alignment::kTopLeft, Alignment::kBottomRight};
-  c.layouts = {Layout::kBHTD, Layout::kBTHD};
-  c.lse = c.kv_lengths = c.blocked_mask = c.additive_bias = c.softcap = true;
-  return c;
+  return FullCapabilities();
 }
 
 absl::Status BlasBackend::Supports(const AttentionProblem& p) const {

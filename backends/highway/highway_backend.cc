@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "backends/highway/flash_params.h"
 #include "backends/highway/sdpa.h"
+#include "core/full_capabilities.h"
 #include "core/thread_pool.h"
 #include "backends/highway/workspace.h"
 #include "core/status_macros.h"
@@ -54,15 +55,7 @@ class HighwayBackend : public Backend {
         ", ", pool_->num_threads(), " threads");
   }
   Capabilities Caps() const override {
-    Capabilities c;
-    c.dtypes = c.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
-    c.min_head_dim = 1;
-    c.max_head_dim = 1024;
-    c.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
-    c.alignments = {Alignment::kTopLeft, Alignment::kBottomRight};
-    c.layouts = {Layout::kBHTD, Layout::kBTHD};
-    c.max_group_size = 0;
-    c.lse = c.kv_lengths = c.blocked_mask = c.additive_bias = c.softcap = true;
+    Capabilities c = FullCapabilities();
     // Each output row is reduced by one worker in a fixed key order, so the
     // thread count only changes which worker runs it (1 and 2 threads agree).
     c.deterministic = true;

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "core/full_capabilities.h"
 #include "core/reference.h"
 
 namespace attnkit {
@@ -16,11 +17,7 @@ class ReferenceBackend : public Backend {
     return "scalar fp64 reference: the definition, row by row, for checking other backends";
   }
   Capabilities Caps() const override {
-    Capabilities c;
-    c.dtypes = c.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
-    c.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
-    c.layouts = {Layout::kBHTD, Layout::kBTHD};
-    c.lse = c.kv_lengths = c.blocked_mask = c.additive_bias = c.softcap = true;
+    Capabilities c = FullCapabilities();
     c.deterministic = true;  // one thread, a fixed loop order
     return c;
   }

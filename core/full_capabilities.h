@@ -1,0 +1,23 @@
+// The capabilities of a backend that implements everything a config can
+// express: every dtype, mask, alignment, layout and group size, head dims
+// 1..1024, and every optional input and output. Backends start from this and
+// narrow what they do not do, so "complete" is spelled once.
+#ifndef ATTNKIT_CORE_FULL_CAPABILITIES_H_
+#define ATTNKIT_CORE_FULL_CAPABILITIES_H_
+
+#include "core/backend.h"
+
+namespace attnkit {
+
+inline Capabilities FullCapabilities() {
+  Capabilities c;  // head dims 1..1024, both alignments, any group size
+  c.dtypes = c.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+  c.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
+  c.layouts = {Layout::kBHTD, Layout::kBTHD};
+  c.lse = c.kv_lengths = c.blocked_mask = c.additive_bias = c.softcap = true;
+  return c;
+}
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_CORE_FULL_CAPABILITIES_H_
