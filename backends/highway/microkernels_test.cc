@@ -110,7 +110,12 @@ void CheckQDotKRows(size_t d, size_t rows, size_t keys) {
   const std::vector<T> ks = Storage<T>(k, &seen);
   auto qa = Aligned(q);
   std::vector<float> s(keys * lds + 1, 99.0f);
-  QDotKRows(qa.get(), dp, ks.data() + 1, ldk, dp, rows, rows_padded, keys, s.data(), lds);
+  // Ahead rows two keys on (those that exist), as direct decode passes them:
+  // prefetching must not change a result (d = 64 takes the prefetching tiles).
+  const size_t ahead_count = keys > 2 ? keys - 2 : 0;
+  const AheadRows<T> k_ahead{ks.data() + 1 + 2 * ldk, ldk, ahead_count};
+  QDotKRows(qa.get(), dp, ks.data() + 1, ldk, dp, rows, rows_padded, keys, s.data(), lds, k_ahead,
+            k_ahead);
   for (size_t j = 0; j < keys; ++j) {
     for (size_t r = 0; r < rows_padded; ++r) {
       double want = 0;
@@ -122,7 +127,7 @@ void CheckQDotKRows(size_t d, size_t rows, size_t keys) {
 }
 
 void TestQDotKRows() {
-  for (size_t d : {1, 5, 16, 33}) {
+  for (size_t d : {1, 5, 16, 33, 64}) {
     for (size_t rows : {1, 3, 4, 7}) {
       for (size_t keys : {0, 1, 5, 6}) {
         CheckQDotKRows<float>(d, rows, keys);
