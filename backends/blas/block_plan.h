@@ -3,8 +3,10 @@
 //
 // A work item is (batch b, kv head g, a block of `head_block` of g's query
 // heads, a block of `token_block` query positions). Its query rows are
-// stacked head-major into one [rows = heads x tokens, d] matrix, and the keys
-// it can see are visited in chunks of at most `key_chunk`:
+// stacked position-major into one [rows = heads x tokens, d] matrix, and the keys
+// it can see are visited in chunks of at most `key_chunk` (past the keys the
+// first row sees, e.g. on the causal diagonal, panels of `panel_tokens`
+// positions take only the keys they can see):
 //   S[rows, kn] = scale * Q[rows, d] . K[k0:k0+kn, d]^T     (cblas_sgemm)
 //   P = online softmax of S (running max and sum per row)
 //   O[rows, d] (+)= P[rows, kn] . V[k0:k0+kn, d]           (cblas_sgemm)
@@ -27,6 +29,9 @@ struct PlanOptions {
   // every head in the group.
   int64_t target_rows = 256;
   int64_t max_key_chunk = 0;  // 0 = the whole visible key range if it fits
+  // Query rows per diagonal panel: panel_rows / heads positions (at least 1);
+  // 0 = no panels. Stacked heads keep such panels tall enough for sgemm.
+  int64_t panel_rows = 64;
   // false: the same token blocks, but one query head per GEMM (to measure
   // what stacking the group's heads buys).
   bool stack_heads = true;
@@ -37,6 +42,7 @@ struct BlockPlan {
   int64_t head_block = 1;   // query heads of one group per item
   int64_t token_block = 1;  // query positions per item
   int64_t key_chunk = 1;    // keys per S block
+  int64_t panel_tokens = 1; // positions per diagonal panel (<= token_block)
   bool stage_kv = false;
   int workers = 1;
   size_t worker_bytes = 0;  // scratch of one worker, 64-byte aligned parts
