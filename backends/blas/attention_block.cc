@@ -110,8 +110,8 @@ void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, i
 }
 
 // o = acc / sum and lse = max + log(sum) for one row; zeros and -inf when the
-// row saw no key.
-void StoreRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, const float* acc, float max,
+// row saw no key. acc [d] is scratch and may be overwritten.
+void StoreRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, float* acc, float max,
               float sum) {
   const AttentionArgs& a = *ctx.args;
   const int64_t d = ctx.problem->head_dim;
@@ -121,7 +121,12 @@ void StoreRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, const fl
   const int64_t stride = a.o.strides[3];
   if (a.o.dtype == DType::kF32 && stride == 1) {
     float* out = static_cast<float*>(a.o.data) + base;
-    for (int64_t c = 0; c < d; ++c) out[c] = blocked ? 0.0f : acc[c] * inv;
+    if (blocked) {
+      std::fill(out, out + d, 0.0f);
+    } else {
+      ScaleRow(acc, d, inv);  // vectorised in scratch, then one copy out
+      std::memcpy(out, acc, static_cast<size_t>(d) * sizeof(float));
+    }
   } else {
     for (int64_t c = 0; c < d; ++c) {
       StoreFromF32(a.o.data, a.o.dtype, base + c * stride, blocked ? 0.0f : acc[c] * inv);
