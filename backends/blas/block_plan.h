@@ -33,7 +33,11 @@ struct PlanOptions {
   // 0 = no panels. Stacked heads keep such panels tall enough for sgemm.
   int64_t panel_rows = 64;
   // false: the same token blocks, but one query head per GEMM (to measure
-  // what stacking the group's heads buys).
+  // what stacking the group's heads buys). Stacking pays where one head has
+  // few query rows (decode: 4 rows instead of 1, ~3x). With T = 1024 a single
+  // head already fills 64-256-row GEMMs that run within ~10% of sgemm's peak,
+  // and the FLOPs are the same, so there it gains only a few percent
+  // (benchmarks/gemm_shapes_bench.cc).
   bool stack_heads = true;
   bool stage_kv = false;    // K/V chunks are converted to f32 in scratch
 };
