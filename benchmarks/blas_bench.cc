@@ -24,10 +24,10 @@ namespace {
 constexpr int kThreads = 2;
 constexpr int kSgemmN = 2048;
 
-// Best rate of `reps` n^3 sgemm calls on kThreads OpenBLAS threads, GFLOP/s.
-double MeasureSgemm(int n, int reps) {
+// Best rate of `reps` n^3 sgemm calls on `threads` OpenBLAS threads, GFLOP/s.
+double MeasureSgemm(int n, int reps, int threads) {
   std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
-  openblas_set_num_threads(kThreads);
+  openblas_set_num_threads(threads);
   double best = 0;
   for (int r = 0; r < reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -64,15 +64,18 @@ struct Variant {
   bool stack;
   int64_t target_rows;
   int64_t max_key_chunk = 0;
+  int threads = kThreads;
+  int64_t panel_rows = 64;
 };
 
 void RunAttention(benchmark::State& state, const AttentionProblem& p, const Variant& v) {
   BlasOptions o;
-  o.num_threads = kThreads;
+  o.num_threads = v.threads;
   o.threading = v.threading;
   o.stack_group_heads = v.stack;
   o.target_rows = v.target_rows;
   o.max_key_chunk = v.max_key_chunk;
+  o.panel_rows = v.panel_rows;
   BlasBackend backend(o);
   auto data = ProblemData::Random(p, 1);
   if (!data.ok()) return state.SkipWithError(std::string(data.status().message()).c_str());
@@ -86,7 +89,7 @@ void RunAttention(benchmark::State& state, const AttentionProblem& p, const Vari
   state.counters["GFLOP/s"] = benchmark::Counter(
       UsefulFlops(p) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   // The timed loop has ended; this sgemm is not part of the attention time.
-  state.counters["sgemm_GFLOP/s"] = MeasureSgemm(kSgemmN, 2);
+  state.counters["sgemm_GFLOP/s"] = MeasureSgemm(kSgemmN, 2, v.threads);
   state.SetLabel(info.kernel);
 }
 
@@ -146,14 +149,27 @@ void RegisterAll() {
       Register(absl::StrCat("BM_Blas/mha_h16_t2048_d64_", MaskKindName(mask), "/", v.name), p, v);
     }
   }
-  // GQA: the group's 4 heads stacked vs each head on its own over the same
-  // token blocks (64 positions), and per-head with 256-position blocks.
+  // GQA: the group's 4 heads stacked (64 positions, 16-position diagonal
+  // panels) vs each head on its own over the same token blocks, and per head
+  // with 256-position blocks (64-position diagonal panels), its best.
   const AttentionProblem gqa = Problem(32, 8, 1024, 1024, 128, MaskKind::kCausal);
   Register("BM_Blas/gqa_h32_g8_t1024_d128_causal/stacked", gqa, items);
   Register("BM_Blas/gqa_h32_g8_t1024_d128_causal/per_head", gqa,
            {"per_head", BlasThreading::kItems, false, 256});
   Register("BM_Blas/gqa_h32_g8_t1024_d128_causal/per_head_rows256", gqa,
            {"per_head_rows256", BlasThreading::kItems, false, 1024});
+  // One thread (less exposed to other jobs on the machine; compare with
+  // gemm_shapes_bench's BM_KvHead): token block x diagonal panel rows (0 =
+  // none), heads stacked or not. Per head, 64-row panels are 64 positions.
+  for (int64_t tokens : {64, 128, 256}) {
+    for (bool stack : {true, false}) {
+      for (int64_t panel : {0, 32, 64}) {
+        Register(absl::StrCat("BM_OneThread/gqa_h32_g8_t1024_d128_causal/",
+                              stack ? "stacked" : "per_head", "_tokens", tokens, "_panel", panel),
+                 gqa, {"one_thread", BlasThreading::kItems, stack, 4 * tokens, 0, 1, panel});
+      }
+    }
+  }
   // Block-size sweeps (--benchmark_filter=BM_Sweep): rows per GEMM and key
   // chunk for MHA; token block for GQA, heads stacked or not.
   for (int64_t rows : {64, 128, 256, 512}) {

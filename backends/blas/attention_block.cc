@@ -34,8 +34,10 @@ void StageRows(const TensorView& t, int64_t b, int64_t g, int64_t j0, int64_t n,
   }
 }
 
-// The block's query rows, stacked head-major: row r is head h0 + r / tokens,
-// position i0 + r % tokens. In place when they form one strided matrix.
+// The block's query rows, stacked position-major: row r is position
+// i0 + r / heads of head h0 + r % heads, so the rows of a run of positions are
+// contiguous (see the diagonal panels in ComputeBlock). In place when they
+// form one strided matrix.
 Operand QueryRows(const BlockContext& ctx, const BlockCoords& c, float* scratch) {
   const TensorView& q = ctx.args->q;
   const int64_t d = ctx.problem->head_dim;
@@ -45,11 +47,15 @@ Operand QueryRows(const BlockContext& ctx, const BlockCoords& c, float* scratch)
     if (c.num_heads == 1 && q.strides[2] >= d) return {base, q.strides[2]};
     if (c.num_tokens == 1 && q.strides[1] >= d) return {base, q.strides[1]};
   }
-  for (int64_t hh = 0; hh < c.num_heads; ++hh) {
-    for (int64_t t = 0; t < c.num_tokens; ++t) {
+  float* dst = scratch;
+  for (int64_t t = 0; t < c.num_tokens; ++t) {
+    for (int64_t hh = 0; hh < c.num_heads; ++hh, dst += d) {
       const int64_t src = q.Offset(c.b, c.h0 + hh, c.i0 + t, 0);
-      float* dst = scratch + (hh * c.num_tokens + t) * d;
-      for (int64_t k = 0; k < d; ++k) dst[k] = q.LoadF32(src + k * q.strides[3]);
+      if (ctx.q_in_place) {
+        std::memcpy(dst, static_cast<const float*>(q.data) + src, d * sizeof(float));
+      } else {
+        for (int64_t k = 0; k < d; ++k) dst[k] = q.LoadF32(src + k * q.strides[3]);
+      }
     }
   }
   return {scratch, d};
@@ -104,8 +110,8 @@ void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, i
 }
 
 // o = acc / sum and lse = max + log(sum) for one row; zeros and -inf when the
-// row saw no key.
-void StoreRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, const float* acc, float max,
+// row saw no key. acc [d] is scratch and may be overwritten.
+void StoreRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, float* acc, float max,
               float sum) {
   const AttentionArgs& a = *ctx.args;
   const int64_t d = ctx.problem->head_dim;
@@ -115,7 +121,12 @@ void StoreRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, const fl
   const int64_t stride = a.o.strides[3];
   if (a.o.dtype == DType::kF32 && stride == 1) {
     float* out = static_cast<float*>(a.o.data) + base;
-    for (int64_t c = 0; c < d; ++c) out[c] = blocked ? 0.0f : acc[c] * inv;
+    if (blocked) {
+      std::fill(out, out + d, 0.0f);
+    } else {
+      ScaleRow(acc, d, inv);  // vectorised in scratch, then one copy out
+      std::memcpy(out, acc, static_cast<size_t>(d) * sizeof(float));
+    }
   } else {
     for (int64_t c = 0; c < d; ++c) {
       StoreFromF32(a.o.data, a.o.dtype, base + c * stride, blocked ? 0.0f : acc[c] * inv);
@@ -166,59 +177,87 @@ void ZeroUnweightedValueRows(const float* p, int64_t rows, int64_t kn, int64_t d
 
 }  // namespace
 
-void ComputeBlock(const BlockContext& ctx, int64_t item, const WorkerScratch& w) {
+namespace {
+
+// Rows [r0, r0 + n) of block `c` (position-major) against keys [k0, k0 + kn):
+//   S [n, kn] = scale * Q [n, d] . K [kn, d]^T, online softmax per row,
+//   O [n, d] (+)= P [n, kn] . V [kn, d]; `first` overwrites O instead.
+void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const Operand& q, int64_t r0,
+                     int64_t n, int64_t k0, int64_t kn, bool first, const WorkerScratch& w) {
   const AttentionProblem& p = *ctx.problem;
   const AttentionArgs& a = *ctx.args;
+  const int64_t d = p.head_dim;
+  const int64_t kv_length = p.KvLength(c.b);
+  Operand k{w.k, d}, v{w.v, d};
+  if (ctx.plan.stage_kv) {
+    StageRows(a.k, c.b, c.g, k0, kn, d, w.k);
+  } else {
+    k = {static_cast<const float*>(a.k.data) + a.k.Offset(c.b, c.g, k0, 0), a.k.strides[2]};
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(kn),
+              static_cast<int>(d), p.scale, q.data + r0 * q.ld, static_cast<int>(q.ld), k.data,
+              static_cast<int>(k.ld), 0.0f, w.s, static_cast<int>(kn));
+  for (int64_t r = r0; r < r0 + n; ++r) {
+    SoftmaxChunkRow(ctx, c.b, c.h0 + r % c.num_heads, c.i0 + r / c.num_heads, kv_length, k0, kn,
+                    w.s + (r - r0) * kn, w.o + r * d, w.row_max + r, w.row_sum + r);
+  }
+  if (ctx.plan.stage_kv) {
+    StageRows(a.v, c.b, c.g, k0, kn, d, w.v);
+    if (p.blocked_mask) ZeroUnweightedValueRows(w.s, n, kn, d, w.v);
+  } else {
+    v = {static_cast<const float*>(a.v.data) + a.v.Offset(c.b, c.g, k0, 0), a.v.strides[2]};
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), static_cast<int>(d),
+              static_cast<int>(kn), 1.0f, w.s, static_cast<int>(kn), v.data,
+              static_cast<int>(v.ld), first ? 0.0f : 1.0f, w.o + r0 * d, static_cast<int>(d));
+}
+
+}  // namespace
+
+void ComputeBlock(const BlockContext& ctx, int64_t item, const WorkerScratch& w) {
+  const AttentionProblem& p = *ctx.problem;
   const BlockPlan& plan = ctx.plan;
   const BlockCoords c = DecodeItem(p, plan, item);
   const int64_t d = p.head_dim;
   const int64_t rows = c.num_heads * c.num_tokens;
   const int64_t kv_length = p.KvLength(c.b);
-  auto head_of = [&](int64_t r) { return c.h0 + r / c.num_tokens; };
-  auto pos_of = [&](int64_t r) { return c.i0 + r % c.num_tokens; };
+  auto end_of = [&](int64_t i) {
+    return std::min(kv_length, VisibleKeys(ctx.mask, i, kv_length).end);
+  };
 
   // Visible ranges grow monotonically with the query position, so the keys
   // the block can see are [begin of its first row, end of its last row).
   const int64_t k_begin = VisibleKeys(ctx.mask, c.i0, kv_length).begin;
-  const int64_t k_end =
-      std::min(kv_length, VisibleKeys(ctx.mask, c.i0 + c.num_tokens - 1, kv_length).end);
+  const int64_t k_end = end_of(c.i0 + c.num_tokens - 1);
   std::fill(w.row_max, w.row_max + rows, kNegInf);
   std::fill(w.row_sum, w.row_sum + rows, 0.0f);
 
   if (k_begin < k_end) {
     const Operand q = QueryRows(ctx, c, w.q);
-    for (int64_t k0 = k_begin; k0 < k_end; k0 += plan.key_chunk) {
-      const int64_t kn = std::min(plan.key_chunk, k_end - k0);
-      Operand k{w.k, d}, v{w.v, d};
-      if (plan.stage_kv) {
-        StageRows(a.k, c.b, c.g, k0, kn, d, w.k);
-      } else {
-        k = {static_cast<const float*>(a.k.data) + a.k.Offset(c.b, c.g, k0, 0), a.k.strides[2]};
+    // Keys [k_begin, split) are within reach of every row: one GEMM pair per
+    // chunk over all rows. Past split (the causal diagonal) each panel of
+    // plan.panel_tokens positions takes only the keys its last row can see,
+    // so the masked corner multiplied shrinks from tokens^2/2 to tokens *
+    // panel_tokens / 2 per head.
+    const int64_t panels = CeilDiv(c.num_tokens, plan.panel_tokens);
+    const int64_t split =
+        panels > 1 ? std::max(k_begin, std::min(k_end, end_of(c.i0))) : k_end;
+    for (int64_t k0 = k_begin; k0 < split; k0 += plan.key_chunk) {
+      RowsAgainstKeys(ctx, c, q, 0, rows, k0, std::min(plan.key_chunk, split - k0), k0 == k_begin,
+                      w);
+    }
+    for (int64_t t0 = 0; t0 < c.num_tokens && split < k_end; t0 += plan.panel_tokens) {
+      const int64_t tn = std::min(plan.panel_tokens, c.num_tokens - t0);
+      const int64_t panel_end = end_of(c.i0 + t0 + tn - 1);
+      for (int64_t k0 = split; k0 < panel_end; k0 += plan.key_chunk) {
+        RowsAgainstKeys(ctx, c, q, t0 * c.num_heads, tn * c.num_heads, k0,
+                        std::min(plan.key_chunk, panel_end - k0), k0 == k_begin, w);
       }
-      // S [rows, kn] = scale * Q [rows, d] . K [kn, d]^T
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
-                  static_cast<int>(kn), static_cast<int>(d), p.scale, q.data,
-                  static_cast<int>(q.ld), k.data, static_cast<int>(k.ld), 0.0f, w.s,
-                  static_cast<int>(kn));
-      for (int64_t r = 0; r < rows; ++r) {
-        SoftmaxChunkRow(ctx, c.b, head_of(r), pos_of(r), kv_length, k0, kn, w.s + r * kn,
-                        w.o + r * d, w.row_max + r, w.row_sum + r);
-      }
-      if (plan.stage_kv) {
-        StageRows(a.v, c.b, c.g, k0, kn, d, w.v);
-        if (p.blocked_mask) ZeroUnweightedValueRows(w.s, rows, kn, d, w.v);
-      } else {
-        v = {static_cast<const float*>(a.v.data) + a.v.Offset(c.b, c.g, k0, 0), a.v.strides[2]};
-      }
-      // O [rows, d] (+)= P [rows, kn] . V [kn, d]; the first chunk overwrites.
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
-                  static_cast<int>(d), static_cast<int>(kn), 1.0f, w.s, static_cast<int>(kn),
-                  v.data, static_cast<int>(v.ld), k0 == k_begin ? 0.0f : 1.0f, w.o,
-                  static_cast<int>(d));
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
-    StoreRow(ctx, c.b, head_of(r), pos_of(r), w.o + r * d, w.row_max[r], w.row_sum[r]);
+    StoreRow(ctx, c.b, c.h0 + r % c.num_heads, c.i0 + r / c.num_heads, w.o + r * d, w.row_max[r],
+             w.row_sum[r]);
   }
 }
 

@@ -126,6 +126,7 @@ absl::StatusOr<blas::BlockPlan> BlasBackend::Plan(const AttentionProblem& p, boo
   o.budget_bytes = options_.memory_budget_bytes;
   o.target_rows = options_.target_rows;
   o.max_key_chunk = options_.max_key_chunk;
+  o.panel_rows = options_.panel_rows;
   o.stack_heads = options_.stack_group_heads;
   o.stage_kv = stage_kv;
   o.workers = options_.threading == BlasThreading::kBlas ? 1 : num_threads_;
@@ -140,10 +141,11 @@ absl::StatusOr<blas::BlockPlan> BlasBackend::Plan(const AttentionProblem& p, boo
 }
 
 std::string BlasBackend::KernelName(const blas::BlockPlan& plan, bool use_items) const {
-  return absl::StrFormat("sgemm/%s %s x%d; rows %dx%d keys<=%d; %s; softmax/%s%s",
+  return absl::StrFormat("sgemm/%s %s x%d; rows %dx%d keys<=%d panel %d; %s; softmax/%s%s",
                          openblas_get_corename(),
                          use_items ? "blocks-over-threads (1-thread BLAS)" : "openblas-threads",
                          num_threads_, plan.head_block, plan.token_block, plan.key_chunk,
+                         plan.panel_tokens,
                          options_.stack_group_heads ? "gqa-stacked" : "per-head",
                          blas::RowOpsTarget(), plan.stage_kv ? "; kv staged to f32" : "");
 }
@@ -187,6 +189,7 @@ absl::Status BlasBackend::ForwardImpl(const AttentionProblem& p, const Attention
   const blas::BlockPlan& k = kernel_plan_;
   if (kernel_name_.empty() || use_items != kernel_use_items_ || plan.head_block != k.head_block ||
       plan.token_block != k.token_block || plan.key_chunk != k.key_chunk ||
+      plan.panel_tokens != k.panel_tokens ||
       plan.stage_kv != k.stage_kv) {
     kernel_name_ = KernelName(plan, use_items);
     kernel_plan_ = plan;

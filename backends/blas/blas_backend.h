@@ -44,6 +44,7 @@ struct BlasOptions {
   bool stack_group_heads = true;
   int64_t target_rows = 256;  // stacked query rows per GEMM (block_plan.h)
   int64_t max_key_chunk = 0;  // 0 = as many keys per S block as fit
+  int64_t panel_rows = 64;    // query rows per causal-diagonal panel, 0 = none
 };
 
 constexpr size_t kMinBlasBudgetBytes = size_t{1} << 20;

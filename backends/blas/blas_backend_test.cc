@@ -1,7 +1,8 @@
 // The blas backend against the fp64 reference over a grid of problems: odd
 // sizes, head dims, GQA ratios, every mask and alignment, padding, dense
 // mask, bias, softcap, LSE, dtypes, layouts, and the backend's own modes
-// (small key chunks for the online softmax, OpenBLAS threading, per-head).
+// (small key chunks for the online softmax, OpenBLAS threading, per-head,
+// thin diagonal panels).
 #include "backends/blas/blas_backend.h"
 
 #include <cblas.h>
@@ -19,7 +20,7 @@
 namespace attnkit {
 namespace {
 
-enum class Mode { kDefault, kSmallChunks, kBlasThreads, kPerHead };
+enum class Mode { kDefault, kSmallChunks, kBlasThreads, kPerHead, kThinPanels };
 
 const char* ModeName(Mode m) {
   switch (m) {
@@ -29,6 +30,8 @@ const char* ModeName(Mode m) {
       return "blasthreads";
     case Mode::kPerHead:
       return "perhead";
+    case Mode::kThinPanels:
+      return "panels";
     default:
       return "default";
   }
@@ -36,7 +39,7 @@ const char* ModeName(Mode m) {
 
 // One backend per mode, shared by every case (workspaces are reused).
 BlasBackend& BackendFor(Mode mode) {
-  static BlasBackend* backends[4] = {};
+  static BlasBackend* backends[5] = {};
   BlasBackend*& b = backends[static_cast<int>(mode)];
   if (b == nullptr) {
     BlasOptions o;
@@ -47,6 +50,11 @@ BlasBackend& BackendFor(Mode mode) {
     }
     if (mode == Mode::kBlasThreads) o.threading = BlasThreading::kBlas;
     if (mode == Mode::kPerHead) o.stack_group_heads = false;
+    if (mode == Mode::kThinPanels) {  // diagonal panels of 1-3 positions, chunked keys
+      o.target_rows = 48;
+      o.panel_rows = 6;
+      o.max_key_chunk = 16;
+    }
     b = new BlasBackend(o);
   }
   return *b;
@@ -161,7 +169,7 @@ std::vector<Case> MakeCases() {
           p.additive_bias = n % 7 == 3;
           p.softcap = n % 4 == 2 ? 2.5f : 0.0f;
           p.return_lse = n % 11 != 10;
-          const Mode mode = static_cast<Mode>((n / 5) % 4);
+          const Mode mode = static_cast<Mode>((n / 5) % 5);
           cases.push_back({p, mode, absl::StrCat(p.Id(), "_", ModeName(mode), "_", n)});
           ++n;
         }

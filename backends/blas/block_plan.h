@@ -3,8 +3,10 @@
 //
 // A work item is (batch b, kv head g, a block of `head_block` of g's query
 // heads, a block of `token_block` query positions). Its query rows are
-// stacked head-major into one [rows = heads x tokens, d] matrix, and the keys
-// it can see are visited in chunks of at most `key_chunk`:
+// stacked position-major into one [rows = heads x tokens, d] matrix, and the keys
+// it can see are visited in chunks of at most `key_chunk` (past the keys the
+// first row sees, e.g. on the causal diagonal, panels of `panel_tokens`
+// positions take only the keys they can see):
 //   S[rows, kn] = scale * Q[rows, d] . K[k0:k0+kn, d]^T     (cblas_sgemm)
 //   P = online softmax of S (running max and sum per row)
 //   O[rows, d] (+)= P[rows, kn] . V[k0:k0+kn, d]           (cblas_sgemm)
@@ -27,8 +29,15 @@ struct PlanOptions {
   // every head in the group.
   int64_t target_rows = 256;
   int64_t max_key_chunk = 0;  // 0 = the whole visible key range if it fits
+  // Query rows per diagonal panel: panel_rows / heads positions (at least 1);
+  // 0 = no panels. Stacked heads keep such panels tall enough for sgemm.
+  int64_t panel_rows = 64;
   // false: the same token blocks, but one query head per GEMM (to measure
-  // what stacking the group's heads buys).
+  // what stacking the group's heads buys). Stacking pays where one head has
+  // few query rows (decode: 4 rows instead of 1, ~3x). With T = 1024 a single
+  // head already fills 64-256-row GEMMs that run within ~10% of sgemm's peak,
+  // and the FLOPs are the same, so there it gains only a few percent
+  // (benchmarks/gemm_shapes_bench.cc).
   bool stack_heads = true;
   bool stage_kv = false;    // K/V chunks are converted to f32 in scratch
 };
@@ -37,6 +46,7 @@ struct BlockPlan {
   int64_t head_block = 1;   // query heads of one group per item
   int64_t token_block = 1;  // query positions per item
   int64_t key_chunk = 1;    // keys per S block
+  int64_t panel_tokens = 1; // positions per diagonal panel (<= token_block)
   bool stage_kv = false;
   int workers = 1;
   size_t worker_bytes = 0;  // scratch of one worker, 64-byte aligned parts

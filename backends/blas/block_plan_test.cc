@@ -64,6 +64,11 @@ TEST(BlockPlanTest, DefaultBudgetKeepsWholeGroupsAndWholeKeyRange) {
   EXPECT_EQ(plan->head_block, 4);
   EXPECT_EQ(plan->token_block, 64);
   EXPECT_EQ(plan->key_chunk, 16384);  // 256 x 16384 floats = 16 MiB per worker
+  EXPECT_EQ(plan->panel_tokens, 16);  // 64-row diagonal panels of 4 heads
+  o.stack_heads = false;
+  plan = blas::MakePlan(p, o);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->panel_tokens, 64);  // one head: 64-row panels are the whole block
 }
 
 TEST(BlockPlanTest, ImpossibleBudgetIsResourceExhausted) {

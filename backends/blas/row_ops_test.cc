@@ -68,6 +68,22 @@ TEST(RowOpsTest, MatchesScalarForEveryLengthAndOffset) {
   }
 }
 
+// Scores far below the max: exp underflows to (about) 0, never to garbage,
+// and the ones near the max keep full relative accuracy.
+TEST(RowOpsTest, FarBelowTheMaxGivesZero) {
+  std::vector<float> x;
+  for (float v = 0.0f; v > -130.0f; v -= 0.37f) x.push_back(v);
+  const std::vector<float> orig = x;
+  const float sum = ExpSubtractSum(x.data(), static_cast<int64_t>(x.size()), 0.0f);
+  double want_sum = 0;
+  for (size_t j = 0; j < x.size(); ++j) {
+    const double want = std::exp(double(orig[j]));
+    want_sum += want;
+    EXPECT_NEAR(x[j], want, 3e-6 * want + 1e-37) << orig[j];
+  }
+  EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum);
+}
+
 TEST(RowOpsTest, AllBlockedRowHasMaxNegInf) {
   std::vector<float> x(13, kNegInf);
   EXPECT_EQ(RowMax(x.data(), 13), kNegInf);
