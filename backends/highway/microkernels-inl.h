@@ -24,8 +24,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "core/dtype.h"
+#include "core/exp_nonpositive-inl.h"
 #include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
@@ -49,6 +51,7 @@ constexpr int kNarrowKeys = 1;
 constexpr int kNarrowRowVecs = 1;
 constexpr int kValueRows = 4;
 constexpr int kValueColVecs = 2;
+static_assert(kValueColVecs % 2 == 0, "value tiles load BF16Pairs two vectors at a time");
 
 // Rows of K or V storage some keys past the tile being multiplied, which the
 // product kernels prefetch a cache line at a time between their FMAs. Decode
@@ -122,6 +125,59 @@ HWY_INLINE VF LoadF32(DF df, const hwy::float16_t* HWY_RESTRICT p) {
   return hn::PromoteTo(df, hn::LoadU(hn::Rebind<hwy::float16_t, DF>(), p));
 }
 
+// Storage tag: bf16 K/V rows read two f32 vectors at a time. One load of
+// 2 * Lanes bf16 and two zips with zero give two f32 vectors (a bf16 is the
+// upper half of an f32): half the loads and instructions of widening each
+// vector with PromoteTo, and decode with a bf16 cache is bound by exactly
+// this arithmetic. The zips work within 128-bit blocks, so the pair holds the
+// 2 * Lanes columns in the order BF16PairColumns gives: the caller stores Q in
+// that order, and the output accumulates in it (dot products and the
+// row-wise output do not care which column is where). Rows must hold a
+// multiple of 2 * Lanes columns. Not on HWY_SCALAR (one lane: no pairs).
+struct BF16Pairs {
+  uint16_t bits;
+};
+#if HWY_TARGET == HWY_SCALAR
+constexpr bool kHaveBF16Pairs = false;
+#else
+constexpr bool kHaveBF16Pairs = true;
+#endif
+template <typename T>
+constexpr int kVecsPerLoad = std::is_same<T, BF16Pairs>::value ? 2 : 1;
+
+// out[0, kVecsPerLoad<T>) = the f32 vectors of storage at p.
+template <typename T>
+HWY_INLINE void LoadF32Vecs(DF df, const T* HWY_RESTRICT p, VF* HWY_RESTRICT out) {
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (std::is_same<T, BF16Pairs>::value) {
+    const hn::Repartition<uint16_t, DF> d16;
+    const hn::Repartition<uint32_t, DF> d32;
+    const auto v = hn::LoadU(d16, reinterpret_cast<const uint16_t*>(p));
+    const auto zero = hn::Zero(d16);
+    out[0] = hn::BitCast(df, hn::ZipLower(d32, zero, v));
+    out[1] = hn::BitCast(df, hn::ZipUpper(d32, zero, v));
+    return;
+  }
+#endif
+  if constexpr (!std::is_same<T, BF16Pairs>::value) out[0] = LoadF32(df, p);
+}
+
+// perm[i], i < 2 * Lanes: the column (within a chunk of 2 * Lanes) that
+// position i of a BF16Pairs vector pair holds, found by zipping the indices.
+HWY_INLINE void BF16PairColumns(uint32_t* HWY_RESTRICT perm) {
+#if HWY_TARGET != HWY_SCALAR
+  const DF df;
+  const hn::Repartition<uint16_t, DF> d16;
+  const hn::Repartition<uint32_t, DF> d32;
+  const auto idx = hn::Iota(d16, 0);
+  const auto zero = hn::Zero(d16);
+  hn::StoreU(hn::ZipLower(d32, idx, zero), d32, perm);
+  hn::StoreU(hn::ZipUpper(d32, idx, zero), d32, perm + hn::Lanes(df));
+#else
+  perm[0] = 0;
+#endif
+}
+
 #if HWY_TARGET != HWY_SCALAR
 // Sums 128-bit blocks: [N] -> [4] lanes, lane i = sum of lanes i mod 4.
 template <class D>
@@ -168,8 +224,9 @@ HWY_INLINE void QDotKRowsTile(const float* HWY_RESTRICT q, size_t ldq, const T* 
   const DF df;
   const size_t N = hn::Lanes(df);
   constexpr int kRows = 4;
-  // Elements per step of the outer loop: one cache line, or one vector.
-  const size_t step = kPrefetch ? AheadRows<T>::kPerLine : N;
+  constexpr int kV = kVecsPerLoad<T>;  // f32 vectors per load of K
+  // Elements per step of the outer loop: one cache line, or one load.
+  const size_t step = kPrefetch ? AheadRows<T>::kPerLine : kV * N;
   VF acc[kKeys][kRows];
   HWY_UNROLL(8)
   for (int kk = 0; kk < kKeys; ++kk) {
@@ -188,15 +245,18 @@ HWY_INLINE void QDotKRowsTile(const float* HWY_RESTRICT q, size_t ldq, const T* 
         hwy::Prefetch(pfv + kk * v_ahead.ld + line);
       }
     }
-    for (size_t c = line; c < line + step; c += N) {
-      VF kv[kKeys];
+    for (size_t c = line; c < line + step; c += kV * N) {
+      VF kv[kKeys][kV];
       HWY_UNROLL(8)
-      for (int kk = 0; kk < kKeys; ++kk) kv[kk] = LoadF32(df, k0 + kk * ldk + c);
+      for (int kk = 0; kk < kKeys; ++kk) LoadF32Vecs(df, k0 + kk * ldk + c, kv[kk]);
       HWY_UNROLL(8)
-      for (int r = 0; r < kRows; ++r) {
-        const VF qv = hn::Load(df, q0 + r * ldq + c);
+      for (int v = 0; v < kV; ++v) {
         HWY_UNROLL(8)
-        for (int kk = 0; kk < kKeys; ++kk) acc[kk][r] = hn::MulAdd(qv, kv[kk], acc[kk][r]);
+        for (int r = 0; r < kRows; ++r) {
+          const VF qv = hn::Load(df, q0 + r * ldq + c + v * N);
+          HWY_UNROLL(8)
+          for (int kk = 0; kk < kKeys; ++kk) acc[kk][r] = hn::MulAdd(qv, kv[kk][v], acc[kk][r]);
+        }
       }
     }
   }
@@ -263,7 +323,7 @@ HWY_INLINE void WeightedSumVTile(const float* HWY_RESTRICT p, size_t ldp, const 
   for (size_t j = 0; j < keys; ++j, pj += ldp, vj += ldv) {
     VF vv[kColVecs];
     HWY_UNROLL(8)
-    for (int cv = 0; cv < kColVecs; ++cv) vv[cv] = LoadF32(df, vj + cv * N);
+    for (int cv = 0; cv < kColVecs; cv += kVecsPerLoad<T>) LoadF32Vecs(df, vj + cv * N, vv + cv);
     HWY_UNROLL(8)
     for (int r = 0; r < kRows; ++r) {
       const VF w = hn::Set(df, pj[r]);
@@ -295,8 +355,10 @@ HWY_INLINE void WeightedSumV(const float* HWY_RESTRICT p, size_t ldp, const T* H
     for (; c0 + kValueColVecs * N <= dp; c0 += kValueColVecs * N) {
       WeightedSumVTile<kValueRows, kValueColVecs>(p, ldp, v, ldv, keys, alpha, r0, c0, o, ldo);
     }
-    for (; c0 < dp; c0 += N) {
-      WeightedSumVTile<kValueRows, 1>(p, ldp, v, ldv, keys, alpha, r0, c0, o, ldo);
+    if constexpr (kVecsPerLoad<T> == 1) {  // BF16Pairs rows hold whole pairs
+      for (; c0 < dp; c0 += N) {
+        WeightedSumVTile<kValueRows, 1>(p, ldp, v, ldv, keys, alpha, r0, c0, o, ldo);
+      }
     }
   }
 }
@@ -304,9 +366,10 @@ HWY_INLINE void WeightedSumV(const float* HWY_RESTRICT p, size_t ldp, const T* H
 // Online softmax over one key tile, vectorised over query rows:
 //   m' = max(m, max_j S[j, r]);  alpha = exp(m - m');
 //   P[j, r] = exp(S[j, r] - m');  l' = alpha * l + sum_j P[j, r].
-// Blocked scores are -inf and give P = 0 (Exp returns 0 below -104). While a
-// row has seen only -inf, m' = -inf and exp is taken relative to 0 instead,
-// so no -inf - -inf = NaN appears; l stays 0. S is overwritten with P.
+// Every exp argument is <= 0 (ExpNonPositive); blocked scores are -inf and
+// give P = 0. While a row has seen only -inf, m' = -inf and exp is taken
+// relative to 0 instead, so no -inf - -inf = NaN appears; l stays 0. S is
+// overwritten with P.
 HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t keys,
                                     size_t rows, float* HWY_RESTRICT m,
                                     float* HWY_RESTRICT l, float* HWY_RESTRICT alpha) {
@@ -319,14 +382,14 @@ HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t ke
     const VF m_old = hn::Load(df, m + r0);
     const VF m_new = hn::Max(m_old, tile_max);
     const VF m_use = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
-    const VF a = hn::Exp(df, hn::Sub(m_old, m_use));
+    const VF a = ExpNonPositive(df, hn::Sub(m_old, m_use));
     VF sum0 = hn::Zero(df), sum1 = hn::Zero(df);
     size_t j = 0;
     for (; j + 2 <= keys; j += 2) {
       float* s0 = s + j * lds + r0;
       float* s1 = s0 + lds;
-      const VF p0 = hn::Exp(df, hn::Sub(hn::Load(df, s0), m_use));
-      const VF p1 = hn::Exp(df, hn::Sub(hn::Load(df, s1), m_use));
+      const VF p0 = ExpNonPositive(df, hn::Sub(hn::Load(df, s0), m_use));
+      const VF p1 = ExpNonPositive(df, hn::Sub(hn::Load(df, s1), m_use));
       hn::Store(p0, df, s0);
       hn::Store(p1, df, s1);
       sum0 = hn::Add(sum0, p0);
@@ -334,7 +397,7 @@ HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t ke
     }
     if (j < keys) {
       float* s0 = s + j * lds + r0;
-      const VF p0 = hn::Exp(df, hn::Sub(hn::Load(df, s0), m_use));
+      const VF p0 = ExpNonPositive(df, hn::Sub(hn::Load(df, s0), m_use));
       hn::Store(p0, df, s0);
       sum0 = hn::Add(sum0, p0);
     }

@@ -324,6 +324,92 @@ void TestMergeLsePartials() {
   }
 }
 
+// BF16Pairs (bf16 rows read two vectors at a time, columns permuted) against
+// plain bf16 reads: QDotKRows with Q stored in the pair order gives the same
+// scores, and WeightedSumV the same output in the pair order. Unaligned,
+// strided storage; with and without prefetching ahead rows.
+void TestBF16Pairs() {
+  if (!kHaveBF16Pairs) return;
+  const size_t N = hn::Lanes(DF()), chunk = 2 * N;
+  std::vector<uint32_t> perm(chunk);
+  BF16PairColumns(perm.data());
+  std::vector<bool> hit(chunk, false);  // a permutation of [0, chunk)
+  for (uint32_t c : perm) {
+    ASSERT_LT(c, chunk);
+    hit[c] = true;
+  }
+  for (bool h : hit) EXPECT_TRUE(h);
+  for (size_t dp : {chunk, 2 * chunk, 64 / chunk * chunk + chunk}) {
+    const size_t rows = 4, rows_padded = 8, keys = 7, ldk = dp + 3, lds = rows_padded;
+    std::vector<float> seen;
+    const std::vector<hwy::bfloat16_t> k = Storage<hwy::bfloat16_t>(Random(keys * ldk + 1, 30), &seen);
+    const auto* kp = reinterpret_cast<const BF16Pairs*>(k.data() + 1);
+    std::vector<float> q = Random(rows_padded * dp, 31), qperm(q.size());
+    for (size_t r = 0; r < rows_padded; ++r) {
+      for (size_t c = 0; c < dp; ++c) {
+        if (r >= rows) q[r * dp + c] = 0.0f;
+      }
+      for (size_t c = 0; c < dp; ++c) qperm[r * dp + c] = q[r * dp + c - c % chunk + perm[c % chunk]];
+    }
+    auto qa = Aligned(q), qpa = Aligned(qperm);
+    std::vector<float> s_plain(keys * lds), s_pairs(keys * lds);
+    QDotKRows(qa.get(), dp, k.data() + 1, ldk, dp, rows, rows_padded, keys, s_plain.data(), lds);
+    for (size_t ahead : {0, 2}) {
+      const AheadRows<BF16Pairs> rows_ahead{kp + ahead * ldk, ldk, ahead == 0 ? 0 : keys - ahead};
+      QDotKRows(qpa.get(), dp, kp, ldk, dp, rows, rows_padded, keys, s_pairs.data(), lds,
+                rows_ahead, rows_ahead);
+      for (size_t i = 0; i < s_plain.size(); ++i) {
+        ExpectNear(s_plain[i], s_pairs[i], 1e-5 * std::sqrt(double(dp)), "BF16Pairs QDotKRows");
+      }
+    }
+    // Values: the same storage as V, output compared position by position.
+    const size_t ldp = rows, ldo = dp;
+    auto p = Aligned(Random(keys * ldp, 32));
+    auto alpha = Aligned(Random(rows, 33));
+    const std::vector<float> o0 = Random(rows * ldo, 34);
+    std::vector<float> o0perm(o0.size());
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t c = 0; c < dp; ++c) o0perm[r * ldo + c] = o0[r * ldo + c - c % chunk + perm[c % chunk]];
+    }
+    auto o_plain = Aligned(o0), o_pairs = Aligned(o0perm);
+    WeightedSumV(p.get(), ldp, k.data() + 1, ldk, keys, alpha.get(), rows, dp, o_plain.get(), ldo);
+    WeightedSumV(p.get(), ldp, kp, ldk, keys, alpha.get(), rows, dp, o_pairs.get(), ldo);
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t c = 0; c < dp; ++c) {
+        ExpectNear(o_plain[r * ldo + c - c % chunk + perm[c % chunk]], o_pairs[r * ldo + c], 1e-5,
+                   "BF16Pairs WeightedSumV");
+      }
+    }
+  }
+}
+
+// ExpNonPositive on every target: full relative accuracy down to -87, exactly
+// 0 below it and for -inf and NaN (blocked or poisoned scores), 1 at 0.
+void TestExpNonPositive() {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  std::vector<float> x;
+  for (float v = 0.0f; v > -130.0f; v -= 0.0371f) x.push_back(v);
+  x.push_back(-0.0f);
+  x.push_back(kNegInf);
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  while (x.size() % N != 0) x.push_back(-1.0f);
+  auto in = hwy::AllocateAligned<float>(x.size());
+  auto out = hwy::AllocateAligned<float>(x.size());
+  for (size_t i = 0; i < x.size(); ++i) in[i] = x[i];
+  for (size_t i = 0; i < x.size(); i += N) {
+    hn::Store(ExpNonPositive(df, hn::Load(df, in.get() + i)), df, out.get() + i);
+  }
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!(x[i] >= -87.0f)) {  // below range, -inf, NaN
+      EXPECT_EQ(out[i], 0.0f) << x[i];
+    } else {
+      const double want = std::exp(double(x[i]));
+      EXPECT_NEAR(out[i], want, 3e-7 * want) << x[i];
+    }
+  }
+}
+
 }  // namespace
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace HWY_NAMESPACE
@@ -341,5 +427,7 @@ HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestOnlineSoftmaxUpdate);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestMaskKeyRange);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestSoftCapAndLoadRow);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestMergeLsePartials);
+HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestExpNonPositive);
+HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestBF16Pairs);
 }  // namespace attnkit
 #endif

@@ -54,9 +54,11 @@ struct Tiling {
   int64_t splits;          // key ranges per base item (split-K)
   bool narrow;             // rows fit one vector: use the 8-key x 1-vector QK^T
   bool direct;             // narrow, and K/V rows are read from storage as is
+  bool bf16_pairs;         // direct bf16 read as BF16Pairs (columns permuted)
   int64_t ahead_keys;      // direct: keys past the tile whose rows are prefetched
   // Per-thread scratch offsets, in floats.
-  size_t off_qt, off_q, off_k, off_v, off_s, off_o, off_m, off_l, off_alpha, off_kb, off_ke;
+  size_t off_qt, off_q, off_k, off_v, off_s, off_o, off_m, off_l, off_alpha, off_kb, off_ke,
+      off_row;
   size_t scratch_floats;
   size_t partial_floats;  // split-K partials: [base_items, splits, rows, dp + 1]
 };
@@ -89,6 +91,8 @@ inline Tiling PlanTiling(const FlashParams& p) {
   t.key_tile =
       t.narrow ? std::min<int64_t>(64, RoundUp(2048 / t.dp, kNarrowKeys)) : (d <= 256 ? 64 : 32);
   if (t.direct && DTypeSize(p.k.dtype) == 2) t.key_tile = kDirectKeyTile16;
+  t.bf16_pairs = kHaveBF16Pairs && t.direct && p.k.dtype == DType::kBF16 &&
+                 t.dp % static_cast<int64_t>(2 * N) == 0;
   const int64_t row_bytes = d * static_cast<int64_t>(DTypeSize(p.k.dtype));
   t.ahead_keys = std::max<int64_t>(t.key_tile, kAheadBytes / row_bytes);
   t.base_items = p.batch * p.num_kv_heads * t.head_chunks * t.q_tiles;
@@ -118,6 +122,7 @@ inline Tiling PlanTiling(const FlashParams& p) {
   t.off_alpha = take(mp);
   t.off_kb = take(mp);
   t.off_ke = take(mp);
+  t.off_row = take(t.bf16_pairs ? t.dp : 0);
   t.scratch_floats = off;
   t.partial_floats =
       t.splits > 1 ? static_cast<size_t>(t.base_items * t.splits * mp * (t.dp + 1)) : 0;
@@ -318,9 +323,23 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     l[r] = 0.0f;
   }
   std::fill(o, o + mp * dp, 0.0f);
+  // BF16Pairs: position c of a row holds column perm[c] (see LoadF32Vecs);
+  // Q rows are stored, and output rows come out, in that order.
+  constexpr bool kPairs = std::is_same<T, BF16Pairs>::value;
+  uint32_t perm[2 * HWY_MAX_BYTES / sizeof(float)];
+  if (kPairs) BF16PairColumns(perm);
+  const int64_t chunk = 2 * static_cast<int64_t>(hn::Lanes(DF()));
+  float* HWY_RESTRICT row = scratch + t.off_row;
   if (it.k_begin < it.k_end) {
     LoadQueryTile(p, t, it, qt);
     if (t.narrow) TransposeQueryTile(t, d, qt, qrows);
+    if (kPairs) {
+      for (int64_t r = 0; r < rows; ++r) {
+        float* HWY_RESTRICT q = qrows + r * dp;
+        std::copy(q, q + dp, row);
+        for (int64_t c = 0; c < dp; ++c) q[c] = row[c - c % chunk + perm[c % chunk]];
+      }
+    }
   }
 
   const int64_t kv_length = p.KvLength(it.b);
@@ -387,6 +406,10 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     } else {
       std::fill(orow, orow + dp, 0.0f);
     }
+    if (kPairs) {  // back to column order
+      for (int64_t c = 0; c < dp; ++c) row[c - c % chunk + perm[c % chunk]] = orow[c];
+      orow = row;
+    }
     store_row(r, orow, lse);
   }
 }
@@ -394,7 +417,9 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
 template <class StoreRow>
 void RunItem(const FlashParams& p, const Tiling& t, const Item& it, float* scratch,
              const StoreRow& store_row) {
-  if (t.direct && p.k.dtype == DType::kBF16) {
+  if (t.bf16_pairs) {
+    RunItemAs<BF16Pairs>(p, t, it, scratch, store_row);
+  } else if (t.direct && p.k.dtype == DType::kBF16) {
     RunItemAs<hwy::bfloat16_t>(p, t, it, scratch, store_row);
   } else if (t.direct && p.k.dtype == DType::kF16) {
     RunItemAs<hwy::float16_t>(p, t, it, scratch, store_row);
