@@ -39,9 +39,11 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;
-  uint64_t generation_ = 0;  // bumped by each Run; workers wait for a change
-  int busy_workers_ = 0;
-  bool stop_ = false;
+  // Written under mu_; atomic so that workers and the caller can spin on
+  // them briefly before sleeping (see kSpinRounds in thread_pool.cc).
+  std::atomic<uint64_t> generation_{0};  // bumped by each Run
+  std::atomic<int> busy_workers_{0};
+  std::atomic<bool> stop_{false};
   // The current job, valid while busy_workers_ > 0 or the caller drains.
   absl::FunctionRef<void(int64_t, int)>* job_ = nullptr;
   int64_t num_items_ = 0;
