@@ -1,5 +1,6 @@
 // The dispatched row kernels against scalar loops, for lengths 0 to a few
-// vectors and misaligned starts.
+// vectors and misaligned starts, under every compiled Highway target this CPU
+// supports (dispatch follows SetSupportedTargetsForTest(GetParam())).
 #include "backends/blas/row_ops.h"
 
 #include <cmath>
@@ -8,6 +9,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "hwy/targets.h"
+#include "hwy/tests/hwy_gtest.h"
 
 namespace attnkit {
 namespace blas {
@@ -23,7 +26,14 @@ std::vector<float> RandomRow(int64_t n, uint32_t seed) {
   return x;
 }
 
-TEST(RowOpsTest, MatchesScalarForEveryLengthAndOffset) {
+class RowOpsTest : public hwy::TestWithParamTarget {};
+HWY_TARGET_INSTANTIATE_TEST_SUITE_P(RowOpsTest);
+
+TEST_P(RowOpsTest, DispatchesToTheTargetUnderTest) {
+  EXPECT_STREQ(RowOpsTarget(), hwy::TargetName(GetParam()));
+}
+
+TEST_P(RowOpsTest, MatchesScalarForEveryLengthAndOffset) {
   SCOPED_TRACE(RowOpsTarget());
   for (int64_t n = 0; n <= 70; ++n) {
     for (int64_t off = 0; off < 4; ++off) {
@@ -43,7 +53,7 @@ TEST(RowOpsTest, MatchesScalarForEveryLengthAndOffset) {
       for (int64_t j = 0; j < n; ++j) {
         const double want = std::exp(double(orig[off + j]) - want_max);
         want_sum += want;
-        EXPECT_NEAR(row[j], want, 3e-6 * want + 1e-30) << j;  // Highway Exp: ~2e-6
+        EXPECT_NEAR(row[j], want, 3e-6 * want + 1e-30) << j;  // ExpNonPositive: ~1e-7
         if (orig[off + j] == kNegInf) {
           EXPECT_EQ(row[j], 0.0f);
         }
@@ -70,7 +80,7 @@ TEST(RowOpsTest, MatchesScalarForEveryLengthAndOffset) {
 
 // Scores far below the max: exp underflows to (about) 0, never to garbage,
 // and the ones near the max keep full relative accuracy.
-TEST(RowOpsTest, FarBelowTheMaxGivesZero) {
+TEST_P(RowOpsTest, FarBelowTheMaxGivesZero) {
   std::vector<float> x;
   for (float v = 0.0f; v > -130.0f; v -= 0.37f) x.push_back(v);
   const std::vector<float> orig = x;
@@ -84,7 +94,7 @@ TEST(RowOpsTest, FarBelowTheMaxGivesZero) {
   EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum);
 }
 
-TEST(RowOpsTest, AllBlockedRowHasMaxNegInf) {
+TEST_P(RowOpsTest, AllBlockedRowHasMaxNegInf) {
   std::vector<float> x(13, kNegInf);
   EXPECT_EQ(RowMax(x.data(), 13), kNegInf);
 }
