@@ -33,8 +33,9 @@ constexpr int64_t kMinItemsBeforeSplit = 16;  // split K below this many items
 constexpr size_t kAlignFloats = 16;           // 64-byte sub-buffer alignment
 // Direct decode tiles prefetch the K and V rows about kAheadBytes (of each)
 // past the tile, a line at a time from inside the product kernels
-// (AheadRows), and 16-bit tiles hold kDirectKeyTile16 keys. Measured on Zen 3
-// (d = 128, B = 8): 8 KiB ahead beat 16 and 32 KiB.
+// (AheadRows), and 16-bit tiles hold kDirectKeyTile16 keys. On Zen 3
+// (d = 128, B = 8) 8, 16 and 32 KiB ahead and 16-64-key fp32 tiles were
+// within this machine's noise of each other; 8 KiB disturbs L1 least.
 constexpr int64_t kAheadBytes = 8 << 10;
 constexpr int64_t kDirectKeyTile16 = 8;
 
@@ -374,8 +375,10 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       const int64_t ahead = k0 + t.ahead_keys;
       const size_t count =
           static_cast<size_t>(std::max<int64_t>(0, std::min(nk, it.k_end - ahead)));
-      k_ahead = {ktile + t.ahead_keys * ldk, ldk, count};
-      v_ahead = {vtile + t.ahead_keys * ldv, ldv, count};
+      if (count > 0) {  // no pointer past the item's rows otherwise
+        k_ahead = {ktile + t.ahead_keys * ldk, ldk, count};
+        v_ahead = {vtile + t.ahead_keys * ldv, ldv, count};
+      }
     }
     if (t.narrow) {
       QDotKRows(qrows, dp, ktile, ldk, dp, rows, mp, nkp, s, mp, k_ahead, v_ahead);
