@@ -15,6 +15,8 @@ HWY_EXPORT(SoftcapRowT);
 HWY_EXPORT(RowMaxT);
 HWY_EXPORT(ExpSubtractSumT);
 HWY_EXPORT(ScaleRowT);
+HWY_EXPORT(WidenBF16RowT);
+HWY_EXPORT(WidenF16RowT);
 HWY_EXPORT(TargetT);
 
 void SoftcapRow(float* s, int64_t n, float cap) { HWY_DYNAMIC_DISPATCH(SoftcapRowT)(s, n, cap); }
@@ -23,6 +25,12 @@ float ExpSubtractSum(float* s, int64_t n, float max) {
   return HWY_DYNAMIC_DISPATCH(ExpSubtractSumT)(s, n, max);
 }
 void ScaleRow(float* x, int64_t n, float f) { HWY_DYNAMIC_DISPATCH(ScaleRowT)(x, n, f); }
+void WidenBF16Row(const uint16_t* src, int64_t n, float* dst) {
+  HWY_DYNAMIC_DISPATCH(WidenBF16RowT)(src, n, dst);
+}
+void WidenF16Row(const uint16_t* src, int64_t n, float* dst) {
+  HWY_DYNAMIC_DISPATCH(WidenF16RowT)(src, n, dst);
+}
 const char* RowOpsTarget() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetT)()); }
 
 }  // namespace blas

@@ -1,5 +1,6 @@
 // Vectorised per-row steps of the blocked softmax: soft-capping, the row
-// maximum, exp(s - max) with its sum, and scaling. Plain C++ interface; the
+// maximum, exp(s - max) with its sum, and scaling; and widening 16-bit K/V
+// rows to the f32 the GEMMs read. Plain C++ interface; the
 // Highway code lives in row_ops-inl.h and is dispatched in row_ops.cc.
 #ifndef ATTNKIT_BACKENDS_BLAS_ROW_OPS_H_
 #define ATTNKIT_BACKENDS_BLAS_ROW_OPS_H_
@@ -21,6 +22,10 @@ float ExpSubtractSum(float* s, int64_t n, float max);
 
 // x *= f over x[0, n).
 void ScaleRow(float* x, int64_t n, float f);
+
+// dst[0, n) = the bf16 (or f16) bit patterns src[0, n) as f32, exactly.
+void WidenBF16Row(const uint16_t* src, int64_t n, float* dst);
+void WidenF16Row(const uint16_t* src, int64_t n, float* dst);
 
 // The Highway target these functions dispatch to on this CPU, e.g. "AVX2".
 const char* RowOpsTarget();

@@ -4,10 +4,12 @@
 #include "backends/blas/row_ops.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "core/dtype.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
 #include "hwy/tests/hwy_gtest.h"
@@ -92,6 +94,41 @@ TEST_P(RowOpsTest, FarBelowTheMaxGivesZero) {
     EXPECT_NEAR(x[j], want, 3e-6 * want + 1e-37) << orig[j];
   }
   EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum);
+}
+
+// Widening every bf16 and f16 bit pattern gives exactly the scalar
+// conversion's bits (NaN stays NaN; F16C may quiet a signalling NaN), at
+// every length modulo the vector width and from unaligned starts.
+TEST_P(RowOpsTest, WideningMatchesTheScalarConversionForEveryPattern) {
+  std::vector<uint16_t> all(65536 + 7);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  std::vector<float> out(all.size());
+  for (int64_t off : {0, 3}) {
+    const int64_t n = 65536;
+    for (bool bf16 : {true, false}) {
+      SCOPED_TRACE(bf16 ? "bf16" : "f16");
+      if (bf16) {
+        WidenBF16Row(all.data() + off, n, out.data());
+      } else {
+        WidenF16Row(all.data() + off, n, out.data());
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = all[off + i];
+        const float want = bf16 ? F32FromBF16(h) : F32FromF16(h);
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(out[i])) << h;
+        } else {
+          EXPECT_EQ(std::memcmp(&want, &out[i], sizeof(float)), 0) << h;
+        }
+      }
+    }
+  }
+  for (int64_t n = 0; n <= 40; ++n) {  // short rows: the scalar tail
+    std::fill(out.begin(), out.end(), -1.0f);
+    WidenBF16Row(all.data() + 16256, n, out.data());  // 0x3F80.. = 1.0 upward
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(out[i], F32FromBF16(all[16256 + i]));
+    EXPECT_EQ(out[n], -1.0f);  // nothing past n
+  }
 }
 
 TEST_P(RowOpsTest, AllBlockedRowHasMaxNegInf) {

@@ -28,6 +28,7 @@
 
 #include "core/dtype.h"
 #include "core/exp_nonpositive-inl.h"
+#include "core/widen_f16-inl.h"
 #include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
@@ -122,7 +123,7 @@ HWY_INLINE VF LoadF32(DF df, const hwy::bfloat16_t* HWY_RESTRICT p) {
   return hn::PromoteTo(df, hn::LoadU(hn::Rebind<hwy::bfloat16_t, DF>(), p));
 }
 HWY_INLINE VF LoadF32(DF df, const hwy::float16_t* HWY_RESTRICT p) {
-  return hn::PromoteTo(df, hn::LoadU(hn::Rebind<hwy::float16_t, DF>(), p));
+  return LoadF16AsF32(df, p);  // exact for Inf/NaN on every target
 }
 
 // Storage tag: bf16 K/V rows read two f32 vectors at a time. One load of
@@ -453,9 +454,8 @@ HWY_INLINE void LoadRowAsF32(const void* src, DType type, int64_t stride, size_t
       const auto* h = static_cast<const hwy::bfloat16_t*>(src);
       for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dbf, h + i)), df, dst + i);
     } else {
-      const hn::Rebind<hwy::float16_t, DF> dh;
       const auto* h = static_cast<const hwy::float16_t*>(src);
-      for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, h + i)), df, dst + i);
+      for (; i + N <= n; i += N) hn::StoreU(LoadF16AsF32(df, h + i), df, dst + i);
     }
   }
   for (; i < n; ++i) dst[i] = LoadAsF32(src, type, static_cast<int64_t>(i) * stride);
