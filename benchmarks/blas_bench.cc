@@ -31,8 +31,8 @@ double MeasureSgemm(int n, int reps, int threads) {
   double best = 0;
   for (int r = 0; r < reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n,
-                b.data(), n, 0.0f, c.data(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
     const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
     best = std::max(best, 2.0 * n * n * n / dt.count() * 1e-9);
   }
@@ -45,11 +45,11 @@ void BM_Sgemm(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
   std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
   openblas_set_num_threads(kThreads);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n,
-              b.data(), n, 0.0f, c.data(), n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+              0.0f, c.data(), n);
   for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n,
-                b.data(), n, 0.0f, c.data(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
     benchmark::DoNotOptimize(c.data());
   }
   const double flops = 2.0 * n * n * n;
@@ -86,15 +86,14 @@ void RunAttention(benchmark::State& state, const AttentionProblem& p, const Vari
   for (auto _ : state) {
     benchmark::DoNotOptimize(backend.Forward(p, args).ok());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      UsefulFlops(p) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(UsefulFlops(p) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   // The timed loop has ended; this sgemm is not part of the attention time.
   state.counters["sgemm_GFLOP/s"] = MeasureSgemm(kSgemmN, 2, v.threads);
   state.SetLabel(info.kernel);
 }
 
-AttentionProblem Problem(int64_t h, int64_t g, int64_t tq, int64_t tk, int64_t d,
-                         MaskKind mask) {
+AttentionProblem Problem(int64_t h, int64_t g, int64_t tq, int64_t tk, int64_t d, MaskKind mask) {
   AttentionProblem p;
   p.num_heads = h;
   p.num_kv_heads = g;
@@ -110,8 +109,7 @@ AttentionProblem Problem(int64_t h, int64_t g, int64_t tq, int64_t tk, int64_t d
 
 // Registers one attention benchmark.
 void Register(const std::string& name, const AttentionProblem& p, const Variant& v) {
-  benchmark::RegisterBenchmark(name.c_str(),
-                               [p, v](benchmark::State& s) { RunAttention(s, p, v); })
+  benchmark::RegisterBenchmark(name.c_str(), [p, v](benchmark::State& s) { RunAttention(s, p, v); })
       ->UseRealTime()
       ->MeasureProcessCPUTime()
       ->Unit(benchmark::kMillisecond);

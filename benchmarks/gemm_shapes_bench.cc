@@ -20,14 +20,12 @@ constexpr int kGroup = 4;
 
 // S [m, n] = Q [m, d] . K [n, d]^T, as the backend calls it (beta 0).
 void Scores(int m, int n, const float* q, const float* k, float* s) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, kD, 0.088f, q, kD, k, kD, 0.0f, s,
-              n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, kD, 0.088f, q, kD, k, kD, 0.0f, s, n);
 }
 
 // O [m, d] (+)= P [m, n] . V [n, d].
 void Values(int m, int n, const float* p, const float* v, float beta, float* o) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, kD, n, 1.0f, p, n, v, kD, beta, o,
-              kD);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, kD, n, 1.0f, p, n, v, kD, beta, o, kD);
 }
 
 struct Buffers {
@@ -55,8 +53,8 @@ void BM_Shape(benchmark::State& state) {
     }
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * kD * 1e-9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * m * n * kD * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(openblas_get_corename());
 }
 

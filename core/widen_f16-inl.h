@@ -28,13 +28,13 @@ HWY_INLINE hwy::HWY_NAMESPACE::Vec<DF> LoadF16AsF32(DF df, const hwy::float16_t*
   return f;  // F16C: exact, Inf and NaN included
 #else
   const hn::RebindToUnsigned<DF> du;
-  const auto bits =
-      hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint16_t, DF>(), reinterpret_cast<const uint16_t*>(p)));
+  const auto bits = hn::PromoteTo(
+      du, hn::LoadU(hn::Rebind<uint16_t, DF>(), reinterpret_cast<const uint16_t*>(p)));
   const auto exp_mask = hn::Set(du, 0x7C00u);
   const auto special = hn::Eq(hn::And(bits, exp_mask), exp_mask);  // Inf or NaN
-  const auto rebuilt = hn::Or(hn::Or(hn::ShiftLeft<16>(hn::And(bits, hn::Set(du, 0x8000u))),
-                                     hn::Set(du, 0x7F800000u)),
-                              hn::ShiftLeft<13>(hn::And(bits, hn::Set(du, 0x03FFu))));
+  const auto rebuilt = hn::Or(
+      hn::Or(hn::ShiftLeft<16>(hn::And(bits, hn::Set(du, 0x8000u))), hn::Set(du, 0x7F800000u)),
+      hn::ShiftLeft<13>(hn::And(bits, hn::Set(du, 0x03FFu))));
   return hn::IfThenElse(hn::RebindMask(df, special), hn::BitCast(df, rebuilt), f);
 #endif
 }

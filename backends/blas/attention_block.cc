@@ -214,8 +214,8 @@ void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const Operan
     v = {static_cast<const float*>(a.v.data) + a.v.Offset(c.b, c.g, k0, 0), a.v.strides[2]};
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), static_cast<int>(d),
-              static_cast<int>(kn), 1.0f, w.s, static_cast<int>(kn), v.data,
-              static_cast<int>(v.ld), first ? 0.0f : 1.0f, w.o + r0 * d, static_cast<int>(d));
+              static_cast<int>(kn), 1.0f, w.s, static_cast<int>(kn), v.data, static_cast<int>(v.ld),
+              first ? 0.0f : 1.0f, w.o + r0 * d, static_cast<int>(d));
 }
 
 }  // namespace
@@ -246,8 +246,7 @@ void ComputeBlock(const BlockContext& ctx, int64_t item, const WorkerScratch& w)
     // so the masked corner multiplied shrinks from tokens^2/2 to tokens *
     // panel_tokens / 2 per head.
     const int64_t panels = CeilDiv(c.num_tokens, plan.panel_tokens);
-    const int64_t split =
-        panels > 1 ? std::max(k_begin, std::min(k_end, end_of(c.i0))) : k_end;
+    const int64_t split = panels > 1 ? std::max(k_begin, std::min(k_end, end_of(c.i0))) : k_end;
     for (int64_t k0 = k_begin; k0 < split; k0 += plan.key_chunk) {
       RowsAgainstKeys(ctx, c, q, 0, rows, k0, std::min(plan.key_chunk, split - k0), k0 == k_begin,
                       w);

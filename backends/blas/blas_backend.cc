@@ -66,9 +66,7 @@ std::string BlasBackend::Description() const {
       openblas_get_corename(), memory_budget() >> 20);
 }
 
-Capabilities BlasBackend::Caps() const {
-  return FullCapabilities();
-}
+Capabilities BlasBackend::Caps() const { return FullCapabilities(); }
 
 absl::Status BlasBackend::Supports(const AttentionProblem& p) const {
   ATTNKIT_RETURN_IF_ERROR(Backend::Supports(p));
@@ -145,8 +143,7 @@ std::string BlasBackend::KernelName(const blas::BlockPlan& plan, bool use_items)
                          openblas_get_corename(),
                          use_items ? "blocks-over-threads (1-thread BLAS)" : "openblas-threads",
                          num_threads_, plan.head_block, plan.token_block, plan.key_chunk,
-                         plan.panel_tokens,
-                         options_.stack_group_heads ? "gqa-stacked" : "per-head",
+                         plan.panel_tokens, options_.stack_group_heads ? "gqa-stacked" : "per-head",
                          blas::RowOpsTarget(), plan.stage_kv ? "; kv staged to f32" : "");
 }
 
@@ -189,8 +186,7 @@ absl::Status BlasBackend::ForwardImpl(const AttentionProblem& p, const Attention
   const blas::BlockPlan& k = kernel_plan_;
   if (kernel_name_.empty() || use_items != kernel_use_items_ || plan.head_block != k.head_block ||
       plan.token_block != k.token_block || plan.key_chunk != k.key_chunk ||
-      plan.panel_tokens != k.panel_tokens ||
-      plan.stage_kv != k.stage_kv) {
+      plan.panel_tokens != k.panel_tokens || plan.stage_kv != k.stage_kv) {
     kernel_name_ = KernelName(plan, use_items);
     kernel_plan_ = plan;
     kernel_use_items_ = use_items;

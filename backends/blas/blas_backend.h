@@ -15,9 +15,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "backends/blas/block_plan.h"
-#include "core/thread_pool.h"
 #include "core/backend.h"
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 
 namespace attnkit {
 
@@ -30,7 +30,7 @@ enum class BlasThreading {
   // Always items over threads, single-threaded BLAS. OpenBLAS's thread count
   // is process-wide: it is 1 during the call and restored after it.
   kItems,
-  kBlas,   // items in sequence on the caller, OpenBLAS's own threads in each GEMM
+  kBlas,  // items in sequence on the caller, OpenBLAS's own threads in each GEMM
 };
 
 struct BlasOptions {

@@ -94,8 +94,8 @@ void ExpectMatchesReference(BlasBackend& backend, const AttentionProblem& p,
                                   : std::fabs(got - want) <= Tolerance(DType::kF32, p, want);
           if (!ok) {
             ++failures;
-            ADD_FAILURE() << "lse[" << b << "," << h << "," << i << "] = " << got
-                          << ", reference " << want;
+            ADD_FAILURE() << "lse[" << b << "," << h << "," << i << "] = " << got << ", reference "
+                          << want;
           }
         }
       }

@@ -104,9 +104,10 @@ absl::StatusOr<BlockPlan> MakePlan(const AttentionProblem& p, const PlanOptions&
           WorkerBytes(1, kMinKeyChunk, d, plan.stage_kv)));
     }
   }
-  plan.panel_tokens = o.panel_rows > 0
-                          ? std::min(plan.token_block, std::max<int64_t>(1, o.panel_rows / plan.head_block))
-                          : plan.token_block;
+  plan.panel_tokens =
+      o.panel_rows > 0
+          ? std::min(plan.token_block, std::max<int64_t>(1, o.panel_rows / plan.head_block))
+          : plan.token_block;
   plan.worker_bytes = WorkerBytes(plan.rows(), plan.key_chunk, d, plan.stage_kv);
   return plan;
 }

@@ -24,7 +24,7 @@ namespace blas {
 
 struct PlanOptions {
   size_t budget_bytes = size_t{64} << 20;  // all workers' scratch together
-  int workers = 1;          // each worker owns one scratch region
+  int workers = 1;                         // each worker owns one scratch region
   // Query rows per item when memory allows: target_rows / (H/G) positions of
   // every head in the group.
   int64_t target_rows = 256;
@@ -39,14 +39,14 @@ struct PlanOptions {
   // and the FLOPs are the same, so there it gains only a few percent
   // (benchmarks/gemm_shapes_bench.cc).
   bool stack_heads = true;
-  bool stage_kv = false;    // K/V chunks are converted to f32 in scratch
+  bool stage_kv = false;  // K/V chunks are converted to f32 in scratch
 };
 
 struct BlockPlan {
-  int64_t head_block = 1;   // query heads of one group per item
-  int64_t token_block = 1;  // query positions per item
-  int64_t key_chunk = 1;    // keys per S block
-  int64_t panel_tokens = 1; // positions per diagonal panel (<= token_block)
+  int64_t head_block = 1;    // query heads of one group per item
+  int64_t token_block = 1;   // query positions per item
+  int64_t key_chunk = 1;     // keys per S block
+  int64_t panel_tokens = 1;  // positions per diagonal panel (<= token_block)
   bool stage_kv = false;
   int workers = 1;
   size_t worker_bytes = 0;  // scratch of one worker, 64-byte aligned parts

@@ -38,8 +38,8 @@ TEST(BlockPlanTest, LongSequencesStayUnderEveryBudget) {
   for (size_t budget : {size_t{64} << 20, size_t{8} << 20, size_t{1} << 20}) {
     for (int workers : {1, 2, 4}) {
       for (const AttentionProblem& p : problems) {
-        SCOPED_TRACE(testing::Message() << p.Id() << " budget " << budget << " workers "
-                                        << workers);
+        SCOPED_TRACE(testing::Message()
+                     << p.Id() << " budget " << budget << " workers " << workers);
         blas::PlanOptions o;
         o.budget_bytes = budget;
         o.workers = workers;

@@ -12,7 +12,6 @@
 #include <type_traits>
 
 #include "core/dtype.h"
-
 #include "core/exp_nonpositive-inl.h"
 #include "core/widen_f16-inl.h"
 #include "hwy/contrib/math/math-inl.h"
@@ -50,9 +49,8 @@ HWY_INLINE void SoftcapRowImpl(float* HWY_RESTRICT s, int64_t n, float cap) {
   const hn::ScalableTag<float> df;
   const auto vcap = hn::Set(df, cap);
   const auto vinv = hn::Set(df, 1.0f / cap);
-  TransformRow(s, n, [&](decltype(vcap) x) {
-    return hn::Mul(vcap, hn::Tanh(df, hn::Mul(x, vinv)));
-  });
+  TransformRow(s, n,
+               [&](decltype(vcap) x) { return hn::Mul(vcap, hn::Tanh(df, hn::Mul(x, vinv))); });
 }
 
 HWY_INLINE float RowMaxImpl(const float* HWY_RESTRICT s, int64_t n) {

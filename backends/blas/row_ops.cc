@@ -1,11 +1,14 @@
 // Compiles row_ops-inl.h once per Highway target and dispatches at run time.
 #include "backends/blas/row_ops.h"
 
+// foreach_target.h must come before the per-target header: keep this order.
+// clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backends/blas/row_ops-inl.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "backends/blas/row_ops-inl.h"
+// clang-format on
 
 #if HWY_ONCE
 namespace attnkit {

@@ -8,8 +8,8 @@
 
 namespace attnkit {
 
-AttentionProblem MakeTestProblem(int64_t batch, int64_t heads, int64_t kv_heads,
-                                 int64_t q_len, int64_t kv_len, int64_t head_dim) {
+AttentionProblem MakeTestProblem(int64_t batch, int64_t heads, int64_t kv_heads, int64_t q_len,
+                                 int64_t kv_len, int64_t head_dim) {
   return BasicProblem(batch, heads, kv_heads, q_len, kv_len, head_dim);
 }
 
@@ -117,9 +117,8 @@ absl::Status CheckAgainstReference(Backend* backend, const AttentionProblem& p,
                                    std::string* kernel) {
   ATTNKIT_ASSIGN_OR_RETURN(ProblemData data, ProblemData::Random(p, 1));
   // Poison the output so rows the backend never writes are caught.
-  ForEachOffset(data.o.view(), [&](int64_t off) {
-    StoreFromF32(data.o.data(), p.dtype, off, std::nanf(""));
-  });
+  ForEachOffset(data.o.view(),
+                [&](int64_t off) { StoreFromF32(data.o.data(), p.dtype, off, std::nanf("")); });
   RunInfo info;
   ATTNKIT_RETURN_IF_ERROR(backend->Forward(p, data.args(), &info));
   if (kernel != nullptr) *kernel = info.kernel;
@@ -134,16 +133,18 @@ absl::Status CheckAgainstReference(Backend* backend, const AttentionProblem& p,
           const double want = ref.o[row * p.head_dim + c];
           const double got = o.LoadF32(o.Offset(b, h, i, c));
           if (!(std::abs(got - want) <= tol * (1.0 + std::abs(want)))) {
-            return absl::InternalError(absl::StrFormat(
-                "%s: o[%d,%d,%d,%d] = %g, reference %g (tol %g) kernel %s", p.Id(), b, h, i, c,
-                got, want, tol, info.kernel));
+            return absl::InternalError(
+                absl::StrFormat("%s: o[%d,%d,%d,%d] = %g, reference %g (tol %g) kernel %s", p.Id(),
+                                b, h, i, c, got, want, tol, info.kernel));
           }
         }
         if (p.return_lse) {
           const double want = ref.lse[row];
-          const double got = static_cast<const float*>(data.lse.data())[data.lse.view().Offset(b, h, i)];
-          const bool ok = std::isinf(want) ? got == want
-                                           : std::abs(got - want) <= 1e-5 * (1.0 + std::abs(want)) + tol;
+          const double got =
+              static_cast<const float*>(data.lse.data())[data.lse.view().Offset(b, h, i)];
+          const bool ok = std::isinf(want)
+                              ? got == want
+                              : std::abs(got - want) <= 1e-5 * (1.0 + std::abs(want)) + tol;
           if (!ok) {
             return absl::InternalError(absl::StrFormat("%s: lse[%d,%d,%d] = %g, reference %g",
                                                        p.Id(), b, h, i, got, want));
@@ -161,7 +162,8 @@ absl::StatusOr<std::vector<float>> RunToVector(Backend* backend, const Attention
   std::vector<float> out;
   ForEachOffset(data.o.view(), [&](int64_t off) { out.push_back(data.o.view().LoadF32(off)); });
   if (p.return_lse) {
-    ForEachOffset(data.lse.view(), [&](int64_t off) { out.push_back(data.lse.view().LoadF32(off)); });
+    ForEachOffset(data.lse.view(),
+                  [&](int64_t off) { out.push_back(data.lse.view().LoadF32(off)); });
   }
   return out;
 }

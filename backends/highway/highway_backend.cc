@@ -7,10 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "backends/highway/flash_params.h"
 #include "backends/highway/sdpa.h"
-#include "core/full_capabilities.h"
-#include "core/thread_pool.h"
 #include "backends/highway/workspace.h"
+#include "core/full_capabilities.h"
 #include "core/status_macros.h"
+#include "core/thread_pool.h"
 #include "hwy/targets.h"
 
 namespace attnkit {

@@ -76,9 +76,9 @@ struct AheadRows {
 // template parameter there) matter: without full unrolling GCC keeps the
 // accumulator array on the stack.
 template <int kKeys, int kRowVecs>
-HWY_INLINE void QDotK(const float* HWY_RESTRICT qt, size_t ldq,
-                      const float* HWY_RESTRICT k, size_t ldk, size_t d, size_t rows,
-                      size_t keys, float* HWY_RESTRICT s, size_t lds) {
+HWY_INLINE void QDotK(const float* HWY_RESTRICT qt, size_t ldq, const float* HWY_RESTRICT k,
+                      size_t ldk, size_t d, size_t rows, size_t keys, float* HWY_RESTRICT s,
+                      size_t lds) {
   const DF df;
   const size_t N = hn::Lanes(df);
   for (size_t r0 = 0; r0 < rows; r0 += kRowVecs * N) {
@@ -371,9 +371,9 @@ HWY_INLINE void WeightedSumV(const float* HWY_RESTRICT p, size_t ldp, const T* H
 // give P = 0. While a row has seen only -inf, m' = -inf and exp is taken
 // relative to 0 instead, so no -inf - -inf = NaN appears; l stays 0. S is
 // overwritten with P.
-HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t keys,
-                                    size_t rows, float* HWY_RESTRICT m,
-                                    float* HWY_RESTRICT l, float* HWY_RESTRICT alpha) {
+HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t keys, size_t rows,
+                                    float* HWY_RESTRICT m, float* HWY_RESTRICT l,
+                                    float* HWY_RESTRICT alpha) {
   const DF df;
   const size_t N = hn::Lanes(df);
   const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
@@ -440,8 +440,8 @@ HWY_INLINE void SoftCap(float* HWY_RESTRICT x, size_t n, float cap) {
 
 // dst[0, n) = src[0, n) converted to f32 (src element stride `stride`), and
 // dst[n, n_padded) = 0.
-HWY_INLINE void LoadRowAsF32(const void* src, DType type, int64_t stride, size_t n,
-                             size_t n_padded, float* HWY_RESTRICT dst) {
+HWY_INLINE void LoadRowAsF32(const void* src, DType type, int64_t stride, size_t n, size_t n_padded,
+                             float* HWY_RESTRICT dst) {
   const DF df;
   const size_t N = hn::Lanes(df);
   size_t i = 0;
@@ -468,8 +468,8 @@ HWY_INLINE void LoadRowAsF32(const void* src, DType type, int64_t stride, size_t
 // with lse_s = -inf (nothing visible) contribute nothing; if all are -inf,
 // out = 0 and lse = -inf. dp is a multiple of Lanes. Returns lse.
 HWY_INLINE float MergeLsePartials(const float* HWY_RESTRICT o_parts, size_t ldo,
-                                  const float* HWY_RESTRICT lse_parts, size_t n_parts,
-                                  size_t dp, float* HWY_RESTRICT out) {
+                                  const float* HWY_RESTRICT lse_parts, size_t n_parts, size_t dp,
+                                  float* HWY_RESTRICT out) {
   const DF df;
   const size_t N = hn::Lanes(df);
   const float kNegInf = -std::numeric_limits<float>::infinity();

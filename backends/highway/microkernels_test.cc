@@ -208,7 +208,8 @@ void TestOnlineSoftmaxUpdate() {
     OnlineSoftmaxUpdate(a1.get(), lds, keys, rows, m.get(), l.get(), alpha.get());
     for (size_t r = 0; r < rows; ++r) {
       double mx = -INFINITY;
-      for (size_t j = 0; j < keys; ++j) mx = std::max({mx, double(s0[j * lds + r]), double(s1[j * lds + r])});
+      for (size_t j = 0; j < keys; ++j)
+        mx = std::max({mx, double(s0[j * lds + r]), double(s1[j * lds + r])});
       if (std::isinf(mx)) {
         EXPECT_EQ(l[r], 0.0f) << r;
         EXPECT_EQ(m[r], kNegInf) << r;
@@ -216,7 +217,8 @@ void TestOnlineSoftmaxUpdate() {
         continue;
       }
       double sum = 0;
-      for (size_t j = 0; j < keys; ++j) sum += std::exp(s0[j * lds + r] - mx) + std::exp(s1[j * lds + r] - mx);
+      for (size_t j = 0; j < keys; ++j)
+        sum += std::exp(s0[j * lds + r] - mx) + std::exp(s1[j * lds + r] - mx);
       EXPECT_EQ(m[r], float(mx)) << r;
       ExpectNear(sum, l[r], 1e-6, "l");
       for (size_t j = 0; j < keys; ++j) {
@@ -295,22 +297,26 @@ void TestMergeLsePartials() {
           continue;
         }
         double sum = 0;
-        for (size_t j = s * keys_per; j < (s + 1) * keys_per; ++j) sum += std::exp(double(score[j]));
+        for (size_t j = s * keys_per; j < (s + 1) * keys_per; ++j)
+          sum += std::exp(double(score[j]));
         lses[s] = float(std::log(sum));
         for (size_t c = 0; c < dp; ++c) {
           double acc = 0;
-          for (size_t j = s * keys_per; j < (s + 1) * keys_per; ++j) acc += std::exp(double(score[j])) * v[j * dp + c];
+          for (size_t j = s * keys_per; j < (s + 1) * keys_per; ++j)
+            acc += std::exp(double(score[j])) * v[j * dp + c];
           o[s * dp + c] = float(acc / sum);
         }
       }
       auto out = hwy::AllocateAligned<float>(dp);
       const float lse = MergeLsePartials(o.get(), dp, lses.data(), parts, dp, out.get());
       double sum = 0;
-      for (size_t j = 0; j < keys; ++j) if (j / keys_per != 1) sum += std::exp(double(score[j]));
+      for (size_t j = 0; j < keys; ++j)
+        if (j / keys_per != 1) sum += std::exp(double(score[j]));
       ExpectNear(std::log(sum), lse, 1e-6, "lse");
       for (size_t c = 0; c < dp; ++c) {
         double acc = 0;
-        for (size_t j = 0; j < keys; ++j) if (j / keys_per != 1) acc += std::exp(double(score[j])) * v[j * dp + c];
+        for (size_t j = 0; j < keys; ++j)
+          if (j / keys_per != 1) acc += std::exp(double(score[j])) * v[j * dp + c];
         ExpectNear(acc / sum, out[c], 1e-5, "merged o");
       }
     }
@@ -342,14 +348,16 @@ void TestBF16Pairs() {
   for (size_t dp : {chunk, 2 * chunk, 64 / chunk * chunk + chunk}) {
     const size_t rows = 4, rows_padded = 8, keys = 7, ldk = dp + 3, lds = rows_padded;
     std::vector<float> seen;
-    const std::vector<hwy::bfloat16_t> k = Storage<hwy::bfloat16_t>(Random(keys * ldk + 1, 30), &seen);
+    const std::vector<hwy::bfloat16_t> k =
+        Storage<hwy::bfloat16_t>(Random(keys * ldk + 1, 30), &seen);
     const auto* kp = reinterpret_cast<const BF16Pairs*>(k.data() + 1);
     std::vector<float> q = Random(rows_padded * dp, 31), qperm(q.size());
     for (size_t r = 0; r < rows_padded; ++r) {
       for (size_t c = 0; c < dp; ++c) {
         if (r >= rows) q[r * dp + c] = 0.0f;
       }
-      for (size_t c = 0; c < dp; ++c) qperm[r * dp + c] = q[r * dp + c - c % chunk + perm[c % chunk]];
+      for (size_t c = 0; c < dp; ++c)
+        qperm[r * dp + c] = q[r * dp + c - c % chunk + perm[c % chunk]];
     }
     auto qa = Aligned(q), qpa = Aligned(qperm);
     std::vector<float> s_plain(keys * lds), s_pairs(keys * lds);
@@ -369,7 +377,8 @@ void TestBF16Pairs() {
     const std::vector<float> o0 = Random(rows * ldo, 34);
     std::vector<float> o0perm(o0.size());
     for (size_t r = 0; r < rows; ++r) {
-      for (size_t c = 0; c < dp; ++c) o0perm[r * ldo + c] = o0[r * ldo + c - c % chunk + perm[c % chunk]];
+      for (size_t c = 0; c < dp; ++c)
+        o0perm[r * ldo + c] = o0[r * ldo + c - c % chunk + perm[c % chunk]];
     }
     auto o_plain = Aligned(o0), o_pairs = Aligned(o0perm);
     WeightedSumV(p.get(), ldp, k.data() + 1, ldk, keys, alpha.get(), rows, dp, o_plain.get(), ldo);

@@ -50,13 +50,13 @@ struct Tiling {
   int64_t q_tiles;
   int64_t rows_padded;  // heads_per_chunk * q_tile, padded for the kernels
   int64_t key_tile;
-  int64_t dp;              // head_dim padded to Lanes
-  int64_t base_items;      // B * G * head_chunks * q_tiles
-  int64_t splits;          // key ranges per base item (split-K)
-  bool narrow;             // rows fit one vector: use the 8-key x 1-vector QK^T
-  bool direct;             // narrow, and K/V rows are read from storage as is
-  bool bf16_pairs;         // direct bf16 read as BF16Pairs (columns permuted)
-  int64_t ahead_keys;      // direct: keys past the tile whose rows are prefetched
+  int64_t dp;          // head_dim padded to Lanes
+  int64_t base_items;  // B * G * head_chunks * q_tiles
+  int64_t splits;      // key ranges per base item (split-K)
+  bool narrow;         // rows fit one vector: use the 8-key x 1-vector QK^T
+  bool direct;         // narrow, and K/V rows are read from storage as is
+  bool bf16_pairs;     // direct bf16 read as BF16Pairs (columns permuted)
+  int64_t ahead_keys;  // direct: keys past the tile whose rows are prefetched
   // Per-thread scratch offsets, in floats.
   size_t off_qt, off_q, off_k, off_v, off_s, off_o, off_m, off_l, off_alpha, off_kb, off_ke,
       off_row;

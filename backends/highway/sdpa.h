@@ -11,16 +11,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "backends/highway/flash_params.h"
-#include "core/thread_pool.h"
 #include "backends/highway/workspace.h"
+#include "core/thread_pool.h"
 
 namespace attnkit {
 
 // Computes o (and lse) for `p`. `target` is a single HWY_* bit to force a
 // compiled, supported target, or 0 for the best one (HWY_DYNAMIC_DISPATCH,
 // which also honours hwy::SetSupportedTargetsForTest).
-absl::Status FlashAttention(const FlashParams& p, int64_t target, ThreadPool* pool,
-                            Workspace* ws, FlashRunInfo* info);
+absl::Status FlashAttention(const FlashParams& p, int64_t target, ThreadPool* pool, Workspace* ws,
+                            FlashRunInfo* info);
 
 // The targets compiled into sdpa.cc that this CPU supports, best first.
 std::vector<int64_t> AvailableFlashTargets();

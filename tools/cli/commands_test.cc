@@ -1,5 +1,7 @@
 // The CLI commands end to end on files: correct results, and for bad input a
 // clear error with no output file left behind.
+#include "tools/cli/commands.h"
+
 #include <unistd.h>
 
 #include <sstream>
@@ -13,7 +15,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ops/cost.h"
-#include "tools/cli/commands.h"
 
 namespace attnkit {
 namespace {
@@ -35,8 +36,9 @@ class RunCommandTest : public ::testing::Test {
     EXPECT_TRUE(p.ok()) << p.status();
     data_ = std::move(*ProblemData::Random(*p, 5));
     const bool bthd = p->layout == Layout::kBTHD;
-    for (auto [name, tensor] : {std::make_pair("q.npy", &data_.q), std::make_pair("k.npy", &data_.k),
-                                std::make_pair("v.npy", &data_.v)}) {
+    for (auto [name, tensor] :
+         {std::make_pair("q.npy", &data_.q), std::make_pair("k.npy", &data_.k),
+          std::make_pair("v.npy", &data_.v)}) {
       TensorView v = tensor->view();
       if (bthd) {
         std::swap(v.shape[1], v.shape[2]);
@@ -69,9 +71,10 @@ int RunCommandTest::counter_ = 0;
 
 TEST_F(RunCommandTest, MatchesTheReferenceInBothLayouts) {
   for (const char* layout : {"BHTD", "BTHD"}) {
-    const AttentionProblem p = Prepare(
-        std::string("num_heads: 4 num_kv_heads: 2 head_dim: 16 q_len: 5 kv_len: 9 "
-                    "mask { kind: CAUSAL } alignment: BOTTOM_RIGHT layout: ") + layout);
+    const AttentionProblem p =
+        Prepare(std::string("num_heads: 4 num_kv_heads: 2 head_dim: 16 q_len: 5 kv_len: 9 "
+                            "mask { kind: CAUSAL } alignment: BOTTOM_RIGHT layout: ") +
+                layout);
     options_.lse_out = Path("lse.npy");
     ASSERT_TRUE(Run().ok()) << Run();
     auto o = ReadNpy(Path("o.npy"));
@@ -95,9 +98,9 @@ TEST_F(RunCommandTest, BadInputIsOneClearErrorAndNoOutput) {
     std::string message;
   };
   const std::string k = Path("k.npy");
-  ASSERT_TRUE(WriteFileAtomically(Path("truncated.npy"),
-                                  ReadFile(k)->substr(0, ReadFile(k)->size() - 4))
-                  .ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(Path("truncated.npy"), ReadFile(k)->substr(0, ReadFile(k)->size() - 4))
+          .ok());
   int32_t ints[4] = {1, 2, 3, 4};
   ASSERT_TRUE(WriteNpy(Path("ints.npy"), ContiguousView(ints, DType::kI32, {1, 4, 1, 1})).ok());
   ASSERT_TRUE(WriteFileAtomically(Path("bad.textproto"), "num_heads: 4\nhead_dim: x\n").ok());
@@ -108,7 +111,8 @@ TEST_F(RunCommandTest, BadInputIsOneClearErrorAndNoOutput) {
       {[&](CliOptions* o) { o->backend = "nope"; }, "unknown backend 'nope'"},
       {[&](CliOptions* o) { o->config = Path("bad.textproto"); }, "line 2, column 11"},
       {[&](CliOptions* o) { o->kv_lengths = Path("ints.npy"); }, "must be an int32 or int64 array"},
-      {[&](CliOptions* o) { o->mask = Path("ints.npy"); }, "--mask=" + Path("ints.npy") + " has shape"},
+      {[&](CliOptions* o) { o->mask = Path("ints.npy"); },
+       "--mask=" + Path("ints.npy") + " has shape"},
       {[&](CliOptions* o) { o->out = Path("nodir/o.npy"); }, "nodir/o.npy"},
   };
   for (const Case& c : cases) {
@@ -145,7 +149,8 @@ TEST_F(RunCommandTest, BroadcastMaskAndPadding) {
   ASSERT_TRUE(o.ok());
   const float* out = static_cast<const float*>(o->tensor.data());
   for (int c = 0; c < 8; ++c) {
-    EXPECT_EQ(out[((1 * 2 + 0) * 3 + 0) * 8 + c], data_.v.view().LoadF32(data_.v.view().Offset(1, 0, 0, c)));
+    EXPECT_EQ(out[((1 * 2 + 0) * 3 + 0) * 8 + c],
+              data_.v.view().LoadF32(data_.v.view().Offset(1, 0, 0, c)));
   }
   EXPECT_EQ(p.batch, 2);
 }
