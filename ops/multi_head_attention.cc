@@ -215,6 +215,20 @@ void MultiHeadAttention::Linear(const TensorView& x, const Tensor& w, const Tens
   }
 }
 
+absl::StatusOr<MultiHeadAttention::Projections> MultiHeadAttention::Project(
+    const TensorView& x, const TensorView& kv_source) {
+  const int64_t B = x.shape[0], Tq = x.shape[1], Tk = kv_source.shape[1];
+  const int64_t d = problem_.head_dim, Gd = problem_.num_kv_heads * d;
+  Projections p;
+  ATTNKIT_ASSIGN_OR_RETURN(p.q, q_ws_.Get(B * Tq * problem_.num_heads * d));
+  ATTNKIT_ASSIGN_OR_RETURN(p.k, k_ws_.Get(B * Tk * Gd));
+  ATTNKIT_ASSIGN_OR_RETURN(p.v, v_ws_.Get(B * Tk * Gd));
+  Linear(x, weights_.wq, weights_.bq, p.q);
+  Linear(kv_source, weights_.wk, weights_.bk, p.k);
+  Linear(kv_source, weights_.wv, weights_.bv, p.v);
+  return p;
+}
+
 absl::Status MultiHeadAttention::AttendAndMerge(float* q, int64_t batch, int64_t q_len,
                                                 const TensorView& k, const TensorView& v,
                                                 const TensorView& kv_lengths, const TensorView& y) {
@@ -251,20 +265,16 @@ absl::Status MultiHeadAttention::CrossForward(const TensorView& x, const TensorV
         absl::StrFormat("x %s, context %s and y %s must agree: context [B, Tk, D], y [B, Tq, D]",
                         ShapeString(x), ShapeString(context), ShapeString(y)));
   }
-  const int64_t G = problem_.num_kv_heads, d = problem_.head_dim, Gd = G * d;
-  ATTNKIT_ASSIGN_OR_RETURN(float* q, q_ws_.Get(B * Tq * problem_.num_heads * d));
-  ATTNKIT_ASSIGN_OR_RETURN(float* k, k_ws_.Get(B * Tk * Gd));
-  ATTNKIT_ASSIGN_OR_RETURN(float* v, v_ws_.Get(B * Tk * Gd));
-  Linear(x, weights_.wq, weights_.bq, q);
-  Linear(context, weights_.wk, weights_.bk, k);
-  Linear(context, weights_.wv, weights_.bv, v);
+  const int64_t G = problem_.num_kv_heads, d = problem_.head_dim;
+  ATTNKIT_ASSIGN_OR_RETURN(const Projections qkv, Project(x, context));
   problem_.batch = B;
   problem_.q_len = Tq;
   problem_.kv_len = Tk;
   problem_.kv_dtype = DType::kF32;
   problem_.kv_lengths.clear();
-  return AttendAndMerge(q, B, Tq, AttentionView(k, DType::kF32, Layout::kBTHD, B, G, Tk, d),
-                        AttentionView(v, DType::kF32, Layout::kBTHD, B, G, Tk, d), TensorView(), y);
+  return AttendAndMerge(qkv.q, B, Tq, AttentionView(qkv.k, DType::kF32, Layout::kBTHD, B, G, Tk, d),
+                        AttentionView(qkv.v, DType::kF32, Layout::kBTHD, B, G, Tk, d), TensorView(),
+                        y);
 }
 
 absl::Status MultiHeadAttention::ForwardCached(const TensorView& x, KVCache* cache,
@@ -303,16 +313,10 @@ absl::Status MultiHeadAttention::ForwardCached(const TensorView& x, KVCache* cac
   // Refuse before touching the cache.
   ATTNKIT_RETURN_IF_ERROR(backend()->Supports(problem_));
 
-  const int64_t Gd = G * d;
-  ATTNKIT_ASSIGN_OR_RETURN(float* q, q_ws_.Get(B * T * problem_.num_heads * d));
-  ATTNKIT_ASSIGN_OR_RETURN(float* k, k_ws_.Get(B * T * Gd));
-  ATTNKIT_ASSIGN_OR_RETURN(float* v, v_ws_.Get(B * T * Gd));
-  Linear(x, weights_.wq, weights_.bq, q);
-  Linear(x, weights_.wk, weights_.bk, k);
-  Linear(x, weights_.wv, weights_.bv, v);
-  ATTNKIT_RETURN_IF_ERROR(cache->Append(k, v, Gd, T));
+  ATTNKIT_ASSIGN_OR_RETURN(const Projections qkv, Project(x, x));
+  ATTNKIT_RETURN_IF_ERROR(cache->Append(qkv.k, qkv.v, G * d, T));
   const absl::Status s =
-      AttendAndMerge(q, B, T, cache->keys(), cache->values(),
+      AttendAndMerge(qkv.q, B, T, cache->keys(), cache->values(),
                      problem_.has_kv_lengths() ? cache->kv_lengths_view() : TensorView(), y);
   if (!s.ok()) {  // undo the append, so a failed step leaves the cache as it was
     std::vector<int64_t> lengths = cache->lengths();

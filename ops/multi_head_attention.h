@@ -94,6 +94,14 @@ class MultiHeadAttention {
   // the view *y_view [B, T, N] when given.
   void Linear(const TensorView& x, const Tensor& w, const Tensor& b, float* y,
               const TensorView* y_view = nullptr) const;
+  // The projections into the reused workspaces: q [B*Tq, H*d] = x Wq^T + bq
+  // from x [B, Tq, D]; k, v [B*Tk, Hkv*d] from kv_source [B, Tk, D].
+  struct Projections {
+    float* q;
+    float* k;
+    float* v;
+  };
+  absl::StatusOr<Projections> Project(const TensorView& x, const TensorView& kv_source);
   // Attention of q [B*Tq, H*d] over the given K/V, then y = O Wo^T.
   absl::Status AttendAndMerge(float* q, int64_t batch, int64_t q_len, const TensorView& k,
                               const TensorView& v, const TensorView& kv_lengths,
