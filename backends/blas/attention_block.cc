@@ -30,10 +30,8 @@ void StageRows(const TensorView& t, int64_t b, int64_t g, int64_t j0, int64_t n,
   for (int64_t j = 0; j < n; ++j) {
     const int64_t base = t.Offset(b, g, j0 + j, 0);
     float* out = dst + j * d;
-    if (t.strides[3] == 1 && t.dtype == DType::kBF16) {  // vectorised, exact
-      WidenBF16Row(static_cast<const uint16_t*>(t.data) + base, d, out);
-    } else if (t.strides[3] == 1 && t.dtype == DType::kF16) {
-      WidenF16Row(static_cast<const uint16_t*>(t.data) + base, d, out);
+    if (t.strides[3] == 1) {  // vectorised, exact
+      WidenRow(static_cast<const char*>(t.data) + base * DTypeSize(t.dtype), t.dtype, d, out);
     } else {
       for (int64_t c = 0; c < d; ++c) out[c] = t.LoadF32(base + c * t.strides[3]);
     }

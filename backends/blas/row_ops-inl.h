@@ -9,11 +9,10 @@
 
 #include <cstdint>
 #include <limits>
-#include <type_traits>
 
 #include "core/dtype.h"
 #include "core/exp_nonpositive-inl.h"
-#include "core/widen_f16-inl.h"
+#include "core/widen-inl.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 
@@ -23,7 +22,7 @@ namespace blas {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using attnkit::HWY_NAMESPACE::ExpNonPositive;
-using attnkit::HWY_NAMESPACE::LoadF16AsF32;
+using attnkit::HWY_NAMESPACE::WidenRowToF32;
 
 // Highway 1.0.3 has no LoadN/StoreN: a partial last vector goes through a
 // stack copy, so the tail uses the same arithmetic as the body.
@@ -110,38 +109,13 @@ HWY_INLINE void ScaleRowImpl(float* HWY_RESTRICT x, int64_t n, float f) {
   TransformRow(x, n, [&](decltype(vf) v) { return hn::Mul(v, vf); });
 }
 
-// dst[0, n) = src[0, n) widened to f32 (T is hwy::bfloat16_t or
-// hwy::float16_t; both conversions are exact). The tail goes through the
-// scalar conversions of core/dtype.h, which give the same bits.
-template <typename T>
-HWY_INLINE void WidenRowImpl(const T* HWY_RESTRICT src, int64_t n, float* HWY_RESTRICT dst) {
-  const hn::ScalableTag<float> df;
-  const hn::Rebind<T, decltype(df)> dh;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  int64_t j = 0;
-  for (; j + N <= n; j += N) {
-    if constexpr (std::is_same<T, hwy::float16_t>::value) {
-      hn::StoreU(LoadF16AsF32(df, src + j), df, dst + j);  // exact for Inf/NaN too
-    } else {
-      hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, src + j)), df, dst + j);
-    }
-  }
-  const auto* bits = reinterpret_cast<const uint16_t*>(src);
-  for (; j < n; ++j) {
-    dst[j] = std::is_same<T, hwy::bfloat16_t>::value ? F32FromBF16(bits[j]) : F32FromF16(bits[j]);
-  }
-}
-
 // Wrappers with the exported signatures (HWY_EXPORT needs plain functions).
 void SoftcapRowT(float* s, int64_t n, float cap) { SoftcapRowImpl(s, n, cap); }
 float RowMaxT(const float* s, int64_t n) { return RowMaxImpl(s, n); }
 float ExpSubtractSumT(float* s, int64_t n, float max) { return ExpSubtractSumImpl(s, n, max); }
 void ScaleRowT(float* x, int64_t n, float f) { ScaleRowImpl(x, n, f); }
-void WidenBF16RowT(const uint16_t* src, int64_t n, float* dst) {
-  WidenRowImpl(reinterpret_cast<const hwy::bfloat16_t*>(src), n, dst);
-}
-void WidenF16RowT(const uint16_t* src, int64_t n, float* dst) {
-  WidenRowImpl(reinterpret_cast<const hwy::float16_t*>(src), n, dst);
+void WidenRowT(const void* src, DType type, int64_t n, float* dst) {
+  WidenRowToF32(src, type, static_cast<size_t>(n), dst);
 }
 int64_t TargetT() { return HWY_TARGET; }
 

@@ -18,8 +18,7 @@ HWY_EXPORT(SoftcapRowT);
 HWY_EXPORT(RowMaxT);
 HWY_EXPORT(ExpSubtractSumT);
 HWY_EXPORT(ScaleRowT);
-HWY_EXPORT(WidenBF16RowT);
-HWY_EXPORT(WidenF16RowT);
+HWY_EXPORT(WidenRowT);
 HWY_EXPORT(TargetT);
 
 void SoftcapRow(float* s, int64_t n, float cap) { HWY_DYNAMIC_DISPATCH(SoftcapRowT)(s, n, cap); }
@@ -28,11 +27,8 @@ float ExpSubtractSum(float* s, int64_t n, float max) {
   return HWY_DYNAMIC_DISPATCH(ExpSubtractSumT)(s, n, max);
 }
 void ScaleRow(float* x, int64_t n, float f) { HWY_DYNAMIC_DISPATCH(ScaleRowT)(x, n, f); }
-void WidenBF16Row(const uint16_t* src, int64_t n, float* dst) {
-  HWY_DYNAMIC_DISPATCH(WidenBF16RowT)(src, n, dst);
-}
-void WidenF16Row(const uint16_t* src, int64_t n, float* dst) {
-  HWY_DYNAMIC_DISPATCH(WidenF16RowT)(src, n, dst);
+void WidenRow(const void* src, DType type, int64_t n, float* dst) {
+  HWY_DYNAMIC_DISPATCH(WidenRowT)(src, type, n, dst);
 }
 const char* RowOpsTarget() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetT)()); }
 

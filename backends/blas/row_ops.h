@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace attnkit {
 namespace blas {
 
@@ -23,9 +25,8 @@ float ExpSubtractSum(float* s, int64_t n, float max);
 // x *= f over x[0, n).
 void ScaleRow(float* x, int64_t n, float f);
 
-// dst[0, n) = the bf16 (or f16) bit patterns src[0, n) as f32, exactly.
-void WidenBF16Row(const uint16_t* src, int64_t n, float* dst);
-void WidenF16Row(const uint16_t* src, int64_t n, float* dst);
+// dst[0, n) = the contiguous storage src[0, n) of `type` as f32, exactly.
+void WidenRow(const void* src, DType type, int64_t n, float* dst);
 
 // The Highway target these functions dispatch to on this CPU, e.g. "AVX2".
 const char* RowOpsTarget();

@@ -107,11 +107,7 @@ TEST_P(RowOpsTest, WideningMatchesTheScalarConversionForEveryPattern) {
     const int64_t n = 65536;
     for (bool bf16 : {true, false}) {
       SCOPED_TRACE(bf16 ? "bf16" : "f16");
-      if (bf16) {
-        WidenBF16Row(all.data() + off, n, out.data());
-      } else {
-        WidenF16Row(all.data() + off, n, out.data());
-      }
+      WidenRow(all.data() + off, bf16 ? DType::kBF16 : DType::kF16, n, out.data());
       for (int64_t i = 0; i < n; ++i) {
         const uint16_t h = all[off + i];
         const float want = bf16 ? F32FromBF16(h) : F32FromF16(h);
@@ -125,7 +121,7 @@ TEST_P(RowOpsTest, WideningMatchesTheScalarConversionForEveryPattern) {
   }
   for (int64_t n = 0; n <= 40; ++n) {  // short rows: the scalar tail
     std::fill(out.begin(), out.end(), -1.0f);
-    WidenBF16Row(all.data() + 16256, n, out.data());  // 0x3F80.. = 1.0 upward
+    WidenRow(all.data() + 16256, DType::kBF16, n, out.data());  // 0x3F80.. = 1.0 upward
     for (int64_t i = 0; i < n; ++i) EXPECT_EQ(out[i], F32FromBF16(all[16256 + i]));
     EXPECT_EQ(out[n], -1.0f);  // nothing past n
   }

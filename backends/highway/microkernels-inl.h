@@ -28,7 +28,7 @@
 
 #include "core/dtype.h"
 #include "core/exp_nonpositive-inl.h"
-#include "core/widen_f16-inl.h"
+#include "core/widen-inl.h"
 #include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
@@ -442,21 +442,10 @@ HWY_INLINE void SoftCap(float* HWY_RESTRICT x, size_t n, float cap) {
 // dst[n, n_padded) = 0.
 HWY_INLINE void LoadRowAsF32(const void* src, DType type, int64_t stride, size_t n, size_t n_padded,
                              float* HWY_RESTRICT dst) {
-  const DF df;
-  const size_t N = hn::Lanes(df);
   size_t i = 0;
   if (stride == 1) {
-    if (type == DType::kF32) {
-      const float* f = static_cast<const float*>(src);
-      for (; i + N <= n; i += N) hn::StoreU(hn::LoadU(df, f + i), df, dst + i);
-    } else if (type == DType::kBF16) {
-      const hn::Rebind<hwy::bfloat16_t, DF> dbf;
-      const auto* h = static_cast<const hwy::bfloat16_t*>(src);
-      for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dbf, h + i)), df, dst + i);
-    } else {
-      const auto* h = static_cast<const hwy::float16_t*>(src);
-      for (; i + N <= n; i += N) hn::StoreU(LoadF16AsF32(df, h + i), df, dst + i);
-    }
+    WidenRowToF32(src, type, n, dst);
+    i = n;
   }
   for (; i < n; ++i) dst[i] = LoadAsF32(src, type, static_cast<int64_t>(i) * stride);
   for (; i < n_padded; ++i) dst[i] = 0.0f;
