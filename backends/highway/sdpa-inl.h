@@ -329,7 +329,8 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   constexpr bool kPairs = std::is_same<T, BF16Pairs>::value;
   uint32_t perm[2 * HWY_MAX_BYTES / sizeof(float)];
   if (kPairs) BF16PairColumns(perm);
-  const int64_t chunk = 2 * static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t pair = 2 * static_cast<int64_t>(hn::Lanes(DF()));
+  auto column_at = [&](int64_t c) { return c - c % pair + perm[c % pair]; };
   float* HWY_RESTRICT row = scratch + t.off_row;
   if (it.k_begin < it.k_end) {
     LoadQueryTile(p, t, it, qt);
@@ -338,7 +339,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       for (int64_t r = 0; r < rows; ++r) {
         float* HWY_RESTRICT q = qrows + r * dp;
         std::copy(q, q + dp, row);
-        for (int64_t c = 0; c < dp; ++c) q[c] = row[c - c % chunk + perm[c % chunk]];
+        for (int64_t c = 0; c < dp; ++c) q[c] = row[column_at(c)];
       }
     }
   }
@@ -410,7 +411,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       std::fill(orow, orow + dp, 0.0f);
     }
     if (kPairs) {  // back to column order
-      for (int64_t c = 0; c < dp; ++c) row[c - c % chunk + perm[c % chunk]] = orow[c];
+      for (int64_t c = 0; c < dp; ++c) row[column_at(c)] = orow[c];
       orow = row;
     }
     store_row(r, orow, lse);
