@@ -25,7 +25,9 @@ using attnkit::HWY_NAMESPACE::ExpNonPositive;
 using attnkit::HWY_NAMESPACE::WidenRowToF32;
 
 // Highway 1.0.3 has no LoadN/StoreN: a partial last vector goes through a
-// stack copy, so the tail uses the same arithmetic as the body.
+// stack copy, so the tail uses the same arithmetic as the body. The copy is
+// read and written unaligned: sanitizer fake stacks align frames to 32 bytes
+// only, less than one AVX-512 vector.
 constexpr size_t kMaxFloatLanes = HWY_MAX_BYTES / sizeof(float);
 
 // Applies fn(vector) -> vector to x[0, n) in place.
@@ -36,10 +38,10 @@ HWY_INLINE void TransformRow(float* HWY_RESTRICT x, int64_t n, Fn fn) {
   int64_t j = 0;
   for (; j + N <= n; j += N) hn::StoreU(fn(hn::LoadU(df, x + j)), df, x + j);
   if (j < n) {
-    HWY_ALIGN float tail[kMaxFloatLanes] = {};
+    float tail[kMaxFloatLanes] = {};
     const int64_t rest = n - j;
     for (int64_t t = 0; t < rest; ++t) tail[t] = x[j + t];
-    hn::Store(fn(hn::Load(df, tail)), df, tail);
+    hn::StoreU(fn(hn::LoadU(df, tail)), df, tail);
     for (int64_t t = 0; t < rest; ++t) x[j + t] = tail[t];
   }
 }
@@ -90,13 +92,13 @@ HWY_INLINE float ExpSubtractSumImpl(float* HWY_RESTRICT s, int64_t n, float max)
   }
   if (j < n) {
     // Unused tail lanes hold -inf, so they add exp(-inf) = 0 to the sum.
-    HWY_ALIGN float tail[kMaxFloatLanes];
+    float tail[kMaxFloatLanes];
     const int64_t rest = n - j;
     for (int64_t t = 0; t < N; ++t) {
       tail[t] = t < rest ? s[j + t] : -std::numeric_limits<float>::infinity();
     }
-    const auto e = ExpNonPositive(df, hn::Sub(hn::Load(df, tail), vmax));
-    hn::Store(e, df, tail);
+    const auto e = ExpNonPositive(df, hn::Sub(hn::LoadU(df, tail), vmax));
+    hn::StoreU(e, df, tail);
     for (int64_t t = 0; t < rest; ++t) s[j + t] = tail[t];
     sum0 = hn::Add(sum0, e);
   }
