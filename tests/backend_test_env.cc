@@ -1,5 +1,6 @@
 #include "tests/backend_test_env.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -7,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "backends/builtin.h"
 #include "gtest/gtest.h"
 
@@ -61,6 +63,11 @@ void Record(const std::string& backend, Outcome outcome, const std::string& skip
 absl::Status CheckRunnable(const Backend& b, const AttentionProblem& p) {
   const absl::Status supported = b.Supports(p);
   if (supported.ok()) return supported;
+  if (IsRequired(b.Name())) {
+    ADD_FAILURE() << b.Name() << " is named in ATTNKIT_REQUIRE_BACKENDS but skips " << p.Id()
+                  << ": " << (b.Available().ok() ? "unsupported: " : "unavailable: ")
+                  << supported.message();
+  }
   if (b.Available().ok() && CheckCapabilities(b.Caps(), p).ok()) {
     ADD_FAILURE() << b.Name() << " refuses " << p.Id()
                   << " although its capabilities cover it: " << supported;
@@ -99,8 +106,54 @@ bool LoadPluginsFromArgs(int* argc, char** argv) {
     }
   }
   *argc = out;
+  const std::vector<std::string> names = BackendNames();
+  for (const std::string& required : RequiredBackends()) {
+    if (std::find(names.begin(), names.end(), required) == names.end()) {
+      std::fprintf(stderr,
+                   "FATAL: ATTNKIT_REQUIRE_BACKENDS names '%s', which is not registered; "
+                   "registered: %s\n",
+                   required.c_str(), absl::StrJoin(names, ", ").c_str());
+      ok = false;
+    }
+  }
   return ok;
 }
+
+namespace {
+
+// Fails the run when a test whose parameter is a required backend ends
+// skipped, whatever skip site it took (CheckRunnable already fails the case
+// itself; this catches the suites' own GTEST_SKIPs).
+class RequiredSkipListener : public ::testing::EmptyTestEventListener {
+ public:
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    if (info.value_param() == nullptr || !info.result()->Skipped()) return;
+    std::string param = info.value_param();
+    if (param.size() >= 2 && param.front() == '"' && param.back() == '"') {
+      param = param.substr(1, param.size() - 2);
+    }
+    if (!IsRequired(param)) return;
+    std::fprintf(stderr, "FAILED: %s.%s skipped required backend %s\n", info.test_suite_name(),
+                 info.name(), param.c_str());
+    ++required_skips_;
+  }
+  int required_skips() const { return required_skips_; }
+
+ private:
+  int required_skips_ = 0;
+};
+
+RequiredSkipListener* g_required_skips = nullptr;
+
+}  // namespace
+
+void InstallRequiredSkipListener() {
+  if (g_required_skips != nullptr) return;
+  g_required_skips = new RequiredSkipListener;
+  ::testing::UnitTest::GetInstance()->listeners().Append(g_required_skips);  // owns it
+}
+
+int RequiredSkips() { return g_required_skips == nullptr ? 0 : g_required_skips->required_skips(); }
 
 void PrintSummary() {
   std::lock_guard<std::mutex> lock(SummaryMutex());

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "core/backend.h"
 #include "core/problem.h"
+#include "tests/required_backends.h"
 
 namespace attnkit {
 namespace testing_env {
@@ -27,7 +28,7 @@ void Record(const std::string& backend, Outcome outcome, const std::string& skip
 
 // Returns OK when the test should run `p` on `b`. Otherwise returns the
 // reason to skip, after adding a test failure if `b` refuses a case that its
-// Caps() claim to cover while it is available.
+// Caps() claim to cover while it is available, or if `b` is required.
 absl::Status CheckRunnable(const Backend& b, const AttentionProblem& p);
 
 // CheckRunnable for the backend named `backend`; when it refuses, records
@@ -36,9 +37,16 @@ bool RunsOrRecordsSkip(const std::string& backend, const AttentionProblem& p,
                        std::string* skip_reason);
 
 // For main(): loads --plugin= arguments (removing them from argv) and fails
-// loudly if any plugin does not load; returns false on failure.
+// loudly if any plugin does not load or a backend named in
+// $ATTNKIT_REQUIRE_BACKENDS is not registered;
+// returns false on failure.
 bool LoadPluginsFromArgs(int* argc, char** argv);
 void PrintSummary();
+
+// After InitGoogleTest: counts tests of a required backend that ended skipped
+// through any GTEST_SKIP; main() fails the run when RequiredSkips() > 0.
+void InstallRequiredSkipListener();
+int RequiredSkips();
 
 }  // namespace testing_env
 }  // namespace attnkit

@@ -10,6 +10,7 @@
 #include "core/reference.h"
 #include "core/registry.h"
 #include "gtest/gtest.h"
+#include "tests/required_backends.h"
 
 namespace attnkit {
 namespace {
@@ -77,7 +78,13 @@ TEST_F(CudaPluginTest, UnavailableWithoutGpuSaysWhy) {
 
 TEST_F(CudaPluginTest, SmallProblemMatchesReferenceOnGpu) {
   for (Backend* b : registry_.All()) {
-    if (!b->Available().ok()) GTEST_SKIP() << b->Available();
+    if (!b->Available().ok()) {
+      if (testing_env::IsRequired(b->Name())) {
+        FAIL() << b->Name()
+               << " is named in ATTNKIT_REQUIRE_BACKENDS but is unavailable: " << b->Available();
+      }
+      GTEST_SKIP() << b->Available();
+    }
     for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
       const AttentionProblem p = SmallGqa(t);
       auto data = ProblemData::Random(p, 7);
