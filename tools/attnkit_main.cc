@@ -24,6 +24,8 @@ ABSL_FLAG(std::string, config, "",
           "text-format AttentionConfig (core/config.proto); default: the built-in example");
 ABSL_FLAG(std::string, backend, "", "backend name or 'auto'; overrides the config");
 ABSL_FLAG(std::string, backends, "", "check: comma-separated backends to run (default: all)");
+ABSL_FLAG(bool, allow_skip, false,
+          "check: accept a backend named in --backends that is unavailable or refuses the problem");
 ABSL_FLAG(std::string, q, "", "run: queries .npy, [B, H, Tq, d] (BTHD layout: [B, Tq, H, d])");
 ABSL_FLAG(std::string, k, "", "run: keys .npy, [B, Hkv, Tk, d] (BTHD layout: [B, Tk, Hkv, d])");
 ABSL_FLAG(std::string, v, "", "run: values .npy, same shape as keys");
@@ -58,7 +60,7 @@ constexpr char kUsage[] =
     "attnkit COMMAND [flags]\n"
     "  backends                    list backends: available or why not, capabilities\n"
     "  run   --config=F --q --k --v --out [--kv_lengths --mask --bias --lse_out --backend]\n"
-    "  check [--config=F] [--backends=a,b]   every backend vs the fp64 reference\n"
+    "  check [--config=F] [--backends=a,b [--allow_skip]]   every backend vs the fp64 reference\n"
     "  cost  [--config=F] [--layers=N]   FLOPs, bytes, score size, KV-cache bytes, parameters\n"
     "  generate [--config=F] --layers=N --prompt_len=P --new_tokens=K [--chunk=C] [--backend]\n"
     "                              prefill + KV-cached decode through N layers: tokens/s,\n"
@@ -143,6 +145,7 @@ int main(int argc, char** argv) {
        absl::StrSplit(absl::GetFlag(FLAGS_backends), ',', absl::SkipEmpty())) {
     options.backends.emplace_back(name);
   }
+  options.allow_skip = absl::GetFlag(FLAGS_allow_skip);
   options.q = absl::GetFlag(FLAGS_q);
   options.k = absl::GetFlag(FLAGS_k);
   options.v = absl::GetFlag(FLAGS_v);

@@ -1,6 +1,10 @@
 #include <chrono>
+#include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "backends/builtin.h"
 #include "core/compare.h"
 #include "core/execute.h"
@@ -28,10 +32,16 @@ absl::Status CheckCommand(const BackendRegistry& registry, const CliOptions& opt
   out << absl::StrFormat("%-18s %-34s %-6s %12s %12s %12s %10s\n", "backend", "kernel", "result",
                          "max abs err", "max rel err", "atol", "time ms");
   int failures = 0;
+  std::vector<std::string> named_skips;  // backends named in --backends that could not run
   for (Backend* b : backends) {
-    const absl::Status supported = b->Supports(p);
+    // "unavailable": the backend cannot run here at all (no GPU, bad plugin);
+    // "unsupported": it works but refuses this problem.
+    const absl::Status available = b->Available();
+    const absl::Status supported = available.ok() ? b->Supports(p) : available;
     if (!supported.ok()) {
-      out << absl::StrFormat("%-18s skipped: %s\n", b->Name(), supported.message());
+      const char* why = available.ok() ? "unsupported" : "unavailable";
+      out << absl::StrFormat("%-18s %s: %s\n", b->Name(), why, supported.message());
+      if (!options.backends.empty()) named_skips.push_back(absl::StrCat(b->Name(), " (", why, ")"));
       continue;
     }
     PoisonOutputs(data);
@@ -56,6 +66,11 @@ absl::Status CheckCommand(const BackendRegistry& registry, const CliOptions& opt
   if (failures > 0) {
     return absl::FailedPreconditionError(
         absl::StrFormat("%d backend(s) disagree with the reference on %s", failures, p.Id()));
+  }
+  if (!named_skips.empty() && !options.allow_skip) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--backends named ", absl::StrJoin(named_skips, ", "),
+                     ", which did not run on ", p.Id(), "; pass --allow_skip to accept that"));
   }
   return absl::OkStatus();
 }

@@ -20,6 +20,7 @@ struct CliOptions {
   std::string config;   // path of a text-format AttentionConfig; "" = built-in default
   std::string backend;  // overrides the config's backend when set
   std::vector<std::string> backends;  // check: restrict to these names
+  bool allow_skip = false;            // check: a named backend that cannot run is not an error
   std::string q, k, v;                // run: .npy inputs
   std::string kv_lengths;             // run: optional int32/int64 [B]
   std::string mask;                   // run: optional bool/uint8 [B|1, H|1, Tq, Tk], true = blocked
@@ -53,7 +54,9 @@ absl::Status BackendsCommand(const BackendRegistry& registry, std::ostream& out)
 absl::Status RunCommand(const BackendRegistry& registry, const CliOptions& options,
                         std::ostream& out);
 // `attnkit check`: every (selected) backend on random data against the
-// reference. FailedPrecondition when any backend that ran is wrong.
+// reference. FailedPrecondition when any backend that ran is wrong, or when a
+// backend named in options.backends was unavailable or refused the problem
+// (unless options.allow_skip).
 absl::Status CheckCommand(const BackendRegistry& registry, const CliOptions& options,
                           std::ostream& out);
 // `attnkit fuzz`: random valid problems on every (selected) backend against

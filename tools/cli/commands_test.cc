@@ -244,6 +244,38 @@ TEST(CheckCommandTest, DefaultConfigPassesAndReportsEachBackend) {
   EXPECT_THAT(out.str(), HasSubstr("pass"));
 }
 
+// A backend that cannot run on this machine, as CUDA is without a GPU.
+class UnavailableBackend : public Backend {
+ public:
+  std::string Name() const override { return "nogpu"; }
+  std::string Description() const override { return "needs a device this machine lacks"; }
+  Capabilities Caps() const override { return Capabilities{}; }
+  absl::Status Available() const override {
+    return absl::UnavailableError("no CUDA-capable device is detected");
+  }
+
+ protected:
+  absl::Status ForwardImpl(const AttentionProblem&, const AttentionArgs&, RunInfo*) override {
+    return absl::InternalError("never runs");
+  }
+};
+
+TEST(CheckCommandTest, NamedBackendThatCannotRunFailsUnlessSkipsAreAllowed) {
+  BackendRegistry registry;
+  ASSERT_TRUE(registry.Register(std::make_unique<UnavailableBackend>()).ok());
+  std::ostringstream out;
+  CliOptions options;
+  options.backends = {"nogpu"};
+  const absl::Status s = CheckCommand(registry, options, out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("nogpu (unavailable)"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--allow_skip"));
+  EXPECT_THAT(out.str(), HasSubstr("unavailable: no CUDA-capable device is detected"));
+
+  options.allow_skip = true;
+  EXPECT_TRUE(CheckCommand(registry, options, out).ok());
+}
+
 TEST(BackendsCommandTest, ListsCapabilities) {
   std::ostringstream out;
   ASSERT_TRUE(BackendsCommand(GlobalRegistry(), out).ok());
