@@ -25,21 +25,25 @@ int ThreadsFromOptions(const HighwayOptions& o) {
   return 0;  // ThreadPool: one per hardware thread
 }
 
-std::string TargetFromOptions(const HighwayOptions& o) {
-  if (!o.target.empty()) return o.target;
-  const char* env = std::getenv("ATTNKIT_HWY_TARGET");
-  return env != nullptr ? std::string(env) : std::string();
-}
-
 class HighwayBackend : public Backend {
  public:
   explicit HighwayBackend(const HighwayOptions& options)
       : name_(options.name), pool_(std::make_unique<ThreadPool>(ThreadsFromOptions(options))) {
-    const std::string target = TargetFromOptions(options);
-    if (!target.empty()) {
-      absl::StatusOr<int64_t> parsed = ParseFlashTarget(target);
+    if (!options.target.empty()) {
+      // An explicit target is called through the dispatch table directly.
+      absl::StatusOr<int64_t> parsed = ParseFlashTarget(options.target);
       if (parsed.ok()) {
         forced_target_ = *parsed;
+      } else {
+        available_ = parsed.status();
+      }
+    } else if (const char* env = std::getenv("ATTNKIT_HWY_TARGET"); env != nullptr && *env) {
+      // $ATTNKIT_HWY_TARGET already caps dynamic dispatch for the whole
+      // process (core/hwy_target_cap.h), which then picks exactly this target;
+      // here it only has to exist on this CPU, or the backend says why not.
+      absl::StatusOr<int64_t> parsed = ParseFlashTarget(env);
+      if (parsed.ok()) {
+        env_target_ = *parsed;
       } else {
         available_ = parsed.status();
       }
@@ -51,6 +55,7 @@ class HighwayBackend : public Backend {
     return absl::StrCat(
         "flash attention (online softmax, fp32 accumulate) with Highway SIMD; target ",
         forced_target_ != 0 ? absl::StrCat(hwy::TargetName(forced_target_), " (forced)")
+        : env_target_ != 0  ? absl::StrCat(hwy::TargetName(env_target_), " (ATTNKIT_HWY_TARGET)")
                             : "chosen at run time",
         ", ", pool_->num_threads(), " threads");
   }
@@ -89,7 +94,8 @@ class HighwayBackend : public Backend {
  private:
   std::string name_;
   absl::Status available_;
-  int64_t forced_target_ = 0;
+  int64_t forced_target_ = 0;  // HighwayOptions::target; 0 = dynamic dispatch
+  int64_t env_target_ = 0;     // $ATTNKIT_HWY_TARGET, applied as a dispatch cap
   std::mutex mu_;
   std::unique_ptr<ThreadPool> pool_;
   Workspace workspace_;

@@ -15,7 +15,8 @@ struct HighwayOptions {
   // $ATTNKIT_HWY_THREADS when set.
   int num_threads = 0;
   // A Highway target name ("AVX2", "SSE4", "EMU128", ...) to force instead of
-  // the best one; empty = $ATTNKIT_HWY_TARGET when set, else the best.
+  // the best one. Empty = dynamic dispatch, which $ATTNKIT_HWY_TARGET caps
+  // process-wide (the backend is unavailable when that target is not here).
   std::string target;
   std::string name = "highway";
 };
