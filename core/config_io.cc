@@ -119,6 +119,7 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
 }
 
 absl::Status WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files) {
+  // 1. Every new content into a temporary beside its file.
   std::vector<std::string> temps;
   auto remove_temps = [&](size_t from) {
     for (size_t i = from; i < temps.size(); ++i) unlink(temps[i].c_str());
@@ -131,13 +132,43 @@ absl::Status WriteFilesAtomically(const std::vector<std::pair<std::string, std::
     }
     temps.push_back(*tmp);
   }
+  // 2. A hard link to each existing file, so that a failed rename further on
+  // can put back the files already replaced. A target that cannot be linked
+  // (a directory, a file system without links) stops here, nothing replaced.
+  std::vector<std::string> backups(files.size());  // "" = the file did not exist
+  auto remove_backups = [&] {
+    for (const std::string& b : backups) {
+      if (!b.empty()) unlink(b.c_str());
+    }
+  };
   for (size_t i = 0; i < files.size(); ++i) {
-    if (std::rename(temps[i].c_str(), files[i].first.c_str()) != 0) {
-      const absl::Status s = ErrnoStatus("cannot rename the temporary file onto", files[i].first);
-      remove_temps(i);
+    const std::string backup = temps[i] + ".old";
+    if (link(files[i].first.c_str(), backup.c_str()) == 0) {
+      backups[i] = backup;
+    } else if (errno != ENOENT) {
+      const absl::Status s = ErrnoStatus("cannot replace", files[i].first);
+      remove_backups();
+      remove_temps(0);
       return s;
     }
   }
+  // 3. Rename each into place; on a failure, undo the renames done so far.
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (std::rename(temps[i].c_str(), files[i].first.c_str()) != 0) {
+      const absl::Status s = ErrnoStatus("cannot rename the temporary file onto", files[i].first);
+      for (size_t j = 0; j < i; ++j) {
+        if (backups[j].empty()) {
+          unlink(files[j].first.c_str());
+        } else if (std::rename(backups[j].c_str(), files[j].first.c_str()) == 0) {
+          backups[j].clear();
+        }
+      }
+      remove_temps(i);
+      remove_backups();
+      return s;
+    }
+  }
+  remove_backups();
   return absl::OkStatus();
 }
 

@@ -23,8 +23,10 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 // Writes `contents` to a temporary file beside `path`, then renames it over
 // `path`: readers see the old file or the whole new one, never a part.
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
-// Several files: all are written to temporaries first (a failure there leaves
-// nothing behind), then each is renamed into place.
+// Several files as one set: all are written to temporaries first (a failure
+// there leaves nothing behind), then each is renamed into place; when a
+// rename fails, the files already replaced get their old content back (and
+// new ones are removed), so either every file is new or none is.
 absl::Status WriteFilesAtomically(const std::vector<std::pair<std::string, std::string>>& files);
 
 }  // namespace attnkit

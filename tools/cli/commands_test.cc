@@ -127,6 +127,41 @@ TEST_F(RunCommandTest, BadInputIsOneClearErrorAndNoOutput) {
   }
 }
 
+// --out and --lse_out are one set: when --lse_out cannot be replaced, the
+// existing --out keeps its old content and no temporary is left behind.
+TEST_F(RunCommandTest, OutputsAreWrittenAsOneSet) {
+  Prepare("num_heads: 2 head_dim: 8 q_len: 3 kv_len: 4");
+  ASSERT_TRUE(WriteFileAtomically(Path("o.npy"), "old output").ok());
+  ASSERT_EQ(system(("mkdir -p " + Path("lse_is_a_dir")).c_str()), 0);
+  options_.lse_out = Path("lse_is_a_dir");
+  const absl::Status s = Run();
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("lse_is_a_dir"));
+  EXPECT_EQ(*ReadFile(Path("o.npy")), "old output");
+  const std::string listing = dir_ + "/listing.txt";
+  ASSERT_EQ(system(("ls " + dir_ + " > " + listing).c_str()), 0);
+  EXPECT_THAT(*ReadFile(listing), ::testing::Not(HasSubstr(".tmp."))) << *ReadFile(listing);
+
+  options_.lse_out = Path("lse.npy");
+  ASSERT_TRUE(Run().ok());
+  EXPECT_NE(*ReadFile(Path("o.npy")), "old output");
+  EXPECT_TRUE(Exists("lse.npy"));
+}
+
+// memory_budget_bytes is checked from the config alone, before any input is
+// read or any tensor allocated (the input files here do not even exist).
+TEST_F(RunCommandTest, MemoryBudgetIsEnforcedBeforeLoading) {
+  Prepare("num_heads: 4 head_dim: 8 q_len: 4");
+  const std::string config = "num_heads: 4 head_dim: 64 q_len: 256 memory_budget_bytes: 1000";
+  ASSERT_TRUE(WriteFileAtomically(Path("budget.textproto"), config).ok());
+  options_.config = Path("budget.textproto");
+  options_.q = options_.k = options_.v = Path("never_read.npy");
+  const absl::Status s = Run();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("memory_budget_bytes (1000)"));
+  EXPECT_FALSE(Exists("o.npy"));
+}
+
 TEST_F(RunCommandTest, BroadcastMaskAndPadding) {
   const AttentionProblem p = Prepare("num_heads: 2 head_dim: 8 q_len: 3 kv_len: 4 batch: 2");
   uint8_t mask[3][4] = {{0, 1, 0, 0}, {1, 1, 1, 1}, {0, 0, 0, 1}};

@@ -113,6 +113,8 @@ absl::Status RunCommand(const BackendRegistry& registry, const CliOptions& optio
     data.kv_lengths = std::move(lengths.tensor);
   }
   ATTNKIT_ASSIGN_OR_RETURN(const AttentionProblem p, ProblemFromConfig(config));
+  // Before any tensor is loaded or allocated.
+  ATTNKIT_RETURN_IF_ERROR(CheckMemoryBudget(p));
   if (p.has_kv_lengths() && data.kv_lengths.view().empty()) {
     ATTNKIT_ASSIGN_OR_RETURN(data.kv_lengths, Tensor::Contiguous(DType::kI32, {p.batch}));
     for (int64_t b = 0; b < p.batch; ++b) {
