@@ -4,6 +4,8 @@
 #include <chrono>
 #include <thread>
 
+#include "core/hwy_target_cap.h"
+
 // Compile machine_kernels-inl.h once per Highway target (order matters).
 // clang-format off
 #undef HWY_TARGET_INCLUDE
@@ -21,9 +23,11 @@ HWY_EXPORT(SumFloats);
 HWY_EXPORT(CurrentTarget);
 
 std::vector<int64_t> AvailableHighwayTargets() {
-  std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
-  // Highway numbers better targets with smaller bits.
-  std::sort(targets.begin(), targets.end());
+  // Highway numbers better targets with smaller bits: best first.
+  std::vector<int64_t> targets;
+  for (int64_t t = SupportedHighwayTargets() & HWY_TARGETS; t != 0; t &= t - 1) {
+    targets.push_back(t & -t);
+  }
   return targets;
 }
 

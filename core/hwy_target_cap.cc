@@ -38,6 +38,12 @@ absl::StatusOr<int64_t> CapHighwayTargetsFromEnv() {
   return *target;
 }
 
+int64_t SupportedHighwayTargets() {
+  const int64_t targets = hwy::SupportedTargets();
+  hwy::GetChosenTarget().Update(targets);
+  return targets;
+}
+
 std::string HighwayTargetNames(int64_t targets) {
   std::string names;
   for (; targets != 0; targets &= targets - 1) {

@@ -27,6 +27,14 @@ void CapHighwayTargets(int64_t target);
 // the value. Run once at start-up by this library's static initializer.
 absl::StatusOr<int64_t> CapHighwayTargetsFromEnv();
 
+// hwy::SupportedTargets() (under the cap and any test mock), with dispatch
+// made to agree with it. Highway 1.0.3's SupportedTargets() re-detects the
+// CPU and, as a side effect, points HWY_DYNAMIC_DISPATCH at the *uncapped*
+// set until the next DisableTargets; one call (a backend listing its targets)
+// would silently lift the cap. Call this instead of hwy::SupportedTargets()
+// and hwy::SupportedAndGeneratedTargets() everywhere in attnkit.
+int64_t SupportedHighwayTargets();
+
 // "AVX3_DL AVX3 AVX2 SSE4 SCALAR": the names of the set bits of `targets`,
 // best first.
 std::string HighwayTargetNames(int64_t targets);

@@ -14,6 +14,12 @@ PB
 $bin check --config="$tmp/small.textproto" > "$tmp/check.txt" || fail "check exited $?"
 grep -q 'pass' "$tmp/check.txt" || fail "check printed no pass"
 
+# ATTNKIT_HWY_TARGET caps every Highway kernel: highway's and blas's softmax.
+ATTNKIT_HWY_TARGET=SSE4 $bin check --config="$tmp/small.textproto" --backends=highway,blas \
+  > "$tmp/capped.txt" || fail "capped check exited $?"
+grep -q 'flash/SSE4' "$tmp/capped.txt" || fail "highway not capped: $(cat "$tmp/capped.txt")"
+grep -q 'softmax/SSE4' "$tmp/capped.txt" || fail "blas softmax not capped: $(cat "$tmp/capped.txt")"
+
 $bin bogus 2> "$tmp/err.txt"; rc=$?
 [[ $rc -eq 2 ]] || fail "unknown command exited $rc, want 2"
 

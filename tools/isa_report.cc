@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "backends/highway/sdpa.h"
+#include "benchmarks/machine_kernels.h"
 #include "core/hwy_target_cap.h"
 #include "hwy/targets.h"
 
@@ -67,11 +68,13 @@ int main() {
   if (*cap != 0) {
     std::printf("highway:  capped at %s by ATTNKIT_HWY_TARGET\n", hwy::TargetName(*cap));
   }
+  // Listing the targets asks Highway for the supported set, which in 1.0.3
+  // would lift the cap for dispatch (see SupportedHighwayTargets); the
+  // dispatched line below is a real HWY_DYNAMIC_DISPATCH made after it.
   const std::vector<int64_t> available = attnkit::AvailableFlashTargets();
   int64_t mask = 0;
   for (int64_t t : available) mask |= t;
   std::printf("highway:  runs here %s\n", attnkit::HighwayTargetNames(mask).c_str());
-  std::printf("highway:  dispatched %s\n",
-              available.empty() ? "(none)" : hwy::TargetName(available.front()));
+  std::printf("highway:  dispatched %s\n", attnkit::DispatchedHighwayTarget().c_str());
   return 0;
 }

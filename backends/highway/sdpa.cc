@@ -1,7 +1,9 @@
 // Compiles sdpa-inl.h once per Highway target and exports the dispatch table.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backends/highway/sdpa.cc"
+// clang-format off
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+// clang-format on
 
 #include "backends/highway/sdpa-inl.h"
 #include "hwy/highway.h"
@@ -26,13 +28,14 @@ HWY_AFTER_NAMESPACE();
 
 #include "absl/strings/str_join.h"
 #include "backends/highway/sdpa.h"
+#include "core/hwy_target_cap.h"
 
 namespace attnkit {
 
 HWY_EXPORT(FlashForwardTarget);
 
-absl::Status FlashAttention(const FlashParams& p, int64_t target, ThreadPool* pool,
-                            Workspace* ws, FlashRunInfo* info) {
+absl::Status FlashAttention(const FlashParams& p, int64_t target, ThreadPool* pool, Workspace* ws,
+                            FlashRunInfo* info) {
   if (target == 0) return HWY_DYNAMIC_DISPATCH(FlashForwardTarget)(p, pool, ws, info);
   // The same table HWY_DYNAMIC_DISPATCH uses, indexed for `target` by a local
   // ChosenTarget, so forcing a target changes no global state.
@@ -41,7 +44,13 @@ absl::Status FlashAttention(const FlashParams& p, int64_t target, ThreadPool* po
   return HWY_DISPATCH_TABLE(FlashForwardTarget)[chosen.GetIndex()](p, pool, ws, info);
 }
 
-std::vector<int64_t> AvailableFlashTargets() { return hwy::SupportedAndGeneratedTargets(); }
+std::vector<int64_t> AvailableFlashTargets() {
+  std::vector<int64_t> targets;
+  for (int64_t t = SupportedHighwayTargets() & HWY_TARGETS; t != 0; t &= t - 1) {
+    targets.push_back(t & -t);
+  }
+  return targets;
+}
 
 absl::StatusOr<int64_t> ParseFlashTarget(const std::string& name) {
   std::string upper;
@@ -52,8 +61,8 @@ absl::StatusOr<int64_t> ParseFlashTarget(const std::string& name) {
     names.push_back(hwy::TargetName(t));
   }
   return absl::FailedPreconditionError(
-      "Highway target '" + name + "' is not compiled or not supported by this CPU; available: " +
-      absl::StrJoin(names, ", "));
+      "Highway target '" + name +
+      "' is not compiled or not supported by this CPU; available: " + absl::StrJoin(names, ", "));
 }
 
 }  // namespace attnkit
