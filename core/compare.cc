@@ -7,40 +7,31 @@
 #include "absl/strings/str_format.h"
 
 namespace attnkit {
-
-Tolerance ToleranceFor(const AttentionProblem& p, double v_max) {
-  const double e_out = DTypeEpsilon(p.dtype);
-  const double e_kv = DTypeEpsilon(p.kv_dtype);
-  const double e_acc = DTypeEpsilon(DType::kF32);
-  const double reduction = std::sqrt(double(p.head_dim)) + std::sqrt(double(p.kv_len));
-  Tolerance t;
-  const double v = std::max(v_max, 1e-30);
-  t.atol = v * (2 * std::max(e_out, e_kv) + 8 * e_acc * reduction);
-  t.rtol = 2 * e_out;
-  t.lse_atol = 8 * e_acc * reduction;
-  t.lse_rtol = 8 * e_acc * reduction;
-  return t;
-}
-
 namespace {
 
-double MaxAbsV(const AttentionArgs& a) {
-  double v_max = 0;
-  ForEachOffset(a.v, [&](int64_t off) {
-    const double x = std::fabs(double(a.v.LoadF32(off)));
-    if (std::isfinite(x)) v_max = std::max(v_max, x);
-  });
-  return v_max;
+constexpr double kU = 1.0 / (1 << 24);  // fp32 unit roundoff
+
+double SumGrowth(int64_t n) { return std::min(double(n), 4 * std::sqrt(double(n))); }
+
+// Half an ulp of |x| in `t` (normal or subnormal).
+double HalfUlp(DType t, double x) {
+  int mantissa_bits = 23, min_exponent = -126;
+  if (t == DType::kF16) mantissa_bits = 10, min_exponent = -14;
+  if (t == DType::kBF16) mantissa_bits = 7;
+  int exponent = min_exponent;
+  if (x > 0) exponent = std::max(min_exponent, std::ilogb(x));
+  return std::ldexp(1.0, exponent - mantissa_bits - 1);
 }
 
 // Checks output row (b, h, i) against want_o[d] and want_lse, updating c.
-void CheckRow(const AttentionProblem& p, const AttentionArgs& a, double v_max, int64_t b, int64_t h,
-              int64_t i, const double* want_o, double want_lse, Comparison* c) {
-  const Tolerance& t = c->tolerance;
-  const double rel_floor = std::max(v_max, 1e-30) * DTypeEpsilon(p.dtype);
+void CheckRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b, int64_t h, int64_t i,
+              const double* want_o, const double* abs_o, double want_lse, const RowErrorTerms& t,
+              Comparison* c) {
+  const RowBound bound = BoundForRow(p, t);
   auto note = [&](const std::string& what) {
     if (c->first_failure.empty()) c->first_failure = what;
   };
+  const bool blocked = std::isinf(want_lse) && want_lse < 0;
   for (int64_t x = 0; x < p.head_dim; ++x) {
     const double want = want_o[x];
     const double got = a.o.LoadF32(a.o.Offset(b, h, i, x));
@@ -51,18 +42,22 @@ void CheckRow(const AttentionProblem& p, const AttentionArgs& a, double v_max, i
       continue;
     }
     const double err = std::fabs(got - want);
+    const double allowed = blocked ? 0.0 : ElementBound(p.dtype, bound, want, abs_o[x]);
     c->max_abs_err = std::max(c->max_abs_err, err);
-    c->max_rel_err = std::max(c->max_rel_err, err / std::max(std::fabs(want), rel_floor));
-    if (err > t.atol + t.rtol * std::fabs(want)) {
+    if (want != 0) c->max_rel_err = std::max(c->max_rel_err, err / std::fabs(want));
+    c->max_bound = std::max(c->max_bound, allowed);
+    if (allowed > 0) c->max_bound_fraction = std::max(c->max_bound_fraction, err / allowed);
+    if (err > allowed) {
       ++c->mismatches;
-      note(absl::StrFormat("o[%d,%d,%d,%d] = %.9g, reference %.9g, error %.3g > %.3g", b, h, i, x,
-                           got, want, err, t.atol + t.rtol * std::fabs(want)));
+      note(absl::StrFormat("o[%d,%d,%d,%d] = %.9g, reference %.9g, error %.3g > bound %.3g%s", b, h,
+                           i, x, got, want, err, allowed,
+                           blocked ? " (fully blocked row must be 0)" : ""));
     }
   }
   if (!p.return_lse) return;
   const double got = static_cast<const float*>(a.lse.data)[a.lse.Offset(b, h, i)];
   ++c->checked;
-  if (std::isinf(want_lse) && want_lse < 0) {
+  if (blocked) {
     if (!(std::isinf(got) && got < 0)) {
       ++c->mismatches;
       note(absl::StrFormat("lse[%d,%d,%d] = %g for a fully blocked row; must be -inf", b, h, i,
@@ -77,26 +72,42 @@ void CheckRow(const AttentionProblem& p, const AttentionArgs& a, double v_max, i
   }
   const double err = std::fabs(got - want_lse);
   c->max_lse_err = std::max(c->max_lse_err, err);
-  if (err > t.lse_atol + t.lse_rtol * std::fabs(want_lse)) {
+  c->max_bound_fraction = std::max(c->max_bound_fraction, err / bound.lse);
+  if (err > bound.lse) {
     ++c->mismatches;
-    note(absl::StrFormat("lse[%d,%d,%d] = %.9g, reference %.9g, error %.3g", b, h, i, got, want_lse,
-                         err));
+    note(absl::StrFormat("lse[%d,%d,%d] = %.9g, reference %.9g, error %.3g > bound %.3g", b, h, i,
+                         got, want_lse, err, bound.lse));
   }
 }
 
 }  // namespace
 
+RowBound BoundForRow(const AttentionProblem& p, const RowErrorTerms& t) {
+  const double e =
+      kU * (SumGrowth(p.head_dim) * t.max_abs_dot + 8 * t.max_abs_score + 2 * t.max_abs_bias);
+  const double growth = SumGrowth(std::max<int64_t>(t.visible, 1));
+  RowBound r;
+  r.f32_scale = 1.01 * (2 * e + (3 * growth + 20) * kU);
+  r.lse = 1.01 * (e + (growth + 12) * kU);
+  return r;
+}
+
+double ElementBound(DType out, const RowBound& row, double want, double abs_weighted_v) {
+  const double f32 = row.f32_scale * abs_weighted_v;
+  // The last term is the floor: half the dtype's smallest subnormal.
+  return f32 + HalfUlp(out, std::fabs(want) + f32) + HalfUlp(out, 0);
+}
+
 Comparison CompareToReference(const AttentionProblem& p, const AttentionArgs& a,
                               const ReferenceResult& ref) {
-  const double v_max = MaxAbsV(a);
   Comparison c;
-  c.tolerance = ToleranceFor(p, v_max);
   const int64_t H = p.num_heads, Tq = p.q_len, d = p.head_dim;
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t h = 0; h < H; ++h) {
       for (int64_t i = 0; i < Tq; ++i) {
         const int64_t row = (b * H + h) * Tq + i;
-        CheckRow(p, a, v_max, b, h, i, &ref.o[row * d], ref.lse[row], &c);
+        CheckRow(p, a, b, h, i, &ref.o[row * d], &ref.abs_o[row * d], ref.lse[row], ref.terms[row],
+                 &c);
       }
     }
   }
@@ -104,19 +115,19 @@ Comparison CompareToReference(const AttentionProblem& p, const AttentionArgs& a,
 }
 
 Comparison CompareSampledRows(const AttentionProblem& p, const AttentionArgs& a, int64_t max_rows) {
-  const double v_max = MaxAbsV(a);
   Comparison c;
-  c.tolerance = ToleranceFor(p, v_max);
   const int64_t rows = p.batch * p.num_heads * p.q_len;
   const int64_t n = std::min(rows, std::max<int64_t>(max_rows, 1));
-  std::vector<double> scores(static_cast<size_t>(p.kv_len)), want(static_cast<size_t>(p.head_dim));
+  std::vector<double> scores(static_cast<size_t>(p.kv_len)), want(static_cast<size_t>(p.head_dim)),
+      abs_o(static_cast<size_t>(p.head_dim));
   for (int64_t k = 0; k < n; ++k) {
     // Evenly spread, always including the first and the last row.
     const int64_t row = n == 1 ? rows - 1 : k * (rows - 1) / (n - 1);
     const int64_t i = row % p.q_len, h = (row / p.q_len) % p.num_heads;
     const int64_t b = row / (p.q_len * p.num_heads);
-    const double lse = ReferenceRow(p, a, b, h, i, &scores, want.data());
-    CheckRow(p, a, v_max, b, h, i, want.data(), lse, &c);
+    RowErrorTerms terms;
+    const double lse = ReferenceRow(p, a, b, h, i, &scores, want.data(), abs_o.data(), &terms);
+    CheckRow(p, a, b, h, i, want.data(), abs_o.data(), lse, terms, &c);
   }
   return c;
 }

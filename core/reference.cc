@@ -1,12 +1,14 @@
 #include "core/reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 namespace attnkit {
 
 double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b, int64_t h,
-                    int64_t i, std::vector<double>* scores, double* o_row) {
+                    int64_t i, std::vector<double>* scores, double* o_row, double* abs_o_row,
+                    RowErrorTerms* terms) {
   const int64_t d = p.head_dim;
   const int64_t g = p.KvHead(h);
   const int64_t kv_length = p.KvLength(b);
@@ -21,30 +23,50 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
         static_cast<const uint8_t*>(a.blocked_mask.data)[a.blocked_mask.Offset(b, h, i, j)] != 0) {
       continue;
     }
-    double dot = 0;
+    double dot = 0, abs_dot = 0;
     for (int64_t c = 0; c < d; ++c) {
-      dot +=
+      const double qk =
           double(a.q.LoadF32(a.q.Offset(b, h, i, c))) * double(a.k.LoadF32(a.k.Offset(b, g, j, c)));
+      dot += qk;
+      abs_dot += std::fabs(qk);
     }
     double score = double(p.scale) * dot;
     if (p.softcap > 0) score = double(p.softcap) * std::tanh(score / double(p.softcap));
+    double bias = 0;
     if (p.additive_bias) {
-      score += double(static_cast<const float*>(a.bias.data)[a.bias.Offset(b, h, i, j)]);
+      bias = double(static_cast<const float*>(a.bias.data)[a.bias.Offset(b, h, i, j)]);
+      score += bias;
     }
     s[j] = score;
     if (score > max_score) max_score = score;
+    if (terms != nullptr && score != kNegInf) {
+      ++terms->visible;
+      terms->max_abs_dot = std::max(terms->max_abs_dot, double(p.scale) * abs_dot);
+      terms->max_abs_score = std::max(terms->max_abs_score, std::fabs(score));
+      terms->max_abs_bias = std::max(terms->max_abs_bias, std::fabs(bias));
+    }
   }
 
   for (int64_t c = 0; c < d; ++c) o_row[c] = 0;
+  if (abs_o_row != nullptr) {
+    for (int64_t c = 0; c < d; ++c) abs_o_row[c] = 0;
+  }
   if (max_score == kNegInf) return kNegInf;  // fully blocked row
   double sum = 0;
   for (int64_t j = range.begin; j < range.end; ++j) {
     if (s[j] == kNegInf) continue;  // blocked: v_j is never read
     const double w = std::exp(s[j] - max_score);
     sum += w;
-    for (int64_t c = 0; c < d; ++c) o_row[c] += w * double(a.v.LoadF32(a.v.Offset(b, g, j, c)));
+    for (int64_t c = 0; c < d; ++c) {
+      const double v = double(a.v.LoadF32(a.v.Offset(b, g, j, c)));
+      o_row[c] += w * v;
+      if (abs_o_row != nullptr) abs_o_row[c] += w * std::fabs(v);
+    }
   }
   for (int64_t c = 0; c < d; ++c) o_row[c] /= sum;
+  if (abs_o_row != nullptr) {
+    for (int64_t c = 0; c < d; ++c) abs_o_row[c] /= sum;
+  }
   return max_score + std::log(sum);
 }
 
@@ -53,12 +75,15 @@ ReferenceResult ComputeReference(const AttentionProblem& p, const AttentionArgs&
   ReferenceResult r;
   r.o.assign(static_cast<size_t>(B * H * Tq * d), 0.0);
   r.lse.assign(static_cast<size_t>(B * H * Tq), 0.0);
+  r.abs_o.assign(r.o.size(), 0.0);
+  r.terms.assign(r.lse.size(), RowErrorTerms{});
   std::vector<double> scores(static_cast<size_t>(p.kv_len));
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < H; ++h) {
       for (int64_t i = 0; i < Tq; ++i) {
         const int64_t row = (b * H + h) * Tq + i;
-        r.lse[row] = ReferenceRow(p, a, b, h, i, &scores, &r.o[row * d]);
+        r.lse[row] =
+            ReferenceRow(p, a, b, h, i, &scores, &r.o[row * d], &r.abs_o[row * d], &r.terms[row]);
       }
     }
   }

@@ -21,12 +21,26 @@ namespace attnkit {
 // A row with no unblocked key (or whose scores are all -inf) gives o = 0 and
 // lse = -inf. `scores` is scratch of at least kv_len entries.
 // Returns the row's lse and writes head_dim values to o_row.
+// What the error bound of core/compare.h needs from one row, in fp64 from the
+// same stored inputs; maxima over the row's visible keys j.
+struct RowErrorTerms {
+  int64_t visible = 0;       // n: keys with a finite score
+  double max_abs_dot = 0;    // scale * sum_c |q_c k_jc|
+  double max_abs_score = 0;  // |s_j| after softcap and bias
+  double max_abs_bias = 0;   // |bias_j|
+};
+
+// When `abs_o_row` is given it receives sum_j p_j |v_jc| (head_dim values),
+// and `terms` the row's error terms.
 double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b, int64_t h,
-                    int64_t i, std::vector<double>* scores, double* o_row);
+                    int64_t i, std::vector<double>* scores, double* o_row,
+                    double* abs_o_row = nullptr, RowErrorTerms* terms = nullptr);
 
 struct ReferenceResult {
-  std::vector<double> o;    // [B, H, Tq, d], canonical order
-  std::vector<double> lse;  // [B, H, Tq]
+  std::vector<double> o;             // [B, H, Tq, d], canonical order
+  std::vector<double> lse;           // [B, H, Tq]
+  std::vector<double> abs_o;         // [B, H, Tq, d]: sum_j p_j |v_jc|
+  std::vector<RowErrorTerms> terms;  // [B, H, Tq]
 };
 
 // The whole problem in fp64. Inputs (q, k, v and the optional ones) must be in

@@ -18,6 +18,7 @@ namespace {
 
 struct Counts {
   int passed = 0, failed = 0, skipped = 0;
+  double max_bound_fraction = -1;  // -1: no comparison recorded
   std::map<std::string, int> skip_reasons;
 };
 
@@ -73,6 +74,12 @@ absl::Status CheckRunnable(const Backend& b, const AttentionProblem& p) {
                   << " although its capabilities cover it: " << supported;
   }
   return supported;
+}
+
+void RecordBoundFraction(const std::string& backend, double fraction) {
+  std::lock_guard<std::mutex> lock(SummaryMutex());
+  Counts& c = Summary()[backend];
+  c.max_bound_fraction = std::max(c.max_bound_fraction, fraction);
 }
 
 bool RunsOrRecordsSkip(const std::string& backend, const AttentionProblem& p,
@@ -160,8 +167,10 @@ void PrintSummary() {
   if (Summary().empty()) return;
   std::printf("\n=== attnkit backend summary (cases run / passed / failed / skipped) ===\n");
   for (const auto& [name, c] : Summary()) {
-    std::printf("%-20s run %5d  passed %5d  failed %5d  skipped %5d\n", name.c_str(),
+    std::printf("%-20s run %5d  passed %5d  failed %5d  skipped %5d", name.c_str(),
                 c.passed + c.failed, c.passed, c.failed, c.skipped);
+    if (c.max_bound_fraction >= 0) std::printf("  max error/bound %.3f", c.max_bound_fraction);
+    std::printf("\n");
     for (const auto& [reason, n] : c.skip_reasons) {
       std::printf("    skipped %4d: %s\n", n, reason.c_str());
     }

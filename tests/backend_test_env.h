@@ -25,6 +25,9 @@ std::string SafeName(const std::string& name);
 // Records an outcome for the end-of-run summary.
 enum class Outcome { kPassed, kFailed, kSkipped };
 void Record(const std::string& backend, Outcome outcome, const std::string& skip_reason = "");
+// Keeps the largest error/bound fraction seen for `backend` (the summary
+// prints it: how close the backend runs to failing the oracle).
+void RecordBoundFraction(const std::string& backend, double fraction);
 
 // Returns OK when the test should run `p` on `b`. Otherwise returns the
 // reason to skip, after adding a test failure if `b` refuses a case that its

@@ -82,10 +82,11 @@ TEST_P(ConformanceTest, MatchesReference) {
   const Comparison c = CompareToReference(p, data->args(), Oracle(index, *data));
   testing_env::Record(backend_name, c.ok() ? Outcome::kPassed : Outcome::kFailed);
   EXPECT_TRUE(c.ok()) << backend_name << " [" << info.kernel << "] on " << p.name << ": "
-                      << c.mismatches << " of " << c.checked << " outside tolerance (atol "
-                      << c.tolerance.atol << ", rtol " << c.tolerance.rtol << ")"
+                      << c.mismatches << " of " << c.checked << " outside the bound (largest "
+                      << c.max_bound << ", error/bound up to " << c.max_bound_fraction << ")"
                       << (c.non_finite ? ", non-finite output" : "") << "; max abs error "
                       << c.max_abs_err << "; first: " << c.first_failure;
+  testing_env::RecordBoundFraction(backend_name, c.max_bound_fraction);
   if ((*backend)->Caps().deterministic) ExpectSameBitsOnRerun(*backend, p, *data);
 }
 
