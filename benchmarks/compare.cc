@@ -37,9 +37,12 @@ BackendResult Measure(Backend* backend, const AttentionProblem& p, const Problem
                       const CompareOptions& options) {
   BackendResult r;
   r.set_backend(backend->Name());
-  const absl::Status supported = backend->Supports(p);
+  // "unavailable": the backend cannot run on this machine at all;
+  // "unsupported": it runs here but refuses this problem.
+  const absl::Status available = backend->Available();
+  const absl::Status supported = available.ok() ? backend->Supports(p) : available;
   if (!supported.ok()) {
-    r.set_status("unsupported");
+    r.set_status(available.ok() ? "unsupported" : "unavailable");
     r.set_detail(std::string(supported.message()));
     return r;
   }
@@ -198,8 +201,8 @@ std::string FormatCompareTable(const CompareReport& report) {
   for (const ProblemResult& p : report.problems()) {
     for (const BackendResult& r : p.results()) {
       kernel_width = std::max(kernel_width, r.kernel().size());
-      if (r.status() == "unsupported") {
-        refusals[r.backend()].insert(r.detail());
+      if (r.status() == "unsupported" || r.status() == "unavailable") {
+        refusals[r.backend()].insert(absl::StrCat(r.status(), ": ", r.detail()));
         ++refused_count[r.backend()];
       }
     }
