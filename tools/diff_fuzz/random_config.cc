@@ -28,13 +28,16 @@ AttentionConfig RandomConfig(std::mt19937_64& rng, double max_work) {
   AttentionConfig c;
   for (;;) {
     c.Clear();
-    const int64_t kv_heads = 1 + rng() % 3;
+    // Up to 8 KV heads, group sizes (GQA ratios) 1 to 8.
+    const int64_t kv_heads = Chance(rng, 0.6) ? 1 + rng() % 3 : 1 + rng() % 8;
     c.set_num_kv_heads(kv_heads);
-    c.set_num_heads(kv_heads * Pick<int64_t>(rng, {1, 1, 2, 3, 4, 8}));
+    c.set_num_heads(kv_heads * Pick<int64_t>(rng, {1, 1, 2, 3, 4, 5, 6, 7, 8}));
     c.set_head_dim(Pick(rng, kHeadDims));
     c.set_batch(1 + rng() % 3);
     c.set_q_len(Pick(rng, kLens));
     c.set_kv_len(Chance(rng, 0.3) ? c.q_len() : Pick(rng, kLens));
+    // Long caches (decode-like when q_len is small): every split-K path.
+    if (Chance(rng, 0.2)) c.set_kv_len(Pick<int64_t>(rng, {255, 257, 1000, 2049, 4097, 5000}));
     const double work = double(c.batch()) * c.num_heads() * c.q_len() * c.kv_len() * c.head_dim();
     if (work <= max_work) break;
   }
@@ -47,7 +50,8 @@ AttentionConfig RandomConfig(std::mt19937_64& rng, double max_work) {
       break;
     default:
       c.mutable_mask()->set_kind(MaskSpec::SLIDING_WINDOW);
-      c.mutable_mask()->set_window_left(rng() % 9);
+      // Narrow windows, and windows up to 300 keys (wider than a tile).
+      c.mutable_mask()->set_window_left(Chance(rng, 0.5) ? rng() % 9 : rng() % 301);
       c.mutable_mask()->set_window_right(rng() % 4);
   }
   c.set_alignment(Chance(rng, 0.5) ? TOP_LEFT : BOTTOM_RIGHT);
