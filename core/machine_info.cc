@@ -8,23 +8,27 @@
 #include <fstream>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
 namespace attnkit {
 
-std::string CpuModel() {
+std::string CpuInfoField(const std::string& key) {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
   while (std::getline(in, line)) {
-    if (absl::StartsWith(line, "model name")) {
-      std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(':', 1));
-      if (parts.size() == 2) return std::string(absl::StripAsciiWhitespace(parts[1]));
+    std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(':', 1));
+    if (parts.size() == 2 && absl::StripAsciiWhitespace(parts[0]) == key) {
+      return std::string(absl::StripAsciiWhitespace(parts[1]));
     }
   }
-  return "unknown-cpu";
+  return "";
+}
+
+std::string CpuModel() {
+  const std::string model = CpuInfoField("model name");
+  return model.empty() ? "unknown-cpu" : model;
 }
 
 std::string CacheDir() {

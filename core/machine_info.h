@@ -6,6 +6,9 @@
 
 namespace attnkit {
 
+// The first value of `key` in /proc/cpuinfo ("model name", "flags", ...), or
+// "" when absent (e.g. not Linux).
+std::string CpuInfoField(const std::string& key);
 // "model name" from /proc/cpuinfo, or "unknown-cpu".
 std::string CpuModel();
 

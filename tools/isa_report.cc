@@ -4,7 +4,6 @@
 // $ATTNKIT_HWY_TARGET cap, and the one HWY_DYNAMIC_DISPATCH picks. .ci/run
 // prints it above each suite so a CI log says which code paths ran.
 #include <cstdio>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -14,23 +13,10 @@
 #include "backends/highway/sdpa.h"
 #include "benchmarks/machine_kernels.h"
 #include "core/hwy_target_cap.h"
+#include "core/machine_info.h"
 #include "hwy/targets.h"
 
 namespace {
-
-// The first value of `key` in /proc/cpuinfo ("" when absent, e.g. not Linux).
-std::string CpuInfoField(const std::string& key) {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string name = line.substr(0, colon);
-    while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.pop_back();
-    if (name == key) return colon + 2 <= line.size() ? line.substr(colon + 2) : "";
-  }
-  return "";
-}
 
 // The SIMD-relevant flags present, in a fixed order from oldest to newest.
 std::string SimdFlags(const std::string& flags) {
@@ -53,12 +39,12 @@ std::string SimdFlags(const std::string& flags) {
 }  // namespace
 
 int main() {
-  const std::string model = CpuInfoField("model name");
+  const std::string model = attnkit::CpuInfoField("model name");
   // Virtual machines often hide the marketing name; family/model still tell.
   std::printf("cpu:      %s (%s family %s model %s)\n", model.empty() ? "(unknown)" : model.c_str(),
-              CpuInfoField("vendor_id").c_str(), CpuInfoField("cpu family").c_str(),
-              CpuInfoField("model").c_str());
-  std::printf("simd:     %s\n", SimdFlags(CpuInfoField("flags")).c_str());
+              attnkit::CpuInfoField("vendor_id").c_str(),
+              attnkit::CpuInfoField("cpu family").c_str(), attnkit::CpuInfoField("model").c_str());
+  std::printf("simd:     %s\n", SimdFlags(attnkit::CpuInfoField("flags")).c_str());
   std::printf("highway:  compiled %s\n", attnkit::HighwayTargetNames(HWY_TARGETS).c_str());
   absl::StatusOr<int64_t> cap = attnkit::CapHighwayTargetsFromEnv();
   if (!cap.ok()) {
