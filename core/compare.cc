@@ -13,16 +13,6 @@ constexpr double kU = 1.0 / (1 << 24);  // fp32 unit roundoff
 
 double SumGrowth(int64_t n) { return std::min(double(n), 4 * std::sqrt(double(n))); }
 
-// Half an ulp of |x| in `t` (normal or subnormal).
-double HalfUlp(DType t, double x) {
-  int mantissa_bits = 23, min_exponent = -126;
-  if (t == DType::kF16) mantissa_bits = 10, min_exponent = -14;
-  if (t == DType::kBF16) mantissa_bits = 7;
-  int exponent = min_exponent;
-  if (x > 0) exponent = std::max(min_exponent, std::ilogb(x));
-  return std::ldexp(1.0, exponent - mantissa_bits - 1);
-}
-
 // Checks output row (b, h, i) against want_o[d] and want_lse, updating c.
 void CheckRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b, int64_t h, int64_t i,
               const double* want_o, const double* abs_o, double want_lse, const RowErrorTerms& t,
@@ -95,7 +85,7 @@ RowBound BoundForRow(const AttentionProblem& p, const RowErrorTerms& t) {
 double ElementBound(DType out, const RowBound& row, double want, double abs_weighted_v) {
   const double f32 = row.f32_scale * abs_weighted_v;
   // The last term is the floor: half the dtype's smallest subnormal.
-  return f32 + HalfUlp(out, std::fabs(want) + f32) + HalfUlp(out, 0);
+  return f32 + 0.5 * DTypeUlp(out, std::fabs(want) + f32) + 0.5 * DTypeUlp(out, 0);
 }
 
 Comparison CompareToReference(const AttentionProblem& p, const AttentionArgs& a,

@@ -1,5 +1,6 @@
 #include "core/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/status/status.h"
@@ -56,6 +57,13 @@ double DTypeEpsilon(DType t) {
     default:
       return std::ldexp(1.0, -23);
   }
+}
+
+double DTypeUlp(DType t, double x) {
+  const int min_exponent = t == DType::kF16 ? -14 : -126;
+  int exponent = min_exponent;
+  if (x != 0) exponent = std::max(min_exponent, std::ilogb(x));
+  return std::ldexp(DTypeEpsilon(t), exponent);
 }
 
 uint16_t F16FromF32(float f) {

@@ -22,6 +22,9 @@ absl::StatusOr<DType> ParseDType(absl::string_view name);
 bool IsFloatStorage(DType t);  // f32, f16 or bf16
 // Machine epsilon of a float storage type (2^-23, 2^-10, 2^-7).
 double DTypeEpsilon(DType t);
+// One ulp of |x| in a float storage type: DTypeEpsilon scaled to x's binade,
+// the subnormal spacing below the smallest normal (and for x = 0).
+double DTypeUlp(DType t, double x);
 
 // IEEE binary16 <-> float, round to nearest even; Inf and NaN are kept.
 uint16_t F16FromF32(float f);

@@ -193,8 +193,7 @@ bool PerturbLargestElement(const AttentionProblem& p, const ReferenceResult& ref
   const int64_t row = static_cast<int64_t>(at) / p.head_dim;
   const int64_t off = data.o.view().Offset(0, row / p.q_len, row % p.q_len, c);
   const float v = data.o.view().LoadF32(off);
-  const int mantissa = p.dtype == DType::kF16 ? 10 : p.dtype == DType::kBF16 ? 7 : 23;
-  const double ulp = std::ldexp(1.0, std::ilogb(std::fabs(v)) - mantissa);
+  const double ulp = DTypeUlp(p.dtype, v);
   StoreFromF32(data.o.data(), p.dtype, off, static_cast<float>(v + std::copysign(4 * ulp, v)));
   const double bound =
       ElementBound(p.dtype, BoundForRow(p, ref.terms[row]), ref.o[at], ref.abs_o[at]);
