@@ -23,12 +23,7 @@ HWY_EXPORT(SumFloats);
 HWY_EXPORT(CurrentTarget);
 
 std::vector<int64_t> AvailableHighwayTargets() {
-  // Highway numbers better targets with smaller bits: best first.
-  std::vector<int64_t> targets;
-  for (int64_t t = SupportedHighwayTargets() & HWY_TARGETS; t != 0; t &= t - 1) {
-    targets.push_back(t & -t);
-  }
-  return targets;
+  return HighwayTargetList(SupportedHighwayTargets() & HWY_TARGETS);  // best first
 }
 
 std::string HighwayTargetName(int64_t target) { return hwy::TargetName(target); }

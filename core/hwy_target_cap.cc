@@ -44,10 +44,16 @@ int64_t SupportedHighwayTargets() {
   return targets;
 }
 
+std::vector<int64_t> HighwayTargetList(int64_t targets) {
+  std::vector<int64_t> list;
+  for (; targets != 0; targets &= targets - 1) list.push_back(targets & -targets);
+  return list;
+}
+
 std::string HighwayTargetNames(int64_t targets) {
   std::string names;
-  for (; targets != 0; targets &= targets - 1) {
-    absl::StrAppend(&names, names.empty() ? "" : " ", hwy::TargetName(targets & -targets));
+  for (int64_t t : HighwayTargetList(targets)) {
+    absl::StrAppend(&names, names.empty() ? "" : " ", hwy::TargetName(t));
   }
   return names;
 }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -34,6 +35,9 @@ absl::StatusOr<int64_t> CapHighwayTargetsFromEnv();
 // would silently lift the cap. Call this instead of hwy::SupportedTargets()
 // and hwy::SupportedAndGeneratedTargets() everywhere in attnkit.
 int64_t SupportedHighwayTargets();
+
+// The set bits of `targets`, one target each, best (lowest bit) first.
+std::vector<int64_t> HighwayTargetList(int64_t targets);
 
 // "AVX3_DL AVX3 AVX2 SSE4 SCALAR": the names of the set bits of `targets`,
 // best first.

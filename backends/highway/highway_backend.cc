@@ -29,23 +29,19 @@ class HighwayBackend : public Backend {
  public:
   explicit HighwayBackend(const HighwayOptions& options)
       : name_(options.name), pool_(std::make_unique<ThreadPool>(ThreadsFromOptions(options))) {
-    if (!options.target.empty()) {
-      // An explicit target is called through the dispatch table directly.
-      absl::StatusOr<int64_t> parsed = ParseFlashTarget(options.target);
-      if (parsed.ok()) {
-        forced_target_ = *parsed;
-      } else {
+    // An explicit target is called through the dispatch table directly.
+    // $ATTNKIT_HWY_TARGET already caps dynamic dispatch for the whole process
+    // (core/hwy_target_cap.h), which then picks exactly that target; here it
+    // only has to exist on this CPU, or the backend says why not.
+    const char* env = std::getenv("ATTNKIT_HWY_TARGET");
+    const bool from_env = options.target.empty() && env != nullptr && *env != '\0';
+    const std::string target = from_env ? env : options.target;
+    if (!target.empty()) {
+      absl::StatusOr<int64_t> parsed = ParseFlashTarget(target);
+      if (!parsed.ok()) {
         available_ = parsed.status();
-      }
-    } else if (const char* env = std::getenv("ATTNKIT_HWY_TARGET"); env != nullptr && *env) {
-      // $ATTNKIT_HWY_TARGET already caps dynamic dispatch for the whole
-      // process (core/hwy_target_cap.h), which then picks exactly this target;
-      // here it only has to exist on this CPU, or the backend says why not.
-      absl::StatusOr<int64_t> parsed = ParseFlashTarget(env);
-      if (parsed.ok()) {
-        env_target_ = *parsed;
       } else {
-        available_ = parsed.status();
+        (from_env ? env_target_ : forced_target_) = *parsed;
       }
     }
   }

@@ -24,7 +24,7 @@ absl::Status FlashForwardTarget(const FlashParams& p, ThreadPool* pool, Workspac
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include <cctype>
+#include <algorithm>
 
 #include "absl/strings/str_join.h"
 #include "backends/highway/sdpa.h"
@@ -45,21 +45,17 @@ absl::Status FlashAttention(const FlashParams& p, int64_t target, ThreadPool* po
 }
 
 std::vector<int64_t> AvailableFlashTargets() {
-  std::vector<int64_t> targets;
-  for (int64_t t = SupportedHighwayTargets() & HWY_TARGETS; t != 0; t &= t - 1) {
-    targets.push_back(t & -t);
-  }
-  return targets;
+  return HighwayTargetList(SupportedHighwayTargets() & HWY_TARGETS);
 }
 
 absl::StatusOr<int64_t> ParseFlashTarget(const std::string& name) {
-  std::string upper;
-  for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  std::vector<std::string> names;
-  for (int64_t t : AvailableFlashTargets()) {
-    if (upper == hwy::TargetName(t)) return t;
-    names.push_back(hwy::TargetName(t));
+  const absl::StatusOr<int64_t> target = HighwayTargetByName(name);
+  const std::vector<int64_t> available = AvailableFlashTargets();
+  if (target.ok() && std::find(available.begin(), available.end(), *target) != available.end()) {
+    return *target;
   }
+  std::vector<std::string> names;
+  for (int64_t t : available) names.push_back(hwy::TargetName(t));
   return absl::FailedPreconditionError(
       "Highway target '" + name +
       "' is not compiled or not supported by this CPU; available: " + absl::StrJoin(names, ", "));
