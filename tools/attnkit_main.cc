@@ -23,9 +23,11 @@
 ABSL_FLAG(std::string, config, "",
           "text-format AttentionConfig (core/config.proto); default: the built-in example");
 ABSL_FLAG(std::string, backend, "", "backend name or 'auto'; overrides the config");
-ABSL_FLAG(std::string, backends, "", "check: comma-separated backends to run (default: all)");
+ABSL_FLAG(std::string, backends, "",
+          "check, compare, fuzz: comma-separated backends to run (default: all)");
 ABSL_FLAG(bool, allow_skip, false,
-          "check: accept a backend named in --backends that is unavailable or refuses the problem");
+          "check, fuzz: accept a backend named in --backends that is unavailable (check: or "
+          "refuses the problem)");
 ABSL_FLAG(std::string, q, "", "run: queries .npy, [B, H, Tq, d] (BTHD layout: [B, Tq, H, d])");
 ABSL_FLAG(std::string, k, "", "run: keys .npy, [B, Hkv, Tk, d] (BTHD layout: [B, Tk, Hkv, d])");
 ABSL_FLAG(std::string, v, "", "run: values .npy, same shape as keys");
@@ -69,7 +71,7 @@ constexpr char kUsage[] =
     "          [--json=F] [--svg=F] [--baseline=F]   time every backend side by side\n"
     "  peak  [--threads=N] [--refresh]   this machine's FMA peak, read bandwidth, sgemm\n"
     "  tune  [--threads=N]         record the fastest backend per shape class for auto\n"
-    "  fuzz  [--count=N] [--seed=S] [--backends=a,b] [--repro_dir=D]\n"
+    "  fuzz  [--count=N] [--seed=S] [--backends=a,b [--allow_skip]] [--repro_dir=D]\n"
     "          random problems on every backend vs the reference; mismatches shrunk";
 
 // Plugins built together with this binary (its Bazel data, e.g. the CUDA

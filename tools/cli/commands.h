@@ -20,7 +20,7 @@ struct CliOptions {
   std::string config;   // path of a text-format AttentionConfig; "" = built-in default
   std::string backend;  // overrides the config's backend when set
   std::vector<std::string> backends;  // check: restrict to these names
-  bool allow_skip = false;            // check: a named backend that cannot run is not an error
+  bool allow_skip = false;            // check, fuzz: a named backend that cannot run is no error
   std::string q, k, v;                // run: .npy inputs
   std::string kv_lengths;             // run: optional int32/int64 [B]
   std::string mask;                   // run: optional bool/uint8 [B|1, H|1, Tq, Tk], true = blocked

@@ -311,6 +311,27 @@ TEST(CheckCommandTest, NamedBackendThatCannotRunFailsUnlessSkipsAreAllowed) {
   EXPECT_TRUE(CheckCommand(registry, options, out).ok());
 }
 
+// fuzz: an unavailable backend is reported as such (not as "unsupported"
+// problems) and, named in --backends, fails the run unless skips are allowed.
+TEST(FuzzCommandTest, NamedBackendThatCannotRunFailsUnlessSkipsAreAllowed) {
+  BackendRegistry registry;
+  ASSERT_TRUE(registry.Register(std::make_unique<UnavailableBackend>()).ok());
+  std::ostringstream out;
+  CliOptions options;
+  options.backends = {"nogpu"};
+  options.count = 3;
+  options.repro_dir = testing::TempDir();
+  const absl::Status s = FuzzCommand(registry, options, out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("no CUDA-capable device"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--allow_skip"));
+  EXPECT_THAT(out.str(), HasSubstr("unavailable: nogpu: no CUDA-capable device is detected"));
+  EXPECT_THAT(out.str(), HasSubstr("0 backend runs, 0 unsupported, 1 unavailable backends"));
+
+  options.allow_skip = true;
+  EXPECT_TRUE(FuzzCommand(registry, options, out).ok());
+}
+
 TEST(BackendsCommandTest, ListsCapabilities) {
   std::ostringstream out;
   ASSERT_TRUE(BackendsCommand(GlobalRegistry(), out).ok());

@@ -1,6 +1,8 @@
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "tools/cli/commands.h"
 #include "tools/diff_fuzz/diff_fuzz.h"
@@ -26,12 +28,19 @@ absl::Status FuzzCommand(const BackendRegistry& registry, const CliOptions& opti
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out << absl::StrFormat(
-      "fuzz: %d problems (seed %d), %d backend runs, %d unsupported, %d mismatches, %.1f s\n",
-      report.problems, options.seed, report.runs, report.unsupported, report.findings.size(),
-      seconds);
+      "fuzz: %d problems (seed %d), %d backend runs, %d unsupported, %d unavailable backends, "
+      "%d mismatches, %.1f s\n",
+      report.problems, options.seed, report.runs, report.unsupported, report.unavailable.size(),
+      report.findings.size(), seconds);
   if (!report.findings.empty()) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "%d mismatch(es); first: %s", report.findings.size(), report.findings[0].command));
+  }
+  // As in `check`: a backend named in --backends that cannot run is an error.
+  if (!report.unavailable.empty() && !options.backends.empty() && !options.allow_skip) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--backends named ", absl::StrJoin(report.unavailable, "; "),
+                     ", which could not run; pass --allow_skip to accept that"));
   }
   return absl::OkStatus();
 }

@@ -122,11 +122,21 @@ FuzzReport FuzzBackends(const std::vector<Backend*>& backends, const FuzzOptions
   auto say = [&](const std::string& line) {
     if (progress) progress(line);
   };
+  std::vector<Backend*> available;
+  for (Backend* b : backends) {
+    const absl::Status s = b->Available();
+    if (s.ok()) {
+      available.push_back(b);
+    } else {
+      report.unavailable.push_back(absl::StrCat(b->Name(), ": ", s.message()));
+      say(absl::StrCat("unavailable: ", report.unavailable.back()));
+    }
+  }
   for (int64_t n = 0; n < options.count; ++n) {
     AttentionConfig config = RandomConfig(rng);
     config.set_name(absl::StrFormat("fuzz-%d-%d", options.seed, n));
     ++report.problems;
-    for (Backend* b : backends) {
+    for (Backend* b : available) {
       bool ran = false;
       const absl::Status s = CheckOnBackend(config, b, &ran);
       report.runs += ran ? 1 : 0;

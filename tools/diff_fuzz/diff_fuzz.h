@@ -40,13 +40,16 @@ struct FuzzFinding {
 struct FuzzReport {
   int64_t problems = 0;
   int64_t runs = 0;         // (problem, backend) pairs that ran
-  int64_t unsupported = 0;  // pairs a backend declined through Supports()
+  int64_t unsupported = 0;  // pairs a working backend declined through Supports()
+  // Backends that cannot run here at all (Available() fails: no GPU, a bad
+  // plugin), as "name: reason"; they are not run and not counted above.
+  std::vector<std::string> unavailable;
   std::vector<FuzzFinding> findings;
 };
 
 // Draws options.count problems and checks each on every backend in
-// `backends`; `progress` (may be empty) gets one line per finding and a
-// summary every 100 problems.
+// available one of `backends`; `progress` (may be empty) gets one line per
+// unavailable backend, one per finding and a summary every 100 problems.
 FuzzReport FuzzBackends(const std::vector<Backend*>& backends, const FuzzOptions& options,
                         const std::function<void(const std::string&)>& progress);
 
