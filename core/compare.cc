@@ -13,6 +13,30 @@ constexpr double kU = 1.0 / (1 << 24);  // fp32 unit roundoff
 
 double SumGrowth(int64_t n) { return std::min(double(n), 4 * std::sqrt(double(n))); }
 
+// A row that reads a NaN or Inf (reference.h): every element of o and its
+// lse must be NaN. Inf is not accepted: the rule is one value, not "some
+// non-finite value".
+void CheckPoisonedRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b, int64_t h,
+                      int64_t i, Comparison* c) {
+  ++c->poisoned_rows;
+  auto fail = [&](const std::string& what, double got) {
+    ++c->mismatches;
+    if (c->first_failure.empty()) {
+      c->first_failure = absl::StrFormat(
+          "%s = %g, must be NaN: row [%d,%d,%d] reads a NaN or Inf input", what, got, b, h, i);
+    }
+  };
+  for (int64_t x = 0; x < p.head_dim; ++x) {
+    const double got = a.o.LoadF32(a.o.Offset(b, h, i, x));
+    ++c->checked;
+    if (!std::isnan(got)) fail(absl::StrFormat("o[%d,%d,%d,%d]", b, h, i, x), got);
+  }
+  if (!p.return_lse) return;
+  const double got = static_cast<const float*>(a.lse.data)[a.lse.Offset(b, h, i)];
+  ++c->checked;
+  if (!std::isnan(got)) fail(absl::StrFormat("lse[%d,%d,%d]", b, h, i), got);
+}
+
 // Checks output row (b, h, i) against want_o[d] and want_lse, updating c.
 void CheckRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b, int64_t h, int64_t i,
               const double* want_o, const double* abs_o, double want_lse, const RowErrorTerms& t,
@@ -21,6 +45,10 @@ void CheckRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b, int6
   auto note = [&](const std::string& what) {
     if (c->first_failure.empty()) c->first_failure = what;
   };
+  if (std::isnan(want_lse)) {  // the row reads a NaN or Inf: all of it must be NaN
+    CheckPoisonedRow(p, a, b, h, i, c);
+    return;
+  }
   const bool blocked = std::isinf(want_lse) && want_lse < 0;
   for (int64_t x = 0; x < p.head_dim; ++x) {
     const double want = want_o[x];

@@ -39,8 +39,10 @@ namespace attnkit {
 //             + half the dtype's smallest subnormal (the floor near zero)
 //   lse     : E + (g(n) + 12) u + u |lse| (its own f32 rounding), absolute.
 //
-// A fully blocked row must give exactly 0 and an LSE of -inf. Any NaN or Inf
-// where the reference is finite fails at once.
+// A fully blocked row must give exactly 0 and an LSE of -inf. A row that
+// reads a NaN or Inf (the rule in reference.h; the reference gives NaN) must
+// give NaN in every element and its LSE. Any NaN or Inf where the reference
+// is finite fails at once.
 struct RowBound {
   double f32_scale = 0;  // f32_c / A_c
   double lse = 0;
@@ -51,8 +53,9 @@ double ElementBound(DType out, const RowBound& row, double want, double abs_weig
 
 struct Comparison {
   int64_t checked = 0;
-  int64_t mismatches = 0;   // elements outside their bound
-  bool non_finite = false;  // NaN or Inf where the reference is finite
+  int64_t mismatches = 0;     // elements outside their bound
+  bool non_finite = false;    // NaN or Inf where the reference is finite
+  int64_t poisoned_rows = 0;  // rows the reference gives as NaN (they read a NaN/Inf)
   double max_abs_err = 0;
   double max_rel_err = 0;  // |o - ref| / |ref| over elements with ref != 0
   double max_lse_err = 0;

@@ -74,4 +74,21 @@ void PoisonBlockedInputs(const AttentionProblem& p, const AttentionArgs& a, uint
   }
 }
 
+void PoisonRandomInputs(const AttentionProblem& p, const AttentionArgs& a, int64_t count,
+                        uint64_t seed) {
+  Poison poison(seed);
+  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
+  std::vector<const TensorView*> targets = {&a.q, &a.k, &a.v};
+  if (p.additive_bias) targets.push_back(&a.bias);
+  for (int64_t n = 0; n < count; ++n) {
+    const TensorView& t = *targets[rng() % targets.size()];
+    // A uniform element of the logical [d0, d1, d2, d3] tensor, through its strides.
+    int64_t offset = 0;
+    for (int axis = 0; axis < 4; ++axis) {
+      offset += static_cast<int64_t>(rng() % static_cast<uint64_t>(t.dim(axis))) * t.strides[axis];
+    }
+    StoreFromF32(t.data, t.dtype, offset, poison.Next());
+  }
+}
+
 }  // namespace attnkit

@@ -171,6 +171,10 @@ absl::Status ValidateProblem(const AttentionProblem& p) {
       }
     }
   }
+  if (p.nonfinite_inputs < 0 || p.nonfinite_inputs > kMaxNonfiniteInputs) {
+    return absl::InvalidArgumentError(absl::StrFormat("nonfinite_inputs (%d) must be in [0, %d]",
+                                                      p.nonfinite_inputs, kMaxNonfiniteInputs));
+  }
   if (p.memory_budget_bytes < 1) {
     return absl::InvalidArgumentError(
         absl::StrFormat("memory_budget_bytes (%d) must be >= 1 (unset means %d)",
@@ -238,6 +242,7 @@ absl::StatusOr<AttentionProblem> ProblemFromConfig(const AttentionConfig& c) {
   p.backend = c.backend().empty() ? "auto" : c.backend();
   p.seed = c.seed();
   p.poison_blocked = c.poison_blocked();
+  p.nonfinite_inputs = c.nonfinite_inputs();
   if (c.memory_budget_bytes() != 0) p.memory_budget_bytes = c.memory_budget_bytes();
   ATTNKIT_RETURN_IF_ERROR(ValidateProblem(p));
   return p;
@@ -273,6 +278,7 @@ AttentionConfig ConfigFromProblem(const AttentionProblem& p) {
   c.set_backend(p.backend);
   c.set_seed(p.seed);
   c.set_poison_blocked(p.poison_blocked);
+  c.set_nonfinite_inputs(static_cast<int32_t>(p.nonfinite_inputs));
   if (p.memory_budget_bytes != kDefaultMemoryBudgetBytes) {
     c.set_memory_budget_bytes(p.memory_budget_bytes);
   }

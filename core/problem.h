@@ -18,6 +18,8 @@ namespace attnkit {
 
 // Default ceiling on the bytes of one problem's tensors (config.proto).
 constexpr int64_t kDefaultMemoryBudgetBytes = int64_t{16} << 30;
+// Most NaN/Inf values random inputs may carry (config.proto nonfinite_inputs).
+constexpr int64_t kMaxNonfiniteInputs = 64;
 
 enum class MaskKind { kNone, kCausal, kSlidingWindow };
 enum class Alignment { kTopLeft, kBottomRight };
@@ -49,7 +51,8 @@ struct AttentionProblem {
   bool return_lse = false;
   std::string backend = "auto";
   uint64_t seed = 0;
-  bool poison_blocked = false;  // see config.proto
+  bool poison_blocked = false;   // see config.proto
+  int64_t nonfinite_inputs = 0;  // see config.proto
   int64_t memory_budget_bytes = kDefaultMemoryBudgetBytes;
 
   int64_t group_size() const { return num_heads / num_kv_heads; }  // H / G

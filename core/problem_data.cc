@@ -55,6 +55,7 @@ absl::StatusOr<ProblemData> ProblemData::Random(const AttentionProblem& p, uint6
     for (int64_t i = 0; i < n; ++i) m[i] = (rng() % 5 == 0) ? 1 : 0;
   }
   if (p.poison_blocked) PoisonBlockedInputs(p, data.args(), seed * 4 + 6);
+  if (p.nonfinite_inputs > 0) PoisonRandomInputs(p, data.args(), p.nonfinite_inputs, seed * 4 + 7);
   return data;
 }
 

@@ -20,7 +20,9 @@ class ProblemData {
   // Allocate, then q, k, v and bias uniform in [-1, 1] and about one in five
   // mask entries blocked, all drawn from `seed`. With p.poison_blocked, the
   // inputs the problem never reads are then set to NaN / +-Inf
-  // (core/poison_blocked.h). ResourceExhausted, before allocating, when the
+  // (core/poison_blocked.h); with p.nonfinite_inputs, that many random
+  // elements of Q, K, V and bias become NaN / +-Inf wherever they fall
+  // (PoisonRandomInputs). ResourceExhausted, before allocating, when the
   // tensors exceed p.memory_budget_bytes.
   static absl::StatusOr<ProblemData> Random(const AttentionProblem& p, uint64_t seed);
 

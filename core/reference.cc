@@ -17,11 +17,18 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
   std::vector<double>& s = *scores;
 
   double max_score = kNegInf;
+  bool poisoned = false;  // the row reads a NaN or Inf (see reference.h)
   for (int64_t j = range.begin; j < range.end; ++j) {
     s[j] = kNegInf;
     if (p.blocked_mask &&
         static_cast<const uint8_t*>(a.blocked_mask.data)[a.blocked_mask.Offset(b, h, i, j)] != 0) {
       continue;
+    }
+    double bias = 0;
+    if (p.additive_bias) {
+      bias = double(static_cast<const float*>(a.bias.data)[a.bias.Offset(b, h, i, j)]);
+      if (bias == kNegInf) continue;  // -inf blocks the pair: k_j, v_j not read
+      if (!(bias < std::numeric_limits<double>::infinity())) poisoned = true;  // NaN, +inf
     }
     double dot = 0, abs_dot = 0;
     for (int64_t c = 0; c < d; ++c) {
@@ -30,16 +37,19 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
       dot += qk;
       abs_dot += std::fabs(qk);
     }
+    // Products of floats cannot overflow a double: a non-finite dot product
+    // means a NaN or Inf in q or k_j.
+    if (!std::isfinite(dot)) poisoned = true;
+    for (int64_t c = 0; c < d && !poisoned; ++c) {
+      if (!std::isfinite(a.v.LoadF32(a.v.Offset(b, g, j, c)))) poisoned = true;
+    }
+    if (poisoned) continue;
     double score = double(p.scale) * dot;
     if (p.softcap > 0) score = double(p.softcap) * std::tanh(score / double(p.softcap));
-    double bias = 0;
-    if (p.additive_bias) {
-      bias = double(static_cast<const float*>(a.bias.data)[a.bias.Offset(b, h, i, j)]);
-      score += bias;
-    }
+    score += bias;
     s[j] = score;
     if (score > max_score) max_score = score;
-    if (terms != nullptr && score != kNegInf) {
+    if (terms != nullptr) {
       ++terms->visible;
       terms->max_abs_dot = std::max(terms->max_abs_dot, double(p.scale) * abs_dot);
       terms->max_abs_score = std::max(terms->max_abs_score, std::fabs(score));
@@ -47,6 +57,15 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
     }
   }
 
+  if (poisoned) {
+    const double kNaN = std::numeric_limits<double>::quiet_NaN();
+    for (int64_t c = 0; c < d; ++c) o_row[c] = kNaN;
+    if (abs_o_row != nullptr) {
+      for (int64_t c = 0; c < d; ++c) abs_o_row[c] = 0;
+    }
+    if (terms != nullptr) *terms = RowErrorTerms{};
+    return kNaN;
+  }
   for (int64_t c = 0; c < d; ++c) o_row[c] = 0;
   if (abs_o_row != nullptr) {
     for (int64_t c = 0; c < d; ++c) abs_o_row[c] = 0;

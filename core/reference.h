@@ -18,8 +18,14 @@ namespace attnkit {
 //   s_j += bias[b, h, i, j]                when additive_bias
 //   blocked: outside the structured mask, j >= kv_length(b), or blocked_mask
 //   o = sum_j softmax(s)_j v_j over unblocked j; lse = log sum_j exp(s_j)
-// A row with no unblocked key (or whose scores are all -inf) gives o = 0 and
-// lse = -inf. `scores` is scratch of at least kv_len entries.
+//   blocked also: bias[b, h, i, j] = -inf (the pair is not read at all)
+// A row with no unblocked key gives o = 0 and lse = -inf, whatever its q row
+// holds. A row that reads a NaN or an Inf gives o = NaN and lse = NaN: a
+// non-finite value in its q row (when some key is unblocked), in the k or v
+// row of an unblocked key, or a NaN or +inf bias of an unblocked pair. This is
+// the rule every backend follows (what PyTorch's math SDPA gives), and no
+// other row changes: values in rows no query reads never leak. `scores` is
+// scratch of at least kv_len entries.
 // Returns the row's lse and writes head_dim values to o_row.
 // What the error bound of core/compare.h needs from one row, in fp64 from the
 // same stored inputs; maxima over the row's visible keys j.

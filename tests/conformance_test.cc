@@ -12,16 +12,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/builtin.h"
-#include "backends/highway/highway_backend.h"
-#include "backends/highway/sdpa.h"
 #include "core/compare.h"
 #include "core/execute.h"
 #include "core/problem_data.h"
 #include "core/reference.h"
 #include "gtest/gtest.h"
-#include "hwy/targets.h"
 #include "tests/backend_test_env.h"
 #include "tests/conformance_grid.h"
+#include "tests/highway_target_backends.h"
 
 namespace attnkit {
 namespace {
@@ -98,34 +96,14 @@ TEST_P(ConformanceTest, MatchesReference) {
 }
 
 // The highway backend once more per Highway target this CPU supports besides
-// the dispatched one ("highway-AVX2", ...; under an ATTNKIT_HWY_TARGET cap,
-// those below the cap), each called through the dispatch table directly.
+// the dispatched one (tests/highway_target_backends.h).
 // "highway" runs the whole grid on the dispatched target; these run every
 // kReducedStride-th problem, which still covers every shape and dtype pair
 // but a third of the run time.
 constexpr size_t kReducedStride = 3;
 
-const std::set<std::string>& PerTargetBackends() {
-  static const auto* names = [] {
-    auto* added = new std::set<std::string>;
-    const std::vector<int64_t> targets = AvailableFlashTargets();
-    for (size_t t = 1; t < targets.size(); ++t) {
-      HighwayOptions options;
-      options.target = hwy::TargetName(targets[t]);
-      options.name = absl::StrCat("highway-", options.target);
-      const absl::Status s = GlobalRegistry().Register(MakeHighwayBackend(options));
-      if (s.ok())
-        added->insert(options.name);
-      else
-        ADD_FAILURE() << s;
-    }
-    return added;
-  }();
-  return *names;
-}
-
 std::vector<std::tuple<std::string, size_t>> AllCases() {
-  const std::set<std::string>& per_target = PerTargetBackends();
+  const std::set<std::string>& per_target = testing_env::HighwayTargetBackends();
   std::vector<std::tuple<std::string, size_t>> cases;
   for (const std::string& name : testing_env::BackendNames()) {
     const size_t stride = per_target.count(name) != 0 ? kReducedStride : 1;

@@ -118,7 +118,8 @@ TEST(DiffFuzzTest, PlantedBugIsShrunkAndReproducedFromTheConfig) {
   EXPECT_EQ(config->q_len(), 1);
   EXPECT_EQ(config->head_dim(), 1);
   EXPECT_EQ(config->batch(), 1);
-  EXPECT_FALSE(config->blocked_mask() || config->additive_bias() || config->poison_blocked());
+  EXPECT_FALSE(config->blocked_mask() || config->additive_bias() || config->poison_blocked() ||
+               config->nonfinite_inputs() != 0);
   EXPECT_FALSE(CheckOnBackend(*config, &bug).ok());
 }
 

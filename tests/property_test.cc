@@ -7,9 +7,12 @@
 #include "backends/builtin.h"
 #include "core/compare.h"
 #include "core/execute.h"
+#include "core/poison_blocked.h"
 #include "core/problem_data.h"
+#include "core/reference.h"
 #include "gtest/gtest.h"
 #include "tests/backend_test_env.h"
+#include "tests/highway_target_backends.h"
 
 namespace attnkit {
 namespace {
@@ -270,8 +273,80 @@ TEST_P(PropertyTest, FullyBlockedRowsGiveZeros) {
   if (ran == 0) GTEST_SKIP() << skip_reason_;
 }
 
+// A NaN or Inf in what a row reads (its q row, the k or v row of a key it
+// sees, the bias of a pair it sees) makes that row's output and LSE NaN; no
+// other row changes, and a bias of -inf blocks its pair (core/reference.h).
+// Each case places a few NaN/+-Inf values at random elements of Q, K, V and
+// the bias and compares every row with the reference through the oracle,
+// which requires NaN exactly where the reference gives NaN. The cases cover
+// each kernel path: prefill tiles cut by the causal diagonal (a V row seen by
+// some rows of a tile and not others), decode read in place (f32, bf16 as
+// pairs, f16), split-K merges, several query positions per decode tile,
+// padding, windows, the dense mask, bias with and without softcap.
+TEST_P(PropertyTest, NonFiniteInputsMakeExactlyTheRowsThatReadThemNaN) {
+  std::vector<AttentionProblem> cases;
+  auto add = [&cases](AttentionProblem p, const std::string& name) {
+    p.name = name;
+    p.return_lse = true;
+    cases.push_back(p);
+  };
+  AttentionProblem p = BasicProblem(1, 2, 2, 70, 70, 32);
+  p.mask = MaskKind::kCausal;
+  add(p, "prefill_causal");
+  p = BasicProblem(1, 8, 2, 1, 300, 64);  // few items: split K
+  add(p, "decode_split_k");
+  p = BasicProblem(2, 4, 1, 1, 90, 64);
+  p.kv_dtype = DType::kBF16;
+  p.kv_lengths = {90, 41};
+  add(p, "decode_bf16_padded");
+  p = BasicProblem(1, 8, 2, 4, 64, 32);  // 4 heads x 4 positions per tile
+  p.kv_dtype = DType::kF16;
+  p.mask = MaskKind::kCausal;
+  p.alignment = Alignment::kBottomRight;
+  add(p, "decode4_f16_causal_br");
+  p = BasicProblem(1, 2, 1, 40, 40, 16);
+  p.mask = MaskKind::kSlidingWindow;
+  p.window_left = 7;
+  p.window_right = 2;
+  p.additive_bias = true;
+  p.softcap = 5.0f;
+  add(p, "window_bias_softcap");
+  p = BasicProblem(1, 3, 3, 20, 33, 16);
+  p.blocked_mask = true;
+  p.additive_bias = true;
+  p.dtype = DType::kBF16;
+  p.kv_dtype = DType::kBF16;
+  add(p, "dense_mask_bias_bf16");
+  int ran = 0;
+  int64_t poisoned_rows = 0, clean_rows = 0;
+  for (const AttentionProblem& c : cases) {
+    if (!Runs(c)) continue;
+    ++ran;
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      auto data = ProblemData::Random(c, seed);
+      ASSERT_TRUE(data.ok()) << data.status();
+      PoisonRandomInputs(c, data->args(), 3, seed * 101);
+      Run(c, *data);
+      const Comparison cmp = CompareToReference(c, data->args(), ComputeReference(c, data->args()));
+      EXPECT_TRUE(cmp.ok()) << c.name << " seed " << seed << ": " << cmp.first_failure;
+      poisoned_rows += cmp.poisoned_rows;
+      clean_rows += c.batch * c.num_heads * c.q_len - cmp.poisoned_rows;
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << skip_reason_;
+  // Not vacuous: the poison reached rows, and left others alone.
+  EXPECT_GT(poisoned_rows, 20);
+  EXPECT_GT(clean_rows, 20);
+}
+
+// Every backend, and highway once more on each other Highway target.
+std::vector<std::string> BackendsAndHighwayTargets() {
+  testing_env::HighwayTargetBackends();  // registers them
+  return testing_env::BackendNames();
+}
+
 INSTANTIATE_TEST_SUITE_P(AllBackends, PropertyTest,
-                         ::testing::ValuesIn(testing_env::BackendNames()),
+                         ::testing::ValuesIn(BackendsAndHighwayTargets()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return testing_env::SafeName(info.param);
                          });

@@ -68,9 +68,13 @@ Operand QueryRows(const BlockContext& ctx, const BlockCoords& c, float* scratch)
 // Turns row `s` [kn] of scores for keys [k0, k0 + kn) into unnormalised
 // probabilities exp(s - running max), updating the row's running max and sum
 // and rescaling its output accumulator `o` [d] when the max grows. Keys the
-// row cannot see get probability 0.
+// row cannot see get probability 0: outside the structured mask, blocked by
+// the dense mask, or with a bias of -inf. A raw score of a visible pair that
+// is NaN or Inf (a NaN or Inf in Q or K), or a NaN or +inf bias, sets
+// *row_bad (core/reference.h: the row's output becomes NaN).
 void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, int64_t kv_length,
-                     int64_t k0, int64_t kn, float* s, float* o, float* row_max, float* row_sum) {
+                     int64_t k0, int64_t kn, float* s, float* o, float* row_max, float* row_sum,
+                     float* row_bad) {
   const AttentionProblem& p = *ctx.problem;
   const AttentionArgs& a = *ctx.args;
   const KeyRange vis = VisibleKeys(ctx.mask, i, kv_length);
@@ -84,17 +88,39 @@ void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, i
   std::fill(s + hi, s + kn, 0.0f);
   float* x = s + lo;
   const int64_t n = hi - lo;
-  if (p.softcap > 0) SoftcapRow(x, n, p.softcap);
+  const float* bias = nullptr;
+  int64_t bias_stride = 0;
   if (p.additive_bias) {
-    const float* bias = static_cast<const float*>(a.bias.data) + a.bias.Offset(b, h, i, k0 + lo);
-    const int64_t stride = a.bias.strides[3];
-    for (int64_t j = 0; j < n; ++j) x[j] += bias[j * stride];
+    bias = static_cast<const float*>(a.bias.data) + a.bias.Offset(b, h, i, k0 + lo);
+    bias_stride = a.bias.strides[3];
   }
+  const uint8_t* blocked = nullptr;
+  int64_t blocked_stride = 0;
   if (p.blocked_mask) {
-    const uint8_t* blocked =
+    blocked =
         static_cast<const uint8_t*>(a.blocked_mask.data) + a.blocked_mask.Offset(b, h, i, k0 + lo);
-    const int64_t stride = a.blocked_mask.strides[3];
-    for (int64_t j = 0; j < n; ++j) x[j] = blocked[j * stride] != 0 ? kNegInf : x[j];
+    blocked_stride = a.blocked_mask.strides[3];
+  }
+  bool bad = false;
+  if (bias != nullptr || blocked != nullptr) {
+    constexpr float kInf = std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < n; ++j) {
+      const float bj = bias != nullptr ? bias[j * bias_stride] : 0.0f;
+      if ((blocked != nullptr && blocked[j * blocked_stride] != 0) || bj == -kInf) {
+        x[j] = kNegInf;
+        continue;
+      }
+      bad = bad || !std::isfinite(x[j]) || !(bj < kInf);
+    }
+  } else {
+    bad = !AllFinite(x, n);
+  }
+  if (bad) *row_bad = 1.0f;
+  if (p.softcap > 0) SoftcapRow(x, n, p.softcap);  // keeps -inf
+  if (bias != nullptr) {
+    for (int64_t j = 0; j < n; ++j) {
+      if (x[j] != kNegInf) x[j] += bias[j * bias_stride];
+    }
   }
   const float chunk_max = RowMax(x, n);
   if (chunk_max == kNegInf) {  // every visible key here is blocked
@@ -114,12 +140,20 @@ void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, i
 }
 
 // o = acc / sum and lse = max + log(sum) for one row; zeros and -inf when the
-// row saw no key. acc [d] is scratch and may be overwritten.
+// row saw no key; NaN and NaN when it read a NaN or Inf (`bad`, or a V row's
+// in its accumulator). acc [d] is scratch and may be overwritten.
 void StoreRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, float* acc, float max,
-              float sum) {
+              float sum, bool bad) {
   const AttentionArgs& a = *ctx.args;
   const int64_t d = ctx.problem->head_dim;
-  const bool blocked = !(sum > 0);
+  // acc holds a product only when the row saw a key (sum > 0).
+  const bool poisoned = bad || (sum > 0 && !AllFinite(acc, d));
+  if (poisoned) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::fill(acc, acc + d, nan);
+    max = sum = nan;
+  }
+  const bool blocked = !poisoned && !(sum > 0);
   const float inv = blocked ? 0.0f : 1.0f / sum;
   const int64_t base = a.o.Offset(b, h, i, 0);
   const int64_t stride = a.o.strides[3];
@@ -138,7 +172,7 @@ void StoreRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, float* a
   }
   if (ctx.problem->return_lse) {
     static_cast<float*>(a.lse.data)[a.lse.Offset(b, h, i)] =
-        blocked ? kNegInf : max + std::log(sum);
+        blocked ? kNegInf : max + std::log(sum);  // NaN when poisoned
   }
 }
 
@@ -168,15 +202,32 @@ BlockCoords DecodeItem(const AttentionProblem& p, const BlockPlan& plan, int64_t
 
 namespace {
 
-// Zeroes staged V rows [kn, d] whose weight is 0 in every row of P
-// [rows, kn]: a key the dense mask hides from the whole block may hold NaN or
-// Inf, and 0 * NaN inside sgemm would leak it into the output.
-void ZeroUnweightedValueRows(const float* p, int64_t rows, int64_t kn, int64_t d, float* v) {
-  for (int64_t j = 0; j < kn; ++j) {
-    bool weighted = false;
-    for (int64_t r = 0; r < rows && !weighted; ++r) weighted = p[r * kn + j] != 0.0f;
-    if (!weighted) std::fill(v + j * d, v + (j + 1) * d, 0.0f);
+// True when query row (b, h, i) sees key j: inside the structured mask and
+// kv_length, not blocked by the dense mask, bias not -inf.
+bool PairVisible(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, int64_t j,
+                 int64_t kv_length) {
+  const AttentionProblem& p = *ctx.problem;
+  const AttentionArgs& a = *ctx.args;
+  const KeyRange vis = VisibleKeys(ctx.mask, i, kv_length);
+  if (j < vis.begin || j >= std::min(vis.end, kv_length)) return false;
+  if (p.blocked_mask &&
+      static_cast<const uint8_t*>(a.blocked_mask.data)[a.blocked_mask.Offset(b, h, i, j)] != 0) {
+    return false;
   }
+  return !(p.additive_bias &&
+           static_cast<const float*>(a.bias.data)[a.bias.Offset(b, h, i, j)] == kNegInf);
+}
+
+// True when every row of block rows [r0, r0 + n) sees every key of
+// [k0, k0 + kn) (so a NaN or Inf in a V row there reaches, and belongs to,
+// every row's output). Visible ranges are monotone in the position.
+bool ChunkSeenByAllRows(const BlockContext& ctx, const BlockCoords& c, int64_t r0, int64_t n,
+                        int64_t k0, int64_t kn, int64_t kv_length) {
+  const AttentionProblem& p = *ctx.problem;
+  if (p.blocked_mask || p.additive_bias) return false;
+  const KeyRange first = VisibleKeys(ctx.mask, c.i0 + r0 / c.num_heads, kv_length);
+  const KeyRange last = VisibleKeys(ctx.mask, c.i0 + (r0 + n - 1) / c.num_heads, kv_length);
+  return last.begin <= k0 && std::min(first.end, kv_length) >= k0 + kn;
 }
 
 }  // namespace
@@ -203,17 +254,40 @@ void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const Operan
               static_cast<int>(k.ld), 0.0f, w.s, static_cast<int>(kn));
   for (int64_t r = r0; r < r0 + n; ++r) {
     SoftmaxChunkRow(ctx, c.b, c.h0 + r % c.num_heads, c.i0 + r / c.num_heads, kv_length, k0, kn,
-                    w.s + (r - r0) * kn, w.o + r * d, w.row_max + r, w.row_sum + r);
+                    w.s + (r - r0) * kn, w.o + r * d, w.row_max + r, w.row_sum + r, w.row_bad + r);
   }
   if (ctx.plan.stage_kv) {
     StageRows(a.v, c.b, c.g, k0, kn, d, w.v);
-    if (p.blocked_mask) ZeroUnweightedValueRows(w.s, n, kn, d, w.v);
   } else {
     v = {static_cast<const float*>(a.v.data) + a.v.Offset(c.b, c.g, k0, 0), a.v.strides[2]};
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), static_cast<int>(d),
-              static_cast<int>(kn), 1.0f, w.s, static_cast<int>(kn), v.data, static_cast<int>(v.ld),
-              first ? 0.0f : 1.0f, w.o + r0 * d, static_cast<int>(d));
+  // O += P.V, one GEMM per run of keys between V rows that hold a NaN or Inf
+  // when some row may not see some key: such a row is flagged for the rows
+  // that see it and left out (0 * NaN is NaN, and a key no row sees, padding
+  // or keys the dense mask blocks, may hold anything).
+  const bool check_rows = !ChunkSeenByAllRows(ctx, c, r0, n, k0, kn, kv_length);
+  float beta = first ? 0.0f : 1.0f;
+  int64_t j0 = 0;
+  for (int64_t j = 0; j <= kn; ++j) {
+    if (j < kn && (!check_rows || AllFinite(v.data + j * v.ld, d))) continue;
+    if (j < kn) {  // V row j is bad
+      for (int64_t r = r0; r < r0 + n; ++r) {
+        if (PairVisible(ctx, c.b, c.h0 + r % c.num_heads, c.i0 + r / c.num_heads, k0 + j,
+                        kv_length)) {
+          w.row_bad[r] = 1.0f;
+        }
+      }
+    }
+    if (j > j0) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n),
+                  static_cast<int>(d), static_cast<int>(j - j0), 1.0f, w.s + j0,
+                  static_cast<int>(kn), v.data + j0 * v.ld, static_cast<int>(v.ld), beta,
+                  w.o + r0 * d, static_cast<int>(d));
+      beta = 1.0f;
+    }
+    j0 = j + 1;
+  }
+  if (beta == 0.0f) std::fill(w.o + r0 * d, w.o + (r0 + n) * d, 0.0f);  // every key was bad
 }
 
 }  // namespace
@@ -235,6 +309,7 @@ void ComputeBlock(const BlockContext& ctx, int64_t item, const WorkerScratch& w)
   const int64_t k_end = end_of(c.i0 + c.num_tokens - 1);
   std::fill(w.row_max, w.row_max + rows, kNegInf);
   std::fill(w.row_sum, w.row_sum + rows, 0.0f);
+  std::fill(w.row_bad, w.row_bad + rows, 0.0f);
 
   if (k_begin < k_end) {
     const Operand q = QueryRows(ctx, c, w.q);
@@ -260,7 +335,7 @@ void ComputeBlock(const BlockContext& ctx, int64_t item, const WorkerScratch& w)
   }
   for (int64_t r = 0; r < rows; ++r) {
     StoreRow(ctx, c.b, c.h0 + r % c.num_heads, c.i0 + r / c.num_heads, w.o + r * d, w.row_max[r],
-             w.row_sum[r]);
+             w.row_sum[r], w.row_bad[r] != 0.0f);
   }
 }
 

@@ -150,10 +150,10 @@ std::string BlasBackend::KernelName(const blas::BlockPlan& plan, bool use_items)
 absl::Status BlasBackend::ForwardImpl(const AttentionProblem& p, const AttentionArgs& args,
                                       RunInfo* info) {
   absl::MutexLock lock(&mu_);
-  // A dense mask can hide a key from every row of a block; its V row must
-  // then be zeroed (0 * NaN is NaN inside sgemm), which needs staged V.
-  const bool stage_kv = !blas::BlasCompatible(args.k, p.head_dim) ||
-                        !blas::BlasCompatible(args.v, p.head_dim) || p.blocked_mask;
+  // K/V are read in place when BLAS can: V rows some row must not read
+  // (NaN or Inf under a mask) are left out of the GEMMs (attention_block.cc).
+  const bool stage_kv =
+      !blas::BlasCompatible(args.k, p.head_dim) || !blas::BlasCompatible(args.v, p.head_dim);
   bool use_items = false;
   ATTNKIT_ASSIGN_OR_RETURN(const blas::BlockPlan plan, Plan(p, stage_kv, &use_items));
   // Allocated (and zero-filled, so first-touched) only when a call needs more

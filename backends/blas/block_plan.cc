@@ -32,7 +32,7 @@ int64_t BlockPlan::NumItems(const AttentionProblem& p) const {
 size_t WorkerBytes(int64_t rows, int64_t key_chunk, int64_t head_dim, bool stage_kv) {
   size_t bytes = 2 * AlignedFloats(rows * head_dim)  // q, o
                  + AlignedFloats(rows * key_chunk)   // s
-                 + 2 * AlignedFloats(rows);          // row_max, row_sum
+                 + 3 * AlignedFloats(rows);          // row_max, row_sum, row_bad
   if (stage_kv) bytes += 2 * AlignedFloats(key_chunk * head_dim);
   return bytes;
 }
@@ -51,6 +51,7 @@ WorkerScratch CarveScratch(const BlockPlan& plan, int64_t head_dim, void* region
   s.s = take(rows * plan.key_chunk);
   s.row_max = take(rows);
   s.row_sum = take(rows);
+  s.row_bad = take(rows);
   if (plan.stage_kv) {
     s.k = take(plan.key_chunk * head_dim);
     s.v = take(plan.key_chunk * head_dim);

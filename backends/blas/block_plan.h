@@ -59,13 +59,15 @@ struct BlockPlan {
 
 // One worker's scratch, carved from its region. Sizes in floats:
 //   q [rows, d] (gathered Q), s [rows, key_chunk], o [rows, d] (accumulator),
-//   row_max [rows], row_sum [rows], k and v [key_chunk, d] (only when staged).
+//   row_max [rows], row_sum [rows], row_bad [rows] (1: the row reads a NaN or
+//   Inf), k and v [key_chunk, d] (only when staged).
 struct WorkerScratch {
   float* q = nullptr;
   float* s = nullptr;
   float* o = nullptr;
   float* row_max = nullptr;
   float* row_sum = nullptr;
+  float* row_bad = nullptr;
   float* k = nullptr;
   float* v = nullptr;
 };

@@ -7,6 +7,7 @@
 #define ATTNKIT_BACKENDS_BLAS_ROW_OPS_INL_H_
 #endif
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -50,8 +51,10 @@ HWY_INLINE void SoftcapRowImpl(float* HWY_RESTRICT s, int64_t n, float cap) {
   const hn::ScalableTag<float> df;
   const auto vcap = hn::Set(df, cap);
   const auto vinv = hn::Set(df, 1.0f / cap);
-  TransformRow(s, n,
-               [&](decltype(vcap) x) { return hn::Mul(vcap, hn::Tanh(df, hn::Mul(x, vinv))); });
+  const auto neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  TransformRow(s, n, [&](decltype(vcap) x) {
+    return hn::IfThenElse(hn::Eq(x, neg_inf), x, hn::Mul(vcap, hn::Tanh(df, hn::Mul(x, vinv))));
+  });
 }
 
 HWY_INLINE float RowMaxImpl(const float* HWY_RESTRICT s, int64_t n) {
@@ -111,11 +114,23 @@ HWY_INLINE void ScaleRowImpl(float* HWY_RESTRICT x, int64_t n, float f) {
   TransformRow(x, n, [&](decltype(vf) v) { return hn::Mul(v, vf); });
 }
 
+HWY_INLINE bool AllFiniteImpl(const float* HWY_RESTRICT x, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  auto ok = hn::Eq(hn::Zero(df), hn::Zero(df));
+  int64_t j = 0;
+  for (; j + N <= n; j += N) ok = hn::And(ok, hn::IsFinite(hn::LoadU(df, x + j)));
+  bool all = hn::AllTrue(df, ok);
+  for (; j < n; ++j) all = all && std::isfinite(x[j]);
+  return all;
+}
+
 // Wrappers with the exported signatures (HWY_EXPORT needs plain functions).
 void SoftcapRowT(float* s, int64_t n, float cap) { SoftcapRowImpl(s, n, cap); }
 float RowMaxT(const float* s, int64_t n) { return RowMaxImpl(s, n); }
 float ExpSubtractSumT(float* s, int64_t n, float max) { return ExpSubtractSumImpl(s, n, max); }
 void ScaleRowT(float* x, int64_t n, float f) { ScaleRowImpl(x, n, f); }
+bool AllFiniteT(const float* x, int64_t n) { return AllFiniteImpl(x, n); }
 void WidenRowT(const void* src, DType type, int64_t n, float* dst) {
   WidenRowToF32(src, type, static_cast<size_t>(n), dst);
 }

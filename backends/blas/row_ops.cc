@@ -18,6 +18,7 @@ HWY_EXPORT(SoftcapRowT);
 HWY_EXPORT(RowMaxT);
 HWY_EXPORT(ExpSubtractSumT);
 HWY_EXPORT(ScaleRowT);
+HWY_EXPORT(AllFiniteT);
 HWY_EXPORT(WidenRowT);
 HWY_EXPORT(TargetT);
 
@@ -27,6 +28,7 @@ float ExpSubtractSum(float* s, int64_t n, float max) {
   return HWY_DYNAMIC_DISPATCH(ExpSubtractSumT)(s, n, max);
 }
 void ScaleRow(float* x, int64_t n, float f) { HWY_DYNAMIC_DISPATCH(ScaleRowT)(x, n, f); }
+bool AllFinite(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(AllFiniteT)(x, n); }
 void WidenRow(const void* src, DType type, int64_t n, float* dst) {
   HWY_DYNAMIC_DISPATCH(WidenRowT)(src, type, n, dst);
 }

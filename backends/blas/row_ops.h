@@ -12,7 +12,8 @@
 namespace attnkit {
 namespace blas {
 
-// s = cap * tanh(s / cap) in place, over s[0, n). cap > 0.
+// s = cap * tanh(s / cap) in place, over s[0, n), leaving -inf (a blocked
+// pair) as it is. cap > 0.
 void SoftcapRow(float* s, int64_t n, float cap);
 
 // max(s[0, n)); -inf when n == 0 or every entry is -inf.
@@ -21,6 +22,9 @@ float RowMax(const float* s, int64_t n);
 // s = exp(s - max) in place, exactly 0 where s is -inf; returns the sum.
 // `max` must be finite and >= every entry.
 float ExpSubtractSum(float* s, int64_t n, float max);
+
+// True when x[0, n) holds no NaN and no Inf.
+bool AllFinite(const float* x, int64_t n);
 
 // x *= f over x[0, n).
 void ScaleRow(float* x, int64_t n, float f);

@@ -72,10 +72,28 @@ TEST_P(RowOpsTest, MatchesScalarForEveryLengthAndOffset) {
       x = orig;
       SoftcapRow(row, n, 5.0f);
       for (int64_t j = 0; j < n; ++j) {
+        if (orig[off + j] == kNegInf) {  // a blocked pair stays blocked
+          EXPECT_EQ(row[j], kNegInf) << j;
+          continue;
+        }
         const double want = 5.0 * std::tanh(double(orig[off + j]) / 5.0);
         EXPECT_NEAR(row[j], want, 1e-6 * 5.0) << j;
       }
       for (size_t j = off + n; j < x.size(); ++j) EXPECT_EQ(x[j], orig[j]);
+
+      // AllFinite sees one NaN or Inf at any position, and only inside the row.
+      x = orig;
+      for (int64_t j = 0; j < n; ++j) row[j] = 0.5f;
+      EXPECT_TRUE(AllFinite(row, n));
+      const float bad[] = {std::numeric_limits<float>::quiet_NaN(), -kNegInf, kNegInf};
+      for (int64_t j = 0; j < n; ++j) {
+        row[j] = bad[j % 3];
+        EXPECT_FALSE(AllFinite(row, n)) << j;
+        row[j] = 0.5f;
+      }
+      if (off > 0) x[off - 1] = bad[0];
+      x[off + n] = bad[0];
+      EXPECT_TRUE(AllFinite(row, n));
     }
   }
 }

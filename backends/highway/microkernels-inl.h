@@ -313,7 +313,7 @@ HWY_INLINE void WeightedSumVTile(const float* HWY_RESTRICT p, size_t ldp, const 
   VF acc[kRows][kColVecs];
   HWY_UNROLL(8)
   for (int r = 0; r < kRows; ++r) {
-    const VF a = hn::Set(df, alpha[r0 + r]);
+    const VF a = hn::Set(df, alpha != nullptr ? alpha[r0 + r] : 1.0f);
     HWY_UNROLL(8)
     for (int cv = 0; cv < kColVecs; ++cv) {
       acc[r][cv] = hn::Mul(a, hn::Load(df, o + (r0 + r) * ldo + c0 + cv * N));
@@ -341,7 +341,8 @@ HWY_INLINE void WeightedSumVTile(const float* HWY_RESTRICT p, size_t ldp, const 
   }
 }
 
-// O[r, c] = alpha[r] * O[r, c] + sum_j P[j, r] * V[j, c] for r < rows, c < dp.
+// O[r, c] = alpha[r] * O[r, c] + sum_j P[j, r] * V[j, c] for r < rows, c < dp
+// (alpha == nullptr: 1; keys == 0 only rescales).
 // P is key-major [keys, ldp]; rows a multiple of kValueRows, dp of Lanes. V
 // [keys, ldv] of T is a converted f32 tile or, for decode, V storage itself:
 // each column block re-reads the tile's rows from L1, the first pass from
@@ -408,33 +409,82 @@ HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t ke
   }
 }
 
+// bad[r] = 1 where a raw score S[j, r] of a visible pair is NaN or +-Inf: a
+// NaN or Inf in that query row or key row (every backend then gives the row
+// NaN; see core/reference.h). Rows hold no other flag values.
+HWY_INLINE VF FlagIfNonFinite(DF df, VF flags, VF score) {
+  return hn::IfThenElse(hn::IsFinite(score), flags, hn::Set(df, 1.0f));
+}
+
+// Flags (see FlagIfNonFinite) every score of S [keys, lds], rows < `rows` (a
+// multiple of Lanes): a tile whose every pair is visible.
+HWY_INLINE void FlagNonFiniteScores(const float* HWY_RESTRICT s, size_t lds, size_t keys,
+                                    size_t rows, float* HWY_RESTRICT bad) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  for (size_t r0 = 0; r0 < rows; r0 += N) {
+    VF flags = hn::Load(df, bad + r0);
+    for (size_t j = 0; j < keys; ++j)
+      flags = FlagIfNonFinite(df, flags, hn::Load(df, s + j * lds + r0));
+    hn::Store(flags, df, bad + r0);
+  }
+}
+
 // S[j, r] = -inf where tile-relative key j is outside [kb[r], ke[r]): the
-// structured mask (and padding) on a partially visible tile.
+// structured mask (and padding) on a partially visible tile. With `bad`, the
+// visible scores are flagged first (FlagIfNonFinite).
 HWY_INLINE void MaskKeyRange(float* HWY_RESTRICT s, size_t lds, size_t keys, size_t rows,
-                             const float* HWY_RESTRICT kb, const float* HWY_RESTRICT ke) {
+                             const float* HWY_RESTRICT kb, const float* HWY_RESTRICT ke,
+                             float* HWY_RESTRICT bad = nullptr) {
   const DF df;
   const size_t N = hn::Lanes(df);
   const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  const VF zero = hn::Zero(df);
   for (size_t r0 = 0; r0 < rows; r0 += N) {
     const VF b = hn::Load(df, kb + r0);
     const VF e = hn::Load(df, ke + r0);
+    VF flags = bad != nullptr ? hn::Load(df, bad + r0) : zero;
     for (size_t j = 0; j < keys; ++j) {
       const VF jj = hn::Set(df, static_cast<float>(j));
       const auto visible = hn::And(hn::Ge(jj, b), hn::Lt(jj, e));
       float* sj = s + j * lds + r0;
-      hn::Store(hn::IfThenElse(visible, hn::Load(df, sj), neg_inf), df, sj);
+      const VF x = hn::Load(df, sj);
+      if (bad != nullptr) flags = FlagIfNonFinite(df, flags, hn::IfThenElseZero(visible, x));
+      hn::Store(hn::IfThenElse(visible, x, neg_inf), df, sj);
     }
+    if (bad != nullptr) hn::Store(flags, df, bad + r0);
   }
 }
 
-// x = cap * tanh(x / cap) for the n (a multiple of Lanes) values at x.
+// True when the n (a multiple of kVecsPerLoad<T> * Lanes) values at x, of
+// storage type T, are all finite.
+template <typename T>
+HWY_INLINE bool AllFinite(const T* HWY_RESTRICT x, size_t n) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  constexpr int kV = kVecsPerLoad<T>;
+  auto ok = hn::Eq(hn::Zero(df), hn::Zero(df));
+  for (size_t c = 0; c < n; c += kV * N) {
+    VF v[kV];
+    LoadF32Vecs(df, x + c, v);
+    HWY_UNROLL(2)
+    for (int i = 0; i < kV; ++i) ok = hn::And(ok, hn::IsFinite(v[i]));
+  }
+  return hn::AllTrue(df, ok);
+}
+
+// x = cap * tanh(x / cap) for the n (a multiple of Lanes) values at x; -inf
+// (a blocked pair) stays -inf.
 HWY_INLINE void SoftCap(float* HWY_RESTRICT x, size_t n, float cap) {
   const DF df;
   const size_t N = hn::Lanes(df);
   const VF vcap = hn::Set(df, cap);
   const VF inv = hn::Set(df, 1.0f / cap);
+  const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
   for (size_t i = 0; i < n; i += N) {
-    hn::Store(hn::Mul(vcap, hn::Tanh(df, hn::Mul(hn::Load(df, x + i), inv))), df, x + i);
+    const VF v = hn::Load(df, x + i);
+    const VF capped = hn::Mul(vcap, hn::Tanh(df, hn::Mul(v, inv)));
+    hn::Store(hn::IfThenElse(hn::Eq(v, neg_inf), v, capped), df, x + i);
   }
 }
 
@@ -455,7 +505,9 @@ HWY_INLINE void LoadRowAsF32(const void* src, DType type, int64_t stride, size_t
 //   lse = log sum_s exp(lse_s);  out = sum_s exp(lse_s - lse) * o_s
 // where o_s [n_parts, ldo] are each normalised over their own range. Parts
 // with lse_s = -inf (nothing visible) contribute nothing; if all are -inf,
-// out = 0 and lse = -inf. dp is a multiple of Lanes. Returns lse.
+// out = 0 and lse = -inf. A part with lse_s = NaN (its keys hold a NaN or Inf
+// the row reads) makes out NaN and lse NaN. dp is a multiple of Lanes.
+// Returns lse.
 HWY_INLINE float MergeLsePartials(const float* HWY_RESTRICT o_parts, size_t ldo,
                                   const float* HWY_RESTRICT lse_parts, size_t n_parts, size_t dp,
                                   float* HWY_RESTRICT out) {
@@ -463,7 +515,16 @@ HWY_INLINE float MergeLsePartials(const float* HWY_RESTRICT o_parts, size_t ldo,
   const size_t N = hn::Lanes(df);
   const float kNegInf = -std::numeric_limits<float>::infinity();
   float max_lse = kNegInf;
-  for (size_t s = 0; s < n_parts; ++s) max_lse = std::max(max_lse, lse_parts[s]);
+  bool poisoned = false;
+  for (size_t s = 0; s < n_parts; ++s) {
+    max_lse = std::max(max_lse, lse_parts[s]);
+    poisoned = poisoned || std::isnan(lse_parts[s]);
+  }
+  if (poisoned) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (size_t c = 0; c < dp; c += N) hn::Store(hn::Set(df, nan), df, out + c);
+    return nan;
+  }
   for (size_t c = 0; c < dp; c += N) hn::Store(hn::Zero(df), df, out + c);
   if (max_lse == kNegInf) return kNegInf;
   float total = 0.0f;

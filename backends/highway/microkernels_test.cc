@@ -248,6 +248,44 @@ void TestMaskKeyRange() {
       EXPECT_EQ(s[j * lds + r], visible ? orig[j * lds + r] : kNegInf) << j << " " << r;
     }
   }
+  // With flags: a NaN or Inf flags its row where the pair is visible, never
+  // where it is masked; FlagNonFiniteScores flags every position.
+  const float nonfinite[] = {std::numeric_limits<float>::quiet_NaN(), -kNegInf, kNegInf};
+  for (size_t j = 0; j < keys; ++j) {
+    for (size_t r = 0; r < rows; ++r) {
+      std::copy(orig.begin(), orig.end(), s.get());
+      s[j * lds + r] = nonfinite[(j + r) % 3];
+      auto bad = hwy::AllocateAligned<float>(rows);
+      std::fill(bad.get(), bad.get() + rows, 0.0f);
+      MaskKeyRange(s.get(), lds, keys, rows, kb.get(), ke.get(), bad.get());
+      const bool visible = float(j) >= kb[r] && float(j) < ke[r];
+      for (size_t x = 0; x < rows; ++x) {
+        EXPECT_EQ(bad[x], x == r && visible ? 1.0f : 0.0f) << j << " " << r << " " << x;
+      }
+      std::copy(orig.begin(), orig.end(), s.get());
+      s[j * lds + r] = nonfinite[(j + r) % 3];
+      std::fill(bad.get(), bad.get() + rows, 0.0f);
+      FlagNonFiniteScores(s.get(), lds, keys, rows, bad.get());
+      for (size_t x = 0; x < rows; ++x) EXPECT_EQ(bad[x], x == r ? 1.0f : 0.0f);
+    }
+  }
+  // AllFinite over f32, bf16 and BF16Pairs storage (not on HWY_SCALAR).
+  std::vector<float> row(4 * N, 0.5f);
+  std::vector<uint16_t> row16(4 * N, BF16FromF32(0.5f));
+  const auto* as_bf16 = reinterpret_cast<const hwy::bfloat16_t*>(row16.data());
+  const auto* as_pairs = reinterpret_cast<const BF16Pairs*>(row16.data());
+  EXPECT_TRUE(AllFinite(row.data(), 4 * N));
+  EXPECT_TRUE(AllFinite(as_bf16, 4 * N));
+  EXPECT_TRUE(!kHaveBF16Pairs || AllFinite(as_pairs, 4 * N));
+  for (size_t c = 0; c < 4 * N; ++c) {
+    row[c] = nonfinite[c % 3];
+    row16[c] = BF16FromF32(nonfinite[c % 3]);
+    EXPECT_FALSE(AllFinite(row.data(), 4 * N)) << c;
+    EXPECT_FALSE(AllFinite(as_bf16, 4 * N)) << c;
+    if (kHaveBF16Pairs) EXPECT_FALSE(AllFinite(as_pairs, 4 * N)) << c;
+    row[c] = 0.5f;
+    row16[c] = BF16FromF32(0.5f);
+  }
 }
 
 void TestSoftCapAndLoadRow() {
@@ -255,8 +293,13 @@ void TestSoftCapAndLoadRow() {
   const std::vector<float> x0 = Random(3 * N, 10);
   auto x = Aligned(x0);
   for (size_t i = 0; i < 3 * N; ++i) x[i] *= 20.0f;
+  x[1] = kNegInf;  // a blocked pair stays blocked
   SoftCap(x.get(), 3 * N, 5.0f);
   for (size_t i = 0; i < 3 * N; ++i) {
+    if (i == 1) {
+      EXPECT_EQ(x[i], kNegInf);
+      continue;
+    }
     ExpectNear(5.0 * std::tanh(20.0 * x0[i] / 5.0), x[i], 1e-5, "SoftCap");
   }
   for (size_t n : {0, 1, 3, 17, 40}) {
@@ -327,6 +370,12 @@ void TestMergeLsePartials() {
     auto out = hwy::AllocateAligned<float>(dp);
     EXPECT_EQ(MergeLsePartials(o.get(), dp, lses, 2, dp, out.get()), kNegInf);
     for (size_t c = 0; c < dp; ++c) EXPECT_EQ(out[c], 0.0f);
+    // One part read a NaN or Inf (lse NaN): the merged row is NaN.
+    const float poisoned[3] = {0.5f, std::numeric_limits<float>::quiet_NaN(), kNegInf};
+    auto o3 = hwy::AllocateAligned<float>(3 * dp);
+    for (size_t i = 0; i < 3 * dp; ++i) o3[i] = 0.25f;
+    EXPECT_TRUE(std::isnan(MergeLsePartials(o3.get(), dp, poisoned, 3, dp, out.get())));
+    for (size_t c = 0; c < dp; ++c) EXPECT_TRUE(std::isnan(out[c])) << c;
   }
 }
 

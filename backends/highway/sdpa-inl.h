@@ -38,6 +38,7 @@ constexpr size_t kAlignFloats = 16;           // 64-byte sub-buffer alignment
 // within this machine's noise of each other; 8 KiB disturbs L1 least.
 constexpr int64_t kAheadBytes = 8 << 10;
 constexpr int64_t kDirectKeyTile16 = 8;
+constexpr int64_t kMaxKeyTile = 64;  // every key_tile PlanTiling chooses is at most this
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
@@ -59,7 +60,7 @@ struct Tiling {
   int64_t ahead_keys;  // direct: keys past the tile whose rows are prefetched
   // Per-thread scratch offsets, in floats.
   size_t off_qt, off_q, off_k, off_v, off_s, off_o, off_m, off_l, off_alpha, off_kb, off_ke,
-      off_row;
+      off_bad, off_row;
   size_t scratch_floats;
   size_t partial_floats;  // split-K partials: [base_items, splits, rows, dp + 1]
 };
@@ -89,8 +90,8 @@ inline Tiling PlanTiling(const FlashParams& p) {
              p.k.strides[2] > 0 && p.v.strides[2] > 0 && t.dp == d && p.blocked == nullptr;
   // Decode-like tiles (one vector of rows) do little work per key: keep the
   // converted K and V tile (2 x key_tile x dp floats) within 16 KiB of L1.
-  t.key_tile =
-      t.narrow ? std::min<int64_t>(64, RoundUp(2048 / t.dp, kNarrowKeys)) : (d <= 256 ? 64 : 32);
+  t.key_tile = t.narrow ? std::min<int64_t>(kMaxKeyTile, RoundUp(2048 / t.dp, kNarrowKeys))
+                        : (d <= 256 ? kMaxKeyTile : kMaxKeyTile / 2);
   if (t.direct && DTypeSize(p.k.dtype) == 2) t.key_tile = kDirectKeyTile16;
   t.bf16_pairs = kHaveBF16Pairs && t.direct && p.k.dtype == DType::kBF16 &&
                  t.dp % static_cast<int64_t>(2 * N) == 0;
@@ -123,6 +124,7 @@ inline Tiling PlanTiling(const FlashParams& p) {
   t.off_alpha = take(mp);
   t.off_kb = take(mp);
   t.off_ke = take(mp);
+  t.off_bad = take(mp);
   t.off_row = take(t.bf16_pairs ? t.dp : 0);
   t.scratch_floats = off;
   t.partial_floats =
@@ -238,43 +240,82 @@ inline void PrefetchKeyValueRows(const FlashParams& p, const Item& it, int64_t k
   }
 }
 
-// The optional per-element inputs on tile [k0, k0 + nk): bias is added, and
-// dense-mask-blocked scores become -inf. Scalar: they are per (h, i, j).
-inline void ApplyBiasAndBlockedMask(const FlashParams& p, const Tiling& t, const Item& it,
-                                    int64_t k0, int64_t nk, float* HWY_RESTRICT s) {
+// The optional per-pair inputs on tile [k0, k0 + nk), on the raw scores
+// (before soft-capping): a pair the dense mask blocks, or whose bias is -inf,
+// becomes -inf (its K and V rows are not read for that row). Of the other
+// pairs the structured mask lets through, a non-finite raw score (NaN or Inf
+// in Q or K) or a NaN or +inf bias sets bad[r]. With add_bias (no softcap)
+// the bias is added here; otherwise AddBiasToUnblocked adds it after the cap.
+// Scalar: these inputs are per (h, i, j).
+inline void ApplyPairInputs(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0,
+                            int64_t nk, bool add_bias, float* HWY_RESTRICT s,
+                            float* HWY_RESTRICT bad) {
+  const int64_t mp = t.rows_padded;
+  const float kInf = std::numeric_limits<float>::infinity();
+  const int64_t kv_length = p.KvLength(it.b);
+  for (int64_t r = 0; r < it.nh * it.nq; ++r) {
+    const int64_t h = it.h0 + r / it.nq, i = it.q0 + r % it.nq;
+    const KeyRange range = VisibleKeys(p.mask, i, kv_length);
+    const float* bias = p.bias != nullptr ? p.bias + p.bias_view.Offset(it.b, h, i, k0) : nullptr;
+    const int64_t bs = p.bias != nullptr ? p.bias_view.strides[3] : 0;
+    const uint8_t* blocked =
+        p.blocked != nullptr ? p.blocked + p.blocked_view.Offset(it.b, h, i, k0) : nullptr;
+    const int64_t ms = p.blocked != nullptr ? p.blocked_view.strides[3] : 0;
+    bool row_bad = false;
+    for (int64_t j = 0; j < nk; ++j) {
+      float& x = s[j * mp + r];
+      const float b = bias != nullptr ? bias[j * bs] : 0.0f;
+      if ((blocked != nullptr && blocked[j * ms] != 0) || b == -kInf) {
+        x = -kInf;
+        continue;
+      }
+      const bool visible = k0 + j >= range.begin && k0 + j < range.end;
+      row_bad = row_bad || (visible && (!std::isfinite(x) || !(b < kInf)));
+      if (add_bias) x += b;
+    }
+    if (row_bad) bad[r] = 1.0f;
+  }
+}
+
+// s += bias on tile [k0, k0 + nk) where s is not -inf (blocked or masked):
+// the bias after soft-capping.
+inline void AddBiasToUnblocked(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0,
+                               int64_t nk, float* HWY_RESTRICT s) {
   const int64_t mp = t.rows_padded;
   const float kNegInf = -std::numeric_limits<float>::infinity();
   for (int64_t r = 0; r < it.nh * it.nq; ++r) {
     const int64_t h = it.h0 + r / it.nq, i = it.q0 + r % it.nq;
-    if (p.bias != nullptr) {
-      const float* bias = p.bias + p.bias_view.Offset(it.b, h, i, k0);
-      const int64_t bs = p.bias_view.strides[3];
-      for (int64_t j = 0; j < nk; ++j) s[j * mp + r] += bias[j * bs];
-    }
-    if (p.blocked != nullptr) {
-      const uint8_t* blocked = p.blocked + p.blocked_view.Offset(it.b, h, i, k0);
-      const int64_t ms = p.blocked_view.strides[3];
-      for (int64_t j = 0; j < nk; ++j) {
-        if (blocked[j * ms] != 0) s[j * mp + r] = kNegInf;
-      }
+    const float* bias = p.bias + p.bias_view.Offset(it.b, h, i, k0);
+    const int64_t bs = p.bias_view.strides[3];
+    for (int64_t j = 0; j < nk; ++j) {
+      if (s[j * mp + r] != kNegInf) s[j * mp + r] += bias[j * bs];
     }
   }
 }
 
-// Zeroes the V rows of tile keys that no real row sees (every score -inf).
-// Their weight is 0, but 0 * V is NaN when V holds NaN or Inf there, and a
-// key blocked for every query may hold anything (found by `attnkit fuzz`
-// with poison_blocked: NaN leaked from keys the dense mask blocks).
-// s: [nk, mp] scores after masking; v: [nk, dp] this tile's values.
-inline void ZeroUnseenValueRows(const float* HWY_RESTRICT s, int64_t mp, int64_t rows, int64_t nk,
-                                float* HWY_RESTRICT v, int64_t dp) {
+// The V rows of tile keys j < nk that hold a NaN or Inf: their indices go to
+// bad_keys (returns how many), and every real row that sees such a key (a
+// score not -inf after masking) is flagged in bad. The caller leaves those
+// keys out of P.V: 0 * NaN is NaN, and a row that does not see a key must
+// not be changed by it (a key no row sees may hold anything: padding, or keys
+// the dense mask blocks, found by `attnkit fuzz` with poison_blocked).
+// Only tiles where some row may not see some key need this; on the others a
+// non-finite V row reaches every row's accumulator, which the final check
+// catches. v [nk, ldv] of T: a converted tile or V storage (dp values).
+template <typename T>
+int64_t FlagNonFiniteValueRows(const T* HWY_RESTRICT v, size_t ldv, int64_t nk, int64_t dp,
+                               const float* HWY_RESTRICT s, int64_t mp, int64_t rows,
+                               float* HWY_RESTRICT bad, int32_t* HWY_RESTRICT bad_keys) {
   const float kNegInf = -std::numeric_limits<float>::infinity();
+  int64_t n = 0;
   for (int64_t j = 0; j < nk; ++j) {
-    const float* col = s + j * mp;
-    bool seen = false;
-    for (int64_t r = 0; r < rows && !seen; ++r) seen = col[r] != kNegInf;
-    if (!seen) std::fill(v + j * dp, v + (j + 1) * dp, 0.0f);
+    if (AllFinite(v + j * ldv, static_cast<size_t>(dp))) continue;
+    bad_keys[n++] = static_cast<int32_t>(j);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (s[j * mp + r] != kNegInf) bad[r] = 1.0f;
+    }
   }
+  return n;
 }
 
 // Tile-relative visible key range [kb, ke) of every row; padded rows see all.
@@ -298,7 +339,8 @@ inline void RowKeyRanges(const FlashParams& p, const Tiling& t, const Item& it, 
 
 // Runs one item, reading K and V as T: f32 scratch tiles, or (t.direct) the
 // storage of type T itself. Passes each normalised row and its lse to
-// store_row(r, row, lse). Fully blocked rows give 0 and -inf.
+// store_row(r, row, lse). Fully blocked rows give 0 and -inf; rows that read a
+// NaN or Inf give NaN and NaN (core/reference.h).
 template <typename T, class StoreRow>
 void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scratch,
                const StoreRow& store_row) {
@@ -314,6 +356,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   float* HWY_RESTRICT alpha = scratch + t.off_alpha;
   float* HWY_RESTRICT kb = scratch + t.off_kb;
   float* HWY_RESTRICT ke = scratch + t.off_ke;
+  float* HWY_RESTRICT bad = scratch + t.off_bad;  // 1: the row reads a NaN/Inf
   const float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t rows = it.nh * it.nq;
   const int64_t value_rows = RoundUp(rows, kValueRows);
@@ -322,6 +365,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   for (int64_t r = 0; r < mp; ++r) {
     m[r] = kNegInf;
     l[r] = 0.0f;
+    bad[r] = 0.0f;
   }
   std::fill(o, o + mp * dp, 0.0f);
   // BF16Pairs: position c of a row holds column perm[c] (see LoadF32Vecs);
@@ -386,24 +430,48 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     } else {
       QDotK<kWideKeys, kWideRowVecs>(qt, mp, k, dp, d, mp, nkp, s, mp);
     }
-    if (p.softcap > 0.0f) SoftCap(s, static_cast<size_t>(nkp * mp), p.softcap);
-    if (p.bias != nullptr || p.blocked != nullptr) ApplyBiasAndBlockedMask(p, t, it, k0, nk, s);
-    // Fully visible tiles skip the per-element structured mask.
-    if (vis != TileVisibility::kVisible || nkp != nk) {
-      RowKeyRanges(p, t, it, k0, nk, kb, ke);
-      MaskKeyRange(s, mp, nkp, mp, kb, ke);
+    // Raw scores: flag non-finite ones of visible pairs, then mask. Fully
+    // visible tiles skip the per-element structured mask.
+    const bool per_pair = p.bias != nullptr || p.blocked != nullptr;
+    const bool structured = vis != TileVisibility::kVisible || nkp != nk;
+    if (structured) RowKeyRanges(p, t, it, k0, nk, kb, ke);
+    if (per_pair) {
+      ApplyPairInputs(p, t, it, k0, nk, /*add_bias=*/p.softcap == 0.0f, s, bad);
+      if (structured) MaskKeyRange(s, mp, nkp, mp, kb, ke);
+    } else if (structured) {
+      MaskKeyRange(s, mp, nkp, mp, kb, ke, bad);
+    } else {
+      FlagNonFiniteScores(s, mp, nkp, mp, bad);
     }
-    if (!t.direct && (p.blocked != nullptr || vis != TileVisibility::kVisible)) {
-      ZeroUnseenValueRows(s, mp, rows, nk, v, dp);  // v is the scratch tile
+    if (p.softcap > 0.0f) {
+      SoftCap(s, static_cast<size_t>(nkp * mp), p.softcap);
+      if (p.bias != nullptr) AddBiasToUnblocked(p, t, it, k0, nk, s);
     }
+    // Keys some row may not see: V rows with a NaN or Inf are left out.
+    int32_t bad_keys[kMaxKeyTile];
+    const int64_t n_bad = per_pair || structured ? FlagNonFiniteValueRows(vtile, ldv, nk, dp, s, mp,
+                                                                          rows, bad, bad_keys)
+                                                 : 0;
     OnlineSoftmaxUpdate(s, mp, nkp, mp, m, l, alpha);
-    WeightedSumV(s, mp, vtile, ldv, nkp, alpha, value_rows, dp, o, dp);
+    const float* rescale = alpha;  // the first product applies it
+    int64_t j0 = 0;
+    for (int64_t x = 0; x <= n_bad; ++x) {
+      const int64_t j1 = x < n_bad ? bad_keys[x] : nkp;
+      WeightedSumV(s + j0 * mp, mp, vtile + j0 * ldv, ldv, static_cast<size_t>(j1 - j0), rescale,
+                   value_rows, dp, o, dp);
+      rescale = nullptr;
+      j0 = j1 + 1;
+    }
   }
 
   for (int64_t r = 0; r < rows; ++r) {
     float* orow = o + r * dp;
     float lse = kNegInf;
-    if (l[r] > 0.0f) {
+    if (bad[r] != 0.0f || !AllFinite(orow, static_cast<size_t>(dp))) {
+      // The row read a NaN or Inf (a V row's reaches its accumulator).
+      lse = std::numeric_limits<float>::quiet_NaN();
+      std::fill(orow, orow + dp, lse);
+    } else if (l[r] > 0.0f) {
       const float inv = 1.0f / l[r];
       for (int64_t c = 0; c < dp; ++c) orow[c] *= inv;
       lse = m[r] + std::log(l[r]);

@@ -44,6 +44,7 @@ std::vector<AttentionConfig> Reductions(const AttentionConfig& c) {
     edit(r);
     if (r.SerializeAsString() != c.SerializeAsString()) out.push_back(r);
   };
+  add([](AttentionConfig& r) { r.set_nonfinite_inputs(0); });
   add([](AttentionConfig& r) { r.set_poison_blocked(false); });
   add([](AttentionConfig& r) { r.set_blocked_mask(false); });
   add([](AttentionConfig& r) { r.set_additive_bias(false); });

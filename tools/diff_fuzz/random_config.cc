@@ -74,6 +74,8 @@ AttentionConfig RandomConfig(std::mt19937_64& rng, double max_work) {
   if (Chance(rng, 0.3)) c.set_scale(std::uniform_real_distribution<float>(0.05f, 2.0f)(rng));
   c.set_poison_blocked(Chance(rng, 0.7));
   c.set_seed(rng() % 1000000);
+  // NaN / Inf anywhere in the inputs: exactly the rows that read one give NaN.
+  if (Chance(rng, 0.3)) c.set_nonfinite_inputs(1 + static_cast<int32_t>(rng() % 4));
   return c;
 }
 

@@ -1,0 +1,22 @@
+// The highway backend once more per Highway target this CPU supports besides
+// the dispatched one, for suites that check every target: registered as
+// "highway-AVX2", "highway-SSE4", ... (under an ATTNKIT_HWY_TARGET cap, the
+// targets below the cap), each calling its target's kernels through the
+// dispatch table directly.
+#ifndef ATTNKIT_TESTS_HIGHWAY_TARGET_BACKENDS_H_
+#define ATTNKIT_TESTS_HIGHWAY_TARGET_BACKENDS_H_
+
+#include <set>
+#include <string>
+
+namespace attnkit {
+namespace testing_env {
+
+// Registers them in GlobalRegistry() on the first call (a failure to
+// register is a test failure) and returns their names.
+const std::set<std::string>& HighwayTargetBackends();
+
+}  // namespace testing_env
+}  // namespace attnkit
+
+#endif  // ATTNKIT_TESTS_HIGHWAY_TARGET_BACKENDS_H_
