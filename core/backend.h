@@ -71,6 +71,10 @@ absl::Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& args);
 struct RunInfo {
   std::string backend;
   std::string kernel;  // e.g. "flash-tiled/AVX3 q4xk16"
+  // Device allocations the backend has made for its own scratch since it was
+  // created (grow-only workspaces): steady-state calls add none. -1 when the
+  // backend does not report it.
+  int64_t workspace_allocations = -1;
 };
 
 // Memory owned by a backend (device memory for accelerators).

@@ -14,7 +14,7 @@
 
 #include "core/backend.h"
 
-#define ATTNKIT_PLUGIN_ABI_VERSION 3u  // 3: Capabilities::deterministic
+#define ATTNKIT_PLUGIN_ABI_VERSION 4u  // 3: Capabilities::deterministic; 4: RunInfo::workspace_allocations
 #define ATTNKIT_PLUGIN_ENTRY_SYMBOL "attnkit_plugin_entry"
 
 extern "C" {

@@ -71,6 +71,59 @@ TEST(DiffFuzzTest, EarlierFindingsStayFixed) {
            seed: 5
            poison_blocked: true
            return_lse: true)pb",
+      // cuda, cuda-cublas (read of the code, issue 13): V rows inside
+      // kv_length that every row of a 64-query tile masks (top-left causal
+      // with Tq < Tk, a sliding window) were loaded, and 0 * NaN leaked;
+      // cuBLAS multiplied P.V over the whole Tk, padding included.
+      R"pb(num_heads: 2
+           head_dim: 64
+           batch: 2
+           q_len: 70
+           kv_len: 300
+           mask { kind: CAUSAL }
+           alignment: TOP_LEFT
+           kv_lengths: [ 300, 150 ]
+           seed: 13
+           poison_blocked: true
+           return_lse: true)pb",
+      R"pb(num_heads: 4
+           num_kv_heads: 1
+           head_dim: 32
+           q_len: 130
+           kv_len: 130
+           mask { kind: SLIDING_WINDOW window_left: 20 window_right: 0 }
+           seed: 14
+           poison_blocked: true
+           dtype: BF16
+           kv_dtype: BF16)pb",
+      // The NaN/Inf rule (core/reference.h) on every path at once: NaN/Inf
+      // in read and unread elements of Q, K, V and the bias, a dense mask,
+      // softcap, padding, GQA, a window and split-K decode lengths.
+      R"pb(num_heads: 8
+           num_kv_heads: 2
+           head_dim: 64
+           batch: 2
+           q_len: 3
+           kv_len: 700
+           mask { kind: SLIDING_WINDOW window_left: 300 window_right: 0 }
+           alignment: BOTTOM_RIGHT
+           kv_lengths: [ 700, 333 ]
+           blocked_mask: true
+           additive_bias: true
+           softcap: 30
+           seed: 15
+           nonfinite_inputs: 24
+           return_lse: true)pb",
+      R"pb(num_heads: 4
+           num_kv_heads: 4
+           head_dim: 48
+           q_len: 90
+           kv_len: 90
+           mask { kind: CAUSAL }
+           seed: 16
+           nonfinite_inputs: 12
+           kv_dtype: F16
+           return_lse: true)pb",
   };
   for (const char* text : kFindings) {
     auto config = ParseConfigText(text, "finding");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -106,10 +107,33 @@ class CublasBackend : public CudaBackendBase {
     const int64_t nq_max =
         CublasQueryBlock(Tq, CublasBytesPerQueryRow(G, Tk, d, esize), kBlockBudgetBytes);
 
+    // V rows that hold a NaN or Inf (below each sequence's length): flagged
+    // for the softmax (the rows that see one become NaN) and zeroed in a copy
+    // of V, since 0 * NaN inside the P.V GEMM would reach the rows that do
+    // not see them. One scan of V and one small copy back per call.
+    const size_t flag_bytes = Align256(B * G * Tk);
+    ATTNKIT_ASSIGN_OR_RETURN(void* scan_ptr, scan_.Get(flag_bytes + Align256(B * sizeof(int))));
+    uint8_t* v_bad = static_cast<uint8_t*>(scan_ptr);
+    int* bad_counts = reinterpret_cast<int*>(v_bad + flag_bytes);
+    ATTNKIT_RETURN_IF_ERROR(
+        CudaStatus(cudaMemsetAsync(bad_counts, 0, B * sizeof(int), kStream), "V scan"));
+    ATTNKIT_RETURN_IF_ERROR(CudaStatus(
+        LaunchFlagNonFiniteRows(f.v, f.kv_type, f.v_stride, static_cast<int>(B),
+                                static_cast<int>(G), static_cast<int>(Tk), static_cast<int>(d),
+                                f.kv_lengths, f.kv_lengths_stride, v_bad, bad_counts, kStream),
+        "V scan"));
+    std::vector<int> bad_rows(static_cast<size_t>(B));
+    ATTNKIT_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpy(bad_rows.data(), bad_counts, B * sizeof(int), cudaMemcpyDeviceToHost),
+                   "V scan"));
+    const bool any_bad_v =
+        std::any_of(bad_rows.begin(), bad_rows.end(), [](int n) { return n > 0; });
+
     // Workspace: converted operands of one batch entry, then the block buffers.
     const size_t q_bytes = q_direct ? 0 : Align256(H * Tq * d * esize);
     const size_t kv_bytes = Align256(G * Tk * d * esize);
-    const size_t k_bytes = k_direct ? 0 : kv_bytes, v_bytes = v_direct ? 0 : kv_bytes;
+    const size_t k_bytes = k_direct ? 0 : kv_bytes;
+    const size_t v_bytes = v_direct && !any_bad_v ? 0 : kv_bytes;
     const size_t s_bytes = Align256(G * nq_max * Tk * sizeof(float));
     const size_t p_bytes = Align256(G * nq_max * Tk * esize);
     const size_t acc_bytes = Align256(G * nq_max * d * sizeof(float));
@@ -144,21 +168,37 @@ class CublasBackend : public CudaBackendBase {
           const Operand q, operand(f.q, f.q_stride, f.q_type, q_direct, conv_q, H, Tq, packed_q));
       ATTNKIT_ASSIGN_OR_RETURN(
           const Operand k, operand(f.k, f.k_stride, f.kv_type, k_direct, conv_k, G, Tk, packed_kv));
-      ATTNKIT_ASSIGN_OR_RETURN(
-          const Operand v, operand(f.v, f.v_stride, f.kv_type, v_direct, conv_v, G, Tk, packed_kv));
+      const uint8_t* v_bad_b = v_bad + b * G * Tk;
+      Operand v;
+      if (bad_rows[b] > 0) {  // a copy with the flagged rows zeroed
+        const char* batch =
+            static_cast<const char*>(f.v) + b * f.v_stride.b * int64_t(ElemBytes(f.kv_type));
+        ATTNKIT_RETURN_IF_ERROR(CudaStatus(
+            LaunchConvert(batch, f.kv_type, f.v_stride, static_cast<int>(G), static_cast<int>(Tk),
+                          static_cast<int>(d), conv_v, ct, kStream, v_bad_b),
+            "operand conversion"));
+        v = Operand{conv_v, packed_kv, ct};
+      } else {
+        ATTNKIT_ASSIGN_OR_RETURN(
+            v, operand(f.v, f.v_stride, f.kv_type, v_direct, conv_v, G, Tk, packed_kv));
+      }
+      // The GEMMs stop at this sequence's length: keys past it are never read.
+      const int64_t keys = p.KvLength(b);
       for (int64_t j = 0; j < group; ++j) {
         for (int64_t i0 = 0; i0 < Tq; i0 += nq_max) {
           const int64_t nq = std::min(nq_max, Tq - i0);
           // S[g] (nq x Tk, row-major) = Q[b, g*group + j, i0:i0+nq] K[b, g]^T; in
           // cuBLAS's column-major terms S^T (Tk x nq) = K (Tk x d) Q^T (d x nq).
-          ATTNKIT_RETURN_IF_ERROR(CublasStatus(
-              cublasGemmStridedBatchedEx(
-                  handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(Tk), static_cast<int>(nq),
-                  static_cast<int>(d), &one, k.at(0, 0), cuda_ct, static_cast<int>(k.s.t), k.s.h,
-                  q.at(j, i0), cuda_ct, static_cast<int>(q.s.t), group * q.s.h, &zero, scores,
-                  CUDA_R_32F, static_cast<int>(Tk), nq * Tk, static_cast<int>(G),
-                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-              "cuBLAS S = QK^T"));
+          if (keys > 0) {
+            ATTNKIT_RETURN_IF_ERROR(CublasStatus(
+                cublasGemmStridedBatchedEx(
+                    handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(keys), static_cast<int>(nq),
+                    static_cast<int>(d), &one, k.at(0, 0), cuda_ct, static_cast<int>(k.s.t), k.s.h,
+                    q.at(j, i0), cuda_ct, static_cast<int>(q.s.t), group * q.s.h, &zero, scores,
+                    CUDA_R_32F, static_cast<int>(Tk), nq * Tk, static_cast<int>(G),
+                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                "cuBLAS S = QK^T"));
+          }
           SoftmaxParams sp;
           sp.scores = scores;
           sp.probs = probs;
@@ -183,17 +223,23 @@ class CublasBackend : public CudaBackendBase {
           sp.lse_stride_b = f.lse_stride_b;
           sp.lse_stride_h = f.lse_stride_h;
           sp.lse_stride_t = f.lse_stride_t;
+          sp.v_bad = v_bad_b;
           ATTNKIT_RETURN_IF_ERROR(CudaStatus(LaunchMaskedSoftmax(sp, kStream), "masked softmax"));
-          // acc[g] (nq x d, row-major) = P[g] (nq x Tk) V[b, g] (Tk x d); column-major
-          // acc^T (d x nq) = V^T (d x Tk) P^T (Tk x nq).
-          ATTNKIT_RETURN_IF_ERROR(CublasStatus(
-              cublasGemmStridedBatchedEx(
-                  handle_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(d), static_cast<int>(nq),
-                  static_cast<int>(Tk), &one, v.at(0, 0), cuda_ct, static_cast<int>(v.s.t), v.s.h,
-                  probs, cuda_ct, static_cast<int>(Tk), nq * Tk, &zero, acc, CUDA_R_32F,
-                  static_cast<int>(d), nq * d, static_cast<int>(G), CUBLAS_COMPUTE_32F,
-                  CUBLAS_GEMM_DEFAULT),
-              "cuBLAS O = PV"));
+          // acc[g] (nq x d, row-major) = P[g] (nq x keys) V[b, g] (keys x d); column-major
+          // acc^T (d x nq) = V^T (d x keys) P^T (keys x nq). No keys: zeros.
+          if (keys > 0) {
+            ATTNKIT_RETURN_IF_ERROR(CublasStatus(
+                cublasGemmStridedBatchedEx(
+                    handle_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(d), static_cast<int>(nq),
+                    static_cast<int>(keys), &one, v.at(0, 0), cuda_ct, static_cast<int>(v.s.t),
+                    v.s.h, probs, cuda_ct, static_cast<int>(Tk), nq * Tk, &zero, acc, CUDA_R_32F,
+                    static_cast<int>(d), nq * d, static_cast<int>(G), CUBLAS_COMPUTE_32F,
+                    CUBLAS_GEMM_DEFAULT),
+                "cuBLAS O = PV"));
+          } else {
+            ATTNKIT_RETURN_IF_ERROR(CudaStatus(
+                cudaMemsetAsync(acc, 0, G * nq * d * sizeof(float), kStream), "output zeroing"));
+          }
           ATTNKIT_RETURN_IF_ERROR(CudaStatus(
               LaunchStoreOutput(acc, static_cast<int>(G), static_cast<int>(nq), static_cast<int>(d),
                                 f.o, f.q_type, f.o_stride, static_cast<int>(b), static_cast<int>(j),
@@ -207,6 +253,7 @@ class CublasBackend : public CudaBackendBase {
                                    : ct == ElemType::kF16 ? "f16"
                                                           : "bf16",
                                    nq_max, (q_direct && k_direct && v_direct) ? "" : " converted");
+    info->workspace_allocations = workspace_.allocations() + scan_.allocations();
     return absl::OkStatus();
   }
 
@@ -215,6 +262,7 @@ class CublasBackend : public CudaBackendBase {
   absl::Mutex mu_;
   cublasHandle_t handle_ ABSL_GUARDED_BY(mu_) = nullptr;
   Workspace workspace_ ABSL_GUARDED_BY(mu_);
+  Workspace scan_ ABSL_GUARDED_BY(mu_);  // V's NaN/Inf row flags and counts
 };
 
 }  // namespace

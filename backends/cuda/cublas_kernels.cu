@@ -39,31 +39,39 @@ __global__ void __launch_bounds__(kSoftmaxThreads) MaskedSoftmaxKernel(const Sof
   }
   const KeyRange keys = VisibleKeys(p.mask, i, kv_length);
   float* s = p.scores + (g * p.nq + il) * p.kv_len;
+  const uint8_t* v_bad = p.v_bad + g * p.kv_len;
 
+  // Keys at or past kv_length are outside the GEMMs: never read or written.
   float row_max = -INFINITY;
-  for (int64_t jj = threadIdx.x; jj < p.kv_len; jj += kSoftmaxThreads) {
+  bool bad = false;
+  for (int64_t jj = threadIdx.x; jj < kv_length; jj += kSoftmaxThreads) {
     bool visible = jj >= keys.begin && jj < keys.end;
     if (visible && p.blocked_mask != nullptr) {
       const Strides4& ms = p.mask_stride;
       visible = p.blocked_mask[b * ms.b + h * ms.h + i * ms.t + jj * ms.c] == 0;
     }
+    float bias = 0.0f;
+    if (visible && p.bias != nullptr) {
+      const Strides4& bs = p.bias_stride;
+      bias = p.bias[b * bs.b + h * bs.h + i * bs.t + jj * bs.c];
+      visible = bias != -INFINITY;  // -inf blocks the pair
+    }
     float x = -INFINITY;
     if (visible) {
       x = s[jj] * p.scale;
+      bad = bad || !isfinite(x) || !(bias < INFINITY) || v_bad[jj] != 0;
       if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
-      if (p.bias != nullptr) {
-        const Strides4& bs = p.bias_stride;
-        x += p.bias[b * bs.b + h * bs.h + i * bs.t + jj * bs.c];
-      }
+      x += bias;
     }
     s[jj] = x;
     row_max = fmaxf(row_max, x);
   }
+  bad = __syncthreads_or(bad) != 0;
   row_max = BlockReduce<true>(row_max, scratch);
 
   float sum = 0.0f;
   if (row_max != -INFINITY) {
-    for (int64_t jj = threadIdx.x; jj < p.kv_len; jj += kSoftmaxThreads) {
+    for (int64_t jj = threadIdx.x; jj < kv_length; jj += kSoftmaxThreads) {
       if (s[jj] != -INFINITY) sum += expf(s[jj] - row_max);
     }
   }
@@ -71,23 +79,55 @@ __global__ void __launch_bounds__(kSoftmaxThreads) MaskedSoftmaxKernel(const Sof
 
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
   const int64_t base = (g * p.nq + il) * p.kv_len;
-  for (int64_t jj = threadIdx.x; jj < p.kv_len; jj += kSoftmaxThreads) {
-    const float w = (sum > 0.0f && s[jj] != -INFINITY) ? expf(s[jj] - row_max) * inv : 0.0f;
+  for (int64_t jj = threadIdx.x; jj < kv_length; jj += kSoftmaxThreads) {
+    float w = (sum > 0.0f && s[jj] != -INFINITY) ? expf(s[jj] - row_max) * inv : 0.0f;
+    if (bad) w = NAN;  // the row's output becomes NaN through O = PV
     StoreElem(p.probs, p.probs_type, base + jj, w);
   }
   if (threadIdx.x == 0 && p.lse != nullptr) {
     p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_t] =
-        sum > 0.0f ? row_max + logf(sum) : -INFINITY;
+        bad ? NAN : (sum > 0.0f ? row_max + logf(sum) : -INFINITY);
   }
 }
 
 __global__ void ConvertKernel(const void* src, ElemType src_type, Strides4 s, int heads, int tokens,
-                              int d, void* dst, ElemType dst_type) {
+                              int d, void* dst, ElemType dst_type, const uint8_t* zero_rows) {
   const int64_t n = int64_t{heads} * tokens * d;
   for (int64_t idx = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; idx < n;
        idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t c = idx % d, t = (idx / d) % tokens, h = idx / (int64_t{d} * tokens);
-    StoreElem(dst, dst_type, idx, LoadElem(src, src_type, h * s.h + t * s.t + c * s.c));
+    const bool zero = zero_rows != nullptr && zero_rows[h * tokens + t] != 0;
+    StoreElem(dst, dst_type, idx,
+              zero ? 0.0f : LoadElem(src, src_type, h * s.h + t * s.t + c * s.c));
+  }
+}
+
+// One warp per row (b, h, t): flags a row below its sequence length that
+// holds a NaN or Inf and counts it for b.
+__global__ void FlagNonFiniteRowsKernel(const void* src, ElemType type, Strides4 s, int batch,
+                                        int heads, int tokens, int d, const int32_t* lengths,
+                                        int64_t lengths_stride, uint8_t* flags, int* counts) {
+  const int warps = blockDim.x / 32, lane = threadIdx.x % 32;
+  const int64_t rows = int64_t{batch} * heads * tokens;
+  for (int64_t row = int64_t{blockIdx.x} * warps + threadIdx.x / 32; row < rows;
+       row += int64_t{gridDim.x} * warps) {
+    const int64_t t = row % tokens, h = (row / tokens) % heads, b = row / (int64_t{tokens} * heads);
+    int64_t length = tokens;
+    if (lengths != nullptr) {
+      const int64_t len = lengths[b * lengths_stride];
+      length = len < 0 ? 0 : (len < tokens ? len : tokens);
+    }
+    bool bad = false;
+    if (t < length) {
+      for (int c = lane; c < d; c += 32) {
+        bad = bad || !isfinite(LoadElem(src, type, b * s.b + h * s.h + t * s.t + c * s.c));
+      }
+    }
+    bad = __any_sync(0xffffffffu, bad);
+    if (lane == 0) {
+      flags[row] = bad ? 1 : 0;
+      if (bad) atomicAdd(counts + b, 1);
+    }
   }
 }
 
@@ -117,10 +157,22 @@ cudaError_t LaunchMaskedSoftmax(const SoftmaxParams& p, cudaStream_t stream) {
 }
 
 cudaError_t LaunchConvert(const void* src, ElemType src_type, Strides4 s, int heads, int tokens,
-                          int d, void* dst, ElemType dst_type, cudaStream_t stream) {
+                          int d, void* dst, ElemType dst_type, cudaStream_t stream,
+                          const uint8_t* zero_rows) {
   constexpr int kThreads = 256;
   ConvertKernel<<<GridFor(int64_t{heads} * tokens * d, kThreads), kThreads, 0, stream>>>(
-      src, src_type, s, heads, tokens, d, dst, dst_type);
+      src, src_type, s, heads, tokens, d, dst, dst_type, zero_rows);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFlagNonFiniteRows(const void* src, ElemType type, Strides4 s, int batch,
+                                    int heads, int tokens, int d, const int32_t* lengths,
+                                    int64_t lengths_stride, uint8_t* flags, int* counts,
+                                    cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const int64_t rows = int64_t{batch} * heads * tokens;
+  FlagNonFiniteRowsKernel<<<GridFor(rows, kThreads / 32), kThreads, 0, stream>>>(
+      src, type, s, batch, heads, tokens, d, lengths, lengths_stride, flags, counts);
   return cudaGetLastError();
 }
 

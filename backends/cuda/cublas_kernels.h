@@ -30,16 +30,35 @@ struct SoftmaxParams {
   Strides4 bias_stride;
   float* lse = nullptr;  // written at [b, h, i] when not null
   int64_t lse_stride_b = 0, lse_stride_h = 0, lse_stride_t = 0;
+  const uint8_t* v_bad = nullptr;  // [G, kv_len] of batch b (FlagNonFiniteRows)
 };
 
-// probs = softmax over visible keys of (softcap'd scale * scores + bias);
-// a row with no visible key gets zeros and lse = -inf.
+// probs = softmax over visible keys of (softcap'd scale * scores + bias),
+// for keys below the sequence's kv_length (the GEMMs stop there; the row
+// stride of scores and probs stays kv_len). A row with no visible key gets
+// zeros and lse = -inf. A bias of -inf blocks its pair. A row that reads a
+// NaN or Inf (core/reference.h: a non-finite raw score or a NaN/+inf bias of
+// a visible pair, or a visible key whose v_bad flag is set) gets NaN
+// probabilities (so its output is NaN) and lse = NaN.
+
 cudaError_t LaunchMaskedSoftmax(const SoftmaxParams& p, cudaStream_t stream);
 
 // dst[h, t, c] (contiguous, dst_type) = src[h * s.h + t * s.t + c * s.c] for
-// h < heads, t < tokens, c < d: one batch entry made GEMM-ready.
+// h < heads, t < tokens, c < d: one batch entry made GEMM-ready. With
+// zero_rows ([heads, tokens]), rows whose flag is set become zeros.
 cudaError_t LaunchConvert(const void* src, ElemType src_type, Strides4 s, int heads, int tokens,
-                          int d, void* dst, ElemType dst_type, cudaStream_t stream);
+                          int d, void* dst, ElemType dst_type, cudaStream_t stream,
+                          const uint8_t* zero_rows = nullptr);
+
+// For every batch entry b < batch and head h < heads: flags[(b * heads + h) *
+// tokens + t] = 1 when row t < lengths_b holds a NaN or Inf, else 0 (rows at
+// or past lengths_b, which nothing reads, are 0), and counts[b] = the number
+// of flagged rows of b. lengths: [batch] int32 with stride lengths_stride,
+// or null for `tokens` everywhere. counts must be zeroed first.
+cudaError_t LaunchFlagNonFiniteRows(const void* src, ElemType type, Strides4 s, int batch,
+                                    int heads, int tokens, int d, const int32_t* lengths,
+                                    int64_t lengths_stride, uint8_t* flags, int* counts,
+                                    cudaStream_t stream);
 
 // o[b, g * group + j, i0 + il, c] = acc[g, il, c] rounded to o_type.
 cudaError_t LaunchStoreOutput(const float* acc, int num_kv_heads, int nq, int d, void* o,

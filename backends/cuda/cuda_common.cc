@@ -83,6 +83,7 @@ absl::StatusOr<void*> Workspace::Get(size_t bytes) {
   if (buffer_ == nullptr || buffer_->size() < bytes) {
     buffer_.reset();  // free first, so old and new need not fit together
     ATTNKIT_ASSIGN_OR_RETURN(buffer_, CudaBuffer::Allocate(bytes));
+    ++allocations_;
   }
   return buffer_->data();
 }

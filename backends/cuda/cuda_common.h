@@ -51,9 +51,12 @@ class Workspace {
  public:
   // A buffer of at least `bytes`, valid until the next call.
   absl::StatusOr<void*> Get(size_t bytes);
+  // cudaMalloc calls made so far (each growth is one).
+  int64_t allocations() const { return allocations_; }
 
  private:
   std::unique_ptr<CudaBuffer> buffer_;
+  int64_t allocations_ = 0;
 };
 
 // The Backend memory interface over device memory and the default stream:

@@ -100,6 +100,39 @@ TEST_F(CudaPluginTest, SmallProblemMatchesReferenceOnGpu) {
   }
 }
 
+// Scratch device memory grows once and is reused: repeated calls, and a
+// smaller problem after a larger one, allocate nothing more (the count each
+// backend reports in RunInfo::workspace_allocations).
+TEST_F(CudaPluginTest, WorkspaceIsReusedAcrossCalls) {
+  for (Backend* b : registry_.All()) {
+    if (!b->Available().ok()) {
+      if (testing_env::IsRequired(b->Name())) {
+        FAIL() << b->Name()
+               << " is named in ATTNKIT_REQUIRE_BACKENDS but is unavailable: " << b->Available();
+      }
+      GTEST_SKIP() << b->Available();
+    }
+    // Decode over many keys: few blocks, so the flash kernel splits K.
+    AttentionProblem large = BasicProblem(1, 8, 2, 1, 4096, 64);
+    AttentionProblem small = BasicProblem(1, 8, 2, 1, 1024, 64);
+    int64_t after_first = -1;
+    for (const AttentionProblem& p : {large, large, large, small, large}) {
+      auto data = ProblemData::Random(p, 3);
+      ASSERT_TRUE(data.ok());
+      RunInfo info;
+      const absl::Status run = RunOnBackend(b, p, *data, &info);
+      ASSERT_TRUE(run.ok()) << b->Name() << ": " << run;
+      ASSERT_GE(info.workspace_allocations, 0) << b->Name() << " does not report allocations";
+      if (after_first < 0) {
+        after_first = info.workspace_allocations;
+      } else {
+        EXPECT_EQ(info.workspace_allocations, after_first)
+            << b->Name() << " [" << info.kernel << "] allocated again for " << p.Id();
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attnkit
 

@@ -90,6 +90,7 @@ class FlashBackend : public CudaBackendBase {
     info->kernel = absl::StrFormat("flash-%s d%d m%dn%dw%d splits=%d", ComputeName(params.compute),
                                    config.head_dim, config.block_m, config.block_n,
                                    config.num_warps, params.num_splits);
+    info->workspace_allocations = workspace_.allocations();
     return absl::OkStatus();
   }
 

@@ -10,6 +10,13 @@
 // online softmax keeps the running max and sum of its rows in registers.
 // Key tiles the mask hides entirely are skipped (ClassifyTile); tiles it
 // shows entirely need no per-element mask test.
+//
+// NaN and Inf in inputs (core/reference.h): a row whose visible pair has a
+// non-finite raw score (a NaN/Inf in its Q row or that K row), a NaN or +inf
+// bias, or a V row holding a NaN/Inf gives NaN (o and lse); a -inf bias
+// blocks the pair. V rows with a NaN/Inf are zeroed in shared memory after
+// flagging, so the rows that do not see them (weight 0, and 0 * NaN = NaN)
+// are untouched.
 #ifndef ATTNKIT_BACKENDS_CUDA_FLASH_FWD_KERNEL_CUH_
 #define ATTNKIT_BACKENDS_CUDA_FLASH_FWD_KERNEL_CUH_
 
@@ -155,6 +162,22 @@ __device__ __forceinline__ void AccumulatePV(const T* sP, const T* sV, float* sO
   }
 }
 
+// Flags (vbad[r] = 1) and zeroes the rows r < kRows of a [kRows, kD] shared
+// tile (leading dim kLd) that hold a NaN or Inf; vbad[r] = 0 for the others.
+// One warp per row at a time.
+template <int kRows, int kD, int kLd, int kWarps, typename T>
+__device__ __forceinline__ void FlagAndZeroNonFiniteRows(T* tile, int* vbad, int warp, int lane) {
+  for (int r = warp; r < kRows; r += kWarps) {
+    bool bad = false;
+    for (int c = lane; c < kD; c += 32) bad = bad || !isfinite(ToFloat(tile[r * kLd + c]));
+    bad = __any_sync(0xffffffffu, bad);
+    if (bad) {
+      for (int c = lane; c < kD; c += 32) tile[r * kLd + c] = FromFloat<T>(0.0f);
+    }
+    if (lane == 0) vbad[r] = bad ? 1 : 0;
+  }
+}
+
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const FlashParams p) {
   using T = typename ComputeTypeOf<Traits::kCompute>::Type;
@@ -168,6 +191,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
   float* sS = reinterpret_cast<float*>(smem + Traits::kOffS);
   T* sP = reinterpret_cast<T*>(smem + Traits::kOffP);
   float* sO = reinterpret_cast<float*>(smem + Traits::kOffO);
+  int* sVBad = reinterpret_cast<int*>(smem + Traits::kOffVBad);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t tiles_m = (p.rows_per_kv_head + kM - 1) / kM;
@@ -199,6 +223,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
   // Online-softmax state of the warp's 16 rows, in registers: lane rr holds
   // the running max (log2 units) and sum of exp2(s - max) of row rr.
   float my_max = kNegInf, my_sum = 0.0f;
+  bool my_bad = false;  // lane rr: row rr read a NaN or Inf
   const bool warp_active = r0 + warp * kRowsPerWarp < r1;
 
   for (int64_t t = tiles.begin; t < tiles.end; ++t) {
@@ -218,6 +243,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
           return j < kv_length ? b * p.v_stride.b + g * p.v_stride.h + j * p.v_stride.t : -1;
         });
     __syncthreads();
+    FlagAndZeroNonFiniteRows<kN, kD, Traits::kLdQK, Traits::kNWarps>(sV, sVBad, warp, lane);
+    __syncthreads();
     if (!warp_active) continue;
 
     ComputeScores<Traits>(sQ, sK, sS, warp, lane);
@@ -233,6 +260,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
       if (partial) keys = VisibleKeys(p.mask, i, kv_length);
       float s[kN / 32];
       float tile_max = kNegInf;
+      bool bad = false;
 #pragma unroll
       for (int u = 0; u < kN / 32; ++u) {
         const int c = lane + 32 * u;
@@ -242,19 +270,24 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
           const Strides4& ms = p.mask_stride;
           visible = p.blocked_mask[b * ms.b + h * ms.h + i * ms.t + j * ms.c] == 0;
         }
+        float bias = 0.0f;
+        if (visible && p.bias != nullptr) {
+          const Strides4& bs = p.bias_stride;
+          bias = p.bias[b * bs.b + h * bs.h + i * bs.t + j * bs.c];
+          visible = bias != kNegInf;  // -inf blocks the pair
+        }
         float x = kNegInf;
         if (visible) {
           x = sS[r * Traits::kLdS + c] * p.scale;
+          bad = bad || !isfinite(x) || !(bias < INFINITY) || sVBad[c] != 0;
           if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
-          if (p.bias != nullptr) {
-            const Strides4& bs = p.bias_stride;
-            x += p.bias[b * bs.b + h * bs.h + i * bs.t + j * bs.c];
-          }
-          x *= kLog2e;
+          x = (x + bias) * kLog2e;
         }
         s[u] = x;
         tile_max = fmaxf(tile_max, x);
       }
+      bad = __any_sync(0xffffffffu, bad);
+      if (lane == rr) my_bad = my_bad || bad;
       tile_max = WarpMax(tile_max);
       const float m_old = __shfl_sync(0xffffffffu, my_max, rr);
       const float m_new = fmaxf(m_old, tile_max);
@@ -290,9 +323,11 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
     const int64_t i = row / group, h = g * group + row % group;
     const float l = __shfl_sync(0xffffffffu, my_sum, rr);
     const float row_max = __shfl_sync(0xffffffffu, my_max, rr);
-    // A row that saw no key: zeros and lse = -inf.
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    const float lse = l > 0.0f ? (row_max + log2f(l)) * kLn2 : kNegInf;
+    const bool row_bad = __shfl_sync(0xffffffffu, my_bad ? 1 : 0, rr) != 0;
+    // A row that saw no key: zeros and lse = -inf; one that read a NaN or
+    // Inf: NaN and NaN (inv = NaN turns every element NaN).
+    const float inv = row_bad ? NAN : (l > 0.0f ? 1.0f / l : 0.0f);
+    const float lse = row_bad ? NAN : (l > 0.0f ? (row_max + log2f(l)) * kLn2 : kNegInf);
     const float* o_row = sO + r * Traits::kLdO;
     if (p.num_splits > 1) {
       const int64_t prow = ((split * int64_t{p.batch} + b) * p.num_heads + h) * p.q_len + i;

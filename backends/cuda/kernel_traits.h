@@ -65,7 +65,9 @@ struct FlashTraits {
   static constexpr int kOffS = AlignUp(kOffV + kBlockN * kLdQK * kElemBytes, 128);
   static constexpr int kOffP = AlignUp(kOffS + kBlockM * kLdS * 4, 128);
   static constexpr int kOffO = AlignUp(kOffP + kBlockM * kLdP * kElemBytes, 128);
-  static constexpr int kSmemBytes = AlignUp(kOffO + kBlockM * kLdO * 4, 128);
+  // One flag per key of the V tile: its row holds a NaN or Inf.
+  static constexpr int kOffVBad = AlignUp(kOffO + kBlockM * kLdO * 4, 128);
+  static constexpr int kSmemBytes = AlignUp(kOffVBad + kBlockN * 4, 128);
 
   static_assert(kHeadDim % 32 == 0, "lanes stride over head-dim columns by 32");
   static_assert(kBlockN % 32 == 0, "lanes stride over key columns by 32");

@@ -25,9 +25,21 @@ __global__ void SplitCombineKernel(const FlashParams p) {
   const int64_t h = (row / p.q_len) % p.num_heads;
   const int64_t b = row / (int64_t{p.q_len} * p.num_heads);
   float max_lse = -INFINITY;
-  for (int s = 0; s < p.num_splits; ++s) max_lse = fmaxf(max_lse, p.partial_lse[s * rows + row]);
+  bool poisoned = false;  // a split read a NaN or Inf: the row is NaN (fmaxf would drop it)
+  for (int s = 0; s < p.num_splits; ++s) {
+    const float lse = p.partial_lse[s * rows + row];
+    max_lse = fmaxf(max_lse, lse);
+    poisoned = poisoned || isnan(lse);
+  }
   const Strides4& os = p.o_stride;
   const int64_t base = b * os.b + h * os.h + i * os.t;
+  if (poisoned) {
+    for (int c = lane; c < p.head_dim; c += 32) StoreElem(p.o, p.q_type, base + c * os.c, NAN);
+    if (lane == 0 && p.lse != nullptr) {
+      p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_t] = NAN;
+    }
+    return;
+  }
   float total = 0.0f;
   if (max_lse != -INFINITY) {
     for (int s = 0; s < p.num_splits; ++s) total += expf(p.partial_lse[s * rows + row] - max_lse);

@@ -282,7 +282,9 @@ void TestMaskKeyRange() {
     row16[c] = BF16FromF32(nonfinite[c % 3]);
     EXPECT_FALSE(AllFinite(row.data(), 4 * N)) << c;
     EXPECT_FALSE(AllFinite(as_bf16, 4 * N)) << c;
-    if (kHaveBF16Pairs) EXPECT_FALSE(AllFinite(as_pairs, 4 * N)) << c;
+    if (kHaveBF16Pairs) {
+      EXPECT_FALSE(AllFinite(as_pairs, 4 * N)) << c;
+    }
     row[c] = 0.5f;
     row16[c] = BF16FromF32(0.5f);
   }
