@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Builds the self-contained GPU check bundle: the CUDA-relevant test binaries,
+# the attnkit CLI and the backend plugins, optimised, with every shared
+# library they load that a bare GPU machine may lack, and the runner
+# (tools/gpu_bundle_runner.sh, copied as run.sh). The GPU machine then needs
+# only glibc >= 2.36, the NVIDIA driver and CUDA 13's cuBLAS (the toolkit or
+# PyTorch's nvidia-cublas wheel, found by run.sh): no Bazel, no Debian
+# packages.
+#
+#   tools/make_gpu_bundle.sh [OUT_DIR]      (default: dist/gpu_bundle)
+#
+# Fails when the bundle would exceed 60 MiB (the device tool carries 64 MiB).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-dist/gpu_bundle}
+limit_mib=60
+
+tests=(//tests:conformance_test //tests:property_test //tests:diff_fuzz_test
+  //tests:concurrency_test //backends/cuda:cuda_plugin_test //backends/cuda:kernel_traits_test
+  //backends/cuda:params_test //backends/cuda:tile_schedule_test)
+others=(//tools:attnkit //benchmarks:cuda_bench //backends/cuda:libattnkit_cuda.so
+  //backends/reference:libattnkit_reference_plugin.so)
+# Our own code links statically into each binary (--dynamic_mode=off);
+# Debian's libraries stay shared and are copied below.
+flags=(-c opt --config=cuda --dynamic_mode=off --jobs="${ATTNKIT_JOBS:-2}")
+bazel build "${flags[@]}" "${tests[@]}" "${others[@]}"
+bin=$(bazel info "${flags[@]}" bazel-bin 2> /dev/null)
+
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib"
+path_of() { local label=${1#//}; echo "$bin/${label/://}"; }
+for t in "${tests[@]}" //tools:attnkit //benchmarks:cuda_bench; do
+  install -m 755 "$(path_of "$t")" "$out/bin/"
+done
+install -m 755 "$(path_of //backends/cuda:libattnkit_cuda.so)" "$out/lib/"
+install -m 755 "$(path_of //backends/reference:libattnkit_reference_plugin.so)" "$out/lib/"
+strip --strip-unneeded "$out"/bin/* "$out"/lib/*.so
+
+# Shared libraries: everything ldd resolves except glibc itself, the driver
+# (libcuda) and the CUDA toolkit's libraries (cuBLAS is hundreds of MiB; the
+# GPU machine has CUDA 13, and run.sh puts it on the library path).
+is_provided() {
+  case "$(basename "$1")" in
+    libc.so.* | libm.so.* | libdl.so.* | libpthread.so.* | librt.so.* | ld-linux*.so.* | \
+      libcuda.so.* | libcublas*.so.* | libcudart.so.* | linux-vdso.so.*) return 0 ;;
+  esac
+  return 1
+}
+for f in "$out"/bin/* "$out"/lib/*.so; do
+  ldd "$f" | awk '/=> \//{print $3}' | while read -r lib; do
+    is_provided "$lib" && continue
+    [[ -e "$out/lib/$(basename "$lib")" ]] || install -m 644 "$(readlink -f "$lib")" "$out/lib/$(basename "$lib")"
+  done
+done
+strip --strip-unneeded "$out"/lib/*.so.* 2> /dev/null || true
+
+install -m 755 tools/gpu_bundle_runner.sh "$out/run.sh"
+git rev-parse --short HEAD > "$out/COMMIT" 2> /dev/null || echo unknown > "$out/COMMIT"
+
+size_kib=$(du -sk "$out" | cut -f1)
+echo "gpu bundle: $out, $((size_kib / 1024)) MiB ($(ls "$out/bin" | wc -l) binaries, $(ls "$out/lib" | wc -l) libraries)"
+if ((size_kib > limit_mib * 1024)); then
+  echo "gpu bundle: $((size_kib / 1024)) MiB is over the ${limit_mib} MiB limit" >&2
+  exit 1
+fi
