@@ -97,12 +97,20 @@ bool RunsOrRecordsSkip(const std::string& backend, const AttentionProblem& p,
   return false;
 }
 
+std::vector<std::string>& PluginPathsStore() {
+  static auto* paths = new std::vector<std::string>;
+  return *paths;
+}
+
+const std::vector<std::string>& PluginPaths() { return PluginPathsStore(); }
+
 bool LoadPluginsFromArgs(int* argc, char** argv) {
   bool ok = true;
   int out = 1;
   for (int i = 1; i < *argc; ++i) {
     constexpr char kFlag[] = "--plugin=";
     if (std::strncmp(argv[i], kFlag, sizeof(kFlag) - 1) == 0) {
+      PluginPathsStore().push_back(argv[i] + sizeof(kFlag) - 1);
       const absl::Status s = GlobalRegistry().LoadPlugin(argv[i] + sizeof(kFlag) - 1);
       if (!s.ok()) {
         std::fprintf(stderr, "FATAL: %s\n", std::string(s.message()).c_str());

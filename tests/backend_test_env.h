@@ -44,6 +44,8 @@ bool RunsOrRecordsSkip(const std::string& backend, const AttentionProblem& p,
 // $ATTNKIT_REQUIRE_BACKENDS is not registered;
 // returns false on failure.
 bool LoadPluginsFromArgs(int* argc, char** argv);
+// The --plugin= paths LoadPluginsFromArgs saw, in order.
+const std::vector<std::string>& PluginPaths();
 void PrintSummary();
 
 // After InitGoogleTest: counts tests of a required backend that ended skipped

@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "backends/builtin.h"
 #include "core/execute.h"
@@ -92,7 +93,14 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, ConcurrencyTest,
 // Loading, registering and looking up from 8 threads: every thread sees a
 // consistent registry; a plugin loaded by several threads registers once.
 TEST(RegistryConcurrencyTest, LoadFindAndListFromEightThreads) {
-  const char kPlugin[] = "backends/reference/libattnkit_reference_plugin.so";
+  // The reference plugin as passed with --plugin= (Bazel's runfiles path, or
+  // the GPU bundle's lib/ directory).
+  std::string path;
+  for (const std::string& p : testing_env::PluginPaths()) {
+    if (absl::EndsWith(p, "libattnkit_reference_plugin.so")) path = p;
+  }
+  ASSERT_FALSE(path.empty()) << "no --plugin=.../libattnkit_reference_plugin.so given";
+  const char* kPlugin = path.c_str();
   for (int round = 0; round < 5; ++round) {
     BackendRegistry registry;
     std::atomic<int> loaded{0};

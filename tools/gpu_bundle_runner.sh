@@ -55,6 +55,7 @@ probe=$("$here/bin/attnkit" backends --plugins="$here/lib/libattnkit_cuda.so" 2>
 cuda_line=$(grep -m1 '^cuda:' <<< "$probe")
 if [[ $cuda_line != "cuda: available"* ]]; then
   reason=${cuda_line#cuda: }
+  reason=${reason#unavailable: }
   [[ -n $reason ]] || reason="the CUDA plugin did not load: $(tail -1 <<< "$probe")"
   if ((!allow_no_gpu)); then
     echo "gpu bundle: FAIL: no usable GPU: $reason (--allow_no_gpu runs the CPU part)"

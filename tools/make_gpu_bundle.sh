@@ -20,25 +20,32 @@ tests=(//tests:conformance_test //tests:property_test //tests:diff_fuzz_test
   //backends/cuda:params_test //backends/cuda:tile_schedule_test)
 others=(//tools:attnkit //benchmarks:cuda_bench //backends/cuda:libattnkit_cuda.so
   //backends/reference:libattnkit_reference_plugin.so)
-# Our own code links statically into each binary (--dynamic_mode=off);
-# Debian's libraries stay shared and are copied below.
-flags=(-c opt --config=cuda --dynamic_mode=off --jobs="${ATTNKIT_JOBS:-2}")
+# Linked as Bazel links the tests (our libraries as shared objects, copied
+# below with Debian's): the plugins carry their own copy of core/, and the
+# host's exported symbols must interpose on it, or config.proto registers
+# twice with protobuf and the process aborts (issue 14 replaces this with a C
+# ABI).
+flags=(-c opt --config=cuda --jobs="${ATTNKIT_JOBS:-2}")
 bazel build "${flags[@]}" "${tests[@]}" "${others[@]}"
 bin=$(bazel info "${flags[@]}" bazel-bin 2> /dev/null)
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 path_of() { local label=${1#//}; echo "$bin/${label/://}"; }
+sources=()
 for t in "${tests[@]}" //tools:attnkit //benchmarks:cuda_bench; do
+  sources+=("$(path_of "$t")")
   install -m 755 "$(path_of "$t")" "$out/bin/"
 done
-install -m 755 "$(path_of //backends/cuda:libattnkit_cuda.so)" "$out/lib/"
-install -m 755 "$(path_of //backends/reference:libattnkit_reference_plugin.so)" "$out/lib/"
-strip --strip-unneeded "$out"/bin/* "$out"/lib/*.so
+for t in //backends/cuda:libattnkit_cuda.so //backends/reference:libattnkit_reference_plugin.so; do
+  sources+=("$(path_of "$t")")
+  install -m 755 "$(path_of "$t")" "$out/lib/"
+done
 
-# Shared libraries: everything ldd resolves except glibc itself, the driver
-# (libcuda) and the CUDA toolkit's libraries (cuBLAS is hundreds of MiB; the
-# GPU machine has CUDA 13, and run.sh puts it on the library path).
+# Shared libraries: everything ldd resolves for the originals (their RUNPATH
+# finds our own libraries in Bazel's _solib directories) except glibc itself,
+# the driver (libcuda) and the CUDA toolkit's libraries (cuBLAS is hundreds of
+# MiB; the GPU machine has CUDA 13, and run.sh puts it on the library path).
 is_provided() {
   case "$(basename "$1")" in
     libc.so.* | libm.so.* | libdl.so.* | libpthread.so.* | librt.so.* | ld-linux*.so.* | \
@@ -46,13 +53,19 @@ is_provided() {
   esac
   return 1
 }
-for f in "$out"/bin/* "$out"/lib/*.so; do
+for f in "${sources[@]}"; do
+  if ldd "$f" | grep -q 'not found'; then
+    echo "make_gpu_bundle: $f has unresolved libraries:" >&2
+    ldd "$f" | grep 'not found' >&2
+    exit 1
+  fi
   ldd "$f" | awk '/=> \//{print $3}' | while read -r lib; do
     is_provided "$lib" && continue
-    [[ -e "$out/lib/$(basename "$lib")" ]] || install -m 644 "$(readlink -f "$lib")" "$out/lib/$(basename "$lib")"
+    [[ -e "$out/lib/$(basename "$lib")" ]] ||
+      install -m 644 "$(readlink -f "$lib")" "$out/lib/$(basename "$lib")"
   done
 done
-strip --strip-unneeded "$out"/lib/*.so.* 2> /dev/null || true
+strip --strip-unneeded "$out"/bin/* "$out"/lib/*.so* 2> /dev/null || true
 
 install -m 755 tools/gpu_bundle_runner.sh "$out/run.sh"
 git rev-parse --short HEAD > "$out/COMMIT" 2> /dev/null || echo unknown > "$out/COMMIT"
