@@ -100,10 +100,14 @@ class Backend {
   virtual absl::Status Supports(const AttentionProblem& p) const;
 
   // Memory. The defaults use aligned host memory; accelerator backends
-  // override all four.
+  // override all five.
   virtual bool UsesHostMemory() const { return true; }
   virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes);
   virtual absl::Status Upload(const void* host, DeviceBuffer* dst, size_t bytes);
+  // Copies `bytes` from host into dst at byte `dst_offset` (a KV cache's new
+  // rows into its device mirror); InvalidArgument past the buffer's end.
+  virtual absl::Status UploadAt(const void* host, DeviceBuffer* dst, size_t dst_offset,
+                                size_t bytes);
   virtual absl::Status Download(const DeviceBuffer& src, void* host, size_t bytes);
   // Waits until the work queued by Forward is finished (no-op on the CPU).
   virtual absl::Status Synchronize() { return absl::OkStatus(); }

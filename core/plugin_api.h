@@ -14,7 +14,9 @@
 
 #include "core/backend.h"
 
-#define ATTNKIT_PLUGIN_ABI_VERSION 4u  // 3: Capabilities::deterministic; 4: RunInfo::workspace_allocations
+// 3: Capabilities::deterministic; 4: RunInfo::workspace_allocations and
+// Backend::UploadAt.
+#define ATTNKIT_PLUGIN_ABI_VERSION 4u
 #define ATTNKIT_PLUGIN_ENTRY_SYMBOL "attnkit_plugin_entry"
 
 extern "C" {

@@ -191,6 +191,43 @@ TEST(DecodeCacheTest, GroupedHeadsReadTheSharedCacheInPlace) {
   EXPECT_EQ(last.q.shape[1], 8);
 }
 
+// A device backend keeps the cache in its own memory: a decode step uploads
+// the step's queries and the cache's new rows, not the whole cache, and the
+// output is the host path's, bit for bit. After the lengths are rolled back,
+// the rewritten rows are uploaded again.
+TEST(DecodeCacheTest, DeviceBackendGetsOnlyTheNewRowsEachStep) {
+  BackendRegistry registry;
+  ASSERT_TRUE(registry.Register(std::make_unique<layer_test::SpyBackend>(true)).ok());
+  ASSERT_TRUE(registry.Register(std::make_unique<layer_test::SpyBackend>(false)).ok());
+  const int64_t H = 8, G = 2, d = 16, B = 2, T = 12, D = H * d, capacity = 64;
+  auto device = MultiHeadAttention::Create(LayerConfig(H, G, d, true, "spy-device"), {}, registry);
+  auto host = MultiHeadAttention::Create(LayerConfig(H, G, d, true, "spy"), {}, registry);
+  ASSERT_TRUE(device.ok() && host.ok());
+  auto device_cache = (*device)->NewCache(B, capacity);
+  auto host_cache = (*host)->NewCache(B, capacity);
+  ASSERT_TRUE(device_cache.ok() && host_cache.ok());
+  const std::vector<float> x = RandomActivations(B, T, D, 26);
+  // Bytes a step of n tokens uploads: the queries and n new K and V rows.
+  auto step_bytes = [&](int64_t n) {
+    return static_cast<int64_t>(sizeof(float)) * (B * n * H * d + 2 * B * G * n * d);
+  };
+  auto step = [&](int64_t t0, int64_t n) {
+    const int64_t before = (*device)->uploaded_bytes();
+    const std::vector<float> got = Step(device->get(), &*device_cache, x, B, T, t0, n);
+    const std::vector<float> want = Step(host->get(), &*host_cache, x, B, T, t0, n);
+    EXPECT_EQ(got, want) << "tokens [" << t0 << ", " << t0 + n << ")";
+    EXPECT_EQ((*device)->uploaded_bytes() - before, step_bytes(n))
+        << "tokens [" << t0 << ", " << t0 + n << ")";
+  };
+  step(0, 5);  // prefill
+  for (int64_t t = 5; t < 9; ++t) step(t, 1);
+  // Roll both caches back to 6 tokens and decode again from there.
+  ASSERT_TRUE(device_cache->SetLengths({6, 6}).ok());
+  ASSERT_TRUE(host_cache->SetLengths({6, 6}).ok());
+  for (int64_t t = 6; t < 9; ++t) step(t, 1);
+  EXPECT_EQ((*host)->uploaded_bytes(), 0);
+}
+
 // A cache too small for the next chunk: ResourceExhausted naming the values,
 // and the cache is left as it was.
 TEST(DecodeCacheTest, CacheTooSmall) {

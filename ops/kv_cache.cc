@@ -1,6 +1,7 @@
 #include "ops/kv_cache.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -47,6 +48,9 @@ absl::StatusOr<KVCache> KVCache::Create(int64_t batch, int64_t kv_heads, int64_t
                            Tensor::Contiguous(dtype, {batch, kv_heads, capacity, head_dim}));
   ATTNKIT_ASSIGN_OR_RETURN(cache.lengths_i32_, Tensor::Contiguous(DType::kI32, {batch}));
   cache.lengths_.assign(static_cast<size_t>(batch), 0);
+  cache.mirrored_until_.assign(static_cast<size_t>(batch), 0);
+  static std::atomic<uint64_t> next_id{1};
+  cache.id_ = next_id.fetch_add(1);
   return cache;
 }
 
@@ -64,6 +68,7 @@ absl::Status KVCache::Append(const float* k, const float* v, int64_t ld, int64_t
   }
   const int64_t d = head_dim_, cap = capacity_, G = kv_heads_;
   for (int64_t b = 0; b < batch_; ++b) {
+    mirrored_until_[b] = std::min(mirrored_until_[b], lengths_[b]);  // rewritten from here
     for (int64_t t = 0; t < tokens; ++t) {
       const int64_t row = (b * tokens + t) * ld;
       const int64_t pos = lengths_[b] + t;

@@ -57,6 +57,14 @@ class KVCache {
   // i32 [B]: the lengths, for AttentionArgs::kv_lengths.
   TensorView kv_lengths_view() const { return lengths_i32_.view(); }
 
+  // For a copy kept elsewhere (a device backend's mirror, AttentionRunner):
+  // positions [0, mirrored_until(b)) of sequence b are unchanged since the
+  // last MarkMirrored(); Append lowers it to where it writes. id() tells
+  // caches apart (unique per Create, kept by moves).
+  int64_t mirrored_until(int64_t b) const { return mirrored_until_[b]; }
+  void MarkMirrored() { mirrored_until_ = lengths_; }
+  uint64_t id() const { return id_; }
+
  private:
   TensorView View(const Tensor& t) const;
 
@@ -65,6 +73,8 @@ class KVCache {
   Tensor k_, v_;        // [B, Hkv, capacity, d]
   Tensor lengths_i32_;  // [B]
   std::vector<int64_t> lengths_;
+  std::vector<int64_t> mirrored_until_;  // see mirrored_until()
+  uint64_t id_ = 0;
 };
 
 }  // namespace attnkit

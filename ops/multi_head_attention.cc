@@ -231,7 +231,8 @@ absl::StatusOr<MultiHeadAttention::Projections> MultiHeadAttention::Project(
 
 absl::Status MultiHeadAttention::AttendAndMerge(float* q, int64_t batch, int64_t q_len,
                                                 const TensorView& k, const TensorView& v,
-                                                const TensorView& kv_lengths, const TensorView& y) {
+                                                const TensorView& kv_lengths, const TensorView& y,
+                                                KVCache* cache) {
   const AttentionProblem& p = problem_;
   const int64_t Hd = p.num_heads * p.head_dim;
   ATTNKIT_ASSIGN_OR_RETURN(float* o, o_ws_.Get(batch * q_len * Hd));
@@ -242,7 +243,8 @@ absl::Status MultiHeadAttention::AttendAndMerge(float* q, int64_t batch, int64_t
   args.k = k;
   args.v = v;
   args.kv_lengths = kv_lengths;
-  ATTNKIT_RETURN_IF_ERROR(runner_.Run(p, args, &last_run_));
+  ATTNKIT_RETURN_IF_ERROR(cache != nullptr ? runner_.RunWithCache(p, args, cache, &last_run_)
+                                           : runner_.Run(p, args, &last_run_));
   // O [B*T, H*d] is already the merged heads; y = O Wo^T.
   Linear(ContiguousView(o, DType::kF32, {batch, q_len, Hd}), weights_.wo, weights_.bo,
          static_cast<float*>(y.data), &y);
@@ -317,7 +319,7 @@ absl::Status MultiHeadAttention::ForwardCached(const TensorView& x, KVCache* cac
   ATTNKIT_RETURN_IF_ERROR(cache->Append(qkv.k, qkv.v, G * d, T));
   const absl::Status s =
       AttendAndMerge(qkv.q, B, T, cache->keys(), cache->values(),
-                     problem_.has_kv_lengths() ? cache->kv_lengths_view() : TensorView(), y);
+                     problem_.has_kv_lengths() ? cache->kv_lengths_view() : TensorView(), y, cache);
   if (!s.ok()) {  // undo the append, so a failed step leaves the cache as it was
     std::vector<int64_t> lengths = cache->lengths();
     for (int64_t& l : lengths) l -= T;

@@ -80,6 +80,9 @@ class MultiHeadAttention {
 
   const AttentionProblem& problem() const { return problem_; }
   Backend* backend() const { return runner_.backend(); }
+  // Bytes uploaded to a device backend so far (0 on the host): a cached
+  // decode step uploads its queries and the cache's new rows only.
+  int64_t uploaded_bytes() const { return runner_.uploaded_bytes(); }
   const std::string& selection_reason() const { return selection_reason_; }
   const MatmulProvider& matmul() const { return *matmul_; }
   const AttentionWeights& weights() const { return weights_; }
@@ -103,9 +106,11 @@ class MultiHeadAttention {
   };
   absl::StatusOr<Projections> Project(const TensorView& x, const TensorView& kv_source);
   // Attention of q [B*Tq, H*d] over the given K/V, then y = O Wo^T.
+  // k and v are the cache's views when `cache` is given (a device backend
+  // then keeps it mirrored: AttentionRunner::RunWithCache).
   absl::Status AttendAndMerge(float* q, int64_t batch, int64_t q_len, const TensorView& k,
                               const TensorView& v, const TensorView& kv_lengths,
-                              const TensorView& y);
+                              const TensorView& y, KVCache* cache = nullptr);
 
   LayerOptions options_;
   AttentionProblem problem_;  // reused: only the shapes change per call

@@ -102,6 +102,19 @@ absl::Status CudaBackendBase::Upload(const void* host, DeviceBuffer* dst, size_t
   return CudaStatus(cudaMemcpy(dst->data(), host, bytes, cudaMemcpyHostToDevice), "upload");
 }
 
+absl::Status CudaBackendBase::UploadAt(const void* host, DeviceBuffer* dst, size_t dst_offset,
+                                       size_t bytes) {
+  if (dst_offset > dst->size() || bytes > dst->size() - dst_offset) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("upload of %u bytes at offset %u into a buffer of %u bytes", bytes,
+                        dst_offset, dst->size()));
+  }
+  if (bytes == 0) return absl::OkStatus();
+  return CudaStatus(
+      cudaMemcpy(static_cast<char*>(dst->data()) + dst_offset, host, bytes, cudaMemcpyHostToDevice),
+      "upload");
+}
+
 absl::Status CudaBackendBase::Download(const DeviceBuffer& src, void* host, size_t bytes) {
   if (bytes > src.size()) {
     return absl::InvalidArgumentError(

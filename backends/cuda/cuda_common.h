@@ -60,7 +60,7 @@ class Workspace {
 };
 
 // The Backend memory interface over device memory and the default stream:
-// Available() is the device probe; Allocate/Upload/Download use cudaMalloc
+// Available() is the device probe; Allocate/Upload(At)/Download use cudaMalloc
 // and cudaMemcpy; Synchronize waits for the stream and reports kernel errors.
 class CudaBackendBase : public Backend {
  public:
@@ -68,6 +68,8 @@ class CudaBackendBase : public Backend {
   bool UsesHostMemory() const override { return false; }
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override;
   absl::Status Upload(const void* host, DeviceBuffer* dst, size_t bytes) override;
+  absl::Status UploadAt(const void* host, DeviceBuffer* dst, size_t dst_offset,
+                        size_t bytes) override;
   absl::Status Download(const DeviceBuffer& src, void* host, size_t bytes) override;
   absl::Status Synchronize() override;
 

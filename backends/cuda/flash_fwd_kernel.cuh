@@ -350,7 +350,10 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
 
 template <class Traits>
 cudaError_t LaunchFlashTraits(const FlashParams& p, cudaStream_t stream) {
-  const cudaError_t attr = cudaFuncSetAttribute(
+  // The shared-memory opt-in, once per kernel instance and process (a
+  // function-local static initialises once, thread-safely); its result is
+  // kept, so a failure is reported on every launch.
+  static const cudaError_t attr = cudaFuncSetAttribute(
       FlashForwardKernel<Traits>, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
   if (attr != cudaSuccess) return attr;
   const int64_t tiles_m = (p.rows_per_kv_head + Traits::kBlockM - 1) / Traits::kBlockM;
