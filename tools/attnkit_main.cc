@@ -36,6 +36,9 @@ ABSL_FLAG(std::string, mask, "", "run: bool/uint8 .npy [B|1, H|1, Tq, Tk], true 
 ABSL_FLAG(std::string, bias, "", "run: float32 .npy [B|1, H|1, Tq, Tk] added to the scores");
 ABSL_FLAG(std::string, out, "", "run: output .npy, same shape as q");
 ABSL_FLAG(std::string, lse_out, "", "run: optional log-sum-exp output .npy [B, H, Tq]");
+ABSL_FLAG(std::string, o, "", "verify: the output .npy to check, same shape as q");
+ABSL_FLAG(std::string, lse, "", "verify: optional float32 log-sum-exp .npy [B, H, Tq] to check");
+ABSL_FLAG(std::string, dir, "", "inputs: the directory the .npy files are written to");
 ABSL_FLAG(std::string, suite, "standard", "compare: the problem suite when --config is not given");
 ABSL_FLAG(int, threads, 0, "compare, peak, tune: worker threads (0 = every core)");
 ABSL_FLAG(std::string, json, "", "compare: write every figure and the machine fingerprint as JSON");
@@ -63,6 +66,9 @@ constexpr char kUsage[] =
     "  backends                    list backends: available or why not, capabilities\n"
     "  run   --config=F --q --k --v --out [--kv_lengths --mask --bias --lse_out --backend]\n"
     "  check [--config=F] [--backends=a,b [--allow_skip]]   every backend vs the fp64 reference\n"
+    "  inputs [--config=F] --dir=D     the config's random inputs as .npy (q, k, v, ...)\n"
+    "  verify --config=F --q --k --v --o [--lse --kv_lengths --mask --bias]\n"
+    "                              an output made elsewhere vs the fp64 reference\n"
     "  cost  [--config=F] [--layers=N]   FLOPs, bytes, score size, KV-cache bytes, parameters\n"
     "  generate [--config=F] --layers=N --prompt_len=P --new_tokens=K [--chunk=C] [--backend]\n"
     "                              prefill + KV-cached decode through N layers: tokens/s,\n"
@@ -156,6 +162,9 @@ int main(int argc, char** argv) {
   options.bias = absl::GetFlag(FLAGS_bias);
   options.out = absl::GetFlag(FLAGS_out);
   options.lse_out = absl::GetFlag(FLAGS_lse_out);
+  options.o = absl::GetFlag(FLAGS_o);
+  options.lse = absl::GetFlag(FLAGS_lse);
+  options.dir = absl::GetFlag(FLAGS_dir);
   options.suite = absl::GetFlag(FLAGS_suite);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.json = absl::GetFlag(FLAGS_json);
@@ -177,6 +186,10 @@ int main(int argc, char** argv) {
     status = attnkit::BackendsCommand(registry, std::cout);
   } else if (command == "run") {
     status = attnkit::RunCommand(registry, options, std::cout);
+  } else if (command == "verify") {
+    status = attnkit::VerifyCommand(options, std::cout);
+  } else if (command == "inputs") {
+    status = attnkit::InputsCommand(options, std::cout);
   } else if (command == "check") {
     status = attnkit::CheckCommand(registry, options, std::cout);
   } else if (command == "cost") {

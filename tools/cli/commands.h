@@ -26,6 +26,8 @@ struct CliOptions {
   std::string mask;                   // run: optional bool/uint8 [B|1, H|1, Tq, Tk], true = blocked
   std::string bias;                   // run: optional float32 [B|1, H|1, Tq, Tk]
   std::string out, lse_out;           // run: outputs
+  std::string o, lse;                 // verify: the output (and lse) .npy to check
+  std::string dir;                    // inputs: where the .npy files go
   std::string suite;                  // compare: "standard" (used when config is empty)
   int threads = 0;                    // compare, peak, tune: 0 = every core
   std::string json, svg;              // compare: report files
@@ -53,6 +55,14 @@ absl::Status BackendsCommand(const BackendRegistry& registry, std::ostream& out)
 // `attnkit run`: one backend on .npy tensors, outputs written whole or not at all.
 absl::Status RunCommand(const BackendRegistry& registry, const CliOptions& options,
                         std::ostream& out);
+// `attnkit verify`: an output produced elsewhere (options.o, optionally
+// options.lse) for the .npy inputs of options, checked against the fp64
+// reference with the oracle of core/compare.h. FailedPrecondition, naming the
+// first bad value, when it disagrees.
+absl::Status VerifyCommand(const CliOptions& options, std::ostream& out);
+// `attnkit inputs`: the config's random inputs (those `check` uses) as .npy
+// files in options.dir, written as one set.
+absl::Status InputsCommand(const CliOptions& options, std::ostream& out);
 // `attnkit check`: every (selected) backend on random data against the
 // reference. FailedPrecondition when any backend that ran is wrong, or when a
 // backend named in options.backends was unavailable or refused the problem

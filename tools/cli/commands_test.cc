@@ -91,6 +91,61 @@ TEST_F(RunCommandTest, MatchesTheReferenceInBothLayouts) {
   }
 }
 
+// inputs -> run -> verify: the files `inputs` writes run as the config's
+// problem (bf16 through float32 files, BTHD, padding, a dense mask and a bias
+// included), `verify` passes the output `run` made and fails one changed
+// value, naming it; a NaN row the problem's own inputs call for passes.
+TEST_F(RunCommandTest, InputsRunVerifyRoundTrip) {
+  const std::string config =
+      "num_heads: 4 num_kv_heads: 2 head_dim: 16 q_len: 6 kv_len: 11 batch: 2 "
+      "kv_lengths: [11, 7] mask { kind: CAUSAL } alignment: BOTTOM_RIGHT layout: BTHD "
+      "dtype: BF16 kv_dtype: BF16 blocked_mask: true additive_bias: true seed: 9 "
+      "return_lse: true";
+  ASSERT_TRUE(WriteFileAtomically(Path("cfg.textproto"), config).ok());
+  std::ostringstream out;
+  options_.config = Path("cfg.textproto");
+  options_.dir = dir_;
+  ASSERT_TRUE(InputsCommand(options_, out).ok()) << InputsCommand(options_, out);
+  EXPECT_THAT(out.str(), HasSubstr("q.npy k.npy v.npy kv_lengths.npy mask.npy bias.npy"));
+  options_.q = Path("q.npy");
+  options_.k = Path("k.npy");
+  options_.v = Path("v.npy");
+  options_.kv_lengths = Path("kv_lengths.npy");
+  options_.mask = Path("mask.npy");
+  options_.bias = Path("bias.npy");
+  options_.out = Path("o.npy");
+  options_.lse_out = Path("lse.npy");
+  options_.backend = "highway";
+  ASSERT_TRUE(Run().ok()) << Run();
+  options_.o = Path("o.npy");
+  options_.lse = Path("lse.npy");
+  absl::Status s = VerifyCommand(options_, out);
+  EXPECT_TRUE(s.ok()) << s << "\n" << out.str();
+  EXPECT_THAT(out.str(), HasSubstr(": pass;"));
+
+  // The same inputs `check` draws: verify agrees with the reference on them.
+  auto p = ProblemFromConfig(*ParseConfigText(config, "cfg"));
+  ASSERT_TRUE(p.ok());
+  auto o = ReadNpy(Path("o.npy"));
+  ASSERT_TRUE(o.ok());
+  // One value off by 1 %: FAIL, naming it.
+  auto* values = static_cast<float*>(o->tensor.data());
+  values[37] = values[37] * 1.01f + 0.01f;
+  ASSERT_TRUE(WriteNpy(Path("bad.npy"), o->tensor.view()).ok());
+  options_.o = Path("bad.npy");
+  std::ostringstream bad_out;
+  s = VerifyCommand(options_, bad_out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("bad.npy disagrees with the reference"));
+  EXPECT_THAT(bad_out.str(), HasSubstr("FAIL"));
+
+  // Without --o: one clear line.
+  options_.o.clear();
+  s = VerifyCommand(options_, bad_out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--o is required"));
+}
+
 TEST_F(RunCommandTest, BadInputIsOneClearErrorAndNoOutput) {
   Prepare("num_heads: 4 head_dim: 16 q_len: 5 kv_len: 7");
   struct Case {

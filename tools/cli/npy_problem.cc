@@ -1,0 +1,152 @@
+// The tensors of `run` and `verify` from .npy files.
+#include "tools/cli/npy_problem.h"
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/config_io.h"
+#include "core/npy.h"
+#include "core/status_macros.h"
+
+namespace attnkit {
+namespace {
+
+// The file shape of a [B, heads, T, d] tensor in `layout`.
+std::vector<int64_t> FileShape(Layout layout, int64_t b, int64_t heads, int64_t t, int64_t d) {
+  if (layout == Layout::kBTHD) return {b, t, heads, d};
+  return {b, heads, t, d};
+}
+
+}  // namespace
+
+TensorView FileOrderView(TensorView v, Layout layout) {
+  if (layout == Layout::kBTHD) {
+    std::swap(v.shape[1], v.shape[2]);
+    std::swap(v.strides[1], v.strides[2]);
+  }
+  return v;
+}
+
+namespace {
+
+absl::Status ShapeError(const std::string& flag, const std::string& path,
+                        const std::vector<int64_t>& got, const std::string& want) {
+  return absl::InvalidArgumentError(absl::StrFormat("--%s=%s has shape (%s); expected %s", flag,
+                                                    path, absl::StrJoin(got, ", "), want));
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> LoadAttentionTensor(const std::string& flag, const std::string& path,
+                                           DType dtype, Layout layout, int64_t b, int64_t heads,
+                                           int64_t t, int64_t d) {
+  if (path.empty()) return absl::InvalidArgumentError(absl::StrFormat("--%s is required", flag));
+  ATTNKIT_ASSIGN_OR_RETURN(NpyArray array, ReadNpy(path));
+  const std::vector<int64_t> want = FileShape(layout, b, heads, t, d);
+  if (array.shape != want) {
+    return ShapeError(flag, path, array.shape,
+                      absl::StrFormat("(%s) for layout %s", absl::StrJoin(want, ", "),
+                                      LayoutName(layout) == "bhtd" ? "BHTD" : "BTHD"));
+  }
+  const TensorView& in = array.tensor.view();
+  if (in.dtype != DType::kF32 && in.dtype != DType::kF16) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--%s=%s holds %s; expected float32 or float16", flag, path, DTypeName(in.dtype)));
+  }
+  ATTNKIT_ASSIGN_OR_RETURN(Tensor out, Tensor::Attention(dtype, layout, b, heads, t, d));
+  const int64_t n = in.NumElements();
+  for (int64_t i = 0; i < n; ++i) StoreFromF32(out.data(), dtype, i, in.LoadF32(i));
+  return out;
+}
+
+namespace {
+
+// Loads a [B|1, H|1, Tq, Tk] (or [Tq, Tk]) mask or bias, broadcasting with
+// zero strides.
+absl::StatusOr<Tensor> LoadPairTensor(const std::string& flag, const std::string& path, DType dtype,
+                                      const AttentionProblem& p) {
+  ATTNKIT_ASSIGN_OR_RETURN(NpyArray array, ReadNpy(path));
+  std::vector<int64_t> shape = array.shape;
+  if (shape.size() == 2) shape.insert(shape.begin(), {1, 1});
+  const std::string want = absl::StrFormat("(%d|1, %d|1, %d, %d) or (%d, %d)", p.batch, p.num_heads,
+                                           p.q_len, p.kv_len, p.q_len, p.kv_len);
+  if (shape.size() != 4 || (shape[0] != 1 && shape[0] != p.batch) ||
+      (shape[1] != 1 && shape[1] != p.num_heads) || shape[2] != p.q_len || shape[3] != p.kv_len) {
+    return ShapeError(flag, path, array.shape, want);
+  }
+  if (array.tensor.view().dtype != dtype) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--%s=%s holds %s; expected %s", flag, path, DTypeName(array.tensor.view().dtype),
+        dtype == DType::kU8 ? "bool or uint8" : "float32"));
+  }
+  TensorView v = ContiguousView(array.tensor.data(), dtype, shape);
+  v.shape = {p.batch, p.num_heads, p.q_len, p.kv_len};
+  if (shape[0] == 1) v.strides[0] = 0;
+  if (shape[1] == 1) v.strides[1] = 0;
+  Tensor t = std::move(array.tensor);
+  ATTNKIT_RETURN_IF_ERROR(t.SetView(v));
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<NpyProblem> LoadNpyProblem(const CliOptions& options, bool want_lse) {
+  ATTNKIT_ASSIGN_OR_RETURN(AttentionConfig config, LoadCliConfig(options));
+  if (!options.backend.empty()) config.set_backend(options.backend);
+  if (want_lse) config.set_return_lse(true);
+  if (!options.mask.empty()) config.set_blocked_mask(true);
+  if (!options.bias.empty()) config.set_additive_bias(true);
+  ProblemData data;
+  if (!options.kv_lengths.empty()) {
+    ATTNKIT_ASSIGN_OR_RETURN(NpyArray lengths, ReadNpy(options.kv_lengths));
+    const int64_t batch = config.batch() == 0 ? 1 : config.batch();
+    if (lengths.shape != std::vector<int64_t>{batch} ||
+        lengths.tensor.view().dtype != DType::kI32) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--kv_lengths=%s must be an int32 or int64 array of shape (%d,); it has %s shape (%s)",
+          options.kv_lengths, batch, DTypeName(lengths.tensor.view().dtype),
+          absl::StrJoin(lengths.shape, ", ")));
+    }
+    config.clear_kv_lengths();
+    for (int64_t b = 0; b < batch; ++b) {
+      config.add_kv_lengths(static_cast<const int32_t*>(lengths.tensor.data())[b]);
+    }
+    data.kv_lengths = std::move(lengths.tensor);
+  }
+  ATTNKIT_ASSIGN_OR_RETURN(const AttentionProblem p, ProblemFromConfig(config));
+  // Before any tensor is loaded or allocated.
+  ATTNKIT_RETURN_IF_ERROR(CheckMemoryBudget(p));
+  if (p.has_kv_lengths() && data.kv_lengths.view().empty()) {
+    ATTNKIT_ASSIGN_OR_RETURN(data.kv_lengths, Tensor::Contiguous(DType::kI32, {p.batch}));
+    for (int64_t b = 0; b < p.batch; ++b) {
+      static_cast<int32_t*>(data.kv_lengths.data())[b] = static_cast<int32_t>(p.kv_lengths[b]);
+    }
+  }
+  const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads, d = p.head_dim;
+  ATTNKIT_ASSIGN_OR_RETURN(
+      data.q, LoadAttentionTensor("q", options.q, p.dtype, p.layout, B, H, p.q_len, d));
+  ATTNKIT_ASSIGN_OR_RETURN(
+      data.k, LoadAttentionTensor("k", options.k, p.kv_dtype, p.layout, B, G, p.kv_len, d));
+  ATTNKIT_ASSIGN_OR_RETURN(
+      data.v, LoadAttentionTensor("v", options.v, p.kv_dtype, p.layout, B, G, p.kv_len, d));
+  if (p.blocked_mask) {
+    ATTNKIT_ASSIGN_OR_RETURN(data.blocked_mask,
+                             LoadPairTensor("mask", options.mask, DType::kU8, p));
+  }
+  if (p.additive_bias) {
+    if (options.bias.empty()) {
+      return absl::InvalidArgumentError("the config sets additive_bias; pass --bias=FILE");
+    }
+    ATTNKIT_ASSIGN_OR_RETURN(data.bias, LoadPairTensor("bias", options.bias, DType::kF32, p));
+  }
+  if (p.blocked_mask && options.mask.empty()) {
+    return absl::InvalidArgumentError("the config sets blocked_mask; pass --mask=FILE");
+  }
+  ATTNKIT_ASSIGN_OR_RETURN(data.o, Tensor::Attention(p.dtype, p.layout, B, H, p.q_len, d));
+  if (p.return_lse) {
+    ATTNKIT_ASSIGN_OR_RETURN(data.lse, Tensor::Contiguous(DType::kF32, {B, H, p.q_len}));
+  }
+
+  return NpyProblem{p, std::move(data)};
+}
+
+}  // namespace attnkit

@@ -1,0 +1,53 @@
+// `attnkit verify`: checks an output some other implementation produced
+// (PyTorch, FlashAttention, a kernel under development) against the fp64
+// reference with the same oracle as `check`, from .npy files.
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/compare.h"
+#include "core/npy.h"
+#include "core/reference.h"
+#include "core/status_macros.h"
+#include "tools/cli/commands.h"
+#include "tools/cli/npy_problem.h"
+
+namespace attnkit {
+
+absl::Status VerifyCommand(const CliOptions& options, std::ostream& out) {
+  if (options.o.empty()) {
+    return absl::InvalidArgumentError("--o is required: the output .npy to check");
+  }
+  ATTNKIT_ASSIGN_OR_RETURN(NpyProblem loaded, LoadNpyProblem(options, !options.lse.empty()));
+  const AttentionProblem& p = loaded.problem;
+  ProblemData& data = loaded.data;
+  // O in the config's dtype: a float32 file holding bf16 values (NumPy has no
+  // bfloat16) converts exactly.
+  ATTNKIT_ASSIGN_OR_RETURN(data.o, LoadAttentionTensor("o", options.o, p.dtype, p.layout, p.batch,
+                                                       p.num_heads, p.q_len, p.head_dim));
+  if (!options.lse.empty()) {
+    ATTNKIT_ASSIGN_OR_RETURN(NpyArray lse, ReadNpy(options.lse));
+    const std::vector<int64_t> want = {p.batch, p.num_heads, p.q_len};
+    if (lse.shape != want || lse.tensor.view().dtype != DType::kF32) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--lse=%s must be a float32 array of shape (%s); it has %s shape (%s)",
+                          options.lse, absl::StrJoin(want, ", "),
+                          DTypeName(lse.tensor.view().dtype), absl::StrJoin(lse.shape, ", ")));
+    }
+    data.lse = std::move(lse.tensor);
+  }
+  const AttentionArgs args = data.args();
+  const Comparison c = CompareToReference(p, args, ComputeReference(p, args));
+  out << absl::StrFormat(
+      "verify %s: %s; %d values checked, max abs err %.3e, max bound %.3e, err/bound %.3f%s\n",
+      p.Id(), c.ok() ? "pass" : "FAIL", c.checked, c.max_abs_err, c.max_bound, c.max_bound_fraction,
+      c.poisoned_rows > 0 ? absl::StrFormat(", %d rows read NaN/Inf", c.poisoned_rows) : "");
+  if (!c.ok()) {
+    out << "  first mismatch: " << c.first_failure << "\n";
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s disagrees with the reference on %s: %d of %d values outside the bound%s; first: %s",
+        options.o, p.Id(), c.mismatches, c.checked, c.non_finite ? ", non-finite values" : "",
+        c.first_failure));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace attnkit
