@@ -260,11 +260,15 @@ TEST_P(PropertyTest, FullyBlockedRowsGiveZeros) {
           const float lse =
               static_cast<float*>(data->lse.data())[(b * p.num_heads + h) * p.q_len + i];
           ASSERT_FALSE(std::isnan(lse)) << p.Id() << " row " << i;
-          if (blocked) EXPECT_TRUE(std::isinf(lse) && lse < 0) << p.Id() << " row " << i;
+          if (blocked) {
+            EXPECT_TRUE(std::isinf(lse) && lse < 0) << p.Id() << " row " << i;
+          }
           for (int64_t c = 0; c < p.head_dim; ++c) {
             const float o = At(data->o, b, h, i, c);
             ASSERT_TRUE(std::isfinite(o)) << p.Id() << " row " << i;
-            if (blocked) ASSERT_EQ(o, 0.0f) << p.Id() << " row " << i;
+            if (blocked) {
+              ASSERT_EQ(o, 0.0f) << p.Id() << " row " << i;
+            }
           }
         }
       }

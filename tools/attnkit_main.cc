@@ -39,6 +39,8 @@ ABSL_FLAG(std::string, lse_out, "", "run: optional log-sum-exp output .npy [B, H
 ABSL_FLAG(std::string, o, "", "verify: the output .npy to check, same shape as q");
 ABSL_FLAG(std::string, lse, "", "verify: optional float32 log-sum-exp .npy [B, H, Tq] to check");
 ABSL_FLAG(std::string, dir, "", "inputs: the directory the .npy files are written to");
+ABSL_FLAG(int64_t, sample_rows, 0,
+          "verify: check this many query rows spread evenly over the problem (0 = every row)");
 ABSL_FLAG(std::string, suite, "standard", "compare: the problem suite when --config is not given");
 ABSL_FLAG(int, threads, 0, "compare, peak, tune: worker threads (0 = every core)");
 ABSL_FLAG(std::string, json, "", "compare: write every figure and the machine fingerprint as JSON");
@@ -67,7 +69,7 @@ constexpr char kUsage[] =
     "  run   --config=F --q --k --v --out [--kv_lengths --mask --bias --lse_out --backend]\n"
     "  check [--config=F] [--backends=a,b [--allow_skip]]   every backend vs the fp64 reference\n"
     "  inputs [--config=F] --dir=D     the config's random inputs as .npy (q, k, v, ...)\n"
-    "  verify --config=F --q --k --v --o [--lse --kv_lengths --mask --bias]\n"
+    "  verify --config=F --q --k --v --o [--lse --sample_rows=N --kv_lengths --mask --bias]\n"
     "                              an output made elsewhere vs the fp64 reference\n"
     "  cost  [--config=F] [--layers=N]   FLOPs, bytes, score size, KV-cache bytes, parameters\n"
     "  generate [--config=F] --layers=N --prompt_len=P --new_tokens=K [--chunk=C] [--backend]\n"
@@ -165,6 +167,7 @@ int main(int argc, char** argv) {
   options.o = absl::GetFlag(FLAGS_o);
   options.lse = absl::GetFlag(FLAGS_lse);
   options.dir = absl::GetFlag(FLAGS_dir);
+  options.sample_rows = absl::GetFlag(FLAGS_sample_rows);
   options.suite = absl::GetFlag(FLAGS_suite);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.json = absl::GetFlag(FLAGS_json);

@@ -2,7 +2,7 @@
 # Builds the self-contained GPU check bundle: the CUDA-relevant test binaries,
 # the attnkit CLI and the backend plugins, optimised, with every shared
 # library they load that a bare GPU machine may lack, and the runner
-# (tools/gpu_bundle_runner.sh, copied as run.sh). The GPU machine then needs
+# (tools/gpu_bundle/run.sh, with tools/gpu_bundle/torch_compare.py). The GPU machine then needs
 # only glibc >= 2.36, the NVIDIA driver and CUDA 13's cuBLAS (the toolkit or
 # PyTorch's nvidia-cublas wheel, found by run.sh): no Bazel, no Debian
 # packages.
@@ -67,7 +67,8 @@ for f in "${sources[@]}"; do
 done
 strip --strip-unneeded "$out"/bin/* "$out"/lib/*.so* 2> /dev/null || true
 
-install -m 755 tools/gpu_bundle_runner.sh "$out/run.sh"
+install -m 755 tools/gpu_bundle/run.sh "$out/run.sh"
+install -m 644 tools/gpu_bundle/torch_compare.py "$out/torch_compare.py"
 git rev-parse --short HEAD > "$out/COMMIT" 2> /dev/null || echo unknown > "$out/COMMIT"
 
 size_kib=$(du -sk "$out" | cut -f1)

@@ -27,6 +27,7 @@ struct CliOptions {
   std::string bias;                   // run: optional float32 [B|1, H|1, Tq, Tk]
   std::string out, lse_out;           // run: outputs
   std::string o, lse;                 // verify: the output (and lse) .npy to check
+  int64_t sample_rows = 0;            // verify: check this many rows spread evenly; 0 = all
   std::string dir;                    // inputs: where the .npy files go
   std::string suite;                  // compare: "standard" (used when config is empty)
   int threads = 0;                    // compare, peak, tune: 0 = every core

@@ -122,6 +122,12 @@ TEST_F(RunCommandTest, InputsRunVerifyRoundTrip) {
   absl::Status s = VerifyCommand(options_, out);
   EXPECT_TRUE(s.ok()) << s << "\n" << out.str();
   EXPECT_THAT(out.str(), HasSubstr(": pass;"));
+  options_.sample_rows = 7;  // rows spread evenly: still a pass, fewer values
+  EXPECT_TRUE(VerifyCommand(options_, out).ok());
+  options_.sample_rows = -1;
+  EXPECT_THAT(std::string(VerifyCommand(options_, out).message()),
+              HasSubstr("--sample_rows (-1) must be >= 0"));
+  options_.sample_rows = 0;
 
   // The same inputs `check` draws: verify agrees with the reference on them.
   auto p = ProblemFromConfig(*ParseConfigText(config, "cfg"));

@@ -114,11 +114,20 @@ skip_flag=()
 ((allow_no_gpu)) && skip_flag=(--allow_skip)
 suite cli_check 30 "$here/bin/attnkit" check --plugins="$here/lib/libattnkit_cuda.so" \
   --backends=cuda,cuda-cublas,reference "${skip_flag[@]}"
+not_run() { rows+=("$(printf '%-20s %8s %8s %8s %7s  %s' "$1" - - - 0 "not run ($2)")"); }
 if [[ -n ${ATTNKIT_REQUIRE_BACKENDS:-} ]]; then
   suite cuda_bench 90 "$here/bin/cuda_bench" --benchmark_min_time=0.3 \
     --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json
+  # PyTorch's SDPA on the same problems, when this Python has torch.
+  if python3 -c 'import torch' 2> /dev/null; then
+    suite torch_compare 150 python3 "$here/torch_compare.py" --attnkit="$here/bin/attnkit" \
+      --plugin="$here/lib/libattnkit_cuda.so" --out="$out/torch"
+  else
+    not_run torch_compare "python3 has no torch"
+  fi
 else
-  rows+=("$(printf '%-20s %8s %8s %8s %7s  %s' cuda_bench - - - 0 'not run (no GPU)')")
+  not_run cuda_bench "no GPU"
+  not_run torch_compare "no GPU"
 fi
 
 {
