@@ -213,13 +213,18 @@ absl::Status Backend::Upload(const void* host, DeviceBuffer* dst, size_t bytes) 
   return absl::OkStatus();
 }
 
-absl::Status Backend::UploadAt(const void* host, DeviceBuffer* dst, size_t dst_offset,
-                               size_t bytes) {
-  if (dst_offset > dst->size() || bytes > dst->size() - dst_offset) {
+absl::Status Backend::CheckUploadRange(const DeviceBuffer& dst, size_t dst_offset, size_t bytes) {
+  if (dst_offset > dst.size() || bytes > dst.size() - dst_offset) {
     return absl::InvalidArgumentError(
         absl::StrFormat("upload of %u bytes at offset %u into a buffer of %u bytes", bytes,
-                        dst_offset, dst->size()));
+                        dst_offset, dst.size()));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Backend::UploadAt(const void* host, DeviceBuffer* dst, size_t dst_offset,
+                               size_t bytes) {
+  ATTNKIT_RETURN_IF_ERROR(CheckUploadRange(*dst, dst_offset, bytes));
   if (bytes > 0) std::memcpy(static_cast<char*>(dst->data()) + dst_offset, host, bytes);
   return absl::OkStatus();
 }

@@ -108,6 +108,9 @@ class Backend {
   // rows into its device mirror); InvalidArgument past the buffer's end.
   virtual absl::Status UploadAt(const void* host, DeviceBuffer* dst, size_t dst_offset,
                                 size_t bytes);
+  // The check every UploadAt makes first: InvalidArgument, with the sizes,
+  // when [dst_offset, dst_offset + bytes) is not inside dst.
+  static absl::Status CheckUploadRange(const DeviceBuffer& dst, size_t dst_offset, size_t bytes);
   virtual absl::Status Download(const DeviceBuffer& src, void* host, size_t bytes);
   // Waits until the work queued by Forward is finished (no-op on the CPU).
   virtual absl::Status Synchronize() { return absl::OkStatus(); }

@@ -104,11 +104,7 @@ absl::Status CudaBackendBase::Upload(const void* host, DeviceBuffer* dst, size_t
 
 absl::Status CudaBackendBase::UploadAt(const void* host, DeviceBuffer* dst, size_t dst_offset,
                                        size_t bytes) {
-  if (dst_offset > dst->size() || bytes > dst->size() - dst_offset) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("upload of %u bytes at offset %u into a buffer of %u bytes", bytes,
-                        dst_offset, dst->size()));
-  }
+  ATTNKIT_RETURN_IF_ERROR(CheckUploadRange(*dst, dst_offset, bytes));
   if (bytes == 0) return absl::OkStatus();
   return CudaStatus(
       cudaMemcpy(static_cast<char*>(dst->data()) + dst_offset, host, bytes, cudaMemcpyHostToDevice),

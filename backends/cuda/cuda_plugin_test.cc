@@ -79,10 +79,9 @@ TEST_F(CudaPluginTest, UnavailableWithoutGpuSaysWhy) {
 TEST_F(CudaPluginTest, SmallProblemMatchesReferenceOnGpu) {
   for (Backend* b : registry_.All()) {
     if (!b->Available().ok()) {
-      if (testing_env::IsRequired(b->Name())) {
-        FAIL() << b->Name()
-               << " is named in ATTNKIT_REQUIRE_BACKENDS but is unavailable: " << b->Available();
-      }
+      ASSERT_FALSE(testing_env::IsRequired(b->Name()))
+          << b->Name()
+          << " is named in ATTNKIT_REQUIRE_BACKENDS but is unavailable: " << b->Available();
       GTEST_SKIP() << b->Available();
     }
     for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
@@ -106,10 +105,9 @@ TEST_F(CudaPluginTest, SmallProblemMatchesReferenceOnGpu) {
 TEST_F(CudaPluginTest, WorkspaceIsReusedAcrossCalls) {
   for (Backend* b : registry_.All()) {
     if (!b->Available().ok()) {
-      if (testing_env::IsRequired(b->Name())) {
-        FAIL() << b->Name()
-               << " is named in ATTNKIT_REQUIRE_BACKENDS but is unavailable: " << b->Available();
-      }
+      ASSERT_FALSE(testing_env::IsRequired(b->Name()))
+          << b->Name()
+          << " is named in ATTNKIT_REQUIRE_BACKENDS but is unavailable: " << b->Available();
       GTEST_SKIP() << b->Available();
     }
     // Decode over many keys: few blocks, so the flash kernel splits K.
