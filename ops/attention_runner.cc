@@ -56,8 +56,9 @@ absl::Status AttentionRunner::SyncMirror(KVCache* cache) {
   const size_t esize = DTypeSize(cache->dtype());
   const size_t row_bytes = static_cast<size_t>(cache->head_dim()) * esize;
   const size_t buffer_bytes = static_cast<size_t>(cache->bytes()) / 2;  // K or V
-  const bool fresh =
-      mirror_.cache_id != cache->id() || mirror_.k == nullptr || mirror_.k->size() < buffer_bytes;
+  // An id is one cache for its whole life, so it also fixes the size; it is
+  // recorded only once both buffers exist.
+  const bool fresh = mirror_.cache_id != cache->id();
   if (fresh) {
     mirror_ = Mirror{};  // free first: device memory may be tight
     ATTNKIT_ASSIGN_OR_RETURN(mirror_.k, backend_->Allocate(buffer_bytes));

@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "backends/builtin.h"
 #include "core/compare.h"
 #include "core/execute.h"
@@ -35,7 +34,7 @@ absl::Status CheckCommand(const BackendRegistry& registry, const CliOptions& opt
                          "result", "max abs err", "max rel err", "max bound", "err/bound",
                          "time ms");
   int failures = 0;
-  std::vector<std::string> named_skips;  // backends named in --backends that could not run
+  std::vector<std::string> skipped;  // backends that did not run (an error if named)
   for (Backend* b : backends) {
     // "unavailable": the backend cannot run here at all (no GPU, bad plugin);
     // "unsupported": it works but refuses this problem.
@@ -44,7 +43,7 @@ absl::Status CheckCommand(const BackendRegistry& registry, const CliOptions& opt
     if (!supported.ok()) {
       const char* why = available.ok() ? "unsupported" : "unavailable";
       out << absl::StrFormat("%-18s %s: %s\n", b->Name(), why, supported.message());
-      if (!options.backends.empty()) named_skips.push_back(absl::StrCat(b->Name(), " (", why, ")"));
+      skipped.push_back(absl::StrCat(b->Name(), " (", why, ")"));
       continue;
     }
     PoisonOutputs(data);
@@ -70,12 +69,7 @@ absl::Status CheckCommand(const BackendRegistry& registry, const CliOptions& opt
     return absl::FailedPreconditionError(
         absl::StrFormat("%d backend(s) disagree with the reference on %s", failures, p.Id()));
   }
-  if (!named_skips.empty() && !options.allow_skip) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--backends named ", absl::StrJoin(named_skips, ", "),
-                     ", which did not run on ", p.Id(), "; pass --allow_skip to accept that"));
-  }
-  return absl::OkStatus();
+  return RefuseNamedSkips(options, skipped, " on " + p.Id());
 }
 
 }  // namespace attnkit

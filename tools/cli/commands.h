@@ -51,6 +51,12 @@ struct GenerateOptions {
 // The config of --config, or the built-in default when none is given.
 absl::StatusOr<AttentionConfig> LoadCliConfig(const CliOptions& options);
 
+// check and fuzz: FailedPrecondition naming the backends `skipped` (each with
+// why) when --backends named them and --allow_skip was not given; `where`
+// ("" or " on <problem>") says what they did not run.
+absl::Status RefuseNamedSkips(const CliOptions& options, const std::vector<std::string>& skipped,
+                              const std::string& where);
+
 // `attnkit backends`: each backend, available or why not, and capabilities.
 absl::Status BackendsCommand(const BackendRegistry& registry, std::ostream& out);
 // `attnkit run`: one backend on .npy tensors, outputs written whole or not at all.

@@ -47,12 +47,16 @@ class RunCommandTest : public ::testing::Test {
       EXPECT_TRUE(WriteNpy(Path(name), v).ok());
     }
     options_.config = Path("cfg.textproto");
+    UseInputsInDir();
+    options_.backend = "reference";
+    return *p;
+  }
+  // Points --q, --k, --v at q.npy, k.npy, v.npy here and --out at o.npy.
+  void UseInputsInDir() {
     options_.q = Path("q.npy");
     options_.k = Path("k.npy");
     options_.v = Path("v.npy");
     options_.out = Path("o.npy");
-    options_.backend = "reference";
-    return *p;
   }
 
   absl::Status Run() {
@@ -107,13 +111,10 @@ TEST_F(RunCommandTest, InputsRunVerifyRoundTrip) {
   options_.dir = dir_;
   ASSERT_TRUE(InputsCommand(options_, out).ok()) << InputsCommand(options_, out);
   EXPECT_THAT(out.str(), HasSubstr("q.npy k.npy v.npy kv_lengths.npy mask.npy bias.npy"));
-  options_.q = Path("q.npy");
-  options_.k = Path("k.npy");
-  options_.v = Path("v.npy");
+  UseInputsInDir();
   options_.kv_lengths = Path("kv_lengths.npy");
   options_.mask = Path("mask.npy");
   options_.bias = Path("bias.npy");
-  options_.out = Path("o.npy");
   options_.lse_out = Path("lse.npy");
   options_.backend = "highway";
   ASSERT_TRUE(Run().ok()) << Run();

@@ -1,8 +1,6 @@
 #include <chrono>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "tools/cli/commands.h"
 #include "tools/diff_fuzz/diff_fuzz.h"
@@ -37,12 +35,7 @@ absl::Status FuzzCommand(const BackendRegistry& registry, const CliOptions& opti
         "%d mismatch(es); first: %s", report.findings.size(), report.findings[0].command));
   }
   // As in `check`: a backend named in --backends that cannot run is an error.
-  if (!report.unavailable.empty() && !options.backends.empty() && !options.allow_skip) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--backends named ", absl::StrJoin(report.unavailable, "; "),
-                     ", which could not run; pass --allow_skip to accept that"));
-  }
-  return absl::OkStatus();
+  return RefuseNamedSkips(options, report.unavailable, "");
 }
 
 }  // namespace attnkit
