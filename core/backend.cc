@@ -229,6 +229,12 @@ absl::Status Backend::UploadAt(const void* host, DeviceBuffer* dst, size_t dst_o
   return absl::OkStatus();
 }
 
+absl::Status Backend::SetStream(void* stream) {
+  (void)stream;
+  return absl::UnimplementedError(
+      absl::StrCat(Name(), " runs on the host; it has no stream to set"));
+}
+
 absl::Status Backend::Download(const DeviceBuffer& src, void* host, size_t bytes) {
   if (bytes > src.size()) {
     return absl::InvalidArgumentError(

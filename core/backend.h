@@ -114,6 +114,13 @@ class Backend {
   virtual absl::Status Download(const DeviceBuffer& src, void* host, size_t bytes);
   // Waits until the work queued by Forward is finished (no-op on the CPU).
   virtual absl::Status Synchronize() { return absl::OkStatus(); }
+  // Device backends: run Forward, copies and Synchronize on `stream`, the
+  // native handle of the caller's stream (a cudaStream_t, e.g. PyTorch's
+  // torch.cuda.current_stream().cuda_stream), so that the caller's own work
+  // on that stream orders with ours; nullptr is CUDA's legacy default
+  // stream. Until set, a device backend runs on a stream of its own. Host
+  // backends return Unimplemented: they have no stream.
+  virtual absl::Status SetStream(void* stream);
 
   // Worker threads Forward may use (n >= 1). Single-threaded backends keep
   // the default, which ignores the request and reports 1.

@@ -15,8 +15,8 @@
 #include "core/backend.h"
 
 // 3: Capabilities::deterministic; 4: RunInfo::workspace_allocations and
-// Backend::UploadAt.
-#define ATTNKIT_PLUGIN_ABI_VERSION 4u
+// Backend::UploadAt; 5: Backend::SetStream.
+#define ATTNKIT_PLUGIN_ABI_VERSION 5u
 #define ATTNKIT_PLUGIN_ENTRY_SYMBOL "attnkit_plugin_entry"
 
 extern "C" {

@@ -37,10 +37,10 @@ TEST(RegistryTest, PluginFailuresNameTheFileAndReason) {
               HasSubstr("not an attnkit plugin: symbol attnkit_plugin_entry is missing"));
   s = r.LoadPlugin(kWrongAbi);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(s.message()),
-              HasSubstr(absl::StrCat("ABI version ", ATTNKIT_PLUGIN_ABI_VERSION + 98,
-                                     " does not match this build's version ",
-                                     ATTNKIT_PLUGIN_ABI_VERSION)));
+  EXPECT_THAT(
+      std::string(s.message()),
+      HasSubstr(absl::StrCat("ABI version ", ATTNKIT_PLUGIN_ABI_VERSION + 98,
+                             " does not match this build's version ", ATTNKIT_PLUGIN_ABI_VERSION)));
   EXPECT_THAT(std::string(s.message()), HasSubstr(kWrongAbi));
   EXPECT_EQ(r.plugin_failures().size(), 3u);
   // The registry keeps working with what it has.
@@ -48,6 +48,13 @@ TEST(RegistryTest, PluginFailuresNameTheFileAndReason) {
   // Loading the same plugin twice is a duplicate name, not a crash.
   ASSERT_TRUE(r.LoadPlugin(kPlugin).ok());
   EXPECT_THAT(std::string(r.LoadPlugin(kPlugin).message()), HasSubstr("already registered"));
+}
+
+TEST(RegistryTest, HostBackendsHaveNoStreamToSet) {
+  const auto b = MakeReferenceBackend();
+  const absl::Status s = b->SetStream(nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(s.message()), HasSubstr(b->Name() + " runs on the host"));
 }
 
 TEST(RegistryTest, UnknownNamesListWhatExists) {

@@ -93,10 +93,12 @@ class CublasBackend : public CudaBackendBase {
                            RunInfo* info) override {
     ATTNKIT_ASSIGN_OR_RETURN(const FlashParams f, MakeFlashParams(p, args));
     absl::MutexLock lock(&mu_);
+    ATTNKIT_ASSIGN_OR_RETURN(const cudaStream_t stream, Stream());
     if (handle_ == nullptr) {
       ATTNKIT_RETURN_IF_ERROR(CublasStatus(cublasCreate(&handle_), "cublasCreate"));
-      ATTNKIT_RETURN_IF_ERROR(CublasStatus(cublasSetStream(handle_, kStream), "cublasSetStream"));
     }
+    // Every call: the caller may have set another stream since the last one.
+    ATTNKIT_RETURN_IF_ERROR(CublasStatus(cublasSetStream(handle_, stream), "cublasSetStream"));
     const ElemType ct = static_cast<ElemType>(f.compute);  // same numbering
     const int64_t B = f.batch, H = f.num_heads, G = f.num_kv_heads, group = f.group_size;
     const int64_t Tq = f.q_len, Tk = f.kv_len, d = f.head_dim;
@@ -116,16 +118,17 @@ class CublasBackend : public CudaBackendBase {
     uint8_t* v_bad = static_cast<uint8_t*>(scan_ptr);
     int* bad_counts = reinterpret_cast<int*>(v_bad + flag_bytes);
     ATTNKIT_RETURN_IF_ERROR(
-        CudaStatus(cudaMemsetAsync(bad_counts, 0, B * sizeof(int), kStream), "V scan"));
+        CudaStatus(cudaMemsetAsync(bad_counts, 0, B * sizeof(int), stream), "V scan"));
     ATTNKIT_RETURN_IF_ERROR(CudaStatus(
         LaunchFlagNonFiniteRows(f.v, f.kv_type, f.v_stride, static_cast<int>(B),
                                 static_cast<int>(G), static_cast<int>(Tk), static_cast<int>(d),
-                                f.kv_lengths, f.kv_lengths_stride, v_bad, bad_counts, kStream),
+                                f.kv_lengths, f.kv_lengths_stride, v_bad, bad_counts, stream),
         "V scan"));
     std::vector<int> bad_rows(static_cast<size_t>(B));
-    ATTNKIT_RETURN_IF_ERROR(
-        CudaStatus(cudaMemcpy(bad_rows.data(), bad_counts, B * sizeof(int), cudaMemcpyDeviceToHost),
-                   "V scan"));
+    ATTNKIT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(bad_rows.data(), bad_counts, B * sizeof(int),
+                                                       cudaMemcpyDeviceToHost, stream),
+                                       "V scan"));
+    ATTNKIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "V scan"));
     const bool any_bad_v =
         std::any_of(bad_rows.begin(), bad_rows.end(), [](int n) { return n > 0; });
 
@@ -160,7 +163,7 @@ class CublasBackend : public CudaBackendBase {
         if (direct) return Operand{batch, s, type};
         ATTNKIT_RETURN_IF_ERROR(CudaStatus(
             LaunchConvert(batch, type, s, static_cast<int>(heads), static_cast<int>(tokens),
-                          static_cast<int>(d), conv, ct, kStream),
+                          static_cast<int>(d), conv, ct, stream),
             "operand conversion"));
         return Operand{conv, packed, ct};
       };
@@ -175,7 +178,7 @@ class CublasBackend : public CudaBackendBase {
             static_cast<const char*>(f.v) + b * f.v_stride.b * int64_t(ElemBytes(f.kv_type));
         ATTNKIT_RETURN_IF_ERROR(CudaStatus(
             LaunchConvert(batch, f.kv_type, f.v_stride, static_cast<int>(G), static_cast<int>(Tk),
-                          static_cast<int>(d), conv_v, ct, kStream, v_bad_b),
+                          static_cast<int>(d), conv_v, ct, stream, v_bad_b),
             "operand conversion"));
         v = Operand{conv_v, packed_kv, ct};
       } else {
@@ -224,7 +227,7 @@ class CublasBackend : public CudaBackendBase {
           sp.lse_stride_h = f.lse_stride_h;
           sp.lse_stride_t = f.lse_stride_t;
           sp.v_bad = v_bad_b;
-          ATTNKIT_RETURN_IF_ERROR(CudaStatus(LaunchMaskedSoftmax(sp, kStream), "masked softmax"));
+          ATTNKIT_RETURN_IF_ERROR(CudaStatus(LaunchMaskedSoftmax(sp, stream), "masked softmax"));
           // acc[g] (nq x d, row-major) = P[g] (nq x keys) V[b, g] (keys x d); column-major
           // acc^T (d x nq) = V^T (d x keys) P^T (keys x nq). No keys: zeros.
           if (keys > 0) {
@@ -238,12 +241,12 @@ class CublasBackend : public CudaBackendBase {
                 "cuBLAS O = PV"));
           } else {
             ATTNKIT_RETURN_IF_ERROR(CudaStatus(
-                cudaMemsetAsync(acc, 0, G * nq * d * sizeof(float), kStream), "output zeroing"));
+                cudaMemsetAsync(acc, 0, G * nq * d * sizeof(float), stream), "output zeroing"));
           }
           ATTNKIT_RETURN_IF_ERROR(CudaStatus(
               LaunchStoreOutput(acc, static_cast<int>(G), static_cast<int>(nq), static_cast<int>(d),
                                 f.o, f.q_type, f.o_stride, static_cast<int>(b), static_cast<int>(j),
-                                static_cast<int>(i0), static_cast<int>(group), kStream),
+                                static_cast<int>(i0), static_cast<int>(group), stream),
               "output store"));
         }
       }

@@ -93,22 +93,61 @@ absl::StatusOr<std::unique_ptr<DeviceBuffer>> CudaBackendBase::Allocate(size_t b
   return std::unique_ptr<DeviceBuffer>(std::move(buffer));
 }
 
+CudaBackendBase::~CudaBackendBase() {
+  absl::MutexLock lock(&stream_mu_);
+  // Pending work still completes; the stream's resources go after it.
+  if (owns_stream_) cudaStreamDestroy(stream_);
+}
+
+absl::StatusOr<cudaStream_t> CudaBackendBase::Stream() {
+  ATTNKIT_RETURN_IF_ERROR(Device().available);
+  absl::MutexLock lock(&stream_mu_);
+  if (!stream_chosen_) {
+    cudaStream_t created = nullptr;
+    ATTNKIT_RETURN_IF_ERROR(
+        CudaStatus(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking), "cudaStreamCreate"));
+    stream_ = created;
+    owns_stream_ = stream_chosen_ = true;
+  }
+  return stream_;
+}
+
+absl::Status CudaBackendBase::SetStream(void* stream) {
+  ATTNKIT_RETURN_IF_ERROR(Device().available);
+  absl::MutexLock lock(&stream_mu_);
+  if (owns_stream_) {
+    // Work already queued on our own stream finishes before the caller's
+    // stream takes over, so results are never read early.
+    ATTNKIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "kernel execution"));
+    cudaStreamDestroy(stream_);
+    owns_stream_ = false;
+  }
+  stream_ = static_cast<cudaStream_t>(stream);
+  stream_chosen_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackendBase::CopyAndWait(void* dst, const void* src, size_t bytes,
+                                          cudaMemcpyKind kind, absl::string_view what) {
+  if (bytes == 0) return absl::OkStatus();
+  ATTNKIT_ASSIGN_OR_RETURN(const cudaStream_t stream, Stream());
+  ATTNKIT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dst, src, bytes, kind, stream), what));
+  return CudaStatus(cudaStreamSynchronize(stream), what);
+}
+
 absl::Status CudaBackendBase::Upload(const void* host, DeviceBuffer* dst, size_t bytes) {
   if (bytes > dst->size()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("upload of %u bytes into a buffer of %u bytes", bytes, dst->size()));
   }
-  if (bytes == 0) return absl::OkStatus();
-  return CudaStatus(cudaMemcpy(dst->data(), host, bytes, cudaMemcpyHostToDevice), "upload");
+  return CopyAndWait(dst->data(), host, bytes, cudaMemcpyHostToDevice, "upload");
 }
 
 absl::Status CudaBackendBase::UploadAt(const void* host, DeviceBuffer* dst, size_t dst_offset,
                                        size_t bytes) {
   ATTNKIT_RETURN_IF_ERROR(CheckUploadRange(*dst, dst_offset, bytes));
-  if (bytes == 0) return absl::OkStatus();
-  return CudaStatus(
-      cudaMemcpy(static_cast<char*>(dst->data()) + dst_offset, host, bytes, cudaMemcpyHostToDevice),
-      "upload");
+  return CopyAndWait(static_cast<char*>(dst->data()) + dst_offset, host, bytes,
+                     cudaMemcpyHostToDevice, "upload");
 }
 
 absl::Status CudaBackendBase::Download(const DeviceBuffer& src, void* host, size_t bytes) {
@@ -116,13 +155,12 @@ absl::Status CudaBackendBase::Download(const DeviceBuffer& src, void* host, size
     return absl::InvalidArgumentError(
         absl::StrFormat("download of %u bytes from a buffer of %u bytes", bytes, src.size()));
   }
-  if (bytes == 0) return absl::OkStatus();
-  return CudaStatus(cudaMemcpy(host, src.data(), bytes, cudaMemcpyDeviceToHost), "download");
+  return CopyAndWait(host, src.data(), bytes, cudaMemcpyDeviceToHost, "download");
 }
 
 absl::Status CudaBackendBase::Synchronize() {
-  ATTNKIT_RETURN_IF_ERROR(Device().available);
-  return CudaStatus(cudaStreamSynchronize(kStream), "kernel execution");
+  ATTNKIT_ASSIGN_OR_RETURN(const cudaStream_t stream, Stream());
+  return CudaStatus(cudaStreamSynchronize(stream), "kernel execution");
 }
 
 }  // namespace cuda

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "core/backend.h"
 
 namespace attnkit {
@@ -59,11 +60,16 @@ class Workspace {
   int64_t allocations_ = 0;
 };
 
-// The Backend memory interface over device memory and the default stream:
-// Available() is the device probe; Allocate/Upload(At)/Download use cudaMalloc
-// and cudaMemcpy; Synchronize waits for the stream and reports kernel errors.
+// The Backend memory interface over device memory and one stream per
+// backend: Available() is the device probe; Allocate is cudaMalloc; Upload(At)
+// and Download copy on the backend's stream and wait for it (host memory is
+// pageable, and the copy must order with the kernels); Synchronize waits for
+// the stream and reports kernel errors. The stream is created on first use
+// (non-blocking: it does not wait for the legacy default stream) unless the
+// caller set one with SetStream.
 class CudaBackendBase : public Backend {
  public:
+  ~CudaBackendBase() override;
   absl::Status Available() const override { return Device().available; }
   bool UsesHostMemory() const override { return false; }
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override;
@@ -72,9 +78,22 @@ class CudaBackendBase : public Backend {
                         size_t bytes) override;
   absl::Status Download(const DeviceBuffer& src, void* host, size_t bytes) override;
   absl::Status Synchronize() override;
+  absl::Status SetStream(void* stream) override;
 
  protected:
-  static constexpr cudaStream_t kStream = nullptr;  // the legacy default stream
+  // The stream every launch and copy of this backend goes to: the caller's
+  // (SetStream) or the backend's own, created here on first use.
+  absl::StatusOr<cudaStream_t> Stream() ABSL_LOCKS_EXCLUDED(stream_mu_);
+
+ private:
+  // A host <-> device copy of `bytes` on Stream(), waited for.
+  absl::Status CopyAndWait(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                           absl::string_view what);
+
+  absl::Mutex stream_mu_;
+  cudaStream_t stream_ ABSL_GUARDED_BY(stream_mu_) = nullptr;
+  bool stream_chosen_ ABSL_GUARDED_BY(stream_mu_) = false;  // own created or caller's set
+  bool owns_stream_ ABSL_GUARDED_BY(stream_mu_) = false;
 };
 
 }  // namespace cuda

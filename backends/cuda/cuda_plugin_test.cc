@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "core/compare.h"
 #include "core/execute.h"
+#include "core/problem.h"
 #include "core/problem_data.h"
 #include "core/reference.h"
 #include "core/registry.h"
@@ -76,6 +77,7 @@ TEST_F(CudaPluginTest, UnavailableWithoutGpuSaysWhy) {
     EXPECT_EQ(b->Supports(p).message(), available.message());
     EXPECT_FALSE(b->Allocate(1024).ok());
     EXPECT_FALSE(b->Synchronize().ok());
+    EXPECT_EQ(b->SetStream(nullptr).message(), available.message());
     auto data = ProblemData::Random(p, 1);
     ASSERT_TRUE(data.ok());
     const absl::Status run = RunOnBackend(b, p, *data, nullptr);
@@ -102,6 +104,82 @@ TEST_F(CudaPluginTest, SmallProblemMatchesReferenceOnGpu) {
       EXPECT_TRUE(c.ok()) << b->Name() << " [" << info.kernel << "] " << p.name << ": "
                           << c.first_failure;
     }
+  }
+}
+
+// Few packed rows per KV head (decode, short chunks) take the decode kernel
+// on "cuda"; both backends must match the reference on them, with GQA, head
+// dims that are padded, masks, padding, bias, softcap and NaN/Inf inputs.
+TEST_F(CudaPluginTest, DecodeShapesMatchReference) {
+  struct Case {
+    int64_t heads, kv_heads, q_len, kv_len, head_dim;
+    DType dtype;
+    MaskKind mask;
+  };
+  const Case cases[] = {
+      {32, 8, 1, 4099, 128, DType::kBF16, MaskKind::kCausal},     // split-K decode
+      {8, 1, 2, 700, 64, DType::kF16, MaskKind::kSlidingWindow},  // MQA, 16 rows
+      {4, 4, 1, 70, 256, DType::kF32, MaskKind::kNone},           // MHA, d = 256
+      {6, 2, 3, 1500, 80, DType::kF16, MaskKind::kCausal},        // padded d, 9 rows
+  };
+  for (Backend* b : registry_.All()) {
+    if (!b->Available().ok()) {
+      ASSERT_TRUE(NotRequired(*b));
+      GTEST_SKIP() << b->Available();
+    }
+    int n = 0;
+    for (const Case& c : cases) {
+      for (bool extras : {false, true}) {
+        AttentionProblem p = BasicProblem(2, c.heads, c.kv_heads, c.q_len, c.kv_len, c.head_dim);
+        p.dtype = p.kv_dtype = c.dtype;
+        p.mask = c.mask;
+        p.alignment = Alignment::kBottomRight;
+        if (c.mask == MaskKind::kSlidingWindow) p.window_left = 300;
+        p.return_lse = true;
+        if (extras) {
+          p.kv_lengths = {c.kv_len / 2, c.kv_len};
+          p.additive_bias = p.blocked_mask = true;
+          p.softcap = 30.0f;
+          p.nonfinite_inputs = 3;
+        }
+        p.name = p.Id();
+        ASSERT_TRUE(ValidateProblem(p).ok()) << ValidateProblem(p);
+        auto data = ProblemData::Random(p, 11 + n++);
+        ASSERT_TRUE(data.ok()) << data.status();
+        PoisonOutputs(*data);
+        RunInfo info;
+        const absl::Status run = RunOnBackend(b, p, *data, &info);
+        ASSERT_TRUE(run.ok()) << b->Name() << " " << p.name << ": " << run;
+        if (b->Name() == "cuda") {
+          EXPECT_TRUE(absl::StartsWith(info.kernel, "flash-decode")) << info.kernel;
+        }
+        const Comparison cmp =
+            CompareToReference(p, data->args(), ComputeReference(p, data->args()));
+        EXPECT_TRUE(cmp.ok()) << b->Name() << " [" << info.kernel << "] " << p.name << ": "
+                              << cmp.first_failure;
+      }
+    }
+  }
+}
+
+// A stream set by the caller (here CUDA's legacy default stream, as PyTorch's
+// default stream is) carries the work: results are right after Synchronize.
+TEST_F(CudaPluginTest, RunsOnTheStreamTheCallerSets) {
+  for (Backend* b : registry_.All()) {
+    if (!b->Available().ok()) {
+      ASSERT_TRUE(NotRequired(*b));
+      GTEST_SKIP() << b->Available();
+    }
+    ASSERT_TRUE(b->SetStream(nullptr).ok());
+    const AttentionProblem p = SmallGqa(DType::kBF16);
+    auto data = ProblemData::Random(p, 5);
+    ASSERT_TRUE(data.ok());
+    PoisonOutputs(*data);
+    RunInfo info;
+    const absl::Status run = RunOnBackend(b, p, *data, &info);
+    ASSERT_TRUE(run.ok()) << b->Name() << ": " << run;
+    const Comparison c = CompareToReference(p, data->args(), ComputeReference(p, data->args()));
+    EXPECT_TRUE(c.ok()) << b->Name() << " [" << info.kernel << "]: " << c.first_failure;
   }
 }
 

@@ -29,8 +29,10 @@ class FlashBackend : public CudaBackendBase {
 
   std::string Name() const override { return name_; }
   std::string Description() const override {
-    return "CUDA flash attention: tiled online softmax, tensor cores (WMMA) for f16/bf16, "
-           "split-K decode; head dims up to 256 (compiled 32/64/128/256, smaller padded)";
+    return "CUDA flash attention: tiled online softmax, tensor cores (WMMA) for f16/bf16; "
+           "a decode kernel (rows = the query heads of one KV group) for Tq * group <= 16; "
+           "split-K for small grids; head dims up to 256 (compiled 32/64/128/256, smaller "
+           "padded)";
   }
 
   Capabilities Caps() const override {
@@ -54,17 +56,20 @@ class FlashBackend : public CudaBackendBase {
                            RunInfo* info) override {
     ATTNKIT_ASSIGN_OR_RETURN(FlashParams params, MakeFlashParams(p, args));
     const int bucket = HeadDimBucket(params.head_dim);
-    const KernelConfig config = FlashConfig(bucket, params.compute);
+    const bool decode = UseDecodeKernel(params.rows_per_kv_head);
+    const KernelConfig config = decode ? DecodeConfig(bucket) : FlashConfig(bucket, params.compute);
     if (config.head_dim == 0) {
       return absl::UnimplementedError(absl::StrFormat(
           "head_dim %d is not compiled for %s; supported: 1..%d", p.head_dim, name_, kMaxHeadDim));
     }
     const int64_t tiles_m = (params.rows_per_kv_head + config.block_m - 1) / config.block_m;
     const int64_t key_tiles = (params.kv_len + config.block_n - 1) / config.block_n;
-    params.num_splits =
-        ChooseNumSplits(tiles_m * params.num_kv_heads * params.batch, key_tiles, Device().num_sms);
+    const int64_t blocks = tiles_m * params.num_kv_heads * params.batch;
+    params.num_splits = decode ? ChooseDecodeSplits(blocks, key_tiles, Device().num_sms)
+                               : ChooseNumSplits(blocks, key_tiles, Device().num_sms);
 
     absl::MutexLock lock(&mu_);
+    ATTNKIT_ASSIGN_OR_RETURN(const cudaStream_t stream, Stream());
     if (params.num_splits > 1) {
       const size_t rows = static_cast<size_t>(params.num_splits) * p.batch * p.num_heads * p.q_len;
       const size_t o_bytes = rows * p.head_dim * sizeof(float);
@@ -73,23 +78,27 @@ class FlashBackend : public CudaBackendBase {
       params.partial_lse = reinterpret_cast<float*>(static_cast<char*>(ws) + o_bytes);
     }
     cudaError_t e;
-    switch (params.compute) {
-      case ComputeKind::kF16:
-        e = LaunchFlashForwardF16(params, bucket, kStream);
-        break;
-      case ComputeKind::kBF16:
-        e = LaunchFlashForwardBF16(params, bucket, kStream);
-        break;
-      default:
-        e = LaunchFlashForwardF32(params, bucket, kStream);
+    if (decode) {
+      e = LaunchFlashDecode(params, bucket, stream);
+    } else if (params.compute == ComputeKind::kF16) {
+      e = LaunchFlashForwardF16(params, bucket, stream);
+    } else if (params.compute == ComputeKind::kBF16) {
+      e = LaunchFlashForwardBF16(params, bucket, stream);
+    } else {
+      e = LaunchFlashForwardF32(params, bucket, stream);
     }
-    ATTNKIT_RETURN_IF_ERROR(CudaStatus(e, "flash forward launch"));
+    ATTNKIT_RETURN_IF_ERROR(CudaStatus(e, decode ? "flash decode launch" : "flash forward launch"));
     if (params.num_splits > 1) {
-      ATTNKIT_RETURN_IF_ERROR(CudaStatus(LaunchSplitCombine(params, kStream), "split-K combine"));
+      ATTNKIT_RETURN_IF_ERROR(CudaStatus(LaunchSplitCombine(params, stream), "split-K combine"));
     }
-    info->kernel = absl::StrFormat("flash-%s d%d m%dn%dw%d splits=%d", ComputeName(params.compute),
-                                   config.head_dim, config.block_m, config.block_n,
-                                   config.num_warps, params.num_splits);
+    if (decode) {
+      info->kernel = absl::StrFormat("flash-decode-f32 d%d rows%d w%d splits=%d", config.head_dim,
+                                     config.block_m, config.num_warps, params.num_splits);
+    } else {
+      info->kernel = absl::StrFormat("flash-%s d%d m%dn%dw%d splits=%d",
+                                     ComputeName(params.compute), config.head_dim, config.block_m,
+                                     config.block_n, config.num_warps, params.num_splits);
+    }
     info->workspace_allocations = workspace_.allocations();
     return absl::OkStatus();
   }

@@ -17,6 +17,10 @@ cudaError_t LaunchFlashForwardF32(const FlashParams& p, int bucket, cudaStream_t
 cudaError_t LaunchFlashForwardF16(const FlashParams& p, int bucket, cudaStream_t stream);
 cudaError_t LaunchFlashForwardBF16(const FlashParams& p, int bucket, cudaStream_t stream);
 
+// The decode kernel (decode_kernel.cu) for problems with UseDecodeKernel(
+// p.rows_per_kv_head), at head-dim `bucket`; split-K as above.
+cudaError_t LaunchFlashDecode(const FlashParams& p, int bucket, cudaStream_t stream);
+
 // Merges the p.num_splits partial results into O (and LSE):
 //   lse = log sum_s exp(lse_s);  o = sum_s exp(lse_s - lse) o_s.
 cudaError_t LaunchSplitCombine(const FlashParams& p, cudaStream_t stream);

@@ -118,6 +118,68 @@ constexpr int ChooseNumSplits(int64_t num_blocks, int64_t num_key_tiles, int num
   return splits < 1 ? 1 : static_cast<int>(splits);
 }
 
+// The decode kernel (decode_kernel.cu) serves problems with few packed rows
+// per KV head (Tq * group <= kDecodeMaxRows: decode and short speculative
+// chunks), where a 64-row flash tile would leave most warps idle. A block
+// owns kDecodeRows packed rows of one KV head; each of its kDecodeWarps warps
+// walks its own key tiles of kDecodeTileKeys keys (one key per lane) with its
+// own online softmax, and the warps merge through their LSE at the end.
+constexpr int kDecodeRows = 8;
+constexpr int kDecodeWarps = 4;
+constexpr int kDecodeTileKeys = 32;
+constexpr int kDecodeMaxRows = 16;
+
+constexpr bool UseDecodeKernel(int64_t rows_per_kv_head) {
+  return rows_per_kv_head <= kDecodeMaxRows;
+}
+
+template <int kHeadDim_>
+struct DecodeTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kRows = kDecodeRows;
+  static constexpr int kNWarps = kDecodeWarps;
+  static constexpr int kNThreads = kNWarps * 32;
+  static constexpr int kCols = kHeadDim / 32;  // output columns per lane
+  // f32 tiles: sQ [kRows, kHeadDim]; per warp a K tile [32, kLdK] (odd
+  // leading dim: lane j reads row j without bank conflicts). After the key
+  // loop the K tiles' space holds the warps' partial results for the merge:
+  // O [warps, kRows, kHeadDim], max and sum [warps, kRows], bad flags.
+  static constexpr int kLdK = kHeadDim + 1;
+  static constexpr int kOffQ = 0;
+  static constexpr int kOffK = AlignUp(kRows * kHeadDim * 4, 128);
+  static constexpr int kKTilesBytes = kNWarps * kDecodeTileKeys * kLdK * 4;
+  static constexpr int kMergeBytes = kNWarps * kRows * (kHeadDim + 3) * 4;
+  static constexpr int kSmemBytes =
+      AlignUp(kOffK + (kKTilesBytes > kMergeBytes ? kKTilesBytes : kMergeBytes), 128);
+
+  static_assert(kHeadDim % 32 == 0, "lanes own head-dim columns lane + 32u");
+  static_assert(kRows <= 32, "one visibility bit per row in a 32-bit mask");
+  static_assert(kSmemBytes <= kMaxSmemBytes, "tiles exceed sm_80 shared memory");
+};
+
+// The decode configuration for a compiled bucket; head_dim 0 otherwise.
+// block_m is the rows per block, block_n the keys per warp tile.
+constexpr KernelConfig DecodeConfig(int bucket) {
+#define ATTNKIT_DECODE_CASE(D)                                         \
+  if (bucket == D) {                                                   \
+    return KernelConfig{D, kDecodeRows, kDecodeTileKeys, kDecodeWarps, \
+                        DecodeTraits<D>::kSmemBytes};                  \
+  }
+  ATTNKIT_DECODE_CASE(32)
+  ATTNKIT_DECODE_CASE(64)
+  ATTNKIT_DECODE_CASE(128)
+  ATTNKIT_DECODE_CASE(256)
+#undef ATTNKIT_DECODE_CASE
+  return KernelConfig{};
+}
+
+// Key splits for the decode kernel: ChooseNumSplits counted in groups of
+// kDecodeWarps key tiles, so every warp of a split has a tile and each split
+// covers at least 2 * kDecodeWarps * kDecodeTileKeys = 256 keys.
+constexpr int ChooseDecodeSplits(int64_t num_blocks, int64_t num_key_tiles, int num_sms) {
+  return ChooseNumSplits(num_blocks, (num_key_tiles + kDecodeWarps - 1) / kDecodeWarps, num_sms);
+}
+
 }  // namespace cuda
 }  // namespace attnkit
 

@@ -66,6 +66,43 @@ TEST(ChooseNumSplitsTest, SplitsOnlyWhenTheGridIsSmall) {
   EXPECT_EQ(ChooseNumSplits(1, 100, 0), 1);
 }
 
+TEST(DecodeConfigTest, EveryBucketFitsSm80AndServesFewRows) {
+  for (int bucket : kHeadDimBuckets) {
+    const KernelConfig k = DecodeConfig(bucket);
+    SCOPED_TRACE(testing::Message() << "bucket " << bucket);
+    EXPECT_EQ(k.head_dim, bucket);
+    EXPECT_EQ(k.block_m, kDecodeRows);
+    EXPECT_EQ(k.block_n, 32) << "one key per lane";
+    EXPECT_GT(k.smem_bytes, 0);
+    EXPECT_LE(k.smem_bytes, kMaxSmemBytes);
+  }
+  EXPECT_EQ(DecodeConfig(48).head_dim, 0);
+  // The merge buffers reuse the K tiles' space.
+  using D128 = DecodeTraits<128>;
+  static_assert(D128::kSmemBytes < D128::kOffK + D128::kKTilesBytes + D128::kMergeBytes,
+                "merge aliases the K tiles");
+  // Decode (Tq = 1) with up to 16 query heads per KV head, and speculative
+  // chunks of a few tokens for small groups, take the decode kernel.
+  EXPECT_TRUE(UseDecodeKernel(1));
+  EXPECT_TRUE(UseDecodeKernel(8));      // Tq = 1, H/G = 8
+  EXPECT_TRUE(UseDecodeKernel(4 * 4));  // Tq = 4, H/G = 4
+  EXPECT_FALSE(UseDecodeKernel(17));
+  EXPECT_FALSE(UseDecodeKernel(2048));  // prefill
+}
+
+TEST(DecodeConfigTest, SplitsKeepEveryWarpBusy) {
+  // B=1, G=8 KV heads, one row tile each, Tk=4096 (128 tiles of 32): 32 groups
+  // of four tiles, at most 16 splits of two groups (256 keys) each.
+  EXPECT_EQ(ChooseDecodeSplits(8, 128, 132), 16);
+  // B=8, G=8: 64 blocks; about two blocks per SM.
+  EXPECT_EQ(ChooseDecodeSplits(64, 256, 132), 5);
+  // Short caches are not split: fewer than four groups of tiles.
+  EXPECT_EQ(ChooseDecodeSplits(1, 12, 132), 1);
+  EXPECT_EQ(ChooseDecodeSplits(1, 16, 132), 2);
+  // A full grid is not split.
+  EXPECT_EQ(ChooseDecodeSplits(256, 4096, 132), 1);
+}
+
 TEST(CublasBlockingTest, QueryBlockFitsTheBudget) {
   // bf16 prefill B=4, H=G=32, T=4096, d=128: 32 * (4096 * 6 + 512) bytes a row.
   const int64_t row = CublasBytesPerQueryRow(32, 4096, 128, 2);
