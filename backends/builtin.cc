@@ -5,14 +5,20 @@
 #include "backends/blas/blas_backend.h"
 #include "backends/highway/highway_backend.h"
 #include "backends/reference/reference_backend.h"
+#include "core/backend_export.h"
+#include "core/c_backend.h"
 
 namespace attnkit {
 
+std::unique_ptr<Backend> LinkedThroughCAbi(std::unique_ptr<Backend> backend) {
+  return AdoptSdkBackend(ExportBackend(std::move(backend)));
+}
+
 void RegisterBuiltinBackends(BackendRegistry* registry) {
   // One line per built-in backend; the registry rejects duplicate names.
-  registry->Register(MakeHighwayBackend()).IgnoreError();
-  registry->Register(MakeBlasBackend()).IgnoreError();
-  registry->Register(MakeReferenceBackend()).IgnoreError();
+  registry->Register(LinkedThroughCAbi(MakeHighwayBackend())).IgnoreError();
+  registry->Register(LinkedThroughCAbi(MakeBlasBackend())).IgnoreError();
+  registry->Register(LinkedThroughCAbi(MakeReferenceBackend())).IgnoreError();
 }
 
 const std::vector<std::string>& DefaultAutoOrder() {

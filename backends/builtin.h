@@ -1,8 +1,12 @@
 // The explicit list of built-in backends, and the process-wide registry that
-// tools use: built-ins plus the plugins named by ATTNKIT_PLUGIN_PATH.
+// tools use: built-ins plus the plugins named by ATTNKIT_PLUGIN_PATH. Built-in
+// backends are linked in but still called through the plugin C ABI
+// (core/attnkit_plugin.h), exactly as a loaded plugin is: the static route for
+// embedding, and the proof that every backend works behind the C table.
 #ifndef ATTNKIT_BACKENDS_BUILTIN_H_
 #define ATTNKIT_BACKENDS_BUILTIN_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,7 +14,11 @@
 
 namespace attnkit {
 
-// Registers every backend linked into this binary.
+// `backend` behind the C table (exported with core/backend_export.h, wrapped
+// back with core/c_backend.h), as a plugin exporting it would be.
+std::unique_ptr<Backend> LinkedThroughCAbi(std::unique_ptr<Backend> backend);
+
+// Registers every backend linked into this binary, each LinkedThroughCAbi.
 void RegisterBuiltinBackends(BackendRegistry* registry);
 
 // The static preference order for --backend=auto (fastest first); names not

@@ -12,6 +12,7 @@
 #include "core/config_io.h"
 #include "core/execute.h"
 #include "core/machine_info.h"
+#include "core/problem_config.h"
 #include "core/problem_data.h"
 #include "core/status_macros.h"
 #include "google/protobuf/util/json_util.h"

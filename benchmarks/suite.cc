@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/config_io.h"
+#include "core/problem_config.h"
 #include "core/status_macros.h"
 
 namespace attnkit {

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/config.pb.h"
 #include "core/dtype.h"
 #include "core/mask.h"
 #include "core/tensor.h"
@@ -72,13 +71,17 @@ struct AttentionProblem {
 AttentionProblem BasicProblem(int64_t batch, int64_t heads, int64_t kv_heads, int64_t q_len,
                               int64_t kv_len, int64_t head_dim);
 
-// Validates `config` and fills defaults. Errors are InvalidArgument naming the
-// field, its value and the rule, e.g.
-// "num_heads (12) must be a multiple of num_kv_heads (5)".
-absl::StatusOr<AttentionProblem> ProblemFromConfig(const AttentionConfig& config);
-// Checks a problem built in code (the same rules as ProblemFromConfig).
+// Checks a problem built in code (the same rules as ProblemFromConfig, in
+// core/problem_config.h). Errors are InvalidArgument naming the field, its
+// value and the rule, e.g. "num_heads (12) must be a multiple of
+// num_kv_heads (5)".
 absl::Status ValidateProblem(const AttentionProblem& p);
-AttentionConfig ConfigFromProblem(const AttentionProblem& p);
+
+// Limits ValidateProblem enforces on the head count and head dim.
+constexpr int64_t kProblemMaxHeads = 65536;
+constexpr int64_t kProblemMaxHeadDim = 1024;
+// InvalidArgument "<field> (<value>) must be in [lo, hi]" outside the range.
+absl::Status RequireRange(absl::string_view field, int64_t value, int64_t lo, int64_t hi);
 
 // Bytes of every tensor the problem needs (Q, K, V, O and the optional LSE,
 // kv_lengths, mask and bias), computed with overflow checks.

@@ -8,7 +8,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "core/plugin_api.h"
+#include "core/attnkit_plugin.h"
+#include "core/c_backend.h"
 #include "core/plugin_file.h"
 #include "core/status_macros.h"
 
@@ -56,32 +57,24 @@ absl::Status BackendRegistry::LoadPlugin(const std::string& path) {
     dlclose(handle);
     return fail(std::move(status));
   };
-  auto entry = reinterpret_cast<AttnkitPluginEntryFn>(dlsym(handle, ATTNKIT_PLUGIN_ENTRY_SYMBOL));
+  auto entry =
+      reinterpret_cast<attnkit_plugin_entry_fn>(dlsym(handle, ATTNKIT_PLUGIN_ENTRY_SYMBOL));
   if (entry == nullptr) {
     return fail_and_close(absl::InvalidArgumentError(
         absl::StrFormat("plugin %s: not an attnkit plugin: symbol %s is missing", path,
                         ATTNKIT_PLUGIN_ENTRY_SYMBOL)));
   }
-  const AttnkitPluginV1* plugin = entry();
-  if (plugin == nullptr) {
-    return fail_and_close(absl::InternalError(
-        absl::StrFormat("plugin %s: %s returned null", path, ATTNKIT_PLUGIN_ENTRY_SYMBOL)));
-  }
-  if (plugin->abi_version != ATTNKIT_PLUGIN_ABI_VERSION) {
-    return fail_and_close(absl::FailedPreconditionError(absl::StrFormat(
-        "plugin %s: ABI version %u does not match this build's version %u; rebuild the "
-        "plugin against this attnkit",
-        path, plugin->abi_version, ATTNKIT_PLUGIN_ABI_VERSION)));
-  }
+  const attnkit_plugin* plugin = entry();
+  const absl::Status table_ok = CheckPluginTable(plugin, path);
+  if (!table_ok.ok()) return fail_and_close(table_ok);
   std::vector<std::unique_ptr<Backend>> created;
   for (uint32_t i = 0; i < plugin->num_backends; ++i) {
-    Backend* b = plugin->create_backend(i);
-    if (b == nullptr) {
+    absl::StatusOr<std::unique_ptr<Backend>> b = CreatePluginBackend(*plugin, i, path);
+    if (!b.ok()) {
       created.clear();  // their code lives in the library
-      return fail_and_close(
-          absl::InternalError(absl::StrFormat("plugin %s: creating backend %u failed", path, i)));
+      return fail_and_close(b.status());
     }
-    created.emplace_back(b);
+    created.push_back(std::move(*b));
   }
   {
     absl::MutexLock lock(&mu_);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/builtin.h"
+#include "core/problem_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ops/layer_test_util.h"

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "backends/builtin.h"
 #include "core/npy.h"
+#include "core/problem_config.h"
 #include "core/problem_data.h"
 #include "core/status_macros.h"
 

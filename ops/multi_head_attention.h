@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "core/config.pb.h"
 #include "core/problem.h"
+#include "core/problem_config.h"
 #include "core/registry.h"
 #include "core/tensor.h"
 #include "ops/attention_runner.h"

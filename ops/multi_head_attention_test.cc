@@ -10,6 +10,7 @@
 
 #include "backends/builtin.h"
 #include "core/npy.h"
+#include "core/problem_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ops/layer_test_util.h"

@@ -10,6 +10,7 @@
 #include "backends/builtin.h"
 #include "backends/reference/reference_backend.h"
 #include "core/config_io.h"
+#include "core/problem_config.h"
 #include "core/problem_data.h"
 #include "core/reference.h"
 #include "gtest/gtest.h"

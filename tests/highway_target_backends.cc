@@ -21,7 +21,8 @@ const std::set<std::string>& HighwayTargetBackends() {
       HighwayOptions options;
       options.target = hwy::TargetName(targets[t]);
       options.name = absl::StrCat("highway-", options.target);
-      const absl::Status s = GlobalRegistry().Register(MakeHighwayBackend(options));
+      const absl::Status s =
+          GlobalRegistry().Register(LinkedThroughCAbi(MakeHighwayBackend(options)));
       if (s.ok()) {
         added->insert(options.name);
       } else {

@@ -4,7 +4,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/reference/reference_backend.h"
-#include "core/plugin_api.h"
+#include "core/attnkit_plugin.h"
+#include "core/compare.h"
+#include "core/execute.h"
+#include "core/problem_data.h"
+#include "core/reference.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -14,7 +18,8 @@ namespace {
 using ::testing::HasSubstr;
 
 const char kPlugin[] = "backends/reference/libattnkit_reference_plugin.so";
-const char kWrongAbi[] = "tests/testdata/libwrong_abi_plugin.so";
+const char kNewerAbi[] = "tests/testdata/libnewer_abi_plugin.so";
+const char kOlderTable[] = "tests/testdata/libolder_table_plugin.so";
 const char kNotAPlugin[] = "tests/testdata/libnot_a_plugin.so";
 
 TEST(RegistryTest, LoadsAPluginAndRunsIt) {
@@ -35,19 +40,49 @@ TEST(RegistryTest, PluginFailuresNameTheFileAndReason) {
   s = r.LoadPlugin(kNotAPlugin);
   EXPECT_THAT(std::string(s.message()),
               HasSubstr("not an attnkit plugin: symbol attnkit_plugin_entry is missing"));
-  s = r.LoadPlugin(kWrongAbi);
+  s = r.LoadPlugin(kNewerAbi);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(
-      std::string(s.message()),
-      HasSubstr(absl::StrCat("ABI version ", ATTNKIT_PLUGIN_ABI_VERSION + 98,
-                             " does not match this build's version ", ATTNKIT_PLUGIN_ABI_VERSION)));
-  EXPECT_THAT(std::string(s.message()), HasSubstr(kWrongAbi));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr(absl::StrCat(kNewerAbi, " (from-the-future): built for plugin ABI ",
+                                     ATTNKIT_PLUGIN_ABI_VERSION + 1, "; this attnkit loads ABI ",
+                                     ATTNKIT_PLUGIN_ABI_VERSION)));
   EXPECT_EQ(r.plugin_failures().size(), 3u);
   // The registry keeps working with what it has.
   EXPECT_TRUE(r.Find("reference").ok());
   // Loading the same plugin twice is a duplicate name, not a crash.
   ASSERT_TRUE(r.LoadPlugin(kPlugin).ok());
   EXPECT_THAT(std::string(r.LoadPlugin(kPlugin).message()), HasSubstr("already registered"));
+}
+
+// A plain-C plugin whose function table stops after the required functions
+// (an older plugin): it loads, runs right, and what it lacks is reported.
+TEST(RegistryTest, OlderFunctionTableLoadsAndSaysWhatItLacks) {
+  BackendRegistry r;
+  ASSERT_TRUE(r.LoadPlugin(kOlderTable).ok());
+  auto found = r.Find("c-naive");
+  ASSERT_TRUE(found.ok()) << found.status();
+  Backend* b = *found;
+  EXPECT_TRUE(b->Available().ok());
+  EXPECT_TRUE(b->UsesHostMemory());
+  EXPECT_EQ(b->NumThreads(), 1);
+  EXPECT_TRUE(b->Synchronize().ok());
+  const absl::Status stream = b->SetStream(nullptr);
+  EXPECT_EQ(stream.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(stream.message()), HasSubstr("c-naive does not provide set_stream"));
+
+  AttentionProblem p = BasicProblem(2, 4, 2, 5, 9, 16);
+  p.name = p.Id();
+  auto data = ProblemData::Random(p, 3);
+  ASSERT_TRUE(data.ok());
+  RunInfo info;
+  ASSERT_TRUE(RunOnBackend(b, p, *data, &info).ok());
+  EXPECT_EQ(info.kernel, "naive-c");
+  EXPECT_EQ(info.workspace_allocations, -1);
+  const Comparison c = CompareToReference(p, data->args(), ComputeReference(p, data->args()));
+  EXPECT_TRUE(c.ok()) << c.first_failure;
+  // Its capabilities came across the C table: a causal mask is refused.
+  p.mask = MaskKind::kCausal;
+  EXPECT_THAT(std::string(b->Supports(p).message()), HasSubstr("mask"));
 }
 
 TEST(RegistryTest, HostBackendsHaveNoStreamToSet) {

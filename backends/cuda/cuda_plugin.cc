@@ -4,26 +4,22 @@
 // without a GPU or driver; Available() then says why they cannot run.
 #include "backends/cuda/cublas_backend.h"
 #include "backends/cuda/flash_backend.h"
-#include "core/plugin_api.h"
+#include "core/backend_export.h"
+#include "core/plugin_sdk.h"
 
 namespace {
 
-attnkit::Backend* CreateBackend(uint32_t index) {
+std::unique_ptr<attnkit_sdk::Backend> Create(uint32_t index) {
   switch (index) {
     case 0:
-      return attnkit::cuda::MakeFlashBackend().release();
+      return attnkit::ExportBackend(attnkit::cuda::MakeFlashBackend());
     case 1:
-      return attnkit::cuda::MakeCublasBackend().release();
+      return attnkit::ExportBackend(attnkit::cuda::MakeCublasBackend());
     default:
       return nullptr;
   }
 }
 
-const AttnkitPluginV1 kPlugin = {ATTNKIT_PLUGIN_ABI_VERSION, 2, &CreateBackend};
-
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) const AttnkitPluginV1* attnkit_plugin_entry(
-    void) {
-  return &kPlugin;
-}
+ATTNKIT_EXPORT_PLUGIN("attnkit-cuda", 2, Create)

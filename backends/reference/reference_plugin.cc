@@ -1,20 +1,16 @@
 // The reference backend built as a shared library ("reference-plugin"), so
 // the conformance suite exercises plugin loading end to end.
 #include "backends/reference/reference_backend.h"
-#include "core/plugin_api.h"
+#include "core/backend_export.h"
+#include "core/plugin_sdk.h"
 
 namespace {
 
-attnkit::Backend* CreateBackend(uint32_t index) {
+std::unique_ptr<attnkit_sdk::Backend> Create(uint32_t index) {
   if (index != 0) return nullptr;
-  return attnkit::MakeReferenceBackend("reference-plugin").release();
+  return attnkit::ExportBackend(attnkit::MakeReferenceBackend("reference-plugin"));
 }
-
-const AttnkitPluginV1 kPlugin = {ATTNKIT_PLUGIN_ABI_VERSION, 1, &CreateBackend};
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) const AttnkitPluginV1* attnkit_plugin_entry(
-    void) {
-  return &kPlugin;
-}
+ATTNKIT_EXPORT_PLUGIN("attnkit-reference", 1, Create)

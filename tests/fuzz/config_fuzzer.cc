@@ -11,6 +11,7 @@
 #include "core/config_io.h"
 #include "core/execute.h"
 #include "core/problem.h"
+#include "core/problem_config.h"
 #include "core/problem_data.h"
 #include "tests/fuzz/fuzz_check.h"
 

@@ -9,6 +9,7 @@
 #include "benchmarks/suite.h"
 #include "benchmarks/tune.h"
 #include "core/config_io.h"
+#include "core/problem_config.h"
 #include "core/status_macros.h"
 #include "tools/cli/commands.h"
 

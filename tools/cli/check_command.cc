@@ -7,6 +7,7 @@
 #include "backends/builtin.h"
 #include "core/compare.h"
 #include "core/execute.h"
+#include "core/problem_config.h"
 #include "core/problem_data.h"
 #include "core/reference.h"
 #include "core/status_macros.h"

@@ -10,6 +10,7 @@
 #include "core/compare.h"
 #include "core/config_io.h"
 #include "core/npy.h"
+#include "core/problem_config.h"
 #include "core/problem_data.h"
 #include "core/reference.h"
 #include "gmock/gmock.h"

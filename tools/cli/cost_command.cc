@@ -1,4 +1,5 @@
 #include "absl/strings/str_format.h"
+#include "core/problem_config.h"
 #include "core/status_macros.h"
 #include "ops/cost.h"
 #include "tools/cli/commands.h"

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "core/config_io.h"
 #include "core/npy.h"
+#include "core/problem_config.h"
 #include "core/problem_data.h"
 #include "core/status_macros.h"
 #include "tools/cli/commands.h"

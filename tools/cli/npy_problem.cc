@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "core/config_io.h"
 #include "core/npy.h"
+#include "core/problem_config.h"
 #include "core/status_macros.h"
 
 namespace attnkit {

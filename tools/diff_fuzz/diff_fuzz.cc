@@ -8,6 +8,7 @@
 #include "core/config_io.h"
 #include "core/execute.h"
 #include "core/problem.h"
+#include "core/problem_config.h"
 #include "core/problem_data.h"
 #include "core/reference.h"
 #include "core/status_macros.h"

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "core/config.pb.h"
+#include "core/problem_config.h"
 
 namespace attnkit {
 

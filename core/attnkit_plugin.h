@@ -1,0 +1,184 @@
+/* The backend plugin ABI: plain C, so that a plugin built with another
+ * compiler, C++ standard library, Abseil or protobuf than the host's loads
+ * and runs safely. Nothing but these structs, integers, floats, pointers and
+ * C strings crosses the boundary.
+ *
+ * A plugin is a shared object exporting one symbol,
+ *
+ *   const attnkit_plugin* attnkit_plugin_entry(void);
+ *
+ * returning a table that lives as long as the library. Each backend it
+ * provides is an opaque instance pointer plus a function table
+ * (attnkit_backend_ops). core/plugin_sdk.h writes all of this for a C++
+ * class; core/c_backend.h is the host's side.
+ *
+ * Compatibility. Every struct starts with `struct_size`, the sizeof the
+ * writer was compiled with. Fields are only ever appended, so
+ *   - a newer host loading an older plugin reads only the fields the plugin's
+ *     struct_size covers; a missing optional function means "not provided"
+ *     and the host says so when it is needed;
+ *   - a struct the host passes in (problem, args, caps, run info) carries the
+ *     host's size; a plugin writes and reads only what both know.
+ * `abi_version` changes only when an existing field changes meaning; the host
+ * refuses a plugin whose version it does not know, naming both versions.
+ *
+ * Errors. Fallible functions return an attnkit status code (the numbering of
+ * absl::StatusCode) and write a NUL-terminated message into the caller's
+ * buffer `err` of `err_size` bytes (truncated to fit). The plugin allocates
+ * nothing the host frees: device buffers are released through the backend's
+ * own free_buffer, strings the plugin returns stay owned by it. No C++
+ * exception may leave a plugin function. */
+#ifndef ATTNKIT_CORE_ATTNKIT_PLUGIN_H_
+#define ATTNKIT_CORE_ATTNKIT_PLUGIN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ATTNKIT_PLUGIN_ABI_VERSION 1u
+#define ATTNKIT_PLUGIN_ENTRY_SYMBOL "attnkit_plugin_entry"
+
+/* Status codes (absl::StatusCode numbering). */
+enum {
+  ATTNKIT_OK = 0,
+  ATTNKIT_CANCELLED = 1,
+  ATTNKIT_UNKNOWN = 2,
+  ATTNKIT_INVALID_ARGUMENT = 3,
+  ATTNKIT_DEADLINE_EXCEEDED = 4,
+  ATTNKIT_NOT_FOUND = 5,
+  ATTNKIT_ALREADY_EXISTS = 6,
+  ATTNKIT_PERMISSION_DENIED = 7,
+  ATTNKIT_RESOURCE_EXHAUSTED = 8,
+  ATTNKIT_FAILED_PRECONDITION = 9,
+  ATTNKIT_ABORTED = 10,
+  ATTNKIT_OUT_OF_RANGE = 11,
+  ATTNKIT_UNIMPLEMENTED = 12,
+  ATTNKIT_INTERNAL = 13,
+  ATTNKIT_UNAVAILABLE = 14,
+  ATTNKIT_DATA_LOSS = 15
+};
+
+/* Element types, masks, alignments, layouts (core/dtype.h, problem.h,
+ * tensor.h use the same numbers). */
+enum { ATTNKIT_F32 = 0, ATTNKIT_F16 = 1, ATTNKIT_BF16 = 2, ATTNKIT_I32 = 3, ATTNKIT_U8 = 4 };
+enum { ATTNKIT_MASK_NONE = 0, ATTNKIT_MASK_CAUSAL = 1, ATTNKIT_MASK_SLIDING_WINDOW = 2 };
+enum { ATTNKIT_ALIGN_TOP_LEFT = 0, ATTNKIT_ALIGN_BOTTOM_RIGHT = 1 };
+enum { ATTNKIT_LAYOUT_BHTD = 0, ATTNKIT_LAYOUT_BTHD = 1 };
+
+/* One attention problem: every field of attnkit::AttentionProblem
+ * (core/problem.h gives the meaning of each). Strings and kv_lengths are
+ * borrowed for the duration of the call. */
+typedef struct attnkit_problem {
+  uint32_t struct_size;
+  int32_t dtype;    /* Q and O storage */
+  int32_t kv_dtype; /* K and V storage */
+  int32_t layout;
+  int32_t mask;
+  int32_t alignment;
+  int64_t batch, num_heads, num_kv_heads, head_dim, model_dim, q_len, kv_len;
+  int64_t window_left, window_right;
+  float scale;
+  float softcap;             /* 0 = off */
+  const int64_t* kv_lengths; /* num_kv_lengths values, or NULL */
+  int64_t num_kv_lengths;    /* 0 or batch */
+  int32_t blocked_mask, additive_bias, return_lse, poison_blocked; /* 0 or 1 */
+  int64_t nonfinite_inputs;
+  int64_t memory_budget_bytes;
+  uint64_t seed;
+  const char* name;    /* never NULL */
+  const char* backend; /* never NULL */
+} attnkit_problem;
+
+/* A strided view; data NULL means absent. Shapes and strides in elements. */
+typedef struct attnkit_tensor {
+  void* data;
+  int32_t dtype;
+  int32_t rank; /* 0..4 */
+  int64_t shape[4];
+  int64_t strides[4];
+} attnkit_tensor;
+
+/* The tensors of one call (attnkit::AttentionArgs gives shapes and rules).
+ * Data lives in memory the backend allocated (host memory for host
+ * backends). */
+typedef struct attnkit_args {
+  uint32_t struct_size;
+  attnkit_tensor q, k, v, o, lse, kv_lengths, blocked_mask, bias;
+} attnkit_args;
+
+/* What a backend can run (attnkit::Capabilities). Sets are bit masks:
+ * bit (1 << value) for each supported dtype, mask, alignment, layout. */
+typedef struct attnkit_caps {
+  uint32_t struct_size;
+  uint32_t dtypes, kv_dtypes, masks, alignments, layouts;
+  int64_t min_head_dim, max_head_dim;
+  const int64_t* head_dims; /* the only head dims, or NULL for any in range;
+                               owned by the plugin, valid while it is loaded */
+  int64_t num_head_dims;
+  int64_t max_group_size; /* 0 = any */
+  int32_t lse, kv_lengths, blocked_mask, additive_bias, softcap, deterministic;
+} attnkit_caps;
+
+/* What ran. The host zero-fills it (workspace_allocations = -1) and sets
+ * struct_size; the backend fills what it knows. */
+typedef struct attnkit_run_info {
+  uint32_t struct_size;
+  char kernel[256];              /* e.g. "flash-tiled/AVX3 q4xk16", NUL-terminated */
+  int64_t workspace_allocations; /* -1: not reported */
+} attnkit_run_info;
+
+/* A backend's functions. `self` is the instance create_backend returned.
+ * Required: destroy, name, description, capabilities, forward. The others
+ * may be NULL (or lie past an older plugin's struct_size): the host then
+ * treats the backend as a host-memory, single-threaded, always available one
+ * that accepts what its capabilities cover, and SetStream is Unimplemented. */
+typedef struct attnkit_backend_ops {
+  uint32_t struct_size;
+  void (*destroy)(void* self);
+  const char* (*name)(void* self);        /* owned by the instance */
+  const char* (*description)(void* self); /* owned by the instance */
+  void (*capabilities)(void* self, attnkit_caps* caps);
+  /* Computes o (and lse) for a problem the host validated against args and
+   * checked with supports(). */
+  int32_t (*forward)(void* self, const attnkit_problem* p, const attnkit_args* args,
+                     attnkit_run_info* info, char* err, size_t err_size);
+  int32_t (*available)(void* self, char* err, size_t err_size);
+  /* More than the capabilities: a reason a person can act on. */
+  int32_t (*supports)(void* self, const attnkit_problem* p, char* err, size_t err_size);
+  /* Memory. uses_host_memory returns 1 for host memory (then the four
+   * functions below may be NULL: the host allocates aligned host memory). */
+  int32_t (*uses_host_memory)(void* self);
+  int32_t (*allocate)(void* self, size_t bytes, void** data, char* err, size_t err_size);
+  void (*free_buffer)(void* self, void* data);
+  int32_t (*upload)(void* self, void* dst, const void* host, size_t bytes, char* err,
+                    size_t err_size);
+  int32_t (*download)(void* self, const void* src, void* host, size_t bytes, char* err,
+                      size_t err_size);
+  int32_t (*synchronize)(void* self, char* err, size_t err_size);
+  int32_t (*set_num_threads)(void* self, int32_t n, char* err, size_t err_size);
+  int32_t (*num_threads)(void* self);
+  int32_t (*set_stream)(void* self, void* stream, char* err, size_t err_size);
+} attnkit_backend_ops;
+
+/* The table attnkit_plugin_entry returns. */
+typedef struct attnkit_plugin {
+  uint32_t struct_size;
+  uint32_t abi_version; /* ATTNKIT_PLUGIN_ABI_VERSION it was built with */
+  const char* name;     /* the plugin's name, for messages */
+  uint32_t num_backends;
+  /* Creates backend `index` (< num_backends): *self and *ops on success; the
+   * host calls ops->destroy(self) when done. */
+  int32_t (*create_backend)(uint32_t index, void** self, const attnkit_backend_ops** ops, char* err,
+                            size_t err_size);
+} attnkit_plugin;
+
+typedef const attnkit_plugin* (*attnkit_plugin_entry_fn)(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* ATTNKIT_CORE_ATTNKIT_PLUGIN_H_ */

@@ -1,0 +1,39 @@
+// Conversions between the plugin C ABI's structs (core/attnkit_plugin.h) and
+// the C++ types of core/, used on both sides of the boundary: the host
+// (core/c_backend.h) turns problems and tensors into C, a plugin built from
+// this tree (core/backend_export.h) turns them back.
+#ifndef ATTNKIT_CORE_C_ABI_H_
+#define ATTNKIT_CORE_C_ABI_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/attnkit_plugin.h"
+#include "core/backend.h"
+#include "core/problem.h"
+#include "core/tensor.h"
+
+namespace attnkit {
+
+// The C view of `p`; its pointers (name, backend, kv_lengths) borrow from p.
+attnkit_problem ProblemToC(const AttentionProblem& p);
+// InvalidArgument naming the field when an enum value or count is out of
+// range; the problem's own rules are checked later (ValidateProblem).
+absl::StatusOr<AttentionProblem> ProblemFromC(const attnkit_problem& c);
+
+attnkit_tensor TensorToC(const TensorView& t);
+absl::StatusOr<TensorView> TensorFromC(const attnkit_tensor& c, const char* field);
+attnkit_args ArgsToC(const AttentionArgs& a);
+absl::StatusOr<AttentionArgs> ArgsFromC(const attnkit_args& c);
+
+// The C view of `caps`; head_dims borrows caps.head_dims.
+attnkit_caps CapsToC(const Capabilities& caps);
+Capabilities CapsFromC(const attnkit_caps& c);
+
+// absl's code numbering is the ABI's; unknown codes become Unknown.
+absl::Status StatusFromC(int32_t code, const char* message);
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_CORE_C_ABI_H_
