@@ -13,10 +13,7 @@
 namespace attnkit {
 namespace {
 
-attnkit_sdk::Status ToSdk(const absl::Status& s) {
-  if (s.ok()) return attnkit_sdk::Status{};
-  return attnkit_sdk::Status::Error(static_cast<int32_t>(s.code()), std::string(s.message()));
-}
+attnkit_sdk::Status ToSdk(const absl::Status& s) { return StatusToSdk(s); }
 
 // A byte range inside one of the backend's buffers, as a DeviceBuffer, so
 // that an address the host computed (buffer + offset) reaches the backend's

@@ -244,4 +244,9 @@ absl::Status StatusFromC(int32_t code, const char* message) {
   return absl::Status(c, message != nullptr ? message : "");
 }
 
+attnkit_sdk::Status StatusToSdk(const absl::Status& s) {
+  if (s.ok()) return attnkit_sdk::Status{};
+  return attnkit_sdk::Status::Error(static_cast<int32_t>(s.code()), std::string(s.message()));
+}
+
 }  // namespace attnkit

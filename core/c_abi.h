@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "core/attnkit_plugin.h"
 #include "core/backend.h"
+#include "core/plugin_sdk.h"
 #include "core/problem.h"
 #include "core/tensor.h"
 
@@ -33,6 +34,7 @@ Capabilities CapsFromC(const attnkit_caps& c);
 
 // absl's code numbering is the ABI's; unknown codes become Unknown.
 absl::Status StatusFromC(int32_t code, const char* message);
+attnkit_sdk::Status StatusToSdk(const absl::Status& s);
 
 }  // namespace attnkit
 

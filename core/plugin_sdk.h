@@ -108,7 +108,8 @@ using Factory = std::unique_ptr<Backend> (*)(uint32_t index);
 
 namespace internal {
 
-inline void WriteError(const std::string& message, char* err, size_t err_size) {
+// Copies `message` into err[err_size] NUL-terminated, truncated to fit.
+inline void CopyCString(const std::string& message, char* err, size_t err_size) {
   if (err == nullptr || err_size == 0) return;
   const size_t n = std::min(message.size(), err_size - 1);
   std::memcpy(err, message.data(), n);
@@ -120,12 +121,12 @@ template <class Fn>
 int32_t Guard(char* err, size_t err_size, Fn&& fn) {
   try {
     const Status s = fn();
-    if (!s.ok()) WriteError(s.message, err, err_size);
+    if (!s.ok()) CopyCString(s.message, err, err_size);
     return s.code;
   } catch (const std::exception& e) {
-    WriteError(std::string("exception in plugin: ") + e.what(), err, err_size);
+    CopyCString(std::string("C++ exception: ") + e.what(), err, err_size);
   } catch (...) {
-    WriteError("unknown exception in plugin", err, err_size);
+    CopyCString("unknown C++ exception", err, err_size);
   }
   return ATTNKIT_INTERNAL;
 }

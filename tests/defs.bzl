@@ -1,10 +1,12 @@
 """backend_test: a cc_test run on every registered backend and on the
-reference plugin, loaded through the dlopen route, plus the CUDA plugin
+plugins, loaded through the dlopen route: the reference plugin, the plugin
+built with clang and libc++ (//tests:libcxx_plugin), and the CUDA plugin
 when CUDA is built (it skips its cases with the reason when no GPU is usable)."""
 
 load("//backends/cuda:build_defs.bzl", "if_cuda")
 
 _PLUGIN = "//backends/reference:libattnkit_reference_plugin.so"
+_LIBCXX_PLUGIN = "//tests:abi/libattnkit_libcxx_plugin.so"
 _CUDA_PLUGIN = "//backends/cuda:libattnkit_cuda.so"
 
 def backend_test(name, srcs, deps = [], size = "medium", **kwargs):
@@ -12,9 +14,11 @@ def backend_test(name, srcs, deps = [], size = "medium", **kwargs):
         name = name,
         srcs = srcs,
         size = size,
-        args = ["--plugin=$(rootpath %s)" % _PLUGIN] +
-               if_cuda(["--plugin=$(rootpath %s)" % _CUDA_PLUGIN]),
-        data = [_PLUGIN] + if_cuda([_CUDA_PLUGIN]),
+        args = [
+            "--plugin=$(rootpath %s)" % _PLUGIN,
+            "--plugin=$(rootpath %s)" % _LIBCXX_PLUGIN,
+        ] + if_cuda(["--plugin=$(rootpath %s)" % _CUDA_PLUGIN]),
+        data = [_PLUGIN, _LIBCXX_PLUGIN] + if_cuda([_CUDA_PLUGIN]),
         deps = deps + [
             "//tests:backend_test_env",
             "//backends:builtin",

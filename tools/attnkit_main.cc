@@ -133,20 +133,30 @@ int main(int argc, char** argv) {
   }
   const std::string command = args[1];
 
-  attnkit::BackendRegistry& registry = attnkit::GlobalRegistry();
-  const std::string plugins = absl::GetFlag(FLAGS_plugins);
-  std::set<std::string> named;
-  for (absl::string_view path : absl::StrSplit(plugins, ':', absl::SkipEmpty())) {
-    named.insert(RealPath(std::string(path)));
-    const absl::Status s = registry.LoadPlugin(std::string(path));
-    if (!s.ok()) std::fprintf(stderr, "attnkit: warning: %s\n", std::string(s.message()).c_str());
-  }
-  if (const char* env = std::getenv(attnkit::kPluginPathEnv)) {
-    for (absl::string_view path : absl::StrSplit(env, ':', absl::SkipEmpty())) {
-      named.insert(RealPath(std::string(path)));
-    }
-  }
-  LoadBundledPlugins(registry, argv[0], named);
+  // The registry, with every plugin loaded, on first use: commands that need
+  // no backend (cost, verify, inputs, peak) load no plugin and probe no GPU.
+  auto registry = [&argv]() -> attnkit::BackendRegistry& {
+    static attnkit::BackendRegistry* loaded = [&argv] {
+      attnkit::BackendRegistry* r = &attnkit::GlobalRegistry();
+      std::set<std::string> named;
+      for (absl::string_view path :
+           absl::StrSplit(absl::GetFlag(FLAGS_plugins), ':', absl::SkipEmpty())) {
+        named.insert(RealPath(std::string(path)));
+        const absl::Status s = r->LoadPlugin(std::string(path));
+        if (!s.ok()) {
+          std::fprintf(stderr, "attnkit: warning: %s\n", std::string(s.message()).c_str());
+        }
+      }
+      if (const char* env = std::getenv(attnkit::kPluginPathEnv)) {
+        for (absl::string_view path : absl::StrSplit(env, ':', absl::SkipEmpty())) {
+          named.insert(RealPath(std::string(path)));
+        }
+      }
+      LoadBundledPlugins(*r, argv[0], named);
+      return r;
+    }();
+    return *loaded;
+  };
 
   attnkit::CliOptions options;
   options.config = absl::GetFlag(FLAGS_config);
@@ -186,27 +196,27 @@ int main(int argc, char** argv) {
 
   absl::Status status;
   if (command == "backends") {
-    status = attnkit::BackendsCommand(registry, std::cout);
+    status = attnkit::BackendsCommand(registry(), std::cout);
   } else if (command == "run") {
-    status = attnkit::RunCommand(registry, options, std::cout);
+    status = attnkit::RunCommand(registry(), options, std::cout);
   } else if (command == "verify") {
     status = attnkit::VerifyCommand(options, std::cout);
   } else if (command == "inputs") {
     status = attnkit::InputsCommand(options, std::cout);
   } else if (command == "check") {
-    status = attnkit::CheckCommand(registry, options, std::cout);
+    status = attnkit::CheckCommand(registry(), options, std::cout);
   } else if (command == "cost") {
     status = attnkit::CostCommand(options, std::cout);
   } else if (command == "peak") {
     status = attnkit::PeakCommand(options, std::cout);
   } else if (command == "compare") {
-    status = attnkit::CompareCommand(registry, options, std::cout, std::cerr);
+    status = attnkit::CompareCommand(registry(), options, std::cout, std::cerr);
   } else if (command == "fuzz") {
-    status = attnkit::FuzzCommand(registry, options, std::cout);
+    status = attnkit::FuzzCommand(registry(), options, std::cout);
   } else if (command == "tune") {
-    status = attnkit::TuneCommand(registry, options, std::cout, std::cerr);
+    status = attnkit::TuneCommand(registry(), options, std::cout, std::cerr);
   } else if (command == "generate") {
-    status = attnkit::GenerateCommand(registry, options, generate, std::cout);
+    status = attnkit::GenerateCommand(registry(), options, generate, std::cout);
   } else {
     std::fprintf(stderr, "attnkit: unknown command '%s'\n%s\n", command.c_str(), kUsage);
     return 2;

@@ -8,7 +8,7 @@ PACKAGES=(
   bazel-bootstrap bazel-platforms default-jdk-headless
   g++ libabsl-dev libhwy-dev libgtest-dev libgmock-dev libbenchmark-dev
   libprotobuf-dev protobuf-compiler libopenblas-dev
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev libc++-14-dev libc++abi-14-dev
 )
 
 missing=()

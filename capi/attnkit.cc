@@ -1,0 +1,227 @@
+// The C API (capi/attnkit.h) over the registry, the built-in backends and
+// `auto` selection. Every entry point catches what C++ could throw and turns
+// absl::Status into a code plus message.
+#include "capi/attnkit.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "backends/auto_select.h"
+#include "backends/builtin.h"
+#include "core/c_abi.h"
+#include "core/registry.h"
+#include "core/status_macros.h"
+
+struct attnkit_context {
+  attnkit::BackendRegistry registry;
+  // Capabilities per backend, so that attnkit_backend_info's head_dims
+  // pointer stays valid as long as the context.
+  std::vector<attnkit::Capabilities> caps;
+};
+
+namespace {
+
+using attnkit::AttentionArgs;
+using attnkit::AttentionProblem;
+using attnkit::Backend;
+
+void CopyString(const std::string& s, char* buf, size_t size) {
+  attnkit_sdk::internal::CopyCString(s, buf, size);
+}
+
+// Runs fn (returning absl::Status) with no exception escaping: the SDK's
+// guard, which plugins use too.
+template <class Fn>
+int32_t Guard(char* err, size_t err_size, Fn&& fn) {
+  return attnkit_sdk::internal::Guard(err, err_size, [&] { return attnkit::StatusToSdk(fn()); });
+}
+
+absl::Status RequireContext(const attnkit_context* ctx) {
+  if (ctx == nullptr) return absl::InvalidArgumentError("ctx is NULL");
+  return absl::OkStatus();
+}
+
+absl::Status RequireStructSize(uint32_t size, size_t minimum, const char* what) {
+  if (size < minimum) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s.struct_size (%u) is smaller than the %u bytes of its first fields; set it to "
+        "sizeof(%s)",
+        what, size, minimum, what));
+  }
+  return absl::OkStatus();
+}
+
+// The problem `p` describes, with scale 0 meaning 1/sqrt(head_dim),
+// validated.
+absl::StatusOr<AttentionProblem> ProblemOf(const attnkit_problem* p) {
+  if (p == nullptr) return absl::InvalidArgumentError("problem is NULL");
+  ATTNKIT_RETURN_IF_ERROR(RequireStructSize(
+      p->struct_size, offsetof(attnkit_problem, backend) + sizeof(char*), "attnkit_problem"));
+  attnkit_problem c;
+  std::memset(&c, 0, sizeof(c));
+  std::memcpy(&c, p, std::min<size_t>(p->struct_size, sizeof(c)));
+  ATTNKIT_ASSIGN_OR_RETURN(AttentionProblem problem, attnkit::ProblemFromC(c));
+  if (problem.scale == 0.0f && problem.head_dim > 0) {
+    problem.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(problem.head_dim)));
+  }
+  if (problem.model_dim == 0) problem.model_dim = problem.num_heads * problem.head_dim;
+  if (problem.backend.empty()) problem.backend = "auto";
+  ATTNKIT_RETURN_IF_ERROR(attnkit::ValidateProblem(problem));
+  return problem;
+}
+
+absl::StatusOr<Backend*> FindBackend(attnkit_context* ctx, const char* name) {
+  ATTNKIT_RETURN_IF_ERROR(RequireContext(ctx));
+  if (name == nullptr) return absl::InvalidArgumentError("backend name is NULL");
+  return ctx->registry.Find(name);
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* attnkit_version(void) { return "attnkit (c-api 1, plugin abi 1)"; }
+
+int32_t attnkit_context_create(const char* plugin_paths, attnkit_context** out, char* err,
+                               size_t err_size) {
+  return Guard(err, err_size, [&]() -> absl::Status {
+    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
+    *out = nullptr;
+    auto ctx = std::make_unique<attnkit_context>();
+    attnkit::RegisterBuiltinBackends(&ctx->registry);
+    if (plugin_paths != nullptr) ctx->registry.LoadPluginList(plugin_paths);
+    if (const char* env = std::getenv(attnkit::kPluginPathEnv)) ctx->registry.LoadPluginList(env);
+    for (Backend* b : ctx->registry.All()) ctx->caps.push_back(b->Caps());
+    *out = ctx.release();
+    return absl::OkStatus();
+  });
+}
+
+void attnkit_context_destroy(attnkit_context* ctx) { delete ctx; }
+
+int32_t attnkit_num_plugin_failures(const attnkit_context* ctx) {
+  return ctx == nullptr ? 0 : static_cast<int32_t>(ctx->registry.plugin_failures().size());
+}
+
+int32_t attnkit_plugin_failure(const attnkit_context* ctx, int32_t index, char* buf,
+                               size_t buf_size) {
+  return Guard(buf, buf_size, [&]() -> absl::Status {
+    ATTNKIT_RETURN_IF_ERROR(RequireContext(ctx));
+    const std::vector<attnkit::PluginFailure> failures = ctx->registry.plugin_failures();
+    if (index < 0 || index >= static_cast<int32_t>(failures.size())) {
+      return absl::OutOfRangeError(
+          absl::StrFormat("plugin failure index %d is outside [0, %d)", index, failures.size()));
+    }
+    CopyString(std::string(failures[index].status.message()), buf, buf_size);
+    return absl::OkStatus();
+  });
+}
+
+int32_t attnkit_num_backends(const attnkit_context* ctx) {
+  return ctx == nullptr ? 0 : static_cast<int32_t>(ctx->caps.size());
+}
+
+int32_t attnkit_backend_info_get(const attnkit_context* ctx, int32_t index,
+                                 attnkit_backend_info* info, char* err, size_t err_size) {
+  return Guard(err, err_size, [&]() -> absl::Status {
+    ATTNKIT_RETURN_IF_ERROR(RequireContext(ctx));
+    if (info == nullptr) return absl::InvalidArgumentError("info is NULL");
+    ATTNKIT_RETURN_IF_ERROR(RequireStructSize(
+        info->struct_size, offsetof(attnkit_backend_info, caps) + sizeof(attnkit_caps),
+        "attnkit_backend_info"));
+    const std::vector<Backend*> all = ctx->registry.All();
+    if (index < 0 || index >= static_cast<int32_t>(all.size())) {
+      return absl::OutOfRangeError(
+          absl::StrFormat("backend index %d is outside [0, %d)", index, all.size()));
+    }
+    Backend* b = all[index];
+    CopyString(b->Name(), info->name, sizeof(info->name));
+    CopyString(b->Description(), info->description, sizeof(info->description));
+    const absl::Status available = b->Available();
+    info->available = static_cast<int32_t>(available.code());
+    CopyString(std::string(available.message()), info->unavailable_reason,
+               sizeof(info->unavailable_reason));
+    info->uses_host_memory = b->UsesHostMemory() ? 1 : 0;
+    info->caps = attnkit::CapsToC(ctx->caps[index]);
+    return absl::OkStatus();
+  });
+}
+
+void attnkit_problem_init(attnkit_problem* p) {
+  if (p == nullptr) return;
+  std::memset(p, 0, sizeof(*p));
+  p->struct_size = sizeof(*p);
+  p->dtype = p->kv_dtype = ATTNKIT_F32;
+  p->layout = ATTNKIT_LAYOUT_BHTD;
+  p->mask = ATTNKIT_MASK_NONE;
+  p->alignment = ATTNKIT_ALIGN_BOTTOM_RIGHT;
+  p->batch = 1;
+  p->memory_budget_bytes = attnkit::kDefaultMemoryBudgetBytes;
+  p->name = "";
+  p->backend = "auto";
+}
+
+int32_t attnkit_problem_validate(const attnkit_problem* p, char* err, size_t err_size) {
+  return Guard(err, err_size, [&]() { return ProblemOf(p).status(); });
+}
+
+int32_t attnkit_run(attnkit_context* ctx, const char* backend, const attnkit_problem* p,
+                    const attnkit_args* args, attnkit_run_result* result, char* err,
+                    size_t err_size) {
+  return Guard(err, err_size, [&]() -> absl::Status {
+    ATTNKIT_RETURN_IF_ERROR(RequireContext(ctx));
+    ATTNKIT_ASSIGN_OR_RETURN(const AttentionProblem problem, ProblemOf(p));
+    if (args == nullptr) return absl::InvalidArgumentError("args is NULL");
+    ATTNKIT_RETURN_IF_ERROR(RequireStructSize(
+        args->struct_size, offsetof(attnkit_args, bias) + sizeof(attnkit_tensor), "attnkit_args"));
+    if (result != nullptr) {
+      ATTNKIT_RETURN_IF_ERROR(
+          RequireStructSize(result->struct_size,
+                            offsetof(attnkit_run_result, workspace_allocations) + sizeof(int64_t),
+                            "attnkit_run_result"));
+    }
+    ATTNKIT_ASSIGN_OR_RETURN(const AttentionArgs a, attnkit::ArgsFromC(*args));
+    const std::string name = backend != nullptr ? backend : problem.backend;
+    ATTNKIT_ASSIGN_OR_RETURN(const attnkit::Selection selection,
+                             attnkit::SelectBackend(ctx->registry, name, problem));
+    attnkit::RunInfo info;
+    ATTNKIT_RETURN_IF_ERROR(selection.backend->Forward(problem, a, &info));
+    ATTNKIT_RETURN_IF_ERROR(selection.backend->Synchronize());
+    if (result != nullptr) {
+      CopyString(info.backend, result->backend, sizeof(result->backend));
+      CopyString(info.kernel, result->kernel, sizeof(result->kernel));
+      CopyString(selection.reason, result->reason, sizeof(result->reason));
+      result->workspace_allocations = info.workspace_allocations;
+    }
+    return absl::OkStatus();
+  });
+}
+
+int32_t attnkit_set_num_threads(attnkit_context* ctx, const char* backend, int32_t n, char* err,
+                                size_t err_size) {
+  return Guard(err, err_size, [&]() -> absl::Status {
+    ATTNKIT_ASSIGN_OR_RETURN(Backend * b, FindBackend(ctx, backend));
+    if (n < 1) {
+      return absl::InvalidArgumentError(absl::StrFormat("threads (%d) must be >= 1", n));
+    }
+    return b->SetNumThreads(n);
+  });
+}
+
+int32_t attnkit_set_stream(attnkit_context* ctx, const char* backend, void* stream, char* err,
+                           size_t err_size) {
+  return Guard(err, err_size, [&]() -> absl::Status {
+    ATTNKIT_ASSIGN_OR_RETURN(Backend * b, FindBackend(ctx, backend));
+    return b->SetStream(stream);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,144 @@
+// A backend plugin built the way an outside author would build one, with
+// another compiler and C++ standard library than the host (clang-14 and
+// libc++, tests/BUILD), against nothing of attnkit but the SDK headers
+// (core/plugin_sdk.h, core/attnkit_plugin.h) and the header-only mask rules
+// (core/mask.h). The backend suites load it into the g++/libstdc++ host and
+// hold it to the fp64 reference like every other backend.
+//
+// "libcxx-naive": direct attention in double precision over f32 tensors of
+// any strides (both layouts), every mask and alignment, GQA, kv_lengths,
+// dense blocked mask, additive bias, softcap and LSE, following the NaN/Inf
+// rule of core/reference.h. Its internals use libc++'s std::vector and
+// std::string on purpose: none of them crosses the C table.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/mask.h"
+#include "core/plugin_sdk.h"
+
+namespace {
+
+using attnkit_sdk::Status;
+
+float Load(const attnkit_tensor& t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+  const float* d = static_cast<const float*>(t.data);
+  return d[i0 * t.strides[0] + i1 * t.strides[1] + i2 * t.strides[2] + i3 * t.strides[3]];
+}
+
+class NaiveBackend : public attnkit_sdk::Backend {
+ public:
+  const char* Name() override { return name_.c_str(); }
+  const char* Description() override { return description_.c_str(); }
+
+  void Capabilities(attnkit_caps* caps) override {
+    caps->dtypes = caps->kv_dtypes = 1u << ATTNKIT_F32;
+    caps->masks = (1u << ATTNKIT_MASK_NONE) | (1u << ATTNKIT_MASK_CAUSAL) |
+                  (1u << ATTNKIT_MASK_SLIDING_WINDOW);
+    caps->alignments = (1u << ATTNKIT_ALIGN_TOP_LEFT) | (1u << ATTNKIT_ALIGN_BOTTOM_RIGHT);
+    caps->layouts = (1u << ATTNKIT_LAYOUT_BHTD) | (1u << ATTNKIT_LAYOUT_BTHD);
+    caps->min_head_dim = 1;
+    caps->max_head_dim = 1024;
+    caps->lse = caps->kv_lengths = caps->blocked_mask = caps->additive_bias = caps->softcap = 1;
+    caps->deterministic = 1;
+  }
+
+  Status Forward(const attnkit_problem& p, const attnkit_args& a, attnkit_run_info* info) override {
+    attnkit::MaskParams mask;
+    mask.q_len = p.q_len;
+    mask.bottom_right = p.alignment == ATTNKIT_ALIGN_BOTTOM_RIGHT;
+    if (p.mask == ATTNKIT_MASK_CAUSAL) {
+      mask.right = 0;
+    } else if (p.mask == ATTNKIT_MASK_SLIDING_WINDOW) {
+      mask.left = p.window_left;
+      mask.right = p.window_right;
+    }
+    const int64_t group = p.num_heads / p.num_kv_heads;
+    std::vector<double> acc(static_cast<size_t>(p.head_dim));
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const int64_t kv_length = p.num_kv_lengths > 0 ? p.kv_lengths[b] : p.kv_len;
+      for (int64_t h = 0; h < p.num_heads; ++h) {
+        const int64_t g = h / group;
+        for (int64_t i = 0; i < p.q_len; ++i) {
+          const attnkit::KeyRange keys = attnkit::VisibleKeys(mask, i, kv_length);
+          double max = -std::numeric_limits<double>::infinity(), sum = 0;
+          bool bad = false;
+          std::fill(acc.begin(), acc.end(), 0.0);
+          for (int64_t j = keys.begin; j < keys.end; ++j) {
+            if (a.blocked_mask.data != nullptr &&
+                static_cast<const uint8_t*>(
+                    a.blocked_mask
+                        .data)[b * a.blocked_mask.strides[0] + h * a.blocked_mask.strides[1] +
+                               i * a.blocked_mask.strides[2] + j * a.blocked_mask.strides[3]] !=
+                    0) {
+              continue;
+            }
+            const double bias = a.bias.data != nullptr ? Load(a.bias, b, h, i, j) : 0.0;
+            if (bias == -std::numeric_limits<double>::infinity()) continue;  // blocks the pair
+            double s = 0;
+            for (int64_t c = 0; c < p.head_dim; ++c) {
+              s += double(Load(a.q, b, h, i, c)) * Load(a.k, b, g, j, c);
+            }
+            s *= p.scale;
+            bad = bad || !std::isfinite(s) || !(bias < std::numeric_limits<double>::infinity());
+            if (p.softcap > 0) s = p.softcap * std::tanh(s / p.softcap);
+            s += bias;
+            bool v_bad = false;
+            for (int64_t c = 0; c < p.head_dim; ++c) {
+              v_bad = v_bad || !std::isfinite(Load(a.v, b, g, j, c));
+            }
+            bad = bad || v_bad;
+            if (bad) continue;  // the row is NaN whatever else it reads
+            const double m = std::max(max, s);
+            const double alpha = std::exp(max - m), w = std::exp(s - m);
+            sum = sum * alpha + w;
+            for (int64_t c = 0; c < p.head_dim; ++c) {
+              acc[c] = acc[c] * alpha + w * Load(a.v, b, g, j, c);
+            }
+            max = m;
+          }
+          const double nan = std::numeric_limits<double>::quiet_NaN();
+          float* o = static_cast<float*>(a.o.data);
+          for (int64_t c = 0; c < p.head_dim; ++c) {
+            o[b * a.o.strides[0] + h * a.o.strides[1] + i * a.o.strides[2] + c * a.o.strides[3]] =
+                static_cast<float>(bad ? nan : (sum > 0 ? acc[c] / sum : 0));
+          }
+          if (p.return_lse) {
+            float* lse = static_cast<float*>(a.lse.data);
+            lse[b * a.lse.strides[0] + h * a.lse.strides[1] + i * a.lse.strides[2]] =
+                static_cast<float>(bad ? nan
+                                       : (sum > 0 ? max + std::log(sum)
+                                                  : -std::numeric_limits<double>::infinity()));
+          }
+        }
+      }
+    }
+    std::snprintf(info->kernel, sizeof(info->kernel), "naive-f64 (%s)", compiler_.c_str());
+    return Status{};
+  }
+
+ private:
+  const std::string name_ = "libcxx-naive";
+  const std::string description_ =
+      "direct fp64-accumulated attention from a plugin built with clang and libc++ (ABI test)";
+#if defined(__clang__) && defined(_LIBCPP_VERSION)
+  const std::string compiler_ =
+      "clang " __clang_version__ ", libc++ " + std::to_string(_LIBCPP_VERSION);
+#else
+  const std::string compiler_ = "not clang with libc++";
+#endif
+};
+
+std::unique_ptr<attnkit_sdk::Backend> Create(uint32_t index) {
+  if (index != 0) return nullptr;
+  return std::make_unique<NaiveBackend>();
+}
+
+}  // namespace
+
+ATTNKIT_EXPORT_PLUGIN("libcxx-naive", 1, Create)
