@@ -21,10 +21,8 @@ tests=(//tests:conformance_test //tests:property_test //tests:diff_fuzz_test
 others=(//tools:attnkit //benchmarks:cuda_bench //backends/cuda:libattnkit_cuda.so
   //backends/reference:libattnkit_reference_plugin.so)
 # Linked as Bazel links the tests (our libraries as shared objects, copied
-# below with Debian's): the plugins carry their own copy of core/, and the
-# host's exported symbols must interpose on it, or config.proto registers
-# twice with protobuf and the process aborts (issue 14 replaces this with a C
-# ABI).
+# below with Debian's). The plugins cross the C ABI and keep their own copy
+# of core/ local (core/plugin.bzl), so nothing relies on interposition.
 flags=(-c opt --config=cuda --jobs="${ATTNKIT_JOBS:-2}")
 bazel build "${flags[@]}" "${tests[@]}" "${others[@]}"
 bin=$(bazel info "${flags[@]}" bazel-bin 2> /dev/null)
