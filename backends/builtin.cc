@@ -14,11 +14,21 @@ std::unique_ptr<Backend> LinkedThroughCAbi(std::unique_ptr<Backend> backend) {
   return AdoptSdkBackend(ExportBackend(std::move(backend)));
 }
 
+std::vector<std::string> BuiltinBackendNames() { return {"highway", "blas", "reference"}; }
+
+std::unique_ptr<Backend> MakeBuiltinBackend(const std::string& name) {
+  // One line per built-in backend.
+  if (name == "highway") return MakeHighwayBackend();
+  if (name == "blas") return MakeBlasBackend();
+  if (name == "reference") return MakeReferenceBackend();
+  return nullptr;
+}
+
 void RegisterBuiltinBackends(BackendRegistry* registry) {
-  // One line per built-in backend; the registry rejects duplicate names.
-  registry->Register(LinkedThroughCAbi(MakeHighwayBackend())).IgnoreError();
-  registry->Register(LinkedThroughCAbi(MakeBlasBackend())).IgnoreError();
-  registry->Register(LinkedThroughCAbi(MakeReferenceBackend())).IgnoreError();
+  // The registry rejects duplicate names.
+  for (const std::string& name : BuiltinBackendNames()) {
+    registry->Register(LinkedThroughCAbi(MakeBuiltinBackend(name))).IgnoreError();
+  }
 }
 
 const std::vector<std::string>& DefaultAutoOrder() {

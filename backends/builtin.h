@@ -18,6 +18,11 @@ namespace attnkit {
 // back with core/c_backend.h), as a plugin exporting it would be.
 std::unique_ptr<Backend> LinkedThroughCAbi(std::unique_ptr<Backend> backend);
 
+// The built-in backends by name ("highway", "blas", "reference"), and one of
+// them made afresh (nullptr for another name).
+std::vector<std::string> BuiltinBackendNames();
+std::unique_ptr<Backend> MakeBuiltinBackend(const std::string& name);
+
 // Registers every backend linked into this binary, each LinkedThroughCAbi.
 void RegisterBuiltinBackends(BackendRegistry* registry);
 

@@ -22,7 +22,8 @@ BackendRegistry::~BackendRegistry() {
   backends_.clear();
 }
 
-absl::Status BackendRegistry::Register(std::unique_ptr<Backend> backend) {
+absl::Status BackendRegistry::Register(std::unique_ptr<Backend> backend,
+                                       const std::string& origin) {
   if (backend == nullptr) return absl::InvalidArgumentError("cannot register a null backend");
   absl::MutexLock lock(&mu_);
   const std::string name = backend->Name();
@@ -33,6 +34,7 @@ absl::Status BackendRegistry::Register(std::unique_ptr<Backend> backend) {
     }
   }
   backends_.push_back(std::move(backend));
+  origins_.push_back(origin);
   return absl::OkStatus();
 }
 
@@ -81,8 +83,7 @@ absl::Status BackendRegistry::LoadPlugin(const std::string& path) {
     handles_.push_back(handle);
   }
   for (auto& b : created) {
-    const std::string name = b->Name();
-    const absl::Status s = Register(std::move(b));
+    const absl::Status s = Register(std::move(b), path);
     if (!s.ok())
       return fail(absl::Status(s.code(), absl::StrCat("plugin ", path, ": ", s.message())));
   }
@@ -93,6 +94,14 @@ void BackendRegistry::LoadPluginList(const std::string& paths) {
   for (absl::string_view path : absl::StrSplit(paths, ':', absl::SkipEmpty())) {
     LoadPlugin(std::string(path)).IgnoreError();  // recorded in failures_
   }
+}
+
+std::string BackendRegistry::Origin(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < backends_.size(); ++i) {
+    if (backends_[i]->Name() == name) return origins_[i];
+  }
+  return "";
 }
 
 absl::StatusOr<Backend*> BackendRegistry::Find(const std::string& name) const {

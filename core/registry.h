@@ -37,8 +37,9 @@ class BackendRegistry {
   BackendRegistry& operator=(const BackendRegistry&) = delete;
   ~BackendRegistry();
 
-  // AlreadyExists when a backend of the same name is registered.
-  absl::Status Register(std::unique_ptr<Backend> backend);
+  // AlreadyExists when a backend of the same name is registered. `origin`
+  // says where it came from, for `attnkit backends`.
+  absl::Status Register(std::unique_ptr<Backend> backend, const std::string& origin = "linked in");
   // Loads every backend of the plugin at `path`. On failure the error names
   // the file and the reason; it is also kept for plugin_failures().
   absl::Status LoadPlugin(const std::string& path);
@@ -52,6 +53,9 @@ class BackendRegistry {
   absl::StatusOr<std::vector<Backend*>> FindAll(const std::vector<std::string>& names) const;
   std::vector<std::string> Names() const;
   std::vector<PluginFailure> plugin_failures() const;
+  // Where backend `name` came from: "linked in", or the plugin file; empty
+  // for an unknown name.
+  std::string Origin(const std::string& name) const;
 
   // Resolves a backend name for `p`: a name must exist and support p; "auto"
   // takes the first backend in `auto_order` that supports p.
@@ -61,6 +65,7 @@ class BackendRegistry {
  private:
   mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<Backend>> backends_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> origins_ ABSL_GUARDED_BY(mu_);  // one per backend
   std::vector<PluginFailure> failures_ ABSL_GUARDED_BY(mu_);
   std::vector<void*> handles_ ABSL_GUARDED_BY(mu_);
 };

@@ -4,6 +4,7 @@
 // else; the commands live in tools/cli/.
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +17,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "backends/builtin.h"
 #include "tools/cli/commands.h"
@@ -84,7 +87,12 @@ constexpr char kUsage[] =
 
 // Plugins built together with this binary (its Bazel data, e.g. the CUDA
 // plugin when CUDA is built), as paths inside the runfiles tree.
-constexpr const char* kBundledPlugins[] = {"backends/cuda/libattnkit_cuda.so"};
+// Every backend is a plugin beside the binary (its runfiles); a CPU backend
+// whose plugin is missing falls back to the copy linked into attnkit, and
+// `attnkit backends` says so and where it looked.
+constexpr const char* kBundledPlugins[] = {
+    "backends/plugins/libattnkit_highway.so", "backends/plugins/libattnkit_blas.so",
+    "backends/plugins/libattnkit_reference.so", "backends/cuda/libattnkit_cuda.so"};
 
 std::string RealPath(const std::string& path) {
   char buffer[PATH_MAX];
@@ -104,12 +112,18 @@ std::vector<std::string> RunfilesDirs(const char* argv0) {
 }
 
 // Loads each bundled plugin found in the runfiles, unless the same file was
-// already named by --plugins or $ATTNKIT_PLUGIN_PATH (`loaded`).
-void LoadBundledPlugins(attnkit::BackendRegistry& registry, const char* argv0,
-                        const std::set<std::string>& loaded) {
+// already named by --plugins or $ATTNKIT_PLUGIN_PATH (`loaded`). Returns the
+// folders it looked in.
+std::vector<std::string> LoadBundledPlugins(attnkit::BackendRegistry& registry, const char* argv0,
+                                            const std::set<std::string>& loaded) {
+  std::vector<std::string> looked;
+  for (const std::string& dir : RunfilesDirs(argv0)) {
+    const std::string folder = dir + "/attnkit";
+    if (std::find(looked.begin(), looked.end(), folder) == looked.end()) looked.push_back(folder);
+  }
   for (const char* relative : kBundledPlugins) {
-    for (const std::string& dir : RunfilesDirs(argv0)) {
-      const std::string path = dir + "/attnkit/" + relative;
+    for (const std::string& dir : looked) {
+      const std::string path = dir + "/" + relative;
       if (access(path.c_str(), F_OK) != 0) continue;
       if (loaded.count(RealPath(path)) == 0) {
         const absl::Status s = registry.LoadPlugin(path);
@@ -120,6 +134,7 @@ void LoadBundledPlugins(attnkit::BackendRegistry& registry, const char* argv0,
       break;
     }
   }
+  return looked;
 }
 
 }  // namespace
@@ -137,22 +152,30 @@ int main(int argc, char** argv) {
   // no backend (cost, verify, inputs, peak) load no plugin and probe no GPU.
   auto registry = [&argv]() -> attnkit::BackendRegistry& {
     static attnkit::BackendRegistry* loaded = [&argv] {
-      attnkit::BackendRegistry* r = &attnkit::GlobalRegistry();
+      auto* r = new attnkit::BackendRegistry();
       std::set<std::string> named;
-      for (absl::string_view path :
-           absl::StrSplit(absl::GetFlag(FLAGS_plugins), ':', absl::SkipEmpty())) {
-        named.insert(RealPath(std::string(path)));
+      std::string paths = absl::GetFlag(FLAGS_plugins);
+      if (const char* env = std::getenv(attnkit::kPluginPathEnv)) {
+        paths = absl::StrCat(paths, ":", env);
+      }
+      for (absl::string_view path : absl::StrSplit(paths, ':', absl::SkipEmpty())) {
+        // The same file named twice (flag and environment) loads once.
+        if (!named.insert(RealPath(std::string(path))).second) continue;
         const absl::Status s = r->LoadPlugin(std::string(path));
         if (!s.ok()) {
           std::fprintf(stderr, "attnkit: warning: %s\n", std::string(s.message()).c_str());
         }
       }
-      if (const char* env = std::getenv(attnkit::kPluginPathEnv)) {
-        for (absl::string_view path : absl::StrSplit(env, ':', absl::SkipEmpty())) {
-          named.insert(RealPath(std::string(path)));
-        }
+      const std::vector<std::string> looked = LoadBundledPlugins(*r, argv[0], named);
+      // CPU backends no plugin provided: the linked-in copies, through the
+      // same C table (names already registered are refused and kept).
+      for (const std::string& name : attnkit::BuiltinBackendNames()) {
+        if (r->Find(name).ok()) continue;
+        r->Register(attnkit::LinkedThroughCAbi(attnkit::MakeBuiltinBackend(name)),
+                    absl::StrCat("linked into attnkit (no plugin for it in ",
+                                 absl::StrJoin(looked, ", "), ")"))
+            .IgnoreError();
       }
-      LoadBundledPlugins(*r, argv[0], named);
       return r;
     }();
     return *loaded;

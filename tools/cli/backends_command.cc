@@ -11,7 +11,7 @@ absl::Status BackendsCommand(const BackendRegistry& registry, std::ostream& out)
     out << b->Name() << ": "
         << (available.ok() ? std::string("available")
                            : absl::StrCat("unavailable: ", available.message()))
-        << "\n  " << b->Description() << "\n  "
+        << "\n  " << b->Description() << "\n  from: " << registry.Origin(b->Name()) << "\n  "
         << absl::StrReplaceAll(absl::StripSuffix(b->Caps().Describe(), "\n"), {{"\n", "\n  "}});
     out << "\n";
   }
