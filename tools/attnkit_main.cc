@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <set>
 #include <string>
@@ -111,19 +112,34 @@ std::vector<std::string> RunfilesDirs(const char* argv0) {
   return dirs;
 }
 
-// Loads each bundled plugin found in the runfiles, unless the same file was
-// already named by --plugins or $ATTNKIT_PLUGIN_PATH (`loaded`). Returns the
-// folders it looked in.
+// Where the bundled plugin `relative` (a runfiles path) may be: in each
+// runfiles folder, then in the `plugins` folder beside the binary (an
+// installed or copied attnkit: bin/attnkit next to bin/plugins/*.so).
+std::vector<std::string> PluginCandidates(const std::vector<std::string>& runfiles,
+                                          const std::string& exe_dir, const char* relative) {
+  std::vector<std::string> out;
+  for (const std::string& dir : runfiles) out.push_back(dir + "/" + relative);
+  const char* base = std::strrchr(relative, '/');
+  out.push_back(exe_dir + "/plugins/" + (base != nullptr ? base + 1 : relative));
+  return out;
+}
+
+// Loads each bundled plugin it finds, unless the same file was already named
+// by --plugins or $ATTNKIT_PLUGIN_PATH (`loaded`). Returns the folders it
+// looked in.
 std::vector<std::string> LoadBundledPlugins(attnkit::BackendRegistry& registry, const char* argv0,
                                             const std::set<std::string>& loaded) {
-  std::vector<std::string> looked;
+  std::vector<std::string> runfiles;
   for (const std::string& dir : RunfilesDirs(argv0)) {
     const std::string folder = dir + "/attnkit";
-    if (std::find(looked.begin(), looked.end(), folder) == looked.end()) looked.push_back(folder);
+    if (std::find(runfiles.begin(), runfiles.end(), folder) == runfiles.end()) {
+      runfiles.push_back(folder);
+    }
   }
+  const std::string exe = RealPath("/proc/self/exe");
+  const std::string exe_dir = exe.substr(0, exe.rfind('/'));
   for (const char* relative : kBundledPlugins) {
-    for (const std::string& dir : looked) {
-      const std::string path = dir + "/" + relative;
+    for (const std::string& path : PluginCandidates(runfiles, exe_dir, relative)) {
       if (access(path.c_str(), F_OK) != 0) continue;
       if (loaded.count(RealPath(path)) == 0) {
         const absl::Status s = registry.LoadPlugin(path);
@@ -134,6 +150,8 @@ std::vector<std::string> LoadBundledPlugins(attnkit::BackendRegistry& registry, 
       break;
     }
   }
+  std::vector<std::string> looked = runfiles;
+  looked.push_back(exe_dir + "/plugins");
   return looked;
 }
 
