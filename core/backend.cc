@@ -262,6 +262,11 @@ absl::Status Backend::Forward(const AttentionProblem& p, const AttentionArgs& ar
     return absl::Status(supported.code(),
                         absl::StrCat(Name(), " cannot run ", p.Id(), ": ", supported.message()));
   }
+  return ForwardChecked(p, args, info);
+}
+
+absl::Status Backend::ForwardChecked(const AttentionProblem& p, const AttentionArgs& args,
+                                     RunInfo* info) {
   RunInfo local;
   RunInfo* out = info != nullptr ? info : &local;
   out->backend = Name();

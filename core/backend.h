@@ -133,6 +133,12 @@ class Backend {
   // Validates args against p, checks Supports(p), then runs ForwardImpl.
   absl::Status Forward(const AttentionProblem& p, const AttentionArgs& args,
                        RunInfo* info = nullptr);
+  // ForwardImpl alone, for a caller that has just made Forward's checks on
+  // the same problem and tensors: the plugin boundary, whose host checks
+  // before it calls the plugin (core/backend_export.cc), so a call through
+  // the C table validates once, not twice.
+  absl::Status ForwardChecked(const AttentionProblem& p, const AttentionArgs& args,
+                              RunInfo* info);
 
  protected:
   // Computes o (and lse) for a validated, supported problem.

@@ -51,8 +51,11 @@ class ExportedBackend : public attnkit_sdk::Backend {
     if (!p.ok()) return ToSdk(p.status());
     absl::StatusOr<AttentionArgs> args = ArgsFromC(ca);
     if (!args.ok()) return ToSdk(args.status());
+    // The host validated the tensors against the problem and asked
+    // capabilities and supports() before this call (the ABI's contract), so
+    // the checks are not repeated on this side.
     RunInfo run;
-    const absl::Status s = backend_->Forward(*p, *args, &run);
+    const absl::Status s = backend_->ForwardChecked(*p, *args, &run);
     std::snprintf(info->kernel, sizeof(info->kernel), "%s", run.kernel.c_str());
     info->workspace_allocations = run.workspace_allocations;
     return ToSdk(s);
