@@ -34,8 +34,14 @@ extern "C" {
 
 typedef struct attnkit_context attnkit_context;
 
-/* The library's version text, e.g. "attnkit 0.23 (c-api 1)". */
+/* The library's version text, e.g. "attnkit (c-api 1, plugin abi 1)". */
 const char* attnkit_version(void);
+
+/* sizeof the named struct as this library was compiled ("attnkit_problem",
+ * "attnkit_tensor", "attnkit_args", "attnkit_caps", "attnkit_backend_info",
+ * "attnkit_run_result"), 0 for another name: bindings in other languages
+ * check their mirrors of the structs against it when they load. */
+size_t attnkit_struct_size(const char* name);
 
 /* A context holding the built-in backends (highway, blas, reference) and the
  * plugins in `plugin_paths` (':'-separated shared objects; NULL or "" for

@@ -9,6 +9,7 @@ PACKAGES=(
   g++ libabsl-dev libhwy-dev libgtest-dev libgmock-dev libbenchmark-dev
   libprotobuf-dev protobuf-compiler libopenblas-dev
   clang-14 libclang-rt-14-dev libc++-14-dev libc++abi-14-dev
+  python3-numpy python3-pytest python3-venv
 )
 
 missing=()

@@ -1,0 +1,34 @@
+"""attnkit from Python: PyTorch-compatible scaled dot-product attention on
+numpy arrays and torch tensors, on any attnkit backend (highway, blas,
+reference, cuda, plugins), over the C API in libattnkit.so.
+
+    import numpy as np, attnkit
+    q = np.random.rand(2, 8, 128, 64).astype(np.float32)
+    k = v = np.random.rand(2, 2, 128, 64).astype(np.float32)
+    o = attnkit.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    attnkit.last_run()   # {'backend': 'highway', 'kernel': ..., 'reason': ...}
+"""
+
+from ._capi import lib as _lib
+from ._ops import attention
+from ._ops import backends
+from ._ops import last_run
+from ._ops import scaled_dot_product_attention
+from ._ops import set_num_threads
+
+__version__ = "0.23.0"
+
+
+def library_version():
+    """The loaded libattnkit.so's version text."""
+    return _lib.attnkit_version().decode()
+
+
+__all__ = [
+    "attention",
+    "backends",
+    "last_run",
+    "library_version",
+    "scaled_dot_product_attention",
+    "set_num_threads",
+]

@@ -1,0 +1,357 @@
+"""The attention calls: PyTorch-compatible SDPA, the full operator, and what
+ran last."""
+
+import ctypes
+import math
+import threading
+
+import numpy as np
+
+from . import _arrays
+from . import _capi
+
+_last = threading.local()
+
+
+def last_run():
+    """What the calling thread's last attnkit call ran: a dict with backend,
+    kernel and reason (why that backend), or None before any call."""
+    return getattr(_last, "run", None)
+
+
+def last_call_addresses():
+    """The addresses the calling thread's last call handed to the library for
+    q, k, v and o (for tests that check inputs are not copied)."""
+    return dict(getattr(_last, "addresses", {}))
+
+
+def _caps_dict(c):
+    def names(bits, table):
+        return [n for v, n in table.items() if bits & (1 << v)]
+
+    return {
+        "dtypes": names(c.dtypes, _capi.DTYPE_NAMES),
+        "kv_dtypes": names(c.kv_dtypes, _capi.DTYPE_NAMES),
+        "masks": names(c.masks, _capi.MASK_NAMES),
+        "alignments": names(c.alignments, {0: "top_left", 1: "bottom_right"}),
+        "layouts": names(c.layouts, {0: "BHTD", 1: "BTHD"}),
+        "head_dims": [c.head_dims[i] for i in range(c.num_head_dims)]
+        if c.num_head_dims > 0
+        else (c.min_head_dim, c.max_head_dim),
+        "max_group_size": c.max_group_size or None,
+        "lse": bool(c.lse),
+        "kv_lengths": bool(c.kv_lengths),
+        "blocked_mask": bool(c.blocked_mask),
+        "additive_bias": bool(c.additive_bias),
+        "softcap": bool(c.softcap),
+        "deterministic": bool(c.deterministic),
+    }
+
+
+def backends():
+    """Every registered backend: name, description, available (bool) and the
+    reason when not, memory ("host" or "device") and capabilities (a dict)."""
+    ctx = _capi.context()
+    out = []
+    for i in range(_capi.lib.attnkit_num_backends(ctx)):
+        info = _capi.BackendInfo()
+        info.struct_size = ctypes.sizeof(info)
+        _capi.call(_capi.lib.attnkit_backend_info_get, ctx, i, ctypes.byref(info))
+        out.append(
+            {
+                "name": info.name.decode(),
+                "description": info.description.decode(),
+                "available": info.available == _capi.OK,
+                "reason": info.unavailable_reason.decode(),
+                "memory": "host" if info.uses_host_memory else "device",
+                "capabilities": _caps_dict(info.caps),
+            }
+        )
+    return out
+
+
+def set_num_threads(backend, n):
+    """Worker threads for a CPU backend."""
+    _capi.call(_capi.lib.attnkit_set_num_threads, _capi.context(), backend.encode(), int(n))
+
+
+class _Call:
+    """One attnkit_run being assembled: the problem, the tensor views and the
+    Python objects that own their memory (kept alive until the call ends)."""
+
+    def __init__(self):
+        self.problem = _capi.Problem()
+        _capi.lib.attnkit_problem_init(ctypes.byref(self.problem))
+        self.args = _capi.Args()
+        self.args.struct_size = ctypes.sizeof(self.args)
+        self.keep = []
+
+    def set(self, field, op, shape4, strides4, code=None):
+        self.keep.append(op)
+        setattr(self.args, field, _arrays.tensor(op, shape4, strides4, code))
+
+    def run(self, backend):
+        result = _capi.RunResult()
+        result.struct_size = ctypes.sizeof(result)
+        _capi.call(
+            _capi.lib.attnkit_run,
+            _capi.context(),
+            backend.encode(),
+            ctypes.byref(self.problem),
+            ctypes.byref(self.args),
+            ctypes.byref(result),
+        )
+        _last.run = {
+            "backend": result.backend.decode(),
+            "kernel": result.kernel.decode(),
+            "reason": result.reason.decode(),
+        }
+        _last.addresses = {n: getattr(self.args, n).data or 0 for n in ("q", "k", "v", "o")}
+
+
+def _as4(op, name, heads_axis_present=True):
+    """(shape4, strides4) of operand [..., H, T, d] seen as [B, H, T, d], or
+    None when its leading dims do not collapse into one stride."""
+    if op.ndim < 2:
+        raise ValueError(f"{name} must have at least 2 dims ([..., L, E]); got shape {op.shape}")
+    if op.ndim == 2:
+        return (1, 1) + op.shape, (0, 0) + op.strides
+    collapsed = _arrays.collapse_leading(op.shape, op.strides, 3)
+    if collapsed is None:
+        return None
+    b, sb = collapsed
+    return (b,) + op.shape[-3:], (sb,) + op.strides[-3:]
+
+
+def _operand4(x, name):
+    op = _arrays.as_operand(x, name)
+    view = _as4(op, name)
+    if view is None:  # leading dims that no single stride describes: copy once
+        x = x.contiguous() if _arrays.is_torch(x) else np.ascontiguousarray(op.owner)
+        op = _arrays.as_operand(x, name)
+        view = _as4(op, name)
+    return op, view[0], view[1]
+
+
+def _pair_input(x, full_shape, batch_dims, code, name):
+    """A mask or bias broadcast to full_shape [*batch, H, L, S], as
+    (operand, shape4, strides4)."""
+    if _arrays.is_torch(x):
+        t = x.expand(full_shape)
+        op = _arrays.Operand(t, code, t.shape, t.stride(), t.data_ptr())
+        if _arrays.collapse_leading(op.shape, op.strides, 3) is None:
+            t = t.contiguous()
+            op = _arrays.Operand(t, code, t.shape, t.stride(), t.data_ptr())
+    else:
+        try:
+            a = np.broadcast_to(x, full_shape)
+        except ValueError as e:
+            raise ValueError(
+                f"{name} of shape {np.shape(x)} does not broadcast to {tuple(full_shape)}"
+            ) from e
+        if _arrays.collapse_leading(a.shape, tuple(s // a.itemsize for s in a.strides), 3) is None:
+            a = np.ascontiguousarray(a)
+        op = _arrays.Operand(
+            a, code, a.shape, tuple(s // a.itemsize for s in a.strides), a.ctypes.data
+        )
+    view = _as4(op, name)
+    return op, view[0], view[1]
+
+
+def scaled_dot_product_attention(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    scale=None,
+    enable_gqa=False,
+    *,
+    backend="auto",
+):
+    """torch.nn.functional.scaled_dot_product_attention's semantics on numpy
+    arrays or torch tensors, on any attnkit backend.
+
+    query [..., Hq, L, E], key [..., Hkv, S, E], value [..., Hkv, S, E]
+    (Hkv = Hq unless enable_gqa); attn_mask broadcastable to [..., Hq, L, S]:
+    bool (True = take part, PyTorch's convention) or float (added to the
+    scores); is_causal is top-left, as PyTorch defines it. Returns
+    [..., Hq, L, E] in query's dtype and kind; inputs already contiguous in
+    f32/f16/bf16 are not copied. last_run() says what ran.
+    """
+    if dropout_p != 0.0:
+        raise NotImplementedError(
+            f"dropout_p={dropout_p}: attnkit computes attention without dropout; pass "
+            "dropout_p=0.0 and apply dropout outside"
+        )
+    if attn_mask is not None and is_causal:
+        raise ValueError("attn_mask and is_causal=True cannot be set together (as in PyTorch)")
+    q, q4, qs = _operand4(query, "query")
+    k, k4, ks = _operand4(key, "key")
+    v, v4, vs = _operand4(value, "value")
+    if q.shape[:-3] != k.shape[:-3] or k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(
+            f"query {q.shape}, key {k.shape} and value {v.shape} must share their batch dims, "
+            "and key and value their heads and length"
+        )
+    if q.shape[-1] != k.shape[-1] or v.shape[-1] != q.shape[-1]:
+        raise ValueError(
+            f"query, key and value must have the same head dim E (attnkit needs Ev = E); got "
+            f"{q.shape[-1]}, {k.shape[-1]}, {v.shape[-1]}"
+        )
+    heads, kv_heads = q4[1], k4[1]
+    if heads != kv_heads and not enable_gqa:
+        raise ValueError(
+            f"query has {heads} heads and key {kv_heads}: pass enable_gqa=True for grouped-query "
+            "attention"
+        )
+    if k.code != v.code:
+        raise ValueError(
+            f"key and value must share a dtype; got {_capi.DTYPE_NAMES[k.code]} and "
+            f"{_capi.DTYPE_NAMES[v.code]}"
+        )
+    call = _Call()
+    p = call.problem
+    p.batch, p.num_heads, p.q_len, p.head_dim = q4
+    p.num_kv_heads, p.kv_len = k4[1], k4[2]
+    p.dtype, p.kv_dtype = q.code, k.code
+    p.layout = _capi.LAYOUT_BTHD if qs[1] < qs[2] else _capi.LAYOUT_BHTD
+    p.scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if is_causal:
+        p.mask = _capi.MASK_CAUSAL
+        p.alignment = _capi.ALIGN_TOP_LEFT
+    call.set("q", q, q4, qs)
+    call.set("k", k, k4, ks)
+    call.set("v", v, v4, vs)
+    o = _arrays.empty_like_kind(q, q.shape, q.code)
+    o4, os4 = _as4(o, "output")
+    call.set("o", o, o4, os4)
+    if attn_mask is not None:
+        full = tuple(q.shape[:-1]) + (k.shape[-2],)
+        if q.ndim == 2:
+            full = (q.shape[0], k.shape[-2])
+        is_bool = (
+            attn_mask.dtype == __import__("torch").bool
+            if _arrays.is_torch(attn_mask)
+            else np.asarray(attn_mask).dtype == np.bool_
+        )
+        if is_bool:  # PyTorch: True = take part; attnkit: 1 = blocked
+            blocked = ~attn_mask if _arrays.is_torch(attn_mask) else ~np.asarray(attn_mask)
+            if _arrays.is_torch(blocked):
+                blocked = blocked.to(__import__("torch").uint8)
+            else:
+                blocked = blocked.view(np.uint8)
+            op, m4, ms = _pair_input(blocked, full, q.shape[:-3], _capi.U8, "attn_mask")
+            p.blocked_mask = 1
+            call.set("blocked_mask", op, m4, ms)
+        else:
+            bias = (
+                attn_mask.float()
+                if _arrays.is_torch(attn_mask)
+                else np.asarray(attn_mask, dtype=np.float32)
+            )
+            op, b4, bs = _pair_input(bias, full, q.shape[:-3], _capi.F32, "attn_mask")
+            p.additive_bias = 1
+            call.set("bias", op, b4, bs)
+    call.run(backend)
+    return o.owner
+
+
+def attention(
+    q,
+    k,
+    v,
+    *,
+    causal=None,
+    alignment="bottom_right",
+    window=None,
+    kv_lengths=None,
+    blocked_mask=None,
+    bias=None,
+    softcap=0.0,
+    scale=None,
+    layout="BHTD",
+    return_lse=False,
+    backend="auto",
+):
+    """Everything the attnkit config can express.
+
+    q [B, H, Tq, d], k and v [B, G, Tk, d] (layout "BHTD"), or [B, T, heads,
+    d] ("BTHD"); H a multiple of G. causal=True masks keys after the
+    diagonal; window=(left, right) keeps keys within left before and right
+    after it (-1: unbounded); alignment ("bottom_right" or "top_left") places
+    the diagonal when Tq != Tk. kv_lengths: valid keys per batch entry.
+    blocked_mask: bool/uint8 broadcastable to [B, H, Tq, Tk], True = blocked
+    (attnkit's convention; the SDPA function takes PyTorch's). bias: float,
+    same shape, added to the scores. softcap > 0: s = softcap * tanh(s /
+    softcap). Returns o (q's dtype and kind), and lse [B, H, Tq] (float32)
+    with return_lse.
+    """
+    if layout not in ("BHTD", "BTHD"):
+        raise ValueError(f"layout must be 'BHTD' or 'BTHD'; got {layout!r}")
+    if alignment not in ("bottom_right", "top_left"):
+        raise ValueError(f"alignment must be 'bottom_right' or 'top_left'; got {alignment!r}")
+    ops = [_arrays.as_operand(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
+    for op, n in zip(ops, "qkv"):
+        if op.ndim != 4:
+            raise ValueError(f"{n} must be 4-d ({layout}); got shape {op.shape}")
+    perm = (0, 1, 2, 3) if layout == "BHTD" else (0, 2, 1, 3)
+    (qo, ko, vo) = ops
+    q4 = tuple(qo.shape[i] for i in perm)
+    k4 = tuple(ko.shape[i] for i in perm)
+    if ko.shape != vo.shape:
+        raise ValueError(f"k {ko.shape} and v {vo.shape} must have the same shape")
+    if ko.code != vo.code:
+        raise ValueError("k and v must share a dtype")
+    call = _Call()
+    p = call.problem
+    p.batch, p.num_heads, p.q_len, p.head_dim = q4
+    p.num_kv_heads, p.kv_len = k4[1], k4[2]
+    p.dtype, p.kv_dtype = qo.code, ko.code
+    p.layout = _capi.LAYOUT_BHTD if layout == "BHTD" else _capi.LAYOUT_BTHD
+    p.alignment = _capi.ALIGN_BOTTOM_RIGHT if alignment == "bottom_right" else _capi.ALIGN_TOP_LEFT
+    p.scale = 1.0 / math.sqrt(q4[3]) if scale is None else float(scale)
+    p.softcap = float(softcap)
+    if window is not None:
+        if causal:
+            raise ValueError("pass either causal=True or window=(left, right), not both")
+        p.mask = _capi.MASK_SLIDING_WINDOW
+        p.window_left, p.window_right = (int(w) for w in window)
+    elif causal:
+        p.mask = _capi.MASK_CAUSAL
+    for name, op in (("q", qo), ("k", ko), ("v", vo)):
+        call.set(name, op, tuple(op.shape[i] for i in perm), tuple(op.strides[i] for i in perm))
+    o = _arrays.empty_like_kind(qo, qo.shape, qo.code)
+    call.set("o", o, q4, tuple(o.strides[i] for i in perm))
+    lse = None
+    if return_lse:
+        p.return_lse = 1
+        lse = _arrays.empty_like_kind(qo, q4[:3], _capi.F32)
+        call.set("lse", lse, q4[:3], lse.strides)
+    lengths = None
+    if kv_lengths is not None:
+        lengths = np.ascontiguousarray(np.asarray(kv_lengths, dtype=np.int64).reshape(-1))
+        lengths32 = lengths.astype(np.int32)
+        p.kv_lengths = lengths.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
+        p.num_kv_lengths = lengths.size
+        call.keep.append(lengths)
+        call.set(
+            "kv_lengths",
+            _arrays.Operand(lengths32, _capi.I32, lengths32.shape, (1,), lengths32.ctypes.data),
+            lengths32.shape,
+            (1,),
+        )
+    full = (q4[0], q4[1], q4[2], k4[2])
+    if blocked_mask is not None:
+        m = np.asarray(blocked_mask)
+        m = m.astype(np.uint8) if m.dtype != np.uint8 else m
+        op, m4, ms = _pair_input(m, full, (), _capi.U8, "blocked_mask")
+        p.blocked_mask = 1
+        call.set("blocked_mask", op, m4, ms)
+    if bias is not None:
+        op, b4, bs = _pair_input(np.asarray(bias, dtype=np.float32), full, (), _capi.F32, "bias")
+        p.additive_bias = 1
+        call.set("bias", op, b4, bs)
+    call.run(backend)
+    return (o.owner, lse.owner) if return_lse else o.owner

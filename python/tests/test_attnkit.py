@@ -1,0 +1,284 @@
+"""The Python package against a NumPy fp64 reference written here (not the
+library's own), on every available host backend; PyTorch's conventions;
+zero-copy; errors; threads. With torch >= 2.0 importable, the same problems
+are compared with torch's SDPA as well."""
+
+import ctypes
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import attnkit
+from attnkit import _ops
+
+RNG = np.random.default_rng(7)
+
+
+def rand(*shape, dtype=np.float32):
+    return RNG.uniform(-1, 1, size=shape).astype(dtype)
+
+
+def softmax_rows(s):
+    """Softmax over the last axis; rows with no finite score give zeros
+    (PyTorch >= 2.5's math SDPA does the same)."""
+    m = np.max(s, axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.exp(s - m)
+    total = e.sum(axis=-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+
+def ref_sdpa(q, k, v, attn_mask=None, is_causal=False, scale=None):
+    """torch.nn.functional.scaled_dot_product_attention in float64 numpy."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    if k.ndim >= 3 and k.shape[-3] != q.shape[-3]:
+        rep = q.shape[-3] // k.shape[-3]
+        k, v = np.repeat(k, rep, axis=-3), np.repeat(v, rep, axis=-3)
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    s = q @ np.swapaxes(k, -1, -2) * scale
+    L, S = q.shape[-2], k.shape[-2]
+    if is_causal:
+        s = np.where(np.tril(np.ones((L, S), dtype=bool)), s, -np.inf)
+    if attn_mask is not None:
+        if attn_mask.dtype == np.bool_:
+            s = np.where(attn_mask, s, -np.inf)
+        else:
+            s = s + attn_mask
+    return softmax_rows(s) @ v
+
+
+def host_backends():
+    """Available host backends, without the deliberately limited c-naive test
+    plugin (test_unsupported_problem_is_not_implemented uses it)."""
+    return [
+        b["name"]
+        for b in attnkit.backends()
+        if b["available"] and b["memory"] == "host" and b["name"] != "c-naive"
+    ]
+
+
+BACKENDS = host_backends()
+
+
+def test_backends_are_listed_with_capabilities():
+    names = [b["name"] for b in attnkit.backends()]
+    for expected in ("highway", "blas", "reference"):
+        assert expected in names
+    ref = next(b for b in attnkit.backends() if b["name"] == "reference")
+    assert ref["available"] and ref["memory"] == "host"
+    caps = ref["capabilities"]
+    assert "f32" in caps["dtypes"] and "causal" in caps["masks"] and caps["lse"]
+
+
+SDPA_CASES = [
+    # (batch dims, Hq, Hkv, L, S, E, mask kind)
+    ((2,), 4, 4, 17, 17, 32, None),
+    ((2,), 8, 2, 33, 70, 64, "causal"),
+    ((1, 2), 4, 1, 5, 40, 16, "bool"),
+    ((3,), 2, 2, 9, 12, 80, "float"),
+    ((), 4, 2, 1, 300, 128, None),  # decode, no batch dims
+]
+
+
+@pytest.mark.parametrize("backend", ["auto"] + BACKENDS)
+@pytest.mark.parametrize("case", SDPA_CASES, ids=lambda c: f"h{c[1]}g{c[2]}l{c[3]}s{c[4]}{c[6]}")
+def test_sdpa_matches_numpy_reference(backend, case):
+    batch, hq, hkv, L, S, E, mask_kind = case
+    q = rand(*batch, hq, L, E)
+    k = rand(*batch, hkv, S, E)
+    v = rand(*batch, hkv, S, E)
+    mask = None
+    if mask_kind == "bool":
+        mask = RNG.uniform(size=(L, S)) > 0.3  # broadcast over batch and heads
+    elif mask_kind == "float":
+        mask = rand(1, hq, L, S)
+        mask[..., 0, :] = -np.inf  # a fully blocked row: zeros
+    o = attnkit.scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        attn_mask=mask,
+        is_causal=mask_kind == "causal",
+        enable_gqa=hq != hkv,
+        backend=backend,
+    )
+    want = ref_sdpa(q, k, v, attn_mask=mask, is_causal=mask_kind == "causal")
+    assert o.shape == q.shape and o.dtype == np.float32
+    np.testing.assert_allclose(o, want, rtol=1e-4, atol=2e-5)
+    if backend != "auto":
+        assert attnkit.last_run()["backend"] == backend
+
+
+def test_f16_inputs_give_f16_outputs():
+    q, k, v = (rand(2, 4, 20, 64, dtype=np.float16) for _ in range(3))
+    o = attnkit.scaled_dot_product_attention(q, k, v, is_causal=True, backend="reference")
+    assert o.dtype == np.float16
+    np.testing.assert_allclose(o.astype(np.float64), ref_sdpa(q, k, v, is_causal=True), atol=2e-3)
+
+
+def test_bool_mask_true_means_take_part():
+    q, k, v = rand(1, 1, 3, 8), rand(1, 1, 5, 8), rand(1, 1, 5, 8)
+    mask = np.zeros((3, 5), dtype=bool)
+    mask[:, 2] = True  # every query sees only key 2
+    o = attnkit.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    np.testing.assert_allclose(o[0, 0], np.repeat(v[0, 0, 2:3], 3, axis=0), rtol=1e-6)
+
+
+def test_is_causal_is_top_left():
+    q, k, v = rand(1, 2, 3, 16), rand(1, 2, 6, 16), rand(1, 2, 6, 16)
+    o = attnkit.scaled_dot_product_attention(q, k, v, is_causal=True)
+    # Query 0 sees key 0 only (top-left), not keys 0..3 (bottom-right).
+    np.testing.assert_allclose(o[0, :, 0], v[0, :, 0], rtol=1e-6)
+    np.testing.assert_allclose(o, ref_sdpa(q, k, v, is_causal=True), rtol=1e-4, atol=2e-5)
+
+
+def test_inputs_are_not_copied_and_output_aliases_none():
+    q, k, v = rand(2, 4, 16, 32), rand(2, 4, 16, 32), rand(2, 4, 16, 32)
+    kv = rand(2, 16, 4, 32).transpose(0, 2, 1, 3)  # a strided view: still no copy
+    o = attnkit.scaled_dot_product_attention(q, k, kv, backend="reference")
+    seen = _ops.last_call_addresses()
+    assert seen["q"] == q.ctypes.data
+    assert seen["k"] == k.ctypes.data
+    assert seen["v"] == kv.ctypes.data
+    assert not any(np.shares_memory(o, x) for x in (q, k, kv))
+    np.testing.assert_allclose(o, ref_sdpa(q, k, kv), rtol=1e-4, atol=2e-5)
+
+
+def test_attention_full_operator():
+    B, H, G, Tq, Tk, d = 2, 4, 2, 7, 30, 32
+    q, k, v = rand(B, H, Tq, d), rand(B, G, Tk, d), rand(B, G, Tk, d)
+    bias = rand(B, H, Tq, Tk)
+    lengths = [30, 19]
+    o, lse = attnkit.attention(
+        q, k, v, window=(8, 0), kv_lengths=lengths, bias=bias, softcap=5.0,
+        return_lse=True, backend="reference",
+    )
+    # Reference: bottom-right window of 8 keys before the diagonal, per
+    # sequence length, softcap before the bias.
+    k64, v64 = (np.repeat(x, H // G, axis=1).astype(np.float64) for x in (k, v))
+    q64 = q.astype(np.float64)
+    s = q64 @ np.swapaxes(k64, -1, -2) / np.sqrt(d)
+    s = 5.0 * np.tanh(s / 5.0) + bias
+    i = np.arange(Tq)[:, None]
+    j = np.arange(Tk)[None, :]
+    for b, n in enumerate(lengths):
+        diag = i + n - Tq
+        visible = (j <= diag) & (j >= diag - 8) & (j < n)
+        s[b] = np.where(visible, s[b], -np.inf)
+    want = softmax_rows(s) @ v64
+    np.testing.assert_allclose(o, want, rtol=1e-4, atol=2e-5)
+    m = np.max(s, axis=-1)
+    want_lse = m + np.log(np.exp(s - m[..., None]).sum(-1))
+    np.testing.assert_allclose(lse, want_lse, rtol=1e-5, atol=1e-5)
+
+
+def test_errors_say_what_is_wrong():
+    q, k, v = rand(1, 4, 8, 16), rand(1, 2, 8, 16), rand(1, 2, 8, 16)
+    with pytest.raises(ValueError, match="enable_gqa=True"):
+        attnkit.scaled_dot_product_attention(q, k, v)
+    with pytest.raises(NotImplementedError, match="dropout_p=0.1"):
+        attnkit.scaled_dot_product_attention(q, k, v, dropout_p=0.1, enable_gqa=True)
+    with pytest.raises(ValueError, match="cannot be set together"):
+        attnkit.scaled_dot_product_attention(
+            q, k, v, attn_mask=np.ones((8, 8), bool), is_causal=True, enable_gqa=True
+        )
+    with pytest.raises(ValueError, match="unknown backend 'nope'"):
+        attnkit.scaled_dot_product_attention(q, k, v, enable_gqa=True, backend="nope")
+    with pytest.raises(ValueError, match="head dim"):
+        attnkit.scaled_dot_product_attention(q, k, rand(1, 2, 8, 8), enable_gqa=True)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        attnkit.scaled_dot_product_attention(
+            q, k, v, attn_mask=np.ones((3, 8), bool), enable_gqa=True
+        )
+
+
+def test_unsupported_problem_is_not_implemented():
+    # c-naive (tests/testdata/older_table_plugin.c, loaded through
+    # $ATTNKIT_PLUGIN_PATH) runs f32 without masks only.
+    if "c-naive" not in [b["name"] for b in attnkit.backends()]:
+        pytest.skip("the c-naive test plugin is not on ATTNKIT_PLUGIN_PATH")
+    q = rand(1, 2, 4, 16)
+    o = attnkit.scaled_dot_product_attention(q, q, q, backend="c-naive")
+    np.testing.assert_allclose(o, ref_sdpa(q, q, q), rtol=1e-4, atol=2e-5)
+    with pytest.raises(NotImplementedError, match="mask"):
+        attnkit.scaled_dot_product_attention(q, q, q, is_causal=True, backend="c-naive")
+
+
+def test_calls_release_the_gil_and_run_from_threads():
+    q, k, v = rand(1, 8, 256, 64), rand(1, 8, 256, 64), rand(1, 8, 256, 64)
+    want = attnkit.scaled_dot_product_attention(q, k, v, backend="reference")
+    # While one thread is inside a long call, Python code keeps running here.
+    done = threading.Event()
+    ticks = 0
+
+    def worker():
+        attnkit.scaled_dot_product_attention(q, k, v, backend="reference")
+        done.set()
+
+    t = threading.Thread(target=worker)
+    start = time.perf_counter()
+    t.start()
+    while not done.is_set():
+        ticks += 1
+    t.join()
+    assert time.perf_counter() - start > 0.01, "the call was too short to tell"
+    assert ticks > 1000, f"the main thread ran only {ticks} times: the GIL was held"
+    # Several threads at once, each getting the right answer.
+    results = [None] * 4
+
+    def run(i):
+        results[i] = attnkit.scaled_dot_product_attention(
+            q, k, v, backend=["highway", "blas", "reference", "auto"][i]
+        )
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for r in results:
+        np.testing.assert_allclose(r, want, rtol=1e-4, atol=2e-5)
+
+
+def test_struct_layouts_match_the_library():
+    # _capi checks every struct's size against the library at import; this
+    # checks the check runs on what it claims to.
+    from attnkit import _capi
+
+    assert _capi.lib.attnkit_struct_size(b"attnkit_problem") == ctypes.sizeof(_capi.Problem)
+    assert _capi.lib.attnkit_struct_size(b"no_such_struct") == 0
+
+
+def _torch():
+    try:
+        import torch as t  # noqa: F401
+    except ImportError:
+        return None
+    if int(t.__version__.split(".")[0]) < 2:
+        return None
+    return t
+
+
+@pytest.mark.skipif(_torch() is None, reason="torch >= 2.0 is not importable here")
+@pytest.mark.parametrize("case", SDPA_CASES, ids=lambda c: f"h{c[1]}g{c[2]}l{c[3]}s{c[4]}{c[6]}")
+def test_matches_torch_sdpa(case):
+    t = _torch()
+    batch, hq, hkv, L, S, E, mask_kind = case
+    q, k, v = rand(*batch, hq, L, E), rand(*batch, hkv, S, E), rand(*batch, hkv, S, E)
+    mask = None
+    if mask_kind == "bool":
+        mask = RNG.uniform(size=(L, S)) > 0.3
+    elif mask_kind == "float":
+        mask = rand(1, hq, L, S)
+    tq, tk, tv = (t.from_numpy(x) for x in (q, k, v))
+    tmask = None if mask is None else t.from_numpy(mask)
+    want = t.nn.functional.scaled_dot_product_attention(
+        tq, tk, tv, attn_mask=tmask, is_causal=mask_kind == "causal", enable_gqa=hq != hkv
+    )
+    got = attnkit.scaled_dot_product_attention(
+        tq, tk, tv, attn_mask=tmask, is_causal=mask_kind == "causal", enable_gqa=hq != hkv
+    )
+    assert isinstance(got, t.Tensor)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=2e-5)

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds the Python wheel: libattnkit.so (and the CUDA plugin when CUDA is
+# built) with Bazel, then python/attnkit and those libraries packed by
+# tools/build_wheel.py into dist/attnkit-VERSION-py3-none-linux_x86_64.whl.
+#   tools/build_wheel.sh [OUT_DIR]
+#   pip install dist/attnkit-*.whl
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-dist}
+version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' python/attnkit/__init__.py)
+targets=(//capi:libattnkit.so)
+cuda=0
+if [[ -x "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc" ]]; then
+  targets+=(//backends/cuda:libattnkit_cuda.so)
+  cuda=1
+fi
+bazel build --jobs="${ATTNKIT_JOBS:-2}" "${targets[@]}"
+bin=$(bazel info bazel-bin 2> /dev/null)
+plugins=()
+[[ $cuda == 1 ]] && plugins+=("$bin/backends/cuda/libattnkit_cuda.so")
+python3 tools/build_wheel.py "$out" "$version" "$bin/capi/libattnkit.so" "${plugins[@]}"
