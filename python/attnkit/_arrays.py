@@ -24,14 +24,17 @@ def is_torch(x):
     return type(x).__module__.split(".")[0] == "torch"
 
 
+# numpy dtype number -> attnkit dtype code (a dict lookup: this runs on
+# every call, for every operand).
+_NP_CODES = {np.dtype(np.float32).num: _capi.F32, np.dtype(np.float16).num: _capi.F16}
+_NP_DTYPES = {_capi.F32: np.dtype(np.float32), _capi.F16: np.dtype(np.float16)}
+if _NP_BF16 is not None:
+    _NP_CODES[_NP_BF16.num] = _capi.BF16
+    _NP_DTYPES[_capi.BF16] = _NP_BF16
+
+
 def _np_code(dtype):
-    if dtype == np.float32:
-        return _capi.F32
-    if dtype == np.float16:
-        return _capi.F16
-    if _NP_BF16 is not None and dtype == _NP_BF16:
-        return _capi.BF16
-    return None
+    return _NP_CODES.get(dtype.num)
 
 
 def _torch_code(dtype):
@@ -46,17 +49,30 @@ class Operand:
     """One input or output: the object that owns the memory (kept alive for
     the call), its dtype code, shape, element strides and address."""
 
+    __slots__ = ("owner", "code", "shape", "strides", "address", "device")
+
     def __init__(self, owner, code, shape, strides, address, device="cpu"):
         self.owner = owner
         self.code = code
-        self.shape = tuple(int(s) for s in shape)
-        self.strides = tuple(int(s) for s in strides)
+        self.shape = tuple(shape)
+        self.strides = tuple(strides)
         self.address = address
         self.device = device
 
     @property
     def ndim(self):
         return len(self.shape)
+
+
+def _numpy_operand(a, code):
+    itemsize = a.itemsize
+    return Operand(
+        a,
+        code,
+        a.shape,
+        tuple(map(itemsize.__rfloordiv__, a.strides)),
+        a.ctypes.data if a.size else 0,
+    )
 
 
 def as_operand(x, name, float_only=True):
@@ -71,17 +87,17 @@ def as_operand(x, name, float_only=True):
         return Operand(
             x, code, x.shape, x.stride(), x.data_ptr(), "cuda" if x.is_cuda else "cpu"
         )
-    a = np.asarray(x)
-    code = _np_code(a.dtype)
+    a = x if type(x) is np.ndarray else np.asarray(x)
+    code = _NP_CODES.get(a.dtype.num)
     if code is None and float_only:
         if a.dtype.kind not in "fiub":
             raise ValueError(f"{name}: dtype {a.dtype} is not numeric")
         a = a.astype(np.float32)
         code = _capi.F32
-    if any(s % a.itemsize != 0 for s in a.strides):
+    itemsize = a.itemsize
+    if any(s % itemsize for s in a.strides):
         a = np.ascontiguousarray(a)
-    strides = tuple(s // a.itemsize for s in a.strides)
-    return Operand(a, code, a.shape, strides, a.ctypes.data if a.size else 0)
+    return _numpy_operand(a, code)
 
 
 def empty_like_kind(ref, shape, code):
@@ -95,23 +111,21 @@ def empty_like_kind(ref, shape, code):
         ]
         t = torch.empty(shape, dtype=dtype, device=ref.owner.device)
         return Operand(t, code, t.shape, t.stride(), t.data_ptr(), ref.device)
-    dtype = {_capi.F32: np.float32, _capi.F16: np.float16, _capi.BF16: _NP_BF16}[code]
-    a = np.empty(shape, dtype=dtype)
-    return Operand(
-        a, code, a.shape, tuple(s // a.itemsize for s in a.strides), a.ctypes.data if a.size else 0
-    )
+    return _numpy_operand(np.empty(shape, dtype=_NP_DTYPES[code]), code)
+
+
+_Dims = ctypes.c_int64 * 4
 
 
 def tensor(op, shape4, strides4, code=None):
     """A _capi.Tensor over operand `op` seen as `shape4` with `strides4`."""
-    t = _capi.Tensor()
-    t.data = op.address
-    t.dtype = op.code if code is None else code
-    t.rank = len(shape4)
-    for i, (n, s) in enumerate(zip(shape4, strides4)):
-        t.shape[i] = n
-        t.strides[i] = s
-    return t
+    return _capi.Tensor(
+        op.address,
+        op.code if code is None else code,
+        len(shape4),
+        _Dims(*shape4),
+        _Dims(*strides4),
+    )
 
 
 def collapse_leading(shape, strides, keep):

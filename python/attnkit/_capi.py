@@ -250,6 +250,9 @@ _context_lock = threading.Lock()
 def context():
     """The process-wide context, created on first use (thread-safe)."""
     global _context
+    ctx = _context
+    if ctx is not None:  # the common case: no lock
+        return ctx
     with _context_lock:
         if _context is None:
             ctx = ctypes.c_void_p()
