@@ -137,8 +137,7 @@ class Backend {
   // the same problem and tensors: the plugin boundary, whose host checks
   // before it calls the plugin (core/backend_export.cc), so a call through
   // the C table validates once, not twice.
-  absl::Status ForwardChecked(const AttentionProblem& p, const AttentionArgs& args,
-                              RunInfo* info);
+  absl::Status ForwardChecked(const AttentionProblem& p, const AttentionArgs& args, RunInfo* info);
 
  protected:
   // Computes o (and lse) for a validated, supported problem.
