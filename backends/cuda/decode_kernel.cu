@@ -38,7 +38,6 @@ namespace cuda {
 namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 constexpr unsigned kFullMask = 0xffffffffu;
 
 template <class Traits>
@@ -58,11 +57,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashDecodeKernel(const Fla
   const int64_t group = p.group_size;
   const int64_t r0 = m_tile * kR;
   const int64_t r1 = r0 + kR < p.rows_per_kv_head ? r0 + kR : p.rows_per_kv_head;
-  int64_t kv_length = p.kv_len;
-  if (p.kv_lengths != nullptr) {
-    const int64_t len = p.kv_lengths[b * p.kv_lengths_stride];
-    kv_length = len < 0 ? 0 : (len < p.kv_len ? len : p.kv_len);
-  }
+  const int64_t kv_length = KvLengthOf(p, b);
   const QuerySpan queries = QueriesOfRows(r0, r1, group);
   const TileSpan tiles = SplitTiles(
       KeyTileSpan(p.mask, kv_length, queries.first, queries.end, kKeys), p.num_splits, split);
@@ -247,31 +242,15 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashDecodeKernel(const Fla
       weight[w] = mw == kNegInf ? 0.0f : exp2f(mw - row_max);
       total += sL[w * kR + r] * weight[w];
     }
-    // No key seen: zeros and lse = -inf; a NaN or Inf read: NaN and NaN.
-    const float inv = row_bad ? NAN : (total > 0.0f ? 1.0f / total : 0.0f);
-    const float lse = row_bad ? NAN : (total > 0.0f ? (row_max + log2f(total)) * kLn2 : kNegInf);
-    if (p.num_splits > 1) {
-      const int64_t prow = ((split * int64_t{p.batch} + b) * p.num_heads + h) * p.q_len + i;
-      for (int c = lane; c < p.head_dim; c += 32) {
-        float o = 0.0f;
+    const RowFinish fin = FinishRow(row_max, total, row_bad);
+    const RowOutput out(p, split, b, h, i);
+    for (int c = lane; c < p.head_dim; c += 32) {
+      float o = 0.0f;
 #pragma unroll
-        for (int w = 0; w < kW; ++w) o += weight[w] * sO[(w * kR + r) * kD + c];
-        p.partial_o[prow * p.head_dim + c] = o * inv;
-      }
-      if (lane == 0) p.partial_lse[prow] = lse;
-    } else {
-      const Strides4& os = p.o_stride;
-      const int64_t base = b * os.b + h * os.h + i * os.t;
-      for (int c = lane; c < p.head_dim; c += 32) {
-        float o = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kW; ++w) o += weight[w] * sO[(w * kR + r) * kD + c];
-        StoreElem(p.o, p.q_type, base + c * os.c, o * inv);
-      }
-      if (lane == 0 && p.lse != nullptr) {
-        p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_t] = lse;
-      }
+      for (int w = 0; w < kW; ++w) o += weight[w] * sO[(w * kR + r) * kD + c];
+      out.Store(c, o * fin.inv);
     }
+    if (lane == 0) out.StoreLse(fin.lse);
   }
 }
 

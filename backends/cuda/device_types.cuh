@@ -85,6 +85,63 @@ __device__ __forceinline__ float WarpSum(float x) {
   return x;
 }
 
+// Valid keys of batch entry b: p.kv_lengths[b] clamped to [0, kv_len], or
+// kv_len without kv_lengths.
+__device__ __forceinline__ int64_t KvLengthOf(const FlashParams& p, int64_t b) {
+  if (p.kv_lengths == nullptr) return p.kv_len;
+  const int64_t len = p.kv_lengths[b * p.kv_lengths_stride];
+  return len < 0 ? 0 : (len < p.kv_len ? len : p.kv_len);
+}
+
+// A finished row's normaliser and log-sum-exp from its online-softmax state
+// (max in log2 units, sum of exp2(s - max)): a row that saw no key gives
+// zeros and lse = -inf; one that read a NaN or Inf gives NaN and NaN
+// (inv = NaN turns every element NaN).
+struct RowFinish {
+  float inv;
+  float lse;
+};
+__device__ __forceinline__ RowFinish FinishRow(float row_max_log2, float sum, bool bad) {
+  constexpr float kLn2 = 0.6931471805599453f;
+  if (bad) return RowFinish{NAN, NAN};
+  if (!(sum > 0.0f)) return RowFinish{0.0f, -INFINITY};
+  return RowFinish{1.0f / sum, (row_max_log2 + log2f(sum)) * kLn2};
+}
+
+// Where row (b, h, i) of a block's result goes: O and LSE, or, with split-K,
+// split `split`'s normalised partials for the combine kernel.
+class RowOutput {
+ public:
+  __device__ RowOutput(const FlashParams& p, int split, int64_t b, int64_t h, int64_t i) : p_(p) {
+    if (p.num_splits > 1) {
+      index_ = ((split * int64_t{p.batch} + b) * p.num_heads + h) * p.q_len + i;
+    } else {
+      index_ = b * p.o_stride.b + h * p.o_stride.h + i * p.o_stride.t;
+      lse_index_ = b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_t;
+    }
+  }
+  // Element c of the row.
+  __device__ void Store(int c, float x) const {
+    if (p_.num_splits > 1) {
+      p_.partial_o[index_ * p_.head_dim + c] = x;
+    } else {
+      StoreElem(p_.o, p_.q_type, index_ + c * p_.o_stride.c, x);
+    }
+  }
+  __device__ void StoreLse(float lse) const {
+    if (p_.num_splits > 1) {
+      p_.partial_lse[index_] = lse;
+    } else if (p_.lse != nullptr) {
+      p_.lse[lse_index_] = lse;
+    }
+  }
+
+ private:
+  const FlashParams& p_;
+  int64_t index_ = 0;      // partial row, or O's element offset of the row
+  int64_t lse_index_ = 0;  // LSE's element offset (no split)
+};
+
 }  // namespace cuda
 }  // namespace attnkit
 

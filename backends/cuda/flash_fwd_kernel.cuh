@@ -37,7 +37,6 @@ namespace cuda {
 namespace flash {
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 // Copies kRows rows of a strided [*, d] matrix into a [kRows, kD] shared
 // tile with leading dim kLd, converting to T. row_offset(r) is the element
@@ -201,11 +200,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
   const int64_t group = p.group_size;
   const int64_t r0 = m_tile * kM;
   const int64_t r1 = r0 + kM < p.rows_per_kv_head ? r0 + kM : p.rows_per_kv_head;
-  int64_t kv_length = p.kv_len;
-  if (p.kv_lengths != nullptr) {
-    const int64_t len = p.kv_lengths[b * p.kv_lengths_stride];
-    kv_length = len < 0 ? 0 : (len < p.kv_len ? len : p.kv_len);
-  }
+  const int64_t kv_length = KvLengthOf(p, b);
   const QuerySpan queries = QueriesOfRows(r0, r1, group);
   const TileSpan tiles = SplitTiles(KeyTileSpan(p.mask, kv_length, queries.first, queries.end, kN),
                                     p.num_splits, split);
@@ -324,27 +319,11 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
     const float l = __shfl_sync(0xffffffffu, my_sum, rr);
     const float row_max = __shfl_sync(0xffffffffu, my_max, rr);
     const bool row_bad = __shfl_sync(0xffffffffu, my_bad ? 1 : 0, rr) != 0;
-    // A row that saw no key: zeros and lse = -inf; one that read a NaN or
-    // Inf: NaN and NaN (inv = NaN turns every element NaN).
-    const float inv = row_bad ? NAN : (l > 0.0f ? 1.0f / l : 0.0f);
-    const float lse = row_bad ? NAN : (l > 0.0f ? (row_max + log2f(l)) * kLn2 : kNegInf);
+    const RowFinish fin = FinishRow(row_max, l, row_bad);
     const float* o_row = sO + r * Traits::kLdO;
-    if (p.num_splits > 1) {
-      const int64_t prow = ((split * int64_t{p.batch} + b) * p.num_heads + h) * p.q_len + i;
-      for (int c = lane; c < p.head_dim; c += 32) {
-        p.partial_o[prow * p.head_dim + c] = o_row[c] * inv;
-      }
-      if (lane == 0) p.partial_lse[prow] = lse;
-    } else {
-      const Strides4& os = p.o_stride;
-      const int64_t base = b * os.b + h * os.h + i * os.t;
-      for (int c = lane; c < p.head_dim; c += 32) {
-        StoreElem(p.o, p.q_type, base + c * os.c, o_row[c] * inv);
-      }
-      if (lane == 0 && p.lse != nullptr) {
-        p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_t] = lse;
-      }
-    }
+    const RowOutput out(p, split, b, h, i);
+    for (int c = lane; c < p.head_dim; c += 32) out.Store(c, o_row[c] * fin.inv);
+    if (lane == 0) out.StoreLse(fin.lse);
   }
 }
 
