@@ -8,14 +8,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "backends/reference/reference_backend.h"
+#include "benchmarks/machine.h"
 #include "core/compare.h"
 #include "core/config_io.h"
 #include "core/execute.h"
 #include "core/machine_info.h"
 #include "core/problem_config.h"
 #include "core/problem_data.h"
+#include "core/proto_json.h"
 #include "core/status_macros.h"
-#include "google/protobuf/util/json_util.h"
 #include "ops/cost.h"
 
 namespace attnkit {
@@ -248,25 +249,28 @@ std::string FormatCompareTable(const CompareReport& report) {
   return out;
 }
 
+absl::StatusOr<CompareReport> MeasureAndCompare(const BackendRegistry& registry,
+                                                const std::vector<AttentionProblem>& problems,
+                                                const CompareOptions& options) {
+  std::ostream null_stream(nullptr);
+  std::ostream& progress = options.progress != nullptr ? *options.progress : null_stream;
+  progress << "measuring machine limits...\n";
+  std::string how;
+  const MachineLimits limits = LoadOrMeasureLimits(options.threads, /*refresh=*/true, &how);
+  progress << "machine limits " << how << "\n";
+  return RunCompare(registry, problems, options, Fingerprint(options.threads), limits);
+}
+
 absl::StatusOr<std::string> ReportToJson(const CompareReport& report) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  std::string json;
-  const auto status = google::protobuf::util::MessageToJsonString(report, &json, options);
-  if (!status.ok()) return absl::InternalError(std::string(status.message()));
-  return json;
+  return ProtoToJson(report);
 }
 
 absl::StatusOr<CompareReport> ReportFromJson(const std::string& json, const std::string& source) {
   CompareReport report;
-  google::protobuf::util::JsonParseOptions options;
-  options.ignore_unknown_fields = true;
-  const auto status = google::protobuf::util::JsonStringToMessage(json, &report, options);
-  if (!status.ok()) {
+  const absl::Status parsed = ProtoFromJson(json, "its JSON", &report, /*ignore_unknown=*/true);
+  if (!parsed.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, ": not an attnkit compare report: ", std::string(status.message())));
+        absl::StrCat(source, ": not an attnkit compare report; ", parsed.message()));
   }
   return report;
 }

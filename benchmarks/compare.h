@@ -36,6 +36,13 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
                                          const MachineFingerprint& machine,
                                          const MachineLimits& limits);
 
+// RunCompare on this machine: its limits measured first, in the same run as
+// the figures they scale (the machine is shared and noisy; the measurement
+// also refreshes the cache), and its fingerprint, for options.threads.
+absl::StatusOr<CompareReport> MeasureAndCompare(const BackendRegistry& registry,
+                                                const std::vector<AttentionProblem>& problems,
+                                                const CompareOptions& options);
+
 // Marks every result more than 10 % slower than the same (problem id,
 // backend) in `baseline`, and records the baseline's median.
 void ApplyBaseline(const CompareReport& baseline, CompareReport* report);

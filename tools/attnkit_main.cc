@@ -47,7 +47,9 @@ ABSL_FLAG(int64_t, sample_rows, 0,
           "verify: check this many query rows spread evenly over the problem (0 = every row)");
 ABSL_FLAG(std::string, suite, "standard", "compare: the problem suite when --config is not given");
 ABSL_FLAG(int, threads, 0, "compare, peak, tune: worker threads (0 = every core)");
-ABSL_FLAG(std::string, json, "", "compare: write every figure and the machine fingerprint as JSON");
+ABSL_FLAG(std::string, json, "",
+          "check: write the results as JSON; compare: every figure and the machine "
+          "fingerprint as JSON");
 ABSL_FLAG(std::string, svg, "", "compare: write a grouped bar chart (% of machine limit)");
 ABSL_FLAG(std::string, baseline, "", "compare: an earlier --json report; marks >10% slowdowns");
 ABSL_FLAG(
@@ -71,7 +73,8 @@ constexpr char kUsage[] =
     "attnkit COMMAND [flags]\n"
     "  backends                    list backends: available or why not, capabilities\n"
     "  run   --config=F --q --k --v --out [--kv_lengths --mask --bias --lse_out --backend]\n"
-    "  check [--config=F] [--backends=a,b [--allow_skip]]   every backend vs the fp64 reference\n"
+    "  check [--config=F] [--backends=a,b [--allow_skip]] [--json=F]\n"
+    "          every backend vs the fp64 reference\n"
     "  inputs [--config=F] --dir=D     the config's random inputs as .npy (q, k, v, ...)\n"
     "  verify --config=F --q --k --v --o [--lse --sample_rows=N --kv_lengths --mask --bias]\n"
     "                              an output made elsewhere vs the fp64 reference\n"

@@ -54,19 +54,11 @@ absl::Status CompareCommand(const BackendRegistry& registry, const CliOptions& o
     ATTNKIT_ASSIGN_OR_RETURN(const std::string json, ReadFile(options.baseline));
     ATTNKIT_ASSIGN_OR_RETURN(baseline, ReportFromJson(json, options.baseline));
   }
-  const int threads = ThreadCount(options);
-  std::string how;
-  // Limits are measured in the same run as the figures they scale (the
-  // machine is shared and noisy); the measurement also refreshes the cache.
-  progress << "measuring machine limits...\n";
-  const MachineLimits limits = LoadOrMeasureLimits(threads, /*refresh=*/true, &how);
-  progress << "machine limits " << how << "\n";
   CompareOptions compare;
   compare.backends = options.backends;
-  compare.threads = threads;
+  compare.threads = ThreadCount(options);
   compare.progress = &progress;
-  ATTNKIT_ASSIGN_OR_RETURN(CompareReport report,
-                           RunCompare(registry, problems, compare, Fingerprint(threads), limits));
+  ATTNKIT_ASSIGN_OR_RETURN(CompareReport report, MeasureAndCompare(registry, problems, compare));
   if (!options.baseline.empty()) ApplyBaseline(baseline, &report);
 
   std::vector<std::pair<std::string, std::string>> files;

@@ -4,14 +4,17 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <sstream>
 
 #include "backends/builtin.h"
+#include "benchmarks/records.pb.h"
 #include "core/compare.h"
 #include "core/config_io.h"
 #include "core/npy.h"
 #include "core/problem_config.h"
 #include "core/problem_data.h"
+#include "core/proto_json.h"
 #include "core/reference.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -340,6 +343,28 @@ TEST(CheckCommandTest, DefaultConfigPassesAndReportsEachBackend) {
   EXPECT_TRUE(s.ok()) << s << out.str();
   EXPECT_THAT(out.str(), HasSubstr("reference"));
   EXPECT_THAT(out.str(), HasSubstr("pass"));
+}
+
+TEST(CheckCommandTest, JsonReportHasEveryResultWithNumbersAsNumbers) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/check.json";
+  std::ostringstream out;
+  CliOptions options;
+  options.backends = {"highway", "reference"};
+  options.json = path;
+  const absl::Status s = CheckCommand(GlobalRegistry(), options, out);
+  ASSERT_TRUE(s.ok()) << s << out.str();
+  EXPECT_THAT(out.str(), HasSubstr("wrote " + path));
+  const absl::StatusOr<std::string> json = ReadFile(path);
+  ASSERT_TRUE(json.ok()) << json.status();
+  CheckReport report;
+  ASSERT_TRUE(ProtoFromJson(*json, path, &report).ok()) << *json;
+  ASSERT_EQ(report.results_size(), 2);
+  EXPECT_EQ(report.results(0).backend(), "highway");
+  EXPECT_EQ(report.results(0).status(), "pass");
+  EXPECT_GT(report.results(0).checked(), 0);
+  EXPECT_LT(report.results(0).max_bound_fraction(), 1.0);
+  // int64 config fields are JSON numbers, not strings.
+  EXPECT_THAT(*json, HasSubstr("\"num_heads\": " + std::to_string(report.config().num_heads())));
 }
 
 // A backend that cannot run on this machine, as CUDA is without a GPU.

@@ -1,0 +1,116 @@
+#include "benchmarks/check.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/compare.h"
+#include "core/execute.h"
+#include "core/problem_config.h"
+#include "core/problem_data.h"
+#include "core/reference.h"
+#include "core/status_macros.h"
+
+namespace attnkit {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+absl::StatusOr<CheckReport> RunCheck(const BackendRegistry& registry, const AttentionConfig& config,
+                                     const std::vector<std::string>& backend_names) {
+  ATTNKIT_ASSIGN_OR_RETURN(const AttentionProblem p, ProblemFromConfig(config));
+  ATTNKIT_ASSIGN_OR_RETURN(const std::vector<Backend*> backends, registry.FindAll(backend_names));
+  ATTNKIT_ASSIGN_OR_RETURN(ProblemData data, ProblemData::Random(p, p.seed));
+  CheckReport report;
+  report.set_name(p.name);
+  report.set_id(p.Id());
+  *report.mutable_config() = config;
+  report.set_seed(p.seed);
+  const auto ref_start = std::chrono::steady_clock::now();
+  const ReferenceResult ref = ComputeReference(p, data.args());
+  report.set_reference_s(SecondsSince(ref_start));
+  for (Backend* b : backends) {
+    CheckResult* r = report.add_results();
+    r->set_backend(b->Name());
+    // "unavailable": the backend cannot run here at all (no GPU, bad plugin);
+    // "unsupported": it works but refuses this problem.
+    const absl::Status available = b->Available();
+    const absl::Status supported = available.ok() ? b->Supports(p) : available;
+    if (!supported.ok()) {
+      r->set_status(available.ok() ? "unsupported" : "unavailable");
+      r->set_detail(std::string(supported.message()));
+      continue;
+    }
+    PoisonOutputs(data);
+    RunInfo info;
+    const auto start = std::chrono::steady_clock::now();
+    const absl::Status run = RunOnBackend(b, p, data, &info);
+    r->set_time_ms(1e3 * SecondsSince(start));
+    r->set_kernel(info.kernel);
+    if (!run.ok()) {
+      r->set_status("error");
+      r->set_detail(std::string(run.message()));
+      continue;
+    }
+    const Comparison c = CompareToReference(p, data.args(), ref);
+    r->set_status(c.ok() ? "pass" : "fail");
+    r->set_detail(c.first_failure);
+    r->set_max_abs_err(c.max_abs_err);
+    r->set_max_rel_err(c.max_rel_err);
+    r->set_max_lse_err(c.max_lse_err);
+    r->set_max_bound(c.max_bound);
+    r->set_max_bound_fraction(c.max_bound_fraction);
+    r->set_checked(c.checked);
+    r->set_mismatches(c.mismatches);
+  }
+  return report;
+}
+
+std::string FormatCheckTable(const CheckReport& report) {
+  std::string out =
+      absl::StrCat("check ", report.id(), report.name().empty() ? "" : " (" + report.name() + ")",
+                   ", seed ", report.seed(), "\n");
+  absl::StrAppendFormat(&out, "fp64 oracle computed in %.3f s\n\n", report.reference_s());
+  // err/bound: the largest error as a fraction of the oracle's bound for
+  // that element (1.0 = at the limit; see core/compare.h).
+  absl::StrAppendFormat(&out, "%-18s %-34s %-6s %12s %12s %12s %9s %10s\n", "backend", "kernel",
+                        "result", "max abs err", "max rel err", "max bound", "err/bound",
+                        "time ms");
+  for (const CheckResult& r : report.results()) {
+    if (r.status() == "unavailable" || r.status() == "unsupported") {
+      absl::StrAppendFormat(&out, "%-18s %s: %s\n", r.backend(), r.status(), r.detail());
+    } else if (r.status() == "error") {
+      absl::StrAppendFormat(&out, "%-18s %-34s %-6s %s\n", r.backend(), r.kernel(), "ERROR",
+                            r.detail());
+    } else {
+      absl::StrAppendFormat(&out, "%-18s %-34s %-6s %12.3e %12.3e %12.3e %9.3f %10.2f\n",
+                            r.backend(), r.kernel(), r.status() == "pass" ? "pass" : "FAIL",
+                            r.max_abs_err(), r.max_rel_err(), r.max_bound(), r.max_bound_fraction(),
+                            r.time_ms());
+      if (r.status() != "pass") absl::StrAppend(&out, "    first mismatch: ", r.detail(), "\n");
+    }
+  }
+  return out;
+}
+
+int CountCheckFailures(const CheckReport& report) {
+  int n = 0;
+  for (const CheckResult& r : report.results()) n += r.status() == "fail" || r.status() == "error";
+  return n;
+}
+
+std::vector<std::string> CheckSkips(const CheckReport& report) {
+  std::vector<std::string> skipped;
+  for (const CheckResult& r : report.results()) {
+    if (r.status() == "unavailable" || r.status() == "unsupported") {
+      skipped.push_back(absl::StrCat(r.backend(), " (", r.status(), ")"));
+    }
+  }
+  return skipped;
+}
+
+}  // namespace attnkit
