@@ -16,48 +16,20 @@
 #include "absl/strings/str_format.h"
 #include "backends/auto_select.h"
 #include "backends/builtin.h"
+#include "capi/internal.h"
 #include "core/c_abi.h"
 #include "core/registry.h"
 #include "core/status_macros.h"
-
-struct attnkit_context {
-  attnkit::BackendRegistry registry;
-  // Capabilities per backend, so that attnkit_backend_info's head_dims
-  // pointer stays valid as long as the context.
-  std::vector<attnkit::Capabilities> caps;
-};
 
 namespace {
 
 using attnkit::AttentionArgs;
 using attnkit::AttentionProblem;
 using attnkit::Backend;
-
-void CopyString(const std::string& s, char* buf, size_t size) {
-  attnkit_sdk::internal::CopyCString(s, buf, size);
-}
-
-// Runs fn (returning absl::Status) with no exception escaping: the SDK's
-// guard, which plugins use too.
-template <class Fn>
-int32_t Guard(char* err, size_t err_size, Fn&& fn) {
-  return attnkit_sdk::internal::Guard(err, err_size, [&] { return attnkit::StatusToSdk(fn()); });
-}
-
-absl::Status RequireContext(const attnkit_context* ctx) {
-  if (ctx == nullptr) return absl::InvalidArgumentError("ctx is NULL");
-  return absl::OkStatus();
-}
-
-absl::Status RequireStructSize(uint32_t size, size_t minimum, const char* what) {
-  if (size < minimum) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s.struct_size (%u) is smaller than the %u bytes of its first fields; set it to "
-        "sizeof(%s)",
-        what, size, minimum, what));
-  }
-  return absl::OkStatus();
-}
+using attnkit::capi::CopyString;
+using attnkit::capi::Guard;
+using attnkit::capi::RequireContext;
+using attnkit::capi::RequireStructSize;
 
 // The problem `p` describes, with scale 0 meaning 1/sqrt(head_dim),
 // validated.
@@ -76,6 +48,25 @@ absl::StatusOr<AttentionProblem> ProblemOf(const attnkit_problem* p) {
   if (problem.backend.empty()) problem.backend = "auto";
   ATTNKIT_RETURN_IF_ERROR(attnkit::ValidateProblem(problem));
   return problem;
+}
+
+// A named backend as given (device backends read device pointers), or for
+// "auto" the first host backend of the auto order: auto's tensors are host
+// memory, and a device backend handed host pointers would fault.
+absl::StatusOr<attnkit::Selection> SelectForHostOrNamed(const attnkit::BackendRegistry& registry,
+                                                        const std::string& name,
+                                                        const AttentionProblem& p) {
+  if (!name.empty() && name != "auto") return registry.Select(name, p, {});
+  const attnkit::AutoOrder order = attnkit::AutoOrderFor(p);
+  std::vector<std::string> host_order;
+  for (const std::string& n : order.order) {
+    auto b = registry.Find(n);
+    if (b.ok() && (*b)->UsesHostMemory()) host_order.push_back(n);
+  }
+  ATTNKIT_ASSIGN_OR_RETURN(attnkit::Selection s, registry.Select("auto", p, host_order));
+  absl::StrAppend(&s.reason, "; order from ", order.source,
+                  ", host backends only (name a device backend for device memory)");
+  return s;
 }
 
 absl::StatusOr<Backend*> FindBackend(attnkit_context* ctx, const char* name) {
@@ -203,7 +194,7 @@ int32_t attnkit_run(attnkit_context* ctx, const char* backend, const attnkit_pro
     ATTNKIT_ASSIGN_OR_RETURN(const AttentionArgs a, attnkit::ArgsFromC(*args));
     const std::string name = backend != nullptr ? backend : problem.backend;
     ATTNKIT_ASSIGN_OR_RETURN(const attnkit::Selection selection,
-                             attnkit::SelectBackend(ctx->registry, name, problem));
+                             SelectForHostOrNamed(ctx->registry, name, problem));
     attnkit::RunInfo info;
     ATTNKIT_RETURN_IF_ERROR(selection.backend->Forward(problem, a, &info));
     ATTNKIT_RETURN_IF_ERROR(selection.backend->Synchronize());

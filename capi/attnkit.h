@@ -11,9 +11,16 @@
  *
  * Errors. Every fallible function returns ATTNKIT_OK (0) or a status code
  * and writes a NUL-terminated message into `err` (err_size bytes,
- * truncated to fit; err may be NULL). Nothing the library allocates is freed
- * by the caller except through attnkit_context_destroy; no C++ exception
- * crosses this API.
+ * truncated to fit; err may be NULL). The caller frees what the library
+ * allocates only through the matching *_destroy function, or
+ * attnkit_string_free for returned strings; no C++ exception crosses this
+ * API.
+ *
+ * Configs and reports cross the API as JSON: an AttentionConfig
+ * (core/config.proto) or a report (benchmarks/records.proto) in proto3's
+ * JSON mapping with the field names of the .proto, enums by name, every
+ * field present, 64-bit integers as numbers and an unset `optional` field
+ * as null.
  *
  * Threads. A context may be used from several threads at once: backends
  * serialise what they must. Destroy a context only when no call is running.
@@ -93,7 +100,9 @@ typedef struct attnkit_run_result {
 } attnkit_run_result;
 
 /* Computes o (and lse) for `p` on backend `backend` (a name, or "auto", or
- * NULL for p->backend) and waits for it to finish. args' tensors are
+ * NULL for p->backend) and waits for it to finish. "auto" chooses among the
+ * host backends (args in host memory); for device memory name a device
+ * backend (attnkit_backend_info.uses_host_memory == 0), e.g. "cuda". args' tensors are
  * validated against p first (shapes, dtypes, strides, overlap of outputs
  * with inputs). `result` may be NULL. */
 int32_t attnkit_run(attnkit_context* ctx, const char* backend, const attnkit_problem* p,
@@ -107,6 +116,104 @@ int32_t attnkit_set_num_threads(attnkit_context* ctx, const char* backend, int32
                                 size_t err_size);
 int32_t attnkit_set_stream(attnkit_context* ctx, const char* backend, void* stream, char* err,
                            size_t err_size);
+
+/* ---- Strings, configs ------------------------------------------------ */
+
+/* Frees a string returned through a `char** out` parameter (NULL is fine). */
+void attnkit_string_free(char* s);
+
+/* A text-format AttentionConfig (what `attnkit --config=F` reads) as JSON,
+ * and back. Parse errors give the line and column; JSON with an unknown
+ * field is refused naming it. Neither call checks the config's rules:
+ * attnkit_config_validate does. */
+int32_t attnkit_config_from_text(const char* text, char** json, char* err, size_t err_size);
+int32_t attnkit_config_to_text(const char* config_json, char** text, char* err, size_t err_size);
+
+/* ATTNKIT_OK when the config is a valid problem (every rule of `attnkit
+ * check`); `id` (may be NULL) receives its problem id, e.g.
+ * "b1_h8g2_q128_k128_d64_causal_f32". */
+int32_t attnkit_config_validate(const char* config_json, char** id, char* err, size_t err_size);
+
+/* ---- The jobs: check and compare ----------------------------------------- */
+
+/* `attnkit check`: the backends named in `backends` (','-separated; NULL or
+ * "" for all) on the config's random inputs (its seed), each compared with
+ * the fp64 reference. A wrong answer is a result, not an error: the report
+ * (a CheckReport as JSON) gives per backend "pass", "fail", "error",
+ * "unavailable" or "unsupported", the errors and their fraction of the
+ * oracle's bound. */
+int32_t attnkit_check(attnkit_context* ctx, const char* config_json, const char* backends,
+                      char** report_json, char* err, size_t err_size);
+
+/* `attnkit compare`: every backend timed side by side, each output checked
+ * first, figures scaled by this machine's limits measured in the same call.
+ * The problems are `configs_json` (a JSON array of configs) or, when it is
+ * NULL, the suite named `suite` ("standard"). threads: 0 = every core.
+ * progress != 0 prints a line per measurement on stderr. The report is the
+ * CompareReport `attnkit compare --json` writes. Measuring takes seconds
+ * per problem and backend. */
+int32_t attnkit_compare(attnkit_context* ctx, const char* configs_json, const char* suite,
+                        const char* backends, int32_t threads, int32_t progress, char** report_json,
+                        char* err, size_t err_size);
+
+/* ---- The layer and its KV cache (ops/) ------------------------------------ */
+
+/* A multi-head attention layer (ops/multi_head_attention.h):
+ *   y = attention(x Wq^T + bq, c Wk^T + bk, c Wv^T + bv) Wo^T + bo
+ * with c = x (self-attention) or a context (cross-attention). The config
+ * (JSON) gives num_heads, num_kv_heads (GQA/MQA), head_dim, model_dim, the
+ * mask and the backend ("auto" or a name); q_len and kv_len are not used.
+ * Weights are f32 in PyTorch's nn.Linear orientation [out, in], initialised
+ * from `seed` like nn.Linear; bias != 0 gives the projections bias vectors.
+ * The layer uses ctx's backends: destroy it before ctx. One layer runs one
+ * call at a time (it reuses its workspaces); use a layer per thread. */
+typedef struct attnkit_layer attnkit_layer;
+typedef struct attnkit_kv_cache attnkit_kv_cache;
+
+int32_t attnkit_layer_create(attnkit_context* ctx, const char* config_json, int32_t bias,
+                             uint64_t seed, attnkit_layer** out, char* err, size_t err_size);
+void attnkit_layer_destroy(attnkit_layer* layer);
+
+/* Weight `name` ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"): set from
+ * an f32 or f16 tensor of its shape (wq [H*d, D], wk and wv [Hkv*d, D], wo
+ * [D, H*d], biases [out]), or copied into an f32 tensor of its shape. */
+int32_t attnkit_layer_set_weight(attnkit_layer* layer, const char* name,
+                                 const attnkit_tensor* value, char* err, size_t err_size);
+int32_t attnkit_layer_get_weight(const attnkit_layer* layer, const char* name,
+                                 const attnkit_tensor* out, char* err, size_t err_size);
+
+/* x, y: f32 [B, T, D] with a contiguous last dimension (y may be x).
+ * context: NULL for self-attention, or f32 [B, Tk, D] (cross-attention).
+ * `result` (may be NULL) says which backend and kernel ran, and why. */
+int32_t attnkit_layer_forward(attnkit_layer* layer, const attnkit_tensor* x,
+                              const attnkit_tensor* context, const attnkit_tensor* y,
+                              attnkit_run_result* result, char* err, size_t err_size);
+
+/* A KV cache for `layer`'s KV heads and head_dim: batch sequences of up to
+ * `capacity` tokens, stored as `dtype` (ATTNKIT_F32, F16 or BF16). It may
+ * outlive the layer. */
+int32_t attnkit_kv_cache_create(const attnkit_layer* layer, int64_t batch, int64_t capacity,
+                                int32_t dtype, attnkit_kv_cache** out, char* err, size_t err_size);
+void attnkit_kv_cache_destroy(attnkit_kv_cache* cache);
+
+/* Appends the keys and values of x's T tokens to `cache`, then the new
+ * queries attend to every cached token of their sequence (bottom-right
+ * causal unless the config says otherwise): T = 1 is a decode step, T > 1 a
+ * (chunked) prefill. RESOURCE_EXHAUSTED, with the cache unchanged, when a
+ * sequence would pass the capacity. */
+int32_t attnkit_layer_forward_cached(attnkit_layer* layer, const attnkit_tensor* x,
+                                     attnkit_kv_cache* cache, const attnkit_tensor* y,
+                                     attnkit_run_result* result, char* err, size_t err_size);
+
+/* The cache's shape (any pointer may be NULL), its bytes, and the length of
+ * each sequence (`lengths` has room for `batch`). */
+int32_t attnkit_kv_cache_info(const attnkit_kv_cache* cache, int64_t* batch, int64_t* capacity,
+                              int64_t* bytes, int64_t* lengths, int64_t lengths_size, char* err,
+                              size_t err_size);
+/* Sets each sequence's length (keeping the contents: a rollback after
+ * speculative decoding, or 0 to start over). */
+int32_t attnkit_kv_cache_set_lengths(attnkit_kv_cache* cache, const int64_t* lengths, int64_t count,
+                                     char* err, size_t err_size);
 
 #ifdef __cplusplus
 } /* extern "C" */

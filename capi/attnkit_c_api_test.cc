@@ -3,6 +3,7 @@
 // results say what ran. (examples/attention.c covers the happy path from C.)
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "capi/attnkit.h"
 #include "gmock/gmock.h"
@@ -11,6 +12,7 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 attnkit_tensor Dense(float* data, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
   attnkit_tensor t;
@@ -126,6 +128,149 @@ TEST_F(CApiTest, BadInputsAreErrorsThatSayWhy) {
   std::memset(tiny, 'x', sizeof(tiny));
   EXPECT_EQ(attnkit_run(ctx_, "nope", &p_, &args_, nullptr, tiny, sizeof(tiny)), ATTNKIT_NOT_FOUND);
   EXPECT_EQ(std::strlen(tiny), sizeof(tiny) - 1);
+}
+
+// Configs cross as JSON: text -> JSON -> text keeps every field, int64 stay
+// numbers, errors give the line and column or the unknown field.
+TEST_F(CApiTest, ConfigsConvertBetweenTextAndJson) {
+  char* json = nullptr;
+  ASSERT_EQ(attnkit_config_from_text("num_heads: 8 num_kv_heads: 2 head_dim: 64 q_len: 16 "
+                                     "kv_lengths: [3, 16] batch: 2 mask { kind: CAUSAL }",
+                                     &json, err_, sizeof(err_)),
+            ATTNKIT_OK)
+      << err_;
+  const std::string j = json;
+  attnkit_string_free(json);
+  EXPECT_THAT(j, HasSubstr("\"num_heads\":8"));
+  EXPECT_THAT(j, HasSubstr("\"kv_lengths\":[3,16]"));
+  EXPECT_THAT(j, HasSubstr("\"scale\":null"));
+  char* text = nullptr;
+  ASSERT_EQ(attnkit_config_to_text(j.c_str(), &text, err_, sizeof(err_)), ATTNKIT_OK) << err_;
+  EXPECT_THAT(std::string(text), HasSubstr("kind: CAUSAL"));
+  attnkit_string_free(text);
+  char* id = nullptr;
+  ASSERT_EQ(attnkit_config_validate(j.c_str(), &id, err_, sizeof(err_)), ATTNKIT_OK) << err_;
+  EXPECT_THAT(std::string(id), HasSubstr("gqa_h8_g2_q16_k16_d64_b2_causal"));
+  attnkit_string_free(id);
+
+  EXPECT_EQ(
+      attnkit_config_from_text("num_heads: 8\nmask { kind: CAUSL }", &json, err_, sizeof(err_)),
+      ATTNKIT_INVALID_ARGUMENT);
+  EXPECT_THAT(err_, HasSubstr("line 2"));
+  EXPECT_EQ(json, nullptr);
+  EXPECT_EQ(attnkit_config_to_text("{\"num_haeds\": 1}", &text, err_, sizeof(err_)),
+            ATTNKIT_INVALID_ARGUMENT);
+  EXPECT_THAT(err_, HasSubstr("num_haeds"));
+  EXPECT_EQ(attnkit_config_validate("{\"num_heads\": 8, \"head_dim\": 0, \"q_len\": 4}", nullptr,
+                                    err_, sizeof(err_)),
+            ATTNKIT_INVALID_ARGUMENT);
+  EXPECT_THAT(err_, HasSubstr("head_dim"));
+}
+
+TEST_F(CApiTest, CheckReportsEveryBackendAgainstTheReference) {
+  char* report = nullptr;
+  ASSERT_EQ(attnkit_check(ctx_,
+                          "{\"num_heads\": 4, \"num_kv_heads\": 2, \"head_dim\": 32, "
+                          "\"q_len\": 9, \"kv_len\": 17, \"mask\": {\"kind\": \"CAUSAL\"}, "
+                          "\"alignment\": \"BOTTOM_RIGHT\"}",
+                          "highway,reference", &report, err_, sizeof(err_)),
+            ATTNKIT_OK)
+      << err_;
+  const std::string r = report;
+  attnkit_string_free(report);
+  EXPECT_THAT(r, HasSubstr("\"backend\": \"highway\""));
+  EXPECT_THAT(r, HasSubstr("\"backend\": \"reference\""));
+  EXPECT_THAT(r, HasSubstr("\"status\": \"pass\""));
+  EXPECT_THAT(r, Not(HasSubstr("\"backend\": \"blas\"")));
+  EXPECT_EQ(attnkit_check(ctx_, "{\"num_heads\": 4, \"head_dim\": 32, \"q_len\": 9}", "nope",
+                          &report, err_, sizeof(err_)),
+            ATTNKIT_NOT_FOUND);
+  EXPECT_THAT(err_, HasSubstr("nope"));
+  EXPECT_EQ(attnkit_check(ctx_, nullptr, nullptr, &report, err_, sizeof(err_)),
+            ATTNKIT_INVALID_ARGUMENT);
+  EXPECT_EQ(attnkit_compare(ctx_, "[]", nullptr, nullptr, 1, 0, &report, err_, sizeof(err_)),
+            ATTNKIT_INVALID_ARGUMENT);
+  EXPECT_THAT(err_, HasSubstr("empty"));
+  EXPECT_EQ(
+      attnkit_compare(ctx_, nullptr, "no_such_suite", nullptr, 1, 0, &report, err_, sizeof(err_)),
+      ATTNKIT_NOT_FOUND);
+}
+
+// The layer: a KV-cached decode gives what a full forward over the same
+// tokens gives; weights round-trip; bad shapes are refused by name.
+TEST_F(CApiTest, LayerDecodesWithItsCacheAsAFullForward) {
+  attnkit_layer* layer = nullptr;
+  ASSERT_EQ(attnkit_layer_create(ctx_,
+                                 "{\"num_heads\": 4, \"num_kv_heads\": 2, \"head_dim\": 8, "
+                                 "\"mask\": {\"kind\": \"CAUSAL\"}, \"backend\": \"highway\"}",
+                                 1, 5, &layer, err_, sizeof(err_)),
+            ATTNKIT_OK)
+      << err_;
+  constexpr int T = 5, D = 32;
+  std::vector<float> x(T * D), full(T * D), step(D), decoded(T * D);
+  for (int i = 0; i < T * D; ++i) x[i] = static_cast<float>((i * 37) % 19) / 19.0f - 0.5f;
+  auto view = [](float* data, int64_t t) {
+    attnkit_tensor v;
+    std::memset(&v, 0, sizeof(v));
+    v.data = data;
+    v.dtype = ATTNKIT_F32;
+    v.rank = 3;
+    v.shape[0] = 1, v.shape[1] = t, v.shape[2] = D;
+    v.strides[0] = t * D, v.strides[1] = D, v.strides[2] = 1;
+    return v;
+  };
+  attnkit_tensor xv = view(x.data(), T), fv = view(full.data(), T);
+  attnkit_run_result result;
+  result.struct_size = sizeof(result);
+  ASSERT_EQ(attnkit_layer_forward(layer, &xv, nullptr, &fv, &result, err_, sizeof(err_)),
+            ATTNKIT_OK)
+      << err_;
+  EXPECT_STREQ(result.backend, "highway");
+  attnkit_kv_cache* cache = nullptr;
+  ASSERT_EQ(attnkit_kv_cache_create(layer, 1, 8, ATTNKIT_F32, &cache, err_, sizeof(err_)),
+            ATTNKIT_OK)
+      << err_;
+  for (int t = 0; t < T; ++t) {
+    attnkit_tensor xt = view(x.data() + t * D, 1), yt = view(decoded.data() + t * D, 1);
+    ASSERT_EQ(attnkit_layer_forward_cached(layer, &xt, cache, &yt, nullptr, err_, sizeof(err_)),
+              ATTNKIT_OK)
+        << err_;
+  }
+  for (int i = 0; i < T * D; ++i) EXPECT_NEAR(decoded[i], full[i], 1e-5) << i;
+  int64_t batch = 0, capacity = 0, bytes = 0, length = 0;
+  ASSERT_EQ(attnkit_kv_cache_info(cache, &batch, &capacity, &bytes, &length, 1, err_, sizeof(err_)),
+            ATTNKIT_OK);
+  EXPECT_EQ(batch, 1);
+  EXPECT_EQ(capacity, 8);
+  EXPECT_EQ(length, T);
+  EXPECT_EQ(bytes, 2 * 1 * 2 * 8 * 8 * 4);
+  const int64_t rollback = 2;
+  ASSERT_EQ(attnkit_kv_cache_set_lengths(cache, &rollback, 1, err_, sizeof(err_)), ATTNKIT_OK);
+  const int64_t too_long = 9;
+  EXPECT_EQ(attnkit_kv_cache_set_lengths(cache, &too_long, 1, err_, sizeof(err_)),
+            ATTNKIT_INVALID_ARGUMENT);
+
+  std::vector<float> wq(D * D);
+  attnkit_tensor w;
+  std::memset(&w, 0, sizeof(w));
+  w.data = wq.data();
+  w.dtype = ATTNKIT_F32;
+  w.rank = 2;
+  w.shape[0] = D, w.shape[1] = D, w.strides[0] = D, w.strides[1] = 1;
+  ASSERT_EQ(attnkit_layer_get_weight(layer, "wq", &w, err_, sizeof(err_)), ATTNKIT_OK) << err_;
+  ASSERT_EQ(attnkit_layer_set_weight(layer, "wq", &w, err_, sizeof(err_)), ATTNKIT_OK) << err_;
+  EXPECT_EQ(attnkit_layer_get_weight(layer, "wz", &w, err_, sizeof(err_)), ATTNKIT_NOT_FOUND);
+  w.shape[0] = 3;
+  EXPECT_EQ(attnkit_layer_set_weight(layer, "wq", &w, err_, sizeof(err_)),
+            ATTNKIT_INVALID_ARGUMENT);
+  EXPECT_THAT(err_, HasSubstr("wq has shape [3, 32]"));
+  attnkit_tensor bad = view(x.data(), T);
+  bad.shape[2] = 7;
+  EXPECT_EQ(attnkit_layer_forward(layer, &bad, nullptr, &fv, nullptr, err_, sizeof(err_)),
+            ATTNKIT_INVALID_ARGUMENT);
+  EXPECT_THAT(err_, HasSubstr("model_dim"));
+  attnkit_kv_cache_destroy(cache);
+  attnkit_layer_destroy(layer);
 }
 
 }  // namespace

@@ -10,6 +10,14 @@ reference, cuda, plugins), over the C API in libattnkit.so.
 """
 
 from ._capi import lib as _lib
+from ._config import AttentionConfig
+from ._config import MaskSpec
+from ._jobs import CheckReport
+from ._jobs import CompareReport
+from ._jobs import check
+from ._jobs import compare
+from ._layer import KVCache
+from ._layer import MultiHeadAttention
 from ._ops import attention
 from ._ops import backends
 from ._ops import last_run
@@ -25,8 +33,16 @@ def library_version():
 
 
 __all__ = [
+    "AttentionConfig",
+    "CheckReport",
+    "CompareReport",
+    "KVCache",
+    "MaskSpec",
+    "MultiHeadAttention",
     "attention",
     "backends",
+    "check",
+    "compare",
     "last_run",
     "library_version",
     "scaled_dot_product_attention",

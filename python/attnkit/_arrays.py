@@ -33,6 +33,10 @@ if _NP_BF16 is not None:
     _NP_DTYPES[_capi.BF16] = _NP_BF16
 
 
+# The integer inputs (kv_lengths, blocked masks), accepted with float_only=False.
+_NP_INT_CODES = {np.dtype(np.int32).num: _capi.I32, np.dtype(np.uint8).num: _capi.U8}
+
+
 def _np_code(dtype):
     return _NP_CODES.get(dtype.num)
 
@@ -40,9 +44,13 @@ def _np_code(dtype):
 def _torch_code(dtype):
     import torch  # only reached with torch tensors
 
-    return {torch.float32: _capi.F32, torch.float16: _capi.F16, torch.bfloat16: _capi.BF16}.get(
-        dtype
-    )
+    return {
+        torch.float32: _capi.F32,
+        torch.float16: _capi.F16,
+        torch.bfloat16: _capi.BF16,
+        torch.int32: _capi.I32,
+        torch.uint8: _capi.U8,
+    }.get(dtype)
 
 
 class Operand:
@@ -81,7 +89,7 @@ def as_operand(x, name, float_only=True):
     elements."""
     if is_torch(x):
         code = _torch_code(x.dtype)
-        if code is None and float_only:
+        if float_only and code not in (_capi.F32, _capi.F16, _capi.BF16):
             x = x.float()
             code = _capi.F32
         return Operand(
@@ -89,6 +97,8 @@ def as_operand(x, name, float_only=True):
         )
     a = x if type(x) is np.ndarray else np.asarray(x)
     code = _NP_CODES.get(a.dtype.num)
+    if code is None and not float_only:
+        code = _NP_INT_CODES.get(a.dtype.num)
     if code is None and float_only:
         if a.dtype.kind not in "fiub":
             raise ValueError(f"{name}: dtype {a.dtype} is not numeric")

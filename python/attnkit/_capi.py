@@ -32,6 +32,9 @@ LAYOUT_BHTD, LAYOUT_BTHD = 0, 1
 _c_int32 = ctypes.c_int32
 _c_int64 = ctypes.c_int64
 _c_uint32 = ctypes.c_uint32
+# A `char**` the library fills with a string the caller frees
+# (attnkit_string_free); call_string() handles it.
+_out_str = ctypes.POINTER(ctypes.c_void_p)
 
 
 class Problem(ctypes.Structure):
@@ -146,8 +149,31 @@ def _library_path():
     return str(_HERE / "_lib" / "libattnkit.so")
 
 
+def _preload_bundled():
+    """Loads the libraries a --bundle wheel carries (_lib/deps, in ORDER:
+    dependencies first), so that libattnkit.so finds them by soname without
+    the Debian packages. One the process already has (libstdc++ loaded by
+    torch, say) is not loaded twice."""
+    folder = _HERE / "_lib" / "deps"
+    order = folder / "ORDER"
+    if not order.is_file():
+        return
+    for name in order.read_text().split():
+        try:
+            ctypes.CDLL(name, mode=os.RTLD_NOLOAD | ctypes.RTLD_GLOBAL)
+            continue  # already in the process
+        except OSError:
+            pass
+        try:
+            ctypes.CDLL(str(folder / name), mode=ctypes.RTLD_GLOBAL)
+        except OSError as e:
+            raise ImportError(f"attnkit: cannot load the bundled {name}: {e}") from e
+
+
 def _load():
     path = _library_path()
+    if "ATTNKIT_LIBRARY" not in os.environ:
+        _preload_bundled()
     try:
         lib = ctypes.CDLL(path)
     except OSError as e:
@@ -196,6 +222,103 @@ def _load():
             _c_int32,
             [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, err, ctypes.c_size_t],
         ),
+        "attnkit_string_free": (None, [ctypes.c_void_p]),
+        "attnkit_config_from_text": (_c_int32, [ctypes.c_char_p, _out_str, err, ctypes.c_size_t]),
+        "attnkit_config_to_text": (_c_int32, [ctypes.c_char_p, _out_str, err, ctypes.c_size_t]),
+        "attnkit_config_validate": (_c_int32, [ctypes.c_char_p, _out_str, err, ctypes.c_size_t]),
+        "attnkit_check": (
+            _c_int32,
+            [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, _out_str, err, ctypes.c_size_t],
+        ),
+        "attnkit_compare": (
+            _c_int32,
+            [
+                ctypes.c_void_p,
+                ctypes.c_char_p,
+                ctypes.c_char_p,
+                ctypes.c_char_p,
+                _c_int32,
+                _c_int32,
+                _out_str,
+                err,
+                ctypes.c_size_t,
+            ],
+        ),
+        "attnkit_layer_create": (
+            _c_int32,
+            [
+                ctypes.c_void_p,
+                ctypes.c_char_p,
+                _c_int32,
+                ctypes.c_uint64,
+                ctypes.POINTER(ctypes.c_void_p),
+                err,
+                ctypes.c_size_t,
+            ],
+        ),
+        "attnkit_layer_destroy": (None, [ctypes.c_void_p]),
+        "attnkit_layer_set_weight": (
+            _c_int32,
+            [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(Tensor), err, ctypes.c_size_t],
+        ),
+        "attnkit_layer_get_weight": (
+            _c_int32,
+            [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(Tensor), err, ctypes.c_size_t],
+        ),
+        "attnkit_layer_forward": (
+            _c_int32,
+            [
+                ctypes.c_void_p,
+                ctypes.POINTER(Tensor),
+                ctypes.POINTER(Tensor),
+                ctypes.POINTER(Tensor),
+                ctypes.POINTER(RunResult),
+                err,
+                ctypes.c_size_t,
+            ],
+        ),
+        "attnkit_layer_forward_cached": (
+            _c_int32,
+            [
+                ctypes.c_void_p,
+                ctypes.POINTER(Tensor),
+                ctypes.c_void_p,
+                ctypes.POINTER(Tensor),
+                ctypes.POINTER(RunResult),
+                err,
+                ctypes.c_size_t,
+            ],
+        ),
+        "attnkit_kv_cache_create": (
+            _c_int32,
+            [
+                ctypes.c_void_p,
+                _c_int64,
+                _c_int64,
+                _c_int32,
+                ctypes.POINTER(ctypes.c_void_p),
+                err,
+                ctypes.c_size_t,
+            ],
+        ),
+        "attnkit_kv_cache_destroy": (None, [ctypes.c_void_p]),
+        "attnkit_kv_cache_info": (
+            _c_int32,
+            [
+                ctypes.c_void_p,
+                ctypes.POINTER(_c_int64),
+                ctypes.POINTER(_c_int64),
+                ctypes.POINTER(_c_int64),
+                ctypes.POINTER(_c_int64),
+                _c_int64,
+                err,
+                ctypes.c_size_t,
+            ],
+        ),
+        "attnkit_kv_cache_set_lengths": (
+            _c_int32,
+            [ctypes.c_void_p, ctypes.POINTER(_c_int64), _c_int64, err, ctypes.c_size_t],
+        ),
     }
     for name, (restype, argtypes) in sig.items():
         fn = getattr(lib, name)
@@ -233,6 +356,17 @@ def call(fn, *args):
     code = fn(*args, buf, len(buf))
     if code != OK:
         raise _error(code, buf.value.decode("utf-8", "replace"))
+
+
+def call_string(fn, *args):
+    """Like call(), for a function whose last parameter before (err,
+    err_size) is a `char**` out-string: returns it as str, freed."""
+    out = ctypes.c_void_p()
+    try:
+        call(fn, *args, ctypes.byref(out))
+        return ctypes.string_at(out.value).decode("utf-8") if out.value else None
+    finally:
+        lib.attnkit_string_free(out)
 
 
 def _plugin_paths():

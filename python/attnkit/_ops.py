@@ -75,6 +75,67 @@ def set_num_threads(backend, n):
     _capi.call(_capi.lib.attnkit_set_num_threads, _capi.context(), backend.encode(), int(n))
 
 
+_memory = None  # backend name -> (memory, available, reason), per context
+
+
+def _backend_memory():
+    global _memory
+    if _memory is None:
+        _memory = {b["name"]: (b["memory"], b["available"], b["reason"]) for b in backends()}
+    return _memory
+
+
+def _place(backend, ops):
+    """The backend to run for operands `ops` (q, k, v), checking that memory
+    and backend agree: host arrays run on host backends ("auto" = the best
+    host backend), CUDA tensors on a device backend ("auto" = the first
+    available one), on the caller's current torch stream."""
+    devices = {op.device for op in ops}
+    if len(devices) > 1:
+        raise ValueError(f"q, k and v must be on one device; got {', '.join(sorted(devices))}")
+    device = devices.pop()
+    memory = _backend_memory()
+    if device == "cpu":
+        if backend in memory and memory[backend][0] == "device":
+            raise ValueError(
+                f"backend {backend!r} reads device memory and these are host arrays: move them "
+                "to the GPU (tensor.cuda()) or choose a host backend"
+            )
+        return backend
+    if backend == "auto":
+        ready = [n for n, (mem, ok, _) in memory.items() if mem == "device" and ok]
+        if not ready:
+            why = "; ".join(f"{n}: {r}" for n, (mem, ok, r) in memory.items() if mem == "device")
+            raise ValueError(
+                "CUDA tensors need a device backend and none is available here"
+                + (f" ({why})" if why else "")
+            )
+        backend = ready[0]
+    elif backend in memory and memory[backend][0] == "host":
+        raise ValueError(
+            f"backend {backend!r} runs on the host and these are CUDA tensors: move them to the "
+            "CPU (tensor.cpu()) or choose a device backend"
+        )
+    import torch
+
+    stream = torch.cuda.current_stream(ops[0].owner.device).cuda_stream
+    _capi.call(_capi.lib.attnkit_set_stream, _capi.context(), backend.encode(),
+               ctypes.c_void_p(stream))
+    return backend
+
+
+def _like(x, ref, np_dtype, torch_name):
+    """x (array-like or tensor) as the same kind and device as operand ref:
+    a torch tensor on ref's device when ref is torch, else a numpy array."""
+    if _arrays.is_torch(ref.owner):
+        import torch
+
+        return torch.as_tensor(x, dtype=getattr(torch, torch_name), device=ref.owner.device)
+    if _arrays.is_torch(x):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x, dtype=np_dtype)
+
+
 class _Call:
     """One attnkit_run being assembled: the problem, the tensor views and the
     Python objects that own their memory (kept alive until the call ends)."""
@@ -211,6 +272,7 @@ def scaled_dot_product_attention(
             f"key and value must share a dtype; got {_capi.DTYPE_NAMES[k.code]} and "
             f"{_capi.DTYPE_NAMES[v.code]}"
         )
+    backend = _place(backend, (q, k, v))
     call = _Call()
     p = call.problem
     p.batch, p.num_heads, p.q_len, p.head_dim = q4
@@ -228,6 +290,12 @@ def scaled_dot_product_attention(
     o4, os4 = _as4(o, "output")
     call.set("o", o, o4, os4)
     if attn_mask is not None:
+        if _arrays.is_torch(q.owner) != _arrays.is_torch(attn_mask) or (
+            _arrays.is_torch(attn_mask) and attn_mask.device != q.owner.device
+        ):
+            is_bool_mask = str(getattr(attn_mask, "dtype", "")).endswith("bool")
+            attn_mask = _like(attn_mask, q, np.bool_ if is_bool_mask else np.float32,
+                              "bool" if is_bool_mask else "float32")
         full = tuple(q.shape[:-1]) + (k.shape[-2],)
         if q.ndim == 2:
             full = (q.shape[0], k.shape[-2])
@@ -304,6 +372,7 @@ def attention(
         raise ValueError(f"k {ko.shape} and v {vo.shape} must have the same shape")
     if ko.code != vo.code:
         raise ValueError("k and v must share a dtype")
+    backend = _place(backend, (qo, ko, vo))
     call = _Call()
     p = call.problem
     p.batch, p.num_heads, p.q_len, p.head_dim = q4
@@ -331,26 +400,24 @@ def attention(
         call.set("lse", lse, q4[:3], lse.strides)
     lengths = None
     if kv_lengths is not None:
+        if _arrays.is_torch(kv_lengths):
+            kv_lengths = kv_lengths.detach().cpu().numpy()
         lengths = np.ascontiguousarray(np.asarray(kv_lengths, dtype=np.int64).reshape(-1))
-        lengths32 = lengths.astype(np.int32)
         p.kv_lengths = lengths.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
         p.num_kv_lengths = lengths.size
         call.keep.append(lengths)
-        call.set(
-            "kv_lengths",
-            _arrays.Operand(lengths32, _capi.I32, lengths32.shape, (1,), lengths32.ctypes.data),
-            lengths32.shape,
-            (1,),
-        )
+        lengths32 = _like(lengths.astype(np.int32), qo, np.int32, "int32")  # where q lives
+        op32 = _arrays.as_operand(lengths32, "kv_lengths", float_only=False)
+        call.set("kv_lengths", op32, op32.shape, (1,))
     full = (q4[0], q4[1], q4[2], k4[2])
     if blocked_mask is not None:
-        m = np.asarray(blocked_mask)
-        m = m.astype(np.uint8) if m.dtype != np.uint8 else m
+        m = _like(blocked_mask, qo, np.uint8, "uint8")
         op, m4, ms = _pair_input(m, full, (), _capi.U8, "blocked_mask")
         p.blocked_mask = 1
         call.set("blocked_mask", op, m4, ms)
     if bias is not None:
-        op, b4, bs = _pair_input(np.asarray(bias, dtype=np.float32), full, (), _capi.F32, "bias")
+        op, b4, bs = _pair_input(_like(bias, qo, np.float32, "float32"), full, (), _capi.F32,
+                                 "bias")
         p.additive_bias = 1
         call.set("bias", op, b4, bs)
     call.run(backend)
