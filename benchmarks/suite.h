@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/config.pb.h"
 #include "core/problem.h"
 
 namespace attnkit {
@@ -18,7 +19,10 @@ struct SuiteFile {
 
 const std::vector<SuiteFile>& EmbeddedStandardSuite();
 
-// "standard" -> the embedded suite, validated; NotFound for other names.
+// "standard" -> the embedded suite's configs (each a valid problem);
+// NotFound for other names.
+absl::StatusOr<std::vector<AttentionConfig>> LoadSuiteConfigs(const std::string& name);
+// The same as problems.
 absl::StatusOr<std::vector<AttentionProblem>> LoadSuite(const std::string& name);
 
 }  // namespace attnkit

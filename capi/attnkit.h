@@ -134,6 +134,24 @@ int32_t attnkit_config_to_text(const char* config_json, char** text, char* err, 
  * "b1_h8g2_q128_k128_d64_causal_f32". */
 int32_t attnkit_config_validate(const char* config_json, char** id, char* err, size_t err_size);
 
+/* What the config costs (ops/cost.h): a JSON object with the problem "id",
+ * "useful_flops" (4 d per visible (query, key) pair), "dense_flops",
+ * "visible_pairs", "bytes_moved" (every tensor read or written once),
+ * "kv_cache_bytes" and "score_entries". */
+int32_t attnkit_config_cost(const char* config_json, char** cost_json, char* err,
+                            size_t err_size);
+
+/* The configs of a benchmark suite ("standard") as a JSON array. */
+int32_t attnkit_suite(const char* name, char** configs_json, char* err, size_t err_size);
+
+/* This machine, as compare reports it: {"machine": MachineFingerprint,
+ * "limits": MachineLimits} (peak FMA per Highway target, read bandwidth,
+ * OpenBLAS sgemm) for `threads` (0 = every core). refresh != 0 measures
+ * now (about a second or two); otherwise a cached measurement for this CPU
+ * and thread count is used when there is one. */
+int32_t attnkit_machine_limits(int32_t threads, int32_t refresh, char** json, char* err,
+                               size_t err_size);
+
 /* ---- The jobs: check and compare ----------------------------------------- */
 
 /* `attnkit check`: the backends named in `backends` (','-separated; NULL or

@@ -8,10 +8,13 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "benchmarks/check.h"
 #include "benchmarks/compare.h"
+#include "benchmarks/machine.h"
 #include "benchmarks/records.pb.h"
 #include "benchmarks/suite.h"
 #include "capi/attnkit.h"
@@ -20,6 +23,7 @@
 #include "core/problem_config.h"
 #include "core/proto_json.h"
 #include "core/status_macros.h"
+#include "ops/cost.h"
 
 namespace attnkit::capi {
 
@@ -44,6 +48,10 @@ absl::StatusOr<AttentionConfig> ConfigFromJson(const char* json) {
 std::vector<std::string> BackendList(const char* backends) {
   if (backends == nullptr) return {};
   return absl::StrSplit(backends, ',', absl::SkipWhitespace());
+}
+
+int ThreadsOrEveryCore(int32_t threads) {
+  return threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 absl::Status SetOut(char** out, const std::string& value) {
@@ -90,6 +98,59 @@ int32_t attnkit_config_validate(const char* config_json, char** id, char* err, s
     ATTNKIT_ASSIGN_OR_RETURN(const attnkit::AttentionProblem p, attnkit::ProblemFromConfig(config));
     if (id != nullptr) *id = attnkit::capi::NewCString(p.Id());
     return absl::OkStatus();
+  });
+}
+
+int32_t attnkit_config_cost(const char* config_json, char** cost_json, char* err,
+                            size_t err_size) {
+  return Guard(err, err_size, [&]() -> absl::Status {
+    ATTNKIT_RETURN_IF_ERROR(RequireNonNull(cost_json, "cost_json"));
+    *cost_json = nullptr;
+    ATTNKIT_ASSIGN_OR_RETURN(const attnkit::AttentionConfig config,
+                             attnkit::capi::ConfigFromJson(config_json));
+    ATTNKIT_ASSIGN_OR_RETURN(const attnkit::AttentionProblem p,
+                             attnkit::ProblemFromConfig(config));
+    const attnkit::CostReport c = attnkit::ComputeCost(p);
+    return attnkit::capi::SetOut(
+        cost_json,
+        absl::StrFormat("{\"id\": \"%s\", \"useful_flops\": %.17g, \"dense_flops\": %.17g, "
+                        "\"visible_pairs\": %d, \"bytes_moved\": %d, \"kv_cache_bytes\": %d, "
+                        "\"score_entries\": %d}",
+                        p.Id(), c.useful_flops, c.dense_flops, c.visible_pairs, c.bytes_moved,
+                        c.kv_cache_bytes, c.score_entries));
+  });
+}
+
+int32_t attnkit_suite(const char* name, char** configs_json, char* err, size_t err_size) {
+  return Guard(err, err_size, [&]() -> absl::Status {
+    ATTNKIT_RETURN_IF_ERROR(RequireNonNull(configs_json, "configs_json"));
+    *configs_json = nullptr;
+    ATTNKIT_RETURN_IF_ERROR(RequireNonNull(name, "name"));
+    ATTNKIT_ASSIGN_OR_RETURN(const std::vector<attnkit::AttentionConfig> configs,
+                             attnkit::LoadSuiteConfigs(name));
+    std::string json = "[";
+    for (size_t i = 0; i < configs.size(); ++i) {
+      absl::StrAppend(&json, i > 0 ? ", " : "", attnkit::ProtoToJson(configs[i], 0));
+    }
+    return attnkit::capi::SetOut(configs_json, json + "]");
+  });
+}
+
+int32_t attnkit_machine_limits(int32_t threads, int32_t refresh, char** json, char* err,
+                               size_t err_size) {
+  return Guard(err, err_size, [&]() -> absl::Status {
+    ATTNKIT_RETURN_IF_ERROR(RequireNonNull(json, "json"));
+    *json = nullptr;
+    if (threads < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("threads (", threads, ") must be >= 0"));
+    }
+    const int n = attnkit::capi::ThreadsOrEveryCore(threads);
+    std::string how;
+    const attnkit::MachineLimits limits = attnkit::LoadOrMeasureLimits(n, refresh != 0, &how);
+    return attnkit::capi::SetOut(
+        json, absl::StrCat("{\"machine\": ", attnkit::ProtoToJson(attnkit::Fingerprint(n), 0),
+                           ", \"limits\": ", attnkit::ProtoToJson(limits, 0), ", \"how\": \"",
+                           absl::CEscape(how), "\"}"));
   });
 }
 
@@ -140,8 +201,7 @@ int32_t attnkit_compare(attnkit_context* ctx, const char* configs_json, const ch
     }
     attnkit::CompareOptions options;
     options.backends = attnkit::capi::BackendList(backends);
-    options.threads =
-        threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    options.threads = attnkit::capi::ThreadsOrEveryCore(threads);
     if (progress != 0) options.progress = &std::cerr;
     ATTNKIT_ASSIGN_OR_RETURN(const attnkit::CompareReport report,
                              attnkit::MeasureAndCompare(ctx->registry, problems, options));

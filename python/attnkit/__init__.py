@@ -12,10 +12,12 @@ reference, cuda, plugins), over the C API in libattnkit.so.
 from ._capi import lib as _lib
 from ._config import AttentionConfig
 from ._config import MaskSpec
+from ._config import suite
 from ._jobs import CheckReport
 from ._jobs import CompareReport
 from ._jobs import check
 from ._jobs import compare
+from ._jobs import machine_limits
 from ._layer import KVCache
 from ._layer import MultiHeadAttention
 from ._ops import attention
@@ -45,6 +47,8 @@ __all__ = [
     "compare",
     "last_run",
     "library_version",
+    "machine_limits",
     "scaled_dot_product_attention",
     "set_num_threads",
+    "suite",
 ]

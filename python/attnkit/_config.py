@@ -131,6 +131,13 @@ class AttentionConfig:
     def id(self):
         return self.validate()
 
+    def cost(self):
+        """What the problem costs (ops/cost.h): a dict with id, useful_flops
+        (4 d per visible (query, key) pair), dense_flops, visible_pairs,
+        bytes_moved (every tensor read or written once), kv_cache_bytes and
+        score_entries."""
+        return json.loads(_capi.call_string(_capi.lib.attnkit_config_cost, self.to_json().encode()))
+
     def replace(self, **changes):
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
@@ -153,3 +160,9 @@ def as_config(config):
         "config must be an AttentionConfig, a dict, a text-format string or a file path; "
         f"got {type(config).__name__}"
     )
+
+
+def suite(name="standard"):
+    """The configs of a benchmark suite (those `attnkit compare` runs)."""
+    text = _capi.call_string(_capi.lib.attnkit_suite, name.encode())
+    return [AttentionConfig.from_dict(d) for d in json.loads(text)]

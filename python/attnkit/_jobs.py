@@ -24,6 +24,15 @@ def _markdown_table(header, rows):
     return "\n".join(lines) + "\n"
 
 
+def machine_limits(threads=0, refresh=False):
+    """This machine as `attnkit compare` reports it: {"machine": fingerprint
+    (CPU, threads, Highway targets, OpenBLAS core, versions), "limits": peak
+    FMA GFLOP/s per target, read GB/s, OpenBLAS sgemm GFLOP/s, "how": measured
+    now or cached}. refresh=True measures now (a second or two)."""
+    text = _capi.call_string(_capi.lib.attnkit_machine_limits, int(threads), 1 if refresh else 0)
+    return json.loads(text)
+
+
 class CheckReport:
     """What attnkit.check() found: one record per backend (dicts with the
     fields of `attnkit check --json`: backend, kernel, status ("pass",

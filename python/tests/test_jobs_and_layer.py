@@ -286,3 +286,35 @@ def test_layer_matches_torch_multihead_attention():
     assert isinstance(y, torch.Tensor)
     want, _ = ref(x, x, x, need_weights=False)
     torch.testing.assert_close(y, want.detach(), rtol=1e-4, atol=1e-5)
+
+
+# ---- suite, cost, limits, bench ----------------------------------------------
+
+
+def test_suite_cost_and_machine_limits():
+    configs = attnkit.suite("standard")
+    assert len(configs) >= 9 and all(isinstance(c, attnkit.AttentionConfig) for c in configs)
+    decode = next(c for c in configs if c.q_len == 1)
+    cost = decode.cost()
+    h, g, tk, d = decode.num_heads, decode.num_kv_heads, decode.kv_len, decode.head_dim
+    b = decode.batch or 1
+    assert cost["useful_flops"] == 4 * d * b * h * tk
+    assert cost["kv_cache_bytes"] == 2 * b * g * tk * d * (2 if decode.kv_dtype == "BF16" else 4)
+    with pytest.raises(ValueError, match="unknown"):
+        attnkit.suite("nope")
+    info = attnkit.machine_limits(threads=1)
+    assert info["machine"]["threads"] == 1 and info["limits"]["read_gbps"] > 0
+
+
+def test_bench_runs_torch_free_on_a_config(tmp_path, capsys):
+    from attnkit import bench
+
+    cfg = attnkit.AttentionConfig(name="tiny window", num_heads=2, head_dim=16, q_len=24,
+                                  batch=2, kv_lengths=[24, 10],
+                                  mask={"kind": "SLIDING_WINDOW", "window_left": 4})
+    bench.run(False, 2, [cfg], 1, with_reference=True)
+    out = capsys.readouterr().out
+    assert "peak FMA" in out and "tiny window" in out and "reference" in out
+    # torch's mask for the same problem: keys [i - 4, i] (bottom-right, Tq = Tk).
+    vis = bench._visible(cfg)
+    assert vis[10, 6] and vis[10, 10] and not vis[10, 5] and not vis[10, 11]
