@@ -2,6 +2,7 @@
 """Packs python/attnkit, libattnkit.so and plugin .so files into a wheel.
 
     build_wheel.py [--bundle] OUT_DIR VERSION LIBATTNKIT [PLUGIN.so ...]
+    build_wheel.py --print_order OBJ.so ...
 
 The wheel (attnkit-VERSION-py3-none-linux_x86_64.whl) holds pure Python over
 the C API, so one build serves every Python 3; the shared objects go to
@@ -71,6 +72,11 @@ def bundle(objects):
 
 def main():
     args = sys.argv[1:]
+    if args and args[0] == "--print_order":
+        # build_wheel.py --print_order OBJ...: the bundle's load order alone
+        # (tools/make_gpu_bundle.sh writes it beside its libraries).
+        print("\n".join(bundle(args[1:])[1]))
+        return
     bundle_deps = "--bundle" in args
     args = [a for a in args if a != "--bundle"]
     out_dir, version, library, *plugins = args

@@ -150,11 +150,12 @@ def _library_path():
 
 
 def _preload_bundled():
-    """Loads the libraries a --bundle wheel carries (_lib/deps, in ORDER:
-    dependencies first), so that libattnkit.so finds them by soname without
-    the Debian packages. One the process already has (libstdc++ loaded by
-    torch, say) is not loaded twice."""
-    folder = _HERE / "_lib" / "deps"
+    """Loads the libraries a --bundle wheel carries (_lib/deps, or
+    $ATTNKIT_DEPS_DIR, in the order its ORDER file lists: dependencies first),
+    so that libattnkit.so finds them by soname without the Debian packages.
+    One the process already has (libstdc++ loaded by torch, say) is not
+    loaded twice."""
+    folder = pathlib.Path(os.environ.get("ATTNKIT_DEPS_DIR") or _HERE / "_lib" / "deps")
     order = folder / "ORDER"
     if not order.is_file():
         return
@@ -172,8 +173,7 @@ def _preload_bundled():
 
 def _load():
     path = _library_path()
-    if "ATTNKIT_LIBRARY" not in os.environ:
-        _preload_bundled()
+    _preload_bundled()
     try:
         lib = ctypes.CDLL(path)
     except OSError as e:

@@ -39,21 +39,24 @@ def _median_ms(fn, reps, budget_s=2.0):
     return statistics.median(times)
 
 
-def _visible(cfg):
-    """The [Tq, Tk] boolean visibility of cfg's mask (True = take part), or
-    None when every key is visible to every query."""
+def _visible(cfg, kv_length=None):
+    """The [Tq, Tk] boolean visibility of cfg's mask (True = take part) for a
+    sequence of kv_length valid keys (default: all Tk; bottom-right alignment
+    puts the diagonal at kv_length - Tq, as core/mask.h does), or None when
+    every key is visible to every query."""
     tq, tk = cfg.q_len, cfg.kv_len or cfg.q_len
+    n = tk if kv_length is None else kv_length
     kind = cfg.mask.kind
     if kind in ("KIND_UNSPECIFIED", "NONE"):
-        return None
-    offset = tk - tq if cfg.alignment != "TOP_LEFT" else 0
+        return None if n == tk else np.broadcast_to(np.arange(tk)[None, :] < n, (tq, tk))
+    offset = n - tq if cfg.alignment != "TOP_LEFT" else 0
     i = np.arange(tq)[:, None] + offset
     j = np.arange(tk)[None, :]
     if kind == "CAUSAL":
         left, right = -1, 0
     else:
         left, right = cfg.mask.window_left, cfg.mask.window_right
-    vis = np.ones((tq, tk), dtype=bool)
+    vis = np.broadcast_to(j < n, (tq, tk)).copy()
     if right >= 0:
         vis &= j <= i + right
     if left >= 0:
@@ -97,11 +100,12 @@ class _Problem:
         self.torch_skip = None
         if torch is not None:
             self.torch_skip = "softcap" if cfg.softcap else None
-            vis = _visible(cfg)
-            if cfg.kv_lengths:
-                pad = np.arange(tk)[None, :] < np.asarray(cfg.kv_lengths)[:, None]  # [B, Tk]
-                vis = (np.ones((tq, tk), bool) if vis is None else vis)[None] & pad[:, None, :]
-                vis = vis[:, None]  # [B, 1, Tq, Tk]
+            if cfg.kv_lengths:  # one mask per sequence: [B, 1, Tq, Tk]
+                vis = np.stack([
+                    np.ones((tq, tk), bool) if m is None else m
+                    for m in (_visible(cfg, n) for n in cfg.kv_lengths)])[:, None]
+            else:
+                vis = _visible(cfg)
             self.torch_mask = None if vis is None else torch.from_numpy(vis)
             # torch has one dtype for q, k and v: the wider of the two here.
             tdt = self.q.dtype if not hasattr(self.k, "dtype") or str(self.k.dtype) == str(

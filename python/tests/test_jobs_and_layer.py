@@ -318,3 +318,21 @@ def test_bench_runs_torch_free_on_a_config(tmp_path, capsys):
     # torch's mask for the same problem: keys [i - 4, i] (bottom-right, Tq = Tk).
     vis = bench._visible(cfg)
     assert vis[10, 6] and vis[10, 10] and not vis[10, 5] and not vis[10, 11]
+    # Sequence 1 holds 10 keys: its diagonal moves to i + 10 - 24 (bottom-right).
+    short = bench._visible(cfg, 10)
+    assert short[23, 9] and short[23, 5] and not short[23, 4] and not short[13, 0]
+    assert not short[:, 10:].any()
+
+
+@pytest.mark.skipif(_torch() is None, reason="torch >= 2.0 is not importable here")
+def test_bench_gives_torch_the_same_problem():
+    from attnkit import bench
+
+    torch = _torch()
+    cfg = attnkit.AttentionConfig(num_heads=4, num_kv_heads=2, head_dim=32, q_len=12, kv_len=30,
+                                  batch=2, kv_lengths=[30, 17], alignment="BOTTOM_RIGHT",
+                                  mask={"kind": "SLIDING_WINDOW", "window_left": 6})
+    prob = bench._Problem(cfg, torch)
+    ours = prob.attnkit("highway")
+    theirs = prob.torch(torch).numpy()
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)

@@ -114,6 +114,18 @@ skip_flag=()
 ((allow_no_gpu)) && skip_flag=(--allow_skip)
 suite cli_check 30 "$here/bin/attnkit" check --plugins="$here/lib/libattnkit_cuda.so" \
   --backends=cuda,cuda-cublas,reference "${skip_flag[@]}"
+# The Python package over the bundle's libattnkit.so (host part always; the
+# CUDA part with a GPU). Only CUDA's directories on the library path: the
+# package preloads the bundle's own libraries after torch has loaded its
+# libstdc++.
+if python3 -c 'import numpy' 2> /dev/null; then
+  cuda_path=$(IFS=:; echo "${cuda_dirs[*]}")
+  suite python 90 env LD_LIBRARY_PATH="$cuda_path" PYTHONPATH="$here/python" \
+    ATTNKIT_LIBRARY="$here/lib/libattnkit.so" ATTNKIT_DEPS_DIR="$here/lib" \
+    ATTNKIT_PLUGIN_PATH="$here/lib/libattnkit_cuda.so" python3 "$here/python_check.py"
+else
+  rows+=("$(printf '%-20s %8s %8s %8s %7s  %s' python - - - 0 'not run (python3 has no numpy)')")
+fi
 not_run() { rows+=("$(printf '%-20s %8s %8s %8s %7s  %s' "$1" - - - 0 "not run ($2)")"); }
 if [[ -n ${ATTNKIT_REQUIRE_BACKENDS:-} ]]; then
   suite cuda_bench 90 "$here/bin/cuda_bench" --benchmark_min_time=0.3 \
