@@ -1,29 +1,101 @@
 #include "backends/auto_select.h"
 
-#include <algorithm>
+#include <sys/stat.h>
 
+#include <algorithm>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "backends/builtin.h"
 #include "core/config_io.h"
 #include "core/machine_info.h"
 #include "core/status_macros.h"
+#include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
 namespace attnkit {
+namespace {
+
+int ThreadsOrEveryCore(int threads) {
+  return threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+// Keeps protobuf's parser from logging to stderr; the first error becomes
+// the status message.
+class FirstError : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (first_.empty())
+      first_ = absl::StrFormat("line %d, column %d: %s", line + 1, column + 1, message);
+  }
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string first_;
+};
+
+// The record at `path`, re-read only when the file changes (modification
+// time, size or inode; the layer asks per call).
+struct CachedRecord {
+  std::string path;
+  int64_t mtime_ns = -1, size = -1, inode = -1;
+  absl::StatusOr<TuneRecord> record = absl::NotFoundError("not read");
+};
+
+absl::StatusOr<TuneRecord> LoadCached(const std::string& path) {
+  static absl::Mutex mu;
+  static CachedRecord* cache ABSL_GUARDED_BY(mu) = new CachedRecord();
+  struct stat st;
+  const bool exists = stat(path.c_str(), &st) == 0;
+  const int64_t mtime = exists ? int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec : -2;
+  const int64_t size = exists ? int64_t{st.st_size} : -2;
+  // The inode too: a record saved twice within the clock's resolution still
+  // differs, since SaveTuneRecord renames a new file into place.
+  const int64_t inode = exists ? static_cast<int64_t>(st.st_ino) : -2;
+  absl::MutexLock lock(&mu);
+  if (cache->path != path || cache->mtime_ns != mtime || cache->size != size ||
+      cache->inode != inode) {
+    cache->path = path;
+    cache->mtime_ns = mtime;
+    cache->size = size;
+    cache->inode = inode;
+    cache->record =
+        exists ? LoadTuneRecord(path) : absl::StatusOr<TuneRecord>(absl::NotFoundError("no file"));
+  }
+  return cache->record;
+}
+
+std::string KvDtypeName(const AttentionProblem& p) { return std::string(DTypeName(p.kv_dtype)); }
+
+}  // namespace
 
 std::string ShapeClass(const AttentionProblem& p) {
-  if (p.q_len <= 16) return "decode";
-  if (p.q_len >= 1024) return "long_prefill";
+  if (p.q_len <= kDecodeMaxQLen) return "decode";
+  if (p.q_len >= kLongPrefillMinQLen) return "long_prefill";
   return "short_prefill";
 }
 
-std::string TuneRecordPath() { return CachePath("tune", ".textproto"); }
+std::string ShapeClassBoundaries() {
+  return absl::StrFormat(
+      "decode: q_len <= %d; short_prefill: %d < q_len < %d; long_prefill: q_len >= %d",
+      kDecodeMaxQLen, kDecodeMaxQLen, kLongPrefillMinQLen, kLongPrefillMinQLen);
+}
+
+std::string TuneRecordPath(int threads) {
+  return CachePath("tune", absl::StrCat("-t", ThreadsOrEveryCore(threads), ".textproto"));
+}
 
 absl::StatusOr<TuneRecord> LoadTuneRecord(const std::string& path) {
   ATTNKIT_ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
   TuneRecord record;
-  if (!google::protobuf::TextFormat::ParseFromString(text, &record)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a TuneRecord text proto"));
+  google::protobuf::TextFormat::Parser parser;
+  FirstError errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &record)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is unreadable (", errors.first(), ")"));
   }
   return record;
 }
@@ -37,23 +109,40 @@ absl::Status SaveTuneRecord(const std::string& path, const TuneRecord& record) {
   return WriteFileAtomically(path, text);
 }
 
-AutoOrder AutoOrderFor(const AttentionProblem& p) {
+AutoOrder AutoOrderFor(const AttentionProblem& p, int threads) {
   AutoOrder result;
-  const std::string path = TuneRecordPath();
+  const int n = ThreadsOrEveryCore(threads);
+  const std::string path = TuneRecordPath(n);
   const std::string shape_class = ShapeClass(p);
-  auto record = LoadTuneRecord(path);
-  if (record.ok() && record->cpu_model() == CpuModel()) {
+  const std::string kv = KvDtypeName(p);
+  const absl::StatusOr<TuneRecord> record = LoadCached(path);
+  std::string why_static = absl::StrCat("no tuning record for ", shape_class, " at ", path,
+                                        "; run `attnkit tune --threads=", n, "`");
+  if (!record.ok() && record.status().code() != absl::StatusCode::kNotFound) {
+    why_static = absl::StrCat(record.status().message(), "; using the static order");
+  } else if (record.ok() && (record->cpu_model() != CpuModel() || record->threads() != n)) {
+    why_static = absl::StrFormat("%s was measured on %s with %d threads, not %s with %d", path,
+                                 record->cpu_model(), record->threads(), CpuModel(), n);
+  } else if (record.ok()) {
+    // The entry for this class and kv dtype; else the class's f32 entry.
+    const TuneEntry* match = nullptr;
+    const TuneEntry* fallback = nullptr;
     for (const TuneEntry& e : record->entries()) {
       if (e.shape_class() != shape_class) continue;
-      result.order.assign(e.order().begin(), e.order().end());
-      result.source = absl::StrCat("the tuning record ", path, " (", shape_class, ", measured ",
-                                   record->measured_at(), ")");
+      const std::string e_kv = e.kv_dtype().empty() ? "f32" : e.kv_dtype();
+      if (e_kv == kv) match = &e;
+      if (e_kv == "f32") fallback = &e;
+    }
+    const TuneEntry* e = match != nullptr ? match : fallback;
+    if (e != nullptr) {
+      result.order.assign(e->order().begin(), e->order().end());
+      result.source =
+          absl::StrCat("the tuning record ", path, " (", shape_class, ", kv ",
+                       match != nullptr ? kv : absl::StrCat("f32; ", kv, " not measured"), ", ", n,
+                       " threads, measured ", record->measured_at(), ")");
     }
   }
-  if (result.order.empty()) {
-    result.source = absl::StrCat("the static order (no tuning record for ", shape_class, " at ",
-                                 path, "; run `attnkit tune`)");
-  }
+  if (result.order.empty()) result.source = absl::StrCat("the static order (", why_static, ")");
   // Backends the record does not name follow in the static order.
   for (const std::string& name : DefaultAutoOrder()) {
     if (std::find(result.order.begin(), result.order.end(), name) == result.order.end()) {
@@ -64,11 +153,11 @@ AutoOrder AutoOrderFor(const AttentionProblem& p) {
 }
 
 absl::StatusOr<Selection> SelectBackend(const BackendRegistry& registry, const std::string& name,
-                                        const AttentionProblem& p) {
+                                        const AttentionProblem& p, int threads) {
   if (!name.empty() && name != "auto") return registry.Select(name, p, {});
-  const AutoOrder order = AutoOrderFor(p);
+  const AutoOrder order = AutoOrderFor(p, threads);
   ATTNKIT_ASSIGN_OR_RETURN(Selection s, registry.Select("auto", p, order.order));
-  absl::StrAppend(&s.reason, "; order from ", order.source);
+  absl::StrAppend(&s.reason, "; ", ShapeClass(p), " order from ", order.source);
   return s;
 }
 

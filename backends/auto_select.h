@@ -1,6 +1,14 @@
-// How --backend=auto orders the backends: the tuning record that
-// `attnkit tune` stored for this machine when there is one, otherwise the
-// documented static order (DefaultAutoOrder in backends/builtin.h).
+// `auto`, the library service every caller uses (run, check, the layer,
+// generate, the C API and Python): per call, the backend order for the
+// problem's shape class and K/V dtype from the tuning record `attnkit tune`
+// stored for this CPU model and thread count, otherwise the documented
+// static order (DefaultAutoOrder in backends/builtin.h).
+//
+// Shape classes, by queries per sequence (q_len):
+//   decode         q_len <= 16     (token-by-token generation, speculative
+//                                   drafts: bandwidth-bound over the cache)
+//   short_prefill  16 < q_len < 1024
+//   long_prefill   q_len >= 1024   (compute-bound)
 #ifndef ATTNKIT_BACKENDS_AUTO_SELECT_H_
 #define ATTNKIT_BACKENDS_AUTO_SELECT_H_
 
@@ -14,11 +22,17 @@
 
 namespace attnkit {
 
-// "decode" (q_len <= 16), "long_prefill" (q_len >= 1024) or "short_prefill".
-std::string ShapeClass(const AttentionProblem& p);
+inline constexpr int64_t kDecodeMaxQLen = 16;
+inline constexpr int64_t kLongPrefillMinQLen = 1024;
 
-// The tuning record's file for this CPU: CachePath("tune", ".textproto").
-std::string TuneRecordPath();
+// "decode", "short_prefill" or "long_prefill" (the boundaries above).
+std::string ShapeClass(const AttentionProblem& p);
+// One line per class with its q_len range, for `attnkit tune` and help.
+std::string ShapeClassBoundaries();
+
+// The tuning record's file for this CPU and `threads` (0 = every core):
+// CachePath("tune", "-t<threads>.textproto").
+std::string TuneRecordPath(int threads = 0);
 absl::StatusOr<TuneRecord> LoadTuneRecord(const std::string& path);
 absl::Status SaveTuneRecord(const std::string& path, const TuneRecord& record);
 
@@ -26,12 +40,15 @@ struct AutoOrder {
   std::vector<std::string> order;  // preferred first
   std::string source;              // where the order comes from, for the reason line
 };
-AutoOrder AutoOrderFor(const AttentionProblem& p);
+// The order for p with `threads` worker threads (0 = every core). The
+// record is read once per process and again only when its file changes, so
+// this is cheap enough to call per attention call.
+AutoOrder AutoOrderFor(const AttentionProblem& p, int threads = 0);
 
-// registry.Select with `name`, using AutoOrderFor(p) when name is "auto";
-// the reason names the source of the order.
+// registry.Select with `name`, using AutoOrderFor(p, threads) when name is
+// "auto" or empty; the reason names the shape class and the order's source.
 absl::StatusOr<Selection> SelectBackend(const BackendRegistry& registry, const std::string& name,
-                                        const AttentionProblem& p);
+                                        const AttentionProblem& p, int threads = 0);
 
 }  // namespace attnkit
 

@@ -10,6 +10,7 @@
 #include "core/problem_data.h"
 #include "core/reference.h"
 #include "core/status_macros.h"
+#include "core/version.h"
 
 namespace attnkit {
 namespace {
@@ -30,6 +31,8 @@ absl::StatusOr<CheckReport> RunCheck(const BackendRegistry& registry, const Atte
   report.set_id(p.Id());
   *report.mutable_config() = config;
   report.set_seed(p.seed);
+  report.mutable_attnkit()->set_version(AttnkitVersion());
+  report.mutable_attnkit()->set_commit(AttnkitCommit());
   const auto ref_start = std::chrono::steady_clock::now();
   const ReferenceResult ref = ComputeReference(p, data.args());
   report.set_reference_s(SecondsSince(ref_start));

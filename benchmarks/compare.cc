@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "backends/auto_select.h"
 #include "backends/reference/reference_backend.h"
 #include "benchmarks/machine.h"
 #include "core/compare.h"
@@ -17,6 +18,7 @@
 #include "core/problem_data.h"
 #include "core/proto_json.h"
 #include "core/status_macros.h"
+#include "core/version.h"
 #include "ops/cost.h"
 
 namespace attnkit {
@@ -102,6 +104,18 @@ BackendResult Measure(Backend* backend, const AttentionProblem& p, const Problem
   return r;
 }
 
+// GFLOP/s, GB/s and the % of the limit that applies, from the median.
+void SetRates(const CostReport& cost, const MachineLimits& limits, bool memory_bound,
+              BackendResult* r) {
+  r->set_gflops(cost.useful_flops / r->median_s() * 1e-9);
+  r->set_gbps(double(cost.bytes_moved) / r->median_s() * 1e-9);
+  if (memory_bound && limits.read_gbps() > 0) {
+    r->set_pct_of_limit(100.0 * r->gbps() / limits.read_gbps());
+  } else if (limits.peak_fma_gflops() > 0) {
+    r->set_pct_of_limit(100.0 * r->gflops() / limits.peak_fma_gflops());
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
@@ -120,6 +134,8 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
       "useful FLOPs = 4 * head_dim * (query, key) pairs not blocked by the mask or padding "
       "(QK^T and PV, multiply-add = 2 FLOPs); GB/s counts Q, K, V and O read or written once");
   report.set_created_at(NowUtc());
+  report.mutable_attnkit()->set_version(AttnkitVersion());
+  report.mutable_attnkit()->set_commit(AttnkitCommit());
   const double balance = limits.read_gbps() > 0 ? limits.peak_fma_gflops() / limits.read_gbps() : 0;
 
   int index = 0;
@@ -136,15 +152,7 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
     ATTNKIT_ASSIGN_OR_RETURN(const ProblemData data, ProblemData::Random(p, p.seed));
     for (Backend* b : backends) {
       BackendResult r = Measure(b, p, data, options);
-      if (r.status() == "ok") {
-        r.set_gflops(cost.useful_flops / r.median_s() * 1e-9);
-        r.set_gbps(double(cost.bytes_moved) / r.median_s() * 1e-9);
-        if (pr->memory_bound() && limits.read_gbps() > 0) {
-          r.set_pct_of_limit(100.0 * r.gbps() / limits.read_gbps());
-        } else if (limits.peak_fma_gflops() > 0) {
-          r.set_pct_of_limit(100.0 * r.gflops() / limits.peak_fma_gflops());
-        }
-      }
+      if (r.status() == "ok") SetRates(cost, limits, pr->memory_bound(), &r);
       if (options.progress != nullptr) {
         *options.progress << absl::StrFormat(
             "[%d/%d] %-38s %-18s %s\n", index, problems.size(), pr->name(), r.backend(),
@@ -153,10 +161,27 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
       }
       *pr->add_results() = r;
     }
-    // Speed-ups against the reference and the best backend that passed.
+    if (options.auto_row) {
+      // What `auto` picks for this problem, timed as a backend of its own.
+      BackendResult r;
+      auto selection = SelectBackend(registry, "auto", p, options.threads);
+      if (!selection.ok()) {
+        r.set_status("unsupported");
+        r.set_detail(std::string(selection.status().message()));
+      } else {
+        r = Measure(selection->backend, p, data, options);
+        r.set_detail(absl::StrCat("chose ", selection->backend->Name(),
+                                  r.detail().empty() ? "" : ": ", r.detail()));
+      }
+      r.set_backend(kAutoRowName);
+      if (r.status() == "ok") SetRates(cost, limits, pr->memory_bound(), &r);
+      *pr->add_results() = r;
+    }
+    // Speed-ups against the reference and the best backend that passed
+    // (auto is measured against the best, never counted as it).
     double best = 0, reference = 0;
     for (const BackendResult& r : pr->results()) {
-      if (r.status() != "ok") continue;
+      if (r.status() != "ok" || r.backend() == kAutoRowName) continue;
       if (best == 0 || r.median_s() < best) best = r.median_s();
       if (r.backend() == kReferenceBackendName) reference = r.median_s();
     }

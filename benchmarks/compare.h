@@ -16,6 +16,9 @@
 
 namespace attnkit {
 
+// The name of the row that times `auto` (CompareOptions::auto_row).
+inline constexpr char kAutoRowName[] = "auto";
+
 struct CompareOptions {
   std::vector<std::string> backends;  // empty = every registered backend
   int threads = 1;
@@ -27,6 +30,9 @@ struct CompareOptions {
   double budget_seconds = 2.0;
   int64_t check_rows = 256;          // reference rows checked per problem
   std::ostream* progress = nullptr;  // one line per measurement
+  // Also time `auto` per problem (a row named "auto" whose detail says what
+  // it chose): the library's per-call selection against the best backend.
+  bool auto_row = true;
 };
 
 // Runs every problem on every selected backend. Figures use `limits`.

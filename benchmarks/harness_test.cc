@@ -4,10 +4,12 @@
 #include <cstdlib>
 
 #include "backends/auto_select.h"
+#include "backends/builtin.h"
 #include "backends/reference/reference_backend.h"
 #include "benchmarks/compare.h"
 #include "benchmarks/report_svg.h"
 #include "benchmarks/suite.h"
+#include "core/config_io.h"
 #include "core/machine_info.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -72,7 +74,7 @@ TEST(CompareTest, WrongBackendsAreReportedAndNotTimed) {
   const CompareReport report = RunSmall();
   ASSERT_EQ(report.problems_size(), 1);
   const ProblemResult& p = report.problems(0);
-  ASSERT_EQ(p.results_size(), 2);
+  ASSERT_EQ(p.results_size(), 3);
   EXPECT_EQ(p.results(0).status(), "ok");
   EXPECT_GT(p.results(0).median_s(), 0);
   EXPECT_GE(p.results(0).runs(), 3);
@@ -81,6 +83,13 @@ TEST(CompareTest, WrongBackendsAreReportedAndNotTimed) {
   EXPECT_EQ(p.results(1).median_s(), 0);
   EXPECT_THAT(FormatCompareTable(report), HasSubstr("WRONG (not timed)"));
   EXPECT_GT(p.useful_flops(), 0);
+  // The auto row: what auto chose (the static order's first that supports
+  // it: reference), timed, measured against the best but never the best.
+  EXPECT_EQ(p.results(2).backend(), kAutoRowName);
+  EXPECT_EQ(p.results(2).status(), "ok");
+  EXPECT_THAT(p.results(2).detail(), HasSubstr("chose reference"));
+  EXPECT_GT(p.results(2).speedup_vs_best(), 0);
+  EXPECT_DOUBLE_EQ(p.results(0).speedup_vs_best(), 1.0);
 }
 
 TEST(CompareTest, BaselineMarksSlowdownsAndJsonRoundTrips) {
@@ -117,29 +126,65 @@ TEST(SuiteTest, StandardSuiteLoads) {
   EXPECT_EQ(LoadSuite("huge").status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST(AutoSelectTest, FollowsTheTuningRecordWhenPresent) {
+TEST(AutoSelectTest, FollowsTheTuningRecordForItsThreadCountAndKvDtype) {
   setenv("ATTNKIT_CACHE_DIR", (::testing::TempDir() + "/cache").c_str(), 1);
   AttentionProblem p = Small();
-  AutoOrder order = AutoOrderFor(p);
+  AutoOrder order = AutoOrderFor(p, 3);
   EXPECT_THAT(order.source, HasSubstr("static order"));
   TuneRecord record;
   record.set_cpu_model(CpuModel());
   record.set_measured_at("today");
+  record.set_threads(3);
   TuneEntry* e = record.add_entries();
   e->set_shape_class(ShapeClass(p));
+  e->set_kv_dtype("f32");
   e->add_order("reference");
-  ASSERT_TRUE(SaveTuneRecord(TuneRecordPath(), record).ok());
-  order = AutoOrderFor(p);
+  TuneEntry* bf16 = record.add_entries();
+  bf16->set_shape_class(ShapeClass(p));
+  bf16->set_kv_dtype("bf16");
+  bf16->add_order("blas");
+  ASSERT_TRUE(SaveTuneRecord(TuneRecordPath(3), record).ok());
+  order = AutoOrderFor(p, 3);
   EXPECT_EQ(order.order.front(), "reference");
   EXPECT_THAT(order.source, HasSubstr("tuning record"));
+  EXPECT_THAT(order.source, HasSubstr("kv f32, 3 threads"));
+  // Another thread count has no record of its own.
+  EXPECT_THAT(AutoOrderFor(p, 5).source, HasSubstr("static order"));
+  // K/V dtypes: bf16 has its entry; f16 falls back to f32's and says so.
+  p.kv_dtype = DType::kBF16;
+  EXPECT_EQ(AutoOrderFor(p, 3).order.front(), "blas");
+  p.kv_dtype = DType::kF16;
+  EXPECT_EQ(AutoOrderFor(p, 3).order.front(), "reference");
+  EXPECT_THAT(AutoOrderFor(p, 3).source, HasSubstr("f16 not measured"));
+  p.kv_dtype = DType::kF32;
   BackendRegistry r;
   ASSERT_TRUE(r.Register(MakeReferenceBackend()).ok());
-  auto s = SelectBackend(r, "auto", p);
+  auto s = SelectBackend(r, "auto", p, 3);
   ASSERT_TRUE(s.ok());
-  EXPECT_THAT(s->reason, HasSubstr("order from the tuning record"));
-  EXPECT_EQ(ShapeClass(p), "short_prefill");
-  p.q_len = 1;
+  EXPECT_THAT(s->reason, HasSubstr("short_prefill order from the tuning record"));
+  // A record for another thread count is not used, and says why.
+  record.set_threads(4);
+  ASSERT_TRUE(SaveTuneRecord(TuneRecordPath(3), record).ok());
+  EXPECT_THAT(AutoOrderFor(p, 3).source, HasSubstr("with 4 threads, not"));
+  // A corrupt record: one line saying so, the static order used.
+  ASSERT_TRUE(WriteFileAtomically(TuneRecordPath(3), "entries { shape_class: ").ok());
+  order = AutoOrderFor(p, 3);
+  EXPECT_THAT(order.source, HasSubstr("is unreadable (line 1"));
+  EXPECT_THAT(order.source, HasSubstr("using the static order"));
+  EXPECT_EQ(order.order, DefaultAutoOrder());
+}
+
+TEST(AutoSelectTest, ShapeClassBoundaries) {
+  AttentionProblem p = Small();
+  p.q_len = kDecodeMaxQLen;
   EXPECT_EQ(ShapeClass(p), "decode");
+  p.q_len = kDecodeMaxQLen + 1;
+  EXPECT_EQ(ShapeClass(p), "short_prefill");
+  p.q_len = kLongPrefillMinQLen - 1;
+  EXPECT_EQ(ShapeClass(p), "short_prefill");
+  p.q_len = kLongPrefillMinQLen;
+  EXPECT_EQ(ShapeClass(p), "long_prefill");
+  EXPECT_THAT(ShapeClassBoundaries(), HasSubstr("decode: q_len <= 16"));
 }
 
 }  // namespace

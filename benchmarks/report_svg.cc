@@ -119,8 +119,7 @@ std::string ReportToSvg(const CompareReport& report) {
     absl::StrAppendFormat(&svg,
                           "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
                           "<text x=\"%d\" y=\"%d\">%s</text>\n",
-                          lx, 48, kColors[i % 8], lx + 16, 58,
-                          Escape(backends[i]));
+                          lx, 48, kColors[i % 8], lx + 16, 58, Escape(backends[i]));
   }
   svg += "</svg>\n";
   return svg;

@@ -25,7 +25,12 @@ AttentionProblem Problem(const std::string& name, int64_t heads, int64_t kv_head
 }  // namespace
 
 std::vector<AttentionProblem> TuneProblems() {
-  return {Problem("decode B1 H32/8 Tk2048 d128", 32, 8, 1, 2048, 128),
+  AttentionProblem decode_bf16 =
+      Problem("decode B1 H32/8 Tk2048 d128 bf16-kv", 32, 8, 1, 2048, 128);
+  decode_bf16.kv_dtype = DType::kBF16;
+  AttentionProblem decode_f16 = Problem("decode B1 H32/8 Tk2048 d128 f16-kv", 32, 8, 1, 2048, 128);
+  decode_f16.kv_dtype = DType::kF16;
+  return {Problem("decode B1 H32/8 Tk2048 d128", 32, 8, 1, 2048, 128), decode_bf16, decode_f16,
           Problem("short prefill B1 H16 T256 d64 causal", 16, 16, 256, 256, 64),
           Problem("long prefill B1 H16 T1024 d64 causal", 16, 16, 1024, 1024, 64)};
 }
@@ -33,8 +38,10 @@ std::vector<AttentionProblem> TuneProblems() {
 absl::StatusOr<TuneRecord> RunTune(const BackendRegistry& registry, const CompareOptions& options,
                                    const MachineFingerprint& machine, const MachineLimits& limits) {
   const std::vector<AttentionProblem> problems = TuneProblems();
+  CompareOptions backends_only = options;
+  backends_only.auto_row = false;  // tune decides what auto does; it does not time it
   ATTNKIT_ASSIGN_OR_RETURN(const CompareReport report,
-                           RunCompare(registry, problems, options, machine, limits));
+                           RunCompare(registry, problems, backends_only, machine, limits));
   TuneRecord record;
   record.set_cpu_model(machine.cpu_model());
   record.set_measured_at(report.created_at());
@@ -50,6 +57,7 @@ absl::StatusOr<TuneRecord> RunTune(const BackendRegistry& registry, const Compar
     });
     TuneEntry* e = record.add_entries();
     e->set_shape_class(ShapeClass(problems[i]));
+    e->set_kv_dtype(std::string(DTypeName(problems[i].kv_dtype)));
     std::string detail = absl::StrCat(pr.name(), ":");
     for (const BackendResult* r : passed) {
       e->add_order(r->backend());

@@ -20,6 +20,7 @@
 #include "core/c_abi.h"
 #include "core/registry.h"
 #include "core/status_macros.h"
+#include "core/version.h"
 
 namespace {
 
@@ -79,7 +80,12 @@ absl::StatusOr<Backend*> FindBackend(attnkit_context* ctx, const char* name) {
 
 extern "C" {
 
-const char* attnkit_version(void) { return "attnkit (c-api 1, plugin abi 1)"; }
+const char* attnkit_version(void) {
+  static const std::string text = absl::StrCat(
+      "attnkit ", attnkit::AttnkitVersion(), " (commit ", attnkit::AttnkitCommit(), ", c-api ",
+      ATTNKIT_C_API_VERSION, ", plugin abi ", ATTNKIT_PLUGIN_ABI_VERSION, ")");
+  return text.c_str();
+}
 
 size_t attnkit_struct_size(const char* name) {
   if (name == nullptr) return 0;

@@ -41,7 +41,8 @@ extern "C" {
 
 typedef struct attnkit_context attnkit_context;
 
-/* The library's version text, e.g. "attnkit (c-api 1, plugin abi 1)". */
+/* The library's version text, e.g.
+ * "attnkit 0.24.0 (commit f5a4837c0d1e, c-api 1, plugin abi 1)". */
 const char* attnkit_version(void);
 
 /* sizeof the named struct as this library was compiled ("attnkit_problem",

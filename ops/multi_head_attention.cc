@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "backends/auto_select.h"
 #include "backends/builtin.h"
 #include "core/npy.h"
 #include "core/problem_config.h"
@@ -94,8 +95,11 @@ absl::StatusOr<std::unique_ptr<MultiHeadAttention>> MultiHeadAttention::Create(
   std::unique_ptr<MultiHeadAttention> layer(new MultiHeadAttention());
   layer->options_ = options;
   ATTNKIT_ASSIGN_OR_RETURN(const Selection selection,
-                           registry.Select(p.backend, p, DefaultAutoOrder()));
-  layer->runner_ = AttentionRunner(selection.backend);
+                           SelectBackend(registry, p.backend, p, options.threads));
+  layer->registry_ = &registry;
+  layer->auto_ = p.backend.empty() || p.backend == "auto";
+  layer->runners_.push_back(std::make_unique<AttentionRunner>(selection.backend));
+  layer->runner_ = layer->runners_.back().get();
   layer->selection_reason_ = selection.reason;
   if (options.matmul.empty()) {
     layer->matmul_ = &MatmulForBackend(selection.backend->Name());
@@ -244,12 +248,34 @@ absl::Status MultiHeadAttention::AttendAndMerge(float* q, int64_t batch, int64_t
   args.k = k;
   args.v = v;
   args.kv_lengths = kv_lengths;
-  ATTNKIT_RETURN_IF_ERROR(cache != nullptr ? runner_.RunWithCache(p, args, cache, &last_run_)
-                                           : runner_.Run(p, args, &last_run_));
+  ATTNKIT_RETURN_IF_ERROR(cache != nullptr ? runner_->RunWithCache(p, args, cache, &last_run_)
+                                           : runner_->Run(p, args, &last_run_));
   // O [B*T, H*d] is already the merged heads; y = O Wo^T.
   Linear(ContiguousView(o, DType::kF32, {batch, q_len, Hd}), weights_.wo, weights_.bo,
          static_cast<float*>(y.data), &y);
   return absl::OkStatus();
+}
+
+absl::Status MultiHeadAttention::ChooseBackend() {
+  if (!auto_) return absl::OkStatus();
+  ATTNKIT_ASSIGN_OR_RETURN(const Selection selection,
+                           SelectBackend(*registry_, "auto", problem_, options_.threads));
+  selection_reason_ = selection.reason;
+  for (const auto& r : runners_) {
+    if (r->backend() == selection.backend) {
+      runner_ = r.get();
+      return absl::OkStatus();
+    }
+  }
+  runners_.push_back(std::make_unique<AttentionRunner>(selection.backend));
+  runner_ = runners_.back().get();
+  return absl::OkStatus();
+}
+
+int64_t MultiHeadAttention::uploaded_bytes() const {
+  int64_t n = 0;
+  for (const auto& r : runners_) n += r->uploaded_bytes();
+  return n;
 }
 
 absl::Status MultiHeadAttention::Forward(const TensorView& x, const TensorView& y) {
@@ -275,6 +301,7 @@ absl::Status MultiHeadAttention::CrossForward(const TensorView& x, const TensorV
   problem_.kv_len = Tk;
   problem_.kv_dtype = DType::kF32;
   problem_.kv_lengths.clear();
+  ATTNKIT_RETURN_IF_ERROR(ChooseBackend());
   return AttendAndMerge(qkv.q, B, Tq, AttentionView(qkv.k, DType::kF32, Layout::kBTHD, B, G, Tk, d),
                         AttentionView(qkv.v, DType::kF32, Layout::kBTHD, B, G, Tk, d), TensorView(),
                         y);
@@ -313,7 +340,8 @@ absl::Status MultiHeadAttention::ForwardCached(const TensorView& x, KVCache* cac
   if (!cache->uniform_lengths()) {
     for (int64_t b = 0; b < B; ++b) problem_.kv_lengths.push_back(cache->length(b) + T);
   }
-  // Refuse before touching the cache.
+  // Choose (auto) and refuse before touching the cache.
+  ATTNKIT_RETURN_IF_ERROR(ChooseBackend());
   ATTNKIT_RETURN_IF_ERROR(backend()->Supports(problem_));
 
   ATTNKIT_ASSIGN_OR_RETURN(const Projections qkv, Project(x, x));

@@ -37,6 +37,9 @@ struct LayerOptions {
   bool bias = false;   // projections with bias vectors (off, as in most LLMs)
   uint64_t seed = 0;   // initial weights: U(-1/sqrt(in), 1/sqrt(in)), like nn.Linear
   std::string matmul;  // a provider name; "" = MatmulForBackend(backend)
+  // The thread count the backends run with, which `auto` reads its tuning
+  // record for (0 = every core).
+  int threads = 0;
 };
 
 // f32, contiguous, [out, in].
@@ -80,10 +83,15 @@ class MultiHeadAttention {
                                    DType dtype = DType::kF32) const;
 
   const AttentionProblem& problem() const { return problem_; }
-  Backend* backend() const { return runner_.backend(); }
+  // The backend of the last attention call (before any: the one chosen for
+  // a decode step). With backend "auto" the choice is made per call from
+  // the call's shape class (backends/auto_select.h), so prefill and decode
+  // may run on different backends.
+  Backend* backend() const { return runner_->backend(); }
+  bool is_auto() const { return auto_; }
   // Bytes uploaded to a device backend so far (0 on the host): a cached
   // decode step uploads its queries and the cache's new rows only.
-  int64_t uploaded_bytes() const { return runner_.uploaded_bytes(); }
+  int64_t uploaded_bytes() const;
   const std::string& selection_reason() const { return selection_reason_; }
   const MatmulProvider& matmul() const { return *matmul_; }
   const AttentionWeights& weights() const { return weights_; }
@@ -93,7 +101,10 @@ class MultiHeadAttention {
   const RunInfo& last_run() const { return last_run_; }
 
  private:
-  MultiHeadAttention() : runner_(nullptr) {}
+  MultiHeadAttention() = default;
+  // With auto, selects the backend for problem_ (this call's shapes) and
+  // makes its runner current; a fixed backend keeps its runner.
+  absl::Status ChooseBackend();
   // y = x W^T + b for x [B, T, K]: into contiguous rows y [B*T, N], or into
   // the view *y_view [B, T, N] when given.
   void Linear(const TensorView& x, const Tensor& w, const Tensor& b, float* y,
@@ -115,7 +126,12 @@ class MultiHeadAttention {
 
   LayerOptions options_;
   AttentionProblem problem_;  // reused: only the shapes change per call
-  AttentionRunner runner_;
+  const BackendRegistry* registry_ = nullptr;
+  bool auto_ = false;
+  // One runner per backend used so far (a device backend's runner keeps its
+  // buffers and cache mirror); runner_ is the current one.
+  std::vector<std::unique_ptr<AttentionRunner>> runners_;
+  AttentionRunner* runner_ = nullptr;
   std::string selection_reason_;
   const MatmulProvider* matmul_ = nullptr;
   AttentionWeights weights_;

@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "backends/auto_select.h"
 #include "backends/builtin.h"
+#include "core/machine_info.h"
 #include "core/npy.h"
 #include "core/problem_config.h"
 #include "gmock/gmock.h"
@@ -190,6 +192,63 @@ TEST(LayerDeviceTest, StagesThroughBackendMemory) {
   ASSERT_EQ(device->calls().size(), 1u);
   EXPECT_NE(device->calls()[0].q.data, nullptr);
   EXPECT_LE(MaxAbsDiff(y, layer_test::SlowLayer(**layer, x.data(), B, T, x.data(), T)), 1e-5);
+}
+
+// backend "auto" chooses per call from the call's shape class: with a tuning
+// record that puts "spy" first for short prefill and "spy-device" first for
+// decode, a chunked prefill runs on the host spy and the decode steps on the
+// device spy (whose cache mirror then uploads the prefilled rows), and the
+// decoded states equal a full recompute.
+TEST(LayerAutoTest, ChoosesPerCallFromTheShapeClass) {
+  setenv("ATTNKIT_CACHE_DIR", (::testing::TempDir() + "/auto_cache").c_str(), 1);
+  TuneRecord record;
+  record.set_cpu_model(CpuModel());
+  record.set_threads(1);
+  for (const auto& [shape_class, first] :
+       {std::pair<const char*, const char*>{"decode", "spy-device"}, {"short_prefill", "spy"}}) {
+    TuneEntry* e = record.add_entries();
+    e->set_shape_class(shape_class);
+    e->set_kv_dtype("f32");
+    e->add_order(first);
+  }
+  ASSERT_TRUE(SaveTuneRecord(TuneRecordPath(1), record).ok());
+  BackendRegistry registry;
+  auto host_spy = std::make_unique<layer_test::SpyBackend>(/*device_mode=*/false);
+  auto device_spy = std::make_unique<layer_test::SpyBackend>(/*device_mode=*/true);
+  layer_test::SpyBackend* host = host_spy.get();
+  layer_test::SpyBackend* device = device_spy.get();
+  ASSERT_TRUE(registry.Register(std::move(host_spy)).ok());
+  ASSERT_TRUE(registry.Register(std::move(device_spy)).ok());
+  LayerOptions options;
+  options.threads = 1;
+  auto layer = MultiHeadAttention::Create(LayerConfig(4, 2, 8, true, "auto"), options, registry);
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  EXPECT_TRUE((*layer)->is_auto());
+  const int64_t B = 1, P = 20, T = P + 3, D = 32;
+  const std::vector<float> x = RandomActivations(B, T, D, 4);
+  std::vector<float> y(B * T * D), full(B * T * D);
+  auto cache = (*layer)->NewCache(B, 32);
+  ASSERT_TRUE(cache.ok());
+  ASSERT_TRUE((*layer)
+                  ->ForwardCached(ActivationView(x.data(), B, P, D), &*cache,
+                                  ActivationView(y.data(), B, P, D))
+                  .ok());
+  EXPECT_EQ((*layer)->backend()->Name(), "spy");
+  EXPECT_THAT((*layer)->selection_reason(), HasSubstr("short_prefill order from the tuning"));
+  for (int64_t t = P; t < T; ++t) {
+    ASSERT_TRUE((*layer)
+                    ->ForwardCached(ActivationView(x.data() + t * D, B, 1, D), &*cache,
+                                    ActivationView(y.data() + t * D, B, 1, D))
+                    .ok());
+    EXPECT_EQ((*layer)->backend()->Name(), "spy-device");
+  }
+  EXPECT_EQ(host->calls().size(), 1u);
+  EXPECT_EQ(device->calls().size(), 3u);
+  EXPECT_GT((*layer)->uploaded_bytes(), 0);
+  ASSERT_TRUE((*layer)
+                  ->Forward(ActivationView(x.data(), B, T, D), ActivationView(full.data(), B, T, D))
+                  .ok());
+  EXPECT_LE(MaxAbsDiff(y, full), 1e-5);
 }
 
 // Model dim 512: 262,144 weights per matrix, 1,048,576 for the four, whatever

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-dist}
-version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' python/attnkit/__init__.py)
+version=$(tr -d '[:space:]' < VERSION)
 targets=(//capi:libattnkit.so)
 cuda=0
 if [[ -x "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc" ]]; then

@@ -86,10 +86,13 @@ def test_compare_returns_the_json_report_records():
     report = attnkit.compare(cfg, backends=["highway", "reference"], threads=1)
     assert report.machine["threads"] == 1 and report.limits["peak_fma_gflops"] > 0
     records = report.records()
-    assert [r["backend"] for r in records] == ["highway", "reference"]
+    # The backends named, then the auto row: what auto chose, timed.
+    assert [r["backend"] for r in records] == ["highway", "reference", "auto"]
     for r in records:
         assert r["status"] == "ok" and r["problem"] == "tiny" and r["median_s"] > 0
-    assert max(r["speedup_vs_best"] for r in records) == 1.0
+    assert max(r["speedup_vs_best"] for r in records[:2]) == 1.0
+    assert records[2]["detail"].startswith("chose ")
+    assert report.report["attnkit"]["version"] == attnkit.__version__
     md = report.to_markdown()
     assert "peak FMA" in md and "| tiny | highway | ok |" in md
     assert json.loads(report.to_json()) == report.report
@@ -336,3 +339,11 @@ def test_bench_gives_torch_the_same_problem():
     ours = prob.attnkit("highway")
     theirs = prob.torch(torch).numpy()
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_versions_agree():
+    # The VERSION file, the package and the library it loaded.
+    with open("VERSION") as f:
+        version = f.read().strip()
+    assert attnkit.__version__ == version
+    assert attnkit.library_version().startswith(f"attnkit {version} (commit ")

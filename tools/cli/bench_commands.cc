@@ -94,12 +94,14 @@ absl::Status TuneCommand(const BackendRegistry& registry, const CliOptions& opti
   compare.progress = &progress;
   ATTNKIT_ASSIGN_OR_RETURN(const TuneRecord record,
                            RunTune(registry, compare, Fingerprint(threads), limits));
-  const std::string path = TuneRecordPath();
+  const std::string path = TuneRecordPath(threads);
   ATTNKIT_RETURN_IF_ERROR(SaveTuneRecord(path, record));
+  out << "shape classes (by q_len): " << ShapeClassBoundaries() << "\n";
   for (const TuneEntry& e : record.entries()) {
-    out << absl::StrFormat("%-14s %s\n", e.shape_class(), e.detail());
+    out << absl::StrFormat("%-14s kv %-5s %s\n", e.shape_class(), e.kv_dtype(), e.detail());
   }
-  out << "saved " << path << "; --backend=auto now uses it on this machine\n";
+  out << "saved " << path << "; --backend=auto now uses it on this machine with " << threads
+      << " threads\n";
   return absl::OkStatus();
 }
 

@@ -83,9 +83,11 @@ absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& 
   }
   ATTNKIT_ASSIGN_OR_RETURN(AttentionConfig config, LoadCliConfig(options));
   if (!options.backend.empty()) config.set_backend(options.backend);
+  bool mask_defaulted = false;
   switch (config.mask().kind()) {
     case MaskSpec::KIND_UNSPECIFIED:
       config.mutable_mask()->set_kind(MaskSpec::CAUSAL);
+      mask_defaulted = true;
       break;
     case MaskSpec::NONE:
       return absl::InvalidArgumentError(
@@ -116,9 +118,15 @@ absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& 
   const int64_t chunk = gen.chunk == 0 ? P : std::min(gen.chunk, P);
   std::vector<std::unique_ptr<MultiHeadAttention>> layers;
   std::vector<KVCache> caches;
+  if (options.threads > 0) {
+    for (Backend* b : registry.All()) {
+      if (b->UsesHostMemory()) ATTNKIT_RETURN_IF_ERROR(b->SetNumThreads(options.threads));
+    }
+  }
   for (int64_t l = 0; l < options.layers; ++l) {
     LayerOptions lo;
     lo.seed = config.seed() * 1000 + static_cast<uint64_t>(l);
+    lo.threads = options.threads;
     ATTNKIT_ASSIGN_OR_RETURN(std::unique_ptr<MultiHeadAttention> layer,
                              MultiHeadAttention::Create(config, lo, registry));
     ATTNKIT_ASSIGN_OR_RETURN(KVCache cache, layer->NewCache(B, T, cache_dtype));
@@ -132,8 +140,13 @@ absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& 
       "generate: %d layers, %s (%d query heads, %d kv heads, head_dim %d, model_dim %d), "
       "batch %d\n",
       options.layers, p.Variant(), p.num_heads, p.num_kv_heads, p.head_dim, D, B);
-  out << absl::StrFormat("backend            %s (%s); matmul %s\n", layers[0]->backend()->Name(),
-                         layers[0]->selection_reason(), layers[0]->matmul().Name());
+  if (mask_defaulted) {
+    out << "mask               causal (the config sets none; generation needs a causal mask)\n";
+  }
+  out << absl::StrFormat("backend            %s; matmul %s\n",
+                         layers[0]->is_auto() ? "auto, chosen per call (prefill and decode below)"
+                                              : layers[0]->backend()->Name(),
+                         layers[0]->matmul().Name());
   out << absl::StrFormat("kv cache           %d B (%.4g MiB) = %d layers x %d B (%s, %d tokens)\n",
                          cache_bytes, double(cache_bytes) / (1 << 20), options.layers,
                          caches[0].bytes(), DTypeName(cache_dtype), T);
@@ -152,6 +165,9 @@ absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& 
     ATTNKIT_RETURN_IF_ERROR(RunStack(layers, &caches, Tokens(h, B, T, D, s, n), &tmp));
   }
   const Clock::time_point t1 = Clock::now();
+  const std::string prefill_backend = layers[0]->backend()->Name();
+  const std::string prefill_kernel = layers[0]->last_run().kernel;
+  const std::string prefill_reason = layers[0]->selection_reason();
   for (int64_t t = P; t < T; ++t) {
     for (int64_t b = 0; b < B; ++b) {
       float* next = inputs.data() + (b * T + t) * D;
@@ -164,11 +180,14 @@ absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& 
   const double prefill_s = Seconds(t0, t1), decode_s = Seconds(t1, t2);
   out << absl::StrFormat("prefill            %d tokens in chunks of %d: %.3f s, %.1f tokens/s\n",
                          B * P, chunk, prefill_s, B * P / prefill_s);
+  out << absl::StrFormat("  on %s [%s]\n  why: %s\n", prefill_backend, prefill_kernel,
+                         prefill_reason);
   if (K > 0) {
     out << absl::StrFormat("decode             %d steps: %.3f s, %.2f tokens/s (%.2f ms/step)\n", K,
                            decode_s, B * K / decode_s, 1e3 * decode_s / K);
+    out << absl::StrFormat("  on %s [%s]\n  why: %s\n", layers[0]->backend()->Name(),
+                           layers[0]->last_run().kernel, layers[0]->selection_reason());
   }
-  out << "attention kernel   " << layers[0]->last_run().kernel << "\n";
   if (!gen.verify) return absl::OkStatus();
 
   // The whole sequence again, no cache: the last hidden state must agree.

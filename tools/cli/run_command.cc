@@ -16,7 +16,13 @@ absl::Status RunCommand(const BackendRegistry& registry, const CliOptions& optio
   ATTNKIT_ASSIGN_OR_RETURN(NpyProblem loaded, LoadNpyProblem(options, !options.lse_out.empty()));
   const AttentionProblem& p = loaded.problem;
   ProblemData& data = loaded.data;
-  ATTNKIT_ASSIGN_OR_RETURN(const Selection selection, SelectBackend(registry, p.backend, p));
+  if (options.threads > 0) {
+    for (Backend* b : registry.All()) {
+      if (b->UsesHostMemory()) ATTNKIT_RETURN_IF_ERROR(b->SetNumThreads(options.threads));
+    }
+  }
+  ATTNKIT_ASSIGN_OR_RETURN(const Selection selection,
+                           SelectBackend(registry, p.backend, p, options.threads));
   RunInfo info;
   ATTNKIT_RETURN_IF_ERROR(RunOnBackend(selection.backend, p, data, &info));
 
