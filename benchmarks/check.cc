@@ -1,9 +1,11 @@
 #include "benchmarks/check.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "benchmarks/text_fit.h"
 #include "core/compare.h"
 #include "core/execute.h"
 #include "core/problem_config.h"
@@ -29,7 +31,7 @@ absl::StatusOr<CheckReport> RunCheck(const BackendRegistry& registry, const Atte
   CheckReport report;
   report.set_name(p.name);
   report.set_id(p.Id());
-  *report.mutable_config() = config;
+  *report.mutable_config() = ConfigForReport(config);
   report.set_seed(p.seed);
   report.mutable_attnkit()->set_version(AttnkitVersion());
   report.mutable_attnkit()->set_commit(AttnkitCommit());
@@ -73,28 +75,46 @@ absl::StatusOr<CheckReport> RunCheck(const BackendRegistry& registry, const Atte
   return report;
 }
 
-std::string FormatCheckTable(const CheckReport& report) {
+std::string FormatCheckTable(const CheckReport& report, bool wide) {
   std::string out =
       absl::StrCat("check ", report.id(), report.name().empty() ? "" : " (" + report.name() + ")",
                    ", seed ", report.seed(), "\n");
   absl::StrAppendFormat(&out, "fp64 oracle computed in %.3f s\n\n", report.reference_s());
+  // Default: 120 columns (kernels and reasons shortened); wide: whole.
+  size_t kernel_width = 34, name_width = 9;
+  for (const CheckResult& r : report.results()) {
+    if (wide) kernel_width = std::max(kernel_width, r.kernel().size());
+    name_width = std::max(name_width, r.backend().size());
+  }
+  const auto fit = [wide](const std::string& s, size_t width) {
+    return wide ? s : FitWidth(s, width);
+  };
+  const int kw = static_cast<int>(kernel_width), nw = static_cast<int>(name_width);
   // err/bound: the largest error as a fraction of the oracle's bound for
-  // that element (1.0 = at the limit; see core/compare.h).
-  absl::StrAppendFormat(&out, "%-18s %-34s %-6s %12s %12s %12s %9s %10s\n", "backend", "kernel",
-                        "result", "max abs err", "max rel err", "max bound", "err/bound",
-                        "time ms");
+  // that element (1.0 = at the limit; see core/compare.h), next to the result.
+  absl::StrAppendFormat(&out, "%-*s %-6s %9s %11s %11s %11s %9s  %s\n", nw, "backend", "result",
+                        "err/bound", "max abs err", "max rel err", "max bound", "time ms",
+                        "kernel");
   for (const CheckResult& r : report.results()) {
     if (r.status() == "unavailable" || r.status() == "unsupported") {
-      absl::StrAppendFormat(&out, "%-18s %s: %s\n", r.backend(), r.status(), r.detail());
+      absl::StrAppend(&out,
+                      fit(absl::StrFormat("%-*s %s: %s", nw, r.backend(), r.status(), r.detail()),
+                          kTerminalColumns),
+                      "\n");
     } else if (r.status() == "error") {
-      absl::StrAppendFormat(&out, "%-18s %-34s %-6s %s\n", r.backend(), r.kernel(), "ERROR",
-                            r.detail());
+      absl::StrAppend(&out,
+                      fit(absl::StrFormat("%-*s %-6s %s [%s]", nw, r.backend(), "ERROR", r.detail(),
+                                          r.kernel()),
+                          kTerminalColumns),
+                      "\n");
     } else {
-      absl::StrAppendFormat(&out, "%-18s %-34s %-6s %12.3e %12.3e %12.3e %9.3f %10.2f\n",
-                            r.backend(), r.kernel(), r.status() == "pass" ? "pass" : "FAIL",
-                            r.max_abs_err(), r.max_rel_err(), r.max_bound(), r.max_bound_fraction(),
-                            r.time_ms());
-      if (r.status() != "pass") absl::StrAppend(&out, "    first mismatch: ", r.detail(), "\n");
+      absl::StrAppendFormat(&out, "%-*s %-6s %9.3f %11.3e %11.3e %11.3e %9.2f  %s\n", nw,
+                            r.backend(), r.status() == "pass" ? "pass" : "FAIL",
+                            r.max_bound_fraction(), r.max_abs_err(), r.max_rel_err(), r.max_bound(),
+                            r.time_ms(), fit(r.kernel(), static_cast<size_t>(kw)));
+      if (r.status() != "pass") {
+        absl::StrAppend(&out, fit("    first mismatch: " + r.detail(), kTerminalColumns), "\n");
+      }
     }
   }
   return out;

@@ -22,8 +22,9 @@ absl::StatusOr<CheckReport> RunCheck(const BackendRegistry& registry, const Atte
                                      const std::vector<std::string>& backends);
 
 // The table `attnkit check` prints: one line per backend, err/bound beside
-// pass/fail, and the first mismatch under a failure.
-std::string FormatCheckTable(const CheckReport& report);
+// pass/fail, and the first mismatch under a failure; within 120 columns
+// unless `wide`.
+std::string FormatCheckTable(const CheckReport& report, bool wide = false);
 
 // Backends that failed ("fail" or "error").
 int CountCheckFailures(const CheckReport& report);

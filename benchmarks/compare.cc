@@ -10,6 +10,7 @@
 #include "backends/auto_select.h"
 #include "backends/reference/reference_backend.h"
 #include "benchmarks/machine.h"
+#include "benchmarks/text_fit.h"
 #include "core/compare.h"
 #include "core/config_io.h"
 #include "core/execute.h"
@@ -144,7 +145,7 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
     ProblemResult* pr = report.add_problems();
     pr->set_name(p.name.empty() ? p.Id() : p.name);
     pr->set_id(p.Id());
-    *pr->mutable_config() = ConfigFromProblem(p);
+    *pr->mutable_config() = ConfigForReport(ConfigFromProblem(p));
     const CostReport cost = ComputeCost(p);
     pr->set_useful_flops(cost.useful_flops);
     pr->set_bytes(double(cost.bytes_moved));
@@ -211,23 +212,31 @@ void ApplyBaseline(const CompareReport& baseline, CompareReport* report) {
   }
 }
 
-std::string FormatCompareTable(const CompareReport& report) {
+std::string FormatCompareTable(const CompareReport& report, bool wide) {
   const MachineLimits& l = report.limits();
-  std::string out = absl::StrFormat(
-      "machine: %s, %d threads; limits: peak FMA %.1f GFLOP/s (%s), read %.1f GB/s, "
-      "OpenBLAS sgemm %.1f GFLOP/s (%s kernel)\n",
-      report.machine().cpu_model(), l.threads(), l.peak_fma_gflops(), l.best_target(),
-      l.read_gbps(), l.sgemm_gflops(), l.openblas_core());
-  absl::StrAppend(&out, "FLOPs: ", report.flop_convention(), "\n");
+  std::string out = WrapWords(
+      absl::StrFormat("machine: %s, %d threads; limits: peak FMA %.1f GFLOP/s (%s), read %.1f "
+                      "GB/s, OpenBLAS sgemm %.1f GFLOP/s (%s kernel)",
+                      report.machine().cpu_model(), l.threads(), l.peak_fma_gflops(),
+                      l.best_target(), l.read_gbps(), l.sgemm_gflops(), l.openblas_core()),
+      kTerminalColumns);
+  absl::StrAppend(&out,
+                  WrapWords(absl::StrCat("FLOPs: ", report.flop_convention()), kTerminalColumns));
+  // Default: at most kTerminalColumns per line (kernels and reasons
+  // shortened, min ms and GB/s left out); wide: everything, whole.
+  const auto fit = [wide](const std::string& s, size_t width) {
+    return wide ? s : FitWidth(s, width);
+  };
 
   // A backend refused by every problem for one reason (e.g. no GPU) is said
-  // once, not once per problem. The kernel column fits the longest name.
+  // once, not once per problem.
   std::map<std::string, std::set<std::string>> refusals;
   std::map<std::string, int> refused_count;
-  size_t kernel_width = 6;
+  size_t kernel_width = 6, name_width = 7;
   for (const ProblemResult& p : report.problems()) {
     for (const BackendResult& r : p.results()) {
       kernel_width = std::max(kernel_width, r.kernel().size());
+      name_width = std::max(name_width, r.backend().size());
       if (r.status() == "unsupported" || r.status() == "unavailable") {
         refusals[r.backend()].insert(absl::StrCat(r.status(), ": ", r.detail()));
         ++refused_count[r.backend()];
@@ -238,23 +247,42 @@ std::string FormatCompareTable(const CompareReport& report) {
   for (const auto& [backend, reasons] : refusals) {
     if (refused_count[backend] == report.problems_size() && reasons.size() == 1) {
       everywhere.insert(backend);
-      absl::StrAppend(&out, "not run: ", backend, ": ", *reasons.begin(), "\n");
+      absl::StrAppend(
+          &out, fit(absl::StrCat("not run: ", backend, ": ", *reasons.begin()), kTerminalColumns),
+          "\n");
     }
   }
-  const int kw = static_cast<int>(kernel_width);
+  const int nw = static_cast<int>(name_width);
+  // Default columns: 2 + name + median 11 + GFLOP/s 9 + %limit 8 + vs ref 9
+  // + vs best 8 + check 14, then the kernel in what is left.
+  const int fixed = 2 + nw + 11 + 9 + 8 + 9 + 8 + 14 + 1;
+  const int kw = wide ? static_cast<int>(kernel_width)
+                      : std::max(8, static_cast<int>(kTerminalColumns) - fixed);
   for (const ProblemResult& p : report.problems()) {
-    absl::StrAppendFormat(
-        &out, "\n%s  [%s]  %.3g GFLOP useful, %.3g MB moved, %s\n", p.name(), p.id(),
-        p.useful_flops() * 1e-9, p.bytes() * 1e-6,
-        p.memory_bound() ? "memory-bound: % of read bandwidth" : "compute-bound: % of peak FMA");
-    absl::StrAppendFormat(&out, "  %-17s %-*s %10s %10s %8s %7s %7s %8s %7s  %s\n", "backend", kw,
-                          "kernel", "median ms", "min ms", "GFLOP/s", "GB/s", "%limit", "vs ref",
-                          "vs best", "check");
+    absl::StrAppend(
+        &out, "\n",
+        WrapWords(absl::StrFormat("%s  [%s]  %.3g GFLOP useful, %.3g MB moved, %s", p.name(),
+                                  p.id(), p.useful_flops() * 1e-9, p.bytes() * 1e-6,
+                                  p.memory_bound() ? "memory-bound: % of read bandwidth"
+                                                   : "compute-bound: % of peak FMA"),
+                  kTerminalColumns));
+    if (wide) {
+      absl::StrAppendFormat(&out, "  %-*s %-*s %10s %10s %8s %7s %7s %8s %7s  %s\n", nw, "backend",
+                            kw, "kernel", "median ms", "min ms", "GFLOP/s", "GB/s", "%limit",
+                            "vs ref", "vs best", "check");
+    } else {
+      absl::StrAppendFormat(&out, "  %-*s %10s %8s %7s %8s %7s  %-12s %s\n", nw, "backend",
+                            "median ms", "GFLOP/s", "%limit", "vs ref", "vs best", "check",
+                            "kernel");
+    }
     for (const BackendResult& r : p.results()) {
       if (everywhere.count(r.backend())) continue;
       if (r.status() != "ok") {
-        absl::StrAppendFormat(&out, "  %-17s %-*s %s: %s\n", r.backend(), kw, r.kernel(),
-                              r.status() == "wrong" ? "WRONG (not timed)" : r.status(), r.detail());
+        const std::string line =
+            absl::StrFormat("  %-*s %s: %s%s", nw, r.backend(),
+                            r.status() == "wrong" ? "WRONG (not timed)" : r.status(), r.detail(),
+                            r.kernel().empty() ? "" : absl::StrCat(" [", r.kernel(), "]"));
+        absl::StrAppend(&out, fit(line, kTerminalColumns), "\n");
         continue;
       }
       std::string vs_ref =
@@ -265,10 +293,22 @@ std::string FormatCompareTable(const CompareReport& report) {
                                r.slower_than_baseline() ? "SLOWER than" : "vs",
                                r.baseline_median_s() * 1e3);
       }
-      absl::StrAppendFormat(
-          &out, "  %-17s %-*s %10.3f %10.3f %8.1f %7.1f %6.1f%% %8s %7.2f  ok (%.1e)%s\n",
-          r.backend(), kw, r.kernel(), r.median_s() * 1e3, r.min_s() * 1e3, r.gflops(), r.gbps(),
-          r.pct_of_limit(), vs_ref, r.speedup_vs_best(), r.max_abs_err(), flag);
+      // The auto row names its choice where a backend names its kernel.
+      const std::string kernel = r.backend() == kAutoRowName
+                                     ? absl::StrCat(r.detail(), " [", r.kernel(), "]")
+                                     : r.kernel();
+      const std::string check = absl::StrFormat("ok (%.1e)", r.max_abs_err());
+      if (wide) {
+        absl::StrAppendFormat(
+            &out, "  %-*s %-*s %10.3f %10.3f %8.1f %7.1f %6.1f%% %8s %7.2f  %s%s\n", nw,
+            r.backend(), kw, kernel, r.median_s() * 1e3, r.min_s() * 1e3, r.gflops(), r.gbps(),
+            r.pct_of_limit(), vs_ref, r.speedup_vs_best(), check, flag);
+      } else {
+        absl::StrAppendFormat(&out, "  %-*s %10.3f %8.1f %6.1f%% %8s %7.2f  %-12s %s%s\n", nw,
+                              r.backend(), r.median_s() * 1e3, r.gflops(), r.pct_of_limit(), vs_ref,
+                              r.speedup_vs_best(), check, FitWidth(kernel, static_cast<size_t>(kw)),
+                              flag);
+      }
     }
   }
   return out;

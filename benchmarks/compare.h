@@ -53,8 +53,10 @@ absl::StatusOr<CompareReport> MeasureAndCompare(const BackendRegistry& registry,
 // backend) in `baseline`, and records the baseline's median.
 void ApplyBaseline(const CompareReport& baseline, CompareReport* report);
 
-// The side-by-side table, one block per problem.
-std::string FormatCompareTable(const CompareReport& report);
+// The side-by-side table, one block per problem: within 120 columns
+// (kernels and reasons shortened, min ms and GB/s left out), or `wide`:
+// every column, nothing shortened.
+std::string FormatCompareTable(const CompareReport& report, bool wide = false);
 
 absl::StatusOr<std::string> ReportToJson(const CompareReport& report);
 absl::StatusOr<CompareReport> ReportFromJson(const std::string& json, const std::string& source);

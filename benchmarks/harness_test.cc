@@ -3,12 +3,16 @@
 // auto selection follows a tuning record.
 #include <cstdlib>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "backends/auto_select.h"
 #include "backends/builtin.h"
 #include "backends/reference/reference_backend.h"
 #include "benchmarks/compare.h"
 #include "benchmarks/report_svg.h"
 #include "benchmarks/suite.h"
+#include "benchmarks/text_fit.h"
 #include "core/config_io.h"
 #include "core/machine_info.h"
 #include "gmock/gmock.h"
@@ -18,6 +22,7 @@ namespace attnkit {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // The reference with every output scaled by 1.01: plausible, fast, wrong.
 class SlightlyWrongBackend : public Backend {
@@ -110,12 +115,46 @@ TEST(CompareTest, BaselineMarksSlowdownsAndJsonRoundTrips) {
               HasSubstr("x.json: not an attnkit compare report"));
 }
 
-TEST(CompareTest, SvgDrawsOneBarPerPassingResult) {
-  const std::string svg = ReportToSvg(RunSmall());
+TEST(CompareTest, SvgDrawsOneBarPerPassingResultAndNotesTheRest) {
+  const CompareReport report = RunSmall();
+  const std::string svg = ReportToSvg(report);
   EXPECT_THAT(svg, HasSubstr("<svg"));
   EXPECT_THAT(svg, HasSubstr("<title>reference on small"));
-  EXPECT_THAT(svg, HasSubstr(">wrong<"));
+  EXPECT_THAT(svg, HasSubstr("<title>auto on small"));
+  // A backend that ran nowhere is a note, not empty bars.
+  EXPECT_THAT(svg, HasSubstr("not run: slightly-wrong: wrong: "));
+  EXPECT_THAT(svg, Not(HasSubstr("<title>slightly-wrong")));
+  // Each bar says its time and % value; the axis and the limit are named.
+  const BackendResult& ref = report.problems(0).results(0);
+  EXPECT_THAT(svg, HasSubstr(absl::StrFormat("  %.1f%%</text>", ref.pct_of_limit())));
+  EXPECT_THAT(svg, HasSubstr(" ms  "));
+  EXPECT_THAT(svg, HasSubstr("% of machine limit (peak FMA or read bandwidth)"));
+  EXPECT_THAT(
+      svg, HasSubstr(report.problems(0).memory_bound() ? "% of read bandwidth" : "% of peak FMA"));
+  // Sized to the data: one problem, two bars, no 900-pixel canvas.
+  EXPECT_THAT(svg, HasSubstr("width=\"480\""));
   EXPECT_THAT(svg, HasSubstr("</svg>"));
+}
+
+TEST(CompareTest, HtmlHasTheChartTheTableAndTheMachine) {
+  const CompareReport report = RunSmall();
+  const std::string html = ReportToHtml(report);
+  EXPECT_THAT(html, HasSubstr("<!DOCTYPE html>"));
+  EXPECT_THAT(html, HasSubstr("<svg"));
+  EXPECT_THAT(html, HasSubstr("<table id=\"results\">"));
+  EXPECT_THAT(html, HasSubstr("<td>slightly-wrong</td><td>wrong</td>"));
+  EXPECT_THAT(html, HasSubstr("<table id=\"machine\">"));
+  EXPECT_THAT(html, HasSubstr("peak FMA"));
+}
+
+TEST(CompareTest, DefaultTableFitsATerminalAndWideDoesNot) {
+  CompareReport report = RunSmall();
+  report.mutable_problems(0)->mutable_results(0)->set_kernel(std::string(200, 'k'));
+  for (const absl::string_view line : absl::StrSplit(FormatCompareTable(report), '\n')) {
+    EXPECT_LE(line.size(), kTerminalColumns) << line;
+  }
+  EXPECT_EQ(WrapWords("aa bb cc", 5), "aa bb\n  cc\n");
+  EXPECT_THAT(FormatCompareTable(report, /*wide=*/true), HasSubstr(std::string(200, 'k')));
 }
 
 TEST(SuiteTest, StandardSuiteLoads) {

@@ -57,6 +57,7 @@ absl::StatusOr<FileType> ParseDescr(absl::string_view value, absl::string_view s
   if (descr == "<f2") return FileType{DType::kF16, 2};
   if (descr == "<i4") return FileType{DType::kI32, 4};
   if (descr == "<i8") return FileType{DType::kI32, 8};
+  if (descr == "<f8") return FileType{DType::kF32, 8};
   if (descr == "|u1" || descr == "|b1" || descr == "<u1" || descr == "<b1") {
     return FileType{DType::kU8, 1};
   }
@@ -66,7 +67,7 @@ absl::StatusOr<FileType> ParseDescr(absl::string_view value, absl::string_view s
   }
   return Bad(source, absl::StrCat("dtype '", descr,
                                   "' is not supported; use float32 (<f4), float16 (<f2), "
-                                  "int32 (<i4), int64 (<i8), uint8 or bool"));
+                                  "float64 (<f8), int32 (<i4), int64 (<i8), uint8 or bool"));
 }
 
 absl::StatusOr<std::vector<int64_t>> ParseShape(absl::string_view value, absl::string_view source) {
@@ -184,6 +185,17 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view sou
     if (have > 0) std::memcpy(out.tensor.data(), bytes.data() + body_start, have);
     return out;
   }
+  if (dtype == DType::kF32) {  // float64 in the file
+    out.converted_from = "float64";
+    auto* dst = static_cast<float*>(out.tensor.data());
+    for (int64_t i = 0; i < elements; ++i) {
+      double x;
+      std::memcpy(&x, bytes.data() + body_start + i * 8, 8);
+      dst[i] = static_cast<float>(x);
+    }
+    return out;
+  }
+  out.converted_from = "int64";
   auto* dst = static_cast<int32_t*>(out.tensor.data());
   for (int64_t i = 0; i < elements; ++i) {
     int64_t x;

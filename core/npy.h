@@ -21,6 +21,9 @@ constexpr int64_t kDefaultNpyMaxBytes = int64_t{8} << 30;
 struct NpyArray {
   std::vector<int64_t> shape;
   Tensor tensor;  // contiguous; bool arrays load as u8
+  // The file's dtype when it was converted on load: "float64" (to float32,
+  // rounded to nearest) or "int64" (to int32, range-checked); "" otherwise.
+  std::string converted_from;
 };
 
 // Parses a whole .npy file held in memory; `source` names it in errors.

@@ -59,6 +59,18 @@ TEST(NpyTest, ReadsInt64AsInt32AndBoolAsU8) {
   EXPECT_EQ(m->tensor.view().dtype, DType::kU8);
 }
 
+TEST(NpyTest, ReadsFloat64AsFloat32AndSaysSo) {
+  const double values[2] = {0.1, -3.0};
+  auto a = ParseNpy(Npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
+                        std::string(reinterpret_cast<const char*>(values), sizeof(values))),
+                    "mem");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->tensor.view().dtype, DType::kF32);
+  EXPECT_EQ(a->converted_from, "float64");
+  EXPECT_EQ(static_cast<const float*>(a->tensor.data())[0], 0.1f);
+  EXPECT_EQ(static_cast<const float*>(a->tensor.data())[1], -3.0f);
+}
+
 TEST(NpyTest, RefusesBadFilesWithTheReason) {
   const std::string body8(8, '\0');
   struct Case {
@@ -67,8 +79,8 @@ TEST(NpyTest, RefusesBadFilesWithTheReason) {
   const Case cases[] = {
       {"not a numpy file", "missing the \\x93NUMPY magic"},
       {Npy("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", body8), "big-endian"},
-      {Npy("{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }", body8),
-       "dtype '<f8' is not supported"},
+      {Npy("{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", body8),
+       "dtype '<c8' is not supported"},
       {Npy("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", body8), "Fortran-order"},
       {Npy("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", body8),
        "body has 8 bytes; shape (3) of f32 needs 12 (truncated)"},

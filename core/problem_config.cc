@@ -126,4 +126,9 @@ AttentionConfig ConfigFromProblem(const AttentionProblem& p) {
   return c;
 }
 
+AttentionConfig ConfigForReport(AttentionConfig config) {
+  if (config.memory_budget_bytes() == 0) config.set_memory_budget_bytes(kDefaultMemoryBudgetBytes);
+  return config;
+}
+
 }  // namespace attnkit

@@ -13,6 +13,9 @@ namespace attnkit {
 // Validates `config` and fills defaults (ValidateProblem's rules and errors).
 absl::StatusOr<AttentionProblem> ProblemFromConfig(const AttentionConfig& config);
 AttentionConfig ConfigFromProblem(const AttentionProblem& p);
+// The config as reports show it: a memory_budget_bytes of 0 (unset) becomes
+// the default it means, kDefaultMemoryBudgetBytes.
+AttentionConfig ConfigForReport(AttentionConfig config);
 
 }  // namespace attnkit
 

@@ -22,10 +22,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "backends/builtin.h"
+#include "core/version.h"
+#include "tools/cli/command_table.h"
 #include "tools/cli/commands.h"
 
 ABSL_FLAG(std::string, config, "",
-          "text-format AttentionConfig (core/config.proto); default: the built-in example");
+          "text-format AttentionConfig (core/config.proto); unset: the built-in example");
 ABSL_FLAG(std::string, backend, "", "backend name or 'auto'; overrides the config");
 ABSL_FLAG(std::string, backends, "",
           "check, compare, fuzz: comma-separated backends to run (default: all)");
@@ -46,11 +48,20 @@ ABSL_FLAG(std::string, dir, "", "inputs: the directory the .npy files are writte
 ABSL_FLAG(int64_t, sample_rows, 0,
           "verify: check this many query rows spread evenly over the problem (0 = every row)");
 ABSL_FLAG(std::string, suite, "standard", "compare: the problem suite when --config is not given");
-ABSL_FLAG(int, threads, 0, "compare, peak, tune: worker threads (0 = every core)");
+ABSL_FLAG(int, threads, 0,
+          "worker threads of the CPU backends, and the thread count auto's tuning record is "
+          "read for (0 = every core)");
 ABSL_FLAG(std::string, json, "",
-          "check: write the results as JSON; compare: every figure and the machine "
-          "fingerprint as JSON");
-ABSL_FLAG(std::string, svg, "", "compare: write a grouped bar chart (% of machine limit)");
+          "write the command's report as JSON to this file, or to stdout with --json=- (then "
+          "nothing else is printed there); int64 fields are numbers");
+ABSL_FLAG(std::string, svg, "",
+          "compare: write a bar chart (% of the machine limit per problem and backend), and a "
+          "PNG twin beside it when rsvg-convert is installed");
+ABSL_FLAG(std::string, html, "",
+          "compare: write one self-contained page with the chart, the table and the machine");
+ABSL_FLAG(bool, wide, false, "check, compare: print tables at full width (default: 120 columns)");
+ABSL_FLAG(std::string, mask_convention, "attnkit",
+          "run, verify: how --mask reads: attnkit (true = blocked) or torch (true = take part)");
 ABSL_FLAG(std::string, baseline, "", "compare: an earlier --json report; marks >10% slowdowns");
 ABSL_FLAG(
     bool, refresh, false,
@@ -68,26 +79,6 @@ ABSL_FLAG(std::string, plugins, "",
           "':'-separated backend plugin libraries to load (besides $ATTNKIT_PLUGIN_PATH)");
 
 namespace {
-
-constexpr char kUsage[] =
-    "attnkit COMMAND [flags]\n"
-    "  backends                    list backends: available or why not, capabilities\n"
-    "  run   --config=F --q --k --v --out [--kv_lengths --mask --bias --lse_out --backend]\n"
-    "  check [--config=F] [--backends=a,b [--allow_skip]] [--json=F]\n"
-    "          every backend vs the fp64 reference\n"
-    "  inputs [--config=F] --dir=D     the config's random inputs as .npy (q, k, v, ...)\n"
-    "  verify --config=F --q --k --v --o [--lse --sample_rows=N --kv_lengths --mask --bias]\n"
-    "                              an output made elsewhere vs the fp64 reference\n"
-    "  cost  [--config=F] [--layers=N]   FLOPs, bytes, score size, KV-cache bytes, parameters\n"
-    "  generate [--config=F] --layers=N --prompt_len=P --new_tokens=K [--chunk=C] [--backend]\n"
-    "                              prefill + KV-cached decode through N layers: tokens/s,\n"
-    "                              cache memory, check against a full recompute\n"
-    "  compare [--config=F | --suite=standard] [--backends=a,b] [--threads=N]\n"
-    "          [--json=F] [--svg=F] [--baseline=F]   time every backend side by side\n"
-    "  peak  [--threads=N] [--refresh]   this machine's FMA peak, read bandwidth, sgemm\n"
-    "  tune  [--threads=N]         record the fastest backend per shape class for auto\n"
-    "  fuzz  [--count=N] [--seed=S] [--backends=a,b [--allow_skip]] [--repro_dir=D]\n"
-    "          random problems on every backend vs the reference; mismatches shrunk";
 
 // Plugins built together with this binary (its Bazel data, e.g. the CUDA
 // plugin when CUDA is built), as paths inside the runfiles tree.
@@ -161,13 +152,74 @@ std::vector<std::string> LoadBundledPlugins(attnkit::BackendRegistry& registry, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(kUsage);
+  // --version and --help are answered before Abseil parses (its own would
+  // print Abseil's build text and every flag of every library).
+  std::string first_positional;
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i][0] != '-') {
+      first_positional = argv[i];
+      break;
+    }
+  }
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--version" || a == "-version") {
+      std::printf("attnkit %s (commit %s)\n", attnkit::AttnkitVersion(), attnkit::AttnkitCommit());
+      return 0;
+    }
+    if (a == "--help" || a == "-help" || a == "-h" || a == "--helpfull" || a == "--helpshort") {
+      const attnkit::CommandSpec* spec = attnkit::FindCommand(first_positional);
+      std::fputs((spec != nullptr && spec->name != "help" ? attnkit::CommandHelp(*spec)
+                                                          : attnkit::Overview())
+                     .c_str(),
+                 stdout);
+      return 0;
+    }
+  }
+  absl::SetProgramUsageMessage(attnkit::Overview());
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  if (args.size() != 2) {
-    std::fprintf(stderr, "attnkit: expected one command\n%s\n", kUsage);
+  if (args.size() < 2) {
+    std::fprintf(stderr, "attnkit: expected a command\n\n%s", attnkit::Overview().c_str());
     return 2;
   }
   const std::string command = args[1];
+  const attnkit::CommandSpec* spec = attnkit::FindCommand(command);
+  if (spec == nullptr) {
+    std::fprintf(stderr, "attnkit: unknown command '%s'\n\n%s", command.c_str(),
+                 attnkit::Overview().c_str());
+    return 2;
+  }
+  if (command == "help") {
+    if (args.size() > 3) {
+      std::fprintf(stderr, "attnkit help: expected at most one command\n");
+      return 2;
+    }
+    if (args.size() == 3) {
+      const attnkit::CommandSpec* about = attnkit::FindCommand(args[2]);
+      if (about == nullptr) {
+        std::fprintf(stderr, "attnkit help: unknown command '%s'\n\n%s", args[2],
+                     attnkit::Overview().c_str());
+        return 2;
+      }
+      std::fputs(attnkit::CommandHelp(*about).c_str(), stdout);
+    } else {
+      std::fputs(attnkit::Overview().c_str(), stdout);
+    }
+    return 0;
+  }
+  if (args.size() > 2) {
+    std::fprintf(stderr, "attnkit %s: unexpected argument '%s' (flags are --name=value)\n",
+                 command.c_str(), args[2]);
+    return 2;
+  }
+  // A flag the command does not read is an error, not silently ignored.
+  const absl::Status flags_ok =
+      attnkit::CheckFlagsForCommand(*spec, attnkit::FlagNamesOnCommandLine(argc, argv));
+  if (!flags_ok.ok()) {
+    std::fprintf(stderr, "attnkit %s: error: %s\n", command.c_str(),
+                 std::string(flags_ok.message()).c_str());
+    return 2;
+  }
 
   // The registry, with every plugin loaded, on first use: commands that need
   // no backend (cost, verify, inputs, peak) load no plugin and probe no GPU.
@@ -226,6 +278,9 @@ int main(int argc, char** argv) {
   options.threads = absl::GetFlag(FLAGS_threads);
   options.json = absl::GetFlag(FLAGS_json);
   options.svg = absl::GetFlag(FLAGS_svg);
+  options.html = absl::GetFlag(FLAGS_html);
+  options.wide = absl::GetFlag(FLAGS_wide);
+  options.mask_convention = absl::GetFlag(FLAGS_mask_convention);
   options.baseline = absl::GetFlag(FLAGS_baseline);
   options.refresh = absl::GetFlag(FLAGS_refresh);
   options.layers = absl::GetFlag(FLAGS_layers);
@@ -240,7 +295,7 @@ int main(int argc, char** argv) {
 
   absl::Status status;
   if (command == "backends") {
-    status = attnkit::BackendsCommand(registry(), std::cout);
+    status = attnkit::BackendsCommand(registry(), options, std::cout);
   } else if (command == "run") {
     status = attnkit::RunCommand(registry(), options, std::cout);
   } else if (command == "verify") {
@@ -261,9 +316,6 @@ int main(int argc, char** argv) {
     status = attnkit::TuneCommand(registry(), options, std::cout, std::cerr);
   } else if (command == "generate") {
     status = attnkit::GenerateCommand(registry(), options, generate, std::cout);
-  } else {
-    std::fprintf(stderr, "attnkit: unknown command '%s'\n%s\n", command.c_str(), kUsage);
-    return 2;
   }
   std::cout.flush();
   if (!status.ok()) {

@@ -15,7 +15,7 @@ $bin check --config="$tmp/small.textproto" > "$tmp/check.txt" || fail "check exi
 grep -q 'pass' "$tmp/check.txt" || fail "check printed no pass"
 
 # ATTNKIT_HWY_TARGET caps every Highway kernel: highway's and blas's softmax.
-ATTNKIT_HWY_TARGET=SSE4 $bin check --config="$tmp/small.textproto" --backends=highway,blas \
+ATTNKIT_HWY_TARGET=SSE4 $bin check --config="$tmp/small.textproto" --backends=highway,blas --wide \
   > "$tmp/capped.txt" || fail "capped check exited $?"
 grep -q 'flash/SSE4' "$tmp/capped.txt" || fail "highway not capped: $(cat "$tmp/capped.txt")"
 grep -q 'softmax/SSE4' "$tmp/capped.txt" || fail "blas softmax not capped: $(cat "$tmp/capped.txt")"

@@ -2,6 +2,8 @@
 # Installs every Debian package attnkit needs to build and test. Idempotent:
 # when everything is present it only asks dpkg and returns (well under a
 # second). CUDA is not from apt: it is used when /usr/local/cuda exists.
+# chromium renders `compare --html` pages in the suite (headless); librsvg2-bin
+# gives `compare --svg` its PNG twin.
 set -euo pipefail
 
 PACKAGES=(
@@ -10,6 +12,7 @@ PACKAGES=(
   libprotobuf-dev protobuf-compiler libopenblas-dev
   clang-14 libclang-rt-14-dev libc++-14-dev libc++abi-14-dev
   python3-numpy python3-pytest python3-venv
+  chromium librsvg2-bin
 )
 
 missing=()

@@ -1,6 +1,16 @@
 // peak, compare and tune: the commands that measure this machine.
-#include <thread>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "backends/auto_select.h"
 #include "benchmarks/compare.h"
@@ -9,7 +19,9 @@
 #include "benchmarks/suite.h"
 #include "benchmarks/tune.h"
 #include "core/config_io.h"
+#include "core/json_writer.h"
 #include "core/problem_config.h"
+#include "core/proto_json.h"
 #include "core/status_macros.h"
 #include "tools/cli/commands.h"
 
@@ -38,6 +50,59 @@ absl::Status PeakCommand(const CliOptions& options, std::ostream& out) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A baseline measured on another CPU model or with another thread count.
+absl::Status CheckBaselineMachine(const CompareReport& baseline, const MachineFingerprint& here,
+                                  const std::string& path) {
+  const MachineFingerprint& then = baseline.machine();
+  if (then.cpu_model() != here.cpu_model() || then.threads() != here.threads()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "--baseline=%s was measured on %s with %d threads; this run is %s with %d threads, so "
+        "no slowdown could be told from the difference in machines. Measure the baseline here "
+        "(compare --json=F with the same --threads)",
+        path, then.cpu_model(), then.threads(), here.cpu_model(), here.threads()));
+  }
+  return absl::OkStatus();
+}
+
+// Runs argv[0] (found on PATH) with argv, no shell; its exit status, or -1
+// when it could not be started.
+int RunProgram(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid;
+  const int rc = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return -1;
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// F.png beside F.svg when rsvg-convert (librsvg2-bin) is installed, written
+// whole or not at all; the line to print.
+std::string WritePngTwin(const std::string& svg_path) {
+  std::string png = svg_path;
+  if (absl::EndsWith(png, ".svg")) png.resize(png.size() - 4);
+  png += ".png";
+  const std::string tmp = png + ".tmp.png";
+  const int rc = RunProgram({"rsvg-convert", "-f", "png", "-o", tmp, svg_path});
+  if (rc == -1) return "no PNG twin: rsvg-convert is not installed (Debian: librsvg2-bin)";
+  if (rc != 0 || std::rename(tmp.c_str(), png.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::StrCat("no PNG twin: rsvg-convert failed on ", svg_path);
+  }
+  return absl::StrCat("wrote ", png);
+}
+
+}  // namespace
+
 absl::Status CompareCommand(const BackendRegistry& registry, const CliOptions& options,
                             std::ostream& out, std::ostream& progress) {
   std::vector<AttentionProblem> problems;
@@ -53,6 +118,10 @@ absl::Status CompareCommand(const BackendRegistry& registry, const CliOptions& o
   if (!options.baseline.empty()) {
     ATTNKIT_ASSIGN_OR_RETURN(const std::string json, ReadFile(options.baseline));
     ATTNKIT_ASSIGN_OR_RETURN(baseline, ReportFromJson(json, options.baseline));
+    // Before measuring anything: a baseline from another machine or thread
+    // count says nothing about a regression here.
+    ATTNKIT_RETURN_IF_ERROR(
+        CheckBaselineMachine(baseline, Fingerprint(ThreadCount(options)), options.baseline));
   }
   CompareOptions compare;
   compare.backends = options.backends;
@@ -61,15 +130,22 @@ absl::Status CompareCommand(const BackendRegistry& registry, const CliOptions& o
   ATTNKIT_ASSIGN_OR_RETURN(CompareReport report, MeasureAndCompare(registry, problems, compare));
   if (!options.baseline.empty()) ApplyBaseline(baseline, &report);
 
+  // Every file is written, or none.
   std::vector<std::pair<std::string, std::string>> files;
-  if (!options.json.empty()) {
-    ATTNKIT_ASSIGN_OR_RETURN(std::string json, ReportToJson(report));
-    files.emplace_back(options.json, std::move(json));
-  }
+  ATTNKIT_ASSIGN_OR_RETURN(const std::string json, ReportToJson(report));
+  if (!options.json.empty() && !JsonToStdout(options)) files.emplace_back(options.json, json);
   if (!options.svg.empty()) files.emplace_back(options.svg, ReportToSvg(report));
+  if (!options.html.empty()) files.emplace_back(options.html, ReportToHtml(report));
   ATTNKIT_RETURN_IF_ERROR(WriteFilesAtomically(files));
-  out << FormatCompareTable(report);
-  for (const auto& file : files) out << "wrote " << file.first << "\n";
+  std::string png_note;
+  if (!options.svg.empty()) png_note = WritePngTwin(options.svg);
+  if (JsonToStdout(options)) {
+    out << json;
+  } else {
+    out << FormatCompareTable(report, options.wide);
+    for (const auto& file : files) out << "wrote " << file.first << "\n";
+    if (!png_note.empty()) out << png_note << "\n";
+  }
 
   int wrong = 0;
   for (const ProblemResult& p : report.problems()) {
@@ -96,12 +172,21 @@ absl::Status TuneCommand(const BackendRegistry& registry, const CliOptions& opti
                            RunTune(registry, compare, Fingerprint(threads), limits));
   const std::string path = TuneRecordPath(threads);
   ATTNKIT_RETURN_IF_ERROR(SaveTuneRecord(path, record));
-  out << "shape classes (by q_len): " << ShapeClassBoundaries() << "\n";
-  for (const TuneEntry& e : record.entries()) {
-    out << absl::StrFormat("%-14s kv %-5s %s\n", e.shape_class(), e.kv_dtype(), e.detail());
+  if (!JsonToStdout(options)) {
+    out << "shape classes (by q_len): " << ShapeClassBoundaries() << "\n";
+    for (const TuneEntry& e : record.entries()) {
+      out << absl::StrFormat("%-14s kv %-5s %s\n", e.shape_class(), e.kv_dtype(), e.detail());
+    }
+    out << "saved " << path << "; --backend=auto now uses it on this machine with " << threads
+        << " threads\n";
   }
-  out << "saved " << path << "; --backend=auto now uses it on this machine with " << threads
-      << " threads\n";
+  JsonWriter w;
+  w.BeginObject();
+  WriteBuildInfo(w);
+  w.Field("shape_classes", ShapeClassBoundaries()).Field("path", path);
+  w.Key("record").Raw(ProtoToJson(record));
+  w.EndObject();
+  ATTNKIT_RETURN_IF_ERROR(EmitJson(options, w.str(), out));
   return absl::OkStatus();
 }
 

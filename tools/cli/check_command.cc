@@ -11,11 +11,8 @@ absl::Status CheckCommand(const BackendRegistry& registry, const CliOptions& opt
                           std::ostream& out) {
   ATTNKIT_ASSIGN_OR_RETURN(const AttentionConfig config, LoadCliConfig(options));
   ATTNKIT_ASSIGN_OR_RETURN(const CheckReport report, RunCheck(registry, config, options.backends));
-  if (!options.json.empty()) {
-    ATTNKIT_RETURN_IF_ERROR(WriteFileAtomically(options.json, ProtoToJson(report)));
-  }
-  out << FormatCheckTable(report);
-  if (!options.json.empty()) out << "wrote " << options.json << "\n";
+  if (!JsonToStdout(options)) out << FormatCheckTable(report, options.wide);
+  ATTNKIT_RETURN_IF_ERROR(EmitJson(options, ProtoToJson(report), out));
   const int failures = CountCheckFailures(report);
   if (failures > 0) {
     return absl::FailedPreconditionError(

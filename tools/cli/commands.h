@@ -31,13 +31,17 @@ struct CliOptions {
   std::string dir;                    // inputs: where the .npy files go
   std::string suite;                  // compare: "standard" (used when config is empty)
   int threads = 0;                    // compare, peak, tune: 0 = every core
-  std::string json, svg;              // compare: report files
-  std::string baseline;               // compare: an earlier --json report
-  bool refresh = false;               // peak: re-measure instead of reading the cache
-  int64_t layers = 1;                 // cost: KV cache for this many layers; generate: stack depth
-  int64_t count = 100;                // fuzz: problems to draw
-  uint64_t seed = 1;                  // fuzz: the run follows from it
-  std::string repro_dir = "/tmp";     // fuzz: where shrunk failing configs go
+  std::string json;                   // every command's JSON report: a file, or "-" for stdout
+  std::string svg;                    // compare: chart file (and a .png twin with rsvg-convert)
+  std::string html;                   // compare: one self-contained page
+  bool wide = false;                  // check, compare: tables at full width
+  std::string mask_convention = "attnkit";  // run: --mask true = blocked; "torch": true = take part
+  std::string baseline;                     // compare: an earlier --json report
+  bool refresh = false;                     // peak: re-measure instead of reading the cache
+  int64_t layers = 1;              // cost: KV cache for this many layers; generate: stack depth
+  int64_t count = 100;             // fuzz: problems to draw
+  uint64_t seed = 1;               // fuzz: the run follows from it
+  std::string repro_dir = "/tmp";  // fuzz: where shrunk failing configs go
 };
 
 // `attnkit generate` beyond the shared options.
@@ -57,8 +61,10 @@ absl::StatusOr<AttentionConfig> LoadCliConfig(const CliOptions& options);
 absl::Status RefuseNamedSkips(const CliOptions& options, const std::vector<std::string>& skipped,
                               const std::string& where);
 
-// `attnkit backends`: each backend, available or why not, and capabilities.
-absl::Status BackendsCommand(const BackendRegistry& registry, std::ostream& out);
+// `attnkit backends`: each backend, available or why not, and capabilities
+// (--json: the capabilities as data).
+absl::Status BackendsCommand(const BackendRegistry& registry, const CliOptions& options,
+                             std::ostream& out);
 // `attnkit run`: one backend on .npy tensors, outputs written whole or not at all.
 absl::Status RunCommand(const BackendRegistry& registry, const CliOptions& options,
                         std::ostream& out);
@@ -93,6 +99,12 @@ absl::Status CompareCommand(const BackendRegistry& registry, const CliOptions& o
 // `attnkit tune`: records the fastest backends per shape class.
 absl::Status TuneCommand(const BackendRegistry& registry, const CliOptions& options,
                          std::ostream& out, std::ostream& progress);
+
+// --json: writes `json` to options.json, whole or not at all, and says so
+// on `out`; "-" prints it on `out` instead (then the command prints nothing
+// else there).
+absl::Status EmitJson(const CliOptions& options, const std::string& json, std::ostream& out);
+inline bool JsonToStdout(const CliOptions& options) { return options.json == "-"; }
 
 // options.threads, or every core when it is 0.
 int ThreadCount(const CliOptions& options);

@@ -422,7 +422,7 @@ TEST(FuzzCommandTest, NamedBackendThatCannotRunFailsUnlessSkipsAreAllowed) {
 
 TEST(BackendsCommandTest, ListsCapabilities) {
   std::ostringstream out;
-  ASSERT_TRUE(BackendsCommand(GlobalRegistry(), out).ok());
+  ASSERT_TRUE(BackendsCommand(GlobalRegistry(), CliOptions(), out).ok());
   EXPECT_THAT(out.str(), HasSubstr("reference: available"));
   EXPECT_THAT(out.str(), HasSubstr("masks: none, causal, window"));
 }

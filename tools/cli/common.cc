@@ -1,6 +1,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/config_io.h"
+#include "core/status_macros.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/default_config.h"
 
@@ -9,6 +10,17 @@ namespace attnkit {
 absl::StatusOr<AttentionConfig> LoadCliConfig(const CliOptions& options) {
   if (options.config.empty()) return ParseConfigText(kDefaultConfigText, "<built-in default>");
   return LoadConfigFile(options.config);
+}
+
+absl::Status EmitJson(const CliOptions& options, const std::string& json, std::ostream& out) {
+  if (options.json.empty()) return absl::OkStatus();
+  if (JsonToStdout(options)) {
+    out << json;
+    return absl::OkStatus();
+  }
+  ATTNKIT_RETURN_IF_ERROR(WriteFileAtomically(options.json, json));
+  out << "wrote " << options.json << "\n";
+  return absl::OkStatus();
 }
 
 absl::Status RefuseNamedSkips(const CliOptions& options, const std::vector<std::string>& skipped,

@@ -1,6 +1,7 @@
 #include <chrono>
 
 #include "absl/strings/str_format.h"
+#include "core/json_writer.h"
 #include "core/status_macros.h"
 #include "tools/cli/commands.h"
 #include "tools/diff_fuzz/diff_fuzz.h"
@@ -19,17 +20,42 @@ absl::Status FuzzCommand(const BackendRegistry& registry, const CliOptions& opti
   fuzz.seed = options.seed;
   fuzz.repro_dir = options.repro_dir;
   const auto start = std::chrono::steady_clock::now();
+  const bool quiet = JsonToStdout(options);  // --json=-: the report alone
   const FuzzReport report = FuzzBackends(backends, fuzz, [&](const std::string& line) {
+    if (quiet) return;
     out << line << "\n";
     out.flush();
   });
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  out << absl::StrFormat(
-      "fuzz: %d problems (seed %d), %d backend runs, %d unsupported, %d unavailable backends, "
-      "%d mismatches, %.1f s\n",
-      report.problems, options.seed, report.runs, report.unsupported, report.unavailable.size(),
-      report.findings.size(), seconds);
+  JsonWriter w;
+  w.BeginObject();
+  WriteBuildInfo(w);
+  w.Field("seed", static_cast<int64_t>(options.seed)).Field("count", options.count);
+  w.Key("backends").BeginArray();
+  for (Backend* b : backends) w.String(b->Name());
+  w.EndArray();
+  w.Field("problems", report.problems).Field("runs", report.runs);
+  w.Field("unsupported", report.unsupported);
+  w.Key("unavailable").BeginArray();
+  for (const std::string& u : report.unavailable) w.String(u);
+  w.EndArray();
+  w.Key("mismatches").BeginArray();
+  for (const FuzzFinding& f : report.findings) {
+    w.BeginObject().Field("backend", f.backend).Field("message", f.message);
+    w.Field("config_path", f.config_path).Field("command", f.command).EndObject();
+  }
+  w.EndArray();
+  w.Field("seconds", seconds);
+  w.EndObject();
+  ATTNKIT_RETURN_IF_ERROR(EmitJson(options, w.str(), out));
+  if (!quiet) {
+    out << absl::StrFormat(
+        "fuzz: %d problems (seed %d), %d backend runs, %d unsupported, %d unavailable backends, "
+        "%d mismatches, %.1f s\n",
+        report.problems, options.seed, report.runs, report.unsupported, report.unavailable.size(),
+        report.findings.size(), seconds);
+  }
   if (!report.findings.empty()) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "%d mismatch(es); first: %s", report.findings.size(), report.findings[0].command));

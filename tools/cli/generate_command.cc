@@ -8,10 +8,14 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <sstream>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "core/json_writer.h"
+#include "core/problem_config.h"
 #include "core/problem_data.h"
+#include "core/proto_json.h"
 #include "core/status_macros.h"
 #include "ops/multi_head_attention.h"
 #include "tools/cli/commands.h"
@@ -67,7 +71,10 @@ void RmsNormalise(const float* src, int64_t D, float* dst) {
 }  // namespace
 
 absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& options,
-                             const GenerateOptions& gen, std::ostream& out) {
+                             const GenerateOptions& gen, std::ostream& json_out) {
+  // With --json=- the report is the only thing printed.
+  std::ostringstream discard;
+  std::ostream& out = JsonToStdout(options) ? discard : json_out;
   const struct {
     const char* flag;
     int64_t value, min;
@@ -188,7 +195,32 @@ absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& 
     out << absl::StrFormat("  on %s [%s]\n  why: %s\n", layers[0]->backend()->Name(),
                            layers[0]->last_run().kernel, layers[0]->selection_reason());
   }
-  if (!gen.verify) return absl::OkStatus();
+  // The report (--json), finished below when the recompute runs.
+  JsonWriter w;
+  w.BeginObject();
+  WriteBuildInfo(w);
+  w.Key("config").Raw(ProtoToJson(ConfigForReport(config)));
+  w.Field("layers", options.layers).Field("batch", B).Field("prompt_len", P);
+  w.Field("new_tokens", K).Field("chunk", chunk);
+  w.Field("kv_cache_dtype", DTypeName(cache_dtype)).Field("kv_cache_bytes", cache_bytes);
+  w.Field("mask_defaulted_to_causal", mask_defaulted);
+  w.Key("prefill").BeginObject();
+  w.Field("tokens", B * P).Field("seconds", prefill_s).Field("tokens_per_s", B * P / prefill_s);
+  w.Field("backend", prefill_backend).Field("kernel", prefill_kernel);
+  w.Field("reason", prefill_reason);
+  w.EndObject();
+  w.Key("decode").BeginObject();
+  w.Field("steps", K).Field("seconds", decode_s);
+  w.Field("tokens_per_s", K > 0 ? B * K / decode_s : 0.0);
+  w.Field("backend", K > 0 ? layers[0]->backend()->Name() : "");
+  w.Field("kernel", K > 0 ? layers[0]->last_run().kernel : "");
+  w.Field("reason", K > 0 ? layers[0]->selection_reason() : "");
+  w.EndObject();
+  if (!gen.verify) {
+    w.Key("verify").Null();
+    w.EndObject();
+    return EmitJson(options, w.str(), json_out);
+  }
 
   // The whole sequence again, no cache: the last hidden state must agree.
   std::vector<float> full = inputs, full_tmp(B * T * D);
@@ -213,6 +245,12 @@ absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& 
       "verify             last hidden state vs full recompute (%.3f s): max abs err %.3g "
       "(max |h| %.3g, tolerance %.3g): %s\n",
       recompute_s, max_err, max_ref, tol, ok ? "ok" : "MISMATCH");
+  w.Key("verify").BeginObject();
+  w.Field("seconds", recompute_s).Field("max_abs_err", max_err).Field("max_abs_h", max_ref);
+  w.Field("tolerance", tol).Field("ok", ok);
+  w.EndObject();
+  w.EndObject();
+  ATTNKIT_RETURN_IF_ERROR(EmitJson(options, w.str(), json_out));
   if (!ok) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "decoding with the KV cache differs from the full recompute by %g (tolerance %g)", max_err,

@@ -3,6 +3,9 @@
 // another implementation can run the same problem and `attnkit verify` can
 // check what it produced. Files hold each value as stored: float32, float16,
 // and bf16 as float32 (NumPy has no bfloat16; the conversion is exact).
+#include <filesystem>
+#include <system_error>
+
 #include "absl/strings/str_format.h"
 #include "core/config_io.h"
 #include "core/npy.h"
@@ -16,6 +19,12 @@ namespace attnkit {
 absl::Status InputsCommand(const CliOptions& options, std::ostream& out) {
   if (options.dir.empty()) {
     return absl::InvalidArgumentError("--dir is required: where q.npy, k.npy, ... go");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(options.dir, ec);  // like mkdir -p
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrFormat("--dir=%s cannot be created: %s", options.dir, ec.message()));
   }
   ATTNKIT_ASSIGN_OR_RETURN(const AttentionConfig config, LoadCliConfig(options));
   ATTNKIT_ASSIGN_OR_RETURN(const AttentionProblem p, ProblemFromConfig(config));

@@ -39,9 +39,12 @@ absl::Status ShapeError(const std::string& flag, const std::string& path,
 
 absl::StatusOr<Tensor> LoadAttentionTensor(const std::string& flag, const std::string& path,
                                            DType dtype, Layout layout, int64_t b, int64_t heads,
-                                           int64_t t, int64_t d) {
+                                           int64_t t, int64_t d, std::vector<std::string>* notes) {
   if (path.empty()) return absl::InvalidArgumentError(absl::StrFormat("--%s is required", flag));
   ATTNKIT_ASSIGN_OR_RETURN(NpyArray array, ReadNpy(path));
+  if (array.converted_from == "float64" && notes != nullptr) {
+    notes->push_back(absl::StrFormat("--%s=%s: float64 converted to float32 on load", flag, path));
+  }
   const std::vector<int64_t> want = FileShape(layout, b, heads, t, d);
   if (array.shape != want) {
     return ShapeError(flag, path, array.shape,
@@ -90,8 +93,79 @@ absl::StatusOr<Tensor> LoadPairTensor(const std::string& flag, const std::string
 
 }  // namespace
 
+absl::StatusOr<AttentionConfig> InferConfigFromArrays(const std::string& q_path,
+                                                      const std::string& k_path) {
+  if (q_path.empty() || k_path.empty()) {
+    return absl::InvalidArgumentError(
+        "without --config the shapes come from the arrays: pass --q and --k (and --v)");
+  }
+  ATTNKIT_ASSIGN_OR_RETURN(const NpyArray q, ReadNpy(q_path));
+  ATTNKIT_ASSIGN_OR_RETURN(const NpyArray k, ReadNpy(k_path));
+  if (q.shape.size() != 4 || k.shape.size() != 4) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "without --config q and k must be 4-d ([B, H, T, d] or [B, T, H, d]); --q=%s is (%s), "
+        "--k=%s is (%s)",
+        q_path, absl::StrJoin(q.shape, ", "), k_path, absl::StrJoin(k.shape, ", ")));
+  }
+  if (q.shape[0] != k.shape[0] || q.shape[3] != k.shape[3]) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--q (%s) and --k (%s) must agree on batch (dim 0) and head_dim (dim 3)",
+                        absl::StrJoin(q.shape, ", "), absl::StrJoin(k.shape, ", ")));
+  }
+  // BHTD reads heads from dim 1, BTHD from dim 2.
+  const auto divides = [](int64_t heads, int64_t kv_heads) {
+    return kv_heads >= 1 && heads % kv_heads == 0;
+  };
+  const bool bhtd = divides(q.shape[1], k.shape[1]);
+  const bool bthd = divides(q.shape[2], k.shape[2]);
+  if (!bhtd && !bthd) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--q (%s) and --k (%s): in neither layout do the KV heads divide the query heads; pass "
+        "--config",
+        absl::StrJoin(q.shape, ", "), absl::StrJoin(k.shape, ", ")));
+  }
+  const bool use_bhtd = bhtd && (!bthd || k.shape[1] <= k.shape[2]);
+  const int heads_dim = use_bhtd ? 1 : 2, tokens_dim = use_bhtd ? 2 : 1;
+  AttentionConfig c;
+  c.set_name(absl::StrCat("inferred from ", q_path));
+  c.set_batch(q.shape[0]);
+  c.set_num_heads(q.shape[heads_dim]);
+  c.set_num_kv_heads(k.shape[heads_dim]);
+  c.set_q_len(q.shape[tokens_dim]);
+  c.set_kv_len(k.shape[tokens_dim]);
+  c.set_head_dim(q.shape[3]);
+  c.set_layout(use_bhtd ? BHTD : BTHD);
+  if (q.tensor.view().dtype == DType::kF16) c.set_dtype(F16);
+  if (k.tensor.view().dtype == DType::kF16) c.set_kv_dtype(F16);
+  if (c.q_len() != c.kv_len()) c.set_alignment(BOTTOM_RIGHT);
+  c.mutable_mask()->set_kind(MaskSpec::NONE);
+  return c;
+}
+
 absl::StatusOr<NpyProblem> LoadNpyProblem(const CliOptions& options, bool want_lse) {
-  ATTNKIT_ASSIGN_OR_RETURN(AttentionConfig config, LoadCliConfig(options));
+  if (options.mask_convention != "attnkit" && options.mask_convention != "torch") {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--mask_convention=%s: use attnkit (true = blocked) or torch (true = take part)",
+        options.mask_convention));
+  }
+  std::string inferred;
+  AttentionConfig config;
+  if (options.config.empty()) {
+    ATTNKIT_ASSIGN_OR_RETURN(config, InferConfigFromArrays(options.q, options.k));
+    inferred = ConfigToText(config);
+  } else {
+    ATTNKIT_ASSIGN_OR_RETURN(config, LoadCliConfig(options));
+  }
+  if (config.blocked_mask() && options.mask.empty()) {
+    return absl::InvalidArgumentError(
+        "the config sets blocked_mask: true, so the mask is an input: pass --mask=FILE "
+        "(bool/uint8 [B|1, H|1, Tq, Tk]), or drop blocked_mask from the config");
+  }
+  if (config.additive_bias() && options.bias.empty()) {
+    return absl::InvalidArgumentError(
+        "the config sets additive_bias: true, so the bias is an input: pass --bias=FILE "
+        "(float32 [B|1, H|1, Tq, Tk]), or drop additive_bias from the config");
+  }
   if (!options.backend.empty()) config.set_backend(options.backend);
   if (want_lse) config.set_return_lse(true);
   if (!options.mask.empty()) config.set_blocked_mask(true);
@@ -123,31 +197,37 @@ absl::StatusOr<NpyProblem> LoadNpyProblem(const CliOptions& options, bool want_l
     }
   }
   const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads, d = p.head_dim;
+  std::vector<std::string> notes;
   ATTNKIT_ASSIGN_OR_RETURN(
-      data.q, LoadAttentionTensor("q", options.q, p.dtype, p.layout, B, H, p.q_len, d));
+      data.q, LoadAttentionTensor("q", options.q, p.dtype, p.layout, B, H, p.q_len, d, &notes));
   ATTNKIT_ASSIGN_OR_RETURN(
-      data.k, LoadAttentionTensor("k", options.k, p.kv_dtype, p.layout, B, G, p.kv_len, d));
+      data.k, LoadAttentionTensor("k", options.k, p.kv_dtype, p.layout, B, G, p.kv_len, d, &notes));
   ATTNKIT_ASSIGN_OR_RETURN(
-      data.v, LoadAttentionTensor("v", options.v, p.kv_dtype, p.layout, B, G, p.kv_len, d));
+      data.v, LoadAttentionTensor("v", options.v, p.kv_dtype, p.layout, B, G, p.kv_len, d, &notes));
   if (p.blocked_mask) {
     ATTNKIT_ASSIGN_OR_RETURN(data.blocked_mask,
                              LoadPairTensor("mask", options.mask, DType::kU8, p));
+    if (options.mask_convention == "torch") {
+      // PyTorch's boolean attn_mask: true = take part; attnkit's: 1 = blocked.
+      auto* m = static_cast<uint8_t*>(data.blocked_mask.data());
+      int64_t n = 1;
+      for (int i = 0; i < 4; ++i) {
+        if (data.blocked_mask.view().strides[i] != 0) n *= data.blocked_mask.view().shape[i];
+      }
+      for (int64_t i = 0; i < n; ++i) m[i] = m[i] == 0 ? 1 : 0;
+      notes.push_back(absl::StrFormat("--mask=%s read with the torch convention (true = take part)",
+                                      options.mask));
+    }
   }
   if (p.additive_bias) {
-    if (options.bias.empty()) {
-      return absl::InvalidArgumentError("the config sets additive_bias; pass --bias=FILE");
-    }
     ATTNKIT_ASSIGN_OR_RETURN(data.bias, LoadPairTensor("bias", options.bias, DType::kF32, p));
-  }
-  if (p.blocked_mask && options.mask.empty()) {
-    return absl::InvalidArgumentError("the config sets blocked_mask; pass --mask=FILE");
   }
   ATTNKIT_ASSIGN_OR_RETURN(data.o, Tensor::Attention(p.dtype, p.layout, B, H, p.q_len, d));
   if (p.return_lse) {
     ATTNKIT_ASSIGN_OR_RETURN(data.lse, Tensor::Contiguous(DType::kF32, {B, H, p.q_len}));
   }
 
-  return NpyProblem{p, std::move(data)};
+  return NpyProblem{p, std::move(data), std::move(inferred), std::move(notes)};
 }
 
 }  // namespace attnkit

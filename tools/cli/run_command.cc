@@ -1,5 +1,7 @@
 // `attnkit run`: .npy tensors in, .npy tensors out (tools/cli/npy_problem.h).
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 #include "backends/auto_select.h"
 #include "core/config_io.h"
 #include "core/execute.h"
@@ -35,7 +37,14 @@ absl::Status RunCommand(const BackendRegistry& registry, const CliOptions& optio
     files.emplace_back(options.lse_out, std::move(lse_bytes));
   }
   ATTNKIT_RETURN_IF_ERROR(WriteFilesAtomically(files));
-  out << "ran " << p.Id() << " on " << info.backend << " [" << info.kernel << "]\n"
+  if (!loaded.inferred_config.empty()) {
+    out << "config inferred from the arrays (pass --config to set it):\n  "
+        << absl::StrReplaceAll(absl::StripSuffix(loaded.inferred_config, "\n"), {{"\n", "\n  "}})
+        << "\n";
+  }
+  for (const std::string& note : loaded.notes) out << "note: " << note << "\n";
+  out << "ran " << p.Id() << (p.name.empty() ? "" : " (" + p.name + ")") << " on " << info.backend
+      << " [" << info.kernel << "]\n"
       << "why: " << selection.reason << "\n"
       << "wrote " << options.out << (options.lse_out.empty() ? "" : " and " + options.lse_out)
       << "\n";
