@@ -3,7 +3,10 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
+#include <map>
 #include <thread>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -20,7 +23,10 @@ namespace attnkit {
 namespace {
 
 int ThreadsOrEveryCore(int threads) {
-  return threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  // hardware_concurrency() reads /sys on every call (microseconds); the
+  // core count does not change under a running process.
+  static const int every_core = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return threads > 0 ? threads : every_core;
 }
 
 // Keeps protobuf's parser from logging to stderr; the first error becomes
@@ -37,36 +43,16 @@ class FirstError : public google::protobuf::io::ErrorCollector {
   std::string first_;
 };
 
-// The record at `path`, re-read only when the file changes (modification
-// time, size or inode; the layer asks per call).
+// The record at `path` and the orders already derived from it, re-read only
+// when the file changes (modification time, size or inode: a record saved
+// twice within the clock's resolution still differs, since SaveTuneRecord
+// renames a new file into place). The layer and the C API ask per call.
 struct CachedRecord {
   std::string path;
   int64_t mtime_ns = -1, size = -1, inode = -1;
   absl::StatusOr<TuneRecord> record = absl::NotFoundError("not read");
+  std::map<std::pair<std::string, std::string>, AutoOrder> orders;  // (class, kv dtype)
 };
-
-absl::StatusOr<TuneRecord> LoadCached(const std::string& path) {
-  static absl::Mutex mu;
-  static CachedRecord* cache ABSL_GUARDED_BY(mu) = new CachedRecord();
-  struct stat st;
-  const bool exists = stat(path.c_str(), &st) == 0;
-  const int64_t mtime = exists ? int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec : -2;
-  const int64_t size = exists ? int64_t{st.st_size} : -2;
-  // The inode too: a record saved twice within the clock's resolution still
-  // differs, since SaveTuneRecord renames a new file into place.
-  const int64_t inode = exists ? static_cast<int64_t>(st.st_ino) : -2;
-  absl::MutexLock lock(&mu);
-  if (cache->path != path || cache->mtime_ns != mtime || cache->size != size ||
-      cache->inode != inode) {
-    cache->path = path;
-    cache->mtime_ns = mtime;
-    cache->size = size;
-    cache->inode = inode;
-    cache->record =
-        exists ? LoadTuneRecord(path) : absl::StatusOr<TuneRecord>(absl::NotFoundError("no file"));
-  }
-  return cache->record;
-}
 
 std::string KvDtypeName(const AttentionProblem& p) { return std::string(DTypeName(p.kv_dtype)); }
 
@@ -106,16 +92,18 @@ absl::Status SaveTuneRecord(const std::string& path, const TuneRecord& record) {
   }
   std::string text;
   google::protobuf::TextFormat::PrintToString(record, &text);
-  return WriteFileAtomically(path, text);
+  const absl::Status s = WriteFileAtomically(path, text);
+  InvalidateTuneRecordCache();
+  return s;
 }
 
-AutoOrder AutoOrderFor(const AttentionProblem& p, int threads) {
+namespace {
+
+// The order for (shape_class, kv) from `record` (read from `path` for `n`
+// threads).
+AutoOrder ComputeAutoOrder(const absl::StatusOr<TuneRecord>& record, const std::string& path, int n,
+                           const std::string& shape_class, const std::string& kv) {
   AutoOrder result;
-  const int n = ThreadsOrEveryCore(threads);
-  const std::string path = TuneRecordPath(n);
-  const std::string shape_class = ShapeClass(p);
-  const std::string kv = KvDtypeName(p);
-  const absl::StatusOr<TuneRecord> record = LoadCached(path);
   std::string why_static = absl::StrCat("no tuning record for ", shape_class, " at ", path,
                                         "; run `attnkit tune --threads=", n, "`");
   if (!record.ok() && record.status().code() != absl::StatusCode::kNotFound) {
@@ -150,6 +138,59 @@ AutoOrder AutoOrderFor(const AttentionProblem& p, int threads) {
     }
   }
   return result;
+}
+
+}  // namespace
+
+namespace {
+
+absl::Mutex cache_mu(absl::kConstInit);
+CachedRecord* cache ABSL_GUARDED_BY(cache_mu) = nullptr;
+std::chrono::steady_clock::time_point cache_checked ABSL_GUARDED_BY(cache_mu);
+
+}  // namespace
+
+void InvalidateTuneRecordCache() {
+  absl::MutexLock lock(&cache_mu);
+  if (cache != nullptr) cache->path.clear();
+}
+
+AutoOrder AutoOrderFor(const AttentionProblem& p, int threads) {
+  const int n = ThreadsOrEveryCore(threads);
+  const std::string path = TuneRecordPath(n);
+  const std::pair<std::string, std::string> key(ShapeClass(p), KvDtypeName(p));
+  absl::MutexLock lock(&cache_mu);
+  if (cache == nullptr) cache = new CachedRecord();
+  // The file is looked at again (a stat: microseconds, as much as the rest
+  // of the selection) at most every kRecheck; SaveTuneRecord and
+  // InvalidateTuneRecordCache make the next call look at once.
+  constexpr auto kRecheck = std::chrono::milliseconds(200);
+  const auto now = std::chrono::steady_clock::now();
+  if (cache->path != path || now - cache_checked >= kRecheck) {
+    cache_checked = now;
+    struct stat st;
+    const bool exists = stat(path.c_str(), &st) == 0;
+    const int64_t mtime =
+        exists ? int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec : -2;
+    const int64_t size = exists ? int64_t{st.st_size} : -2;
+    const int64_t inode = exists ? static_cast<int64_t>(st.st_ino) : -2;
+    if (cache->path != path || cache->mtime_ns != mtime || cache->size != size ||
+        cache->inode != inode) {
+      cache->path = path;
+      cache->mtime_ns = mtime;
+      cache->size = size;
+      cache->inode = inode;
+      cache->record = exists ? LoadTuneRecord(path)
+                             : absl::StatusOr<TuneRecord>(absl::NotFoundError("no file"));
+      cache->orders.clear();
+    }
+  }
+  auto it = cache->orders.find(key);
+  if (it == cache->orders.end()) {
+    it = cache->orders.emplace(key, ComputeAutoOrder(cache->record, path, n, key.first, key.second))
+             .first;
+  }
+  return it->second;
 }
 
 absl::StatusOr<Selection> SelectBackend(const BackendRegistry& registry, const std::string& name,

@@ -41,9 +41,14 @@ struct AutoOrder {
   std::string source;              // where the order comes from, for the reason line
 };
 // The order for p with `threads` worker threads (0 = every core). The
-// record is read once per process and again only when its file changes, so
-// this is cheap enough to call per attention call.
+// record is read once per process and again only when its file changes
+// (looked at no more than every 200 ms, or at once after SaveTuneRecord or
+// InvalidateTuneRecordCache), so this is cheap enough to call per attention
+// call (autoselect_bench: about a microsecond).
 AutoOrder AutoOrderFor(const AttentionProblem& p, int threads = 0);
+// The next AutoOrderFor reads the record file again (after writing it by
+// other means than SaveTuneRecord).
+void InvalidateTuneRecordCache();
 
 // registry.Select with `name`, using AutoOrderFor(p, threads) when name is
 // "auto" or empty; the reason names the shape class and the order's source.

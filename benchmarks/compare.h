@@ -30,8 +30,10 @@ struct CompareOptions {
   double budget_seconds = 2.0;
   int64_t check_rows = 256;          // reference rows checked per problem
   std::ostream* progress = nullptr;  // one line per measurement
-  // Also time `auto` per problem (a row named "auto" whose detail says what
-  // it chose): the library's per-call selection against the best backend.
+  // Also time `auto` per problem: a row named "auto" whose detail says what
+  // it chose, timed in alternation with direct calls of that backend so that
+  // its `vs best` is the choice times the per-call selection overhead, not
+  // the noise between two separate measurements.
   bool auto_row = true;
 };
 

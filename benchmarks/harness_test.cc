@@ -207,6 +207,7 @@ TEST(AutoSelectTest, FollowsTheTuningRecordForItsThreadCountAndKvDtype) {
   EXPECT_THAT(AutoOrderFor(p, 3).source, HasSubstr("with 4 threads, not"));
   // A corrupt record: one line saying so, the static order used.
   ASSERT_TRUE(WriteFileAtomically(TuneRecordPath(3), "entries { shape_class: ").ok());
+  InvalidateTuneRecordCache();  // written behind SaveTuneRecord's back
   order = AutoOrderFor(p, 3);
   EXPECT_THAT(order.source, HasSubstr("is unreadable (line 1"));
   EXPECT_THAT(order.source, HasSubstr("using the static order"));

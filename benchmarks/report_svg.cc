@@ -98,7 +98,17 @@ std::string ReportToSvg(const CompareReport& report) {
       if (r.status() == "ok") top = std::max(top, r.pct_of_limit());
     }
   }
-  top = std::ceil(top / 10) * 10;  // may pass 100 (a cache-resident decode)
+  // Round gridlines: the smallest step of 10, 20, 25 or 50 that needs at
+  // most six of them (the top may pass 100: a cache-resident decode).
+  double step = 50;
+  for (double candidate : {10.0, 20.0, 25.0, 50.0}) {
+    if (std::ceil(top / candidate) <= 6) {
+      step = candidate;
+      break;
+    }
+  }
+  const int ticks = static_cast<int>(std::ceil(top / step));
+  top = ticks * step;
   // Bars wide enough for a rotated two-part label; the canvas fits the data.
   const int bar = 24, gap = 36, left = 76, right = 24, plot_h = 300;
   const int label_room = 96;  // above the tallest bar, for its label
@@ -138,9 +148,9 @@ std::string ReportToSvg(const CompareReport& report) {
                           78 + 16 * static_cast<int>(i), EscapeMarkup(legend.notes[i]));
   }
   const int base = top_margin + plot_h;
-  for (int t = 0; t <= 5; ++t) {
-    const double v = top * t / 5;
-    const int y = base - static_cast<int>(plot_h * t / 5);
+  for (int t = 0; t <= ticks; ++t) {
+    const double v = step * t;
+    const int y = base - static_cast<int>(plot_h * t / ticks);
     absl::StrAppendFormat(&svg,
                           "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#ddd\"/>"
                           "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.0f%%</text>\n",
