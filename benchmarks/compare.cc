@@ -222,6 +222,7 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
     pr->set_useful_flops(cost.useful_flops);
     pr->set_bytes(double(cost.bytes_moved));
     pr->set_memory_bound(cost.useful_flops / double(cost.bytes_moved) < balance);
+    pr->set_fits_in_llc(limits.llc_bytes() > 0 && cost.bytes_moved <= limits.llc_bytes());
     ATTNKIT_ASSIGN_OR_RETURN(const ProblemData data, ProblemData::Random(p, p.seed));
     for (Backend* b : backends) {
       BackendResult r = Measure(b, p, data, options);
@@ -322,10 +323,14 @@ std::string FormatCompareTable(const CompareReport& report, bool wide) {
   for (const ProblemResult& p : report.problems()) {
     absl::StrAppend(
         &out, "\n",
-        WrapWords(absl::StrFormat("%s  [%s]  %.3g GFLOP useful, %.3g MB moved, %s", p.name(),
-                                  p.id(), p.useful_flops() * 1e-9, p.bytes() * 1e-6,
-                                  p.memory_bound() ? "memory-bound: % of read bandwidth"
-                                                   : "compute-bound: % of peak FMA"),
+        WrapWords(absl::StrFormat(
+                      "%s  [%s]  %.3g GFLOP useful, %.3g MB moved, %s", p.name(), p.id(),
+                      p.useful_flops() * 1e-9, p.bytes() * 1e-6,
+                      p.memory_bound()
+                          ? (p.fits_in_llc() ? "memory-bound: % of read bandwidth (but it fits "
+                                               "in the last-level cache: warm calls may beat it)"
+                                             : "memory-bound: % of read bandwidth")
+                          : "compute-bound: % of peak FMA"),
                   kTerminalColumns));
     if (wide) {
       absl::StrAppendFormat(&out, "  %-*s %-*s %10s %10s %8s %7s %7s %8s %7s  %s\n", nw, "backend",

@@ -147,6 +147,26 @@ TEST(CompareTest, HtmlHasTheChartTheTableAndTheMachine) {
   EXPECT_THAT(html, HasSubstr("peak FMA"));
 }
 
+TEST(CompareTest, ProblemsThatFitInTheLastLevelCacheAreMarked) {
+  BackendRegistry registry;
+  ASSERT_TRUE(registry.Register(MakeReferenceBackend()).ok());
+  CompareOptions options;
+  options.min_seconds = 0.01;
+  options.auto_row = false;
+  MachineLimits limits = FakeLimits();
+  limits.set_llc_bytes(int64_t{1} << 30);
+  auto report = RunCompare(registry, {Small()}, options, MachineFingerprint(), limits);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->problems(0).fits_in_llc());
+  if (report->problems(0).memory_bound()) {
+    EXPECT_THAT(FormatCompareTable(*report), HasSubstr("fits in the last-level cache"));
+  }
+  limits.set_llc_bytes(1024);
+  report = RunCompare(registry, {Small()}, options, MachineFingerprint(), limits);
+  ASSERT_TRUE(report.ok());
+  EXPECT_FALSE(report->problems(0).fits_in_llc());
+}
+
 TEST(CompareTest, DefaultTableFitsATerminalAndWideDoesNot) {
   CompareReport report = RunSmall();
   report.mutable_problems(0)->mutable_results(0)->set_kernel(std::string(200, 'k'));

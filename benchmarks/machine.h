@@ -14,6 +14,18 @@ namespace attnkit {
 
 MachineFingerprint Fingerprint(int threads);
 
+// Streaming read bandwidth with `threads` threads: `passes` timed passes
+// (after one warm-up) over a buffer of four times the last-level cache (at
+// least 256 MiB, at most 2 GiB), each thread summing its slice as four
+// interleaved streams of the widest vectors; the median pass and the spread.
+struct ReadBandwidth {
+  double median_gbps = 0, min_gbps = 0, max_gbps = 0;
+  int passes = 0;
+  int64_t buffer_bytes = 0;
+  int64_t llc_bytes = 0;
+};
+ReadBandwidth MeasureReadBandwidth(int threads, int passes = 7);
+
 // Measures the limits now with `threads` threads (a few seconds).
 MachineLimits MeasureLimits(int threads);
 

@@ -20,6 +20,7 @@ namespace attnkit {
 
 HWY_EXPORT(FmaLoop);
 HWY_EXPORT(SumFloats);
+HWY_EXPORT(SumFloatsFourStreams);
 HWY_EXPORT(CurrentTarget);
 
 std::vector<int64_t> AvailableHighwayTargets() {
@@ -58,6 +59,10 @@ double MeasureFmaGflops(int64_t target, int threads, int trials) {
 }
 
 float StreamingSum(const float* data, size_t n) { return HWY_DYNAMIC_DISPATCH(SumFloats)(data, n); }
+
+float StreamingSumFourStreams(const float* data, size_t n) {
+  return HWY_DYNAMIC_DISPATCH(SumFloatsFourStreams)(data, n);
+}
 
 }  // namespace attnkit
 #endif  // HWY_ONCE

@@ -25,6 +25,9 @@ double MeasureFmaGflops(int64_t target, int threads, int trials = 3);
 // Sums `n` floats with the best target (a streaming read); returns the sum
 // so the compiler cannot drop the reads.
 float StreamingSum(const float* data, size_t n);
+// The same as four interleaved streams (see machine_kernels-inl.h): what
+// MeasureReadGbps times.
+float StreamingSumFourStreams(const float* data, size_t n);
 
 }  // namespace attnkit
 

@@ -199,7 +199,9 @@ std::string ReportToSvg(const CompareReport& report) {
                           "font-size=\"9\" transform=\"rotate(-30 %d %d)\">%s</text>\n",
                           mid, base + 16, mid, base + 16, EscapeMarkup(p.name()), mid + 8,
                           base + 28, mid + 8, base + 28,
-                          p.memory_bound() ? "% of read bandwidth" : "% of peak FMA");
+                          p.memory_bound() ? (p.fits_in_llc() ? "% of read bandwidth (fits in LLC)"
+                                                              : "% of read bandwidth")
+                                           : "% of peak FMA");
     x += group_w;
   }
   svg += "</svg>\n";

@@ -2,12 +2,14 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -67,6 +69,24 @@ std::string NowUtc() {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
+}
+
+int64_t LastLevelCacheBytes() {
+  int64_t largest = 0;
+  for (int index = 0; index < 8; ++index) {
+    const std::string dir = absl::StrCat("/sys/devices/system/cpu/cpu0/cache/index", index);
+    std::ifstream type_file(dir + "/type"), size_file(dir + "/size");
+    std::string type, size;
+    if (!(type_file >> type) || !(size_file >> size)) continue;
+    if (type == "Instruction" || size.empty()) continue;
+    int64_t scale = 1;
+    if (size.back() == 'K') scale = int64_t{1} << 10;
+    if (size.back() == 'M') scale = int64_t{1} << 20;
+    if (scale != 1) size.pop_back();
+    int64_t value = 0;
+    if (absl::SimpleAtoi(size, &value)) largest = std::max(largest, value * scale);
+  }
+  return largest;
 }
 
 }  // namespace attnkit

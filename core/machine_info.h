@@ -2,6 +2,7 @@
 #ifndef ATTNKIT_CORE_MACHINE_INFO_H_
 #define ATTNKIT_CORE_MACHINE_INFO_H_
 
+#include <cstdint>
 #include <string>
 
 namespace attnkit {
@@ -9,6 +10,9 @@ namespace attnkit {
 // The first value of `key` in /proc/cpuinfo ("model name", "flags", ...), or
 // "" when absent (e.g. not Linux).
 std::string CpuInfoField(const std::string& key);
+// Bytes of the largest (last-level) data or unified cache the OS reports for
+// CPU 0 (/sys/devices/system/cpu/cpu0/cache), 0 when it reports none.
+int64_t LastLevelCacheBytes();
 // "model name" from /proc/cpuinfo, or "unknown-cpu".
 std::string CpuModel();
 

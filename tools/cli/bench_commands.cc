@@ -44,7 +44,15 @@ absl::Status PeakCommand(const CliOptions& options, std::ostream& out) {
       out << absl::StrFormat("  peak FMA %-8s %8.1f GFLOP/s\n", target, it->second);
     }
   }
-  out << absl::StrFormat("  streaming read   %8.1f GB/s\n", l.read_gbps());
+  out << absl::StrFormat(
+      "  streaming read   %8.1f GB/s (median of %d passes, spread %.1f-%.1f, over %d MiB = "
+      "%s)\n",
+      l.read_gbps(), l.read_passes(), l.read_gbps_min(), l.read_gbps_max(),
+      l.read_buffer_bytes() >> 20,
+      l.llc_bytes() > 0
+          ? absl::StrFormat("%.1fx the %d MiB last-level cache",
+                            double(l.read_buffer_bytes()) / l.llc_bytes(), l.llc_bytes() >> 20)
+          : std::string("no last-level cache size reported"));
   out << absl::StrFormat("  OpenBLAS sgemm   %8.1f GFLOP/s (2048^3, %s kernel)\n", l.sgemm_gflops(),
                          l.openblas_core());
   return absl::OkStatus();
