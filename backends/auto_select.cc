@@ -22,13 +22,6 @@
 namespace attnkit {
 namespace {
 
-int ThreadsOrEveryCore(int threads) {
-  // hardware_concurrency() reads /sys on every call (microseconds); the
-  // core count does not change under a running process.
-  static const int every_core = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  return threads > 0 ? threads : every_core;
-}
-
 // Keeps protobuf's parser from logging to stderr; the first error becomes
 // the status message.
 class FirstError : public google::protobuf::io::ErrorCollector {

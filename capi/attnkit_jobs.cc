@@ -20,6 +20,7 @@
 #include "capi/attnkit.h"
 #include "capi/internal.h"
 #include "core/config_io.h"
+#include "core/machine_info.h"
 #include "core/problem_config.h"
 #include "core/proto_json.h"
 #include "core/status_macros.h"
@@ -48,10 +49,6 @@ absl::StatusOr<AttentionConfig> ConfigFromJson(const char* json) {
 std::vector<std::string> BackendList(const char* backends) {
   if (backends == nullptr) return {};
   return absl::StrSplit(backends, ',', absl::SkipWhitespace());
-}
-
-int ThreadsOrEveryCore(int32_t threads) {
-  return threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 absl::Status SetOut(char** out, const std::string& value) {
@@ -101,15 +98,13 @@ int32_t attnkit_config_validate(const char* config_json, char** id, char* err, s
   });
 }
 
-int32_t attnkit_config_cost(const char* config_json, char** cost_json, char* err,
-                            size_t err_size) {
+int32_t attnkit_config_cost(const char* config_json, char** cost_json, char* err, size_t err_size) {
   return Guard(err, err_size, [&]() -> absl::Status {
     ATTNKIT_RETURN_IF_ERROR(RequireNonNull(cost_json, "cost_json"));
     *cost_json = nullptr;
     ATTNKIT_ASSIGN_OR_RETURN(const attnkit::AttentionConfig config,
                              attnkit::capi::ConfigFromJson(config_json));
-    ATTNKIT_ASSIGN_OR_RETURN(const attnkit::AttentionProblem p,
-                             attnkit::ProblemFromConfig(config));
+    ATTNKIT_ASSIGN_OR_RETURN(const attnkit::AttentionProblem p, attnkit::ProblemFromConfig(config));
     const attnkit::CostReport c = attnkit::ComputeCost(p);
     return attnkit::capi::SetOut(
         cost_json,
@@ -144,7 +139,7 @@ int32_t attnkit_machine_limits(int32_t threads, int32_t refresh, char** json, ch
     if (threads < 0) {
       return absl::InvalidArgumentError(absl::StrCat("threads (", threads, ") must be >= 0"));
     }
-    const int n = attnkit::capi::ThreadsOrEveryCore(threads);
+    const int n = attnkit::ThreadsOrEveryCore(threads);
     std::string how;
     const attnkit::MachineLimits limits = attnkit::LoadOrMeasureLimits(n, refresh != 0, &how);
     return attnkit::capi::SetOut(
@@ -201,7 +196,7 @@ int32_t attnkit_compare(attnkit_context* ctx, const char* configs_json, const ch
     }
     attnkit::CompareOptions options;
     options.backends = attnkit::capi::BackendList(backends);
-    options.threads = attnkit::capi::ThreadsOrEveryCore(threads);
+    options.threads = attnkit::ThreadsOrEveryCore(threads);
     if (progress != 0) options.progress = &std::cerr;
     ATTNKIT_ASSIGN_OR_RETURN(const attnkit::CompareReport report,
                              attnkit::MeasureAndCompare(ctx->registry, problems, options));

@@ -5,44 +5,10 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "core/json_text.h"
 #include "core/version.h"
 
 namespace attnkit {
-namespace {
-
-void AppendEscaped(absl::string_view s, std::string* out) {
-  out->push_back('"');
-  for (const char c : s) {
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned char>(c));
-          out->append(buf);
-        } else {
-          out->push_back(c);
-        }
-    }
-  }
-  out->push_back('"');
-}
-
-}  // namespace
 
 void JsonWriter::Newline() {
   out_.push_back('\n');
@@ -86,7 +52,7 @@ JsonWriter& JsonWriter::EndArray() { return EndObject(), out_.back() = ']', *thi
 
 JsonWriter& JsonWriter::Key(absl::string_view key) {
   BeforeValue();
-  AppendEscaped(key, &out_);
+  AppendJsonString(key, &out_);
   out_.append(": ");
   after_key_ = true;
   return *this;
@@ -94,7 +60,7 @@ JsonWriter& JsonWriter::Key(absl::string_view key) {
 
 JsonWriter& JsonWriter::String(absl::string_view s) {
   BeforeValue();
-  AppendEscaped(s, &out_);
+  AppendJsonString(s, &out_);
   return *this;
 }
 
@@ -106,16 +72,7 @@ JsonWriter& JsonWriter::Int(int64_t v) {
 
 JsonWriter& JsonWriter::Double(double v) {
   BeforeValue();
-  if (std::isnan(v)) {
-    out_.append("\"NaN\"");
-  } else if (std::isinf(v)) {
-    out_.append(v > 0 ? "\"Infinity\"" : "\"-Infinity\"");
-  } else {
-    char buf[40];
-    std::snprintf(buf, sizeof(buf), "%.15g", v);
-    if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof(buf), "%.17g", v);
-    out_.append(buf);
-  }
+  AppendJsonNumber(v, &out_);
   return *this;
 }
 

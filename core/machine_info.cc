@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -69,6 +70,11 @@ std::string NowUtc() {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
+}
+
+int CoreCount() {
+  static const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return cores;
 }
 
 int64_t LastLevelCacheBytes() {

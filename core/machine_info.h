@@ -10,6 +10,11 @@ namespace attnkit {
 // The first value of `key` in /proc/cpuinfo ("model name", "flags", ...), or
 // "" when absent (e.g. not Linux).
 std::string CpuInfoField(const std::string& key);
+// Online logical CPUs (at least 1), read once: hardware_concurrency() reads
+// /sys on every call. ThreadsOrEveryCore(0) is this; n > 0 is n.
+int CoreCount();
+inline int ThreadsOrEveryCore(int threads) { return threads > 0 ? threads : CoreCount(); }
+
 // Bytes of the largest (last-level) data or unified cache the OS reports for
 // CPU 0 (/sys/devices/system/cpu/cpu0/cache), 0 when it reports none.
 int64_t LastLevelCacheBytes();

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "core/json_text.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -19,60 +20,6 @@ namespace {
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
-
-void AppendString(absl::string_view s, std::string* out) {
-  out->push_back('"');
-  for (const char c : s) {
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned char>(c));
-          out->append(buf);
-        } else {
-          out->push_back(c);  // UTF-8 passes through
-        }
-    }
-  }
-  out->push_back('"');
-}
-
-// The shortest of `short_digits` or `long_digits` significant digits that
-// reads back as the same value (as protobuf's SimpleDtoa does): 0.1 prints
-// as 0.1, not 0.10000000000000001. Non-finite values use proto3 JSON's
-// strings.
-template <typename T>
-void AppendFloat(T v, int short_digits, int long_digits, std::string* out) {
-  if (std::isnan(v)) {
-    out->append("\"NaN\"");
-    return;
-  }
-  if (std::isinf(v)) {
-    out->append(v > 0 ? "\"Infinity\"" : "\"-Infinity\"");
-    return;
-  }
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%.*g", short_digits, static_cast<double>(v));
-  if (static_cast<T>(std::strtod(buf, nullptr)) != v) {
-    std::snprintf(buf, sizeof(buf), "%.*g", long_digits, static_cast<double>(v));
-  }
-  out->append(buf);
-}
 
 class Printer {
  public:
@@ -86,7 +33,7 @@ class Printer {
       const FieldDescriptor* f = d->field(i);
       if (i > 0) out->push_back(',');
       Newline(depth + 1, out);
-      AppendString(f->name(), out);
+      AppendJsonString(f->name(), out);
       out->append(indent_ > 0 ? ": " : ":");
       if (f->is_map()) {
         Map(m, f, depth + 1, out);
@@ -137,25 +84,25 @@ class Printer {
         absl::StrAppend(out, rep ? r->GetRepeatedUInt64(m, f, index) : r->GetUInt64(m, f));
         break;
       case FieldDescriptor::CPPTYPE_FLOAT:
-        AppendFloat(rep ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f), 6, 9, out);
+        AppendJsonNumber(rep ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f), out, 6, 9);
         break;
       case FieldDescriptor::CPPTYPE_DOUBLE:
-        AppendFloat(rep ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f), 15, 17, out);
+        AppendJsonNumber(rep ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f), out);
         break;
       case FieldDescriptor::CPPTYPE_BOOL:
         out->append((rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f)) ? "true" : "false");
         break;
       case FieldDescriptor::CPPTYPE_ENUM: {
         const auto* e = rep ? r->GetRepeatedEnum(m, f, index) : r->GetEnum(m, f);
-        AppendString(e->name(), out);
+        AppendJsonString(e->name(), out);
         break;
       }
       case FieldDescriptor::CPPTYPE_STRING: {
         const std::string s = rep ? r->GetRepeatedString(m, f, index) : r->GetString(m, f);
         if (f->type() == FieldDescriptor::TYPE_BYTES) {
-          AppendString(absl::Base64Escape(s), out);
+          AppendJsonString(absl::Base64Escape(s), out);
         } else {
-          AppendString(s, out);
+          AppendJsonString(s, out);
         }
         break;
       }
@@ -183,7 +130,7 @@ class Printer {
     for (size_t j = 0; j < entries.size(); ++j) {
       if (j > 0) out->push_back(',');
       Newline(depth + 1, out);
-      AppendString(entries[j].first, out);
+      AppendJsonString(entries[j].first, out);
       out->append(indent_ > 0 ? ": " : ":");
       const Message& entry = *entries[j].second;
       Value(entry, entry.GetDescriptor()->map_value(), -1, depth + 1, out);

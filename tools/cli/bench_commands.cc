@@ -20,6 +20,7 @@
 #include "benchmarks/tune.h"
 #include "core/config_io.h"
 #include "core/json_writer.h"
+#include "core/machine_info.h"
 #include "core/problem_config.h"
 #include "core/proto_json.h"
 #include "core/status_macros.h"
@@ -27,10 +28,7 @@
 
 namespace attnkit {
 
-int ThreadCount(const CliOptions& options) {
-  if (options.threads > 0) return options.threads;
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-}
+int ThreadCount(const CliOptions& options) { return ThreadsOrEveryCore(options.threads); }
 
 absl::Status PeakCommand(const CliOptions& options, std::ostream& out) {
   const int threads = ThreadCount(options);
