@@ -78,6 +78,14 @@ $bin generate --config="$tmp/small.textproto" --layers=1 --prompt_len=20 --new_t
 json "$tmp/gen.json" "j['verify']['ok'] and j['decode']['steps'] == 2 and j['prefill']['backend']" > /dev/null || fail "generate json"
 $bin fuzz --count=3 --backends=highway --json=- > "$tmp/fuzz.json" || fail "fuzz --json"
 json "$tmp/fuzz.json" "j['problems'] == 3 and j['mismatches'] == []" > /dev/null || fail "fuzz json"
+$bin run --config="$tmp/small.textproto" --q="$tmp/in/q.npy" --k="$tmp/in/k.npy" \
+  --v="$tmp/in/v.npy" --out="$tmp/o_json.npy" --backend=highway --json=- > "$tmp/run.json" || fail "run --json"
+json "$tmp/run.json" "j['backend'] == 'highway' and j['name'] == 'small gqa' and j['wrote'] == ['$tmp/o_json.npy']" > /dev/null || fail "run json: $(cat "$tmp/run.json")"
+$bin verify --config="$tmp/small.textproto" --q="$tmp/in/q.npy" --k="$tmp/in/k.npy" \
+  --v="$tmp/in/v.npy" --o="$tmp/o_json.npy" --json=- > "$tmp/verify.json" || fail "verify --json"
+json "$tmp/verify.json" "j['passed'] and j['checked'] > 0" > /dev/null || fail "verify json: $(cat "$tmp/verify.json")"
+$bin peak --threads=1 --json=- > "$tmp/peak.json" || fail "peak --json"
+json "$tmp/peak.json" "j['limits']['read_gbps'] > 0 and j['limits']['read_passes'] == 7 and j['machine']['threads'] == 1" > /dev/null || fail "peak json: $(cat "$tmp/peak.json")"
 $bin tune --threads=1 --backends=highway,blas --json=- > "$tmp/tune.json" 2> /dev/null || fail "tune --json"
 json "$tmp/tune.json" "'decode: q_len <= 16' in j['shape_classes'] and {e['kv_dtype'] for e in j['record']['entries']} >= {'f32', 'bf16'}" > /dev/null || fail "tune json: $(cat "$tmp/tune.json")"
 

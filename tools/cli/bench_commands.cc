@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,7 +31,9 @@ namespace attnkit {
 
 int ThreadCount(const CliOptions& options) { return ThreadsOrEveryCore(options.threads); }
 
-absl::Status PeakCommand(const CliOptions& options, std::ostream& out) {
+absl::Status PeakCommand(const CliOptions& options, std::ostream& json_out) {
+  std::ostringstream discard;  // --json=-: the report alone
+  std::ostream& out = JsonToStdout(options) ? discard : json_out;
   const int threads = ThreadCount(options);
   std::string how;
   const MachineLimits l = LoadOrMeasureLimits(threads, options.refresh, &how);
@@ -53,7 +56,14 @@ absl::Status PeakCommand(const CliOptions& options, std::ostream& out) {
           : std::string("no last-level cache size reported"));
   out << absl::StrFormat("  OpenBLAS sgemm   %8.1f GFLOP/s (2048^3, %s kernel)\n", l.sgemm_gflops(),
                          l.openblas_core());
-  return absl::OkStatus();
+  JsonWriter w;
+  w.BeginObject();
+  WriteBuildInfo(w);
+  w.Field("how", how);
+  w.Key("machine").Raw(ProtoToJson(machine));
+  w.Key("limits").Raw(ProtoToJson(l));
+  w.EndObject();
+  return EmitJson(options, w.str(), json_out);
 }
 
 namespace {

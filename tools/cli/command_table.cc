@@ -24,7 +24,7 @@ const std::vector<CommandSpec>& Commands() {
        "written whole or not at all",
        {"q", "k", "v", "out"},
        {"config", "backend", "kv_lengths", "mask", "mask_convention", "bias", "lse_out", "threads",
-        "plugins"},
+        "json", "plugins"},
        {"attnkit run --q=q.npy --k=k.npy --v=v.npy --out=o.npy   (shapes from the arrays)",
         "attnkit run --config=gqa.textproto --q=q.npy --k=k.npy --v=v.npy --out=o.npy "
         "--mask=m.npy --mask_convention=torch --backend=blas"},
@@ -40,7 +40,7 @@ const std::vector<CommandSpec>& Commands() {
        "an output another implementation produced, against the fp64 reference with check's "
        "oracle",
        {"q", "k", "v", "o"},
-       {"config", "lse", "sample_rows", "kv_lengths", "mask", "mask_convention", "bias"},
+       {"config", "lse", "sample_rows", "kv_lengths", "mask", "mask_convention", "bias", "json"},
        {"attnkit verify --config=gqa.textproto --q=q.npy --k=k.npy --v=v.npy --o=torch_o.npy"},
        {{"config", "the shapes come from the arrays"}}},
       {"inputs",
@@ -73,8 +73,8 @@ const std::vector<CommandSpec>& Commands() {
       {"peak",
        "this machine's limits: peak FMA per Highway target, read bandwidth, OpenBLAS sgemm",
        {},
-       {"threads", "refresh"},
-       {"attnkit peak --refresh"}},
+       {"threads", "refresh", "json"},
+       {"attnkit peak --refresh", "attnkit peak --json=- | jq .limits.read_gbps"}},
       {"tune",
        "times the backends per shape class (decode, short and long prefill) and K/V dtype and "
        "records the order auto then uses on this machine and thread count",

@@ -5,7 +5,10 @@
 #include "backends/auto_select.h"
 #include "core/config_io.h"
 #include "core/execute.h"
+#include "core/json_writer.h"
 #include "core/npy.h"
+#include "core/problem_config.h"
+#include "core/proto_json.h"
 #include "core/status_macros.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/npy_problem.h"
@@ -37,6 +40,21 @@ absl::Status RunCommand(const BackendRegistry& registry, const CliOptions& optio
     files.emplace_back(options.lse_out, std::move(lse_bytes));
   }
   ATTNKIT_RETURN_IF_ERROR(WriteFilesAtomically(files));
+  JsonWriter w;
+  w.BeginObject();
+  WriteBuildInfo(w);
+  w.Field("id", p.Id()).Field("name", p.name);
+  w.Key("config").Raw(ProtoToJson(ConfigForReport(ConfigFromProblem(p))));
+  w.Field("config_inferred", !loaded.inferred_config.empty());
+  w.Field("backend", info.backend).Field("kernel", info.kernel).Field("reason", selection.reason);
+  w.Key("wrote").BeginArray();
+  for (const auto& file : files) w.String(file.first);
+  w.EndArray();
+  w.Key("notes").BeginArray();
+  for (const std::string& note : loaded.notes) w.String(note);
+  w.EndArray();
+  w.EndObject();
+  if (JsonToStdout(options)) return EmitJson(options, w.str(), out);
   if (!loaded.inferred_config.empty()) {
     out << "config inferred from the arrays (pass --config to set it):\n  "
         << absl::StrReplaceAll(absl::StripSuffix(loaded.inferred_config, "\n"), {{"\n", "\n  "}})
@@ -48,7 +66,7 @@ absl::Status RunCommand(const BackendRegistry& registry, const CliOptions& optio
       << "why: " << selection.reason << "\n"
       << "wrote " << options.out << (options.lse_out.empty() ? "" : " and " + options.lse_out)
       << "\n";
-  return absl::OkStatus();
+  return EmitJson(options, w.str(), out);
 }
 
 }  // namespace attnkit

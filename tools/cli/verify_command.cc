@@ -4,6 +4,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/compare.h"
+#include "core/json_writer.h"
 #include "core/npy.h"
 #include "core/reference.h"
 #include "core/status_macros.h"
@@ -42,6 +43,25 @@ absl::Status VerifyCommand(const CliOptions& options, std::ostream& out) {
   const Comparison c = options.sample_rows > 0
                            ? CompareSampledRows(p, args, options.sample_rows)
                            : CompareToReference(p, args, ComputeReference(p, args));
+  JsonWriter w;
+  w.BeginObject();
+  WriteBuildInfo(w);
+  w.Field("id", p.Id()).Field("o", options.o).Field("passed", c.ok());
+  w.Field("checked", c.checked).Field("mismatches", c.mismatches);
+  w.Field("non_finite", c.non_finite).Field("poisoned_rows", c.poisoned_rows);
+  w.Field("max_abs_err", c.max_abs_err).Field("max_rel_err", c.max_rel_err);
+  w.Field("max_lse_err", c.max_lse_err).Field("max_bound", c.max_bound);
+  w.Field("max_bound_fraction", c.max_bound_fraction).Field("first_failure", c.first_failure);
+  w.Field("sampled_rows", options.sample_rows);
+  w.EndObject();
+  ATTNKIT_RETURN_IF_ERROR(EmitJson(options, w.str(), out));
+  if (JsonToStdout(options)) {
+    if (!c.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("%s disagrees with the reference on %s", options.o, p.Id()));
+    }
+    return absl::OkStatus();
+  }
   out << absl::StrFormat(
       "verify %s: %s; %d values checked, max abs err %.3e, max bound %.3e, err/bound %.3f%s\n",
       p.Id(), c.ok() ? "pass" : "FAIL", c.checked, c.max_abs_err, c.max_bound, c.max_bound_fraction,
