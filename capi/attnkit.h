@@ -139,8 +139,7 @@ int32_t attnkit_config_validate(const char* config_json, char** id, char* err, s
  * "useful_flops" (4 d per visible (query, key) pair), "dense_flops",
  * "visible_pairs", "bytes_moved" (every tensor read or written once),
  * "kv_cache_bytes" and "score_entries". */
-int32_t attnkit_config_cost(const char* config_json, char** cost_json, char* err,
-                            size_t err_size);
+int32_t attnkit_config_cost(const char* config_json, char** cost_json, char* err, size_t err_size);
 
 /* The configs of a benchmark suite ("standard") as a JSON array. */
 int32_t attnkit_suite(const char* name, char** configs_json, char* err, size_t err_size);
