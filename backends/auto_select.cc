@@ -16,25 +16,10 @@
 #include "core/config_io.h"
 #include "core/machine_info.h"
 #include "core/status_macros.h"
-#include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
 namespace attnkit {
 namespace {
-
-// Keeps protobuf's parser from logging to stderr; the first error becomes
-// the status message.
-class FirstError : public google::protobuf::io::ErrorCollector {
- public:
-  void AddError(int line, int column, const std::string& message) override {
-    if (first_.empty())
-      first_ = absl::StrFormat("line %d, column %d: %s", line + 1, column + 1, message);
-  }
-  const std::string& first() const { return first_; }
-
- private:
-  std::string first_;
-};
 
 // The record at `path` and the orders already derived from it, re-read only
 // when the file changes (modification time, size or inode: a record saved
@@ -70,11 +55,10 @@ std::string TuneRecordPath(int threads) {
 absl::StatusOr<TuneRecord> LoadTuneRecord(const std::string& path) {
   ATTNKIT_ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
   TuneRecord record;
-  google::protobuf::TextFormat::Parser parser;
-  FirstError errors;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &record)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is unreadable (", errors.first(), ")"));
+  const absl::Status parsed = ParseTextProto(text, "", &record);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is unreadable (", parsed.message(), ")"));
   }
   return record;
 }
@@ -132,10 +116,6 @@ AutoOrder ComputeAutoOrder(const absl::StatusOr<TuneRecord>& record, const std::
   }
   return result;
 }
-
-}  // namespace
-
-namespace {
 
 absl::Mutex cache_mu(absl::kConstInit);
 CachedRecord* cache ABSL_GUARDED_BY(cache_mu) = nullptr;

@@ -31,9 +31,11 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
   }
   void AddWarning(int, int, const std::string&) override {}
   bool has_error() const { return has_error_; }
+  // "SOURCE: line L, column C: message", or without "SOURCE: " when source
+  // is empty. The parser counts from 0; people count from 1.
   std::string Describe(absl::string_view source) const {
-    // The parser counts from 0; people count from 1.
-    return absl::StrFormat("%s: line %d, column %d: %s", source, line_ + 1, column_ + 1, message_);
+    return absl::StrFormat("%s%sline %d, column %d: %s", source, source.empty() ? "" : ": ",
+                           line_ + 1, column_ + 1, message_);
   }
 
  private:
@@ -52,15 +54,22 @@ absl::Status ErrnoStatus(absl::string_view what, const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<AttentionConfig> ParseConfigText(absl::string_view text, absl::string_view source) {
+absl::Status ParseTextProto(absl::string_view text, absl::string_view source,
+                            google::protobuf::Message* message) {
   google::protobuf::TextFormat::Parser parser;
   FirstErrorCollector errors;
   parser.RecordErrorsTo(&errors);
-  AttentionConfig config;
-  if (!parser.ParseFromString(std::string(text), &config)) {
+  if (!parser.ParseFromString(std::string(text), message)) {
     if (errors.has_error()) return absl::InvalidArgumentError(errors.Describe(source));
-    return absl::InvalidArgumentError(absl::StrFormat("%s: not a valid AttentionConfig", source));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s%snot a valid %s", source, source.empty() ? "" : ": ", message->GetTypeName()));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AttentionConfig> ParseConfigText(absl::string_view text, absl::string_view source) {
+  AttentionConfig config;
+  ATTNKIT_RETURN_IF_ERROR(ParseTextProto(text, source, &config));
   return config;
 }
 

@@ -10,10 +10,16 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/config.pb.h"
+#include "google/protobuf/message.h"
 
 namespace attnkit {
 
-// Parses text format. `source` names the text in errors ("cfg.textproto").
+// Parses text format. `source` names the text in errors ("cfg.textproto");
+// errors give the line and column of the first problem ("SOURCE: line L,
+// column C: message", without "SOURCE: " when source is empty), and nothing
+// is logged.
+absl::Status ParseTextProto(absl::string_view text, absl::string_view source,
+                            google::protobuf::Message* message);
 absl::StatusOr<AttentionConfig> ParseConfigText(absl::string_view text, absl::string_view source);
 absl::StatusOr<AttentionConfig> LoadConfigFile(const std::string& path);
 std::string ConfigToText(const AttentionConfig& config);
