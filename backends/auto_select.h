@@ -52,8 +52,11 @@ void InvalidateTuneRecordCache();
 
 // registry.Select with `name`, using AutoOrderFor(p, threads) when name is
 // "auto" or empty; the reason names the shape class and the order's source.
+// host_memory_only: auto passes over device backends (the C API's
+// attnkit_run takes host tensors for auto); a name is taken as given.
 absl::StatusOr<Selection> SelectBackend(const BackendRegistry& registry, const std::string& name,
-                                        const AttentionProblem& p, int threads = 0);
+                                        const AttentionProblem& p, int threads = 0,
+                                        bool host_memory_only = false);
 
 }  // namespace attnkit
 

@@ -51,25 +51,6 @@ absl::StatusOr<AttentionProblem> ProblemOf(const attnkit_problem* p) {
   return problem;
 }
 
-// A named backend as given (device backends read device pointers), or for
-// "auto" the first host backend of the auto order: auto's tensors are host
-// memory, and a device backend handed host pointers would fault.
-absl::StatusOr<attnkit::Selection> SelectForHostOrNamed(const attnkit::BackendRegistry& registry,
-                                                        const std::string& name,
-                                                        const AttentionProblem& p) {
-  if (!name.empty() && name != "auto") return registry.Select(name, p, {});
-  const attnkit::AutoOrder order = attnkit::AutoOrderFor(p);
-  std::vector<std::string> host_order;
-  for (const std::string& n : order.order) {
-    auto b = registry.Find(n);
-    if (b.ok() && (*b)->UsesHostMemory()) host_order.push_back(n);
-  }
-  ATTNKIT_ASSIGN_OR_RETURN(attnkit::Selection s, registry.Select("auto", p, host_order));
-  absl::StrAppend(&s.reason, "; order from ", order.source,
-                  ", host backends only (name a device backend for device memory)");
-  return s;
-}
-
 absl::StatusOr<Backend*> FindBackend(attnkit_context* ctx, const char* name) {
   ATTNKIT_RETURN_IF_ERROR(RequireContext(ctx));
   if (name == nullptr) return absl::InvalidArgumentError("backend name is NULL");
@@ -200,7 +181,8 @@ int32_t attnkit_run(attnkit_context* ctx, const char* backend, const attnkit_pro
     ATTNKIT_ASSIGN_OR_RETURN(const AttentionArgs a, attnkit::ArgsFromC(*args));
     const std::string name = backend != nullptr ? backend : problem.backend;
     ATTNKIT_ASSIGN_OR_RETURN(const attnkit::Selection selection,
-                             SelectForHostOrNamed(ctx->registry, name, problem));
+                             attnkit::SelectBackend(ctx->registry, name, problem, /*threads=*/0,
+                                                    /*host_memory_only=*/true));
     attnkit::RunInfo info;
     ATTNKIT_RETURN_IF_ERROR(selection.backend->Forward(problem, a, &info));
     ATTNKIT_RETURN_IF_ERROR(selection.backend->Synchronize());

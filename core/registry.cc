@@ -144,9 +144,10 @@ std::vector<PluginFailure> BackendRegistry::plugin_failures() const {
   return failures_;
 }
 
-absl::StatusOr<Selection> BackendRegistry::Select(
-    const std::string& name, const AttentionProblem& p,
-    const std::vector<std::string>& auto_order) const {
+absl::StatusOr<Selection> BackendRegistry::Select(const std::string& name,
+                                                  const AttentionProblem& p,
+                                                  const std::vector<std::string>& auto_order,
+                                                  bool host_memory_only) const {
   if (name != "auto" && !name.empty()) {
     ATTNKIT_ASSIGN_OR_RETURN(Backend * b, Find(name));
     const absl::Status s = b->Supports(p);
@@ -167,6 +168,11 @@ absl::StatusOr<Selection> BackendRegistry::Select(
       candidates.push_back(b);
     }
   }
+  if (host_memory_only) {
+    candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
+                                    [](Backend* b) { return !b->UsesHostMemory(); }),
+                     candidates.end());
+  }
   std::vector<std::string> passed_over;
   for (Backend* b : candidates) {
     const absl::Status s = b->Supports(p);
@@ -182,8 +188,10 @@ absl::StatusOr<Selection> BackendRegistry::Select(
     }
     passed_over.push_back(absl::StrCat(b->Name(), ": ", s.message()));
   }
-  return absl::UnimplementedError(absl::StrCat("no registered backend supports this problem: ",
-                                               absl::StrJoin(passed_over, "; ")));
+  return absl::UnimplementedError(
+      absl::StrCat(host_memory_only ? "no registered host-memory backend supports this problem: "
+                                    : "no registered backend supports this problem: ",
+                   absl::StrJoin(passed_over, "; ")));
 }
 
 }  // namespace attnkit

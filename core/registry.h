@@ -58,9 +58,12 @@ class BackendRegistry {
   std::string Origin(const std::string& name) const;
 
   // Resolves a backend name for `p`: a name must exist and support p; "auto"
-  // takes the first backend in `auto_order` that supports p.
+  // takes the first backend in `auto_order` (then any other registered one)
+  // that supports p and, when `host_memory_only`, reads host memory (the
+  // caller's tensors are host memory, which a device backend would fault on).
   absl::StatusOr<Selection> Select(const std::string& name, const AttentionProblem& p,
-                                   const std::vector<std::string>& auto_order) const;
+                                   const std::vector<std::string>& auto_order,
+                                   bool host_memory_only = false) const;
 
  private:
   mutable absl::Mutex mu_;

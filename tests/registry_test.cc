@@ -2,6 +2,9 @@
 // `auto` selection.
 #include "core/registry.h"
 
+#include <memory>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "backends/reference/reference_backend.h"
 #include "core/attnkit_plugin.h"
@@ -116,6 +119,47 @@ TEST(RegistryTest, AutoSaysWhatItPickedAndWhy) {
   ASSERT_TRUE(sel.ok());
   EXPECT_THAT(sel->reason, HasSubstr("chosen by name"));
   EXPECT_FALSE(r.Select("nope", p, {}).ok());
+}
+
+// Claims device memory: auto must never hand it host tensors.
+class FakeDeviceBackend : public Backend {
+ public:
+  std::string Name() const override { return "fake-device"; }
+  std::string Description() const override { return "reads device memory"; }
+  Capabilities Caps() const override { return MakeReferenceBackend()->Caps(); }
+  bool UsesHostMemory() const override { return false; }
+
+ protected:
+  absl::Status ForwardImpl(const AttentionProblem&, const AttentionArgs&, RunInfo*) override {
+    return absl::InternalError("never runs in this test");
+  }
+};
+
+TEST(RegistryTest, AutoForHostMemoryPassesOverDeviceBackends) {
+  AttentionProblem p;
+  p.num_heads = p.num_kv_heads = 1;
+  p.head_dim = 8;
+  BackendRegistry r;
+  ASSERT_TRUE(r.Register(std::make_unique<FakeDeviceBackend>()).ok());
+  // Alone, the device backend is what auto finds; for host tensors, nothing.
+  auto sel = r.Select("auto", p, {"fake-device"});
+  ASSERT_TRUE(sel.ok()) << sel.status();
+  EXPECT_EQ(sel->backend->Name(), "fake-device");
+  sel = r.Select("auto", p, {"fake-device"}, /*host_memory_only=*/true);
+  EXPECT_EQ(sel.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(sel.status().message()), HasSubstr("no registered host-memory backend"));
+  // First in the order, or only among the others registered: passed over.
+  ASSERT_TRUE(r.Register(MakeReferenceBackend()).ok());
+  sel = r.Select("auto", p, {"fake-device"}, /*host_memory_only=*/true);
+  ASSERT_TRUE(sel.ok()) << sel.status();
+  EXPECT_EQ(sel->backend->Name(), "reference");
+  sel = r.Select("auto", p, {}, /*host_memory_only=*/true);
+  ASSERT_TRUE(sel.ok()) << sel.status();
+  EXPECT_EQ(sel->backend->Name(), "reference");
+  // A name is taken as given.
+  sel = r.Select("fake-device", p, {}, /*host_memory_only=*/true);
+  ASSERT_TRUE(sel.ok()) << sel.status();
+  EXPECT_EQ(sel->backend->Name(), "fake-device");
 }
 
 }  // namespace
