@@ -20,7 +20,9 @@
 #include "absl/strings/strip.h"
 #include "benchmarks/machine_kernels.h"
 #include "core/config_io.h"
+#include "core/json_writer.h"
 #include "core/machine_info.h"
+#include "core/proto_json.h"
 #include "core/tensor.h"
 #include "google/protobuf/stubs/common.h"
 #include "google/protobuf/text_format.h"
@@ -176,6 +178,18 @@ MachineLimits LoadOrMeasureLimits(int threads, bool refresh, std::string* how) {
   *how =
       saved ? absl::StrCat("measured now, saved to ", path) : "measured now (cache not writable)";
   return limits;
+}
+
+std::string MachineLimitsJson(const MachineFingerprint& machine, const MachineLimits& limits,
+                              const std::string& how) {
+  JsonWriter w;
+  w.BeginObject();
+  WriteBuildInfo(w);
+  w.Field("how", how);
+  w.Key("machine").Raw(ProtoToJson(machine));
+  w.Key("limits").Raw(ProtoToJson(limits));
+  w.EndObject();
+  return w.str();
 }
 
 }  // namespace attnkit

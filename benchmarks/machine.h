@@ -34,6 +34,12 @@ MachineLimits MeasureLimits(int threads);
 // which ("cached in F", "measured now").
 MachineLimits LoadOrMeasureLimits(int threads, bool refresh, std::string* how);
 
+// The machine as `peak --json` and the C API's attnkit_machine_limits give
+// it: {"attnkit": build, "how": measured now or cached, "machine":
+// fingerprint, "limits": limits}.
+std::string MachineLimitsJson(const MachineFingerprint& machine, const MachineLimits& limits,
+                              const std::string& how);
+
 }  // namespace attnkit
 
 #endif  // ATTNKIT_BENCHMARKS_MACHINE_H_

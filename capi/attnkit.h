@@ -144,8 +144,9 @@ int32_t attnkit_config_cost(const char* config_json, char** cost_json, char* err
 /* The configs of a benchmark suite ("standard") as a JSON array. */
 int32_t attnkit_suite(const char* name, char** configs_json, char* err, size_t err_size);
 
-/* This machine, as compare reports it: {"machine": MachineFingerprint,
- * "limits": MachineLimits} (peak FMA per Highway target, read bandwidth,
+/* This machine, as compare reports it (and `attnkit peak --json`):
+ * {"attnkit": build, "how": measured or cached, "machine":
+ * MachineFingerprint, "limits": MachineLimits} (peak FMA per Highway target, read bandwidth,
  * OpenBLAS sgemm) for `threads` (0 = every core). refresh != 0 measures
  * now (about a second or two); otherwise a cached measurement for this CPU
  * and thread count is used when there is one. */

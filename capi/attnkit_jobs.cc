@@ -8,7 +8,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -142,10 +141,8 @@ int32_t attnkit_machine_limits(int32_t threads, int32_t refresh, char** json, ch
     const int n = attnkit::ThreadsOrEveryCore(threads);
     std::string how;
     const attnkit::MachineLimits limits = attnkit::LoadOrMeasureLimits(n, refresh != 0, &how);
-    return attnkit::capi::SetOut(
-        json, absl::StrCat("{\"machine\": ", attnkit::ProtoToJson(attnkit::Fingerprint(n), 0),
-                           ", \"limits\": ", attnkit::ProtoToJson(limits, 0), ", \"how\": \"",
-                           absl::CEscape(how), "\"}"));
+    return attnkit::capi::SetOut(json,
+                                 attnkit::MachineLimitsJson(attnkit::Fingerprint(n), limits, how));
   });
 }
 

@@ -56,14 +56,7 @@ absl::Status PeakCommand(const CliOptions& options, std::ostream& json_out) {
           : std::string("no last-level cache size reported"));
   out << absl::StrFormat("  OpenBLAS sgemm   %8.1f GFLOP/s (2048^3, %s kernel)\n", l.sgemm_gflops(),
                          l.openblas_core());
-  JsonWriter w;
-  w.BeginObject();
-  WriteBuildInfo(w);
-  w.Field("how", how);
-  w.Key("machine").Raw(ProtoToJson(machine));
-  w.Key("limits").Raw(ProtoToJson(l));
-  w.EndObject();
-  return EmitJson(options, w.str(), json_out);
+  return EmitJson(options, MachineLimitsJson(machine, l, how), json_out);
 }
 
 namespace {
