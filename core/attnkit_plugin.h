@@ -63,7 +63,14 @@ enum {
 
 /* Element types, masks, alignments, layouts (core/dtype.h, problem.h,
  * tensor.h use the same numbers). */
-enum { ATTNKIT_F32 = 0, ATTNKIT_F16 = 1, ATTNKIT_BF16 = 2, ATTNKIT_I32 = 3, ATTNKIT_U8 = 4 };
+enum {
+  ATTNKIT_F32 = 0,
+  ATTNKIT_F16 = 1,
+  ATTNKIT_BF16 = 2,
+  ATTNKIT_I32 = 3,
+  ATTNKIT_U8 = 4,
+  ATTNKIT_I8 = 5
+};
 enum { ATTNKIT_MASK_NONE = 0, ATTNKIT_MASK_CAUSAL = 1, ATTNKIT_MASK_SLIDING_WINDOW = 2 };
 enum { ATTNKIT_ALIGN_TOP_LEFT = 0, ATTNKIT_ALIGN_BOTTOM_RIGHT = 1 };
 enum { ATTNKIT_LAYOUT_BHTD = 0, ATTNKIT_LAYOUT_BTHD = 1 };
@@ -90,6 +97,10 @@ typedef struct attnkit_problem {
   uint64_t seed;
   const char* name;    /* never NULL */
   const char* backend; /* never NULL */
+  /* Since 0.25: paged K/V and ragged batches (0 / NULL: dense). */
+  int64_t page_size, num_pages;
+  const int64_t* q_lengths; /* num_q_lengths values, or NULL */
+  int64_t num_q_lengths;    /* 0 or batch */
 } attnkit_problem;
 
 /* A strided view; data NULL means absent. Shapes and strides in elements. */
@@ -107,6 +118,8 @@ typedef struct attnkit_tensor {
 typedef struct attnkit_args {
   uint32_t struct_size;
   attnkit_tensor q, k, v, o, lse, kv_lengths, blocked_mask, bias;
+  /* Since 0.25: int8 K/V scales, paged K/V, ragged batches. */
+  attnkit_tensor k_scale, v_scale, block_table, cu_seqlens_q, cu_seqlens_k;
 } attnkit_args;
 
 /* What a backend can run (attnkit::Capabilities). Sets are bit masks:
@@ -120,6 +133,7 @@ typedef struct attnkit_caps {
   int64_t num_head_dims;
   int64_t max_group_size; /* 0 = any */
   int32_t lse, kv_lengths, blocked_mask, additive_bias, softcap, deterministic;
+  int32_t paged_kv, ragged; /* since 0.25 */
 } attnkit_caps;
 
 /* What ran. The host zero-fills it (workspace_allocations = -1) and sets

@@ -102,6 +102,8 @@ std::string Capabilities::Describe() const {
   if (blocked_mask) extras.push_back("blocked_mask");
   if (additive_bias) extras.push_back("additive_bias");
   if (softcap) extras.push_back("softcap");
+  if (paged_kv) extras.push_back("paged_kv");
+  if (ragged) extras.push_back("ragged");
   absl::StrAppend(&out, "extras: ", extras.empty() ? "none" : absl::StrJoin(extras, ", "), "\n");
   absl::StrAppend(&out, "deterministic: ",
                   deterministic ? "yes (bitwise, for a fixed thread count)" : "no", "\n");
@@ -152,18 +154,34 @@ absl::Status CheckCapabilities(const Capabilities& c, const AttentionProblem& p)
   ATTNKIT_RETURN_IF_ERROR(extra(p.blocked_mask, c.blocked_mask, "blocked_mask (dense mask)"));
   ATTNKIT_RETURN_IF_ERROR(extra(p.additive_bias, c.additive_bias, "additive_bias"));
   ATTNKIT_RETURN_IF_ERROR(extra(p.softcap > 0, c.softcap, "softcap"));
+  ATTNKIT_RETURN_IF_ERROR(extra(p.is_paged(), c.paged_kv, "paged K/V (page_size)"));
+  ATTNKIT_RETURN_IF_ERROR(extra(p.is_ragged(), c.ragged, "ragged batches (q_lengths)"));
   return absl::OkStatus();
 }
 
 absl::Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& a) {
   const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads;
   const int64_t d = p.head_dim, Tq = p.q_len, Tk = p.kv_len;
-  ATTNKIT_RETURN_IF_ERROR(CheckTensor("q", a.q, p.dtype, {B, H, Tq, d}));
-  ATTNKIT_RETURN_IF_ERROR(CheckTensor("k", a.k, p.kv_dtype, {B, G, Tk, d}));
-  ATTNKIT_RETURN_IF_ERROR(CheckTensor("v", a.v, p.kv_dtype, {B, G, Tk, d}));
-  ATTNKIT_RETURN_IF_ERROR(CheckTensor("o", a.o, p.dtype, {B, H, Tq, d}));
+  // Query side: [B, H, Tq, d], or packed [total_q, H, d].
+  const std::vector<int64_t> q_shape =
+      p.is_ragged() ? std::vector<int64_t>{p.TotalQ(), H, d} : std::vector<int64_t>{B, H, Tq, d};
+  // Key side, without d: [B, G, Tk], a pool [pages, page, G] or [total_k, G].
+  std::vector<int64_t> key_rows = {B, G, Tk};
+  if (p.is_paged()) {
+    key_rows = {p.num_pages, p.page_size, G};
+  } else if (p.is_ragged()) {
+    key_rows = {p.TotalK(), G};
+  }
+  std::vector<int64_t> kv_shape = key_rows;
+  kv_shape.push_back(d);
+  ATTNKIT_RETURN_IF_ERROR(CheckTensor("q", a.q, p.dtype, q_shape));
+  ATTNKIT_RETURN_IF_ERROR(CheckTensor("k", a.k, p.kv_dtype, kv_shape));
+  ATTNKIT_RETURN_IF_ERROR(CheckTensor("v", a.v, p.kv_dtype, kv_shape));
+  ATTNKIT_RETURN_IF_ERROR(CheckTensor("o", a.o, p.dtype, q_shape));
   if (p.return_lse) {
-    ATTNKIT_RETURN_IF_ERROR(CheckTensor("lse", a.lse, DType::kF32, {B, H, Tq}));
+    const std::vector<int64_t> lse_shape =
+        p.is_ragged() ? std::vector<int64_t>{H, p.TotalQ()} : std::vector<int64_t>{B, H, Tq};
+    ATTNKIT_RETURN_IF_ERROR(CheckTensor("lse", a.lse, DType::kF32, lse_shape));
   } else {
     ATTNKIT_RETURN_IF_ERROR(CheckAbsent("lse", a.lse, "return_lse"));
   }
@@ -183,14 +201,86 @@ absl::Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& a) {
   } else {
     ATTNKIT_RETURN_IF_ERROR(CheckAbsent("bias", a.bias, "additive_bias"));
   }
+  if (p.kv_dtype == DType::kI8) {
+    ATTNKIT_RETURN_IF_ERROR(CheckTensor("k_scale", a.k_scale, DType::kF32, key_rows));
+    ATTNKIT_RETURN_IF_ERROR(CheckTensor("v_scale", a.v_scale, DType::kF32, key_rows));
+  } else {
+    ATTNKIT_RETURN_IF_ERROR(CheckAbsent("k_scale", a.k_scale, "int8 K/V"));
+    ATTNKIT_RETURN_IF_ERROR(CheckAbsent("v_scale", a.v_scale, "int8 K/V"));
+  }
+  if (p.is_paged()) {
+    ATTNKIT_RETURN_IF_ERROR(
+        CheckTensor("block_table", a.block_table, DType::kI32, {B, p.max_pages()}));
+  } else {
+    ATTNKIT_RETURN_IF_ERROR(CheckAbsent("block_table", a.block_table, "paged K/V (page_size)"));
+  }
+  if (p.is_ragged()) {
+    ATTNKIT_RETURN_IF_ERROR(CheckTensor("cu_seqlens_q", a.cu_seqlens_q, DType::kI32, {B + 1}));
+  } else {
+    ATTNKIT_RETURN_IF_ERROR(CheckAbsent("cu_seqlens_q", a.cu_seqlens_q, "q_lengths (ragged)"));
+  }
+  if (p.is_ragged() && !p.is_paged()) {
+    ATTNKIT_RETURN_IF_ERROR(CheckTensor("cu_seqlens_k", a.cu_seqlens_k, DType::kI32, {B + 1}));
+  } else {
+    ATTNKIT_RETURN_IF_ERROR(CheckAbsent("cu_seqlens_k", a.cu_seqlens_k,
+                                        "q_lengths with packed (not paged) K/V"));
+  }
   for (const TensorView* out : {&a.o, &a.lse}) {
-    for (const TensorView* in : {&a.q, &a.k, &a.v, &a.kv_lengths, &a.blocked_mask, &a.bias}) {
+    for (const TensorView* in :
+         {&a.q, &a.k, &a.v, &a.kv_lengths, &a.blocked_mask, &a.bias, &a.k_scale, &a.v_scale,
+          &a.block_table, &a.cu_seqlens_q, &a.cu_seqlens_k}) {
       if (Overlaps(*out, *in)) {
         return absl::InvalidArgumentError("an output tensor (o or lse) overlaps an input");
       }
     }
   }
   if (Overlaps(a.o, a.lse)) return absl::InvalidArgumentError("o and lse overlap");
+  return absl::OkStatus();
+}
+
+absl::Status ValidateHostIndexTensors(const AttentionProblem& p, const AttentionArgs& a) {
+  auto i32 = [](const TensorView& t, int64_t i, int64_t j = 0) {
+    return int64_t{static_cast<const int32_t*>(t.data)[t.Offset(i, j)]};
+  };
+  if (p.has_kv_lengths()) {
+    for (int64_t b = 0; b < p.batch; ++b) {
+      if (i32(a.kv_lengths, b) != p.kv_lengths[b]) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "kv_lengths tensor[%d] (%d) differs from the problem's kv_lengths[%d] (%d)", b,
+            i32(a.kv_lengths, b), b, p.kv_lengths[b]));
+      }
+    }
+  }
+  // cu_seqlens: 0, then the running sums of the problem's lengths.
+  auto check_offsets = [&](const TensorView& t, absl::string_view name, bool queries) {
+    int64_t want = 0;
+    for (int64_t b = 0; b <= p.batch; ++b) {
+      if (i32(t, b) != want) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s[%d] (%d) must be %d: 0, then the running sum of %s", name, b, i32(t, b), want,
+            queries ? "q_lengths" : "kv_lengths"));
+      }
+      if (b < p.batch) want += queries ? p.QLength(b) : p.KvLength(b);
+    }
+    return absl::OkStatus();
+  };
+  if (p.is_ragged()) ATTNKIT_RETURN_IF_ERROR(check_offsets(a.cu_seqlens_q, "cu_seqlens_q", true));
+  if (!a.cu_seqlens_k.empty()) {
+    ATTNKIT_RETURN_IF_ERROR(check_offsets(a.cu_seqlens_k, "cu_seqlens_k", false));
+  }
+  if (p.is_paged()) {
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const int64_t used = (p.KvLength(b) + p.page_size - 1) / p.page_size;
+      for (int64_t j = 0; j < used; ++j) {
+        const int64_t page = i32(a.block_table, b, j);
+        if (page < 0 || page >= p.num_pages) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "block_table[%d, %d] (%d) must be a page of the pool, in [0, num_pages (%d))", b, j,
+              page, p.num_pages));
+        }
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -246,17 +336,7 @@ absl::Status Backend::Download(const DeviceBuffer& src, void* host, size_t bytes
 
 absl::Status Backend::Forward(const AttentionProblem& p, const AttentionArgs& args, RunInfo* info) {
   ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
-  if (UsesHostMemory() && p.has_kv_lengths()) {
-    for (int64_t b = 0; b < p.batch; ++b) {
-      const int32_t len =
-          static_cast<const int32_t*>(args.kv_lengths.data)[b * args.kv_lengths.strides[0]];
-      if (len != p.kv_lengths[b]) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "kv_lengths tensor[%d] (%d) differs from the problem's kv_lengths[%d] (%d)", b, len, b,
-            p.kv_lengths[b]));
-      }
-    }
-  }
+  if (UsesHostMemory()) ATTNKIT_RETURN_IF_ERROR(ValidateHostIndexTensors(p, args));
   const absl::Status supported = Supports(p);
   if (!supported.ok()) {
     return absl::Status(supported.code(),

@@ -34,6 +34,8 @@ struct Capabilities {
   bool blocked_mask = false;
   bool additive_bias = false;
   bool softcap = false;
+  bool paged_kv = false;  // K/V pools read through a block table
+  bool ragged = false;    // packed variable-length batches (q_lengths)
   // Two calls on the same inputs with the same thread count give bitwise
   // equal outputs (no atomics or scheduling-dependent reduction order). The
   // conformance suite runs every case twice to hold a backend to this.
@@ -53,6 +55,18 @@ absl::Status CheckCapabilities(const Capabilities& caps, const AttentionProblem&
 //   kv_lengths: i32 [B], only when problem.has_kv_lengths() (values match it)
 //   blocked_mask: u8 [B, H, Tq, Tk], 1 = blocked; stride 0 broadcasts B or H
 //   bias: f32 [B, H, Tq, Tk], added to the scores; stride 0 broadcasts
+//   k_scale, v_scale: f32, K's shape without d ([B, G, Tk]), only when
+//     problem.kv_dtype is i8: key t of head g is k[.., t, g, :] * k_scale[..]
+// Paged K/V (problem.is_paged()): k, v (and the scales) are pools
+//   [num_pages, page_size, G, d] ([num_pages, page_size, G]); block_table is
+//   i32 [B, max_pages]: sequence b's key t is row t % page_size of page
+//   block_table[b, t / page_size]. Entries past a sequence's last page are
+//   never read.
+// Ragged batches (problem.is_ragged()): q, o are packed [total_q, H, d], lse
+//   [H, total_q]; cu_seqlens_q i32 [B + 1] holds the offsets (0, then the
+//   running sum of q_lengths); unless paged, k, v are packed [total_k, G, d]
+//   (scales [total_k, G]) at offsets cu_seqlens_k i32 [B + 1]; kv_lengths
+//   holds each sequence's key count.
 // All data lives in memory the backend allocated (or host memory for CPU
 // backends).
 struct AttentionArgs {
@@ -61,11 +75,18 @@ struct AttentionArgs {
   TensorView kv_lengths;
   TensorView blocked_mask;
   TensorView bias;
+  TensorView k_scale, v_scale;
+  TensorView block_table;
+  TensorView cu_seqlens_q, cu_seqlens_k;
 };
 
 // Checks that `args` matches `p`: shapes, dtypes, present/absent optional
 // inputs, and that output views do not overlap inputs.
 absl::Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& args);
+// For host tensors, after ValidateArgs: kv_lengths and cu_seqlens hold the
+// problem's lengths, and every block table entry a sequence uses is a page
+// of the pool. Forward runs it for host-memory backends.
+absl::Status ValidateHostIndexTensors(const AttentionProblem& p, const AttentionArgs& args);
 
 // What actually ran, for provenance in every report.
 struct RunInfo {

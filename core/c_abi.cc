@@ -30,7 +30,7 @@ static_assert(static_cast<int>(absl::StatusCode::kDataLoss) == ATTNKIT_DATA_LOSS
                   static_cast<int>(absl::StatusCode::kInvalidArgument) == ATTNKIT_INVALID_ARGUMENT,
               "status code numbering");
 
-constexpr int kNumDTypes = 5, kNumMasks = 3, kNumAlignments = 2, kNumLayouts = 2;
+constexpr int kNumDTypes = 6, kNumMasks = 3, kNumAlignments = 2, kNumLayouts = 2;
 
 // The enum `value` of `field`, or InvalidArgument when outside [0, count).
 template <typename E>
@@ -91,6 +91,10 @@ attnkit_problem ProblemToC(const AttentionProblem& p) {
   c.seed = p.seed;
   c.name = p.name.c_str();
   c.backend = p.backend.c_str();
+  c.page_size = p.page_size;
+  c.num_pages = p.num_pages;
+  c.q_lengths = p.q_lengths.empty() ? nullptr : p.q_lengths.data();
+  c.num_q_lengths = static_cast<int64_t>(p.q_lengths.size());
   return c;
 }
 
@@ -130,6 +134,14 @@ absl::StatusOr<AttentionProblem> ProblemFromC(const attnkit_problem& c) {
   p.seed = c.seed;
   if (c.name != nullptr) p.name = c.name;
   if (c.backend != nullptr) p.backend = c.backend;
+  p.page_size = c.page_size;
+  p.num_pages = c.num_pages;
+  if (c.num_q_lengths < 0 || (c.num_q_lengths > 0 && c.q_lengths == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "num_q_lengths (%d) must be 0, or the length of a non-null q_lengths array",
+        c.num_q_lengths));
+  }
+  if (c.num_q_lengths > 0) p.q_lengths.assign(c.q_lengths, c.q_lengths + c.num_q_lengths);
   return p;
 }
 
@@ -175,6 +187,11 @@ attnkit_args ArgsToC(const AttentionArgs& a) {
   c.kv_lengths = TensorToC(a.kv_lengths);
   c.blocked_mask = TensorToC(a.blocked_mask);
   c.bias = TensorToC(a.bias);
+  c.k_scale = TensorToC(a.k_scale);
+  c.v_scale = TensorToC(a.v_scale);
+  c.block_table = TensorToC(a.block_table);
+  c.cu_seqlens_q = TensorToC(a.cu_seqlens_q);
+  c.cu_seqlens_k = TensorToC(a.cu_seqlens_k);
   return c;
 }
 
@@ -188,6 +205,11 @@ absl::StatusOr<AttentionArgs> ArgsFromC(const attnkit_args& c) {
   ATTNKIT_ASSIGN_OR_RETURN(a.kv_lengths, TensorFromC(c.kv_lengths, "kv_lengths"));
   ATTNKIT_ASSIGN_OR_RETURN(a.blocked_mask, TensorFromC(c.blocked_mask, "blocked_mask"));
   ATTNKIT_ASSIGN_OR_RETURN(a.bias, TensorFromC(c.bias, "bias"));
+  ATTNKIT_ASSIGN_OR_RETURN(a.k_scale, TensorFromC(c.k_scale, "k_scale"));
+  ATTNKIT_ASSIGN_OR_RETURN(a.v_scale, TensorFromC(c.v_scale, "v_scale"));
+  ATTNKIT_ASSIGN_OR_RETURN(a.block_table, TensorFromC(c.block_table, "block_table"));
+  ATTNKIT_ASSIGN_OR_RETURN(a.cu_seqlens_q, TensorFromC(c.cu_seqlens_q, "cu_seqlens_q"));
+  ATTNKIT_ASSIGN_OR_RETURN(a.cu_seqlens_k, TensorFromC(c.cu_seqlens_k, "cu_seqlens_k"));
   return a;
 }
 
@@ -211,6 +233,8 @@ attnkit_caps CapsToC(const Capabilities& caps) {
   c.additive_bias = caps.additive_bias;
   c.softcap = caps.softcap;
   c.deterministic = caps.deterministic;
+  c.paged_kv = caps.paged_kv;
+  c.ragged = caps.ragged;
   return c;
 }
 
@@ -233,6 +257,8 @@ Capabilities CapsFromC(const attnkit_caps& c) {
   caps.additive_bias = c.additive_bias != 0;
   caps.softcap = c.softcap != 0;
   caps.deterministic = c.deterministic != 0;
+  caps.paged_kv = c.paged_kv != 0;
+  caps.ragged = c.ragged != 0;
   return caps;
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "core/ragged.h"
 
 namespace attnkit {
 namespace {
@@ -116,24 +117,26 @@ double ElementBound(DType out, const RowBound& row, double want, double abs_weig
   return f32 + 0.5 * DTypeUlp(out, std::fabs(want) + f32) + 0.5 * DTypeUlp(out, 0);
 }
 
-Comparison CompareToReference(const AttentionProblem& p, const AttentionArgs& a,
-                              const ReferenceResult& ref) {
-  Comparison c;
+namespace {
+
+// Rows [first_row, ...) of `ref` against a dense (or one sequence's) problem.
+void CompareRows(const AttentionProblem& p, const AttentionArgs& a, const ReferenceResult& ref,
+                 int64_t first_row, Comparison* c) {
   const int64_t H = p.num_heads, Tq = p.q_len, d = p.head_dim;
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t h = 0; h < H; ++h) {
       for (int64_t i = 0; i < Tq; ++i) {
-        const int64_t row = (b * H + h) * Tq + i;
+        const int64_t row = first_row + (b * H + h) * Tq + i;
         CheckRow(p, a, b, h, i, &ref.o[row * d], &ref.abs_o[row * d], ref.lse[row], ref.terms[row],
-                 &c);
+                 c);
       }
     }
   }
-  return c;
 }
 
-Comparison CompareSampledRows(const AttentionProblem& p, const AttentionArgs& a, int64_t max_rows) {
-  Comparison c;
+void CompareSampled(const AttentionProblem& p, const AttentionArgs& a, int64_t max_rows,
+                    Comparison* out) {
+  Comparison& c = *out;
   const int64_t rows = p.batch * p.num_heads * p.q_len;
   const int64_t n = std::min(rows, std::max<int64_t>(max_rows, 1));
   std::vector<double> scores(static_cast<size_t>(p.kv_len)), want(static_cast<size_t>(p.head_dim)),
@@ -146,6 +149,36 @@ Comparison CompareSampledRows(const AttentionProblem& p, const AttentionArgs& a,
     RowErrorTerms terms;
     const double lse = ReferenceRow(p, a, b, h, i, &scores, want.data(), abs_o.data(), &terms);
     CheckRow(p, a, b, h, i, want.data(), abs_o.data(), lse, terms, &c);
+  }
+}
+
+}  // namespace
+
+Comparison CompareToReference(const AttentionProblem& p, const AttentionArgs& a,
+                              const ReferenceResult& ref) {
+  Comparison c;
+  if (!p.is_ragged()) {
+    CompareRows(p, a, ref, 0, &c);
+    return c;
+  }
+  int64_t first_row = 0;  // ComputeReference's order: sequence after sequence
+  for (const SequenceCall& s : RaggedSequences(p, a)) {
+    CompareRows(s.problem, s.args, ref, first_row, &c);
+    first_row += s.problem.num_heads * s.problem.q_len;
+  }
+  return c;
+}
+
+Comparison CompareSampledRows(const AttentionProblem& p, const AttentionArgs& a, int64_t max_rows) {
+  Comparison c;
+  if (!p.is_ragged()) {
+    CompareSampled(p, a, max_rows, &c);
+    return c;
+  }
+  // Each sequence gets its share of the rows (at least one).
+  const int64_t total = std::max<int64_t>(1, p.TotalQ());
+  for (const SequenceCall& s : RaggedSequences(p, a)) {
+    CompareSampled(s.problem, s.args, std::max<int64_t>(1, max_rows * s.problem.q_len / total), &c);
   }
   return c;
 }

@@ -17,6 +17,7 @@ size_t DTypeSize(DType t) {
     case DType::kBF16:
       return 2;
     case DType::kU8:
+    case DType::kI8:
       return 1;
   }
   return 0;
@@ -34,19 +35,23 @@ absl::string_view DTypeName(DType t) {
       return "i32";
     case DType::kU8:
       return "u8";
+    case DType::kI8:
+      return "i8";
   }
   return "?";
 }
 
 absl::StatusOr<DType> ParseDType(absl::string_view name) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kU8}) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kU8, DType::kI8}) {
     if (name == DTypeName(t)) return t;
   }
   return absl::InvalidArgumentError(
-      absl::StrFormat("dtype '%s' is unknown; expected one of f32, f16, bf16, i32, u8", name));
+      absl::StrFormat("dtype '%s' is unknown; expected one of f32, f16, bf16, i32, u8, i8", name));
 }
 
 bool IsFloatStorage(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+bool IsKvStorage(DType t) { return IsFloatStorage(t) || t == DType::kI8; }
 
 double DTypeEpsilon(DType t) {
   switch (t) {

@@ -12,14 +12,17 @@
 
 namespace attnkit {
 
-// kF32/kF16/kBF16 store Q, K, V, O; kI32 holds key lengths; kU8 holds the
-// dense "blocked" mask (1 = blocked).
-enum class DType { kF32, kF16, kBF16, kI32, kU8 };
+// kF32/kF16/kBF16 store Q, K, V, O; kI32 holds key lengths, offsets and
+// block tables; kU8 holds the dense "blocked" mask (1 = blocked); kI8 stores
+// quantized K and V (value = int8 * the row's f32 scale, core/quantize.h).
+enum class DType { kF32, kF16, kBF16, kI32, kU8, kI8 };
 
 size_t DTypeSize(DType t);
-absl::string_view DTypeName(DType t);  // "f32", "f16", "bf16", "i32", "u8"
+absl::string_view DTypeName(DType t);  // "f32", "f16", "bf16", "i32", "u8", "i8"
 absl::StatusOr<DType> ParseDType(absl::string_view name);
 bool IsFloatStorage(DType t);  // f32, f16 or bf16
+// K and V storage: a float storage type, or i8 with per-(token, head) scales.
+bool IsKvStorage(DType t);
 // Machine epsilon of a float storage type (2^-23, 2^-10, 2^-7).
 double DTypeEpsilon(DType t);
 // One ulp of |x| in a float storage type: DTypeEpsilon scaled to x's binade,
@@ -39,9 +42,12 @@ inline float F32FromBF16(uint16_t b) {
 }
 uint16_t BF16FromF32(float f);
 
-// Reads element `i` of a float storage buffer as float.
+// Reads element `i` of a float storage buffer as float (an i8 element as
+// its integer value: the caller applies the row's scale).
 inline float LoadAsF32(const void* data, DType t, int64_t i) {
   switch (t) {
+    case DType::kI8:
+      return static_cast<float>(static_cast<const int8_t*>(data)[i]);
     case DType::kF16:
       return F32FromF16(static_cast<const uint16_t*>(data)[i]);
     case DType::kBF16:

@@ -25,7 +25,12 @@ absl::StatusOr<PlacedProblem> PlacedProblem::Place(Backend* backend, const Probl
                          &placed.args_.lse,
                          &placed.args_.kv_lengths,
                          &placed.args_.blocked_mask,
-                         &placed.args_.bias};
+                         &placed.args_.bias,
+                         &placed.args_.k_scale,
+                         &placed.args_.v_scale,
+                         &placed.args_.block_table,
+                         &placed.args_.cu_seqlens_q,
+                         &placed.args_.cu_seqlens_k};
   for (TensorView* view : views) {
     if (view->empty()) continue;
     const size_t bytes = SpanBytes(*view);

@@ -1,6 +1,7 @@
 // The capabilities of a backend that implements everything a config can
 // express: every dtype, mask, alignment, layout and group size, head dims
-// 1..1024, and every optional input and output. Backends start from this and
+// 1..1024, every optional input and output, int8 and paged K/V and ragged
+// batches. Backends start from this and
 // narrow what they do not do, so "complete" is spelled once.
 #ifndef ATTNKIT_CORE_FULL_CAPABILITIES_H_
 #define ATTNKIT_CORE_FULL_CAPABILITIES_H_
@@ -11,10 +12,12 @@ namespace attnkit {
 
 inline Capabilities FullCapabilities() {
   Capabilities c;  // head dims 1..1024, both alignments, any group size
-  c.dtypes = c.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+  c.dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+  c.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16, DType::kI8};
   c.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
   c.layouts = {Layout::kBHTD, Layout::kBTHD};
   c.lse = c.kv_lengths = c.blocked_mask = c.additive_bias = c.softcap = true;
+  c.paged_kv = c.ragged = true;
   return c;
 }
 

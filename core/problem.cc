@@ -1,5 +1,6 @@
 #include "core/problem.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/status/status.h"
@@ -17,6 +18,51 @@ constexpr int64_t kMaxDim = int64_t{1} << 31;
 
 absl::Status Invalid(const absl::FormatSpec<>& msg) {
   return absl::InvalidArgumentError(absl::StrFormat(msg));
+}
+
+absl::Status ValidatePagingAndRagged(const AttentionProblem& p) {
+  if (p.page_size != 0) {
+    ATTNKIT_RETURN_IF_ERROR(RequireRange("page_size", p.page_size, kMinPageSize, kMaxPageSize));
+    if ((p.page_size & (p.page_size - 1)) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("page_size (%d) must be a power of two", p.page_size));
+    }
+    ATTNKIT_RETURN_IF_ERROR(RequireRange("num_pages", p.num_pages, 1, kMaxDim));
+  } else if (p.num_pages != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "num_pages (%d) must be 0 unless page_size is set (paged K/V)", p.num_pages));
+  }
+  const bool special_kv = p.is_paged() || !p.q_lengths.empty() || p.kv_dtype == DType::kI8;
+  if (special_kv && (p.poison_blocked || p.nonfinite_inputs > 0)) {
+    return Invalid(
+        "poison_blocked and nonfinite_inputs draw into dense float K/V only; paged (page_size), "
+        "ragged (q_lengths) and int8 problems take neither (their unread pool rows are NaN "
+        "already)");
+  }
+  if (p.q_lengths.empty()) return absl::OkStatus();
+  if (static_cast<int64_t>(p.q_lengths.size()) != p.batch) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("q_lengths has %d entries; a ragged batch needs one per sequence (%d)",
+                        p.q_lengths.size(), p.batch));
+  }
+  for (size_t b = 0; b < p.q_lengths.size(); ++b) {
+    if (p.q_lengths[b] < 0 || p.q_lengths[b] > p.q_len) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "q_lengths[%d] (%d) must be in [0, q_len (%d)]", b, p.q_lengths[b], p.q_len));
+    }
+  }
+  if (p.kv_lengths.empty()) {
+    return Invalid("a ragged batch (q_lengths) needs kv_lengths: each sequence's key count");
+  }
+  if (p.layout != Layout::kBTHD) {
+    return Invalid(
+        "a ragged batch (q_lengths) needs layout BTHD: its packed tensors are token-major "
+        "[tokens, heads, head_dim]");
+  }
+  if (p.blocked_mask || p.additive_bias) {
+    return Invalid("a ragged batch (q_lengths) takes no blocked_mask or additive_bias");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -42,9 +88,9 @@ absl::string_view MaskKindName(MaskKind kind) {
 
 absl::string_view AlignmentName(Alignment a) { return a == Alignment::kTopLeft ? "tl" : "br"; }
 
-MaskParams AttentionProblem::mask_params() const {
+MaskParams AttentionProblem::mask_params(int64_t b) const {
   MaskParams m;
-  m.q_len = q_len;
+  m.q_len = QLength(b);
   m.bottom_right = alignment == Alignment::kBottomRight;
   switch (mask) {
     case MaskKind::kNone:
@@ -58,6 +104,20 @@ MaskParams AttentionProblem::mask_params() const {
       break;
   }
   return m;
+}
+
+int64_t AttentionProblem::TotalQ() const {
+  if (q_lengths.empty()) return batch * q_len;
+  int64_t total = 0;
+  for (int64_t n : q_lengths) total += n;
+  return total;
+}
+
+int64_t AttentionProblem::TotalK() const {
+  if (kv_lengths.empty()) return batch * kv_len;
+  int64_t total = 0;
+  for (int64_t n : kv_lengths) total += n;
+  return total;
 }
 
 absl::string_view AttentionProblem::Variant() const {
@@ -75,7 +135,12 @@ std::string AttentionProblem::Id() const {
     absl::StrAppend(&id, window_left, "x", window_right);
   }
   if (mask != MaskKind::kNone) absl::StrAppend(&id, "_", AlignmentName(alignment));
-  if (has_kv_lengths()) absl::StrAppend(&id, "_pad");
+  if (is_ragged()) {
+    absl::StrAppend(&id, "_ragged");
+  } else if (has_kv_lengths()) {
+    absl::StrAppend(&id, "_pad");
+  }
+  if (is_paged()) absl::StrAppend(&id, "_paged", page_size);
   if (blocked_mask) absl::StrAppend(&id, "_dense");
   if (additive_bias) absl::StrAppend(&id, "_bias");
   if (softcap > 0) absl::StrAppend(&id, "_cap");
@@ -112,8 +177,8 @@ absl::Status ValidateProblem(const AttentionProblem& p) {
   ATTNKIT_RETURN_IF_ERROR(RequireRange("model_dim", p.model_dim, 1, kMaxDim));
   ATTNKIT_RETURN_IF_ERROR(RequireRange("q_len", p.q_len, 1, kMaxDim));
   ATTNKIT_RETURN_IF_ERROR(RequireRange("kv_len", p.kv_len, 1, kMaxDim));
-  if (!IsFloatStorage(p.dtype) || !IsFloatStorage(p.kv_dtype)) {
-    return Invalid("dtype and kv_dtype must be f32, f16 or bf16");
+  if (!IsFloatStorage(p.dtype) || !IsKvStorage(p.kv_dtype)) {
+    return Invalid("dtype must be f32, f16 or bf16, and kv_dtype f32, f16, bf16 or int8");
   }
   if (p.mask == MaskKind::kSlidingWindow) {
     ATTNKIT_RETURN_IF_ERROR(RequireRange("mask.window_left", p.window_left, 0, kMaxDim));
@@ -145,6 +210,7 @@ absl::Status ValidateProblem(const AttentionProblem& p) {
       }
     }
   }
+  ATTNKIT_RETURN_IF_ERROR(ValidatePagingAndRagged(p));
   if (p.nonfinite_inputs < 0 || p.nonfinite_inputs > kMaxNonfiniteInputs) {
     return absl::InvalidArgumentError(absl::StrFormat("nonfinite_inputs (%d) must be in [0, %d]",
                                                       p.nonfinite_inputs, kMaxNonfiniteInputs));
@@ -169,34 +235,65 @@ absl::Status ValidateProblem(const AttentionProblem& p) {
 
 absl::StatusOr<int64_t> ProblemBytes(const AttentionProblem& p) {
   const int64_t q_size = DTypeSize(p.dtype), kv_size = DTypeSize(p.kv_dtype);
-  // [B, H, Tq]: one LSE per query row; [B, H, Tq, d] for Q and O.
-  ATTNKIT_ASSIGN_OR_RETURN(const int64_t bh, CheckedMul(p.batch, p.num_heads, "batch * num_heads"));
-  ATTNKIT_ASSIGN_OR_RETURN(const int64_t rows, CheckedMul(bh, p.q_len, "query rows"));
-  ATTNKIT_ASSIGN_OR_RETURN(const int64_t q_elems, CheckedMul(rows, p.head_dim, "Q elements"));
-  ATTNKIT_ASSIGN_OR_RETURN(const int64_t q_bytes, CheckedMul(q_elems, 2 * q_size, "Q + O bytes"));
-  // [B, G, Tk, d] for K and V.
-  ATTNKIT_ASSIGN_OR_RETURN(const int64_t bg,
-                           CheckedMul(p.batch, p.num_kv_heads, "batch * num_kv_heads"));
-  ATTNKIT_ASSIGN_OR_RETURN(const int64_t kv_rows, CheckedMul(bg, p.kv_len, "key rows"));
-  ATTNKIT_ASSIGN_OR_RETURN(const int64_t kv_elems, CheckedMul(kv_rows, p.head_dim, "K elements"));
-  ATTNKIT_ASSIGN_OR_RETURN(int64_t total, CheckedMul(kv_elems, 2 * kv_size, "K + V bytes"));
-  ATTNKIT_ASSIGN_OR_RETURN(total, CheckedAdd(total, q_bytes, "tensor bytes"));
-  if (p.return_lse) {
-    ATTNKIT_ASSIGN_OR_RETURN(const int64_t lse, CheckedMul(rows, 4, "LSE bytes"));
-    ATTNKIT_ASSIGN_OR_RETURN(total, CheckedAdd(total, lse, "tensor bytes"));
+  int64_t total = 0;
+  auto add = [&total](int64_t a, int64_t b, const char* what) -> absl::Status {
+    ATTNKIT_ASSIGN_OR_RETURN(const int64_t n, CheckedMul(a, b, what));
+    ATTNKIT_ASSIGN_OR_RETURN(total, CheckedAdd(total, n, "tensor bytes"));
+    return absl::OkStatus();
+  };
+  // Query rows: [B, H, Tq] (or [H, total_q] packed); Q and O add d each.
+  ATTNKIT_ASSIGN_OR_RETURN(const int64_t q_tokens,
+                           p.is_ragged() ? absl::StatusOr<int64_t>(p.TotalQ())
+                                         : CheckedMul(p.batch, p.q_len, "query tokens"));
+  ATTNKIT_ASSIGN_OR_RETURN(const int64_t rows, CheckedMul(q_tokens, p.num_heads, "query rows"));
+  ATTNKIT_RETURN_IF_ERROR(add(rows, p.head_dim * 2 * q_size, "Q + O bytes"));
+  // Key rows: [B, G, Tk], a packed [total_k, G] or a pool [pages, page, G].
+  int64_t kv_tokens = 0;
+  if (p.is_paged()) {
+    ATTNKIT_ASSIGN_OR_RETURN(kv_tokens, CheckedMul(p.num_pages, p.page_size, "pool tokens"));
+  } else if (p.is_ragged()) {
+    kv_tokens = p.TotalK();
+  } else {
+    ATTNKIT_ASSIGN_OR_RETURN(kv_tokens, CheckedMul(p.batch, p.kv_len, "key tokens"));
   }
-  if (p.has_kv_lengths()) {
-    ATTNKIT_ASSIGN_OR_RETURN(const int64_t lengths, CheckedMul(p.batch, 4, "kv_lengths bytes"));
-    ATTNKIT_ASSIGN_OR_RETURN(total, CheckedAdd(total, lengths, "tensor bytes"));
-  }
+  ATTNKIT_ASSIGN_OR_RETURN(const int64_t kv_rows,
+                           CheckedMul(kv_tokens, p.num_kv_heads, "key rows"));
+  ATTNKIT_RETURN_IF_ERROR(add(kv_rows, p.head_dim * 2 * kv_size, "K + V bytes"));
+  if (p.kv_dtype == DType::kI8) ATTNKIT_RETURN_IF_ERROR(add(kv_rows, 2 * 4, "int8 scale bytes"));
+  if (p.return_lse) ATTNKIT_RETURN_IF_ERROR(add(rows, 4, "LSE bytes"));
+  if (p.has_kv_lengths()) ATTNKIT_RETURN_IF_ERROR(add(p.batch, 4, "kv_lengths bytes"));
+  if (p.is_paged()) ATTNKIT_RETURN_IF_ERROR(add(p.batch, p.max_pages() * 4, "block table bytes"));
+  if (p.is_ragged()) ATTNKIT_RETURN_IF_ERROR(add(p.batch + 1, 2 * 4, "cu_seqlens bytes"));
   // [B, H, Tq, Tk]: the dense mask (1 byte) and bias (4 bytes).
   const int64_t pair_size = (p.blocked_mask ? 1 : 0) + (p.additive_bias ? 4 : 0);
   if (pair_size > 0) {
     ATTNKIT_ASSIGN_OR_RETURN(const int64_t pairs, CheckedMul(rows, p.kv_len, "mask/bias entries"));
-    ATTNKIT_ASSIGN_OR_RETURN(const int64_t dense, CheckedMul(pairs, pair_size, "mask/bias bytes"));
-    ATTNKIT_ASSIGN_OR_RETURN(total, CheckedAdd(total, dense, "tensor bytes"));
+    ATTNKIT_RETURN_IF_ERROR(add(pairs, pair_size, "mask/bias bytes"));
   }
   return total;
+}
+
+int64_t KvBytesRead(const AttentionProblem& p) {
+  const int64_t row_bytes =
+      p.head_dim * static_cast<int64_t>(DTypeSize(p.kv_dtype)) + (p.kv_dtype == DType::kI8 ? 4 : 0);
+  int64_t keys = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t nq = p.QLength(b);
+    if (nq == 0) continue;
+    const MaskParams m = p.mask_params(b);
+    const int64_t kv_length = p.KvLength(b);
+    // Ranges are monotone in the query position: their union runs from the
+    // first row's begin to the last row's end (empty rows aside).
+    int64_t lo = kv_length, hi = 0;
+    for (int64_t i = 0; i < nq; ++i) {
+      const KeyRange r = VisibleKeys(m, i, kv_length);
+      if (r.size() == 0) continue;
+      lo = std::min(lo, r.begin);
+      hi = std::max(hi, r.end);
+    }
+    if (hi > lo) keys += hi - lo;
+  }
+  return 2 * keys * p.num_kv_heads * row_bytes;
 }
 
 absl::Status CheckMemoryBudget(const AttentionProblem& p) {
@@ -216,11 +313,11 @@ absl::Status CheckMemoryBudget(const AttentionProblem& p) {
 }
 
 int64_t CountVisiblePairs(const AttentionProblem& p) {
-  const MaskParams m = p.mask_params();
   int64_t pairs = 0;
   for (int64_t b = 0; b < p.batch; ++b) {
+    const MaskParams m = p.mask_params(b);
     const int64_t kv_length = p.KvLength(b);
-    for (int64_t i = 0; i < p.q_len; ++i) pairs += VisibleKeys(m, i, kv_length).size();
+    for (int64_t i = 0; i < p.QLength(b); ++i) pairs += VisibleKeys(m, i, kv_length).size();
   }
   return pairs * p.num_heads;
 }

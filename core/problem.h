@@ -20,6 +20,10 @@ constexpr int64_t kDefaultMemoryBudgetBytes = int64_t{16} << 30;
 // Most NaN/Inf values random inputs may carry (config.proto nonfinite_inputs).
 constexpr int64_t kMaxNonfiniteInputs = 64;
 
+// Paged K/V page sizes (config.proto page_size): powers of two in this range.
+constexpr int64_t kMinPageSize = 16;
+constexpr int64_t kMaxPageSize = 256;
+
 enum class MaskKind { kNone, kCausal, kSlidingWindow };
 enum class Alignment { kTopLeft, kBottomRight };
 
@@ -53,13 +57,33 @@ struct AttentionProblem {
   bool poison_blocked = false;   // see config.proto
   int64_t nonfinite_inputs = 0;  // see config.proto
   int64_t memory_budget_bytes = kDefaultMemoryBudgetBytes;
+  // Paged K/V (config.proto page_size): K and V are pools [num_pages,
+  // page_size, G, d] read through a block table [B, max_pages()]. 0 = dense.
+  int64_t page_size = 0;
+  int64_t num_pages = 0;
+  // Ragged batch (config.proto q_lengths): sequence b has q_lengths[b]
+  // queries (<= q_len) and kv_lengths[b] keys (<= kv_len); Q, O and (unless
+  // paged) K, V are packed token-major. Empty = every sequence has q_len.
+  std::vector<int64_t> q_lengths;
 
   int64_t group_size() const { return num_heads / num_kv_heads; }  // H / G
   // The query heads h with KvHead(h) == g share key/value head g.
   int64_t KvHead(int64_t h) const { return h / group_size(); }
   bool has_kv_lengths() const { return !kv_lengths.empty(); }
   int64_t KvLength(int64_t b) const { return kv_lengths.empty() ? kv_len : kv_lengths[b]; }
-  MaskParams mask_params() const;
+  bool is_paged() const { return page_size > 0; }
+  bool is_ragged() const { return !q_lengths.empty(); }
+  // Block table entries per sequence: ceil(kv_len / page_size); 0 if dense.
+  int64_t max_pages() const { return page_size > 0 ? (kv_len + page_size - 1) / page_size : 0; }
+  int64_t QLength(int64_t b) const { return q_lengths.empty() ? q_len : q_lengths[b]; }
+  // Query rows per head over the batch: sum of QLength(b).
+  int64_t TotalQ() const;
+  // Rows of the packed K and V of a ragged batch: sum of KvLength(b).
+  int64_t TotalK() const;
+  // The mask of sequence b (its own query count sets the bottom-right
+  // diagonal in a ragged batch); mask_params() is sequence 0's.
+  MaskParams mask_params(int64_t b) const;
+  MaskParams mask_params() const { return mask_params(0); }
   // "mha", "mqa" or "gqa".
   absl::string_view Variant() const;
   // A short readable id: "gqa_h32_g8_q129_k257_d80_causal_br_f32".
@@ -84,8 +108,14 @@ constexpr int64_t kProblemMaxHeadDim = 1024;
 absl::Status RequireRange(absl::string_view field, int64_t value, int64_t lo, int64_t hi);
 
 // Bytes of every tensor the problem needs (Q, K, V, O and the optional LSE,
-// kv_lengths, mask and bias), computed with overflow checks.
+// kv_lengths, mask, bias, block table, offsets and int8 scales), computed
+// with overflow checks. A paged problem counts its whole pool.
 absl::StatusOr<int64_t> ProblemBytes(const AttentionProblem& p);
+// The K and V bytes a forward pass must read: for each sequence, every key
+// row some query of it sees, K and V of every KV head (int8 with their f32
+// scales). Pages shared between sequences count once per sequence. The
+// memory traffic of decode figures.
+int64_t KvBytesRead(const AttentionProblem& p);
 // ResourceExhausted when ProblemBytes(p) exceeds p.memory_budget_bytes.
 absl::Status CheckMemoryBudget(const AttentionProblem& p);
 

@@ -14,6 +14,8 @@ DType FromProto(DTypeProto t, DType unset) {
       return DType::kF16;
     case BF16:
       return DType::kBF16;
+    case INT8:
+      return DType::kI8;
     case F32:
       return DType::kF32;
     default:
@@ -27,6 +29,8 @@ DTypeProto ToProto(DType t) {
       return F16;
     case DType::kBF16:
       return BF16;
+    case DType::kI8:
+      return INT8;
     default:
       return F32;
   }
@@ -85,6 +89,17 @@ absl::StatusOr<AttentionProblem> ProblemFromConfig(const AttentionConfig& c) {
   p.poison_blocked = c.poison_blocked();
   p.nonfinite_inputs = c.nonfinite_inputs();
   if (c.memory_budget_bytes() != 0) p.memory_budget_bytes = c.memory_budget_bytes();
+  p.page_size = c.page_size();
+  p.q_lengths.assign(c.q_lengths().begin(), c.q_lengths().end());
+  if (p.page_size > 0) {
+    // Ranges first: the default multiplies them.
+    ATTNKIT_RETURN_IF_ERROR(RequireRange("page_size", p.page_size, kMinPageSize, kMaxPageSize));
+    ATTNKIT_RETURN_IF_ERROR(RequireRange("batch", p.batch, 1, int64_t{1} << 31));
+    ATTNKIT_RETURN_IF_ERROR(RequireRange("kv_len", p.kv_len, 1, int64_t{1} << 31));
+    p.num_pages = c.num_pages() != 0 ? c.num_pages() : p.batch * p.max_pages();
+  } else {
+    p.num_pages = c.num_pages();
+  }
   ATTNKIT_RETURN_IF_ERROR(ValidateProblem(p));
   return p;
 }
@@ -123,6 +138,9 @@ AttentionConfig ConfigFromProblem(const AttentionProblem& p) {
   if (p.memory_budget_bytes != kDefaultMemoryBudgetBytes) {
     c.set_memory_budget_bytes(p.memory_budget_bytes);
   }
+  c.set_page_size(p.page_size);
+  c.set_num_pages(p.num_pages);
+  for (int64_t l : p.q_lengths) c.add_q_lengths(l);
   return c;
 }
 

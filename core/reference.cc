@@ -4,6 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "core/kv_rows.h"
+#include "core/ragged.h"
+
 namespace attnkit {
 
 double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b, int64_t h,
@@ -12,7 +15,13 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
   const int64_t d = p.head_dim;
   const int64_t g = p.KvHead(h);
   const int64_t kv_length = p.KvLength(b);
-  const KeyRange range = VisibleKeys(p.mask_params(), i, kv_length);
+  const KeyRange range = VisibleKeys(p.mask_params(b), i, kv_length);
+  // K/V row j of (b, g), dense or paged; int8 rows times their scale.
+  const KvRows rows(p, a);
+  const bool int8 = p.kv_dtype == DType::kI8;
+  auto scale_of = [&](const TensorView& sv, int64_t j) {
+    return int8 ? double(static_cast<const float*>(sv.data)[rows.ScaleOffset(sv, b, g, j)]) : 1.0;
+  };
   const double kNegInf = -std::numeric_limits<double>::infinity();
   std::vector<double>& s = *scores;
 
@@ -31,17 +40,21 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
       if (!(bias < std::numeric_limits<double>::infinity())) poisoned = true;  // NaN, +inf
     }
     double dot = 0, abs_dot = 0;
+    const int64_t k_row = rows.Offset(a.k, b, g, j);
+    const double k_scale = scale_of(a.k_scale, j);
     for (int64_t c = 0; c < d; ++c) {
-      const double qk =
-          double(a.q.LoadF32(a.q.Offset(b, h, i, c))) * double(a.k.LoadF32(a.k.Offset(b, g, j, c)));
+      const double qk = double(a.q.LoadF32(a.q.Offset(b, h, i, c))) *
+                        (double(a.k.LoadF32(k_row + c * a.k.strides[3])) * k_scale);
       dot += qk;
       abs_dot += std::fabs(qk);
     }
     // Products of floats cannot overflow a double: a non-finite dot product
     // means a NaN or Inf in q or k_j.
     if (!std::isfinite(dot)) poisoned = true;
+    const int64_t v_row = rows.Offset(a.v, b, g, j);
+    const double v_scale = scale_of(a.v_scale, j);
     for (int64_t c = 0; c < d && !poisoned; ++c) {
-      if (!std::isfinite(a.v.LoadF32(a.v.Offset(b, g, j, c)))) poisoned = true;
+      if (!std::isfinite(a.v.LoadF32(v_row + c * a.v.strides[3]) * v_scale)) poisoned = true;
     }
     if (poisoned) continue;
     double score = double(p.scale) * dot;
@@ -76,8 +89,10 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
     if (s[j] == kNegInf) continue;  // blocked: v_j is never read
     const double w = std::exp(s[j] - max_score);
     sum += w;
+    const int64_t v_row = rows.Offset(a.v, b, g, j);
+    const double v_scale = scale_of(a.v_scale, j);
     for (int64_t c = 0; c < d; ++c) {
-      const double v = double(a.v.LoadF32(a.v.Offset(b, g, j, c)));
+      const double v = double(a.v.LoadF32(v_row + c * a.v.strides[3])) * v_scale;
       o_row[c] += w * v;
       if (abs_o_row != nullptr) abs_o_row[c] += w * std::fabs(v);
     }
@@ -90,6 +105,17 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
 }
 
 ReferenceResult ComputeReference(const AttentionProblem& p, const AttentionArgs& a) {
+  if (p.is_ragged()) {  // the sequences' results, one after the other
+    ReferenceResult all;
+    for (const SequenceCall& s : RaggedSequences(p, a)) {
+      const ReferenceResult r = ComputeReference(s.problem, s.args);
+      all.o.insert(all.o.end(), r.o.begin(), r.o.end());
+      all.lse.insert(all.lse.end(), r.lse.begin(), r.lse.end());
+      all.abs_o.insert(all.abs_o.end(), r.abs_o.begin(), r.abs_o.end());
+      all.terms.insert(all.terms.end(), r.terms.begin(), r.terms.end());
+    }
+    return all;
+  }
   const int64_t B = p.batch, H = p.num_heads, Tq = p.q_len, d = p.head_dim;
   ReferenceResult r;
   r.o.assign(static_cast<size_t>(B * H * Tq * d), 0.0);

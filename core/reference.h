@@ -26,6 +26,9 @@ namespace attnkit {
 // the rule every backend follows (what PyTorch's math SDPA gives), and no
 // other row changes: values in rows no query reads never leak. `scores` is
 // scratch of at least kv_len entries.
+// K and V may be paged (read through the block table) and int8 (each value
+// times its row's scale, exactly, in double). `p` must not be ragged: pass
+// the problems of RaggedSequences (core/ragged.h).
 // Returns the row's lse and writes head_dim values to o_row.
 // What the error bound of core/compare.h needs from one row, in fp64 from the
 // same stored inputs; maxima over the row's visible keys j.
@@ -42,6 +45,8 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
                     int64_t i, std::vector<double>* scores, double* o_row,
                     double* abs_o_row = nullptr, RowErrorTerms* terms = nullptr);
 
+// A ragged problem's arrays hold its sequences one after the other, each
+// [H, q_lengths[b], ...], in batch order (sequences without queries absent).
 struct ReferenceResult {
   std::vector<double> o;             // [B, H, Tq, d], canonical order
   std::vector<double> lse;           // [B, H, Tq]

@@ -66,7 +66,12 @@ std::string BlasBackend::Description() const {
       openblas_get_corename(), memory_budget() >> 20);
 }
 
-Capabilities BlasBackend::Caps() const { return FullCapabilities(); }
+Capabilities BlasBackend::Caps() const {
+  Capabilities c = FullCapabilities();
+  c.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};  // TODO(int8)
+  c.paged_kv = c.ragged = false;                           // TODO(paged, ragged)
+  return c;
+}
 
 absl::Status BlasBackend::Supports(const AttentionProblem& p) const {
   ATTNKIT_RETURN_IF_ERROR(Backend::Supports(p));

@@ -57,6 +57,8 @@ class HighwayBackend : public Backend {
   }
   Capabilities Caps() const override {
     Capabilities c = FullCapabilities();
+    c.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};  // TODO(int8)
+    c.paged_kv = c.ragged = false;                           // TODO(paged, ragged)
     // Each output row is reduced by one worker in a fixed key order, so the
     // thread count only changes which worker runs it (1 and 2 threads agree).
     c.deterministic = true;

@@ -3,6 +3,8 @@
 #include <vector>
 
 #include "core/full_capabilities.h"
+#include "core/ragged.h"
+#include "core/status_macros.h"
 #include "core/reference.h"
 
 namespace attnkit {
@@ -26,6 +28,12 @@ class ReferenceBackend : public Backend {
   absl::Status ForwardImpl(const AttentionProblem& p, const AttentionArgs& a,
                            RunInfo* info) override {
     info->kernel = "scalar-fp64";
+    if (p.is_ragged()) {  // each sequence is a dense batch-1 problem
+      for (const SequenceCall& s : RaggedSequences(p, a)) {
+        ATTNKIT_RETURN_IF_ERROR(ForwardImpl(s.problem, s.args, info));
+      }
+      return absl::OkStatus();
+    }
     std::vector<double> scores(static_cast<size_t>(p.kv_len));
     std::vector<double> row(static_cast<size_t>(p.head_dim));
     for (int64_t b = 0; b < p.batch; ++b) {
