@@ -53,6 +53,13 @@ HWY_INLINE void WidenRowToF32(const void* HWY_RESTRICT src, DType type, size_t n
   if (type == DType::kF32) {
     const auto* f = static_cast<const float*>(src);
     for (; i + N <= n; i += N) hn::StoreU(hn::LoadU(df, f + i), df, dst + i);
+  } else if (type == DType::kI8) {  // the integer values; callers scale
+    const hn::Rebind<int8_t, decltype(df)> d8;
+    const hn::Rebind<int32_t, decltype(df)> d32;
+    const auto* q = static_cast<const int8_t*>(src);
+    for (; i + N <= n; i += N) {
+      hn::StoreU(hn::ConvertTo(df, hn::PromoteTo(d32, hn::LoadU(d8, q + i))), df, dst + i);
+    }
   } else if (type == DType::kBF16) {
     const hn::Rebind<hwy::bfloat16_t, decltype(df)> dbf;
     const auto* h = static_cast<const hwy::bfloat16_t*>(src);

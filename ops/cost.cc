@@ -19,24 +19,29 @@ std::string Bytes(int64_t bytes) {
 
 CostReport ComputeCost(const AttentionProblem& p) {
   CostReport c;
-  const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads, d = p.head_dim;
-  const int64_t qsize = DTypeSize(p.dtype), kvsize = DTypeSize(p.kv_dtype);
+  const int64_t B = p.batch, H = p.num_heads, d = p.head_dim;
+  const int64_t qsize = DTypeSize(p.dtype);
+  const int64_t q_tokens = p.TotalQ();  // B * Tq, or sum(q_lengths) when ragged
   c.visible_pairs = CountVisiblePairs(p);
-  c.total_pairs = B * H * p.q_len * p.kv_len;
+  c.total_pairs = q_tokens * H * p.kv_len;
   c.useful_flops = UsefulFlops(p);
   c.dense_flops = 4.0 * double(d) * double(c.total_pairs);
-  c.bytes_q = B * H * p.q_len * d * qsize;
+  c.bytes_q = q_tokens * H * d * qsize;
   c.bytes_o = c.bytes_q;
-  c.bytes_k = B * G * p.kv_len * d * kvsize;
+  // The key rows some query sees, per sequence (padding and rows outside
+  // every mask are not read), with their int8 scales: K and V alike.
+  c.bytes_k = KvBytesRead(p) / 2;
   c.bytes_v = c.bytes_k;
-  if (p.return_lse) c.bytes_extra += B * H * p.q_len * 4;
+  if (p.return_lse) c.bytes_extra += q_tokens * H * 4;
   if (p.has_kv_lengths()) c.bytes_extra += B * 4;
+  if (p.is_paged()) c.bytes_extra += B * p.max_pages() * 4;  // the block table
+  if (p.is_ragged()) c.bytes_extra += 2 * (B + 1) * 4;        // cu_seqlens
   if (p.blocked_mask) c.bytes_extra += c.total_pairs;
   if (p.additive_bias) c.bytes_extra += c.total_pairs * 4;
   c.bytes_moved = c.bytes_q + c.bytes_k + c.bytes_v + c.bytes_o + c.bytes_extra;
   c.score_entries = c.total_pairs;
   c.kv_cache_bytes = c.bytes_k + c.bytes_v;
-  c.projection_params = 2 * p.model_dim * d * (H + G);
+  c.projection_params = 2 * p.model_dim * d * (H + p.num_kv_heads);
   return c;
 }
 
@@ -55,8 +60,10 @@ std::string FormatCost(const AttentionProblem& p, const CostReport& c) {
                         c.bytes_moved ? c.useful_flops / c.bytes_moved : 0);
   absl::StrAppendFormat(&out, "score tensor       %d entries (B * H * Tq * Tk; %s as f32)\n",
                         c.score_entries, Bytes(c.score_entries * 4));
-  absl::StrAppendFormat(&out, "kv cache           %s per layer (%d tokens, %s)\n",
-                        Bytes(c.kv_cache_bytes), p.kv_len, DTypeName(p.kv_dtype));
+  absl::StrAppendFormat(&out, "kv cache           %s per layer (%d tokens, %s%s%s)\n",
+                        Bytes(c.kv_cache_bytes), p.kv_len, DTypeName(p.kv_dtype),
+                        p.kv_dtype == DType::kI8 ? " + f32 scale per token and head" : "",
+                        p.is_paged() ? absl::StrCat(", pages of ", p.page_size) : "");
   absl::StrAppendFormat(&out, "projection params  %d (model_dim %d: Wq, Wk, Wv, Wo)\n",
                         c.projection_params, p.model_dim);
   return out;

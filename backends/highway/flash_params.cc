@@ -18,6 +18,15 @@ FlashParams MakeFlashParams(const AttentionProblem& p, const AttentionArgs& a) {
   f.k = a.k;
   f.v = a.v;
   f.o = a.o;
+  f.kv_rows = KvRows(p, a);
+  f.k_row_stride = KvRows::RowStride(a.k, p.is_paged());
+  f.v_row_stride = KvRows::RowStride(a.v, p.is_paged());
+  if (p.kv_dtype == DType::kI8) {
+    f.k_scale = static_cast<const float*>(a.k_scale.data);
+    f.v_scale = static_cast<const float*>(a.v_scale.data);
+    f.k_scale_view = a.k_scale;
+    f.v_scale_view = a.v_scale;
+  }
   if (p.return_lse) {
     f.lse = static_cast<float*>(a.lse.data);
     f.lse_view = a.lse;
@@ -38,9 +47,13 @@ FlashParams MakeFlashParams(const AttentionProblem& p, const AttentionArgs& a) {
 }
 
 std::string FlashRunInfo::Describe() const {
-  return absl::StrFormat("flash/%s q%dxk%d pv%dx%d rows=%d ktile=%d split-k=%d threads=%d",
-                         hwy::TargetName(target), score_rows, score_keys, value_rows,
-                         value_cols, q_rows, key_tile, splits, threads);
+  std::string s = absl::StrFormat("flash/%s q%dxk%d pv%dx%d rows=%d ktile=%d split-k=%d threads=%d",
+                                  hwy::TargetName(target), score_rows, score_keys, value_rows,
+                                  value_cols, q_rows, key_tile, splits, threads);
+  if (sequences > 1) {
+    s += absl::StrFormat(" ragged seqs=%d items=%d balance=%.2f", sequences, items, balance);
+  }
+  return s;
 }
 
 }  // namespace attnkit

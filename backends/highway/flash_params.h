@@ -10,6 +10,7 @@
 #include "core/backend.h"
 #include "core/mask.h"
 #include "core/problem.h"
+#include "core/kv_rows.h"
 #include "core/tensor.h"
 
 namespace attnkit {
@@ -22,8 +23,17 @@ struct FlashParams {
   int64_t head_dim = 1;      // d
   int64_t q_len = 1;         // Tq
   int64_t kv_len = 1;        // Tk
-  // q, o: [B, H, Tq, d]; k, v: [B, G, Tk, d] (strided views, never copied).
+  // q, o: [B, H, Tq, d]; k, v: [B, G, Tk, d] or paged pools (strided views,
+  // never copied). K/V row t of (b, g) is at kv_rows.Offset(k, b, g, t);
+  // rows of one run (a page, or all of a dense tensor) are k_row_stride /
+  // v_row_stride elements apart.
   TensorView q, k, v, o;
+  KvRows kv_rows;
+  int64_t k_row_stride = 0, v_row_stride = 0;
+  // int8 K/V: one f32 scale per row, at kv_rows.ScaleOffset(view, b, g, t).
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  TensorView k_scale_view, v_scale_view;
   float* lse = nullptr;  // [B, H, Tq] f32 when requested
   TensorView lse_view;
   const uint8_t* blocked = nullptr;  // [B, H, Tq, Tk], 1 = blocked
@@ -36,10 +46,12 @@ struct FlashParams {
   float softcap = 0.0f;  // 0 = off
 
   int64_t KvLength(int64_t b) const { return kv_lengths ? kv_lengths[b] : kv_len; }
+  bool int8() const { return k_scale != nullptr; }
 };
 
-// `p` and `a` must have passed ValidateArgs. `p` must outlive the result
-// (kv_lengths points into it).
+// `p` and `a` must have passed ValidateArgs; `p` must not be ragged (pass
+// the problems of RaggedSequences). `p` must outlive the result (kv_lengths
+// points into it).
 FlashParams MakeFlashParams(const AttentionProblem& p, const AttentionArgs& a);
 
 // What one Forward ran, filled by the per-target code.
@@ -54,6 +66,11 @@ struct FlashRunInfo {
   int64_t splits = 1;      // split-K factor
   int64_t items = 0;       // parallel work items
   int threads = 1;
+  int64_t sequences = 1;   // a ragged batch's sequences with queries
+  // Ragged batches: the busiest thread's share of the visible-pair cost
+  // estimate over the ideal (1 / threads), when items are dealt out in
+  // order of cost to the least loaded thread (1 = perfectly balanced).
+  double balance = 1.0;
 
   // "flash/AVX2 q16xk4 pv4x16 rows=64 ktile=64 split-k=2 threads=2"
   std::string Describe() const;

@@ -9,6 +9,7 @@
 #include "backends/highway/sdpa.h"
 #include "backends/highway/workspace.h"
 #include "core/full_capabilities.h"
+#include "core/ragged.h"
 #include "core/status_macros.h"
 #include "core/thread_pool.h"
 #include "hwy/targets.h"
@@ -57,8 +58,6 @@ class HighwayBackend : public Backend {
   }
   Capabilities Caps() const override {
     Capabilities c = FullCapabilities();
-    c.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};  // TODO(int8)
-    c.paged_kv = c.ragged = false;                           // TODO(paged, ragged)
     // Each output row is reduced by one worker in a fixed key order, so the
     // thread count only changes which worker runs it (1 and 2 threads agree).
     c.deterministic = true;
@@ -82,9 +81,20 @@ class HighwayBackend : public Backend {
                            RunInfo* info) override {
     // The workspace and pool serve one call at a time.
     std::lock_guard<std::mutex> lock(mu_);
-    const FlashParams params = MakeFlashParams(p, a);
     FlashRunInfo run;
-    ATTNKIT_RETURN_IF_ERROR(FlashAttention(params, forced_target_, pool_.get(), &workspace_, &run));
+    if (p.is_ragged()) {
+      // One parallel loop over every sequence's work (sdpa-inl.h).
+      const std::vector<SequenceCall> seqs = RaggedSequences(p, a);
+      std::vector<FlashParams> params;
+      params.reserve(seqs.size());
+      for (const SequenceCall& s : seqs) params.push_back(MakeFlashParams(s.problem, s.args));
+      ATTNKIT_RETURN_IF_ERROR(FlashAttention(params.data(), params.size(), forced_target_,
+                                             pool_.get(), &workspace_, &run));
+    } else {
+      const FlashParams params = MakeFlashParams(p, a);
+      ATTNKIT_RETURN_IF_ERROR(
+          FlashAttention(params, forced_target_, pool_.get(), &workspace_, &run));
+    }
     info->kernel = run.Describe();
     return absl::OkStatus();
   }

@@ -125,6 +125,13 @@ HWY_INLINE VF LoadF32(DF df, const hwy::bfloat16_t* HWY_RESTRICT p) {
 HWY_INLINE VF LoadF32(DF df, const hwy::float16_t* HWY_RESTRICT p) {
   return LoadF16AsF32(df, p);  // exact for Inf/NaN on every target
 }
+// int8 K/V: the integer values (exact in f32); the caller applies the row
+// scales to the scores and probabilities (ScaleKeyColumns).
+HWY_INLINE VF LoadF32(DF df, const int8_t* HWY_RESTRICT p) {
+  const hn::Rebind<int8_t, DF> d8;
+  const hn::Rebind<int32_t, DF> d32;
+  return hn::ConvertTo(df, hn::PromoteTo(d32, hn::LoadU(d8, p)));
+}
 
 // Storage tag: bf16 K/V rows read two f32 vectors at a time. One load of
 // 2 * Lanes bf16 and two zips with zero give two f32 vectors (a bf16 is the
@@ -471,6 +478,26 @@ HWY_INLINE bool AllFinite(const T* HWY_RESTRICT x, size_t n) {
     for (int i = 0; i < kV; ++i) ok = hn::And(ok, hn::IsFinite(v[i]));
   }
   return hn::AllTrue(df, ok);
+}
+
+// S[j, r] *= scale[j] for j < keys, r < rows (a multiple of Lanes): the
+// int8 K scales on raw integer dot products, or the V scales on
+// probabilities. With keep_zero, a zero stays zero whatever the scale (a
+// key a row does not see must not bring a NaN scale into its sum).
+HWY_INLINE void ScaleKeyColumns(float* HWY_RESTRICT s, size_t lds, size_t keys, size_t rows,
+                                const float* HWY_RESTRICT scale, bool keep_zero) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const VF zero = hn::Zero(df);
+  for (size_t j = 0; j < keys; ++j) {
+    const VF sc = hn::Set(df, scale[j]);
+    float* HWY_RESTRICT sj = s + j * lds;
+    for (size_t r = 0; r < rows; r += N) {
+      const VF x = hn::Load(df, sj + r);
+      const VF y = hn::Mul(x, sc);
+      hn::Store(keep_zero ? hn::IfThenElse(hn::Eq(x, zero), zero, y) : y, df, sj + r);
+    }
+  }
 }
 
 // x = cap * tanh(x / cap) for the n (a multiple of Lanes) values at x; -inf

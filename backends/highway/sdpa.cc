@@ -13,9 +13,9 @@ namespace attnkit {
 namespace HWY_NAMESPACE {
 
 // The exported per-target entry (a function, not inline, for the table).
-absl::Status FlashForwardTarget(const FlashParams& p, ThreadPool* pool, Workspace* ws,
+absl::Status FlashForwardTarget(const FlashParams* p, size_t n, ThreadPool* pool, Workspace* ws,
                                 FlashRunInfo* info) {
-  return FlashForward(p, pool, ws, info);
+  return FlashForward(p, n, pool, ws, info);
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
@@ -36,12 +36,18 @@ HWY_EXPORT(FlashForwardTarget);
 
 absl::Status FlashAttention(const FlashParams& p, int64_t target, ThreadPool* pool, Workspace* ws,
                             FlashRunInfo* info) {
-  if (target == 0) return HWY_DYNAMIC_DISPATCH(FlashForwardTarget)(p, pool, ws, info);
+  return FlashAttention(&p, 1, target, pool, ws, info);
+}
+
+absl::Status FlashAttention(const FlashParams* p, size_t n, int64_t target, ThreadPool* pool,
+                            Workspace* ws, FlashRunInfo* info) {
+  if (n == 0) return absl::OkStatus();
+  if (target == 0) return HWY_DYNAMIC_DISPATCH(FlashForwardTarget)(p, n, pool, ws, info);
   // The same table HWY_DYNAMIC_DISPATCH uses, indexed for `target` by a local
   // ChosenTarget, so forcing a target changes no global state.
   hwy::ChosenTarget chosen;
   chosen.Update(target);
-  return HWY_DISPATCH_TABLE(FlashForwardTarget)[chosen.GetIndex()](p, pool, ws, info);
+  return HWY_DISPATCH_TABLE(FlashForwardTarget)[chosen.GetIndex()](p, n, pool, ws, info);
 }
 
 std::vector<int64_t> AvailableFlashTargets() {

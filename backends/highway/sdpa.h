@@ -21,6 +21,10 @@ namespace attnkit {
 // which also honours hwy::SetSupportedTargetsForTest).
 absl::Status FlashAttention(const FlashParams& p, int64_t target, ThreadPool* pool, Workspace* ws,
                             FlashRunInfo* info);
+// The same for the n sequences of a ragged batch, in one parallel loop over
+// all their work (n == 1: exactly the call above).
+absl::Status FlashAttention(const FlashParams* p, size_t n, int64_t target, ThreadPool* pool,
+                            Workspace* ws, FlashRunInfo* info);
 
 // The targets compiled into sdpa.cc that this CPU supports, best first.
 std::vector<int64_t> AvailableFlashTargets();
