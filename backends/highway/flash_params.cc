@@ -51,7 +51,7 @@ std::string FlashRunInfo::Describe() const {
                                   hwy::TargetName(target), score_rows, score_keys, value_rows,
                                   value_cols, q_rows, key_tile, splits, threads);
   if (sequences > 1) {
-    s += absl::StrFormat(" ragged seqs=%d items=%d balance=%.2f", sequences, items, balance);
+    s += absl::StrFormat(" ragged seqs=%d items=%d util=%.2f", sequences, items, utilisation);
   }
   return s;
 }

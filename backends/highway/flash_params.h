@@ -67,10 +67,9 @@ struct FlashRunInfo {
   int64_t items = 0;       // parallel work items
   int threads = 1;
   int64_t sequences = 1;   // a ragged batch's sequences with queries
-  // Ragged batches: the busiest thread's share of the visible-pair cost
-  // estimate over the ideal (1 / threads), when items are dealt out in
-  // order of cost to the least loaded thread (1 = perfectly balanced).
-  double balance = 1.0;
+  // Ragged batches: the time threads spent in work items over threads x the
+  // wall time of the parallel loops (measured; 1 = no thread ever idle).
+  double utilisation = 1.0;
 
   // "flash/AVX2 q16xk4 pv4x16 rows=64 ktile=64 split-k=2 threads=2"
   std::string Describe() const;

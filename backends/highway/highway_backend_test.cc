@@ -5,6 +5,9 @@
 #include <cstring>
 
 #include "backends/highway/flash_test_util.h"
+#include "core/compare.h"
+#include "core/problem_data.h"
+#include "core/reference.h"
 #include "gtest/gtest.h"
 
 namespace attnkit {
@@ -59,6 +62,69 @@ TEST(HighwayThreads, RepeatedCallsReuseWorkspaceAndAgree) {
   auto b = RunToVector(backend.get(), p);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(*a, *b);
+}
+
+// Serving problems: paged and int8 K/V and ragged batches, against the fp64
+// oracle, on 1 and 2 threads with the same bits.
+std::vector<AttentionProblem> ServingProblems() {
+  std::vector<AttentionProblem> out;
+  AttentionProblem paged = MakeTestProblem(3, 8, 2, 1, 700, 128);
+  paged.page_size = 16;
+  paged.num_pages = 90;  // fewer than 3 * 44: sequences share pages
+  paged.kv_lengths = {700, 1, 333};
+  paged.mask = MaskKind::kCausal;
+  paged.alignment = Alignment::kBottomRight;
+  paged.return_lse = true;
+  out.push_back(paged);
+  AttentionProblem int8 = MakeTestProblem(2, 8, 2, 5, 300, 64);
+  int8.kv_dtype = DType::kI8;
+  int8.dtype = DType::kBF16;
+  int8.return_lse = true;
+  out.push_back(int8);
+  AttentionProblem int8_paged = paged;
+  int8_paged.kv_dtype = DType::kI8;
+  int8_paged.page_size = 32;
+  int8_paged.num_pages = 3 * int8_paged.max_pages();
+  out.push_back(int8_paged);
+  // One long prefill chunk beside short decodes, one sequence without
+  // queries and one without keys.
+  AttentionProblem ragged = MakeTestProblem(5, 8, 2, 100, 1200, 64);
+  ragged.layout = Layout::kBTHD;
+  ragged.q_lengths = {100, 1, 1, 0, 1};
+  ragged.kv_lengths = {300, 1200, 5, 7, 0};
+  ragged.mask = MaskKind::kCausal;
+  ragged.alignment = Alignment::kBottomRight;
+  ragged.return_lse = true;
+  out.push_back(ragged);
+  AttentionProblem ragged_paged = ragged;
+  ragged_paged.page_size = 64;
+  ragged_paged.num_pages = 5 * ragged_paged.max_pages();
+  ragged_paged.kv_dtype = DType::kI8;
+  out.push_back(ragged_paged);
+  return out;
+}
+
+TEST(HighwayServing, PagedInt8AndRaggedMatchTheOracleOnOneAndTwoThreads) {
+  auto one = MakeHighwayBackend({1});
+  auto two = MakeHighwayBackend({2});
+  for (const AttentionProblem& p : ServingProblems()) {
+    ASSERT_TRUE(ValidateProblem(p).ok()) << ValidateProblem(p);
+    ASSERT_TRUE(two->Supports(p).ok()) << two->Supports(p);
+    absl::StatusOr<ProblemData> data = ProblemData::Random(p, 7);
+    ASSERT_TRUE(data.ok()) << data.status();
+    RunInfo info;
+    ASSERT_TRUE(two->Forward(p, data->args(), &info).ok());
+    const Comparison c = CompareToReference(p, data->args(), ComputeReference(p, data->args()));
+    EXPECT_TRUE(c.ok()) << p.Id() << ": " << c.first_failure << " kernel " << info.kernel;
+    if (p.is_ragged()) {
+      EXPECT_NE(info.kernel.find("ragged seqs=4"), std::string::npos) << info.kernel;
+    }
+    auto a = RunToVector(one.get(), p);
+    auto b = RunToVector(two.get(), p);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_EQ(a->size(), b->size());
+    EXPECT_EQ(0, std::memcmp(a->data(), b->data(), a->size() * sizeof(float))) << p.Id();
+  }
 }
 
 TEST(HighwayTarget, ForcedScalarTargetRunsAndIsReported) {
