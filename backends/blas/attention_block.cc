@@ -23,17 +23,44 @@ struct Operand {
   int64_t ld;
 };
 
-// Copies rows [j0, j0 + n) of head (b, g) of `t` to dst [n, d] as f32: the
-// staged K or V chunk when storage is f16/bf16 or not BLAS-compatible.
-void StageRows(const TensorView& t, int64_t b, int64_t g, int64_t j0, int64_t n, int64_t d,
-               float* dst) {
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t base = t.Offset(b, g, j0 + j, 0);
-    float* out = dst + j * d;
-    if (t.strides[3] == 1) {  // vectorised, exact
-      WidenRow(static_cast<const char*>(t.data) + base * DTypeSize(t.dtype), t.dtype, d, out);
+// One K or V row of d elements at element `offset` of `t` into out [d] as
+// f32: 16-bit storage widened exactly, int8 times the row's `scale`.
+void StageRow(const TensorView& t, int64_t offset, float scale, int64_t d, float* out) {
+  const int64_t stride = t.strides[3];
+  if (t.dtype == DType::kI8) {
+    const int8_t* src = static_cast<const int8_t*>(t.data) + offset;
+    if (stride == 1) {
+      DequantizeRow(src, d, scale, out);
     } else {
-      for (int64_t c = 0; c < d; ++c) out[c] = t.LoadF32(base + c * t.strides[3]);
+      for (int64_t c = 0; c < d; ++c) out[c] = static_cast<float>(src[c * stride]) * scale;
+    }
+  } else if (stride == 1) {  // vectorised, exact
+    WidenRow(static_cast<const char*>(t.data) + offset * DTypeSize(t.dtype), t.dtype, d, out);
+  } else {
+    for (int64_t c = 0; c < d; ++c) out[c] = t.LoadF32(offset + c * stride);
+  }
+}
+
+// Copies K or V rows [j0, j0 + n) of head (b, g) to dst [n, d] as f32 (the
+// staged chunk, see StagesKv); `scale` is k_scale or v_scale for int8 K/V.
+// Rows are found through ctx.kv_rows a run at a time (one page, or all of a
+// dense tensor), so a paged pool and its dense layout stage the same values
+// into the same places, and the GEMMs that follow give the same bits.
+void StageRows(const BlockContext& ctx, const TensorView& t, const TensorView& scale, int64_t b,
+               int64_t g, int64_t j0, int64_t n, float* dst) {
+  const KvRows& rows = ctx.kv_rows;
+  const int64_t d = ctx.problem->head_dim;
+  const bool int8 = t.dtype == DType::kI8;
+  const int64_t row_stride = KvRows::RowStride(t, rows.paged());
+  const int64_t scale_stride = int8 ? KvRows::RowStride(scale, rows.paged()) : 0;
+  const float* scales = int8 ? static_cast<const float*>(scale.data) : nullptr;
+  for (int64_t j = j0; j < j0 + n;) {
+    const int64_t run = std::min(rows.RunLength(j), j0 + n - j);
+    const int64_t first = rows.Offset(t, b, g, j);
+    const int64_t first_scale = int8 ? rows.ScaleOffset(scale, b, g, j) : 0;
+    for (int64_t r = 0; r < run; ++r, ++j) {
+      const float s = int8 ? scales[first_scale + r * scale_stride] : 1.0f;
+      StageRow(t, first + r * row_stride, s, d, dst + (j - j0) * d);
     }
   }
 }
@@ -182,6 +209,12 @@ bool BlasCompatible(const TensorView& t, int64_t head_dim) {
   return t.dtype == DType::kF32 && t.strides[3] == 1 && t.strides[2] >= head_dim;
 }
 
+bool StagesKv(const AttentionProblem& p, const AttentionArgs* args) {
+  if (p.is_paged() || p.kv_dtype != DType::kF32) return true;
+  return args != nullptr &&
+         (!BlasCompatible(args->k, p.head_dim) || !BlasCompatible(args->v, p.head_dim));
+}
+
 BlockCoords DecodeItem(const AttentionProblem& p, const BlockPlan& plan, int64_t item) {
   const int64_t head_blocks = CeilDiv(p.group_size(), plan.head_block);
   const int64_t token_blocks = CeilDiv(p.q_len, plan.token_block);
@@ -245,7 +278,7 @@ void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const Operan
   const int64_t kv_length = p.KvLength(c.b);
   Operand k{w.k, d}, v{w.v, d};
   if (ctx.plan.stage_kv) {
-    StageRows(a.k, c.b, c.g, k0, kn, d, w.k);
+    StageRows(ctx, a.k, a.k_scale, c.b, c.g, k0, kn, w.k);
   } else {
     k = {static_cast<const float*>(a.k.data) + a.k.Offset(c.b, c.g, k0, 0), a.k.strides[2]};
   }
@@ -257,7 +290,7 @@ void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const Operan
                     w.s + (r - r0) * kn, w.o + r * d, w.row_max + r, w.row_sum + r, w.row_bad + r);
   }
   if (ctx.plan.stage_kv) {
-    StageRows(a.v, c.b, c.g, k0, kn, d, w.v);
+    StageRows(ctx, a.v, a.v_scale, c.b, c.g, k0, kn, w.v);
   } else {
     v = {static_cast<const float*>(a.v.data) + a.v.Offset(c.b, c.g, k0, 0), a.v.strides[2]};
   }

@@ -7,18 +7,21 @@
 
 #include "backends/blas/block_plan.h"
 #include "core/backend.h"
+#include "core/kv_rows.h"
 #include "core/mask.h"
 #include "core/problem.h"
 
 namespace attnkit {
 namespace blas {
 
-// Everything the work items of one Forward share; built once per call.
+// Everything the work items of one dense or paged problem share (the whole
+// call, or one sequence of a ragged batch); built once per call.
 struct BlockContext {
   const AttentionProblem* problem = nullptr;
   const AttentionArgs* args = nullptr;
   BlockPlan plan;
   MaskParams mask;
+  KvRows kv_rows;  // where K/V row t of (b, g) lives: dense or through the block table
   // Q rows may be handed to BLAS in place (f32, unit stride along d) when they
   // form one strided matrix; otherwise they are gathered into scratch.
   bool q_in_place = false;
@@ -27,6 +30,15 @@ struct BlockContext {
 // True when `t` ([.., T, d]) can be a BLAS operand with leading dimension
 // t.strides[2]: f32, unit stride along d, rows at least d apart.
 bool BlasCompatible(const TensorView& t, int64_t head_dim);
+
+// True when K and V are staged: converted chunk by chunk into f32 scratch
+// [key_chunk, d] for the GEMMs instead of read in place. Needed for 16-bit
+// or int8 storage (int8 rows times their scales), for a paged pool (rows
+// gathered page by page into one operand, so every GEMM has the shape and
+// values it has on the dense layout: the same bits, as sgemm's result does
+// not depend on an operand's address or leading dimension), and for views
+// BLAS cannot take. `args` null means tensors in p.layout.
+bool StagesKv(const AttentionProblem& p, const AttentionArgs* args);
 
 // Item `item` decoded: batch, kv head, first query head and count, first
 // query position and count. Token blocks run last-to-first so that under a

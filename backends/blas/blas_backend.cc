@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "backends/blas/attention_block.h"
 #include "backends/blas/row_ops.h"
 #include "core/full_capabilities.h"
+#include "core/ragged.h"
 #include "core/status_macros.h"
 
 namespace attnkit {
@@ -66,12 +68,7 @@ std::string BlasBackend::Description() const {
       openblas_get_corename(), memory_budget() >> 20);
 }
 
-Capabilities BlasBackend::Caps() const {
-  Capabilities c = FullCapabilities();
-  c.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};  // TODO(int8)
-  c.paged_kv = c.ragged = false;                           // TODO(paged, ragged)
-  return c;
-}
+Capabilities BlasBackend::Caps() const { return FullCapabilities(); }
 
 absl::Status BlasBackend::Supports(const AttentionProblem& p) const {
   ATTNKIT_RETURN_IF_ERROR(Backend::Supports(p));
@@ -119,68 +116,76 @@ size_t BlasBackend::workspace_bytes() const {
 
 absl::StatusOr<blas::BlockPlan> BlasBackend::PlanFor(const AttentionProblem& p) const {
   absl::ReaderMutexLock lock(&mu_);
+  AttentionProblem one = p;  // a ragged batch: one sequence of the largest lengths
+  if (p.is_ragged()) {
+    one.batch = 1;
+    one.q_lengths.clear();
+    one.kv_lengths.clear();
+  }
+  blas::BlockContext ctx;
+  ctx.problem = &one;  // args null: tensors in p.layout
   bool use_items = false;
-  return Plan(p, p.kv_dtype != DType::kF32, &use_items);
+  ATTNKIT_RETURN_IF_ERROR(Plan(absl::MakeSpan(&ctx, 1), &use_items));
+  return ctx.plan;
 }
 
-absl::StatusOr<blas::BlockPlan> BlasBackend::Plan(const AttentionProblem& p, bool stage_kv,
-                                                  bool* use_items) const {
+absl::StatusOr<int64_t> BlasBackend::PlanEach(absl::Span<blas::BlockContext> segments,
+                                              int workers) const {
   blas::PlanOptions o;
   o.budget_bytes = options_.memory_budget_bytes;
   o.target_rows = options_.target_rows;
   o.max_key_chunk = options_.max_key_chunk;
   o.panel_rows = options_.panel_rows;
   o.stack_heads = options_.stack_group_heads;
-  o.stage_kv = stage_kv;
-  o.workers = options_.threading == BlasThreading::kBlas ? 1 : num_threads_;
-  ATTNKIT_ASSIGN_OR_RETURN(blas::BlockPlan plan, blas::MakePlan(p, o));
+  o.workers = workers;
+  int64_t items = 0;
+  for (blas::BlockContext& ctx : segments) {
+    o.stage_kv = blas::StagesKv(*ctx.problem, ctx.args);
+    ATTNKIT_ASSIGN_OR_RETURN(ctx.plan, blas::MakePlan(*ctx.problem, o));
+    items += ctx.plan.NumItems(*ctx.problem);
+  }
+  return items;
+}
+
+absl::Status BlasBackend::Plan(absl::Span<blas::BlockContext> segments, bool* use_items) const {
+  const int workers = options_.threading == BlasThreading::kBlas ? 1 : num_threads_;
+  ATTNKIT_ASSIGN_OR_RETURN(const int64_t items, PlanEach(segments, workers));
   *use_items = options_.threading != BlasThreading::kBlas;
-  if (options_.threading == BlasThreading::kAuto && o.workers > 1 && plan.NumItems(p) < o.workers) {
-    o.workers = 1;
-    *use_items = false;
-    ATTNKIT_ASSIGN_OR_RETURN(plan, blas::MakePlan(p, o));
+  if (options_.threading == BlasThreading::kAuto && workers > 1 && items < workers) {
+    *use_items = false;  // one scratch region: blocks may be larger
+    ATTNKIT_RETURN_IF_ERROR(PlanEach(segments, 1).status());
   }
-  return plan;
+  return absl::OkStatus();
 }
 
-std::string BlasBackend::KernelName(const blas::BlockPlan& plan, bool use_items) const {
-  return absl::StrFormat("sgemm/%s %s x%d; rows %dx%d keys<=%d panel %d; %s; softmax/%s%s",
-                         openblas_get_corename(),
-                         use_items ? "blocks-over-threads (1-thread BLAS)" : "openblas-threads",
-                         num_threads_, plan.head_block, plan.token_block, plan.key_chunk,
-                         plan.panel_tokens, options_.stack_group_heads ? "gqa-stacked" : "per-head",
-                         blas::RowOpsTarget(), plan.stage_kv ? "; kv staged to f32" : "");
+std::string BlasBackend::KernelName(const blas::BlockPlan& plan, bool use_items,
+                                    size_t sequences) const {
+  return absl::StrFormat(
+      "sgemm/%s %s x%d; rows %dx%d keys<=%d panel %d; %s; softmax/%s%s%s", openblas_get_corename(),
+      use_items ? "blocks-over-threads (1-thread BLAS)" : "openblas-threads", num_threads_,
+      plan.head_block, plan.token_block, plan.key_chunk, plan.panel_tokens,
+      options_.stack_group_heads ? "gqa-stacked" : "per-head", blas::RowOpsTarget(),
+      plan.stage_kv ? "; kv staged to f32" : "",
+      sequences > 0 ? absl::StrFormat("; ragged, %d sequences in one work list", sequences) : "");
 }
 
-absl::Status BlasBackend::ForwardImpl(const AttentionProblem& p, const AttentionArgs& args,
-                                      RunInfo* info) {
-  absl::MutexLock lock(&mu_);
-  // K/V are read in place when BLAS can: V rows some row must not read
-  // (NaN or Inf under a mask) are left out of the GEMMs (attention_block.cc).
-  const bool stage_kv =
-      !blas::BlasCompatible(args.k, p.head_dim) || !blas::BlasCompatible(args.v, p.head_dim);
-  bool use_items = false;
-  ATTNKIT_ASSIGN_OR_RETURN(const blas::BlockPlan plan, Plan(p, stage_kv, &use_items));
-  // Allocated (and zero-filled, so first-touched) only when a call needs more
-  // than the last one, or the budget shrank below it.
-  if (workspace_.size() < plan.total_bytes() || workspace_.size() > options_.memory_budget_bytes) {
-    workspace_ = AlignedBuffer();
-    ATTNKIT_ASSIGN_OR_RETURN(workspace_, AlignedBuffer::Allocate(plan.total_bytes()));
-  }
-
-  blas::BlockContext ctx;
-  ctx.problem = &p;
-  ctx.args = &args;
-  ctx.plan = plan;
-  ctx.mask = p.mask_params();
-  ctx.q_in_place = args.q.dtype == DType::kF32 && args.q.strides[3] == 1;
+void BlasBackend::RunSegments(bool use_items) {
+  // Every segment's plan has the same worker count; a worker's region holds
+  // the largest segment's scratch.
+  const std::vector<blas::BlockContext>& segments = segments_;
+  const std::vector<int64_t>& ends = segment_ends_;
+  size_t region = 0;
+  for (const blas::BlockContext& ctx : segments) region = std::max(region, ctx.plan.worker_bytes);
   char* base = static_cast<char*>(workspace_.data());
   auto run = [&](int64_t item, int worker) {
+    const size_t s =
+        static_cast<size_t>(std::upper_bound(ends.begin(), ends.end(), item) - ends.begin());
+    const blas::BlockContext& ctx = segments[s];
     const blas::WorkerScratch scratch =
-        blas::CarveScratch(plan, p.head_dim, base + worker * plan.worker_bytes);
-    blas::ComputeBlock(ctx, item, scratch);
+        blas::CarveScratch(ctx.plan, ctx.problem->head_dim, base + worker * region);
+    blas::ComputeBlock(ctx, s == 0 ? item : item - ends[s - 1], scratch);
   };
-  const int64_t items = plan.NumItems(p);
+  const int64_t items = ends.empty() ? 0 : ends.back();
   if (use_items) {
     ScopedBlasThreads blas_threads(1);
     pool_->Run(items, run);
@@ -188,16 +193,80 @@ absl::Status BlasBackend::ForwardImpl(const AttentionProblem& p, const Attention
     ScopedBlasThreads blas_threads(num_threads_);
     for (int64_t item = 0; item < items; ++item) run(item, 0);
   }
-  const blas::BlockPlan& k = kernel_plan_;
-  if (kernel_name_.empty() || use_items != kernel_use_items_ || plan.head_block != k.head_block ||
-      plan.token_block != k.token_block || plan.key_chunk != k.key_chunk ||
-      plan.panel_tokens != k.panel_tokens || plan.stage_kv != k.stage_kv) {
-    kernel_name_ = KernelName(plan, use_items);
-    kernel_plan_ = plan;
-    kernel_use_items_ = use_items;
+}
+
+void BlasBackend::SetSegments(const AttentionProblem& p, const AttentionArgs& args,
+                              const std::vector<SequenceCall>& sequences) {
+  segments_.clear();
+  auto add = [this](const AttentionProblem& sp, const AttentionArgs& sa) {
+    blas::BlockContext ctx;
+    ctx.problem = &sp;
+    ctx.args = &sa;
+    ctx.mask = sp.mask_params();
+    ctx.kv_rows = KvRows(sp, sa);
+    ctx.q_in_place = sa.q.dtype == DType::kF32 && sa.q.strides[3] == 1;
+    segments_.push_back(ctx);
+  };
+  if (!p.is_ragged()) {
+    add(p, args);
+    return;
   }
+  for (const SequenceCall& s : sequences) add(s.problem, s.args);
+}
+
+absl::StatusOr<const blas::BlockPlan*> BlasBackend::PrepareWorkspace() {
+  segment_ends_.clear();
+  size_t total_bytes = 0;
+  const blas::BlockPlan* largest = nullptr;
+  for (const blas::BlockContext& ctx : segments_) {
+    segment_ends_.push_back((segment_ends_.empty() ? 0 : segment_ends_.back()) +
+                            ctx.plan.NumItems(*ctx.problem));
+    if (largest == nullptr || ctx.plan.total_bytes() > total_bytes) {
+      largest = &ctx.plan;
+      total_bytes = ctx.plan.total_bytes();
+    }
+  }
+  // Allocated (and zero-filled, so first-touched) only when a call needs more
+  // than the last one, or the budget shrank below it.
+  if (workspace_.size() < total_bytes || workspace_.size() > options_.memory_budget_bytes) {
+    workspace_ = AlignedBuffer();
+    ATTNKIT_ASSIGN_OR_RETURN(workspace_, AlignedBuffer::Allocate(total_bytes));
+  }
+  return largest;
+}
+
+absl::Status BlasBackend::ForwardImpl(const AttentionProblem& p, const AttentionArgs& args,
+                                      RunInfo* info) {
+  absl::MutexLock lock(&mu_);
+  std::vector<SequenceCall> sequences;
+  if (p.is_ragged()) sequences = RaggedSequences(p, args);
+  SetSegments(p, args, sequences);
+  absl::Cleanup forget_segments = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    segments_.clear();  // they point into this call's arguments
+  };
+  // Dense f32 K/V are read in place when BLAS can (blas::StagesKv): V rows
+  // some row must not read (NaN or Inf under a mask) are left out of the
+  // GEMMs (attention_block.cc).
+  bool use_items = false;
+  ATTNKIT_RETURN_IF_ERROR(Plan(absl::MakeSpan(segments_), &use_items));
+  ATTNKIT_ASSIGN_OR_RETURN(const blas::BlockPlan* largest, PrepareWorkspace());
+  RunSegments(use_items);
+  if (largest != nullptr) UpdateKernelName(*largest, use_items, sequences.size());
   info->kernel = kernel_name_;
   return absl::OkStatus();
+}
+
+void BlasBackend::UpdateKernelName(const blas::BlockPlan& plan, bool use_items, size_t sequences) {
+  const blas::BlockPlan& k = kernel_plan_;
+  if (kernel_name_.empty() || use_items != kernel_use_items_ || sequences != kernel_sequences_ ||
+      plan.head_block != k.head_block || plan.token_block != k.token_block ||
+      plan.key_chunk != k.key_chunk || plan.panel_tokens != k.panel_tokens ||
+      plan.stage_kv != k.stage_kv) {
+    kernel_name_ = KernelName(plan, use_items, sequences);
+    kernel_plan_ = plan;
+    kernel_use_items_ = use_items;
+    kernel_sequences_ = sequences;
+  }
 }
 
 std::unique_ptr<Backend> MakeBlasBackend(const BlasOptions& options) {

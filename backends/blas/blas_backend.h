@@ -1,7 +1,9 @@
 // The "blas" backend: attention as two cblas_sgemm calls per block of query
 // rows (S = scale * Q K^T, O = P V) around a vectorised, max-subtracted
 // softmax, on OpenBLAS. See block_plan.h for the blocking and
-// attention_block.h for one block.
+// attention_block.h for one block. Paged and int8 K/V are gathered and
+// dequantized into the f32 chunks the GEMMs read; a ragged batch runs as
+// its sequences (core/ragged.h), whose blocks share one work list.
 #ifndef ATTNKIT_BACKENDS_BLAS_BLAS_BACKEND_H_
 #define ATTNKIT_BACKENDS_BLAS_BLAS_BACKEND_H_
 
@@ -9,13 +11,17 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "backends/blas/attention_block.h"
 #include "backends/blas/block_plan.h"
 #include "core/backend.h"
+#include "core/ragged.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 
@@ -68,7 +74,8 @@ class BlasBackend : public Backend {
   absl::Status SetMemoryBudget(size_t bytes);
   size_t memory_budget() const;
   // The blocking and scratch bytes a Forward of `p` on tensors in p.layout
-  // would use (f16/bf16 K/V are staged as f32 chunks).
+  // would use (16-bit, int8 and paged K/V are staged as f32 chunks). For a
+  // ragged batch: the blocking of a sequence of the largest lengths.
   absl::StatusOr<blas::BlockPlan> PlanFor(const AttentionProblem& p) const;
   // Bytes of workspace allocated so far (it only grows, up to the budget).
   size_t workspace_bytes() const;
@@ -78,20 +85,47 @@ class BlasBackend : public Backend {
                            RunInfo* info) override;
 
  private:
-  absl::StatusOr<blas::BlockPlan> Plan(const AttentionProblem& p, bool stage_kv,
-                                       bool* use_items) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  std::string KernelName(const blas::BlockPlan& plan, bool use_items) const
+  // Plans every segment (ctx.problem, ctx.args) for the threading mode;
+  // *use_items: blocks over our threads, else OpenBLAS's threads.
+  absl::Status Plan(absl::Span<blas::BlockContext> segments, bool* use_items) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Sets each segment's plan for `workers` scratch regions; returns the work
+  // items of all segments together.
+  absl::StatusOr<int64_t> PlanEach(absl::Span<blas::BlockContext> segments, int workers) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // segments_ = the problem itself, or each sequence of a ragged batch as a
+  // batch-1 dense or paged problem with views into the packed tensors.
+  void SetSegments(const AttentionProblem& p, const AttentionArgs& args,
+                   const std::vector<SequenceCall>& sequences) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After Plan: numbers the segments' items (segment_ends_) and grows the
+  // workspace to the largest segment's scratch, which it returns (null when
+  // there is no segment).
+  absl::StatusOr<const blas::BlockPlan*> PrepareWorkspace() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs the blocks of segments_ (planned), items numbered segment by segment.
+  void RunSegments(bool use_items) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `sequences`: those of a ragged batch, 0 for a batch of equal lengths.
+  std::string KernelName(const blas::BlockPlan& plan, bool use_items, size_t sequences) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Rebuilds kernel_name_ only when the plan, the threading or the
+  // sequence count changed.
+  void UpdateKernelName(const blas::BlockPlan& plan, bool use_items, size_t sequences)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   BlasOptions options_ ABSL_GUARDED_BY(mu_);
   int num_threads_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<ThreadPool> pool_ ABSL_GUARDED_BY(mu_);
   AlignedBuffer workspace_ ABSL_GUARDED_BY(mu_);
+  // The problems of the current call: the whole one, or a ragged batch's
+  // sequences; segment_ends_[s] is one past segment s's last work item.
+  // Filled and emptied by each call; members so that their capacity is reused.
+  std::vector<blas::BlockContext> segments_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> segment_ends_ ABSL_GUARDED_BY(mu_);
   // RunInfo::kernel of the last call, rebuilt only when the plan changes.
   std::string kernel_name_ ABSL_GUARDED_BY(mu_);
   blas::BlockPlan kernel_plan_ ABSL_GUARDED_BY(mu_);
   bool kernel_use_items_ ABSL_GUARDED_BY(mu_) = false;
+  size_t kernel_sequences_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 std::unique_ptr<Backend> MakeBlasBackend(const BlasOptions& options = {});

@@ -2,25 +2,34 @@
 // sizes, head dims, GQA ratios, every mask and alignment, padding, dense
 // mask, bias, softcap, LSE, dtypes, layouts, and the backend's own modes
 // (small key chunks for the online softmax, OpenBLAS threading, per-head,
-// thin diagonal panels).
+// thin diagonal panels); then paged, int8 and ragged K/V against the fp64
+// oracle (core/compare.h), and paged == dense bit for bit.
 #include "backends/blas/blas_backend.h"
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/compare.h"
+#include "core/kv_rows.h"
 #include "core/problem_data.h"
+#include "core/ragged.h"
 #include "core/reference.h"
 #include "gtest/gtest.h"
 
 namespace attnkit {
 namespace {
 
-enum class Mode { kDefault, kSmallChunks, kBlasThreads, kPerHead, kThinPanels };
+// kOddChunks: 40-key chunks, which straddle 16- and 64-row pages.
+enum class Mode { kDefault, kSmallChunks, kBlasThreads, kPerHead, kThinPanels, kOddChunks };
+constexpr int kNumModes = 6;
 
 const char* ModeName(Mode m) {
   switch (m) {
@@ -32,6 +41,8 @@ const char* ModeName(Mode m) {
       return "perhead";
     case Mode::kThinPanels:
       return "panels";
+    case Mode::kOddChunks:
+      return "chunk40";
     default:
       return "default";
   }
@@ -39,7 +50,7 @@ const char* ModeName(Mode m) {
 
 // One backend per mode, shared by every case (workspaces are reused).
 BlasBackend& BackendFor(Mode mode) {
-  static BlasBackend* backends[5] = {};
+  static BlasBackend* backends[kNumModes] = {};
   BlasBackend*& b = backends[static_cast<int>(mode)];
   if (b == nullptr) {
     BlasOptions o;
@@ -54,6 +65,10 @@ BlasBackend& BackendFor(Mode mode) {
       o.target_rows = 48;
       o.panel_rows = 6;
       o.max_key_chunk = 16;
+    }
+    if (mode == Mode::kOddChunks) {
+      o.max_key_chunk = 40;
+      o.target_rows = 16;
     }
     b = new BlasBackend(o);
   }
@@ -318,6 +333,382 @@ TEST(BlasBackendTest, BudgetBelowTheMinimumIsRejected) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_TRUE(backend.SetMemoryBudget(size_t{8} << 20).ok());
   EXPECT_EQ(backend.memory_budget(), size_t{8} << 20);
+}
+
+// ---------------------------------------------------------------------------
+// Paged K/V, int8 K/V and ragged batches.
+
+// Runs `p` on random data from `seed` and holds o and lse to the fp64 oracle.
+void ExpectPassesOracle(const AttentionProblem& p, Mode mode, uint64_t seed) {
+  ASSERT_TRUE(ValidateProblem(p).ok()) << ValidateProblem(p);
+  BlasBackend& backend = BackendFor(mode);
+  ASSERT_TRUE(backend.Supports(p).ok()) << backend.Supports(p);
+  auto data = ProblemData::Random(p, seed);
+  ASSERT_TRUE(data.ok()) << data.status();
+  const AttentionArgs args = data->args();
+  RunInfo info;
+  const absl::Status run = backend.Forward(p, args, &info);
+  ASSERT_TRUE(run.ok()) << run;
+  const Comparison c = CompareToReference(p, args, ComputeReference(p, args));
+  EXPECT_TRUE(c.ok()) << p.Id() << " [" << info.kernel << "]: " << c.first_failure;
+  EXPECT_EQ(c.poisoned_rows, 0);  // unread pool rows hold NaN: none may leak in
+}
+
+// Pool pages for `p`'s kv_lengths: `needed` - 1 (so sequences share pages)
+// or a spare few (pages no sequence reads, NaN throughout).
+int64_t PoolPages(const AttentionProblem& p, bool share) {
+  int64_t needed = 0;
+  for (int64_t b = 0; b < p.batch; ++b) needed += (p.KvLength(b) + p.page_size - 1) / p.page_size;
+  return share ? std::max<int64_t>(1, needed - 1) : needed + 3;
+}
+
+void MakePaged(AttentionProblem* p, int64_t page_size, bool share) {
+  p->page_size = page_size;
+  p->num_pages = 1;  // placeholder so that PoolPages sees a paged problem
+  p->num_pages = PoolPages(*p, share);
+}
+
+struct FeatureCase {
+  AttentionProblem problem;
+  Mode mode;
+  std::string name;
+};
+// gtest prints a failing case's parameter: its name, not its bytes.
+void PrintTo(const FeatureCase& c, std::ostream* os) { *os << c.name; }
+
+void AddCase(std::vector<FeatureCase>* cases, AttentionProblem p, Mode mode) {
+  p.model_dim = p.num_heads * p.head_dim;
+  p.scale = 1.0f / std::sqrt(float(p.head_dim));
+  p.return_lse = true;
+  const std::string name =
+      absl::StrCat(p.Id(), "_", ModeName(mode), "_", static_cast<int>(cases->size()));
+  cases->push_back({p, mode, name});
+}
+
+struct MaskChoice {
+  MaskKind kind;
+  Alignment align;
+  int64_t left, right;
+};
+const MaskChoice kMasks[] = {{MaskKind::kCausal, Alignment::kBottomRight, 0, 0},
+                             {MaskKind::kNone, Alignment::kTopLeft, 0, 0},
+                             {MaskKind::kCausal, Alignment::kTopLeft, 0, 0},
+                             {MaskKind::kSlidingWindow, Alignment::kBottomRight, 20, 3}};
+
+void SetMask(AttentionProblem* p, const MaskChoice& m) {
+  p->mask = m.kind;
+  p->alignment = m.align;
+  p->window_left = m.left;
+  p->window_right = m.right;
+}
+
+// Paged pools of 16- and 64-row pages, every K/V dtype, with kv_lengths
+// (an empty sequence included) and pools that share pages or hold spare ones.
+void AddPagedCases(std::vector<FeatureCase>* cases) {
+  struct Shape {
+    int64_t q, k;
+  };
+  const Shape shapes[] = {{1, 200}, {37, 150}, {64, 64}};
+  const DType q_dtypes[] = {DType::kF32, DType::kBF16, DType::kF16};
+  const DType kv_dtypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kI8};
+  const int64_t heads[][2] = {{4, 2}, {8, 1}, {3, 3}};
+  const int64_t dims[] = {64, 16, 80, 7};
+  int n = 0;
+  for (int64_t page : {16, 64}) {
+    for (DType kv : kv_dtypes) {
+      for (const Shape& s : shapes) {
+        AttentionProblem p;
+        p.batch = 3;
+        p.q_len = s.q;
+        p.kv_len = s.k;
+        p.kv_lengths = n % 2 == 0 ? std::vector<int64_t>{s.k, s.k / 2 + 3, 1}
+                                  : std::vector<int64_t>{0, s.k, 17};
+        p.num_heads = heads[n % 3][0];
+        p.num_kv_heads = heads[n % 3][1];
+        p.head_dim = dims[n % 4];
+        p.dtype = q_dtypes[n % 3];
+        p.kv_dtype = kv;
+        p.layout = (n / 2) % 2 == 0 ? Layout::kBHTD : Layout::kBTHD;
+        SetMask(&p, kMasks[n % 4]);
+        MakePaged(&p, page, n % 3 != 2);
+        AddCase(cases, p, static_cast<Mode>(n % kNumModes));
+        ++n;
+      }
+    }
+  }
+}
+
+// Dense int8 K/V under f32 and bf16 Q, both layouts, with padding.
+void AddInt8DenseCases(std::vector<FeatureCase>* cases) {
+  int n = 0;
+  for (DType q : {DType::kF32, DType::kBF16}) {
+    for (Layout layout : {Layout::kBHTD, Layout::kBTHD}) {
+      for (int shape = 0; shape < 2; ++shape) {
+        AttentionProblem p;
+        p.batch = 2;
+        p.q_len = shape == 0 ? 33 : 1;
+        p.kv_len = shape == 0 ? 129 : 300;
+        p.kv_lengths = {p.kv_len, p.kv_len / 3};
+        p.num_heads = 4;
+        p.num_kv_heads = n % 2 == 0 ? 2 : 1;
+        p.head_dim = n % 3 == 0 ? 64 : 24;
+        p.dtype = q;
+        p.kv_dtype = DType::kI8;
+        p.layout = layout;
+        SetMask(&p, kMasks[n % 4]);
+        AddCase(cases, p, static_cast<Mode>(n % kNumModes));
+        ++n;
+      }
+    }
+  }
+}
+
+// A mixed ragged batch: a chunked prefill of 40 queries against 100 keys,
+// single-query decodes against 1, 57 and 100 keys, a sequence with no
+// queries and a decode with no keys (fully blocked), K/V packed or paged.
+AttentionProblem MixedRaggedBatch() {
+  AttentionProblem p;
+  p.batch = 6;
+  p.q_lengths = {40, 1, 1, 0, 1, 1};
+  p.kv_lengths = {100, 1, 57, 30, 0, 100};
+  p.q_len = 40;
+  p.kv_len = 100;
+  p.num_heads = 4;
+  p.num_kv_heads = 2;
+  p.head_dim = 32;
+  p.layout = Layout::kBTHD;
+  SetMask(&p, kMasks[0]);
+  return p;
+}
+
+void AddRaggedCases(std::vector<FeatureCase>* cases) {
+  const DType q_dtypes[] = {DType::kF32, DType::kBF16, DType::kF16};
+  int n = 0;
+  for (int64_t page : {0, 16, 64}) {
+    for (DType kv : {DType::kF32, DType::kBF16, DType::kI8}) {
+      AttentionProblem p = MixedRaggedBatch();
+      p.dtype = q_dtypes[n % 3];
+      p.kv_dtype = kv;
+      if (n % 4 == 3) SetMask(&p, kMasks[3]);  // sliding window, bottom right
+      if (n % 3 == 1) {
+        p.num_heads = 8;
+        p.num_kv_heads = 1;
+        p.head_dim = 80;
+      }
+      if (page > 0) MakePaged(&p, page, n % 2 == 0);
+      AddCase(cases, p, static_cast<Mode>(n % kNumModes));
+      ++n;
+    }
+  }
+}
+
+std::vector<FeatureCase> MakeFeatureCases() {
+  std::vector<FeatureCase> cases;
+  AddPagedCases(&cases);
+  AddInt8DenseCases(&cases);
+  AddRaggedCases(&cases);
+  return cases;
+}
+
+class BlasFeatureTest : public testing::TestWithParam<FeatureCase> {};
+
+TEST_P(BlasFeatureTest, PassesTheOracle) {
+  ExpectPassesOracle(GetParam().problem, GetParam().mode, 11);
+}
+
+INSTANTIATE_TEST_SUITE_P(PagedInt8Ragged, BlasFeatureTest, testing::ValuesIn(MakeFeatureCases()),
+                         [](const testing::TestParamInfo<FeatureCase>& info) {
+                           return info.param.name;
+                         });
+
+TEST(BlasBackendTest, ClaimsPagedInt8AndRagged) {
+  const Capabilities c = BackendFor(Mode::kDefault).Caps();
+  EXPECT_TRUE(c.paged_kv);
+  EXPECT_TRUE(c.ragged);
+  EXPECT_NE(std::find(c.kv_dtypes.begin(), c.kv_dtypes.end(), DType::kI8), c.kv_dtypes.end());
+}
+
+// Copies `n` elements of `size` bytes, `from_stride` / `to_stride` elements apart.
+void CopyElements(const TensorView& from, int64_t from_at, const TensorView& to, int64_t to_at,
+                  int64_t n, int64_t from_stride, int64_t to_stride) {
+  const size_t size = DTypeSize(from.dtype);
+  for (int64_t c = 0; c < n; ++c) {
+    std::memcpy(static_cast<char*>(to.data) + (to_at + c * to_stride) * size,
+                static_cast<const char*>(from.data) + (from_at + c * from_stride) * size, size);
+  }
+}
+
+// Copies every K/V row (and int8 scale) the batch-1-or-more problem `p`
+// reads from `from` to `to`, each read through its own KvRows (a pool and
+// block table, or dense).
+void CopyReadKvRows(const AttentionProblem& from_p, const AttentionArgs& from,
+                    const AttentionProblem& to_p, const AttentionArgs& to) {
+  const KvRows src(from_p, from), dst(to_p, to);
+  const int64_t d = from_p.head_dim;
+  for (int64_t b = 0; b < from_p.batch; ++b) {
+    for (int64_t g = 0; g < from_p.num_kv_heads; ++g) {
+      for (int64_t t = 0; t < from_p.KvLength(b); ++t) {
+        CopyElements(from.k, src.Offset(from.k, b, g, t), to.k, dst.Offset(to.k, b, g, t), d,
+                     from.k.strides[3], to.k.strides[3]);
+        CopyElements(from.v, src.Offset(from.v, b, g, t), to.v, dst.Offset(to.v, b, g, t), d,
+                     from.v.strides[3], to.v.strides[3]);
+        if (from_p.kv_dtype != DType::kI8) continue;
+        CopyElements(from.k_scale, src.ScaleOffset(from.k_scale, b, g, t), to.k_scale,
+                     dst.ScaleOffset(to.k_scale, b, g, t), 1, 1, 1);
+        CopyElements(from.v_scale, src.ScaleOffset(from.v_scale, b, g, t), to.v_scale,
+                     dst.ScaleOffset(to.v_scale, b, g, t), 1, 1, 1);
+      }
+    }
+  }
+}
+
+bool SameBytes(const Tensor& a, const Tensor& b) {
+  const size_t bytes = static_cast<size_t>(a.view().NumElements()) * DTypeSize(a.view().dtype);
+  return std::memcmp(a.data(), b.data(), bytes) == 0;
+}
+
+// `paged` run on its random data, and the same values laid out densely (a
+// [B, G, Tk, d] tensor, or packed for a ragged batch): O and LSE must be
+// equal bit for bit.
+void ExpectPagedEqualsDense(const AttentionProblem& paged, Mode mode) {
+  SCOPED_TRACE(absl::StrCat(paged.Id(), " ", ModeName(mode)));
+  AttentionProblem dense = paged;
+  dense.page_size = dense.num_pages = 0;
+  auto pd = ProblemData::Random(paged, 21);
+  auto dd = ProblemData::Allocate(dense);
+  ASSERT_TRUE(pd.ok() && dd.ok());
+  const AttentionArgs pa = pd->args(), da = dd->args();
+  std::memcpy(dd->q.data(), pd->q.data(),
+              static_cast<size_t>(pa.q.NumElements()) * DTypeSize(pa.q.dtype));
+  if (paged.is_ragged()) {
+    const std::vector<SequenceCall> ps = RaggedSequences(paged, pa);
+    const std::vector<SequenceCall> ds = RaggedSequences(dense, da);
+    ASSERT_EQ(ps.size(), ds.size());
+    for (size_t s = 0; s < ps.size(); ++s) {
+      CopyReadKvRows(ps[s].problem, ps[s].args, ds[s].problem, ds[s].args);
+    }
+  } else {
+    CopyReadKvRows(paged, pa, dense, da);
+  }
+  BlasBackend& backend = BackendFor(mode);
+  RunInfo paged_info, dense_info;
+  ASSERT_TRUE(backend.Forward(paged, pa, &paged_info).ok());
+  ASSERT_TRUE(backend.Forward(dense, da, &dense_info).ok());
+  EXPECT_TRUE(SameBytes(pd->o, dd->o)) << paged_info.kernel << " vs " << dense_info.kernel;
+  EXPECT_TRUE(SameBytes(pd->lse, dd->lse));
+  const Comparison c = CompareToReference(paged, pa, ComputeReference(paged, pa));
+  EXPECT_TRUE(c.ok()) << c.first_failure;
+}
+
+TEST(BlasBackendTest, PagedGivesTheBitsOfTheDenseLayout) {
+  for (DType kv : {DType::kF32, DType::kBF16, DType::kI8}) {
+    for (Mode mode : {Mode::kDefault, Mode::kSmallChunks, Mode::kOddChunks, Mode::kBlasThreads}) {
+      for (int64_t page : {16, 64}) {
+        AttentionProblem p;
+        p.batch = 3;
+        p.q_len = 20;
+        p.kv_len = 150;
+        p.kv_lengths = {150, 70, 9};
+        p.num_heads = 4;
+        p.num_kv_heads = 2;
+        p.head_dim = 64;
+        p.model_dim = 256;
+        p.scale = 0.125f;
+        p.kv_dtype = kv;
+        p.layout = page == 16 ? Layout::kBHTD : Layout::kBTHD;
+        p.return_lse = true;
+        SetMask(&p, kMasks[0]);
+        MakePaged(&p, page, true);
+        ExpectPagedEqualsDense(p, mode);
+      }
+    }
+  }
+}
+
+TEST(BlasBackendTest, PagedRaggedGivesTheBitsOfThePackedLayout) {
+  for (DType kv : {DType::kF32, DType::kI8}) {
+    for (Mode mode : {Mode::kDefault, Mode::kOddChunks}) {
+      AttentionProblem p = MixedRaggedBatch();
+      p.kv_dtype = kv;
+      p.model_dim = p.num_heads * p.head_dim;
+      p.scale = 0.2f;
+      p.return_lse = true;
+      MakePaged(&p, 16, true);
+      ExpectPagedEqualsDense(p, mode);
+    }
+  }
+}
+
+// A batch of decodes: one work list over all sequences, spread over the
+// threads (per sequence, one KV head's item could not use them), and the
+// workspace sized on the first call is reused.
+TEST(BlasBackendTest, RaggedDecodesShareOneWorkListAndTheWorkspace) {
+  BlasOptions o;
+  o.num_threads = 2;
+  BlasBackend backend(o);
+  AttentionProblem p;
+  p.batch = 8;
+  p.q_lengths = std::vector<int64_t>(8, 1);
+  p.kv_lengths = {300, 1, 77, 128, 5, 256, 0, 200};
+  p.q_len = 1;
+  p.kv_len = 300;
+  p.num_heads = 4;
+  p.num_kv_heads = 1;
+  p.head_dim = 64;
+  p.model_dim = 256;
+  p.scale = 0.125f;
+  p.layout = Layout::kBTHD;
+  p.kv_dtype = DType::kI8;
+  p.return_lse = true;
+  MakePaged(&p, 16, true);
+  ASSERT_TRUE(ValidateProblem(p).ok()) << ValidateProblem(p);
+  auto data = ProblemData::Random(p, 4);
+  ASSERT_TRUE(data.ok()) << data.status();
+  RunInfo info;
+  ASSERT_TRUE(backend.Forward(p, data->args(), &info).ok());
+  EXPECT_NE(info.kernel.find("blocks-over-threads"), std::string::npos) << info.kernel;
+  EXPECT_NE(info.kernel.find("ragged, 8 sequences"), std::string::npos) << info.kernel;
+  const size_t first = backend.workspace_bytes();
+  EXPECT_GT(first, 0u);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(backend.Forward(p, data->args()).ok());
+  EXPECT_EQ(backend.workspace_bytes(), first);
+  const Comparison c = CompareToReference(p, data->args(), ComputeReference(p, data->args()));
+  EXPECT_TRUE(c.ok()) << c.first_failure;
+}
+
+// With the threading fixed (kAuto would give a lone decode OpenBLAS's
+// threads, whose split of a GEMM may round differently), each sequence of a
+// ragged batch gives the bits it gives run alone as a batch-1 problem.
+TEST(BlasBackendTest, RaggedSequencesGiveTheBitsOfLoneRunsUnderItemsThreading) {
+  BlasOptions o;
+  o.num_threads = 2;
+  o.threading = BlasThreading::kItems;
+  BlasBackend backend(o);
+  for (DType kv : {DType::kF16, DType::kI8}) {
+    AttentionProblem p = MixedRaggedBatch();
+    p.kv_dtype = kv;
+    p.model_dim = p.num_heads * p.head_dim;
+    p.scale = 0.2f;
+    p.return_lse = true;
+    auto data = ProblemData::Random(p, 9);
+    ASSERT_TRUE(data.ok()) << data.status();
+    const AttentionArgs args = data->args();
+    ASSERT_TRUE(backend.Forward(p, args).ok());
+    const auto bytes = [](const Tensor& t) {
+      const char* at = static_cast<const char*>(t.data());
+      return std::string(at,
+                         static_cast<size_t>(t.view().NumElements()) * DTypeSize(t.view().dtype));
+    };
+    const std::string batch_o = bytes(data->o), batch_lse = bytes(data->lse);
+    std::memset(data->o.data(), 0, batch_o.size());
+    std::memset(data->lse.data(), 0, batch_lse.size());
+    for (const SequenceCall& s : RaggedSequences(p, args)) {  // writes its rows of o, lse
+      const absl::Status run = backend.Forward(s.problem, s.args);
+      ASSERT_TRUE(run.ok()) << run;
+    }
+    EXPECT_EQ(bytes(data->o), batch_o) << DTypeName(kv);
+    EXPECT_EQ(bytes(data->lse), batch_lse) << DTypeName(kv);
+  }
 }
 
 }  // namespace

@@ -125,6 +125,21 @@ HWY_INLINE bool AllFiniteImpl(const float* HWY_RESTRICT x, int64_t n) {
   return all;
 }
 
+HWY_INLINE void DequantizeRowImpl(const int8_t* HWY_RESTRICT src, int64_t n, float scale,
+                                  float* HWY_RESTRICT dst) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<int32_t, decltype(df)> di;
+  const hn::Rebind<int8_t, decltype(df)> d8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto vscale = hn::Set(df, scale);
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto x = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, src + j)));  // exact
+    hn::StoreU(hn::Mul(x, vscale), df, dst + j);
+  }
+  for (; j < n; ++j) dst[j] = static_cast<float>(src[j]) * scale;
+}
+
 // Wrappers with the exported signatures (HWY_EXPORT needs plain functions).
 void SoftcapRowT(float* s, int64_t n, float cap) { SoftcapRowImpl(s, n, cap); }
 float RowMaxT(const float* s, int64_t n) { return RowMaxImpl(s, n); }
@@ -133,6 +148,9 @@ void ScaleRowT(float* x, int64_t n, float f) { ScaleRowImpl(x, n, f); }
 bool AllFiniteT(const float* x, int64_t n) { return AllFiniteImpl(x, n); }
 void WidenRowT(const void* src, DType type, int64_t n, float* dst) {
   WidenRowToF32(src, type, static_cast<size_t>(n), dst);
+}
+void DequantizeRowT(const int8_t* src, int64_t n, float scale, float* dst) {
+  DequantizeRowImpl(src, n, scale, dst);
 }
 int64_t TargetT() { return HWY_TARGET; }
 

@@ -20,6 +20,7 @@ HWY_EXPORT(ExpSubtractSumT);
 HWY_EXPORT(ScaleRowT);
 HWY_EXPORT(AllFiniteT);
 HWY_EXPORT(WidenRowT);
+HWY_EXPORT(DequantizeRowT);
 HWY_EXPORT(TargetT);
 
 void SoftcapRow(float* s, int64_t n, float cap) { HWY_DYNAMIC_DISPATCH(SoftcapRowT)(s, n, cap); }
@@ -31,6 +32,9 @@ void ScaleRow(float* x, int64_t n, float f) { HWY_DYNAMIC_DISPATCH(ScaleRowT)(x,
 bool AllFinite(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(AllFiniteT)(x, n); }
 void WidenRow(const void* src, DType type, int64_t n, float* dst) {
   HWY_DYNAMIC_DISPATCH(WidenRowT)(src, type, n, dst);
+}
+void DequantizeRow(const int8_t* src, int64_t n, float scale, float* dst) {
+  HWY_DYNAMIC_DISPATCH(DequantizeRowT)(src, n, scale, dst);
 }
 const char* RowOpsTarget() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetT)()); }
 

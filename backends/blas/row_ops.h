@@ -1,6 +1,6 @@
 // Vectorised per-row steps of the blocked softmax: soft-capping, the row
 // maximum, exp(s - max) with its sum, and scaling; and widening 16-bit K/V
-// rows to the f32 the GEMMs read. Plain C++ interface; the
+// rows to the f32 the GEMMs read, and dequantizing int8 ones. Plain C++ interface; the
 // Highway code lives in row_ops-inl.h and is dispatched in row_ops.cc.
 #ifndef ATTNKIT_BACKENDS_BLAS_ROW_OPS_H_
 #define ATTNKIT_BACKENDS_BLAS_ROW_OPS_H_
@@ -31,6 +31,11 @@ void ScaleRow(float* x, int64_t n, float f);
 
 // dst[0, n) = the contiguous storage src[0, n) of `type` as f32, exactly.
 void WidenRow(const void* src, DType type, int64_t n, float* dst);
+
+// dst[0, n) = float(src[c]) * scale: one int8 K/V row dequantized with its
+// f32 scale (core/quantize.h), one rounding per element, the same bits as
+// the scalar product.
+void DequantizeRow(const int8_t* src, int64_t n, float scale, float* dst);
 
 // The Highway target these functions dispatch to on this CPU, e.g. "AVX2".
 const char* RowOpsTarget();

@@ -145,6 +145,31 @@ TEST_P(RowOpsTest, WideningMatchesTheScalarConversionForEveryPattern) {
   }
 }
 
+// Dequantizing int8 rows gives the scalar product's bits for every value,
+// at every length and from unaligned starts, touching nothing past n; a NaN
+// scale (a row quantized from a NaN) makes every element NaN.
+TEST_P(RowOpsTest, DequantizingMatchesTheScalarProduct) {
+  SCOPED_TRACE(RowOpsTarget());
+  std::vector<int8_t> all(256 + 8);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int8_t>(i - 128);
+  std::vector<float> out(all.size() + 1);
+  const float scale = 0.37f / 127.0f;
+  for (int64_t n = 0; n <= 256; n += (n < 40 ? 1 : 27)) {
+    for (int64_t off : {0, 3}) {
+      SCOPED_TRACE(testing::Message() << "n=" << n << " offset=" << off);
+      std::fill(out.begin(), out.end(), -1.0f);
+      DequantizeRow(all.data() + off, n, scale, out.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = static_cast<float>(all[off + i]) * scale;
+        EXPECT_EQ(std::memcmp(&want, &out[i], sizeof(float)), 0) << int(all[off + i]);
+      }
+      EXPECT_EQ(out[n], -1.0f);
+    }
+  }
+  DequantizeRow(all.data(), 37, std::numeric_limits<float>::quiet_NaN(), out.data());
+  for (int64_t i = 0; i < 37; ++i) EXPECT_TRUE(std::isnan(out[i])) << i;
+}
+
 TEST_P(RowOpsTest, AllBlockedRowHasMaxNegInf) {
   std::vector<float> x(13, kNegInf);
   EXPECT_EQ(RowMax(x.data(), 13), kNegInf);
