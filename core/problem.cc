@@ -54,6 +54,14 @@ absl::Status ValidatePagingAndRagged(const AttentionProblem& p) {
   if (p.kv_lengths.empty()) {
     return Invalid("a ragged batch (q_lengths) needs kv_lengths: each sequence's key count");
   }
+  if (p.TotalQ() == 0) {
+    return Invalid("q_lengths are all 0; a ragged batch needs at least one query");
+  }
+  if (!p.is_paged() && p.TotalK() == 0) {
+    return Invalid(
+        "kv_lengths are all 0; a ragged batch with packed K/V needs at least one key (or a "
+        "page_size)");
+  }
   if (p.layout != Layout::kBTHD) {
     return Invalid(
         "a ragged batch (q_lengths) needs layout BTHD: its packed tensors are token-major "

@@ -22,8 +22,8 @@ FAILED_PRECONDITION = 9
 OUT_OF_RANGE = 11
 UNIMPLEMENTED = 12
 
-F32, F16, BF16, I32, U8 = 0, 1, 2, 3, 4
-DTYPE_NAMES = {F32: "f32", F16: "f16", BF16: "bf16", I32: "i32", U8: "u8"}
+F32, F16, BF16, I32, U8, I8 = 0, 1, 2, 3, 4, 5
+DTYPE_NAMES = {F32: "f32", F16: "f16", BF16: "bf16", I32: "i32", U8: "u8", I8: "i8"}
 MASK_NONE, MASK_CAUSAL, MASK_SLIDING_WINDOW = 0, 1, 2
 MASK_NAMES = {MASK_NONE: "none", MASK_CAUSAL: "causal", MASK_SLIDING_WINDOW: "window"}
 ALIGN_TOP_LEFT, ALIGN_BOTTOM_RIGHT = 0, 1
@@ -67,6 +67,10 @@ class Problem(ctypes.Structure):
         ("seed", ctypes.c_uint64),
         ("name", ctypes.c_char_p),
         ("backend", ctypes.c_char_p),
+        ("page_size", _c_int64),
+        ("num_pages", _c_int64),
+        ("q_lengths", ctypes.POINTER(_c_int64)),
+        ("num_q_lengths", _c_int64),
     ]
 
 
@@ -83,7 +87,21 @@ class Tensor(ctypes.Structure):
 class Args(ctypes.Structure):
     _fields_ = [("struct_size", _c_uint32)] + [
         (name, Tensor)
-        for name in ("q", "k", "v", "o", "lse", "kv_lengths", "blocked_mask", "bias")
+        for name in (
+            "q",
+            "k",
+            "v",
+            "o",
+            "lse",
+            "kv_lengths",
+            "blocked_mask",
+            "bias",
+            "k_scale",
+            "v_scale",
+            "block_table",
+            "cu_seqlens_q",
+            "cu_seqlens_k",
+        )
     ]
 
 
@@ -106,6 +124,8 @@ class Caps(ctypes.Structure):
         ("additive_bias", _c_int32),
         ("softcap", _c_int32),
         ("deterministic", _c_int32),
+        ("paged_kv", _c_int32),
+        ("ragged", _c_int32),
     ]
 
 

@@ -15,7 +15,7 @@ from . import _capi
 
 _ENUMS = {
     "dtype": ("DTYPE_UNSPECIFIED", "F32", "F16", "BF16"),
-    "kv_dtype": ("DTYPE_UNSPECIFIED", "F32", "F16", "BF16"),
+    "kv_dtype": ("DTYPE_UNSPECIFIED", "F32", "F16", "BF16", "INT8"),
     "layout": ("LAYOUT_UNSPECIFIED", "BHTD", "BTHD"),
     "alignment": ("ALIGNMENT_UNSPECIFIED", "TOP_LEFT", "BOTTOM_RIGHT"),
 }
@@ -75,6 +75,9 @@ class AttentionConfig:
     poison_blocked: bool = False
     memory_budget_bytes: int = 0
     nonfinite_inputs: int = 0
+    page_size: int = 0
+    num_pages: int = 0
+    q_lengths: typing.List[int] = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
         if isinstance(self.mask, str):
@@ -86,6 +89,7 @@ class AttentionConfig:
         for field, allowed in _ENUMS.items():
             setattr(self, field, _enum(field, getattr(self, field), allowed))
         self.kv_lengths = [int(x) for x in self.kv_lengths]
+        self.q_lengths = [int(x) for x in self.q_lengths]
 
     # ---- conversions -----------------------------------------------------
 

@@ -45,6 +45,8 @@ def _caps_dict(c):
         "additive_bias": bool(c.additive_bias),
         "softcap": bool(c.softcap),
         "deterministic": bool(c.deterministic),
+        "paged_kv": bool(c.paged_kv),
+        "ragged": bool(c.ragged),
     }
 
 

@@ -70,6 +70,11 @@ class _Problem:
 
     def __init__(self, cfg, torch):
         self.cfg = cfg
+        self.skip = None
+        if cfg.page_size or cfg.q_lengths or cfg.kv_dtype == "INT8":
+            # attnkit.attention takes dense tensors; `attnkit compare` runs these.
+            self.skip = "paged, ragged and int8 problems: see `attnkit compare`"
+            return
         b = cfg.batch or 1
         h, g = cfg.num_heads, cfg.num_kv_heads or cfg.num_heads
         tq, tk, d = cfg.q_len, cfg.kv_len or cfg.q_len, cfg.head_dim
