@@ -28,6 +28,7 @@ absl::Status InputsCommand(const CliOptions& options, std::ostream& out) {
   }
   ATTNKIT_ASSIGN_OR_RETURN(const AttentionConfig config, LoadCliConfig(options));
   ATTNKIT_ASSIGN_OR_RETURN(const AttentionProblem p, ProblemFromConfig(config));
+  ATTNKIT_RETURN_IF_ERROR(RequireDenseForNpy(p));
   ATTNKIT_ASSIGN_OR_RETURN(const ProblemData data, ProblemData::Random(p, p.seed));
   std::vector<std::pair<std::string, std::string>> files;
   auto add = [&](const std::string& name, absl::StatusOr<std::string> bytes) -> absl::Status {

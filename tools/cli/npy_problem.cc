@@ -142,6 +142,16 @@ absl::StatusOr<AttentionConfig> InferConfigFromArrays(const std::string& q_path,
   return c;
 }
 
+absl::Status RequireDenseForNpy(const AttentionProblem& p) {
+  if (!p.is_paged() && !p.is_ragged() && p.kv_dtype != DType::kI8) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrFormat(
+      "%s is %s: .npy exchange (inputs, run, verify) covers dense float K/V only; check and "
+      "compare run it on random data, and the library, the C API and ops::KVCache take its "
+      "tensors",
+      p.Id(),
+      p.is_paged() ? "paged (page_size)" : p.is_ragged() ? "ragged (q_lengths)" : "int8 K/V"));
+}
+
 absl::StatusOr<NpyProblem> LoadNpyProblem(const CliOptions& options, bool want_lse) {
   if (options.mask_convention != "attnkit" && options.mask_convention != "torch") {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -188,6 +198,7 @@ absl::StatusOr<NpyProblem> LoadNpyProblem(const CliOptions& options, bool want_l
     data.kv_lengths = std::move(lengths.tensor);
   }
   ATTNKIT_ASSIGN_OR_RETURN(const AttentionProblem p, ProblemFromConfig(config));
+  ATTNKIT_RETURN_IF_ERROR(RequireDenseForNpy(p));
   // Before any tensor is loaded or allocated.
   ATTNKIT_RETURN_IF_ERROR(CheckMemoryBudget(p));
   if (p.has_kv_lengths() && data.kv_lengths.view().empty()) {

@@ -36,6 +36,10 @@ struct NpyProblem {
 // is read with options.mask_convention ("attnkit": true = blocked; "torch":
 // true = take part).
 absl::StatusOr<NpyProblem> LoadNpyProblem(const CliOptions& options, bool want_lse);
+// Unimplemented, naming the feature, for a paged, ragged or int8-K/V
+// problem: the .npy exchange of inputs, run and verify is for dense float
+// K/V (their block tables, offsets and scales have no files yet).
+absl::Status RequireDenseForNpy(const AttentionProblem& p);
 
 // The config that --q and --k describe: batch, heads, lengths and head_dim,
 // the layout (BHTD [B, H, T, d] or BTHD [B, T, H, d]: the reading in which
