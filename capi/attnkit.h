@@ -209,17 +209,28 @@ int32_t attnkit_layer_forward(attnkit_layer* layer, const attnkit_tensor* x,
                               attnkit_run_result* result, char* err, size_t err_size);
 
 /* A KV cache for `layer`'s KV heads and head_dim: batch sequences of up to
- * `capacity` tokens, stored as `dtype` (ATTNKIT_F32, F16 or BF16). It may
+ * `capacity` tokens, stored as `dtype` (ATTNKIT_F32, F16, BF16, or I8:
+ * quantized as appended, one f32 scale per token and KV head). It may
  * outlive the layer. */
 int32_t attnkit_kv_cache_create(const attnkit_layer* layer, int64_t batch, int64_t capacity,
                                 int32_t dtype, attnkit_kv_cache** out, char* err, size_t err_size);
+/* A paged KV cache (ops/kv_cache.h): one pool of `num_pages` pages of
+ * `page_size` tokens (a power of two in [16, 256]) for `batch` sequences,
+ * each with its own block table; pages are taken as tokens are appended,
+ * and attnkit_layer_forward_cached is RESOURCE_EXHAUSTED, with the cache
+ * unchanged, when the pool runs out. The backend must support paged K/V.
+ * attnkit_kv_cache_info's capacity is num_pages * page_size. */
+int32_t attnkit_kv_cache_create_paged(const attnkit_layer* layer, int64_t batch, int64_t page_size,
+                                      int64_t num_pages, int32_t dtype, attnkit_kv_cache** out,
+                                      char* err, size_t err_size);
 void attnkit_kv_cache_destroy(attnkit_kv_cache* cache);
 
 /* Appends the keys and values of x's T tokens to `cache`, then the new
  * queries attend to every cached token of their sequence (bottom-right
  * causal unless the config says otherwise): T = 1 is a decode step, T > 1 a
  * (chunked) prefill. RESOURCE_EXHAUSTED, with the cache unchanged, when a
- * sequence would pass the capacity. */
+ * sequence would pass the capacity (a paged cache: when the pool has too
+ * few free pages). */
 int32_t attnkit_layer_forward_cached(attnkit_layer* layer, const attnkit_tensor* x,
                                      attnkit_kv_cache* cache, const attnkit_tensor* y,
                                      attnkit_run_result* result, char* err, size_t err_size);
@@ -230,9 +241,16 @@ int32_t attnkit_kv_cache_info(const attnkit_kv_cache* cache, int64_t* batch, int
                               int64_t* bytes, int64_t* lengths, int64_t lengths_size, char* err,
                               size_t err_size);
 /* Sets each sequence's length (keeping the contents: a rollback after
- * speculative decoding, or 0 to start over). */
+ * speculative decoding, or 0 to start over). A paged cache only shrinks:
+ * the pages past the new lengths are released. */
 int32_t attnkit_kv_cache_set_lengths(attnkit_kv_cache* cache, const int64_t* lengths, int64_t count,
                                      char* err, size_t err_size);
+/* Sequence dst continues from the first `tokens` tokens of sequence src (a
+ * shared prompt prefix); dst's own tokens are dropped. A paged cache shares
+ * src's pages (a shared, partially filled page is copied before either
+ * sequence writes to it), a dense one copies the rows. */
+int32_t attnkit_kv_cache_fork(attnkit_kv_cache* cache, int64_t src, int64_t dst, int64_t tokens,
+                              char* err, size_t err_size);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -273,4 +273,95 @@ TEST_F(CApiTest, LayerDecodesWithItsCacheAsAFullForward) {
   attnkit_layer_destroy(layer);
 }
 
+// Paged and int8 caches through the C API: a paged cache decodes the dense
+// cache's outputs bit for bit (reference backend), a fork shares the
+// prompt, int8 storage is accepted, and a pool too small is
+// RESOURCE_EXHAUSTED with the cache unchanged.
+TEST_F(CApiTest, PagedAndInt8CachesDecodeLikeTheDenseCache) {
+  attnkit_layer* layer = nullptr;
+  ASSERT_EQ(attnkit_layer_create(ctx_,
+                                 "{\"num_heads\": 4, \"num_kv_heads\": 2, \"head_dim\": 8, "
+                                 "\"mask\": {\"kind\": \"CAUSAL\"}, \"backend\": \"reference\"}",
+                                 0, 6, &layer, err_, sizeof(err_)),
+            ATTNKIT_OK)
+      << err_;
+  constexpr int B = 2, T = 20, D = 32;
+  std::vector<float> x(B * T * D);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 29) % 23) / 23.0f - 0.5f;
+  // Tokens [t, t + n) of both sequences of x [B, T, D], or of y [B, n, D].
+  auto view = [](float* data, int64_t n, int64_t seq_stride) {
+    attnkit_tensor v;
+    std::memset(&v, 0, sizeof(v));
+    v.data = data;
+    v.dtype = ATTNKIT_F32;
+    v.rank = 3;
+    v.shape[0] = B, v.shape[1] = n, v.shape[2] = D;
+    v.strides[0] = seq_stride, v.strides[1] = D, v.strides[2] = 1;
+    return v;
+  };
+  // y of every step (a 7-token prefill, then one token at a time).
+  auto decode = [&](attnkit_kv_cache* cache) {
+    std::vector<float> y(B * T * D);
+    for (int t = 0; t < T;) {
+      const int n = t == 0 ? 7 : 1;
+      attnkit_tensor xt = view(x.data() + t * D, n, T * D),
+                     yt = view(y.data() + t * B * D, n, n * D);
+      EXPECT_EQ(attnkit_layer_forward_cached(layer, &xt, cache, &yt, nullptr, err_, sizeof(err_)),
+                ATTNKIT_OK)
+          << err_;
+      t += n;
+    }
+    return y;
+  };
+  for (int32_t dtype : {ATTNKIT_F32, ATTNKIT_I8}) {
+    attnkit_kv_cache *dense = nullptr, *paged = nullptr;
+    ASSERT_EQ(attnkit_kv_cache_create(layer, B, T, dtype, &dense, err_, sizeof(err_)), ATTNKIT_OK)
+        << err_;
+    ASSERT_EQ(attnkit_kv_cache_create_paged(layer, B, 16, 4, dtype, &paged, err_, sizeof(err_)),
+              ATTNKIT_OK)
+        << err_;
+    EXPECT_EQ(decode(dense), decode(paged)) << "dtype " << dtype;
+    int64_t capacity = 0, bytes = 0;
+    ASSERT_EQ(
+        attnkit_kv_cache_info(paged, nullptr, &capacity, &bytes, nullptr, 0, err_, sizeof(err_)),
+        ATTNKIT_OK);
+    EXPECT_EQ(capacity, 4 * 16);
+    EXPECT_EQ(bytes, dtype == ATTNKIT_F32 ? 2 * 4 * 16 * 2 * 8 * 4 : 2 * 4 * 16 * 2 * (8 + 4));
+    // Sequence 1 takes sequence 0's first 18 tokens; a shorter paged cache
+    // cannot grow back.
+    ASSERT_EQ(attnkit_kv_cache_fork(paged, 0, 1, 18, err_, sizeof(err_)), ATTNKIT_OK) << err_;
+    int64_t lengths[2] = {0, 0};
+    ASSERT_EQ(
+        attnkit_kv_cache_info(paged, nullptr, nullptr, nullptr, lengths, 2, err_, sizeof(err_)),
+        ATTNKIT_OK);
+    EXPECT_EQ(lengths[1], 18);
+    const int64_t longer[2] = {20, 19};
+    EXPECT_EQ(attnkit_kv_cache_set_lengths(paged, longer, 2, err_, sizeof(err_)),
+              ATTNKIT_INVALID_ARGUMENT);
+    EXPECT_THAT(err_, HasSubstr("grows only by Append or Fork"));
+    EXPECT_EQ(attnkit_kv_cache_fork(paged, 0, 0, 1, err_, sizeof(err_)), ATTNKIT_INVALID_ARGUMENT);
+    attnkit_kv_cache_destroy(dense);
+    attnkit_kv_cache_destroy(paged);
+  }
+  // Two pages for two sequences of 20 tokens: the prefill needs 4.
+  attnkit_kv_cache* small = nullptr;
+  ASSERT_EQ(attnkit_kv_cache_create_paged(layer, B, 16, 2, ATTNKIT_F32, &small, err_, sizeof(err_)),
+            ATTNKIT_OK);
+  std::vector<float> y(B * T * D);
+  attnkit_tensor xt = view(x.data(), T, T * D), yt = view(y.data(), T, T * D);
+  EXPECT_EQ(attnkit_layer_forward_cached(layer, &xt, small, &yt, nullptr, err_, sizeof(err_)),
+            ATTNKIT_RESOURCE_EXHAUSTED);
+  EXPECT_THAT(err_, HasSubstr("needs 4 new pages of 16 tokens, 2 of 2 are free"));
+  attnkit_kv_cache_destroy(small);
+  attnkit_kv_cache* none = nullptr;
+  EXPECT_EQ(attnkit_kv_cache_create_paged(layer, B, 20, 2, ATTNKIT_F32, &none, err_, sizeof(err_)),
+            ATTNKIT_INVALID_ARGUMENT);
+  EXPECT_THAT(err_, HasSubstr("page_size (20) must be a power of two"));
+  EXPECT_EQ(attnkit_kv_cache_create(layer, B, T, ATTNKIT_I32, &none, err_, sizeof(err_)),
+            ATTNKIT_INVALID_ARGUMENT);
+  EXPECT_EQ(none, nullptr);
+  EXPECT_THAT(err_, HasSubstr("ATTNKIT_I8"));
+  attnkit_layer_destroy(layer);
+}
+
 }  // namespace

@@ -35,6 +35,23 @@ absl::StatusOr<TensorView> ViewOf(const attnkit_tensor* t, const char* what) {
   return TensorFromC(*t, what);
 }
 
+// A KV cache's storage type from the C enum: f32, f16, bf16 or i8.
+absl::StatusOr<DType> CacheDType(int32_t dtype) {
+  switch (dtype) {
+    case ATTNKIT_F32:
+      return DType::kF32;
+    case ATTNKIT_F16:
+      return DType::kF16;
+    case ATTNKIT_BF16:
+      return DType::kBF16;
+    case ATTNKIT_I8:
+      return DType::kI8;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dtype (", dtype, ") must be ATTNKIT_F32, ATTNKIT_F16, ATTNKIT_BF16 or ATTNKIT_I8"));
+  }
+}
+
 // The weight `name` of the layer ("wq" ... "bo"); NotFound otherwise.
 absl::StatusOr<const Tensor*> WeightOf(const MultiHeadAttention& mha, const std::string& name) {
   const AttentionWeights& w = mha.weights();
@@ -163,25 +180,35 @@ int32_t attnkit_kv_cache_create(const attnkit_layer* layer, int64_t batch, int64
     ATTNKIT_RETURN_IF_ERROR(RequireNonNull(out, "out"));
     *out = nullptr;
     ATTNKIT_RETURN_IF_ERROR(RequireNonNull(layer, "layer"));
-    attnkit::DType d;
-    switch (dtype) {
-      case ATTNKIT_F32:
-        d = attnkit::DType::kF32;
-        break;
-      case ATTNKIT_F16:
-        d = attnkit::DType::kF16;
-        break;
-      case ATTNKIT_BF16:
-        d = attnkit::DType::kBF16;
-        break;
-      default:
-        return absl::InvalidArgumentError(
-            absl::StrCat("dtype (", dtype, ") must be ATTNKIT_F32, ATTNKIT_F16 or ATTNKIT_BF16"));
-    }
+    ATTNKIT_ASSIGN_OR_RETURN(const attnkit::DType d, attnkit::capi::CacheDType(dtype));
     auto cache = std::make_unique<attnkit_kv_cache>();
     ATTNKIT_ASSIGN_OR_RETURN(cache->cache, layer->mha->NewCache(batch, capacity, d));
     *out = cache.release();
     return absl::OkStatus();
+  });
+}
+
+int32_t attnkit_kv_cache_create_paged(const attnkit_layer* layer, int64_t batch, int64_t page_size,
+                                      int64_t num_pages, int32_t dtype, attnkit_kv_cache** out,
+                                      char* err, size_t err_size) {
+  return Guard(err, err_size, [&]() -> absl::Status {
+    ATTNKIT_RETURN_IF_ERROR(RequireNonNull(out, "out"));
+    *out = nullptr;
+    ATTNKIT_RETURN_IF_ERROR(RequireNonNull(layer, "layer"));
+    ATTNKIT_ASSIGN_OR_RETURN(const attnkit::DType d, attnkit::capi::CacheDType(dtype));
+    auto cache = std::make_unique<attnkit_kv_cache>();
+    ATTNKIT_ASSIGN_OR_RETURN(cache->cache,
+                             layer->mha->NewPagedCache(batch, page_size, num_pages, d));
+    *out = cache.release();
+    return absl::OkStatus();
+  });
+}
+
+int32_t attnkit_kv_cache_fork(attnkit_kv_cache* cache, int64_t src, int64_t dst, int64_t tokens,
+                              char* err, size_t err_size) {
+  return Guard(err, err_size, [&]() -> absl::Status {
+    ATTNKIT_RETURN_IF_ERROR(RequireNonNull(cache, "cache"));
+    return cache->cache.Fork(src, dst, tokens);
   });
 }
 

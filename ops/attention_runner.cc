@@ -49,37 +49,49 @@ absl::Status AttentionRunner::Run(const AttentionProblem& p, const AttentionArgs
   AttentionArgs dev = host;
   ATTNKIT_RETURN_IF_ERROR(Stage(1, true, &dev.k));
   ATTNKIT_RETURN_IF_ERROR(Stage(2, true, &dev.v));
+  ATTNKIT_RETURN_IF_ERROR(Stage(11, true, &dev.k_scale));
+  ATTNKIT_RETURN_IF_ERROR(Stage(12, true, &dev.v_scale));
   return RunStaged(p, host, dev, info);
 }
 
 absl::Status AttentionRunner::SyncMirror(KVCache* cache) {
-  const size_t esize = DTypeSize(cache->dtype());
-  const size_t row_bytes = static_cast<size_t>(cache->head_dim()) * esize;
-  const size_t buffer_bytes = static_cast<size_t>(cache->bytes()) / 2;  // K or V
-  // An id is one cache for its whole life, so it also fixes the size; it is
-  // recorded only once both buffers exist.
+  // K, V: storage_rows() rows of d values; the scales: one f32 per row.
+  const size_t row_bytes = static_cast<size_t>(cache->head_dim()) * DTypeSize(cache->dtype());
+  const size_t rows = static_cast<size_t>(cache->storage_rows());
+  // An id is one cache for its whole life, so it also fixes the sizes; it is
+  // recorded only once every buffer exists.
   const bool fresh = mirror_.cache_id != cache->id();
   if (fresh) {
     mirror_ = Mirror{};  // free first: device memory may be tight
-    ATTNKIT_ASSIGN_OR_RETURN(mirror_.k, backend_->Allocate(buffer_bytes));
-    ATTNKIT_ASSIGN_OR_RETURN(mirror_.v, backend_->Allocate(buffer_bytes));
+    ATTNKIT_ASSIGN_OR_RETURN(mirror_.k, backend_->Allocate(rows * row_bytes));
+    ATTNKIT_ASSIGN_OR_RETURN(mirror_.v, backend_->Allocate(rows * row_bytes));
+    if (cache->int8()) {
+      ATTNKIT_ASSIGN_OR_RETURN(mirror_.k_scale, backend_->Allocate(rows * sizeof(float)));
+      ATTNKIT_ASSIGN_OR_RETURN(mirror_.v_scale, backend_->Allocate(rows * sizeof(float)));
+    }
     mirror_.cache_id = cache->id();
   }
-  const char* k = static_cast<const char*>(cache->keys().data);
-  const char* v = static_cast<const char*>(cache->values().data);
-  for (int64_t b = 0; b < cache->batch(); ++b) {
-    const int64_t from = fresh ? 0 : cache->mirrored_until(b), to = cache->length(b);
-    if (from >= to) continue;
-    for (int64_t g = 0; g < cache->kv_heads(); ++g) {
-      // Rows [from, to) of (b, g) are contiguous in the [B, Hkv, capacity, d] buffer.
-      const size_t at =
-          static_cast<size_t>((b * cache->kv_heads() + g) * cache->capacity() + from) * row_bytes;
-      const size_t bytes = static_cast<size_t>(to - from) * row_bytes;
-      ATTNKIT_RETURN_IF_ERROR(backend_->UploadAt(k + at, mirror_.k.get(), at, bytes));
-      ATTNKIT_RETURN_IF_ERROR(backend_->UploadAt(v + at, mirror_.v.get(), at, bytes));
-      uploaded_bytes_ += 2 * static_cast<int64_t>(bytes);
-    }
-  }
+  struct Part {
+    const void* host;
+    DeviceBuffer* dev;
+    size_t row_bytes;
+  };
+  const Part parts[] = {{cache->keys().data, mirror_.k.get(), row_bytes},
+                        {cache->values().data, mirror_.v.get(), row_bytes},
+                        {cache->key_scales().data, mirror_.k_scale.get(), sizeof(float)},
+                        {cache->value_scales().data, mirror_.v_scale.get(), sizeof(float)}};
+  ATTNKIT_RETURN_IF_ERROR(
+      cache->ForEachUnmirroredSpan(fresh, [&](KVCache::RowSpan span) -> absl::Status {
+        for (const Part& part : parts) {
+          if (part.dev == nullptr) continue;
+          const size_t at = static_cast<size_t>(span.first) * part.row_bytes;
+          const size_t bytes = static_cast<size_t>(span.count) * part.row_bytes;
+          ATTNKIT_RETURN_IF_ERROR(
+              backend_->UploadAt(static_cast<const char*>(part.host) + at, part.dev, at, bytes));
+          uploaded_bytes_ += static_cast<int64_t>(bytes);
+        }
+        return absl::OkStatus();
+      }));
   cache->MarkMirrored();
   return absl::OkStatus();
 }
@@ -87,14 +99,21 @@ absl::Status AttentionRunner::SyncMirror(KVCache* cache) {
 absl::Status AttentionRunner::RunWithCache(const AttentionProblem& p, const AttentionArgs& host,
                                            KVCache* cache, RunInfo* info) {
   if (backend_->UsesHostMemory()) return Run(p, host, info);
-  if (host.k.data != cache->keys().data || host.v.data != cache->values().data) {
-    return absl::InvalidArgumentError("RunWithCache: k and v must be the cache's own views");
+  if (host.k.data != cache->keys().data || host.v.data != cache->values().data ||
+      host.k_scale.data != cache->key_scales().data ||
+      host.v_scale.data != cache->value_scales().data) {
+    return absl::InvalidArgumentError(
+        "RunWithCache: k and v (and k_scale, v_scale) must be the cache's own views");
   }
   ATTNKIT_RETURN_IF_ERROR(CheckDenseOutputs(host));
   ATTNKIT_RETURN_IF_ERROR(SyncMirror(cache));
-  AttentionArgs dev = host;
-  dev.k.data = mirror_.k->data();  // same [B, Hkv, capacity, d] layout and strides
+  AttentionArgs dev = host;  // the mirror has the cache's layout and strides
+  dev.k.data = mirror_.k->data();
   dev.v.data = mirror_.v->data();
+  if (cache->int8()) {
+    dev.k_scale.data = mirror_.k_scale->data();
+    dev.v_scale.data = mirror_.v_scale->data();
+  }
   return RunStaged(p, host, dev, info);
 }
 
@@ -106,6 +125,9 @@ absl::Status AttentionRunner::RunStaged(const AttentionProblem& p, const Attenti
   ATTNKIT_RETURN_IF_ERROR(Stage(5, true, &dev.kv_lengths));
   ATTNKIT_RETURN_IF_ERROR(Stage(6, true, &dev.blocked_mask));
   ATTNKIT_RETURN_IF_ERROR(Stage(7, true, &dev.bias));
+  ATTNKIT_RETURN_IF_ERROR(Stage(8, true, &dev.block_table));
+  ATTNKIT_RETURN_IF_ERROR(Stage(9, true, &dev.cu_seqlens_q));
+  ATTNKIT_RETURN_IF_ERROR(Stage(10, true, &dev.cu_seqlens_k));
   ATTNKIT_RETURN_IF_ERROR(backend_->Forward(p, dev, info));
   ATTNKIT_RETURN_IF_ERROR(backend_->Synchronize());
   ATTNKIT_RETURN_IF_ERROR(backend_->Download(*buffers_[3], host.o.data, SpanBytes(host.o)));

@@ -200,6 +200,12 @@ absl::StatusOr<KVCache> MultiHeadAttention::NewCache(int64_t batch, int64_t capa
   return KVCache::Create(batch, problem_.num_kv_heads, capacity, problem_.head_dim, dtype);
 }
 
+absl::StatusOr<KVCache> MultiHeadAttention::NewPagedCache(int64_t batch, int64_t page_size,
+                                                          int64_t num_pages, DType dtype) const {
+  return KVCache::CreatePaged(batch, problem_.num_kv_heads, problem_.head_dim, page_size, num_pages,
+                              dtype);
+}
+
 void MultiHeadAttention::Linear(const TensorView& x, const Tensor& w, const Tensor& b, float* y,
                                 const TensorView* y_view) const {
   const int64_t B = x.shape[0], T = x.shape[1], n = w.view().dim(0), k = w.view().dim(1);
@@ -235,19 +241,14 @@ absl::StatusOr<MultiHeadAttention::Projections> MultiHeadAttention::Project(
 }
 
 absl::Status MultiHeadAttention::AttendAndMerge(float* q, int64_t batch, int64_t q_len,
-                                                const TensorView& k, const TensorView& v,
-                                                const TensorView& kv_lengths, const TensorView& y,
+                                                AttentionArgs args, const TensorView& y,
                                                 KVCache* cache) {
   const AttentionProblem& p = problem_;
   const int64_t Hd = p.num_heads * p.head_dim;
   ATTNKIT_ASSIGN_OR_RETURN(float* o, o_ws_.Get(batch * q_len * Hd));
-  AttentionArgs args;
   // [B*T, H*d] rows read as [B, H, T, d]: the head split without a copy.
   args.q = AttentionView(q, DType::kF32, Layout::kBTHD, batch, p.num_heads, q_len, p.head_dim);
   args.o = AttentionView(o, DType::kF32, Layout::kBTHD, batch, p.num_heads, q_len, p.head_dim);
-  args.k = k;
-  args.v = v;
-  args.kv_lengths = kv_lengths;
   ATTNKIT_RETURN_IF_ERROR(cache != nullptr ? runner_->RunWithCache(p, args, cache, &last_run_)
                                            : runner_->Run(p, args, &last_run_));
   // O [B*T, H*d] is already the merged heads; y = O Wo^T.
@@ -301,10 +302,12 @@ absl::Status MultiHeadAttention::CrossForward(const TensorView& x, const TensorV
   problem_.kv_len = Tk;
   problem_.kv_dtype = DType::kF32;
   problem_.kv_lengths.clear();
+  problem_.page_size = problem_.num_pages = 0;
   ATTNKIT_RETURN_IF_ERROR(ChooseBackend());
-  return AttendAndMerge(qkv.q, B, Tq, AttentionView(qkv.k, DType::kF32, Layout::kBTHD, B, G, Tk, d),
-                        AttentionView(qkv.v, DType::kF32, Layout::kBTHD, B, G, Tk, d), TensorView(),
-                        y);
+  AttentionArgs kv;
+  kv.k = AttentionView(qkv.k, DType::kF32, Layout::kBTHD, B, G, Tk, d);
+  kv.v = AttentionView(qkv.v, DType::kF32, Layout::kBTHD, B, G, Tk, d);
+  return AttendAndMerge(qkv.q, B, Tq, kv, y);
 }
 
 absl::Status MultiHeadAttention::ForwardCached(const TensorView& x, KVCache* cache,
@@ -323,15 +326,10 @@ absl::Status MultiHeadAttention::ForwardCached(const TensorView& x, KVCache* cac
         "num_kv_heads (%d) and head_dim (%d)",
         cache->batch(), cache->kv_heads(), cache->head_dim(), B, G, d));
   }
-  for (int64_t b = 0; b < B; ++b) {
-    if (cache->length(b) + T > cache->capacity()) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "KV cache too small: sequence %d holds %d tokens, %d more need %d, the capacity is %d", b,
-          cache->length(b), T, cache->length(b) + T, cache->capacity()));
-    }
-  }
+  ATTNKIT_RETURN_IF_ERROR(cache->CheckRoom(T));
   // The problem after the append: every sequence grows by T. Per-sequence
-  // lengths go to the backend only when they differ.
+  // lengths go to the backend only when they differ. A paged cache is read
+  // through its block tables, an int8 one with its scales.
   problem_.batch = B;
   problem_.q_len = T;
   problem_.kv_len = cache->max_length() + T;
@@ -340,15 +338,22 @@ absl::Status MultiHeadAttention::ForwardCached(const TensorView& x, KVCache* cac
   if (!cache->uniform_lengths()) {
     for (int64_t b = 0; b < B; ++b) problem_.kv_lengths.push_back(cache->length(b) + T);
   }
+  problem_.page_size = cache->page_size();
+  problem_.num_pages = cache->num_pages();
   // Choose (auto) and refuse before touching the cache.
   ATTNKIT_RETURN_IF_ERROR(ChooseBackend());
   ATTNKIT_RETURN_IF_ERROR(backend()->Supports(problem_));
 
   ATTNKIT_ASSIGN_OR_RETURN(const Projections qkv, Project(x, x));
   ATTNKIT_RETURN_IF_ERROR(cache->Append(qkv.k, qkv.v, G * d, T));
-  const absl::Status s =
-      AttendAndMerge(qkv.q, B, T, cache->keys(), cache->values(),
-                     problem_.has_kv_lengths() ? cache->kv_lengths_view() : TensorView(), y, cache);
+  AttentionArgs kv;
+  kv.k = cache->keys();
+  kv.v = cache->values();
+  kv.k_scale = cache->key_scales();  // empty unless int8
+  kv.v_scale = cache->value_scales();
+  kv.block_table = cache->block_table_view(problem_.max_pages());  // empty unless paged
+  if (problem_.has_kv_lengths()) kv.kv_lengths = cache->kv_lengths_view();
+  const absl::Status s = AttendAndMerge(qkv.q, B, T, kv, y, cache);
   if (!s.ok()) {  // undo the append, so a failed step leaves the cache as it was
     std::vector<int64_t> lengths = cache->lengths();
     for (int64_t& l : lengths) l -= T;

@@ -75,12 +75,17 @@ class MultiHeadAttention {
   // Appends the keys and values of x's T tokens to `cache`, then every new
   // query attends to all cached tokens of its sequence (bottom-right causal
   // alignment unless the config says TOP_LEFT): T = 1 is a decode step, T > 1
-  // a chunked prefill. ResourceExhausted, with the cache unchanged, when the
-  // cache is too small.
+  // a chunked prefill. The cache may be dense or paged (the backend then
+  // gets the page pool and block tables), f32, f16, bf16 or int8 (the
+  // backend gets the scales). ResourceExhausted, with the cache unchanged,
+  // when the cache is too small (dense) or out of pages (paged).
   absl::Status ForwardCached(const TensorView& x, KVCache* cache, const TensorView& y);
-  // A cache for this layer's KV heads and head_dim.
+  // A dense cache for this layer's KV heads and head_dim.
   absl::StatusOr<KVCache> NewCache(int64_t batch, int64_t capacity,
                                    DType dtype = DType::kF32) const;
+  // A paged cache: num_pages pages of page_size tokens shared by the batch.
+  absl::StatusOr<KVCache> NewPagedCache(int64_t batch, int64_t page_size, int64_t num_pages,
+                                        DType dtype = DType::kF32) const;
 
   const AttentionProblem& problem() const { return problem_; }
   // The backend of the last attention call (before any: the one chosen for
@@ -117,11 +122,11 @@ class MultiHeadAttention {
     float* v;
   };
   absl::StatusOr<Projections> Project(const TensorView& x, const TensorView& kv_source);
-  // Attention of q [B*Tq, H*d] over the given K/V, then y = O Wo^T.
-  // k and v are the cache's views when `cache` is given (a device backend
-  // then keeps it mirrored: AttentionRunner::RunWithCache).
-  absl::Status AttendAndMerge(float* q, int64_t batch, int64_t q_len, const TensorView& k,
-                              const TensorView& v, const TensorView& kv_lengths,
+  // Attention of q [B*Tq, H*d] over the K/V side of `kv` (k, v and, as
+  // problem_ asks, kv_lengths, scales, block_table), then y = O Wo^T. They
+  // are the cache's views when `cache` is given (a device backend then keeps
+  // it mirrored: AttentionRunner::RunWithCache).
+  absl::Status AttendAndMerge(float* q, int64_t batch, int64_t q_len, AttentionArgs kv,
                               const TensorView& y, KVCache* cache = nullptr);
 
   LayerOptions options_;

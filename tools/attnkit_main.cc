@@ -72,6 +72,10 @@ ABSL_FLAG(int64_t, prompt_len, 128, "generate: prompt tokens (prefill)");
 ABSL_FLAG(int64_t, new_tokens, 16, "generate: tokens decoded one at a time with the KV cache");
 ABSL_FLAG(int64_t, chunk, 0, "generate: prefill chunk size (0 = the whole prompt at once)");
 ABSL_FLAG(bool, verify, true, "generate: check the last hidden state against a full recompute");
+ABSL_FLAG(bool, paged, false,
+          "generate: paged KV caches: a pool of pages per layer, read through block tables");
+ABSL_FLAG(int64_t, page_size, 0,
+          "generate: tokens per page of a paged cache, a power of two in [16, 256]");
 ABSL_FLAG(int64_t, count, 100, "fuzz: number of random problems");
 ABSL_FLAG(uint64_t, seed, 1, "fuzz: seed of the run (problems and inputs follow from it)");
 ABSL_FLAG(std::string, repro_dir, "/tmp", "fuzz: directory for shrunk failing configs");
@@ -289,6 +293,8 @@ int main(int argc, char** argv) {
   generate.new_tokens = absl::GetFlag(FLAGS_new_tokens);
   generate.chunk = absl::GetFlag(FLAGS_chunk);
   generate.verify = absl::GetFlag(FLAGS_verify);
+  generate.paged = absl::GetFlag(FLAGS_paged);
+  generate.page_size = absl::GetFlag(FLAGS_page_size);
   options.count = absl::GetFlag(FLAGS_count);
   options.seed = absl::GetFlag(FLAGS_seed);
   options.repro_dir = absl::GetFlag(FLAGS_repro_dir);

@@ -327,6 +327,23 @@ def _load():
                 ctypes.c_size_t,
             ],
         ),
+        "attnkit_kv_cache_create_paged": (
+            _c_int32,
+            [
+                ctypes.c_void_p,
+                _c_int64,
+                _c_int64,
+                _c_int64,
+                _c_int32,
+                ctypes.POINTER(ctypes.c_void_p),
+                err,
+                ctypes.c_size_t,
+            ],
+        ),
+        "attnkit_kv_cache_fork": (
+            _c_int32,
+            [ctypes.c_void_p, _c_int64, _c_int64, _c_int64, err, ctypes.c_size_t],
+        ),
         "attnkit_kv_cache_destroy": (None, [ctypes.c_void_p]),
         "attnkit_kv_cache_info": (
             _c_int32,

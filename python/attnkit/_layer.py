@@ -24,7 +24,7 @@ _TORCH_NAMES = {
     "o_proj.bias": "bo",
     "out_proj.bias": "bo",
 }
-_CACHE_DTYPES = {"f32": _capi.F32, "f16": _capi.F16, "bf16": _capi.BF16}
+_CACHE_DTYPES = {"f32": _capi.F32, "f16": _capi.F16, "bf16": _capi.BF16, "i8": _capi.I8}
 
 
 def _activation(x, name, model_dim):
@@ -57,24 +57,44 @@ def _run_dict(result):
 
 class KVCache:
     """Keys and values of `batch` sequences of up to `capacity` tokens for
-    one layer (its KV heads and head_dim), stored as dtype "f32", "f16" or
-    "bf16". Made by MultiHeadAttention.new_cache()."""
+    one layer (its KV heads and head_dim), stored as dtype "f32", "f16",
+    "bf16" or "i8" (quantized as appended, one scale per token and KV head).
+    With page_size (a power of two in 16..256) the cache is paged: one pool
+    of num_pages pages (default: enough for every sequence to reach
+    capacity) that the sequences take as they grow and can share (fork).
+    Made by MultiHeadAttention.new_cache()."""
 
-    def __init__(self, layer, batch, capacity, dtype="f32"):
+    def __init__(self, layer, batch, capacity, dtype="f32", page_size=None, num_pages=None):
         if dtype not in _CACHE_DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(_CACHE_DTYPES)}; got {dtype!r}")
+        if num_pages is not None and page_size is None:
+            raise ValueError("num_pages sizes a paged cache: give page_size too")
         self._handle = None
         handle = ctypes.c_void_p()
-        _capi.call(
-            _capi.lib.attnkit_kv_cache_create,
-            layer._handle,
-            int(batch),
-            int(capacity),
-            _CACHE_DTYPES[dtype],
-            ctypes.byref(handle),
-        )
+        if page_size is None:
+            _capi.call(
+                _capi.lib.attnkit_kv_cache_create,
+                layer._handle,
+                int(batch),
+                int(capacity),
+                _CACHE_DTYPES[dtype],
+                ctypes.byref(handle),
+            )
+        else:
+            if num_pages is None:
+                num_pages = int(batch) * -(-int(capacity) // max(1, int(page_size)))
+            _capi.call(
+                _capi.lib.attnkit_kv_cache_create_paged,
+                layer._handle,
+                int(batch),
+                int(page_size),
+                int(num_pages),
+                _CACHE_DTYPES[dtype],
+                ctypes.byref(handle),
+            )
         self._handle = handle
         self.dtype = dtype
+        self.page_size = page_size
 
     def __del__(self):
         if getattr(self, "_handle", None):
@@ -100,11 +120,13 @@ class KVCache:
 
     @property
     def capacity(self):
+        """Tokens a sequence can hold (paged: num_pages * page_size)."""
         return self._info()[1]
 
     @property
     def nbytes(self):
-        """Bytes of K and V: 2 * B * Hkv * capacity * d * element size."""
+        """Bytes of K and V (and their i8 scales): 2 * B * Hkv * capacity *
+        d * element size for a dense cache, the whole pool for a paged one."""
         return self._info()[2]
 
     @property
@@ -117,9 +139,16 @@ class KVCache:
 
     def set_lengths(self, lengths):
         """Sets each sequence's length, keeping the contents (roll back
-        rejected speculative tokens; 0 starts over)."""
+        rejected speculative tokens; 0 starts over). A paged cache only
+        shrinks, releasing the pages past the new lengths."""
         values = (ctypes.c_int64 * len(lengths))(*[int(x) for x in lengths])
         _capi.call(_capi.lib.attnkit_kv_cache_set_lengths, self._handle, values, len(lengths))
+
+    def fork(self, src, dst, tokens):
+        """Sequence dst continues from the first `tokens` tokens of src (a
+        shared prompt); dst's own tokens are dropped. Paged: the pages are
+        shared, copied only when written (a partially filled one)."""
+        _capi.call(_capi.lib.attnkit_kv_cache_fork, self._handle, int(src), int(dst), int(tokens))
 
     def clear(self):
         self.set_lengths([0] * self.batch)
@@ -127,7 +156,7 @@ class KVCache:
     def __repr__(self):
         return (
             f"KVCache(batch={self.batch}, capacity={self.capacity}, dtype={self.dtype!r}, "
-            f"lengths={self.lengths})"
+            f"page_size={self.page_size}, lengths={self.lengths})"
         )
 
 
@@ -249,8 +278,8 @@ class MultiHeadAttention:
 
     # ---- calls -----------------------------------------------------------
 
-    def new_cache(self, batch, capacity, dtype="f32"):
-        return KVCache(self, batch, capacity, dtype)
+    def new_cache(self, batch, capacity, dtype="f32", page_size=None, num_pages=None):
+        return KVCache(self, batch, capacity, dtype, page_size, num_pages)
 
     def __call__(self, x, context=None, cache=None):
         """Self-attention over x [B, T, D] (float32, numpy or torch CPU), or

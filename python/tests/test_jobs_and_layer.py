@@ -170,6 +170,37 @@ def test_layer_matches_numpy_and_decodes_with_its_cache(backend):
     np.testing.assert_allclose(again, y[:, 9:10], rtol=1e-4, atol=1e-5)
 
 
+def test_paged_and_int8_caches():
+    layer = attnkit.MultiHeadAttention(64, 8, 2, causal=True, seed=3, backend="reference")
+    x = rand(2, 24, 64)
+    y = layer(x)
+    # A paged cache decodes the dense cache's outputs, bit for bit here.
+    def decode(cache):  # a 9-token prefill, then one token at a time
+        return np.concatenate([layer(x[:, :9], cache=cache)] +
+                              [layer(x[:, t : t + 1], cache=cache) for t in range(9, 24)], axis=1)
+
+    dense = layer.new_cache(2, 24)
+    paged = layer.new_cache(2, 24, page_size=16)
+    assert paged.capacity == 2 * 2 * 16  # 2 pages per sequence
+    got = decode(paged)
+    np.testing.assert_array_equal(got, decode(dense))
+    np.testing.assert_allclose(got, y, rtol=1e-4, atol=1e-5)
+    with pytest.raises(MemoryError, match="out of pages"):
+        layer(x[:, :9], cache=paged)  # a third page each
+    assert paged.lengths == [24, 24]  # unchanged
+    # Sequence 1 takes sequence 0's prompt; it then decodes sequence 0's way.
+    paged.fork(0, 1, 20)
+    assert paged.lengths == [24, 20]
+    # int8 storage: close to f32 (quantization error, not a backend's).
+    i8 = layer.new_cache(2, 24, dtype="i8", page_size=16)
+    np.testing.assert_allclose(decode(i8), y, atol=0.02)
+    assert i8.nbytes == 2 * 4 * 16 * 2 * (8 + 4)
+    with pytest.raises(ValueError, match="page_size"):
+        layer.new_cache(2, 24, num_pages=3)
+    with pytest.raises(ValueError, match="power of two"):
+        layer.new_cache(2, 24, page_size=24)
+
+
 def test_layer_cross_attention_and_torch_weight_names():
     layer = attnkit.MultiHeadAttention(32, 4, seed=2)
     w = {

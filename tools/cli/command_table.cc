@@ -54,13 +54,16 @@ const std::vector<CommandSpec>& Commands() {
        {"config", "layers", "json"},
        {"attnkit cost --config=decode.textproto --layers=32"}},
       {"generate",
-       "prefill + KV-cached decode through N attention layers: tokens/s per phase and the "
-       "backend each phase ran on, checked against a full recompute",
+       "prefill + KV-cached decode (dense or paged cache) through N attention layers: tokens/s "
+       "per phase and the backend each phase ran on, checked against a full recompute",
        {},
-       {"config", "layers", "prompt_len", "new_tokens", "chunk", "verify", "backend", "threads",
-        "json", "plugins"},
-       {"attnkit generate --layers=4 --prompt_len=512 --new_tokens=32 --chunk=128"},
-       {{"backend", "the config's, else auto (chosen per call: prefill and decode may differ)"}}},
+       {"config", "layers", "prompt_len", "new_tokens", "chunk", "verify", "paged", "page_size",
+        "backend", "threads", "json", "plugins"},
+       {"attnkit generate --layers=4 --prompt_len=512 --new_tokens=32 --chunk=128",
+        "attnkit generate --config=int8.textproto --paged --page_size=64"},
+       {{"backend", "the config's, else auto (chosen per call: prefill and decode may differ)"},
+        {"paged", "false, unless the config sets page_size"},
+        {"page_size", "the config's page_size, else 16"}}},
       {"compare",
        "every backend (and auto) on the same data, each checked then timed, as % of this "
        "machine's limits measured in the same run",

@@ -50,6 +50,8 @@ struct GenerateOptions {
   int64_t new_tokens = 16;   // K decode steps
   int64_t chunk = 0;         // prefill chunk size; 0 = the whole prompt in one call
   bool verify = true;        // recompute the whole sequence and compare the last hidden state
+  bool paged = false;        // paged KV caches (also when the config sets page_size)
+  int64_t page_size = 0;     // tokens per page; 0 = the config's page_size, else 16
 };
 
 // The config of --config, or the built-in default when none is given.
@@ -110,8 +112,9 @@ inline bool JsonToStdout(const CliOptions& options) { return options.json == "-"
 int ThreadCount(const CliOptions& options);
 // `attnkit generate`: a stack of options.layers attention layers (random
 // weights, residual connections) prefills P tokens, decodes K more with the
-// KV cache, reports tokens per second and cache memory, and checks the last
-// hidden state against a full recompute. FailedPrecondition when it differs.
+// KV cache (dense or paged, in the config's kv_dtype), reports tokens per
+// second and cache memory, and checks the last hidden state against a full
+// recompute. FailedPrecondition when it differs.
 absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& options,
                              const GenerateOptions& gen, std::ostream& out);
 

@@ -1,5 +1,6 @@
 // `attnkit generate`: autoregressive decoding through a stack of attention
-// layers with KV caches, timed, then checked against a full recompute.
+// layers with KV caches (dense, or paged with --paged; the config's kv_dtype
+// storage, int8 included), timed, then checked against a full recompute.
 //
 // There is no vocabulary: the next input is the last layer's output at the
 // previous position, RMS-normalised, x[t+1] = h(t) / rms(h(t)), so every
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <memory>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -68,6 +70,56 @@ void RmsNormalise(const float* src, int64_t D, float* dst) {
   for (int64_t c = 0; c < D; ++c) dst[c] = src[c] * inv;
 }
 
+// FNV-1a over the bytes of `v`, as 16 hex digits.
+std::string Digest(const std::vector<float>& v) {
+  uint64_t hash = 14695981039346656037ull;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(v.data());
+  for (size_t i = 0; i < v.size() * sizeof(float); ++i) {
+    hash = (hash ^ bytes[i]) * 1099511628211ull;
+  }
+  return absl::StrFormat("%016x", hash);
+}
+
+// How each layer's cache stores T tokens of B sequences.
+struct CachePlan {
+  bool paged = false;
+  int64_t page_size = 0;  // paged: tokens per page
+  int64_t num_pages = 0;  // paged: pages in each layer's pool
+};
+
+// Paged with --paged or a config that sets page_size; the page size is
+// --page_size, else the config's, else 16; the pool is the config's
+// num_pages, else just enough: B * ceil(T / page_size).
+absl::StatusOr<CachePlan> PlanCache(const GenerateOptions& gen, const AttentionConfig& config,
+                                    int64_t B, int64_t T) {
+  CachePlan plan;
+  plan.paged = gen.paged || config.page_size() > 0;
+  if (!plan.paged) {
+    if (gen.page_size != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--page_size (%d) sets the page of a paged KV cache: add --paged", gen.page_size));
+    }
+    if (config.num_pages() != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("num_pages (%d) sizes a paged KV cache: add --paged or set page_size",
+                          config.num_pages()));
+    }
+    return plan;
+  }
+  if (gen.page_size != 0 && (gen.page_size < kMinPageSize || gen.page_size > kMaxPageSize ||
+                             (gen.page_size & (gen.page_size - 1)) != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--page_size (%d) must be a power of two in [%d, %d]", gen.page_size,
+                        kMinPageSize, kMaxPageSize));
+  }
+  plan.page_size = gen.page_size != 0        ? gen.page_size
+                   : config.page_size() != 0 ? config.page_size()
+                                             : kMinPageSize;
+  plan.num_pages = config.num_pages() != 0 ? config.num_pages()
+                                           : B * ((T + plan.page_size - 1) / plan.page_size);
+  return plan;
+}
+
 }  // namespace
 
 absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& options,
@@ -109,19 +161,25 @@ absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& 
         "TOP_LEFT");
   }
   config.set_alignment(BOTTOM_RIGHT);
-  // The cache stores kv_dtype; the layers compute in f32.
+  // The cache stores kv_dtype (int8 with a scale per token and KV head);
+  // the layers compute in f32.
   const DType cache_dtype = config.kv_dtype() == F16    ? DType::kF16
                             : config.kv_dtype() == BF16 ? DType::kBF16
+                            : config.kv_dtype() == INT8 ? DType::kI8
                             : config.dtype() == F16     ? DType::kF16
                             : config.dtype() == BF16    ? DType::kBF16
                                                         : DType::kF32;
+  const int64_t B = std::max<int64_t>(1, config.batch()), P = gen.prompt_len, K = gen.new_tokens,
+                T = P + K;
+  ATTNKIT_ASSIGN_OR_RETURN(const CachePlan plan, PlanCache(gen, config, B, T));
   config.set_dtype(F32);
   config.set_kv_dtype(F32);
   config.clear_kv_lengths();
+  config.clear_q_lengths();
+  config.clear_page_size();  // the caches are paged, not the layers' own problems
+  config.clear_num_pages();
   config.set_return_lse(false);
 
-  const int64_t B = std::max<int64_t>(1, config.batch()), P = gen.prompt_len, K = gen.new_tokens,
-                T = P + K;
   const int64_t chunk = gen.chunk == 0 ? P : std::min(gen.chunk, P);
   std::vector<std::unique_ptr<MultiHeadAttention>> layers;
   std::vector<KVCache> caches;
@@ -136,7 +194,10 @@ absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& 
     lo.threads = options.threads;
     ATTNKIT_ASSIGN_OR_RETURN(std::unique_ptr<MultiHeadAttention> layer,
                              MultiHeadAttention::Create(config, lo, registry));
-    ATTNKIT_ASSIGN_OR_RETURN(KVCache cache, layer->NewCache(B, T, cache_dtype));
+    ATTNKIT_ASSIGN_OR_RETURN(
+        KVCache cache, plan.paged
+                           ? layer->NewPagedCache(B, plan.page_size, plan.num_pages, cache_dtype)
+                           : layer->NewCache(B, T, cache_dtype));
     layers.push_back(std::move(layer));
     caches.push_back(std::move(cache));
   }
@@ -154,9 +215,12 @@ absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& 
                          layers[0]->is_auto() ? "auto, chosen per call (prefill and decode below)"
                                               : layers[0]->backend()->Name(),
                          layers[0]->matmul().Name());
-  out << absl::StrFormat("kv cache           %d B (%.4g MiB) = %d layers x %d B (%s, %d tokens)\n",
+  const std::string cache_shape =
+      plan.paged ? absl::StrFormat("paged: %d pages of %d tokens", plan.num_pages, plan.page_size)
+                 : absl::StrFormat("%d tokens", T);
+  out << absl::StrFormat("kv cache           %d B (%.4g MiB) = %d layers x %d B (%s, %s)\n",
                          cache_bytes, double(cache_bytes) / (1 << 20), options.layers,
-                         caches[0].bytes(), DTypeName(cache_dtype), T);
+                         caches[0].bytes(), DTypeName(cache_dtype), cache_shape);
 
   // Inputs of every position: the prompt from the seed, the rest generated.
   std::vector<float> inputs(B * T * D), h(B * T * D), tmp(B * std::max<int64_t>(chunk, 1) * D);
@@ -189,6 +253,11 @@ absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& 
                          B * P, chunk, prefill_s, B * P / prefill_s);
   out << absl::StrFormat("  on %s [%s]\n  why: %s\n", prefill_backend, prefill_kernel,
                          prefill_reason);
+  const int64_t pages_in_use = plan.paged ? plan.num_pages - caches[0].free_pages() : 0;
+  if (plan.paged) {
+    out << absl::StrFormat("kv pages           %d of %d in use per layer after %d tokens\n",
+                           pages_in_use, plan.num_pages, T);
+  }
   if (K > 0) {
     out << absl::StrFormat("decode             %d steps: %.3f s, %.2f tokens/s (%.2f ms/step)\n", K,
                            decode_s, B * K / decode_s, 1e3 * decode_s / K);
@@ -203,6 +272,11 @@ absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& 
   w.Field("layers", options.layers).Field("batch", B).Field("prompt_len", P);
   w.Field("new_tokens", K).Field("chunk", chunk);
   w.Field("kv_cache_dtype", DTypeName(cache_dtype)).Field("kv_cache_bytes", cache_bytes);
+  w.Field("kv_cache_paged", plan.paged).Field("page_size", plan.page_size);
+  w.Field("num_pages", plan.num_pages).Field("pages_in_use", pages_in_use);
+  // Equal digests: the same hidden state at every position, bit for bit
+  // (a paged cache against a dense one, say).
+  w.Field("hidden_digest", Digest(h));
   w.Field("mask_defaulted_to_causal", mask_defaulted);
   w.Key("prefill").BeginObject();
   w.Field("tokens", B * P).Field("seconds", prefill_s).Field("tokens_per_s", B * P / prefill_s);
@@ -235,7 +309,8 @@ absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& 
       max_ref = std::max(max_ref, double(std::fabs(full[i])));
     }
   }
-  // f32 differs only by summation order; a 16-bit cache rounds K and V.
+  // f32 differs only by summation order; a 16-bit cache rounds K and V, an
+  // int8 one quantizes them (by up to 1/254 of each row's largest value).
   const double tol = (cache_dtype == DType::kF32   ? 1e-4
                       : cache_dtype == DType::kF16 ? 1e-2
                                                    : 5e-2) *
