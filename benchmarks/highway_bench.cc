@@ -25,9 +25,13 @@ double g_read_gbps = 0;
 std::map<std::string, double> g_seconds;  // mean seconds per call, by case
 
 AttentionProblem Problem(int64_t b, int64_t h, int64_t g, int64_t tq, int64_t tk, int64_t d,
-                         bool causal, DType kv_dtype) {
+                         bool causal, DType kv_dtype, int64_t page_size = 0) {
   AttentionProblem p = BasicProblem(b, h, g, tq, tk, d);
   p.kv_dtype = kv_dtype;
+  if (page_size > 0) {
+    p.page_size = page_size;
+    p.num_pages = b * p.max_pages();
+  }
   if (causal) {
     p.mask = MaskKind::kCausal;
     p.alignment = Alignment::kBottomRight;
@@ -63,9 +67,14 @@ void BM_Attention(benchmark::State& state, const std::string& name, AttentionPro
   const double gflops = UsefulFlops(p) / secs * 1e-9;
   state.counters["GFLOP/s"] = gflops;
   state.counters["%peak_fma"] = 100.0 * gflops / g_peak_gflops;
+  if (p.q_len == 1) {
+    // Decode compute per (key, KV head), in thread-nanoseconds: for the
+    // in-cache cases, the kernel's cost with no memory stall.
+    const double key_heads = static_cast<double>(p.batch * p.num_kv_heads * p.kv_len);
+    state.counters["thread_ns/key_head"] = secs * 1e9 * g_threads / key_heads;
+  }
   if (memory_bound) {
-    const double kv_bytes = 2.0 * p.batch * p.num_kv_heads * p.kv_len * p.head_dim *
-                            static_cast<double>(DTypeSize(p.kv_dtype));
+    const double kv_bytes = static_cast<double>(KvBytesRead(p));
     const double gbps = kv_bytes / secs * 1e-9;
     state.counters["KV_GB/s"] = gbps;
     state.counters["%read_bw"] = 100.0 * gbps / g_read_gbps;
@@ -93,6 +102,18 @@ void RegisterAll() {
        true},
       {"decode_b8_h32_g8_tk4096_d128_bf16kv", Problem(8, 32, 8, 1, 4096, 128, false, DType::kBF16),
        true},
+      {"decode_b8_h32_g8_tk4096_d128_int8kv", Problem(8, 32, 8, 1, 4096, 128, false, DType::kI8),
+       true},
+      {"decode_b8_h32_g8_tk4096_d128_bf16kv_paged16",
+       Problem(8, 32, 8, 1, 4096, 128, false, DType::kBF16, 16), true},
+      // K/V in L2 (1 KV head of 128 keys x 8 sequences: 1 MB in f32): the kernels' compute
+      // rate per key, without memory stalls.
+      {"decode_l2_b8_h4_g1_tk128_d128_f32", Problem(8, 4, 1, 1, 128, 128, false, DType::kF32),
+       false},
+      {"decode_l2_b8_h4_g1_tk128_d128_bf16kv", Problem(8, 4, 1, 1, 128, 128, false, DType::kBF16),
+       false},
+      {"decode_l2_b8_h4_g1_tk128_d128_int8kv", Problem(8, 4, 1, 1, 128, 128, false, DType::kI8),
+       false},
   };
   for (const Case& c : cases) {
     benchmark::RegisterBenchmark(c.name, BM_Attention, std::string(c.name), c.p, c.memory_bound)
@@ -127,6 +148,8 @@ int main(int argc, char** argv) {
              "decode_b1_h32_g8_tk4096_d128_bf16kv");
   PrintRatio("decode B=8 bf16 KV speed-up over f32", "decode_b8_h32_g8_tk4096_d128_f32",
              "decode_b8_h32_g8_tk4096_d128_bf16kv");
+  PrintRatio("decode B=8 int8 KV speed-up over bf16", "decode_b8_h32_g8_tk4096_d128_bf16kv",
+             "decode_b8_h32_g8_tk4096_d128_int8kv");
   benchmark::Shutdown();
   return 0;
 }

@@ -25,6 +25,7 @@ class KvRows {
     table_b_ = a.block_table.strides[0];
     table_j_ = a.block_table.strides[1];
     page_size_ = p.page_size;
+    while ((int64_t{1} << page_shift_) < page_size_) ++page_shift_;  // a power of two
   }
 
   bool paged() const { return table_ != nullptr; }
@@ -33,17 +34,18 @@ class KvRows {
   // Element offset in k or v (same shape) of row t of KV head g, sequence b.
   int64_t Offset(const TensorView& kv, int64_t b, int64_t g, int64_t t) const {
     if (table_ == nullptr) return kv.Offset(b, g, t, 0);
-    return kv.Offset(Page(b, t), t % page_size_, g, 0);
+    return kv.Offset(Page(b, t), t & (page_size_ - 1), g, 0);
   }
   // Element offset of the same row's scale in k_scale or v_scale (int8).
   int64_t ScaleOffset(const TensorView& scale, int64_t b, int64_t g, int64_t t) const {
     if (table_ == nullptr) return scale.Offset(b, g, t);
-    return scale.Offset(Page(b, t), t % page_size_, g);
+    return scale.Offset(Page(b, t), t & (page_size_ - 1), g);
   }
   // Rows [t, t + RunLength(t)) are evenly spaced in memory (one page, or all
   // of a dense tensor): Offset(t + j) = Offset(t) + j * the row stride.
   int64_t RunLength(int64_t t) const {
-    return table_ == nullptr ? std::numeric_limits<int64_t>::max() : page_size_ - t % page_size_;
+    return table_ == nullptr ? std::numeric_limits<int64_t>::max()
+                             : page_size_ - (t & (page_size_ - 1));
   }
   // Elements between consecutive rows of one run.
   static int64_t RowStride(const TensorView& kv, bool paged) {
@@ -52,12 +54,13 @@ class KvRows {
 
  private:
   int64_t Page(int64_t b, int64_t t) const {
-    return table_[b * table_b_ + (t / page_size_) * table_j_];
+    return table_[b * table_b_ + (t >> page_shift_) * table_j_];  // no division
   }
 
   const int32_t* table_ = nullptr;
   int64_t table_b_ = 0, table_j_ = 0;
   int64_t page_size_ = 0;
+  int page_shift_ = 0;  // log2(page_size_): ValidateProblem holds it to a power of two
 };
 
 }  // namespace attnkit
