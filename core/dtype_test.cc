@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "gtest/gtest.h"
 
@@ -37,10 +38,26 @@ TEST(DTypeTest, BF16RoundsToNearestEven) {
 }
 
 TEST(DTypeTest, NamesParseBack) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kU8}) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kU8, DType::kI8}) {
     EXPECT_EQ(*ParseDType(DTypeName(t)), t);
   }
   EXPECT_FALSE(ParseDType("f64").ok());
+  EXPECT_EQ(DTypeName(DType::kI8), "i8");
+  // The error lists every name, i8 included.
+  EXPECT_NE(std::string(ParseDType("int4").status().message()).find("u8, i8"), std::string::npos);
+}
+
+// int8 is K/V storage (one byte, read as its integer value; the row's scale
+// is the caller's), never a float storage type for Q and O.
+TEST(DTypeTest, Int8IsKvStorageOnly) {
+  EXPECT_EQ(DTypeSize(DType::kI8), 1u);
+  EXPECT_FALSE(IsFloatStorage(DType::kI8));
+  EXPECT_TRUE(IsKvStorage(DType::kI8));
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) EXPECT_TRUE(IsKvStorage(t));
+  EXPECT_FALSE(IsKvStorage(DType::kI32));
+  EXPECT_FALSE(IsKvStorage(DType::kU8));
+  const int8_t values[] = {-128, -127, -1, 0, 1, 127};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(LoadAsF32(values, DType::kI8, i), float(values[i]));
 }
 
 }  // namespace

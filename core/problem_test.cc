@@ -167,5 +167,314 @@ TEST(ProblemTest, MemoryBudgetIsCheckedBeforeAllocation) {
   EXPECT_EQ(CheckMemoryBudget(huge).code(), absl::StatusCode::kResourceExhausted);
 }
 
+// A ragged batch over packed K/V: 3 sequences with 2, 0 and 4 queries and
+// 9, 4 and 0 keys (q_len 4, kv_len 9), GQA 4/2, d 8, token-major.
+AttentionProblem RaggedProblem() {
+  AttentionProblem p = BasicProblem(3, 4, 2, 4, 9, 8);
+  p.layout = Layout::kBTHD;
+  p.q_lengths = {2, 0, 4};
+  p.kv_lengths = {9, 4, 0};
+  return p;
+}
+
+// A decode step over a paged int8 cache: 2 sequences of 40 and 17 keys in a
+// pool of 5 pages of 16 (max_pages = 3).
+AttentionProblem PagedInt8Problem() {
+  AttentionProblem p = BasicProblem(2, 4, 2, 1, 40, 8);
+  p.kv_dtype = DType::kI8;
+  p.page_size = 16;
+  p.num_pages = 5;
+  p.kv_lengths = {40, 17};
+  return p;
+}
+
+TEST(ProblemTest, PagedRaggedAndInt8ProblemsAreValid) {
+  EXPECT_TRUE(ValidateProblem(RaggedProblem()).ok()) << ValidateProblem(RaggedProblem());
+  EXPECT_TRUE(ValidateProblem(PagedInt8Problem()).ok()) << ValidateProblem(PagedInt8Problem());
+  AttentionProblem both = RaggedProblem();  // ragged over a paged pool, int8
+  both.page_size = 16;
+  both.num_pages = 2;
+  both.kv_dtype = DType::kI8;
+  both.mask = MaskKind::kCausal;
+  both.alignment = Alignment::kBottomRight;
+  EXPECT_TRUE(ValidateProblem(both).ok()) << ValidateProblem(both);
+  both.kv_lengths = {0, 0, 0};  // a paged pool has rows whatever the lengths
+  EXPECT_TRUE(ValidateProblem(both).ok()) << ValidateProblem(both);
+  for (int64_t page : {16, 32, 64, 128, 256}) {
+    AttentionProblem p = PagedInt8Problem();
+    p.page_size = page;
+    EXPECT_TRUE(ValidateProblem(p).ok()) << page;
+  }
+  EXPECT_TRUE(PagedInt8Problem().is_paged());
+  EXPECT_FALSE(PagedInt8Problem().is_ragged());
+  EXPECT_TRUE(RaggedProblem().is_ragged());
+  EXPECT_FALSE(RaggedProblem().is_paged());
+}
+
+// Each rule of paging, ragged batches and int8 K/V, by the message it gives.
+TEST(ProblemTest, PagedRaggedAndInt8ErrorsNameFieldValueAndRule) {
+  struct Case {
+    std::string what;
+    AttentionProblem p;
+    std::string message;
+  };
+  std::vector<Case> cases;
+  auto add = [&](const std::string& what, AttentionProblem p, const std::string& message) {
+    cases.push_back({what, std::move(p), message});
+  };
+  AttentionProblem p = PagedInt8Problem();
+  p.page_size = 8;
+  add("page below 16", p, "page_size (8) must be in [16, 256]");
+  p.page_size = 512;
+  add("page above 256", p, "page_size (512) must be in [16, 256]");
+  p.page_size = 48;
+  add("page not a power of two", p, "page_size (48) must be a power of two");
+  p.page_size = -16;
+  add("negative page", p, "page_size (-16) must be in [16, 256]");
+  p = PagedInt8Problem();
+  p.num_pages = 0;
+  add("paged without pages", p, "num_pages (0) must be in [1, 2147483648]");
+  p.num_pages = -3;
+  add("negative pages", p, "num_pages (-3) must be in [1,");
+  p = BasicProblem(1, 2, 1, 3, 5, 8);
+  p.num_pages = 3;
+  add("pages without page_size", p, "num_pages (3) must be 0 unless page_size is set (paged K/V)");
+  // Poison draws into dense float K/V only.
+  const std::string poison = "poison_blocked and nonfinite_inputs draw into dense float K/V only";
+  p = PagedInt8Problem();
+  p.kv_dtype = DType::kF32;
+  p.poison_blocked = true;
+  add("poison, paged", p, poison);
+  p = RaggedProblem();
+  p.nonfinite_inputs = 3;
+  add("nonfinite, ragged", p, poison);
+  p = BasicProblem(1, 2, 1, 3, 5, 8);
+  p.kv_dtype = DType::kI8;
+  p.poison_blocked = true;
+  add("poison, int8", p, poison);
+  // Ragged batches.
+  p = RaggedProblem();
+  p.q_lengths = {2, 1};
+  add("q_lengths short", p, "q_lengths has 2 entries; a ragged batch needs one per sequence (3)");
+  p.q_lengths = {2, 5, 0};
+  add("q_lengths over q_len", p, "q_lengths[1] (5) must be in [0, q_len (4)]");
+  p.q_lengths = {2, 0, -1};
+  add("q_lengths negative", p, "q_lengths[2] (-1) must be in [0, q_len (4)]");
+  p = RaggedProblem();
+  p.q_lengths = {0, 0, 0};
+  add("no queries at all", p, "q_lengths are all 0; a ragged batch needs at least one query");
+  p = RaggedProblem();
+  p.kv_lengths = {0, 0, 0};
+  add("packed, no keys at all", p,
+      "kv_lengths are all 0; a ragged batch with packed K/V needs at least one key");
+  p = RaggedProblem();
+  p.kv_lengths.clear();
+  add("ragged without kv_lengths", p,
+      "a ragged batch (q_lengths) needs kv_lengths: each sequence's key count");
+  p = RaggedProblem();
+  p.layout = Layout::kBHTD;
+  add("ragged BHTD", p, "a ragged batch (q_lengths) needs layout BTHD");
+  p = RaggedProblem();
+  p.blocked_mask = true;
+  add("ragged dense mask", p, "a ragged batch (q_lengths) takes no blocked_mask or additive_bias");
+  p = RaggedProblem();
+  p.additive_bias = true;
+  add("ragged bias", p, "a ragged batch (q_lengths) takes no blocked_mask or additive_bias");
+  // int8 stores K and V only; i32 and u8 store neither.
+  const std::string dtypes = "dtype must be f32, f16 or bf16, and kv_dtype f32, f16, bf16 or int8";
+  p = BasicProblem(1, 2, 1, 3, 5, 8);
+  p.dtype = DType::kI8;
+  add("int8 queries", p, dtypes);
+  p = BasicProblem(1, 2, 1, 3, 5, 8);
+  p.kv_dtype = DType::kI32;
+  add("i32 K/V", p, dtypes);
+  p.kv_dtype = DType::kU8;
+  add("u8 K/V", p, dtypes);
+  for (const Case& c : cases) {
+    const absl::Status s = ValidateProblem(c.p);
+    ASSERT_FALSE(s.ok()) << c.what;
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.what;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.message)) << c.what;
+  }
+}
+
+// Packed token counts: TotalQ = sum of q_lengths, TotalK = sum of kv_lengths.
+TEST(ProblemTest, TotalsCountPackedTokens) {
+  const AttentionProblem r = RaggedProblem();
+  EXPECT_EQ(r.TotalQ(), 2 + 0 + 4);
+  EXPECT_EQ(r.TotalK(), 9 + 4 + 0);
+  EXPECT_EQ(r.QLength(1), 0);
+  AttentionProblem dense = BasicProblem(3, 4, 2, 4, 9, 8);
+  EXPECT_EQ(dense.TotalQ(), 3 * 4);
+  EXPECT_EQ(dense.TotalK(), 3 * 9);
+  EXPECT_EQ(dense.QLength(2), 4);
+  dense.kv_lengths = {1, 2, 3};
+  EXPECT_EQ(dense.TotalK(), 6);
+  const AttentionProblem paged = PagedInt8Problem();
+  EXPECT_EQ(paged.max_pages(), 3);  // ceil(40 / 16)
+  EXPECT_EQ(dense.max_pages(), 0);
+}
+
+TEST(ProblemTest, BytesOfRaggedAndPagedProblems) {
+  AttentionProblem r = RaggedProblem();
+  r.return_lse = true;
+  // Q, O: 6 tokens x 4 heads x 8 f32 each; K, V: 13 tokens x 2 heads x 8 f32
+  // each; LSE [4, 6]; kv_lengths [3]; cu_seqlens_q and _k [4] i32 each.
+  EXPECT_EQ(*ProblemBytes(r),
+            2 * 6 * 4 * 8 * 4 + 2 * 13 * 2 * 8 * 4 + 6 * 4 * 4 + 3 * 4 + 2 * 4 * 4);
+  // The whole pool counts, used or not: Q, O [2, 4, 1, 8] f32 each; K, V
+  // pools [5, 16, 2, 8] i8 each; their scales [5, 16, 2] f32 each;
+  // kv_lengths [2]; block table [2, 3] i32.
+  const AttentionProblem paged = PagedInt8Problem();
+  EXPECT_EQ(*ProblemBytes(paged),
+            2 * 2 * 4 * 8 * 4 + 2 * 5 * 16 * 2 * 8 + 2 * 5 * 16 * 2 * 4 + 2 * 4 + 2 * 3 * 4);
+  // Ragged over pages: the pool instead of packed K/V, and cu_seqlens_q only
+  // (no cu_seqlens_k): Q, O as above; pools [4, 16, 2, 8] f32 each;
+  // kv_lengths [3]; block table [3, 1]; cu_seqlens_q [4].
+  AttentionProblem rp = RaggedProblem();
+  rp.page_size = 16;
+  rp.num_pages = 4;
+  EXPECT_EQ(*ProblemBytes(rp), 2 * 6 * 4 * 8 * 4 + 2 * 4 * 16 * 2 * 8 * 4 + 3 * 4 + 3 * 4 + 4 * 4);
+  AttentionProblem bigger = paged;
+  bigger.num_pages = 6;  // one more page: 16 rows of K and V (8 bytes + scale 4, 2 heads)
+  EXPECT_EQ(*ProblemBytes(bigger) - *ProblemBytes(paged), 2 * 16 * 2 * (8 + 4));
+  // A pool past the budget is refused before anything is allocated.
+  bigger.num_pages = int64_t{1} << 31;
+  bigger.page_size = 256;
+  bigger.memory_budget_bytes = int64_t{1} << 30;
+  ASSERT_TRUE(ValidateProblem(bigger).ok());
+  EXPECT_EQ(CheckMemoryBudget(bigger).code(), absl::StatusCode::kResourceExhausted);
+}
+
+// K/V bytes read: the union of every sequence's visible keys (a sequence
+// without queries reads none), times K and V, KV heads and the row size.
+TEST(ProblemTest, KvBytesReadCountsVisibleKeysPerSequence) {
+  AttentionProblem p = BasicProblem(2, 4, 2, 1, 10, 8);
+  p.kv_lengths = {10, 4};
+  // Decode sees every key: 10 + 4 keys x 2 (K, V) x 2 heads x 8 f32.
+  EXPECT_EQ(KvBytesRead(p), 14 * 2 * 2 * 32);
+  p.kv_dtype = DType::kBF16;
+  EXPECT_EQ(KvBytesRead(p), 14 * 2 * 2 * 16);
+  p.kv_dtype = DType::kI8;  // 8 bytes + the f32 scale
+  EXPECT_EQ(KvBytesRead(p), 14 * 2 * 2 * (8 + 4));
+  // Paging moves the rows, not their number: pages shared between the two
+  // sequences (2 pages for 3 needed) still count once per sequence.
+  p.page_size = 16;
+  p.num_pages = 2;
+  EXPECT_EQ(KvBytesRead(p), 14 * 2 * 2 * (8 + 4));
+  // A window of 2 behind the bottom-right diagonal over 3 queries: sequence
+  // 0's rows see [5, 8), [6, 9), [7, 10): keys 5..9; sequence 1's (4 keys)
+  // see [0, 2), [0, 3), [1, 4): keys 0..3.
+  p = BasicProblem(2, 4, 2, 3, 10, 8);
+  p.kv_lengths = {10, 4};
+  p.mask = MaskKind::kSlidingWindow;
+  p.window_left = 2;
+  p.alignment = Alignment::kBottomRight;
+  EXPECT_EQ(KvBytesRead(p), (5 + 4) * 2 * 2 * 32);
+  // Ragged: sequence 1 has keys but no queries, sequence 2 queries but no
+  // keys; only sequence 0's keys (its 2 rows see 8 + 9 keys) are read.
+  AttentionProblem r = RaggedProblem();
+  r.mask = MaskKind::kCausal;
+  r.alignment = Alignment::kBottomRight;
+  EXPECT_EQ(KvBytesRead(r), 9 * 2 * 2 * 32);
+  r.q_lengths = {0, 0, 4};
+  EXPECT_EQ(KvBytesRead(r), 0);
+}
+
+// Each ragged sequence aligns its causal diagonal to its own query count.
+TEST(ProblemTest, VisiblePairsOfARaggedBatchAlignPerSequence) {
+  AttentionProblem p = BasicProblem(4, 2, 1, 4, 6, 8);
+  p.layout = Layout::kBTHD;
+  p.mask = MaskKind::kCausal;
+  p.alignment = Alignment::kBottomRight;
+  p.q_lengths = {4, 1, 0, 2};
+  p.kv_lengths = {6, 5, 3, 1};
+  ASSERT_TRUE(ValidateProblem(p).ok()) << ValidateProblem(p);
+  // Sequence 0: rows see 3, 4, 5, 6 keys; 1 (one query, 5 keys): all 5;
+  // 2: no queries; 3 (2 queries, 1 key): row 0 sees none, row 1 the key.
+  // Aligned to q_len (4) instead, sequence 1's one row would see 2 keys.
+  EXPECT_EQ(CountVisiblePairs(p), 2 * ((3 + 4 + 5 + 6) + 5 + 0 + (0 + 1)));
+  EXPECT_EQ(p.mask_params(1).q_len, 1);
+  EXPECT_EQ(p.mask_params(0).q_len, 4);
+  // Paging does not change what is visible.
+  AttentionProblem paged = p;
+  paged.page_size = 16;
+  paged.num_pages = 1;
+  EXPECT_EQ(CountVisiblePairs(paged), CountVisiblePairs(p));
+}
+
+TEST(ProblemTest, IdsNameRaggedAndPagedProblems) {
+  EXPECT_EQ(RaggedProblem().Id(), "gqa_h4_g2_q4_k9_d8_b3_none_ragged_bthd_f32");
+  EXPECT_EQ(PagedInt8Problem().Id(), "gqa_h4_g2_q1_k40_d8_b2_none_pad_paged16_f32_kvi8");
+}
+
+TEST(ProblemTest, PagedRaggedInt8ConfigRoundTrips) {
+  auto p = FromText(
+      "num_heads: 8 num_kv_heads: 2 head_dim: 16 q_len: 5 kv_len: 70 batch: 3 "
+      "mask { kind: CAUSAL } alignment: BOTTOM_RIGHT layout: BTHD kv_dtype: INT8 "
+      "page_size: 32 q_lengths: [5, 0, 1] kv_lengths: [70, 3, 0] return_lse: true");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->page_size, 32);
+  EXPECT_EQ(p->num_pages, 3 * 3) << "unset num_pages: batch * ceil(kv_len / page_size)";
+  EXPECT_EQ(p->q_lengths, (std::vector<int64_t>{5, 0, 1}));
+  EXPECT_EQ(p->kv_dtype, DType::kI8);
+  EXPECT_EQ(p->dtype, DType::kF32);
+  const AttentionConfig c = ConfigFromProblem(*p);
+  EXPECT_EQ(c.page_size(), 32);
+  EXPECT_EQ(c.num_pages(), 9);
+  EXPECT_EQ(c.kv_dtype(), INT8);
+  ASSERT_EQ(c.q_lengths_size(), 3);
+  EXPECT_EQ(c.q_lengths(2), 1);
+  auto back = ProblemFromConfig(ParseConfigText(ConfigToText(c), "round trip").value());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->Id(), p->Id());
+  EXPECT_EQ(back->num_pages, 9);
+  EXPECT_EQ(back->q_lengths, p->q_lengths);
+  EXPECT_EQ(back->kv_lengths, p->kv_lengths);
+  // An explicit num_pages is kept (here fewer than the sequences need).
+  p = FromText("num_heads: 2 head_dim: 16 q_len: 1 kv_len: 64 batch: 2 page_size: 16 num_pages: 5");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->num_pages, 5);
+  EXPECT_EQ(ProblemFromConfig(ConfigFromProblem(*p))->num_pages, 5);
+  // A dense problem stays dense.
+  p = FromText("num_heads: 2 head_dim: 16 q_len: 3");
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->is_paged() || p->is_ragged());
+  EXPECT_EQ(ConfigToText(ConfigFromProblem(*p)).find("page"), std::string::npos);
+}
+
+TEST(ProblemTest, PagedAndRaggedConfigErrors) {
+  struct Case {
+    std::string text, message;
+  };
+  const Case cases[] = {
+      {"num_heads: 2 head_dim: 8 q_len: 1 kv_len: 64 page_size: 8",
+       "page_size (8) must be in [16, 256]"},
+      {"num_heads: 2 head_dim: 8 q_len: 1 kv_len: 64 page_size: 24",
+       "page_size (24) must be a power of two"},
+      {"num_heads: 2 head_dim: 8 q_len: 1 kv_len: 64 num_pages: 4",
+       "num_pages (4) must be 0 unless page_size is set"},
+      {"num_heads: 2 head_dim: 8 q_len: 1 kv_len: 64 page_size: 16 num_pages: -1",
+       "num_pages (-1) must be in [1,"},
+      {"num_heads: 2 head_dim: 8 q_len: 2 batch: 2 layout: BTHD q_lengths: [1, 1]",
+       "needs kv_lengths"},
+      {"num_heads: 2 head_dim: 8 q_len: 2 batch: 2 kv_lengths: [2, 2] q_lengths: [1, 1]",
+       "needs layout BTHD"},
+      {"num_heads: 2 head_dim: 8 q_len: 2 kv_lengths: [2] q_lengths: [3] layout: BTHD",
+       "q_lengths[0] (3) must be in [0, q_len (2)]"},
+      {"num_heads: 2 head_dim: 8 q_len: 2 dtype: INT8", "dtype must be f32, f16 or bf16"},
+      {"num_heads: 2 head_dim: 8 q_len: 2 kv_dtype: INT8 poison_blocked: true",
+       "poison_blocked and nonfinite_inputs draw into dense float K/V only"},
+      // The default pool size multiplies batch and kv_len: ranges come first.
+      {"num_heads: 2 head_dim: 8 q_len: 1 kv_len: 4294967296 page_size: 16",
+       "kv_len (4294967296) must be in [1,"},
+  };
+  for (const Case& c : cases) {
+    auto p = FromText(c.text);
+    ASSERT_FALSE(p.ok()) << c.text;
+    EXPECT_THAT(std::string(p.status().message()), HasSubstr(c.message)) << c.text;
+  }
+}
+
 }  // namespace
 }  // namespace attnkit

@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -67,6 +70,228 @@ const Variant kVariants[] = {
 
 bool IsLarge(const Shape& s) { return double(s.heads) * s.q_len * s.kv_len * s.head_dim > 4e6; }
 
+// The serving family: paged K/V, ragged batches and int8 K/V, in the shapes
+// an inference server runs (decode steps and short prefill chunks over KV
+// caches of ragged lengths). Masks are bottom-right aligned throughout (a
+// KV cache's diagonal).
+using DTypePairs = std::vector<std::pair<DType, DType>>;  // (Q/O, K/V)
+
+struct ServingCase {
+  const char* tag;  // appended to Id(), which omits lengths and pool size
+  Shape shape;
+  std::vector<int64_t> kv_lengths;  // empty: every sequence has kv_len keys
+  std::vector<int64_t> q_lengths;   // non-empty: a ragged batch (BTHD)
+  int64_t page_size = 0;            // 0: dense (or packed) K/V
+  int64_t num_pages = 0;            // 0: batch * max_pages, room for all
+  MaskKind mask = MaskKind::kNone;
+  int64_t window_left = 0;  // with kSlidingWindow (right 0)
+  Layout layout = Layout::kBHTD;
+  DTypePairs dtypes;
+
+  ServingCase& Keys(std::vector<int64_t> lengths) {
+    kv_lengths = std::move(lengths);
+    return *this;
+  }
+  ServingCase& Ragged(std::vector<int64_t> queries, std::vector<int64_t> keys) {
+    q_lengths = std::move(queries);
+    kv_lengths = std::move(keys);
+    layout = Layout::kBTHD;
+    return *this;
+  }
+  ServingCase& Paged(int64_t page, int64_t pages = 0) {
+    page_size = page;
+    num_pages = pages;
+    return *this;
+  }
+  ServingCase& Causal() {
+    mask = MaskKind::kCausal;
+    return *this;
+  }
+  ServingCase& Window(int64_t left) {
+    mask = MaskKind::kSlidingWindow;
+    window_left = left;
+    return *this;
+  }
+  ServingCase& TokenMajor() {
+    layout = Layout::kBTHD;
+    return *this;
+  }
+  ServingCase& Types(DTypePairs pairs) {
+    dtypes = std::move(pairs);
+    return *this;
+  }
+};
+
+ServingCase Serve(const char* tag, Shape shape) { return ServingCase{tag, shape}; }
+
+std::vector<ServingCase> ServingCases() {
+  constexpr DType kF32 = DType::kF32, kF16 = DType::kF16, kBF16 = DType::kBF16, kI8 = DType::kI8;
+  // A mixed serving batch: one prefill chunk of 64 queries over 264 keys,
+  // single-token decodes over 1000, 1 and 513 keys, a sequence with keys but
+  // no queries, and one with a query but no keys (fully blocked).
+  const std::vector<int64_t> kMixQ = {64, 1, 1, 0, 1, 1};
+  const std::vector<int64_t> kMixK = {264, 1000, 1, 37, 0, 513};
+  // Shapes: {batch, heads, kv_heads, q_len (max), kv_len (max), head_dim}.
+  const Shape kMix = {6, 8, 2, 64, 1000, 64};
+  const Shape kDecodes = {4, 4, 1, 1, 999, 128};
+  const std::vector<int64_t> kDecodesQ = {1, 1, 1, 1}, kDecodesK = {1, 999, 0, 250};
+  return {
+      // Paged decode (Tq = 1) over ragged cache lengths: every page size.
+      Serve("decode", {3, 8, 2, 1, 300, 64})
+          .Keys({300, 17, 129})
+          .Paged(16)
+          .Types({{kF32, kF32}, {kBF16, kBF16}, {kF16, kF16}}),
+      Serve("decode", {4, 4, 1, 1, 1000, 80})
+          .Keys({1000, 1, 513, 64})
+          .Paged(32)
+          .Causal()
+          .TokenMajor()
+          .Types({{kF32, kF32}, {kBF16, kBF16}, {kF32, kBF16}}),
+      Serve("decode", {2, 8, 2, 1, 2049, 128})
+          .Keys({2049, 700})
+          .Paged(64)
+          .Causal()
+          .Types({{kF32, kF32}, {kF16, kF16}}),
+      Serve("decode", {2, 16, 4, 1, 513, 64})
+          .Keys({513, 128})
+          .Paged(128)
+          .Causal()
+          .TokenMajor()
+          .Types({{kF32, kF32}, {kBF16, kBF16}}),
+      Serve("decode", {1, 8, 2, 1, 5000, 128}).Paged(256).Types({{kF32, kF32}}),
+      // Every sequence full, the last page partly filled; MQA with 8 heads.
+      Serve("full", {2, 8, 1, 1, 77, 80}).Paged(16).TokenMajor().Types({{kF32, kF32}}),
+      // Shared pages: 42 pages needed, 20 in the pool (a common prefix).
+      Serve("shared", {4, 8, 2, 1, 200, 64})
+          .Keys({200, 200, 150, 90})
+          .Paged(16, 20)
+          .Causal()
+          .Types({{kF32, kF32}, {kBF16, kBF16}}),
+      // Short prefill chunks (Tq > 1, causal bottom-right) over pages.
+      Serve("prefill", {2, 8, 2, 16, 129, 64})
+          .Keys({129, 40})
+          .Paged(16)
+          .Causal()
+          .Types({{kF32, kF32}, {kBF16, kBF16}}),
+      Serve("prefill_shared", {3, 4, 1, 7, 100, 80})
+          .Keys({100, 64, 33})
+          .Paged(32, 5)
+          .Causal()
+          .TokenMajor()
+          .Types({{kF32, kF32}, {kF16, kF16}}),
+      Serve("prefill", {1, 4, 4, 33, 257, 128}).Paged(64).Window(64).Types({{kF32, kF32}}),
+      Serve("prefill_shared", {2, 8, 2, 12, 90, 80})
+          .Keys({90, 90})
+          .Paged(16, 8)
+          .Window(20)
+          .Types({{kF32, kF32}}),
+      // Ragged mixed batches over packed K/V, each mask.
+      Serve("mix", kMix).Ragged(kMixQ, kMixK).Types({{kF32, kF32}, {kBF16, kBF16}}),
+      Serve("mix", kMix)
+          .Ragged(kMixQ, kMixK)
+          .Causal()
+          .Types({{kF32, kF32}, {kF16, kF16}, {kF32, kBF16}}),
+      Serve("mix", kMix).Ragged(kMixQ, kMixK).Window(128).Types({{kF32, kF32}, {kBF16, kBF16}}),
+      // The same batches over paged K/V (with pages shared in one).
+      Serve("mix", kMix)
+          .Ragged(kMixQ, kMixK)
+          .Paged(16)
+          .Causal()
+          .Types({{kF32, kF32}, {kBF16, kBF16}}),
+      Serve("mix_shared", kMix).Ragged(kMixQ, kMixK).Paged(64, 20).Causal().Types({{kF32, kF32}}),
+      Serve("mix", kMix).Ragged(kMixQ, kMixK).Paged(32).Window(128).Types({{kF16, kF16}}),
+      // Pure decode (MQA, d 128) and chunked prefill (d 80) ragged batches.
+      Serve("decodes", kDecodes)
+          .Ragged(kDecodesQ, kDecodesK)
+          .Causal()
+          .Types({{kF32, kF32}, {kBF16, kBF16}}),
+      Serve("decodes", kDecodes)
+          .Ragged(kDecodesQ, kDecodesK)
+          .Paged(256)
+          .Causal()
+          .Types({{kF32, kF32}}),
+      Serve("chunks", {3, 8, 2, 33, 100, 80})
+          .Ragged({33, 7, 0}, {33, 100, 5})
+          .Causal()
+          .Types({{kF32, kF32}, {kF16, kF16}}),
+      // int8 K/V, dense: decode and prefill, Q in each float type.
+      Serve("decode", {2, 8, 2, 1, 257, 64})
+          .Keys({257, 100})
+          .Types({{kF32, kI8}, {kBF16, kI8}, {kF16, kI8}}),
+      Serve("prefill", {1, 4, 1, 33, 33, 128})
+          .Causal()
+          .TokenMajor()
+          .Types({{kF32, kI8}, {kBF16, kI8}}),
+      Serve("prefill", {2, 8, 2, 7, 129, 80}).Causal().Types({{kF16, kI8}}),
+      Serve("decode", {1, 8, 2, 1, 4097, 128}).Types({{kF32, kI8}}),
+      // int8 K/V, paged: decodes over up to 3000 keys, shared prefill pages.
+      Serve("decode", {3, 8, 2, 1, 1000, 64})
+          .Keys({1000, 333, 0})
+          .Paged(16)
+          .Causal()
+          .Types({{kF32, kI8}, {kBF16, kI8}, {kF16, kI8}}),
+      Serve("prefill_shared", {2, 8, 2, 9, 96, 128})
+          .Keys({96, 70})
+          .Paged(32, 4)
+          .Causal()
+          .TokenMajor()
+          .Types({{kF32, kI8}, {kBF16, kI8}}),
+      Serve("decode", {2, 4, 1, 1, 3000, 80})
+          .Keys({3000, 1200})
+          .Paged(256)
+          .Causal()
+          .Types({{kF32, kI8}}),
+      // int8 K/V, ragged: packed and paged.
+      Serve("mix", kMix)
+          .Ragged(kMixQ, kMixK)
+          .Causal()
+          .Types({{kF32, kI8}, {kBF16, kI8}, {kF16, kI8}}),
+      Serve("mix", kMix)
+          .Ragged(kMixQ, kMixK)
+          .Paged(64)
+          .Window(128)
+          .Types({{kF32, kI8}, {kF16, kI8}}),
+      Serve("decodes", {4, 4, 1, 1, 999, 80})
+          .Ragged(kDecodesQ, kDecodesK)
+          .Paged(32)
+          .Types({{kBF16, kI8}}),
+      Serve("decodes", {4, 4, 1, 1, 999, 64})
+          .Ragged(kDecodesQ, kDecodesK)
+          .Causal()
+          .Types({{kF16, kI8}}),
+  };
+}
+
+void AppendServingCases(std::vector<AttentionProblem>* grid, std::set<std::string>* ids,
+                        uint64_t* seed) {
+  for (const ServingCase& c : ServingCases()) {
+    const Shape& s = c.shape;
+    for (const auto& [dtype, kv_dtype] : c.dtypes) {
+      AttentionProblem p =
+          BasicProblem(s.batch, s.heads, s.kv_heads, s.q_len, s.kv_len, s.head_dim);
+      p.dtype = dtype;
+      p.kv_dtype = kv_dtype;
+      p.layout = c.layout;
+      p.mask = c.mask;
+      p.alignment = Alignment::kBottomRight;
+      if (c.mask == MaskKind::kSlidingWindow) p.window_left = c.window_left;
+      p.kv_lengths = c.kv_lengths;
+      p.q_lengths = c.q_lengths;
+      p.page_size = c.page_size;
+      if (c.page_size > 0) {
+        p.num_pages = c.num_pages > 0 ? c.num_pages : s.batch * p.max_pages();
+      }
+      p.return_lse = true;
+      p.seed = (*seed)++;
+      p.name = absl::StrCat(p.Id(), "_", c.tag);
+      for (int n = 2; !ids->insert(p.name).second; ++n) {
+        p.name = absl::StrCat(p.Id(), "_", c.tag, n);
+      }
+      grid->push_back(p);
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<AttentionProblem> ConformanceGrid() {
@@ -130,6 +355,7 @@ std::vector<AttentionProblem> ConformanceGrid() {
       }
     }
   }
+  AppendServingCases(&grid, &ids, &seed);
   return grid;
 }
 

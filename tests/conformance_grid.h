@@ -1,6 +1,9 @@
 // The problem grid of the conformance suite: sizes, head dims, GQA ratios,
 // masks, alignments, padding, dense masks, bias, softcap, LSE, layouts and
-// dtypes, chosen so every feature meets odd and tiny shapes.
+// dtypes, chosen so every feature meets odd and tiny shapes; then a serving
+// family: paged K/V (page sizes 16 to 256, shared pages), ragged batches
+// (prefill chunks mixed with decodes, sequences without queries or keys)
+// and int8 K/V (dense, paged, ragged).
 #ifndef ATTNKIT_TESTS_CONFORMANCE_GRID_H_
 #define ATTNKIT_TESTS_CONFORMANCE_GRID_H_
 

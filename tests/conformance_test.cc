@@ -146,5 +146,56 @@ TEST(ConformanceGridTest, IsLargeAndVaried) {
   EXPECT_GE(max_decode_kv, 5000) << "decode over a long cache reaches every split-K path";
 }
 
+// The serving family: every page size, shared pages, ragged batches with a
+// sequence without queries and one without keys, packed and paged, and int8
+// K/V under each query dtype, dense, paged and ragged.
+TEST(ConformanceGridTest, CoversPagingRaggedAndInt8) {
+  std::set<int64_t> page_sizes;
+  std::set<DType> int8_query_dtypes;
+  int shared = 0, ragged_packed = 0, ragged_paged = 0, no_queries = 0, no_keys = 0;
+  int int8_dense = 0, int8_paged = 0, int8_ragged = 0, paged_prefill = 0, serving = 0;
+  for (const AttentionProblem& p : Grid()) {
+    if (!p.is_paged() && !p.is_ragged() && p.kv_dtype != DType::kI8) continue;
+    ++serving;
+    if (p.is_paged()) {
+      page_sizes.insert(p.page_size);
+      int64_t needed = 0;
+      for (int64_t b = 0; b < p.batch; ++b) {
+        needed += (p.KvLength(b) + p.page_size - 1) / p.page_size;
+      }
+      shared += needed > p.num_pages ? 1 : 0;
+      paged_prefill += p.q_len > 1 && !p.is_ragged() && p.mask == MaskKind::kCausal ? 1 : 0;
+    }
+    if (p.is_ragged()) {
+      (p.is_paged() ? ragged_paged : ragged_packed)++;
+      for (int64_t b = 0; b < p.batch; ++b) {
+        no_queries += p.QLength(b) == 0 && p.KvLength(b) > 0 ? 1 : 0;
+        no_keys += p.QLength(b) > 0 && p.KvLength(b) == 0 ? 1 : 0;
+      }
+    }
+    if (p.kv_dtype == DType::kI8) {
+      int8_query_dtypes.insert(p.dtype);
+      if (p.is_ragged()) {
+        ++int8_ragged;
+      } else {
+        (p.is_paged() ? int8_paged : int8_dense)++;
+      }
+    }
+  }
+  EXPECT_EQ(page_sizes, (std::set<int64_t>{16, 32, 64, 128, 256}));
+  EXPECT_GT(shared, 0) << "pages shared between sequences";
+  EXPECT_GT(paged_prefill, 0);
+  EXPECT_GT(ragged_packed, 0);
+  EXPECT_GT(ragged_paged, 0);
+  EXPECT_GT(no_queries, 0);
+  EXPECT_GT(no_keys, 0);
+  EXPECT_GT(int8_dense, 0);
+  EXPECT_GT(int8_paged, 0);
+  EXPECT_GT(int8_ragged, 0);
+  EXPECT_EQ(int8_query_dtypes, (std::set<DType>{DType::kF32, DType::kF16, DType::kBF16}));
+  EXPECT_GE(serving, 50);
+  EXPECT_LE(serving, 80) << "the serving family runs on every backend and Highway target";
+}
+
 }  // namespace
 }  // namespace attnkit

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "backends/builtin.h"
 #include "backends/reference/reference_backend.h"
@@ -174,14 +176,114 @@ TEST(DiffFuzzTest, PlantedBugIsShrunkAndReproducedFromTheConfig) {
   EXPECT_EQ(config->batch(), 1);
   EXPECT_FALSE(config->blocked_mask() || config->additive_bias() || config->poison_blocked() ||
                config->nonfinite_inputs() != 0);
+  EXPECT_EQ(config->page_size(), 0);
+  EXPECT_EQ(config->q_lengths_size(), 0);
+  EXPECT_NE(config->kv_dtype(), INT8);
   EXPECT_FALSE(CheckOnBackend(*config, &bug).ok());
+}
+
+// The reference behind a bug that only paged or int8 problems reach: it
+// edits the args (swapping sequence 0's first two pages, or reading V with
+// K's scales) before the reference runs. `storage` holds the edited table.
+class ServingBugBackend : public Backend {
+ public:
+  enum class Bug { kSwapPages, kKeyScalesForValues };
+  explicit ServingBugBackend(Bug bug) : bug_(bug) {}
+  std::string Name() const override { return "serving-bug"; }
+  std::string Description() const override { return "test double"; }
+  Capabilities Caps() const override { return inner_->Caps(); }
+
+ protected:
+  absl::Status ForwardImpl(const AttentionProblem& p, const AttentionArgs& a,
+                           RunInfo* info) override {
+    AttentionArgs edited = a;
+    std::vector<int32_t> table;
+    if (bug_ == Bug::kSwapPages && p.is_paged() && p.KvLength(0) > p.page_size) {
+      // Block table [B, max_pages], contiguous (ProblemData).
+      const auto* t = static_cast<const int32_t*>(a.block_table.data);
+      table.assign(t, t + p.batch * p.max_pages());
+      std::swap(table[0], table[1]);
+      edited.block_table.data = table.data();
+    }
+    if (bug_ == Bug::kKeyScalesForValues && p.kv_dtype == DType::kI8) edited.v_scale = a.k_scale;
+    return inner_->Forward(p, edited, info);
+  }
+
+ private:
+  Bug bug_;
+  std::unique_ptr<Backend> inner_ = MakeReferenceBackend();
+};
+
+// The fuzzer draws paged and int8 problems often enough to find bugs only
+// they reach, and the shrunk config keeps the feature that matters.
+TEST(DiffFuzzTest, PagingAndInt8BugsAreFoundAndShrunk) {
+  for (ServingBugBackend::Bug bug :
+       {ServingBugBackend::Bug::kSwapPages, ServingBugBackend::Bug::kKeyScalesForValues}) {
+    ServingBugBackend backend(bug);
+    FuzzOptions options;
+    options.count = 100;
+    options.seed = 11;
+    options.repro_dir = TempDir();
+    const FuzzReport report = FuzzBackends({&backend}, options, nullptr);
+    ASSERT_FALSE(report.findings.empty()) << static_cast<int>(bug);
+    auto config = LoadConfigFile(report.findings[0].config_path);
+    ASSERT_TRUE(config.ok()) << config.status();
+    if (bug == ServingBugBackend::Bug::kSwapPages) {
+      EXPECT_GT(config->page_size(), 0) << ConfigToText(*config);
+    } else {
+      EXPECT_EQ(config->kv_dtype(), INT8) << ConfigToText(*config);
+      EXPECT_EQ(config->page_size(), 0) << "paging is not needed: " << ConfigToText(*config);
+    }
+    EXPECT_EQ(config->q_lengths_size(), 0) << "ragged is not needed: " << ConfigToText(*config);
+    EXPECT_EQ(config->batch(), 1) << ConfigToText(*config);
+    EXPECT_FALSE(CheckOnBackend(*config, &backend).ok());
+  }
+}
+
+// RandomConfig draws the serving features: each one, and together, in
+// valid configs the reference runs.
+TEST(DiffFuzzTest, RandomConfigsDrawPagedRaggedAndInt8) {
+  std::mt19937_64 rng(13);
+  int paged = 0, shared = 0, ragged = 0, ragged_paged = 0, int8 = 0, empty_seq = 0, plain = 0;
+  for (int n = 0; n < 400; ++n) {
+    const AttentionConfig c = RandomConfig(rng);
+    auto p = ProblemFromConfig(c);
+    ASSERT_TRUE(p.ok()) << p.status() << "\n" << ConfigToText(c);
+    paged += p->is_paged() ? 1 : 0;
+    ragged += p->is_ragged() ? 1 : 0;
+    ragged_paged += p->is_paged() && p->is_ragged() ? 1 : 0;
+    int8 += p->kv_dtype == DType::kI8 ? 1 : 0;
+    plain += !p->is_paged() && !p->is_ragged() && p->kv_dtype != DType::kI8 ? 1 : 0;
+    if (p->is_paged()) {
+      int64_t needed = 0;
+      for (int64_t b = 0; b < p->batch; ++b) {
+        needed += (p->KvLength(b) + p->page_size - 1) / p->page_size;
+      }
+      shared += needed > p->num_pages ? 1 : 0;
+    }
+    for (int64_t b = 0; p->is_ragged() && b < p->batch; ++b) {
+      empty_seq += p->QLength(b) == 0 || p->KvLength(b) == 0 ? 1 : 0;
+    }
+  }
+  EXPECT_GT(paged, 40);
+  EXPECT_GT(shared, 5);
+  EXPECT_GT(ragged, 40);
+  EXPECT_GT(ragged_paged, 5);
+  EXPECT_GT(int8, 30);
+  EXPECT_GT(empty_seq, 10);
+  EXPECT_GT(plain, 100) << "the dense float problems (and their NaN placement) stay common";
 }
 
 // Poison goes only where nothing is read: the reference gives the same bits.
 TEST(DiffFuzzTest, PoisonedInputsDoNotChangeTheReference) {
   std::mt19937_64 rng(7);
-  for (int n = 0; n < 200; ++n) {
+  int tested = 0;
+  for (int n = 0; n < 300; ++n) {
     AttentionConfig c = RandomConfig(rng, 2e5);
+    // Poison draws into dense float K/V only (unread pool rows of a paged
+    // problem are NaN already).
+    if (c.page_size() != 0 || c.q_lengths_size() != 0 || c.kv_dtype() == INT8) continue;
+    ++tested;
     c.set_poison_blocked(false);
     auto p = ProblemFromConfig(c);
     ASSERT_TRUE(p.ok()) << p.status();
@@ -195,6 +297,7 @@ TEST(DiffFuzzTest, PoisonedInputsDoNotChangeTheReference) {
     ASSERT_EQ(0, std::memcmp(a.o.data(), b.o.data(), a.o.size() * sizeof(double))) << p->Id();
     ASSERT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(double)));
   }
+  EXPECT_GT(tested, 100);
 }
 
 }  // namespace

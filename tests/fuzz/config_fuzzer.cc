@@ -1,7 +1,8 @@
 // Fuzzes the text-format config loader and validation: any text either fails
 // with a status or gives a problem that survives a round trip through the
-// config. Small valid problems are also filled with random (and poisoned)
-// inputs and run on the reference backend, which must give finite outputs.
+// config. Small valid problems (paged, ragged and int8 ones included) are
+// also filled with random (and poisoned) inputs and run on the reference
+// backend, which must give finite outputs.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -20,6 +21,8 @@ namespace {
 
 // Caps the work of one run: B * H * Tq * Tk * d multiply-adds.
 constexpr double kMaxWork = 2e5;
+// Caps the tensors of one run (ProblemBytes), a paged pool included.
+constexpr int64_t kMaxBytes = int64_t{64} << 20;
 
 void CheckRoundTrip(const AttentionProblem& p) {
   const std::string text = ConfigToText(ConfigFromProblem(p));
@@ -35,6 +38,9 @@ void RunSmall(const AttentionProblem& p) {
   const double work = double(p.batch) * double(p.num_heads) * double(p.q_len) * double(p.kv_len) *
                       double(p.head_dim);
   if (work > kMaxWork) return;
+  // A paged pool's size is its own (num_pages), not bounded by the work.
+  const absl::StatusOr<int64_t> bytes = ProblemBytes(p);
+  if (!bytes.ok() || *bytes > kMaxBytes) return;
   auto data = ProblemData::Random(p, p.seed);
   if (!data.ok()) return;  // e.g. over the memory budget
   static Backend* reference = MakeReferenceBackend().release();

@@ -1,5 +1,6 @@
 #include "tools/diff_fuzz/diff_fuzz.h"
 
+#include <algorithm>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -51,16 +52,37 @@ std::vector<AttentionConfig> Reductions(const AttentionConfig& c) {
   add([](AttentionConfig& r) { r.set_additive_bias(false); });
   add([](AttentionConfig& r) { r.set_softcap(0); });
   add([](AttentionConfig& r) { r.set_return_lse(false); });
+  // Serving features off: dense K/V, one query count for all, float K/V.
+  add([](AttentionConfig& r) {
+    r.set_page_size(0);
+    r.set_num_pages(0);
+  });
+  add([](AttentionConfig& r) { r.set_num_pages(0); });  // the default pool
+  add([](AttentionConfig& r) { r.clear_q_lengths(); });
   add([](AttentionConfig& r) { r.clear_kv_lengths(); });
   add([](AttentionConfig& r) { r.clear_mask(); });
   add([](AttentionConfig& r) { r.clear_scale(); });
   add([](AttentionConfig& r) { r.set_layout(BHTD); });
   add([](AttentionConfig& r) { r.set_dtype(F32); });
   add([](AttentionConfig& r) { r.set_kv_dtype(r.dtype()); });
-  add([](AttentionConfig& r) {  // one batch entry: keep the first length
+  add([](AttentionConfig& r) {  // one batch entry: keep the first lengths
     r.set_batch(1);
     if (r.kv_lengths_size() > 1) r.mutable_kv_lengths()->Truncate(1);
+    if (r.q_lengths_size() > 1) r.mutable_q_lengths()->Truncate(1);
   });
+  // Each sequence alone (batch 1 with its lengths), for a ragged or padded
+  // batch whose failure is in a later sequence.
+  for (int64_t b = 1; b < c.kv_lengths_size(); ++b) {
+    add([b](AttentionConfig& r) {
+      r.set_batch(1);
+      r.set_kv_lengths(0, r.kv_lengths(b));
+      r.mutable_kv_lengths()->Truncate(1);
+      if (r.q_lengths_size() > b) {
+        r.set_q_lengths(0, r.q_lengths(b));
+        r.mutable_q_lengths()->Truncate(1);
+      }
+    });
+  }
   add([](AttentionConfig& r) { r.set_num_heads(r.num_kv_heads()); });
   add([](AttentionConfig& r) {
     r.set_num_heads(r.num_heads() / r.num_kv_heads());
@@ -70,6 +92,7 @@ std::vector<AttentionConfig> Reductions(const AttentionConfig& c) {
     add([&](AttentionConfig& r) {
       if (q) {
         r.set_q_len(to);
+        for (int64_t& l : *r.mutable_q_lengths()) l = std::min(l, to);
       } else {
         r.set_kv_len(to);
         for (int64_t& l : *r.mutable_kv_lengths()) l = std::min(l, to);
@@ -92,6 +115,11 @@ std::vector<AttentionConfig> Reductions(const AttentionConfig& c) {
   for (int64_t i = 0; i < c.kv_lengths_size(); ++i) {
     if (c.kv_lengths(i) > 0) add([&](AttentionConfig& r) { r.set_kv_lengths(i, 0); });
   }
+  for (int64_t i = 0; i < c.q_lengths_size(); ++i) {
+    if (c.q_lengths(i) > 0) add([&](AttentionConfig& r) { r.set_q_lengths(i, 0); });
+    if (c.q_lengths(i) > 1) add([&](AttentionConfig& r) { r.set_q_lengths(i, 1); });
+  }
+  if (c.page_size() > 16) add([](AttentionConfig& r) { r.set_page_size(16); });
   add([](AttentionConfig& r) { r.clear_model_dim(); });
   return out;
 }

@@ -1,5 +1,6 @@
 #include "tools/diff_fuzz/random_config.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -16,6 +17,63 @@ bool Chance(std::mt19937_64& rng, double p) {
 }
 
 DTypeProto RandomDType(std::mt19937_64& rng) { return Pick<DTypeProto>(rng, {F32, F16, BF16}); }
+
+// A length in [0, max] favouring the edges 0 and max.
+int64_t EdgyLength(std::mt19937_64& rng, int64_t max) {
+  return Chance(rng, 0.25) ? 0 : Chance(rng, 0.25) ? max : int64_t(rng() % (max + 1));
+}
+
+// Serving features on top of a drawn config: int8 K/V, paged K/V (any page
+// size; pools with room for every sequence, with spare pages, or too small
+// so that sequences share pages) and ragged batches (q_lengths with empty
+// sequences; they need kv_lengths, BTHD and no dense mask or bias). NaN
+// placement (poison_blocked, nonfinite_inputs) draws into dense float K/V
+// only, so a config with any of these drops it.
+void AddServingFeatures(std::mt19937_64& rng, AttentionConfig* c) {
+  const bool int8 = Chance(rng, 0.2), paged = Chance(rng, 0.25), ragged = Chance(rng, 0.25);
+  if (!int8 && !paged && !ragged) return;
+  c->set_poison_blocked(false);
+  c->set_nonfinite_inputs(0);
+  if (int8) c->set_kv_dtype(INT8);
+  if (ragged) {
+    c->set_layout(BTHD);
+    c->set_blocked_mask(false);
+    c->set_additive_bias(false);
+    if (c->kv_lengths_size() == 0) {
+      for (int64_t b = 0; b < c->batch(); ++b) c->add_kv_lengths(EdgyLength(rng, c->kv_len()));
+    }
+    int64_t total_k = 0;
+    for (int64_t len : c->kv_lengths()) total_k += len;
+    // ValidateProblem wants at least one query, and one key unless paged.
+    if (total_k == 0 && !paged) c->set_kv_lengths(rng() % c->batch(), 1 + rng() % c->kv_len());
+    // Decode steps (1 query) next to prefill chunks and empty sequences.
+    int64_t total_q = 0;
+    for (int64_t b = 0; b < c->batch(); ++b) {
+      c->add_q_lengths(Chance(rng, 0.3) ? 1 : EdgyLength(rng, c->q_len()));
+      total_q += c->q_lengths(b);
+    }
+    if (total_q == 0) c->set_q_lengths(rng() % c->batch(), 1);
+  }
+  if (paged) {
+    const int64_t page = Pick<int64_t>(rng, {16, 32, 64, 128, 256});
+    c->set_page_size(page);
+    int64_t needed = 0;
+    for (int64_t b = 0; b < c->batch(); ++b) {
+      const int64_t len = c->kv_lengths_size() > 0 ? c->kv_lengths(b) : c->kv_len();
+      needed += (len + page - 1) / page;
+    }
+    // Unset (batch * max_pages), too few (shared pages) or a few spare.
+    switch (rng() % 3) {
+      case 0:
+        break;
+      case 1:
+        c->set_num_pages(1 + int64_t(rng() % std::max<int64_t>(1, needed)));
+        break;
+      default:
+        c->set_num_pages(needed + 1 + int64_t(rng() % 4));
+    }
+  }
+}
 
 }  // namespace
 
@@ -76,6 +134,7 @@ AttentionConfig RandomConfig(std::mt19937_64& rng, double max_work) {
   c.set_seed(rng() % 1000000);
   // NaN / Inf anywhere in the inputs: exactly the rows that read one give NaN.
   if (Chance(rng, 0.3)) c.set_nonfinite_inputs(1 + static_cast<int32_t>(rng() % 4));
+  AddServingFeatures(rng, &c);
   return c;
 }
 

@@ -1,7 +1,9 @@
 // Random valid attention problems for differential fuzzing: shapes, GQA
 // ratios, masks, alignments, padding (zero-length sequences included), dense
-// masks that block whole rows, bias, softcap, dtypes, layouts, and NaN / Inf
-// in the blocked positions (poison_blocked) and anywhere (nonfinite_inputs).
+// masks that block whole rows, bias, softcap, dtypes, layouts, NaN / Inf in
+// the blocked positions (poison_blocked) and anywhere (nonfinite_inputs),
+// and the serving features: int8 K/V, paged K/V (shared pages included) and
+// ragged batches (sequences without queries or keys).
 #ifndef ATTNKIT_TOOLS_DIFF_FUZZ_RANDOM_CONFIG_H_
 #define ATTNKIT_TOOLS_DIFF_FUZZ_RANDOM_CONFIG_H_
 

@@ -1,0 +1,94 @@
+// QuantizeRowI8: symmetric int8 rows with one f32 scale (core/quantize.h).
+#include "core/quantize.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace attnkit {
+namespace {
+
+// Quantizes x into a buffer first filled with garbage, so a value the
+// function forgets to write shows.
+std::vector<int8_t> Quantize(const std::vector<float>& x, float* scale) {
+  std::vector<int8_t> q(x.size(), int8_t{99});
+  *scale = QuantizeRowI8(x.data(), static_cast<int64_t>(x.size()), q.data());
+  return q;
+}
+
+TEST(QuantizeTest, LargestMagnitudeMapsToPlusOrMinus127) {
+  float scale = 0;
+  std::vector<int8_t> q = Quantize({0.5f, -2.0f, 1.0f, 0.0f}, &scale);
+  EXPECT_FLOAT_EQ(scale, 2.0f / 127.0f);
+  EXPECT_EQ(q, (std::vector<int8_t>{32, -127, 64, 0}));  // 31.75 -> 32, 63.5 -> 64 (even)
+  q = Quantize({0.25f, 3.0f, -1.5f}, &scale);
+  EXPECT_FLOAT_EQ(scale, 3.0f / 127.0f);
+  // -1.5 * f32(127 / 3) rounds to -63.5 in f32, a tie: to even, -64.
+  EXPECT_EQ(q, (std::vector<int8_t>{11, 127, -64}));
+}
+
+// Rounding is to nearest, ties to even (scale 1 makes the products exact).
+TEST(QuantizeTest, RoundsHalfToEven) {
+  float scale = 0;
+  const std::vector<int8_t> q = Quantize({127.0f, 0.5f, 1.5f, -2.5f, 2.4f, -126.6f}, &scale);
+  EXPECT_EQ(scale, 1.0f);
+  EXPECT_EQ(q, (std::vector<int8_t>{127, 0, 2, -2, 2, -127}));
+}
+
+TEST(QuantizeTest, ZeroRowHasScaleZero) {
+  float scale = -1;
+  EXPECT_EQ(Quantize({0.0f, -0.0f, 0.0f}, &scale), (std::vector<int8_t>{0, 0, 0}));
+  EXPECT_EQ(scale, 0.0f);
+  const int8_t untouched = 5;
+  int8_t out = untouched;
+  EXPECT_EQ(QuantizeRowI8(nullptr, 0, &out), 0.0f);  // an empty row
+  EXPECT_EQ(out, untouched);
+}
+
+// A NaN or Inf anywhere in the row: NaN scale (the row dequantizes to NaN,
+// as the float row would poison attention) and zeros.
+TEST(QuantizeTest, NonFiniteRowHasNaNScale) {
+  const float kInf = std::numeric_limits<float>::infinity();
+  const float kNaN = std::numeric_limits<float>::quiet_NaN();
+  for (float bad : {kNaN, kInf, -kInf}) {
+    float scale = 0;
+    const std::vector<int8_t> q = Quantize({1.0f, bad, -0.5f}, &scale);
+    EXPECT_TRUE(std::isnan(scale)) << bad;
+    EXPECT_EQ(q, (std::vector<int8_t>{0, 0, 0})) << bad;
+    EXPECT_TRUE(std::isnan(q[0] * scale)) << "dequantized row must be NaN";
+  }
+}
+
+// Random rows of every magnitude: values in [-127, 127], the maximum at
+// +-127, and dequantization within half a step of the input (plus 1e-4 of a
+// step: x * f32(127 / max) carries a few f32 roundings of up to 127 steps).
+TEST(QuantizeTest, RoundTripErrorIsAtMostHalfAStep) {
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (int trial = 0; trial < 500; ++trial) {
+    const int64_t n = 1 + static_cast<int64_t>(rng() % 300);
+    const float magnitude = std::ldexp(1.0f, static_cast<int>(rng() % 60) - 30);
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = unit(rng) * magnitude;
+    float max_abs = 0;
+    for (float v : x) max_abs = std::max(max_abs, std::fabs(v));
+    float scale = 0;
+    const std::vector<int8_t> q = Quantize(x, &scale);
+    ASSERT_EQ(scale, max_abs / 127.0f);
+    bool saw_extreme = false;
+    for (int64_t c = 0; c < n; ++c) {
+      ASSERT_GE(q[c], -127) << "-128 is never produced";
+      saw_extreme |= q[c] == 127 || q[c] == -127;
+      const double err = std::fabs(double(x[c]) - double(q[c]) * double(scale));
+      ASSERT_LE(err, (0.5 + 1e-4) * scale) << "trial " << trial << " c " << c;
+    }
+    EXPECT_TRUE(saw_extreme) << "trial " << trial;
+  }
+}
+
+}  // namespace
+}  // namespace attnkit
