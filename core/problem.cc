@@ -271,7 +271,9 @@ absl::StatusOr<int64_t> ProblemBytes(const AttentionProblem& p) {
   if (p.return_lse) ATTNKIT_RETURN_IF_ERROR(add(rows, 4, "LSE bytes"));
   if (p.has_kv_lengths()) ATTNKIT_RETURN_IF_ERROR(add(p.batch, 4, "kv_lengths bytes"));
   if (p.is_paged()) ATTNKIT_RETURN_IF_ERROR(add(p.batch, p.max_pages() * 4, "block table bytes"));
-  if (p.is_ragged()) ATTNKIT_RETURN_IF_ERROR(add(p.batch + 1, 2 * 4, "cu_seqlens bytes"));
+  if (p.is_ragged()) {  // cu_seqlens_q, and cu_seqlens_k unless K/V are paged
+    ATTNKIT_RETURN_IF_ERROR(add(p.batch + 1, (p.is_paged() ? 1 : 2) * 4, "cu_seqlens bytes"));
+  }
   // [B, H, Tq, Tk]: the dense mask (1 byte) and bias (4 bytes).
   const int64_t pair_size = (p.blocked_mask ? 1 : 0) + (p.additive_bias ? 4 : 0);
   if (pair_size > 0) {

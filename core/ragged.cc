@@ -71,11 +71,15 @@ std::vector<SequenceCall> RaggedSequences(const AttentionProblem& p, const Atten
         sa.v_scale = a.v_scale;
         sa.block_table = RowView(a.block_table, b, s.max_pages());
       } else {
-        sa.k = SequenceView(a.k, k_offset, s.kv_len);
-        sa.v = SequenceView(a.v, k_offset, s.kv_len);
+        // A sequence without keys reads none: its one-row view starts at row
+        // 0 (which exists: packed K/V hold at least one key), never past the
+        // end of the packed tensor.
+        const int64_t first = nk == 0 ? 0 : k_offset;
+        sa.k = SequenceView(a.k, first, s.kv_len);
+        sa.v = SequenceView(a.v, first, s.kv_len);
         if (!a.k_scale.empty()) {
-          sa.k_scale = SequenceView(a.k_scale, k_offset, s.kv_len);
-          sa.v_scale = SequenceView(a.v_scale, k_offset, s.kv_len);
+          sa.k_scale = SequenceView(a.k_scale, first, s.kv_len);
+          sa.v_scale = SequenceView(a.v_scale, first, s.kv_len);
         }
       }
       calls.push_back(std::move(c));
