@@ -1,9 +1,14 @@
 // The CUDA plugin through the registry's dlopen route. Without a usable GPU
 // every entry point must fail cleanly with the CUDA reason; with one, a small
-// GQA problem must match the fp64 reference on both backends.
+// GQA problem must match the fp64 reference on both backends, and the
+// serving problems (paged, int8 and ragged) on "cuda".
+#include <algorithm>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "core/compare.h"
 #include "core/execute.h"
 #include "core/problem.h"
@@ -209,6 +214,231 @@ TEST_F(CudaPluginTest, WorkspaceIsReusedAcrossCalls) {
         EXPECT_EQ(info.workspace_allocations, after_first)
             << b->Name() << " [" << info.kernel << "] allocated again for " << p.Id();
       }
+    }
+  }
+}
+
+// Serving problems: paged K/V (shuffled pages, sequences sharing pages, NaN
+// in every pool row no sequence reads), int8 K/V (dense and paged) and
+// ragged batches, through the decode kernel (few rows per KV head) and the
+// flash kernel (prefill).
+std::vector<AttentionProblem> ServingProblems() {
+  std::vector<AttentionProblem> out;
+  auto add = [&](AttentionProblem p) {
+    p.name = p.Id();
+    out.push_back(p);
+  };
+  // Decode over 16-key pages, fewer pages than 3 * 44: shared prefixes.
+  AttentionProblem paged_decode = BasicProblem(3, 8, 2, 1, 700, 128);
+  paged_decode.dtype = paged_decode.kv_dtype = DType::kBF16;
+  paged_decode.page_size = 16;
+  paged_decode.num_pages = 90;
+  paged_decode.kv_lengths = {700, 1, 333};
+  paged_decode.mask = MaskKind::kCausal;
+  paged_decode.alignment = Alignment::kBottomRight;
+  paged_decode.return_lse = true;
+  add(paged_decode);
+  // Decode with split-K over 64-key pages.
+  AttentionProblem paged_split = BasicProblem(1, 32, 8, 1, 4099, 128);
+  paged_split.dtype = paged_split.kv_dtype = DType::kF16;
+  paged_split.page_size = 64;
+  paged_split.num_pages = paged_split.max_pages() + 3;
+  paged_split.return_lse = true;
+  add(paged_split);
+  // Prefill (flash kernel) on every compute kind, 12 pages for 2 x 10.
+  AttentionProblem paged_prefill = BasicProblem(2, 4, 2, 70, 300, 64);
+  paged_prefill.dtype = paged_prefill.kv_dtype = DType::kF16;
+  paged_prefill.page_size = 32;
+  paged_prefill.num_pages = 12;
+  paged_prefill.kv_lengths = {300, 150};
+  paged_prefill.mask = MaskKind::kCausal;
+  paged_prefill.alignment = Alignment::kBottomRight;
+  paged_prefill.return_lse = true;
+  add(paged_prefill);
+  AttentionProblem paged_bf16 = BasicProblem(2, 4, 2, 70, 300, 80);  // d padded to 128
+  paged_bf16.dtype = paged_bf16.kv_dtype = DType::kBF16;
+  paged_bf16.page_size = 32;
+  paged_bf16.num_pages = 12;
+  paged_bf16.kv_lengths = {300, 150};
+  paged_bf16.return_lse = true;
+  paged_bf16.alignment = Alignment::kBottomRight;
+  paged_bf16.mask = MaskKind::kSlidingWindow;
+  paged_bf16.window_left = 50;
+  paged_bf16.layout = Layout::kBTHD;
+  add(paged_bf16);
+  AttentionProblem paged_f32 = BasicProblem(2, 6, 3, 40, 600, 32);
+  paged_f32.page_size = 256;
+  paged_f32.num_pages = 5;
+  paged_f32.kv_lengths = {600, 513};
+  add(paged_f32);
+  // int8 K/V, dense: decode, and prefill with the extras.
+  AttentionProblem int8_decode = BasicProblem(2, 8, 2, 1, 300, 64);
+  int8_decode.dtype = DType::kBF16;
+  int8_decode.kv_dtype = DType::kI8;
+  int8_decode.return_lse = true;
+  add(int8_decode);
+  AttentionProblem int8_prefill = BasicProblem(2, 8, 2, 33, 300, 64);
+  int8_prefill.dtype = DType::kF16;
+  int8_prefill.kv_dtype = DType::kI8;
+  int8_prefill.mask = MaskKind::kCausal;
+  int8_prefill.alignment = Alignment::kBottomRight;
+  int8_prefill.return_lse = true;
+  add(int8_prefill);
+  AttentionProblem int8_extras = int8_prefill;
+  int8_extras.dtype = DType::kF32;
+  int8_extras.layout = Layout::kBTHD;
+  int8_extras.kv_lengths = {300, 170};
+  int8_extras.additive_bias = int8_extras.blocked_mask = true;
+  int8_extras.softcap = 30.0f;
+  add(int8_extras);
+  // int8 pools.
+  AttentionProblem int8_paged_decode = paged_decode;
+  int8_paged_decode.kv_dtype = DType::kI8;
+  int8_paged_decode.page_size = 32;
+  int8_paged_decode.num_pages = 3 * int8_paged_decode.max_pages();
+  add(int8_paged_decode);
+  AttentionProblem int8_paged_prefill = paged_prefill;
+  int8_paged_prefill.kv_dtype = DType::kI8;
+  add(int8_paged_prefill);
+  // Ragged: one long prefill chunk beside short decodes, one sequence
+  // without queries and one without keys; then the same paged and int8.
+  AttentionProblem ragged = BasicProblem(5, 8, 2, 100, 1200, 64);
+  ragged.dtype = ragged.kv_dtype = DType::kF16;
+  ragged.layout = Layout::kBTHD;
+  ragged.q_lengths = {100, 1, 1, 0, 1};
+  ragged.kv_lengths = {300, 1200, 5, 7, 0};
+  ragged.mask = MaskKind::kCausal;
+  ragged.alignment = Alignment::kBottomRight;
+  ragged.return_lse = true;
+  add(ragged);
+  AttentionProblem ragged_paged = ragged;
+  ragged_paged.dtype = DType::kBF16;
+  ragged_paged.kv_dtype = DType::kI8;
+  ragged_paged.page_size = 64;
+  ragged_paged.num_pages = 5 * ragged_paged.max_pages();
+  add(ragged_paged);
+  return out;
+}
+
+// "cuda" claims paged, int8 and ragged problems in its capabilities, so its
+// Supports() may refuse them only for a machine reason (no GPU: the
+// Available() message); "cuda-cublas" does not claim them and names the
+// feature it lacks. Runs without a GPU.
+TEST_F(CudaPluginTest, ServingFeaturesAreClaimedOnlyByFlash) {
+  auto flash = registry_.Find("cuda");
+  auto cublas = registry_.Find("cuda-cublas");
+  ASSERT_TRUE(flash.ok() && cublas.ok());
+  const Capabilities caps = (*flash)->Caps();
+  EXPECT_TRUE(caps.paged_kv && caps.ragged);
+  EXPECT_NE(std::find(caps.kv_dtypes.begin(), caps.kv_dtypes.end(), DType::kI8),
+            caps.kv_dtypes.end());
+  for (const AttentionProblem& p : ServingProblems()) {
+    ASSERT_TRUE(ValidateProblem(p).ok()) << p.name << ": " << ValidateProblem(p);
+    EXPECT_TRUE(CheckCapabilities(caps, p).ok()) << p.name << ": " << CheckCapabilities(caps, p);
+    const absl::Status flash_supports = (*flash)->Supports(p);
+    const absl::Status available = (*flash)->Available();
+    if (available.ok()) {
+      EXPECT_TRUE(flash_supports.ok()) << p.name << ": " << flash_supports;
+    } else {
+      EXPECT_EQ(flash_supports.code(), absl::StatusCode::kFailedPrecondition);
+      EXPECT_EQ(flash_supports.message(), available.message()) << p.name;
+    }
+    const absl::Status refused = CheckCapabilities((*cublas)->Caps(), p);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented) << p.name;
+    const bool names_feature = absl::StrContains(refused.message(), "paged") ||
+                               absl::StrContains(refused.message(), "ragged") ||
+                               absl::StrContains(refused.message(), "kv_dtype i8");
+    EXPECT_TRUE(names_feature) << p.name << ": " << refused;
+    if ((*cublas)->Available().ok()) {
+      EXPECT_EQ((*cublas)->Supports(p).code(), absl::StatusCode::kUnimplemented) << p.name;
+    }
+  }
+}
+
+TEST_F(CudaPluginTest, ServingProblemsMatchReferenceOnGpu) {
+  auto flash = registry_.Find("cuda");
+  ASSERT_TRUE(flash.ok());
+  Backend* b = *flash;
+  if (!b->Available().ok()) {
+    ASSERT_TRUE(NotRequired(*b));
+    GTEST_SKIP() << b->Available();
+  }
+  int n = 0;
+  for (const AttentionProblem& p : ServingProblems()) {
+    ASSERT_TRUE(b->Supports(p).ok()) << p.name << ": " << b->Supports(p);
+    auto data = ProblemData::Random(p, 21 + n++);
+    ASSERT_TRUE(data.ok()) << data.status();
+    PoisonOutputs(*data);
+    RunInfo info;
+    const absl::Status run = RunOnBackend(b, p, *data, &info);
+    ASSERT_TRUE(run.ok()) << p.name << ": " << run;
+    const Comparison c = CompareToReference(p, data->args(), ComputeReference(p, data->args()));
+    EXPECT_TRUE(c.ok()) << "[" << info.kernel << "] " << p.name << ": " << c.first_failure;
+    // Provenance: what ran says what it read.
+    if (p.is_ragged()) {
+      EXPECT_TRUE(absl::StartsWith(info.kernel, "ragged seqs=4: ")) << info.kernel;
+    } else if (p.q_len * p.group_size() <= 16) {
+      EXPECT_TRUE(absl::StartsWith(info.kernel, "flash-decode")) << info.kernel;
+    }
+    if (p.is_paged()) {
+      EXPECT_TRUE(absl::StrContains(info.kernel, absl::StrCat("paged=", p.page_size)))
+          << info.kernel;
+    }
+    if (p.kv_dtype == DType::kI8) {
+      EXPECT_TRUE(absl::StrContains(info.kernel, "kv=i8")) << info.kernel;
+    }
+  }
+}
+
+// A NaN int8 scale makes its row non-finite, as a NaN in a float row does:
+// the query rows that see that key give NaN, the others are unchanged. In
+// sequence 0, key 90 of KV head 0 (its K scale) and key 95 of KV head 1
+// (its V scale), which under the bottom-right causal mask only the late
+// queries see; sequence 1 reads neither.
+TEST_F(CudaPluginTest, NanInt8ScalePoisonsOnlyTheRowsThatReadIt) {
+  auto flash = registry_.Find("cuda");
+  ASSERT_TRUE(flash.ok());
+  Backend* b = *flash;
+  if (!b->Available().ok()) {
+    ASSERT_TRUE(NotRequired(*b));
+    GTEST_SKIP() << b->Available();
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t q_len : {1, 3, 40}) {  // decode kernel (2, 6 rows), flash kernel (80 rows)
+    for (int64_t page_size : {0, 16}) {
+      AttentionProblem p = BasicProblem(2, 4, 2, q_len, 100, 64);
+      p.dtype = DType::kBF16;
+      p.kv_dtype = DType::kI8;
+      p.mask = MaskKind::kCausal;
+      p.alignment = Alignment::kBottomRight;
+      p.return_lse = true;
+      if (page_size > 0) {
+        p.page_size = page_size;
+        p.num_pages = 2 * p.max_pages();
+      }
+      p.name = p.Id();
+      auto data = ProblemData::Random(p, 5);
+      ASSERT_TRUE(data.ok()) << data.status();
+      const AttentionArgs a = data->args();
+      auto scale_of = [&](const TensorView& scale, int64_t g, int64_t t) -> float& {
+        int64_t off = scale.Offset(0, g, t);
+        if (p.is_paged()) {  // sequence 0's row of the block table
+          const int32_t page = static_cast<const int32_t*>(a.block_table.data)[t / page_size];
+          off = scale.Offset(page, t % page_size, g);
+        }
+        return static_cast<float*>(scale.data)[off];
+      };
+      scale_of(a.k_scale, 0, 90) = nan;
+      scale_of(a.v_scale, 1, 95) = nan;
+      PoisonOutputs(*data);
+      RunInfo info;
+      const absl::Status run = RunOnBackend(b, p, *data, &info);
+      ASSERT_TRUE(run.ok()) << p.name << ": " << run;
+      const Comparison c = CompareToReference(p, a, ComputeReference(p, a));
+      EXPECT_TRUE(c.ok()) << "[" << info.kernel << "] " << p.name << ": " << c.first_failure;
+      EXPECT_GT(c.poisoned_rows, 0) << p.name;
+      EXPECT_LT(c.poisoned_rows, p.batch * p.num_heads * p.q_len)
+          << p.name << ": sequence 1 is clean";
     }
   }
 }

@@ -17,10 +17,16 @@
 // split-K combine does), and the block writes O and LSE, or its split's
 // normalised partial result for split_combine.cu.
 //
+// K and V rows: lane j finds key j's rows once per tile (KvRowOf: dense, or
+// paged through the block table) with their int8 scales, and the warp
+// shares them by shuffle; int8 values are multiplied by their row's scale
+// as they are loaded.
+//
 // NaN and Inf (core/reference.h): a row whose visible pair has a non-finite
-// scaled score, a NaN or +inf bias, or whose visible key has a NaN/Inf in its
-// V row gives NaN (o and lse); such a V row is never multiplied, so the rows
-// that do not see it are unchanged; a -inf bias blocks the pair.
+// scaled score (a NaN int8 scale of the K row included), a NaN or +inf bias,
+// or whose visible key has a NaN/Inf in its V row (or a NaN V scale) gives
+// NaN (o and lse); such a V row is never multiplied, so the rows that do not
+// see it are unchanged; a -inf bias blocks the pair.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -99,25 +105,40 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashDecodeKernel(const Fla
     for (int u = 0; u < kC; ++u) acc[r][u] = 0.0f;
   }
 
+  const bool int8 = p.k_scale != nullptr;  // uniform: scales to share
   for (int64_t t = tiles.begin + warp; t < tiles.end; t += kW) {
     const int64_t k0 = t * kKeys;
     const TileVisibility vis =
         ClassifyTile(p.mask, kv_length, queries.first, queries.end, k0, k0 + kKeys);
     if (vis == TileVisibility::kHidden) continue;  // uniform across the warp
 
+    // Lane owns key j: where its K and V rows are (dense, or through the
+    // block table, looked up once) and their int8 scales (1 for float K/V).
+    const int64_t j = k0 + lane;
+    int64_t k_off = -1, v_off = -1;
+    float k_scale = 1.0f, v_scale = 1.0f;
+    if (j < kv_length) {  // a page past the sequence's keys is never looked up
+      const KvRow kv_row = KvRowOf(p, b, j);
+      k_off = KvOffset(p.k_stride, kv_row, g);
+      v_off = KvOffset(p.v_stride, kv_row, g);
+      k_scale = KvScale(p.k_scale, p.k_scale_stride, kv_row, g);
+      v_scale = KvScale(p.v_scale, p.v_scale_stride, kv_row, g);
+    }
+
     __syncwarp();  // every lane is done with the previous tile's K rows
-    const Strides4& ks = p.k_stride;
-    for (int idx = lane; idx < kKeys * kD; idx += 32) {
-      const int r = idx / kD, c = idx % kD;
-      const int64_t j = k0 + r;
-      sK[r * kLdK + c] = (j < kv_length && c < p.head_dim)
-                             ? LoadElem(p.k, p.kv_type, b * ks.b + g * ks.h + j * ks.t + c * ks.c)
-                             : 0.0f;
+    // Row r of the tile from lane r's offset, the lanes over d (coalesced).
+    for (int r = 0; r < kKeys; ++r) {
+      const int64_t off = __shfl_sync(kFullMask, k_off, r);
+      const float row_scale = int8 ? __shfl_sync(kFullMask, k_scale, r) : 1.0f;
+      for (int c = lane; c < kD; c += 32) {
+        sK[r * kLdK + c] = (off >= 0 && c < p.head_dim)
+                               ? LoadElem(p.k, p.kv_type, off + c * p.k_stride.c) * row_scale
+                               : 0.0f;
+      }
     }
     __syncwarp();
 
     // Lane owns key j: raw scores against every row.
-    const int64_t j = k0 + lane;
     float s[kR];
 #pragma unroll
     for (int r = 0; r < kR; ++r) s[r] = 0.0f;
@@ -170,19 +191,20 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashDecodeKernel(const Fla
       s[r] = pr;
     }
 
-    // O += P V over the tile's keys that some row sees.
-    const Strides4& vs = p.v_stride;
+    // O += P V over the tile's keys that some row sees (a seen key is below
+    // kv_length, so lane jj's V offset is a row).
     for (int jj = 0; jj < kKeys; ++jj) {
       const uint32_t seen = __shfl_sync(kFullMask, visible_bits, jj);
       if (seen == 0) continue;  // uniform: no row sees key k0 + jj
-      const int64_t jv = k0 + jj;
+      const int64_t v_row = __shfl_sync(kFullMask, v_off, jj);
+      const float row_scale = int8 ? __shfl_sync(kFullMask, v_scale, jj) : 1.0f;
       float v[kC];
       bool v_bad = false;
 #pragma unroll
       for (int u = 0; u < kC; ++u) {
         const int c = lane + 32 * u;
-        v[u] = c < p.head_dim ? LoadElem(p.v, p.kv_type, b * vs.b + g * vs.h + jv * vs.t + c * vs.c)
-                              : 0.0f;
+        v[u] =
+            c < p.head_dim ? LoadElem(p.v, p.kv_type, v_row + c * p.v_stride.c) * row_scale : 0.0f;
         v_bad = v_bad || !isfinite(v[u]);
       }
       if (__any_sync(kFullMask, v_bad)) {

@@ -28,13 +28,15 @@ struct ComputeTypeOf<ComputeKind::kBF16> {
   using Type = __nv_bfloat16;
 };
 
-// Element i of a float storage buffer, as float.
+// Element i of a storage buffer, as float (an int8 one without its scale).
 __device__ __forceinline__ float LoadElem(const void* p, ElemType t, int64_t i) {
   switch (t) {
     case ElemType::kF16:
       return __half2float(static_cast<const __half*>(p)[i]);
     case ElemType::kBF16:
       return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case ElemType::kI8:
+      return static_cast<float>(static_cast<const int8_t*>(p)[i]);
     default:
       return static_cast<const float*>(p)[i];
   }

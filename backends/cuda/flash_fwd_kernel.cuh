@@ -11,12 +11,16 @@
 // Key tiles the mask hides entirely are skipped (ClassifyTile); tiles it
 // shows entirely need no per-element mask test.
 //
+// K and V rows are found through KvRowOf (dense, or paged through the block
+// table), once per key of a tile; int8 rows are multiplied by their scales
+// as they are staged (int8 K/V computes in f32: ComputeKindFor).
+//
 // NaN and Inf in inputs (core/reference.h): a row whose visible pair has a
-// non-finite raw score (a NaN/Inf in its Q row or that K row), a NaN or +inf
-// bias, or a V row holding a NaN/Inf gives NaN (o and lse); a -inf bias
-// blocks the pair. V rows with a NaN/Inf are zeroed in shared memory after
-// flagging, so the rows that do not see them (weight 0, and 0 * NaN = NaN)
-// are untouched.
+// non-finite raw score (a NaN/Inf in its Q row or that K row, or a NaN int8
+// scale of that K row), a NaN or +inf bias, or a V row holding a NaN/Inf (or
+// with a NaN scale) gives NaN (o and lse); a -inf bias blocks the pair. V
+// rows with a NaN/Inf are zeroed in shared memory after flagging, so the rows
+// that do not see them (weight 0, and 0 * NaN = NaN) are untouched.
 #ifndef ATTNKIT_BACKENDS_CUDA_FLASH_FWD_KERNEL_CUH_
 #define ATTNKIT_BACKENDS_CUDA_FLASH_FWD_KERNEL_CUH_
 
@@ -41,9 +45,13 @@ constexpr float kLog2e = 1.4426950408889634f;
 // Copies kRows rows of a strided [*, d] matrix into a [kRows, kD] shared
 // tile with leading dim kLd, converting to T. row_offset(r) is the element
 // offset of row r, or -1 for a row to zero-fill; columns d..kD are zero.
-template <int kRows, int kD, int kLd, int kThreads, typename T, typename RowOffset>
+// row_scale(r) multiplies the elements of row r (an int8 row's scale, 1 for
+// float storage); the vector path is float storage only and never scales.
+template <int kRows, int kD, int kLd, int kThreads, typename T, typename RowOffset,
+          typename RowScale>
 __device__ __forceinline__ void LoadTile(T* dst, const void* src, ElemType type, bool vec, int d,
-                                         int64_t col_stride, RowOffset row_offset) {
+                                         int64_t col_stride, RowOffset row_offset,
+                                         RowScale row_scale) {
   if (vec) {
     // Storage type is T, columns contiguous and 16-byte aligned (host checked).
     constexpr int kPerVec = 16 / sizeof(T);
@@ -70,7 +78,8 @@ __device__ __forceinline__ void LoadTile(T* dst, const void* src, ElemType type,
       const int r = idx / kD;
       const int c = idx % kD;
       const int64_t off = row_offset(r);
-      const float x = (off >= 0 && c < d) ? LoadElem(src, type, off + c * col_stride) : 0.0f;
+      const float x =
+          (off >= 0 && c < d) ? LoadElem(src, type, off + c * col_stride) * row_scale(r) : 0.0f;
       dst[r * kLd + c] = FromFloat<T>(x);
     }
   }
@@ -191,6 +200,10 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
   T* sP = reinterpret_cast<T*>(smem + Traits::kOffP);
   float* sO = reinterpret_cast<float*>(smem + Traits::kOffO);
   int* sVBad = reinterpret_cast<int*>(smem + Traits::kOffVBad);
+  int64_t* sKOff = reinterpret_cast<int64_t*>(smem + Traits::kOffKvRows);  // [kN]
+  int64_t* sVOff = sKOff + kN;                                             // [kN]
+  float* sKScale = reinterpret_cast<float*>(sVOff + kN);                   // [kN]
+  float* sVScale = sKScale + kN;                                           // [kN]
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t tiles_m = (p.rows_per_kv_head + kM - 1) / kM;
@@ -206,12 +219,14 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
                                     p.num_splits, split);
 
   LoadTile<kM, kD, Traits::kLdQK, kThreads>(
-      sQ, p.q, p.q_type, p.q_vec, p.head_dim, p.q_stride.c, [&](int r) -> int64_t {
+      sQ, p.q, p.q_type, p.q_vec, p.head_dim, p.q_stride.c,
+      [&](int r) -> int64_t {
         const int64_t row = r0 + r;
         if (row >= r1) return -1;
         const int64_t i = row / group, h = g * group + row % group;
         return b * p.q_stride.b + h * p.q_stride.h + i * p.q_stride.t;
-      });
+      },
+      [](int) { return 1.0f; });
   for (int idx = threadIdx.x; idx < kM * Traits::kLdO; idx += kThreads) sO[idx] = 0.0f;
   __syncthreads();
 
@@ -226,17 +241,37 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
     const TileVisibility vis =
         ClassifyTile(p.mask, kv_length, queries.first, queries.end, k0, k0 + kN);
     if (vis == TileVisibility::kHidden) continue;  // uniform across the block
-    __syncthreads();  // every warp is done with the previous K and V tiles
+#pragma unroll 1
+    // Where the tile's K and V rows are (dense or through the block table)
+    // and their int8 scales, once per key. The previous tile's loads, the
+    // only readers, ended before the __syncthreads that followed them.
+    for (int r = threadIdx.x; r < kN; r += kThreads) {
+      const int64_t j = k0 + r;
+      int64_t k_off = -1, v_off = -1;
+      float k_scale = 1.0f, v_scale = 1.0f;
+      if (j < kv_length) {  // a page past the sequence's keys is never looked up
+        const KvRow row = KvRowOf(p, b, j);
+        k_off = KvOffset(p.k_stride, row, g);
+        v_off = KvOffset(p.v_stride, row, g);
+        if constexpr (!Traits::kTensorCores) {  // int8 K/V computes in f32
+          k_scale = KvScale(p.k_scale, p.k_scale_stride, row, g);
+          v_scale = KvScale(p.v_scale, p.v_scale_stride, row, g);
+        }
+      }
+      sKOff[r] = k_off;
+      sVOff[r] = v_off;
+      sKScale[r] = k_scale;
+      sVScale[r] = v_scale;
+    }
+    __syncthreads();  // the rows are known, and every warp is done with the previous tiles
     LoadTile<kN, kD, Traits::kLdQK, kThreads>(
-        sK, p.k, p.kv_type, p.k_vec, p.head_dim, p.k_stride.c, [&](int r) -> int64_t {
-          const int64_t j = k0 + r;
-          return j < kv_length ? b * p.k_stride.b + g * p.k_stride.h + j * p.k_stride.t : -1;
-        });
+        sK, p.k, p.kv_type, p.k_vec, p.head_dim, p.k_stride.c,
+        [&](int r) -> int64_t { return sKOff[r]; },
+        [&](int r) { return Traits::kTensorCores ? 1.0f : sKScale[r]; });
     LoadTile<kN, kD, Traits::kLdQK, kThreads>(
-        sV, p.v, p.kv_type, p.v_vec, p.head_dim, p.v_stride.c, [&](int r) -> int64_t {
-          const int64_t j = k0 + r;
-          return j < kv_length ? b * p.v_stride.b + g * p.v_stride.h + j * p.v_stride.t : -1;
-        });
+        sV, p.v, p.kv_type, p.v_vec, p.head_dim, p.v_stride.c,
+        [&](int r) -> int64_t { return sVOff[r]; },
+        [&](int r) { return Traits::kTensorCores ? 1.0f : sVScale[r]; });
     __syncthreads();
     FlagAndZeroNonFiniteRows<kN, kD, Traits::kLdQK, Traits::kNWarps>(sV, sVBad, warp, lane);
     __syncthreads();

@@ -1,6 +1,8 @@
 // The parameters a CUDA attention kernel consumes: plain data built on the
-// host from a validated AttentionProblem + AttentionArgs (MakeFlashParams).
-// Included by host C++ and by nvcc; no CUDA or Abseil types.
+// host from a validated AttentionProblem + AttentionArgs (MakeFlashParams),
+// and the K/V row addressing both kernels use (host and device functions, so
+// the host tests check it). Included by host C++ and by nvcc; no CUDA or
+// Abseil types.
 #ifndef ATTNKIT_BACKENDS_CUDA_FLASH_PARAMS_H_
 #define ATTNKIT_BACKENDS_CUDA_FLASH_PARAMS_H_
 
@@ -11,20 +13,24 @@
 namespace attnkit {
 namespace cuda {
 
-// Storage type of one tensor (the float subset of attnkit::DType).
-enum class ElemType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
+// Storage type of one tensor: the float subset of attnkit::DType, and int8
+// for K and V only (value = int8 * the row's f32 scale).
+enum class ElemType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kI8 = 3 };
 
 // Element type of the tiles the kernel multiplies: f16 and bf16 run on tensor
 // cores (fp32 accumulation); f32 runs on the CUDA cores in full precision.
 enum class ComputeKind : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
 
-// Element strides of a rank-4 view, [B, heads, T, d] or [B, H, Tq, Tk].
+// Element strides of a rank-4 view, [B, heads, T, d] or [B, H, Tq, Tk]. For
+// a paged K/V pool [num_pages, page_size, G, d] b steps pages, t rows of a
+// page and h KV heads; for int8 scales (K's shape without d) c is 0.
 struct Strides4 {
   int64_t b = 0, h = 0, t = 0, c = 0;
 };
 
 struct FlashParams {
-  // Device pointers. q, o: [B, H, Tq, d]; k, v: [B, G, Tk, d].
+  // Device pointers. q, o: [B, H, Tq, d]; k, v: [B, G, Tk, d], or pools
+  // [num_pages, page_size, G, d] read through block_table.
   const void* q = nullptr;
   const void* k = nullptr;
   const void* v = nullptr;
@@ -37,6 +43,23 @@ struct FlashParams {
   int64_t lse_stride_b = 0, lse_stride_h = 0, lse_stride_t = 0;
   int64_t kv_lengths_stride = 0;
   ElemType q_type = ElemType::kF32, kv_type = ElemType::kF32;  // o has q_type
+
+  // Paged K/V when block_table is set: sequence b's key t is row
+  // t % page_size of page block_table[b * block_table_stride_b +
+  // (t / page_size) * block_table_stride_j] (KvRowOf below).
+  // Entries past a sequence's last used page are never read.
+  const int32_t* block_table = nullptr;  // [B, max_pages], or null (dense K/V)
+  int64_t block_table_stride_b = 0, block_table_stride_j = 0;
+  int page_size = 0;   // a power of two in 16..256 when paged, else 0
+  int page_shift = 0;  // log2(page_size): t / page_size = t >> page_shift
+
+  // int8 K/V (kv_type kI8): the value of an element is its int8 times the
+  // f32 scale of its (token, KV head) row; a NaN scale makes the row NaN.
+  // Scales are [B, G, Tk], or [num_pages, page_size, G] when paged, with
+  // strides in k_stride's roles (b, h, t; c = 0).
+  const float* k_scale = nullptr;  // null unless int8
+  const float* v_scale = nullptr;
+  Strides4 k_scale_stride, v_scale_stride;
   ComputeKind compute = ComputeKind::kF32;
 
   int batch = 1;
@@ -65,6 +88,32 @@ struct FlashParams {
   float* partial_o = nullptr;    // [splits, B, H, Tq, d]
   float* partial_lse = nullptr;  // [splits, B, H, Tq]
 };
+
+// Where key/value row t of sequence b lives (core/kv_rows.h for the kernels):
+// outer indexes the Strides4's b and row its t. Dense K/V: (b, t). Paged:
+// (block_table[b, t / page_size], t % page_size). Both kernels address every
+// K, V and scale row through this, so dense and paged share one code path.
+struct KvRow {
+  int64_t outer;
+  int64_t row;
+};
+ATTNKIT_HOST_DEVICE inline KvRow KvRowOf(const FlashParams& p, int64_t b, int64_t t) {
+  if (p.block_table == nullptr) return KvRow{b, t};
+  const int64_t page =
+      p.block_table[b * p.block_table_stride_b + (t >> p.page_shift) * p.block_table_stride_j];
+  return KvRow{page, t & (int64_t{p.page_size} - 1)};
+}
+// Element offset of the first element of row r of KV head g in a K, V or
+// scale tensor with strides s.
+ATTNKIT_HOST_DEVICE inline int64_t KvOffset(const Strides4& s, KvRow r, int64_t g) {
+  return r.outer * s.b + g * s.h + r.row * s.t;
+}
+// The f32 scale of row r of head g for int8 K/V (scale non-null); 1 for
+// float K/V, whose values the multiply leaves exact.
+ATTNKIT_HOST_DEVICE inline float KvScale(const float* scale, const Strides4& s, KvRow r,
+                                         int64_t g) {
+  return scale == nullptr ? 1.0f : scale[KvOffset(s, r, g)];
+}
 
 }  // namespace cuda
 }  // namespace attnkit

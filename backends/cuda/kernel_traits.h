@@ -67,7 +67,11 @@ struct FlashTraits {
   static constexpr int kOffO = AlignUp(kOffP + kBlockM * kLdP * kElemBytes, 128);
   // One flag per key of the V tile: its row holds a NaN or Inf.
   static constexpr int kOffVBad = AlignUp(kOffO + kBlockM * kLdO * 4, 128);
-  static constexpr int kSmemBytes = AlignUp(kOffVBad + kBlockN * 4, 128);
+  // Per key of the K/V tile, found once per tile (a paged row reads the
+  // block table once): the element offsets of its K and V rows (i64, -1 past
+  // the sequence's keys), then their int8 scales (f32, 1 for float K/V).
+  static constexpr int kOffKvRows = AlignUp(kOffVBad + kBlockN * 4, 128);
+  static constexpr int kSmemBytes = AlignUp(kOffKvRows + kBlockN * (2 * 8 + 2 * 4), 128);
 
   static_assert(kHeadDim % 32 == 0, "lanes stride over head-dim columns by 32");
   static_assert(kBlockN % 32 == 0, "lanes stride over key columns by 32");

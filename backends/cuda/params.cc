@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_format.h"
+#include "core/ragged.h"
 
 namespace attnkit {
 namespace cuda {
@@ -13,6 +14,26 @@ namespace {
 Strides4 StridesOf(const TensorView& t) {
   if (t.empty()) return Strides4{};
   return Strides4{t.strides[0], t.strides[1], t.strides[2], t.strides[3]};
+}
+
+// K or V: [B, G, Tk, d] keeps its order; a pool [num_pages, page_size, G, d]
+// puts pages in b, heads in h and the rows of a page in t.
+Strides4 KvStridesOf(const TensorView& t, bool paged) {
+  if (!paged) return StridesOf(t);
+  return Strides4{t.strides[0], t.strides[2], t.strides[1], t.strides[3]};
+}
+
+// An int8 scale tensor, K's shape without d: [B, G, Tk] -> (b, h, t), or the
+// pool's [num_pages, page_size, G] -> (page, head, row); c = 0.
+Strides4 ScaleStridesOf(const TensorView& t, bool paged) {
+  if (paged) return Strides4{t.strides[0], t.strides[2], t.strides[1], 0};
+  return Strides4{t.strides[0], t.strides[1], t.strides[2], 0};
+}
+
+int Log2(int64_t power_of_two) {
+  int shift = 0;
+  while ((int64_t{1} << shift) < power_of_two) ++shift;
+  return shift;
 }
 
 DType StorageOf(ComputeKind c) {
@@ -36,9 +57,12 @@ absl::StatusOr<ElemType> ElemTypeOf(DType t) {
       return ElemType::kF16;
     case DType::kBF16:
       return ElemType::kBF16;
+    case DType::kI8:
+      return ElemType::kI8;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s is not a float storage type", DTypeName(t)));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s is not a storage type of the CUDA kernels (f32, f16, bf16; i8 for K/V)",
+          DTypeName(t)));
   }
 }
 
@@ -61,6 +85,10 @@ bool VectorLoadable(const TensorView& t, ComputeKind compute, int64_t head_dim) 
 }
 
 absl::StatusOr<FlashParams> MakeFlashParams(const AttentionProblem& p, const AttentionArgs& a) {
+  if (p.is_ragged()) {
+    return absl::InvalidArgumentError(
+        "a ragged batch (q_lengths) runs as its sequences: use MakeFlashLaunches");
+  }
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
   for (int64_t n :
        {p.batch, p.num_heads, p.q_len, p.kv_len, p.head_dim, p.q_len * p.group_size()}) {
@@ -77,6 +105,9 @@ absl::StatusOr<FlashParams> MakeFlashParams(const AttentionProblem& p, const Att
   FlashParams f;
   auto q_type = ElemTypeOf(p.dtype);
   if (!q_type.ok()) return q_type.status();
+  if (*q_type == ElemType::kI8) {
+    return absl::InvalidArgumentError("dtype i8 is for K and V only; Q and O need a float type");
+  }
   auto kv_type = ElemTypeOf(p.kv_dtype);
   if (!kv_type.ok()) return kv_type.status();
   f.q_type = *q_type;
@@ -88,8 +119,9 @@ absl::StatusOr<FlashParams> MakeFlashParams(const AttentionProblem& p, const Att
   f.v = a.v.data;
   f.o = a.o.data;
   f.q_stride = StridesOf(a.q);
-  f.k_stride = StridesOf(a.k);
-  f.v_stride = StridesOf(a.v);
+  const bool paged = p.is_paged();
+  f.k_stride = KvStridesOf(a.k, paged);
+  f.v_stride = KvStridesOf(a.v, paged);
   f.o_stride = StridesOf(a.o);
   if (p.return_lse) {
     f.lse = static_cast<float*>(a.lse.data);
@@ -109,6 +141,19 @@ absl::StatusOr<FlashParams> MakeFlashParams(const AttentionProblem& p, const Att
     f.bias = static_cast<const float*>(a.bias.data);
     f.bias_stride = StridesOf(a.bias);
   }
+  if (paged) {
+    f.block_table = static_cast<const int32_t*>(a.block_table.data);
+    f.block_table_stride_b = a.block_table.strides[0];
+    f.block_table_stride_j = a.block_table.strides[1];
+    f.page_size = static_cast<int>(p.page_size);
+    f.page_shift = Log2(p.page_size);
+  }
+  if (f.kv_type == ElemType::kI8) {
+    f.k_scale = static_cast<const float*>(a.k_scale.data);
+    f.v_scale = static_cast<const float*>(a.v_scale.data);
+    f.k_scale_stride = ScaleStridesOf(a.k_scale, paged);
+    f.v_scale_stride = ScaleStridesOf(a.v_scale, paged);
+  }
 
   f.batch = static_cast<int>(p.batch);
   f.num_heads = static_cast<int>(p.num_heads);
@@ -126,6 +171,25 @@ absl::StatusOr<FlashParams> MakeFlashParams(const AttentionProblem& p, const Att
   f.k_vec = VectorLoadable(a.k, f.compute, p.head_dim);
   f.v_vec = VectorLoadable(a.v, f.compute, p.head_dim);
   return f;
+}
+
+absl::StatusOr<std::vector<FlashLaunch>> MakeFlashLaunches(const AttentionProblem& p,
+                                                           const AttentionArgs& a) {
+  std::vector<FlashLaunch> launches;
+  if (!p.is_ragged()) {
+    auto f = MakeFlashParams(p, a);
+    if (!f.ok()) return f.status();
+    launches.push_back(FlashLaunch{0, *f});
+    return launches;
+  }
+  const std::vector<SequenceCall> sequences = RaggedSequences(p, a);
+  launches.reserve(sequences.size());
+  for (const SequenceCall& s : sequences) {
+    auto f = MakeFlashParams(s.problem, s.args);
+    if (!f.ok()) return f.status();
+    launches.push_back(FlashLaunch{s.index, *f});
+  }
+  return launches;
 }
 
 int64_t CublasBytesPerQueryRow(int64_t num_kv_heads, int64_t kv_len, int64_t head_dim,

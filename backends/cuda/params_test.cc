@@ -1,7 +1,14 @@
 // Arguments to kernel parameters, on the CPU: strides of both layouts, the
-// GQA packing, scale, masks, optional tensors and the vector-load rules.
+// GQA packing, scale, masks, optional tensors and the vector-load rules;
+// paged pools and block tables, int8 scales, and the per-sequence launches
+// of a ragged batch.
 #include "backends/cuda/params.h"
 
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/kv_rows.h"
 #include "core/problem_data.h"
 #include "gtest/gtest.h"
 
@@ -132,6 +139,255 @@ TEST(VectorLoadableTest, NeedsMatchingTypeAlignmentAndWholeVectors) {
   EXPECT_FALSE(VectorLoadable(q, ComputeKind::kBF16, 24)) << "type differs";
   q.data = static_cast<char*>(q.data) + 2;
   EXPECT_FALSE(VectorLoadable(q, ComputeKind::kF16, 24)) << "misaligned";
+}
+
+// Byte address of element `elements` of t's storage, for pointer checks.
+const void* At(const Tensor& t, int64_t elements) {
+  return static_cast<const char*>(t.data()) +
+         elements * static_cast<int64_t>(DTypeSize(t.view().dtype));
+}
+
+// A pool [num_pages, page_size, G, d]: pages in b, rows of a page in t, heads
+// in h; the block table [B, max_pages] with its strides; the page shift.
+TEST(MakeFlashParamsTest, PagedPoolStridesAndBlockTable) {
+  for (int64_t page_size : {16, 32, 64, 128, 256}) {
+    AttentionProblem p = Gqa(Layout::kBHTD, DType::kBF16, DType::kBF16);
+    p.kv_len = 600;
+    p.page_size = page_size;
+    p.num_pages = 2 * p.max_pages() + 1;
+    p.name = p.Id();
+    auto data = ProblemData::Allocate(p);
+    ASSERT_TRUE(data.ok()) << data.status();
+    auto f = MakeFlashParams(p, data->args());
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(f->k, data->k.data());
+    EXPECT_EQ(f->v, data->v.data());
+    EXPECT_EQ(f->k_stride.b, page_size * 2 * 64) << "one page";
+    EXPECT_EQ(f->k_stride.t, 2 * 64) << "one row of a page";
+    EXPECT_EQ(f->k_stride.h, 64);
+    EXPECT_EQ(f->k_stride.c, 1);
+    EXPECT_EQ(f->v_stride.b, f->k_stride.b);
+    EXPECT_EQ(f->v_stride.t, f->k_stride.t);
+    EXPECT_EQ(f->block_table, data->block_table.data());
+    EXPECT_EQ(f->block_table_stride_b, p.max_pages());
+    EXPECT_EQ(f->block_table_stride_j, 1);
+    EXPECT_EQ(f->page_size, page_size);
+    EXPECT_EQ(int64_t{1} << f->page_shift, page_size);
+    EXPECT_EQ(f->kv_len, 600) << "the logical key count, not the pool's rows";
+    EXPECT_TRUE(f->k_vec && f->v_vec) << "pages of 16-byte aligned rows load as vectors";
+    EXPECT_EQ(f->k_scale, nullptr);
+    EXPECT_EQ(f->v_scale, nullptr);
+  }
+  const AttentionProblem dense = Gqa(Layout::kBHTD, DType::kBF16, DType::kBF16);
+  auto data = ProblemData::Allocate(dense);
+  ASSERT_TRUE(data.ok()) << data.status();
+  auto f = MakeFlashParams(dense, data->args());
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->block_table, nullptr);
+  EXPECT_EQ(f->page_size, 0);
+}
+
+// The kernels' row addressing (KvRowOf, KvOffset, KvScale) agrees with
+// core's KvRows, which the reference and highway use, for every key row of
+// every sequence and KV head: dense in both layouts and paged with shuffled
+// and shared pages (ProblemData::Random), float and int8.
+TEST(KvRowOfTest, MatchesCoreKvRowsDenseAndPaged) {
+  struct Case {
+    Layout layout;
+    DType kv_dtype;
+    int64_t page_size, num_pages;
+  };
+  const Case cases[] = {{Layout::kBHTD, DType::kF32, 0, 0},
+                        {Layout::kBTHD, DType::kI8, 0, 0},
+                        {Layout::kBHTD, DType::kF16, 16, 12},
+                        {Layout::kBTHD, DType::kI8, 16, 12},
+                        {Layout::kBHTD, DType::kI8, 64, 4}};
+  for (const Case& c : cases) {
+    AttentionProblem p = Gqa(c.layout, DType::kF32, c.kv_dtype);
+    p.kv_len = 150;  // 10 + 5 pages of 16 (3 + 2 of 64): fewer in the pool share
+    p.kv_lengths = {150, 77};
+    p.page_size = c.page_size;
+    p.num_pages = c.num_pages;
+    p.name = p.Id();
+    auto data = ProblemData::Random(p, 3);
+    ASSERT_TRUE(data.ok()) << data.status();
+    const AttentionArgs a = data->args();
+    auto f = MakeFlashParams(p, a);
+    ASSERT_TRUE(f.ok()) << f.status();
+    const KvRows rows(p, a);
+    const bool int8 = c.kv_dtype == DType::kI8;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      for (int64_t g = 0; g < p.num_kv_heads; ++g) {
+        for (int64_t t = 0; t < p.KvLength(b); ++t) {
+          const KvRow r = KvRowOf(*f, b, t);
+          ASSERT_EQ(KvOffset(f->k_stride, r, g), rows.Offset(a.k, b, g, t))
+              << p.name << " b" << b << " g" << g << " t" << t;
+          ASSERT_EQ(KvOffset(f->v_stride, r, g), rows.Offset(a.v, b, g, t)) << p.name;
+          if (int8) {
+            const int64_t scale_at = rows.ScaleOffset(a.k_scale, b, g, t);
+            ASSERT_EQ(KvOffset(f->k_scale_stride, r, g), scale_at) << p.name;
+            ASSERT_EQ(KvOffset(f->v_scale_stride, r, g), rows.ScaleOffset(a.v_scale, b, g, t));
+            // Pool rows nobody reads hold NaN scales: a wrong page would show.
+            const float scale = KvScale(f->k_scale, f->k_scale_stride, r, g);
+            ASSERT_EQ(scale, static_cast<const float*>(a.k_scale.data)[scale_at]);
+            ASSERT_FALSE(std::isnan(scale)) << p.name << " b" << b << " t" << t;
+          } else {
+            EXPECT_EQ(KvScale(f->k_scale, f->k_scale_stride, r, g), 1.0f);
+          }
+        }
+      }
+    }
+  }
+}
+
+// int8 K/V: computed in f32 from element loads, the scales [B, G, Tk] in the
+// layout's token order ([B, Tk, G] storage for BTHD).
+TEST(MakeFlashParamsTest, Int8ScalesDense) {
+  for (Layout layout : {Layout::kBHTD, Layout::kBTHD}) {
+    const AttentionProblem p = Gqa(layout, DType::kBF16, DType::kI8);
+    auto data = ProblemData::Allocate(p);
+    ASSERT_TRUE(data.ok()) << data.status();
+    auto f = MakeFlashParams(p, data->args());
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(f->kv_type, ElemType::kI8);
+    EXPECT_EQ(f->q_type, ElemType::kBF16);
+    EXPECT_EQ(f->compute, ComputeKind::kF32);
+    EXPECT_FALSE(f->k_vec || f->v_vec) << "int8 rows are scaled element by element";
+    EXPECT_EQ(f->k_scale, data->k_scale.data());
+    EXPECT_EQ(f->v_scale, data->v_scale.data());
+    const Strides4& s = f->k_scale_stride;
+    EXPECT_EQ(s.b, 2 * 9);
+    EXPECT_EQ(s.h, layout == Layout::kBHTD ? 9 : 1);
+    EXPECT_EQ(s.t, layout == Layout::kBHTD ? 1 : 2);
+    EXPECT_EQ(s.c, 0);
+    EXPECT_EQ(f->v_scale_stride.t, s.t);
+  }
+  EXPECT_EQ(ComputeKindFor(DType::kF16, DType::kI8), ComputeKind::kF32);
+}
+
+// int8 pools: scales [num_pages, page_size, G] in the pool's roles.
+TEST(MakeFlashParamsTest, Int8ScalesPaged) {
+  AttentionProblem p = Gqa(Layout::kBHTD, DType::kF16, DType::kI8);
+  p.kv_len = 100;
+  p.page_size = 32;
+  p.num_pages = 7;
+  p.name = p.Id();
+  auto data = ProblemData::Allocate(p);
+  ASSERT_TRUE(data.ok()) << data.status();
+  auto f = MakeFlashParams(p, data->args());
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->k_stride.b, 32 * 2 * 64);
+  EXPECT_EQ(f->k_scale, data->k_scale.data());
+  EXPECT_EQ(f->k_scale_stride.b, 32 * 2) << "one page of scales";
+  EXPECT_EQ(f->k_scale_stride.t, 2);
+  EXPECT_EQ(f->k_scale_stride.h, 1);
+  EXPECT_EQ(f->v_scale_stride.b, 32 * 2);
+  EXPECT_EQ(f->page_shift, 5);
+}
+
+TEST(MakeFlashParamsTest, QueriesMustBeFloat) {
+  EXPECT_EQ(ElemTypeOf(DType::kI8).value(), ElemType::kI8);
+  EXPECT_FALSE(ElemTypeOf(DType::kI32).ok());
+  EXPECT_FALSE(ElemTypeOf(DType::kU8).ok());
+}
+
+// A ragged batch: MakeFlashParams refuses it; MakeFlashLaunches gives one
+// batch-1 launch per sequence with queries, its pointers offset into the
+// packed tensors by the running sums of the lengths.
+AttentionProblem Ragged() {
+  AttentionProblem p = Gqa(Layout::kBTHD, DType::kF16, DType::kF16);
+  p.batch = 4;
+  p.q_len = 10;
+  p.kv_len = 50;
+  p.q_lengths = {10, 0, 1, 3};
+  p.kv_lengths = {50, 7, 0, 20};
+  p.return_lse = true;
+  p.name = p.Id();
+  return p;
+}
+
+TEST(MakeFlashLaunchesTest, RaggedBatchLaunchesPerSequence) {
+  const AttentionProblem p = Ragged();
+  auto data = ProblemData::Allocate(p);
+  ASSERT_TRUE(data.ok()) << data.status();
+  const AttentionArgs a = data->args();
+  auto whole = MakeFlashParams(p, a);
+  EXPECT_EQ(whole.status().code(), absl::StatusCode::kInvalidArgument);
+  auto launches = MakeFlashLaunches(p, a);
+  ASSERT_TRUE(launches.ok()) << launches.status();
+  ASSERT_EQ(launches->size(), 3u) << "sequence 1 has no queries";
+  const int64_t H = 8, G = 2, d = 64, total_q = 14;
+  struct Want {
+    int64_t sequence, q_offset, q_len, k_offset, kv_len;
+    bool no_keys;
+  };
+  const Want want[] = {
+      {0, 0, 10, 0, 50, false}, {2, 10, 1, 57, 1, true}, {3, 11, 3, 57, 20, false}};
+  for (size_t n = 0; n < 3; ++n) {
+    const FlashLaunch& l = (*launches)[n];
+    const FlashParams& f = l.params;
+    const Want& w = want[n];
+    SCOPED_TRACE(w.sequence);
+    EXPECT_EQ(l.sequence, w.sequence);
+    EXPECT_EQ(f.batch, 1);
+    EXPECT_EQ(f.q_len, w.q_len);
+    EXPECT_EQ(f.kv_len, w.kv_len);
+    EXPECT_EQ(f.rows_per_kv_head, w.q_len * 4);
+    EXPECT_EQ(f.mask.q_len, w.q_len) << "bottom-right alignment per sequence";
+    EXPECT_EQ(f.q, At(data->q, w.q_offset * H * d));
+    EXPECT_EQ(f.o, At(data->o, w.q_offset * H * d));
+    EXPECT_EQ(f.q_stride.t, H * d);
+    EXPECT_EQ(f.q_stride.h, d);
+    EXPECT_EQ(f.o_stride.t, H * d);
+    EXPECT_EQ(f.k, At(data->k, w.k_offset * G * d));
+    EXPECT_EQ(f.v, At(data->v, w.k_offset * G * d));
+    EXPECT_EQ(f.k_stride.t, G * d);
+    EXPECT_EQ(f.k_stride.h, d);
+    EXPECT_EQ(f.lse, At(data->lse, w.q_offset)) << "lse is [H, total_q]";
+    EXPECT_EQ(f.lse_stride_h, total_q);
+    EXPECT_EQ(f.lse_stride_t, 1);
+    // A sequence without keys keeps a kv_lengths of 0 (its element of the
+    // tensor), so its rows come out fully blocked.
+    EXPECT_EQ(f.kv_lengths, w.no_keys ? At(data->kv_lengths, w.sequence) : nullptr);
+    EXPECT_EQ(f.block_table, nullptr);
+    EXPECT_TRUE(f.q_vec && f.k_vec && f.v_vec);
+  }
+}
+
+TEST(MakeFlashLaunchesTest, RaggedPagedInt8KeepsThePoolAndTakesTableRows) {
+  AttentionProblem p = Ragged();
+  p.kv_dtype = DType::kI8;
+  p.page_size = 16;
+  p.num_pages = 4 * p.max_pages();
+  p.name = p.Id();
+  auto data = ProblemData::Allocate(p);
+  ASSERT_TRUE(data.ok()) << data.status();
+  auto launches = MakeFlashLaunches(p, data->args());
+  ASSERT_TRUE(launches.ok()) << launches.status();
+  ASSERT_EQ(launches->size(), 3u);
+  for (const FlashLaunch& l : *launches) {
+    const FlashParams& f = l.params;
+    SCOPED_TRACE(l.sequence);
+    EXPECT_EQ(f.k, data->k.data()) << "the whole pool";
+    EXPECT_EQ(f.k_scale, data->k_scale.data());
+    EXPECT_EQ(f.v_scale, data->v_scale.data());
+    EXPECT_EQ(f.k_stride.b, 16 * 2 * 64);
+    EXPECT_EQ(f.k_scale_stride.b, 16 * 2);
+    EXPECT_EQ(f.block_table, At(data->block_table, l.sequence * p.max_pages()));
+    EXPECT_EQ(f.block_table_stride_j, 1);
+    EXPECT_EQ(f.page_shift, 4);
+  }
+}
+
+TEST(MakeFlashLaunchesTest, DenseBatchIsOneLaunch) {
+  const AttentionProblem p = Gqa(Layout::kBHTD, DType::kF32, DType::kF32);
+  auto data = ProblemData::Allocate(p);
+  ASSERT_TRUE(data.ok()) << data.status();
+  auto launches = MakeFlashLaunches(p, data->args());
+  ASSERT_TRUE(launches.ok()) << launches.status();
+  ASSERT_EQ(launches->size(), 1u);
+  EXPECT_EQ((*launches)[0].params.batch, 2);
+  EXPECT_EQ((*launches)[0].params.q, data->q.data());
 }
 
 }  // namespace
