@@ -180,8 +180,18 @@ TEST(CompareTest, DefaultTableFitsATerminalAndWideDoesNot) {
 TEST(SuiteTest, StandardSuiteLoads) {
   auto suite = LoadSuite("standard");
   ASSERT_TRUE(suite.ok()) << suite.status();
-  EXPECT_EQ(suite->size(), 9u);
+  EXPECT_EQ(suite->size(), 12u);
   for (const AttentionProblem& p : *suite) EXPECT_FALSE(p.name.empty());
+  // The serving problems: int8 K/V, paged K/V and a ragged mixed batch.
+  int int8 = 0, paged = 0, ragged = 0;
+  for (const AttentionProblem& p : *suite) {
+    int8 += p.kv_dtype == DType::kI8;
+    paged += p.is_paged();
+    ragged += p.is_ragged();
+  }
+  EXPECT_EQ(int8, 1);
+  EXPECT_EQ(paged, 2);
+  EXPECT_EQ(ragged, 1);
   EXPECT_EQ(LoadSuite("huge").status().code(), absl::StatusCode::kNotFound);
 }
 
