@@ -222,8 +222,8 @@ absl::Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& a) {
   if (p.is_ragged() && !p.is_paged()) {
     ATTNKIT_RETURN_IF_ERROR(CheckTensor("cu_seqlens_k", a.cu_seqlens_k, DType::kI32, {B + 1}));
   } else {
-    ATTNKIT_RETURN_IF_ERROR(CheckAbsent("cu_seqlens_k", a.cu_seqlens_k,
-                                        "q_lengths with packed (not paged) K/V"));
+    ATTNKIT_RETURN_IF_ERROR(
+        CheckAbsent("cu_seqlens_k", a.cu_seqlens_k, "q_lengths with packed (not paged) K/V"));
   }
   for (const TensorView* out : {&a.o, &a.lse}) {
     for (const TensorView* in :
@@ -256,9 +256,9 @@ absl::Status ValidateHostIndexTensors(const AttentionProblem& p, const Attention
     int64_t want = 0;
     for (int64_t b = 0; b <= p.batch; ++b) {
       if (i32(t, b) != want) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s[%d] (%d) must be %d: 0, then the running sum of %s", name, b, i32(t, b), want,
-            queries ? "q_lengths" : "kv_lengths"));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s[%d] (%d) must be %d: 0, then the running sum of %s", name, b,
+                            i32(t, b), want, queries ? "q_lengths" : "kv_lengths"));
       }
       if (b < p.batch) want += queries ? p.QLength(b) : p.KvLength(b);
     }

@@ -137,9 +137,9 @@ absl::StatusOr<AttentionProblem> ProblemFromC(const attnkit_problem& c) {
   p.page_size = c.page_size;
   p.num_pages = c.num_pages;
   if (c.num_q_lengths < 0 || (c.num_q_lengths > 0 && c.q_lengths == nullptr)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "num_q_lengths (%d) must be 0, or the length of a non-null q_lengths array",
-        c.num_q_lengths));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("num_q_lengths (%d) must be 0, or the length of a non-null q_lengths array",
+                        c.num_q_lengths));
   }
   if (c.num_q_lengths > 0) p.q_lengths.assign(c.q_lengths, c.q_lengths + c.num_q_lengths);
   return p;

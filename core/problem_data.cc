@@ -5,9 +5,8 @@
 #include <random>
 #include <vector>
 
-#include "core/quantize.h"
-
 #include "core/poison_blocked.h"
+#include "core/quantize.h"
 #include "core/status_macros.h"
 
 namespace attnkit {
@@ -162,8 +161,8 @@ absl::StatusOr<ProblemData> ProblemData::Allocate(const AttentionProblem& p) {
     FillOffsets(data.cu_seqlens_k, B, [&](int64_t b) { return p.KvLength(b); });
   }
   if (p.return_lse) {
-    ATTNKIT_ASSIGN_OR_RETURN(data.lse,
-                             p.is_ragged() ? Tensor::Contiguous(DType::kF32, {H, p.TotalQ()})
+    ATTNKIT_ASSIGN_OR_RETURN(data.lse, p.is_ragged()
+                                           ? Tensor::Contiguous(DType::kF32, {H, p.TotalQ()})
                                            : Tensor::Contiguous(DType::kF32, {B, H, p.q_len}));
   }
   if (p.has_kv_lengths()) {

@@ -14,8 +14,8 @@
 namespace attnkit {
 
 struct SequenceCall {
-  int64_t index = 0;      // b, the sequence in the batch
-  int64_t q_offset = 0;   // its first row in the packed Q and O (cu_seqlens_q[b])
+  int64_t index = 0;         // b, the sequence in the batch
+  int64_t q_offset = 0;      // its first row in the packed Q and O (cu_seqlens_q[b])
   AttentionProblem problem;  // batch 1, q_len = q_lengths[b], BTHD views
   AttentionArgs args;
 };

@@ -34,7 +34,7 @@ CostReport ComputeCost(const AttentionProblem& p) {
   c.bytes_v = c.bytes_k;
   if (p.return_lse) c.bytes_extra += q_tokens * H * 4;
   if (p.has_kv_lengths()) c.bytes_extra += B * 4;
-  if (p.is_paged()) c.bytes_extra += B * p.max_pages() * 4;  // the block table
+  if (p.is_paged()) c.bytes_extra += B * p.max_pages() * 4;                  // the block table
   if (p.is_ragged()) c.bytes_extra += (p.is_paged() ? 1 : 2) * (B + 1) * 4;  // cu_seqlens
   if (p.blocked_mask) c.bytes_extra += c.total_pairs;
   if (p.additive_bias) c.bytes_extra += c.total_pairs * 4;

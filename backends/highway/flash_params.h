@@ -8,9 +8,9 @@
 #include <string>
 
 #include "core/backend.h"
+#include "core/kv_rows.h"
 #include "core/mask.h"
 #include "core/problem.h"
-#include "core/kv_rows.h"
 #include "core/tensor.h"
 
 namespace attnkit {
@@ -56,17 +56,17 @@ FlashParams MakeFlashParams(const AttentionProblem& p, const AttentionArgs& a);
 
 // What one Forward ran, filled by the per-target code.
 struct FlashRunInfo {
-  int64_t target = 0;      // HWY_* bit of the target that ran
-  int64_t q_rows = 0;      // query rows (heads x positions) per item
-  int64_t key_tile = 0;    // keys per tile
-  int score_rows = 0;      // QK^T micro-kernel: rows x keys per register tile
+  int64_t target = 0;    // HWY_* bit of the target that ran
+  int64_t q_rows = 0;    // query rows (heads x positions) per item
+  int64_t key_tile = 0;  // keys per tile
+  int score_rows = 0;    // QK^T micro-kernel: rows x keys per register tile
   int score_keys = 0;
-  int value_rows = 0;      // PV micro-kernel: rows x columns per register tile
+  int value_rows = 0;  // PV micro-kernel: rows x columns per register tile
   int value_cols = 0;
-  int64_t splits = 1;      // split-K factor
-  int64_t items = 0;       // parallel work items
+  int64_t splits = 1;  // split-K factor
+  int64_t items = 0;   // parallel work items
   int threads = 1;
-  int64_t sequences = 1;   // a ragged batch's sequences with queries
+  int64_t sequences = 1;  // a ragged batch's sequences with queries
   // Ragged batches: the time threads spent in work items over threads x the
   // wall time of the parallel loops (measured; 1 = no thread ever idle).
   double utilisation = 1.0;

@@ -20,8 +20,7 @@ TEST_P(HighwayGridTest, MatchesReference) {
   const AttentionProblem& p = GetParam();
   ASSERT_TRUE(backend->Supports(p).ok()) << backend->Supports(p);
   std::string kernel;
-  EXPECT_TRUE(CheckAgainstReference(backend, p, &kernel).ok())
-      << CheckAgainstReference(backend, p);
+  EXPECT_TRUE(CheckAgainstReference(backend, p, &kernel).ok()) << CheckAgainstReference(backend, p);
   EXPECT_NE(kernel.find("flash/"), std::string::npos) << kernel;
 }
 
@@ -51,7 +50,8 @@ TEST(HighwayThreads, SetNumThreadsChangesThePool) {
   EXPECT_EQ(backend->NumThreads(), 2);
   EXPECT_FALSE(backend->SetNumThreads(0).ok());
   std::string kernel;
-  ASSERT_TRUE(CheckAgainstReference(backend.get(), MakeTestProblem(1, 4, 2, 9, 30, 16), &kernel).ok());
+  ASSERT_TRUE(
+      CheckAgainstReference(backend.get(), MakeTestProblem(1, 4, 2, 9, 30, 16), &kernel).ok());
   EXPECT_NE(kernel.find("threads=2"), std::string::npos) << kernel;
 }
 

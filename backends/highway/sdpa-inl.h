@@ -464,10 +464,8 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       const size_t count = static_cast<size_t>(
           std::max<int64_t>(0, std::min({nk, it.k_end - ahead, kv.RunLength(ahead)})));
       if (count > 0) {  // no pointer past the item's rows otherwise
-        k_ahead = {static_cast<const T*>(p.k.data) + kv.Offset(p.k, it.b, it.g, ahead), ldk,
-                   count};
-        v_ahead = {static_cast<const T*>(p.v.data) + kv.Offset(p.v, it.b, it.g, ahead), ldv,
-                   count};
+        k_ahead = {static_cast<const T*>(p.k.data) + kv.Offset(p.k, it.b, it.g, ahead), ldk, count};
+        v_ahead = {static_cast<const T*>(p.v.data) + kv.Offset(p.v, it.b, it.g, ahead), ldv, count};
       }
       if constexpr (kInt8) {
         GatherRowScales(p, p.k_scale, p.k_scale_view, it, k0, nk, k_scales);
@@ -676,8 +674,8 @@ inline absl::Status FlashForwardRagged(const FlashParams* params, size_t n, Thre
     part.p = &params[i];
     part.t = PlanTiling(params[i]);
     const Tiling& t = part.t;
-    const double rows = static_cast<double>(std::min(t.heads_per_chunk * t.q_tile,
-                                                     params[i].group * params[i].q_len));
+    const double rows = static_cast<double>(
+        std::min(t.heads_per_chunk * t.q_tile, params[i].group * params[i].q_len));
     part.item_cost = (rows + 8) * static_cast<double>(params[i].KvLength(0));
     total += part.item_cost * static_cast<double>(t.base_items);
   }
@@ -688,7 +686,8 @@ inline absl::Status FlashForwardRagged(const FlashParams* params, size_t n, Thre
     RaggedPart& part = parts[i];
     Tiling& t = part.t;
     const int64_t key_tiles = CeilDiv(part.p->kv_len, t.key_tile);
-    const int64_t wanted = target > 0 ? static_cast<int64_t>(std::ceil(part.item_cost / target)) : 1;
+    const int64_t wanted =
+        target > 0 ? static_cast<int64_t>(std::ceil(part.item_cost / target)) : 1;
     t.splits = std::max<int64_t>(
         1, std::min({wanted, kMinItemsBeforeSplit, std::max<int64_t>(1, key_tiles / 2)}));
     t.partial_floats =
@@ -699,8 +698,8 @@ inline absl::Status FlashForwardRagged(const FlashParams* params, size_t n, Thre
     scratch = std::max(scratch, t.scratch_floats);
     for (int64_t base = 0; base < t.base_items; ++base) {
       for (int64_t split = 0; split < t.splits; ++split) {
-        work.push_back({part.item_cost / static_cast<double>(t.splits), static_cast<int64_t>(i),
-                        base, split});
+        work.push_back(
+            {part.item_cost / static_cast<double>(t.splits), static_cast<int64_t>(i), base, split});
       }
     }
   }
@@ -714,10 +713,9 @@ inline absl::Status FlashForwardRagged(const FlashParams* params, size_t n, Thre
   auto timed = [&busy_ns](int thread, auto&& fn) {
     const auto start = std::chrono::steady_clock::now();
     fn();
-    busy_ns[static_cast<size_t>(thread)] +=
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                             start)
-            .count();
+    busy_ns[static_cast<size_t>(thread)] += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::steady_clock::now() - start)
+                                                .count();
   };
   const auto wall_start = std::chrono::steady_clock::now();
   pool->Run(static_cast<int64_t>(work.size()), [&](int64_t w, int thread) HWY_ATTR {
@@ -744,10 +742,9 @@ inline absl::Status FlashForwardRagged(const FlashParams* params, size_t n, Thre
       });
     });
   }
-  const double wall_ns = static_cast<double>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                           wall_start)
-          .count());
+  const double wall_ns = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                 std::chrono::steady_clock::now() - wall_start)
+                                                 .count());
   // Report the plan of the sequence with the most work.
   size_t busiest = 0;
   for (size_t i = 1; i < n; ++i) {

@@ -4,8 +4,8 @@
 
 #include "core/full_capabilities.h"
 #include "core/ragged.h"
-#include "core/status_macros.h"
 #include "core/reference.h"
+#include "core/status_macros.h"
 
 namespace attnkit {
 namespace {

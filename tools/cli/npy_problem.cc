@@ -149,7 +149,9 @@ absl::Status RequireDenseForNpy(const AttentionProblem& p) {
       "compare run it on random data, and the library, the C API and ops::KVCache take its "
       "tensors",
       p.Id(),
-      p.is_paged() ? "paged (page_size)" : p.is_ragged() ? "ragged (q_lengths)" : "int8 K/V"));
+      p.is_paged()    ? "paged (page_size)"
+      : p.is_ragged() ? "ragged (q_lengths)"
+                      : "int8 K/V"));
 }
 
 absl::StatusOr<NpyProblem> LoadNpyProblem(const CliOptions& options, bool want_lse) {
