@@ -80,6 +80,13 @@ struct Tiling {
   size_t partial_floats;  // split-K partials: [base_items, splits, rows, dp + 1]
 };
 
+// Floats of t's split-K partials: [base_items, splits, rows_padded, dp + 1]
+// (0 without splits). Set again whenever t.splits changes.
+inline size_t PartialFloats(const Tiling& t) {
+  return t.splits > 1 ? static_cast<size_t>(t.base_items * t.splits * t.rows_padded * (t.dp + 1))
+                      : 0;
+}
+
 inline Tiling PlanTiling(const FlashParams& p) {
   const size_t N = hn::Lanes(DF());
   Tiling t;
@@ -145,8 +152,7 @@ inline Tiling PlanTiling(const FlashParams& p) {
   t.off_bad = take(mp);
   t.off_row = take(t.bf16_pairs ? t.dp : 0);
   t.scratch_floats = off;
-  t.partial_floats =
-      t.splits > 1 ? static_cast<size_t>(t.base_items * t.splits * mp * (t.dp + 1)) : 0;
+  t.partial_floats = PartialFloats(t);
   return t;
 }
 
@@ -690,9 +696,7 @@ inline absl::Status FlashForwardRagged(const FlashParams* params, size_t n, Thre
         target > 0 ? static_cast<int64_t>(std::ceil(part.item_cost / target)) : 1;
     t.splits = std::max<int64_t>(
         1, std::min({wanted, kMinItemsBeforeSplit, std::max<int64_t>(1, key_tiles / 2)}));
-    t.partial_floats =
-        t.splits > 1 ? static_cast<size_t>(t.base_items * t.splits * t.rows_padded * (t.dp + 1))
-                     : 0;
+    t.partial_floats = PartialFloats(t);
     part.partials_at = shared;
     shared += RoundUp(static_cast<int64_t>(t.partial_floats), kAlignFloats);
     scratch = std::max(scratch, t.scratch_floats);
