@@ -134,7 +134,20 @@ typedef struct attnkit_caps {
   int64_t max_group_size; /* 0 = any */
   int32_t lse, kv_lengths, blocked_mask, additive_bias, softcap, deterministic;
   int32_t paged_kv, ragged; /* since 0.25 */
+  /* Since 0.26: the backward pass (attnkit::BackwardCapabilities); all 0
+   * when the plugin has none. */
+  int32_t bwd_supported;
+  uint32_t bwd_dtypes, bwd_kv_dtypes, bwd_masks;
+  int32_t bwd_kv_lengths, bwd_blocked_mask, bwd_additive_bias, bwd_bias_grad, bwd_softcap,
+      bwd_ragged, bwd_deterministic;
 } attnkit_caps;
+
+/* Since 0.26: the gradients of one backward call (attnkit::GradArgs gives
+ * shapes and rules); dbias data NULL means not asked for. */
+typedef struct attnkit_grads {
+  uint32_t struct_size;
+  attnkit_tensor d_o, dq, dk, dv, dbias;
+} attnkit_grads;
 
 /* What ran. The host zero-fills it (workspace_allocations = -1) and sets
  * struct_size; the backend fills what it knows. */
@@ -175,6 +188,13 @@ typedef struct attnkit_backend_ops {
   int32_t (*set_num_threads)(void* self, int32_t n, char* err, size_t err_size);
   int32_t (*num_threads)(void* self);
   int32_t (*set_stream)(void* self, void* stream, char* err, size_t err_size);
+  /* Since 0.26, both optional. supports_backward: more than the backward
+   * capabilities, as supports. backward: dq, dk, dv (and dbias) for a
+   * problem the host validated and checked with supports_backward. */
+  int32_t (*supports_backward)(void* self, const attnkit_problem* p, char* err, size_t err_size);
+  int32_t (*backward)(void* self, const attnkit_problem* p, const attnkit_args* args,
+                      const attnkit_grads* grads, attnkit_run_info* info, char* err,
+                      size_t err_size);
 } attnkit_backend_ops;
 
 /* The table attnkit_plugin_entry returns. */

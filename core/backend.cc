@@ -107,6 +107,23 @@ std::string Capabilities::Describe() const {
   absl::StrAppend(&out, "extras: ", extras.empty() ? "none" : absl::StrJoin(extras, ", "), "\n");
   absl::StrAppend(&out, "deterministic: ",
                   deterministic ? "yes (bitwise, for a fixed thread count)" : "no", "\n");
+  if (!backward.supported) {
+    absl::StrAppend(&out, "backward: no\n");
+    return out;
+  }
+  std::vector<std::string> bwd;
+  if (backward.kv_lengths) bwd.push_back("kv_lengths");
+  if (backward.blocked_mask) bwd.push_back("blocked_mask");
+  if (backward.additive_bias) bwd.push_back("additive_bias");
+  if (backward.bias_grad) bwd.push_back("dbias");
+  if (backward.softcap) bwd.push_back("softcap");
+  if (backward.ragged) bwd.push_back("ragged");
+  absl::StrAppend(
+      &out, "backward: dtypes: ", DTypeList(backward.dtypes),
+      "; kv dtypes: ", DTypeList(backward.kv_dtypes), "; masks: ",
+      JoinNames(backward.masks, [](MaskKind k) { return std::string(MaskKindName(k)); }),
+      "; extras: ", bwd.empty() ? "none" : absl::StrJoin(bwd, ", "),
+      backward.deterministic ? "; deterministic" : "", "\n");
   return out;
 }
 
@@ -156,6 +173,42 @@ absl::Status CheckCapabilities(const Capabilities& c, const AttentionProblem& p)
   ATTNKIT_RETURN_IF_ERROR(extra(p.softcap > 0, c.softcap, "softcap"));
   ATTNKIT_RETURN_IF_ERROR(extra(p.is_paged(), c.paged_kv, "paged K/V (page_size)"));
   ATTNKIT_RETURN_IF_ERROR(extra(p.is_ragged(), c.ragged, "ragged batches (q_lengths)"));
+  return absl::OkStatus();
+}
+
+absl::Status CheckBackwardCapabilities(const Capabilities& c, const AttentionProblem& p) {
+  ATTNKIT_RETURN_IF_ERROR(CheckCapabilities(c, p));
+  const BackwardCapabilities& b = c.backward;
+  if (!b.supported) return absl::UnimplementedError("the backward pass is not supported");
+  auto unsupported = [](absl::string_view what, absl::string_view asked,
+                        absl::string_view supported) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "backward with %s %s is not supported; supported: %s", what, asked, supported));
+  };
+  if (!Contains(b.dtypes, p.dtype)) {
+    return unsupported("dtype", DTypeName(p.dtype), DTypeList(b.dtypes));
+  }
+  if (!Contains(b.kv_dtypes, p.kv_dtype)) {
+    return unsupported("kv_dtype", DTypeName(p.kv_dtype), DTypeList(b.kv_dtypes));
+  }
+  if (!Contains(b.masks, p.mask)) {
+    return unsupported("mask", MaskKindName(p.mask),
+                       JoinNames(b.masks, [](MaskKind k) { return std::string(MaskKindName(k)); }));
+  }
+  if (p.is_paged()) {
+    return absl::UnimplementedError(
+        "backward of paged K/V (page_size) is not supported: training keeps dense K/V");
+  }
+  auto extra = [](bool asked, bool have, absl::string_view name) {
+    return asked && !have
+               ? absl::UnimplementedError(absl::StrCat("backward with ", name, " is not supported"))
+               : absl::OkStatus();
+  };
+  ATTNKIT_RETURN_IF_ERROR(extra(p.has_kv_lengths(), b.kv_lengths, "kv_lengths (padding)"));
+  ATTNKIT_RETURN_IF_ERROR(extra(p.blocked_mask, b.blocked_mask, "blocked_mask (dense mask)"));
+  ATTNKIT_RETURN_IF_ERROR(extra(p.additive_bias, b.additive_bias, "additive_bias"));
+  ATTNKIT_RETURN_IF_ERROR(extra(p.softcap > 0, b.softcap, "softcap"));
+  ATTNKIT_RETURN_IF_ERROR(extra(p.is_ragged(), b.ragged, "ragged batches (q_lengths)"));
   return absl::OkStatus();
 }
 
@@ -284,9 +337,65 @@ absl::Status ValidateHostIndexTensors(const AttentionProblem& p, const Attention
   return absl::OkStatus();
 }
 
+absl::Status ValidateGradArgs(const AttentionProblem& p, const AttentionArgs& a,
+                              const GradArgs& g) {
+  ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, a));
+  if (!p.return_lse) {
+    return absl::InvalidArgumentError(
+        "return_lse must be true for the backward pass: it reads the forward's lse");
+  }
+  // The forward's checks made these shapes; the gradients take them over.
+  auto like = [](absl::string_view name, const TensorView& t, const TensorView& model) {
+    return CheckTensor(name, t, model.dtype,
+                       std::vector<int64_t>(model.shape.begin(), model.shape.begin() + model.rank));
+  };
+  ATTNKIT_RETURN_IF_ERROR(like("d_o", g.d_o, a.o));
+  ATTNKIT_RETURN_IF_ERROR(like("dq", g.dq, a.q));
+  ATTNKIT_RETURN_IF_ERROR(like("dk", g.dk, a.k));
+  ATTNKIT_RETURN_IF_ERROR(like("dv", g.dv, a.v));
+  if (!g.dbias.empty()) {
+    if (!p.additive_bias) {
+      return absl::InvalidArgumentError("dbias was given but the problem has additive_bias off");
+    }
+    ATTNKIT_RETURN_IF_ERROR(CheckTensor("dbias", g.dbias, DType::kF32,
+                                        {p.batch, p.num_heads, p.q_len, p.kv_len}));
+    for (int i = 0; i < g.dbias.rank; ++i) {
+      if (g.dbias.strides[i] == 0 && g.dbias.shape[i] > 1) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "dbias has stride 0 in dim %d (%s): gradients are written whole, never broadcast", i,
+            g.dbias.DebugString()));
+      }
+    }
+  }
+  const std::vector<const TensorView*> outputs = {&g.dq, &g.dk, &g.dv, &g.dbias};
+  for (const TensorView* out : outputs) {
+    for (const TensorView* in :
+         {&a.q, &a.k, &a.v, &a.o, &a.lse, &a.kv_lengths, &a.blocked_mask, &a.bias, &a.k_scale,
+          &a.v_scale, &a.block_table, &a.cu_seqlens_q, &a.cu_seqlens_k, &g.d_o}) {
+      if (Overlaps(*out, *in)) {
+        return absl::InvalidArgumentError(
+            "a gradient output (dq, dk, dv or dbias) overlaps an input");
+      }
+    }
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    for (size_t j = i + 1; j < outputs.size(); ++j) {
+      if (Overlaps(*outputs[i], *outputs[j])) {
+        return absl::InvalidArgumentError("two gradient outputs (dq, dk, dv, dbias) overlap");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Backend::Supports(const AttentionProblem& p) const {
   ATTNKIT_RETURN_IF_ERROR(Available());
   return CheckCapabilities(Caps(), p);
+}
+
+absl::Status Backend::SupportsBackward(const AttentionProblem& p) const {
+  ATTNKIT_RETURN_IF_ERROR(Available());
+  return CheckBackwardCapabilities(Caps(), p);
 }
 
 absl::StatusOr<std::unique_ptr<DeviceBuffer>> Backend::Allocate(size_t bytes) {
@@ -351,6 +460,35 @@ absl::Status Backend::ForwardChecked(const AttentionProblem& p, const AttentionA
   RunInfo* out = info != nullptr ? info : &local;
   out->backend = Name();
   return ForwardImpl(p, args, out);
+}
+
+absl::Status Backend::Backward(const AttentionProblem& p, const AttentionArgs& args,
+                              const GradArgs& grads, RunInfo* info) {
+  ATTNKIT_RETURN_IF_ERROR(ValidateGradArgs(p, args, grads));
+  if (UsesHostMemory()) ATTNKIT_RETURN_IF_ERROR(ValidateHostIndexTensors(p, args));
+  const absl::Status supported = SupportsBackward(p);
+  if (!supported.ok()) {
+    return absl::Status(supported.code(), absl::StrCat(Name(), " cannot run the backward of ",
+                                                       p.Id(), ": ", supported.message()));
+  }
+  return BackwardChecked(p, args, grads, info);
+}
+
+absl::Status Backend::BackwardChecked(const AttentionProblem& p, const AttentionArgs& args,
+                                      const GradArgs& grads, RunInfo* info) {
+  RunInfo local;
+  RunInfo* out = info != nullptr ? info : &local;
+  out->backend = Name();
+  return BackwardImpl(p, args, grads, out);
+}
+
+absl::Status Backend::BackwardImpl(const AttentionProblem& p, const AttentionArgs& args,
+                                   const GradArgs& grads, RunInfo* info) {
+  (void)args;
+  (void)grads;
+  (void)info;
+  return absl::UnimplementedError(
+      absl::StrCat(Name(), " has no backward pass (for ", p.Id(), ")"));
 }
 
 }  // namespace attnkit

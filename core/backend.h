@@ -16,6 +16,25 @@
 
 namespace attnkit {
 
+// What a backend's Backward can run, within its forward Capabilities (head
+// dims, alignments, layouts and group sizes are the forward's). Paged K/V
+// and int8 K/V have no backward: training keeps dense K/V in a float type.
+struct BackwardCapabilities {
+  bool supported = false;                     // Backward exists at all
+  std::vector<DType> dtypes{DType::kF32};     // Q, O, dO and dQ storage
+  std::vector<DType> kv_dtypes{DType::kF32};  // K, V, dK and dV storage
+  std::vector<MaskKind> masks{MaskKind::kNone};
+  bool kv_lengths = false;
+  bool blocked_mask = false;
+  bool additive_bias = false;  // gradients through a problem with a bias
+  bool bias_grad = false;      // and dBias itself (GradArgs::dbias)
+  bool softcap = false;
+  bool ragged = false;
+  // Two calls with the same inputs and thread count give bitwise equal
+  // gradients (dQ partials merged in a fixed order, no atomics).
+  bool deterministic = false;
+};
+
 // What a backend can run, in machine-readable form. Supports() may refuse
 // more (a CUDA backend without a GPU), but never less: the conformance suite
 // fails a backend that skips a case its capabilities cover.
@@ -40,6 +59,7 @@ struct Capabilities {
   // equal outputs (no atomics or scheduling-dependent reduction order). The
   // conformance suite runs every case twice to hold a backend to this.
   bool deterministic = false;
+  BackwardCapabilities backward;
 
   // One line per property, for `attnkit backends`.
   std::string Describe() const;
@@ -83,6 +103,32 @@ struct AttentionArgs {
 // Checks that `args` matches `p`: shapes, dtypes, present/absent optional
 // inputs, and that output views do not overlap inputs.
 absl::Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& args);
+
+// OK when caps.backward covers the backward pass of `p` (and CheckCapabilities
+// its forward); otherwise Unimplemented naming the property.
+absl::Status CheckBackwardCapabilities(const Capabilities& caps, const AttentionProblem& p);
+
+// The tensors a backward call adds to the forward's AttentionArgs. The
+// forward's q, k, v, o and lse are inputs (the problem must have return_lse:
+// the backward pass recomputes P = exp(S - lse) tile by tile).
+//   d_o: dL/dO, o's shape and dtype
+//   dq: dL/dQ, q's shape and dtype; dk, dv: k's shape and kv_dtype, each the
+//     sum over the query heads of its group (GQA, MQA)
+//   dbias: optional f32 [B, H, Tq, Tk], dL/dbias for a problem with
+//     additive_bias, written for every pair (0 where blocked); no stride-0
+//     broadcast (sum it yourself over the dims the bias broadcasts)
+// A row with no visible key contributes nothing: its dq row is 0. Gradients
+// are accumulated in f32 and stored in their tensors' dtypes. Outputs may not
+// overlap inputs or each other.
+struct GradArgs {
+  TensorView d_o;
+  TensorView dq, dk, dv;
+  TensorView dbias;
+};
+
+// ValidateArgs(p, args) plus the rules above for `grads`.
+absl::Status ValidateGradArgs(const AttentionProblem& p, const AttentionArgs& args,
+                              const GradArgs& grads);
 // For host tensors, after ValidateArgs: kv_lengths and cu_seqlens hold the
 // problem's lengths, and every block table entry a sequence uses is a page
 // of the pool. Forward runs it for host-memory backends.
@@ -119,6 +165,9 @@ class Backend {
   // OK, or Unimplemented / FailedPrecondition with a reason a person can act
   // on. The default is Available() plus CheckCapabilities(Caps(), p).
   virtual absl::Status Supports(const AttentionProblem& p) const;
+  // The same for the backward pass: the default is Available() plus
+  // CheckBackwardCapabilities(Caps(), p).
+  virtual absl::Status SupportsBackward(const AttentionProblem& p) const;
 
   // Memory. The defaults use aligned host memory; accelerator backends
   // override all five.
@@ -160,10 +209,22 @@ class Backend {
   // the C table validates once, not twice.
   absl::Status ForwardChecked(const AttentionProblem& p, const AttentionArgs& args, RunInfo* info);
 
+  // Validates args and grads against p (ValidateGradArgs), checks
+  // SupportsBackward(p), then runs BackwardImpl: dQ, dK, dV (and dBias).
+  absl::Status Backward(const AttentionProblem& p, const AttentionArgs& args,
+                        const GradArgs& grads, RunInfo* info = nullptr);
+  // BackwardImpl alone, after Backward's checks (the plugin boundary).
+  absl::Status BackwardChecked(const AttentionProblem& p, const AttentionArgs& args,
+                               const GradArgs& grads, RunInfo* info);
+
  protected:
   // Computes o (and lse) for a validated, supported problem.
   virtual absl::Status ForwardImpl(const AttentionProblem& p, const AttentionArgs& args,
                                    RunInfo* info) = 0;
+  // Computes the gradients of a validated problem SupportsBackward accepts.
+  // The default is Unimplemented (a backend without caps.backward).
+  virtual absl::Status BackwardImpl(const AttentionProblem& p, const AttentionArgs& args,
+                                    const GradArgs& grads, RunInfo* info);
 };
 
 }  // namespace attnkit

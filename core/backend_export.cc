@@ -61,6 +61,28 @@ class ExportedBackend : public attnkit_sdk::Backend {
     return ToSdk(s);
   }
 
+  attnkit_sdk::Status SupportsBackward(const attnkit_problem& cp) override {
+    absl::StatusOr<AttentionProblem> p = ProblemFromC(cp);
+    if (!p.ok()) return ToSdk(p.status());
+    return ToSdk(backend_->SupportsBackward(*p));
+  }
+
+  attnkit_sdk::Status Backward(const attnkit_problem& cp, const attnkit_args& ca,
+                               const attnkit_grads& cg, attnkit_run_info* info) override {
+    absl::StatusOr<AttentionProblem> p = ProblemFromC(cp);
+    if (!p.ok()) return ToSdk(p.status());
+    absl::StatusOr<AttentionArgs> args = ArgsFromC(ca);
+    if (!args.ok()) return ToSdk(args.status());
+    absl::StatusOr<GradArgs> grads = GradsFromC(cg);
+    if (!grads.ok()) return ToSdk(grads.status());
+    // The host validated and asked supports_backward first (the contract).
+    RunInfo run;
+    const absl::Status s = backend_->BackwardChecked(*p, *args, *grads, &run);
+    std::snprintf(info->kernel, sizeof(info->kernel), "%s", run.kernel.c_str());
+    info->workspace_allocations = run.workspace_allocations;
+    return ToSdk(s);
+  }
+
   attnkit_sdk::Status Available() override { return ToSdk(backend_->Available()); }
   attnkit_sdk::Status Supports(const attnkit_problem& cp) override {
     absl::StatusOr<AttentionProblem> p = ProblemFromC(cp);

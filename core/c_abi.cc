@@ -213,6 +213,28 @@ absl::StatusOr<AttentionArgs> ArgsFromC(const attnkit_args& c) {
   return a;
 }
 
+attnkit_grads GradsToC(const GradArgs& g) {
+  attnkit_grads c;
+  std::memset(&c, 0, sizeof(c));
+  c.struct_size = sizeof(c);
+  c.d_o = TensorToC(g.d_o);
+  c.dq = TensorToC(g.dq);
+  c.dk = TensorToC(g.dk);
+  c.dv = TensorToC(g.dv);
+  c.dbias = TensorToC(g.dbias);
+  return c;
+}
+
+absl::StatusOr<GradArgs> GradsFromC(const attnkit_grads& c) {
+  GradArgs g;
+  ATTNKIT_ASSIGN_OR_RETURN(g.d_o, TensorFromC(c.d_o, "d_o"));
+  ATTNKIT_ASSIGN_OR_RETURN(g.dq, TensorFromC(c.dq, "dq"));
+  ATTNKIT_ASSIGN_OR_RETURN(g.dk, TensorFromC(c.dk, "dk"));
+  ATTNKIT_ASSIGN_OR_RETURN(g.dv, TensorFromC(c.dv, "dv"));
+  ATTNKIT_ASSIGN_OR_RETURN(g.dbias, TensorFromC(c.dbias, "dbias"));
+  return g;
+}
+
 attnkit_caps CapsToC(const Capabilities& caps) {
   attnkit_caps c;
   std::memset(&c, 0, sizeof(c));
@@ -235,6 +257,18 @@ attnkit_caps CapsToC(const Capabilities& caps) {
   c.deterministic = caps.deterministic;
   c.paged_kv = caps.paged_kv;
   c.ragged = caps.ragged;
+  const BackwardCapabilities& b = caps.backward;
+  c.bwd_supported = b.supported;
+  c.bwd_dtypes = BitsOf(b.dtypes);
+  c.bwd_kv_dtypes = BitsOf(b.kv_dtypes);
+  c.bwd_masks = BitsOf(b.masks);
+  c.bwd_kv_lengths = b.kv_lengths;
+  c.bwd_blocked_mask = b.blocked_mask;
+  c.bwd_additive_bias = b.additive_bias;
+  c.bwd_bias_grad = b.bias_grad;
+  c.bwd_softcap = b.softcap;
+  c.bwd_ragged = b.ragged;
+  c.bwd_deterministic = b.deterministic;
   return c;
 }
 
@@ -259,6 +293,18 @@ Capabilities CapsFromC(const attnkit_caps& c) {
   caps.deterministic = c.deterministic != 0;
   caps.paged_kv = c.paged_kv != 0;
   caps.ragged = c.ragged != 0;
+  BackwardCapabilities& b = caps.backward;
+  b.supported = c.bwd_supported != 0;
+  b.dtypes = ValuesOf<DType>(c.bwd_dtypes, kNumDTypes);
+  b.kv_dtypes = ValuesOf<DType>(c.bwd_kv_dtypes, kNumDTypes);
+  b.masks = ValuesOf<MaskKind>(c.bwd_masks, kNumMasks);
+  b.kv_lengths = c.bwd_kv_lengths != 0;
+  b.blocked_mask = c.bwd_blocked_mask != 0;
+  b.additive_bias = c.bwd_additive_bias != 0;
+  b.bias_grad = c.bwd_bias_grad != 0;
+  b.softcap = c.bwd_softcap != 0;
+  b.ragged = c.bwd_ragged != 0;
+  b.deterministic = c.bwd_deterministic != 0;
   return caps;
 }
 

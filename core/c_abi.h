@@ -28,6 +28,9 @@ absl::StatusOr<TensorView> TensorFromC(const attnkit_tensor& c, const char* fiel
 attnkit_args ArgsToC(const AttentionArgs& a);
 absl::StatusOr<AttentionArgs> ArgsFromC(const attnkit_args& c);
 
+attnkit_grads GradsToC(const GradArgs& g);
+absl::StatusOr<GradArgs> GradsFromC(const attnkit_grads& c);
+
 // The C view of `caps`; head_dims borrows caps.head_dims.
 attnkit_caps CapsToC(const Capabilities& caps);
 Capabilities CapsFromC(const attnkit_caps& c);

@@ -94,6 +94,19 @@ class CBackend : public Backend {
     return err.Status(ops_.supports(self_, &c, err.data(), err.size()));
   }
 
+  absl::Status SupportsBackward(const AttentionProblem& p) const override {
+    ATTNKIT_RETURN_IF_ERROR(Available());
+    ATTNKIT_RETURN_IF_ERROR(CheckBackwardCapabilities(caps_, p));
+    if (ops_.backward == nullptr) {
+      return absl::UnimplementedError(
+          absl::StrCat(name_, " reports backward support but provides no backward function"));
+    }
+    if (ops_.supports_backward == nullptr) return absl::OkStatus();
+    const attnkit_problem c = ProblemToC(p);
+    ErrorBuffer err;
+    return err.Status(ops_.supports_backward(self_, &c, err.data(), err.size()));
+  }
+
   bool UsesHostMemory() const override { return !device_memory_; }
 
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override {
@@ -167,6 +180,25 @@ class CBackend : public Backend {
     run.workspace_allocations = -1;
     ErrorBuffer err;
     const absl::Status s = err.Status(ops_.forward(self_, &cp, &ca, &run, err.data(), err.size()));
+    run.kernel[sizeof(run.kernel) - 1] = '\0';
+    info->kernel = run.kernel;
+    info->workspace_allocations = run.workspace_allocations;
+    return s;
+  }
+
+  absl::Status BackwardImpl(const AttentionProblem& p, const AttentionArgs& args,
+                            const GradArgs& grads, RunInfo* info) override {
+    if (ops_.backward == nullptr) return Backend::BackwardImpl(p, args, grads, info);
+    const attnkit_problem cp = ProblemToC(p);
+    const attnkit_args ca = ArgsToC(args);
+    const attnkit_grads cg = GradsToC(grads);
+    attnkit_run_info run;
+    std::memset(&run, 0, sizeof(run));
+    run.struct_size = sizeof(run);
+    run.workspace_allocations = -1;
+    ErrorBuffer err;
+    const absl::Status s =
+        err.Status(ops_.backward(self_, &cp, &ca, &cg, &run, err.data(), err.size()));
     run.kernel[sizeof(run.kernel) - 1] = '\0';
     info->kernel = run.kernel;
     info->workspace_allocations = run.workspace_allocations;

@@ -73,6 +73,21 @@ class Backend {
 
   // Memory: host memory unless overridden. A device backend returns false
   // and overrides Allocate, FreeBuffer, Upload and Download.
+  // The backward pass: a backend that has one reports bwd_supported in its
+  // capabilities and overrides Backward (and SupportsBackward for more).
+  virtual Status SupportsBackward(const attnkit_problem& p) {
+    (void)p;
+    return Status{};
+  }
+  virtual Status Backward(const attnkit_problem& p, const attnkit_args& args,
+                          const attnkit_grads& grads, attnkit_run_info* info) {
+    (void)p;
+    (void)args;
+    (void)grads;
+    (void)info;
+    return Status::Error(ATTNKIT_UNIMPLEMENTED, std::string(Name()) + " has no backward pass");
+  }
+
   virtual bool UsesHostMemory() { return true; }
   virtual Status Allocate(size_t bytes, void** data) {
     (void)bytes;
@@ -182,6 +197,27 @@ inline int32_t Forward(void* self, const attnkit_problem* p, const attnkit_args*
     return s;
   });
 }
+inline int32_t SupportsBackward(void* self, const attnkit_problem* p, char* err,
+                                size_t err_size) {
+  return Guard(err, err_size, [&] { return Self(self)->SupportsBackward(CopyIn(p)); });
+}
+inline int32_t Backward(void* self, const attnkit_problem* p, const attnkit_args* args,
+                        const attnkit_grads* grads, attnkit_run_info* info, char* err,
+                        size_t err_size) {
+  return Guard(err, err_size, [&] {
+    const attnkit_problem problem = CopyIn(p);
+    const attnkit_args a = CopyIn(args);
+    const attnkit_grads g = CopyIn(grads);
+    attnkit_run_info local;
+    std::memset(&local, 0, sizeof(local));
+    local.struct_size = sizeof(local);
+    local.workspace_allocations = -1;
+    Status s = Self(self)->Backward(problem, a, g, &local);
+    local.kernel[sizeof(local.kernel) - 1] = '\0';
+    if (info != nullptr) CopyOut(local, info);
+    return s;
+  });
+}
 inline int32_t Available(void* self, char* err, size_t err_size) {
   return Guard(err, err_size, [&] { return Self(self)->Available(); });
 }
@@ -248,6 +284,8 @@ inline const attnkit_backend_ops* Ops() {
       &SetNumThreads,
       &NumThreads,
       &SetStream,
+      &SupportsBackward,
+      &Backward,
   };
   return &ops;
 }

@@ -26,7 +26,7 @@ from ._ops import last_run
 from ._ops import scaled_dot_product_attention
 from ._ops import set_num_threads
 
-__version__ = "0.25.0"  # the VERSION file; checked against the library at import
+__version__ = "0.26.0"  # the VERSION file; checked against the library at import
 
 
 def library_version():

@@ -126,6 +126,18 @@ class Caps(ctypes.Structure):
         ("deterministic", _c_int32),
         ("paged_kv", _c_int32),
         ("ragged", _c_int32),
+        # Since 0.26: the backward pass.
+        ("bwd_supported", _c_int32),
+        ("bwd_dtypes", _c_uint32),
+        ("bwd_kv_dtypes", _c_uint32),
+        ("bwd_masks", _c_uint32),
+        ("bwd_kv_lengths", _c_int32),
+        ("bwd_blocked_mask", _c_int32),
+        ("bwd_additive_bias", _c_int32),
+        ("bwd_bias_grad", _c_int32),
+        ("bwd_softcap", _c_int32),
+        ("bwd_ragged", _c_int32),
+        ("bwd_deterministic", _c_int32),
     ]
 
 
