@@ -21,6 +21,18 @@ inline Capabilities FullCapabilities() {
   return c;
 }
 
+// The backward pass of everything a dense float problem can express (paged
+// and int8 K/V have none; ragged batches are left to each backend).
+inline BackwardCapabilities FullBackwardCapabilities() {
+  BackwardCapabilities b;
+  b.supported = true;
+  b.dtypes = b.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+  b.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
+  b.kv_lengths = b.blocked_mask = b.additive_bias = b.bias_grad = b.softcap = true;
+  b.deterministic = true;
+  return b;
+}
+
 }  // namespace attnkit
 
 #endif  // ATTNKIT_CORE_FULL_CAPABILITIES_H_
