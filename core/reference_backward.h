@@ -17,7 +17,8 @@
 // Blocked pairs (structured mask, padding, blocked_mask, a -inf bias)
 // contribute nothing; a row with no visible key has dQ_i = 0. int8 K/V are
 // not differentiable (Backward refuses them); paged and ragged problems are
-// not accepted here.
+// not accepted here. The fp64 core on inputs already in double, shared with
+// the finite-difference test, is core/reference_f64.h (internal).
 #ifndef ATTNKIT_CORE_REFERENCE_BACKWARD_H_
 #define ATTNKIT_CORE_REFERENCE_BACKWARD_H_
 
@@ -34,12 +35,13 @@ namespace attnkit {
 // scales with: the sum of the absolute values of the terms the element is a
 // sum of, computed with absolute values throughout (|P| |dP - D| for dS,
 // etc.), so a correct fp32 kernel's error is a small multiple of u times it.
-// Two refinements make that hold where the plain sums would vanish (the
+// Three refinements make that hold where the plain sums would vanish (the
 // derivation is in core/compare_grad.cc): D_i's magnitude counts each |O_ic|
-// as sum_j P_ij |v_jc| and at least the smallest normal of O's dtype (a kernel
-// reads O rounded to that dtype), and with softcap the derivative's magnitude
-// is (1 - tanh^2) + 2^-20 (fp32 evaluates 1 - tanh^2 to a few u absolute,
-// which matters where tanh saturates).
+// as sum_j P_ij |v_jc| and at least the smallest normal of O's dtype (a
+// kernel reads O rounded to that dtype); each weight P_ij counts as at least
+// 2^-100 (fp32 kernels may flush weights below 2^-126 to 0); with softcap the
+// derivative's magnitude is (1 - tanh^2) + 2^-20 (fp32 evaluates 1 - tanh^2
+// to a few u absolute, which matters where tanh saturates).
 struct ReferenceGradients {
   std::vector<double> dq, dq_abs;        // [B, H, Tq, d]
   std::vector<double> dk, dk_abs;        // [B, G, Tk, d]

@@ -2,9 +2,11 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/full_capabilities.h"
 #include "core/ragged.h"
 #include "core/reference.h"
+#include "core/reference_backward.h"
 #include "core/status_macros.h"
 
 namespace attnkit {
@@ -21,6 +23,16 @@ class ReferenceBackend : public Backend {
   Capabilities Caps() const override {
     Capabilities c = FullCapabilities();
     c.deterministic = true;  // one thread, a fixed loop order
+    // Dense float K/V only: paged and int8 have no backward, ragged is not
+    // done this round (ComputeReferenceBackward refuses all three).
+    BackwardCapabilities& bwd = c.backward;
+    bwd.supported = true;
+    bwd.dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+    bwd.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+    bwd.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
+    bwd.kv_lengths = bwd.blocked_mask = bwd.additive_bias = bwd.bias_grad = true;
+    bwd.softcap = bwd.deterministic = true;
+    bwd.ragged = false;
     return c;
   }
 
@@ -48,6 +60,44 @@ class ReferenceBackend : public Backend {
           }
         }
       }
+    }
+    return absl::OkStatus();
+  }
+
+  // The fp64 closed form (core/reference_backward.h), each gradient rounded
+  // once into its tensor's dtype at the view's offsets (any layout).
+  absl::Status BackwardImpl(const AttentionProblem& p, const AttentionArgs& a, const GradArgs& g,
+                            RunInfo* info) override {
+    info->kernel = "scalar-fp64";
+    const ReferenceGradients r = ComputeReferenceBackward(p, a, g.d_o);
+    if (r.dq.empty() && p.batch * p.num_heads * p.q_len * p.head_dim > 0) {
+      return absl::UnimplementedError(absl::StrCat("the reference has no backward for ", p.Id(),
+                                                   " (paged, ragged or int8 K/V)"));
+    }
+    const int64_t d = p.head_dim;
+    // A [B, heads, T, d] canonical array into a view.
+    auto store = [d](const std::vector<double>& from, const TensorView& to, int64_t heads,
+                     int64_t tokens) {
+      size_t x = 0;
+      for (int64_t b = 0; b < to.shape[0]; ++b)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t t = 0; t < tokens; ++t)
+            for (int64_t c = 0; c < d; ++c) {
+              StoreFromF32(to.data, to.dtype, to.Offset(b, h, t, c), static_cast<float>(from[x++]));
+            }
+    };
+    store(r.dq, g.dq, p.num_heads, p.q_len);
+    store(r.dk, g.dk, p.num_kv_heads, p.kv_len);
+    store(r.dv, g.dv, p.num_kv_heads, p.kv_len);
+    if (!g.dbias.empty()) {
+      size_t x = 0;
+      for (int64_t b = 0; b < p.batch; ++b)
+        for (int64_t h = 0; h < p.num_heads; ++h)
+          for (int64_t i = 0; i < p.q_len; ++i)
+            for (int64_t j = 0; j < p.kv_len; ++j) {
+              static_cast<float*>(g.dbias.data)[g.dbias.Offset(b, h, i, j)] =
+                  static_cast<float>(r.dbias[x++]);
+            }
     }
     return absl::OkStatus();
   }
