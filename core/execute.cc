@@ -1,6 +1,7 @@
 #include "core/execute.h"
 
 #include <limits>
+#include <utility>
 
 #include "core/status_macros.h"
 
@@ -64,6 +65,51 @@ absl::Status RunOnBackend(Backend* backend, const AttentionProblem& p, const Pro
   ATTNKIT_ASSIGN_OR_RETURN(PlacedProblem placed, PlacedProblem::Place(backend, host));
   ATTNKIT_RETURN_IF_ERROR(placed.Forward(p, info));
   return placed.DownloadOutputs(host);
+}
+
+absl::Status RunBackwardOnBackend(Backend* backend, const AttentionProblem& p,
+                                  const ProblemData& host, const GradData& grads, RunInfo* info) {
+  ATTNKIT_ASSIGN_OR_RETURN(PlacedProblem placed, PlacedProblem::Place(backend, host));
+  GradArgs args = grads.args();
+  if (backend->UsesHostMemory()) {
+    ATTNKIT_RETURN_IF_ERROR(backend->Backward(p, placed.args(), args, info));
+    return backend->Synchronize();
+  }
+  // Device copies of d_o and of the gradient buffers (uploaded as they are:
+  // poison included); `outputs` pairs each gradient's buffer with its host
+  // tensor for the download.
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+  std::vector<std::pair<const DeviceBuffer*, const Tensor*>> outputs;
+  const std::pair<TensorView*, const Tensor*> views[] = {{&args.d_o, &grads.d_o},
+                                                         {&args.dq, &grads.dq},
+                                                         {&args.dk, &grads.dk},
+                                                         {&args.dv, &grads.dv},
+                                                         {&args.dbias, &grads.dbias}};
+  for (const auto& [view, tensor] : views) {
+    if (view->empty()) continue;
+    const size_t bytes = SpanBytes(*view);
+    ATTNKIT_ASSIGN_OR_RETURN(std::unique_ptr<DeviceBuffer> buffer, backend->Allocate(bytes));
+    ATTNKIT_RETURN_IF_ERROR(backend->Upload(view->data, buffer.get(), bytes));
+    view->data = buffer->data();
+    if (view != &args.d_o) outputs.emplace_back(buffer.get(), tensor);
+    buffers.push_back(std::move(buffer));
+  }
+  ATTNKIT_RETURN_IF_ERROR(backend->Backward(p, placed.args(), args, info));
+  ATTNKIT_RETURN_IF_ERROR(backend->Synchronize());
+  for (const auto& [buffer, tensor] : outputs) {
+    ATTNKIT_RETURN_IF_ERROR(
+        backend->Download(*buffer, tensor->data(), SpanBytes(tensor->view())));
+  }
+  return absl::OkStatus();
+}
+
+void PoisonGradients(const GradData& grads) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const Tensor* t : {&grads.dq, &grads.dk, &grads.dv, &grads.dbias}) {
+    if (t->view().empty()) continue;
+    ForEachOffset(t->view(),
+                  [&](int64_t off) { StoreFromF32(t->data(), t->view().dtype, off, nan); });
+  }
 }
 
 void PoisonOutputs(const ProblemData& data) {

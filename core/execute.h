@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "core/backend.h"
+#include "core/grad_data.h"
 #include "core/problem.h"
 #include "core/problem_data.h"
 
@@ -41,6 +42,19 @@ absl::Status RunOnBackend(Backend* backend, const AttentionProblem& p, const Pro
 // Sets every element of the float outputs (o, lse) to NaN, so an element a
 // backend forgets to write cannot pass for a result.
 void PoisonOutputs(const ProblemData& data);
+
+// Backward on `backend` from host data: host.q, k, v, o and lse (the
+// forward's outputs, e.g. from RunOnBackend) and the optional inputs, plus
+// grads.d_o; writes grads.dq, dk, dv (and dbias when it is allocated). A
+// device backend gets every tensor uploaded into buffers of its own (the
+// gradient buffers too, so poison put there by PoisonGradients is what it
+// sees), runs Backward, synchronizes, and the gradients are downloaded.
+absl::Status RunBackwardOnBackend(Backend* backend, const AttentionProblem& p,
+                                  const ProblemData& host, const GradData& grads, RunInfo* info);
+
+// Sets every element of dq, dk, dv (and dbias) to NaN: a backend must write
+// each of them (zeros for keys no query sees and rows with no visible key).
+void PoisonGradients(const GradData& grads);
 
 }  // namespace attnkit
 

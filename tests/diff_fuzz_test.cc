@@ -1,11 +1,14 @@
 // The differential fuzzer: a bounded run over every registered backend finds
 // nothing; a planted bug is found, shrunk, and reproduced from the written
 // config; poisoning blocked inputs never changes the reference's answer.
+// The same for the backward pass (tools/diff_fuzz/grad_fuzz.h): a bounded
+// gradient run finds nothing, and a planted gradient bug is found and shrunk.
 #include "tools/diff_fuzz/diff_fuzz.h"
 
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -16,6 +19,7 @@
 #include "core/problem_data.h"
 #include "core/reference.h"
 #include "gtest/gtest.h"
+#include "tools/diff_fuzz/grad_fuzz.h"
 #include "tools/diff_fuzz/random_config.h"
 
 namespace attnkit {
@@ -298,6 +302,135 @@ TEST(DiffFuzzTest, PoisonedInputsDoNotChangeTheReference) {
     ASSERT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(double)));
   }
   EXPECT_GT(tested, 100);
+}
+
+// The gradients of every backend with a backward pass against the reference
+// backward, on random dense problems.
+TEST(DiffFuzzTest, BoundedGradientRunOverEveryBackendFindsNothing) {
+  FuzzOptions options;
+  options.count = EnvCount("DIFF_FUZZ_GRAD_COUNT", 100);
+  options.seed = static_cast<uint64_t>(EnvCount("DIFF_FUZZ_SEED", 20240601));
+  options.repro_dir = TempDir();
+  int64_t with_backward = 0;
+  for (Backend* b : GlobalRegistry().All()) {
+    with_backward += b->Available().ok() && b->Caps().backward.supported ? 1 : 0;
+  }
+  const FuzzReport report =
+      FuzzBackendGradients(GlobalRegistry().All(), options,
+                           [](const std::string& l) { std::printf("%s\n", l.c_str()); });
+  std::printf("gradients: %lld problems, %lld backward runs, %lld unsupported\n",
+              (long long)report.problems, (long long)report.runs, (long long)report.unsupported);
+  EXPECT_EQ(report.problems, options.count);
+  ASSERT_GT(with_backward, 0) << "no registered backend has a backward pass";
+  // Every dense float problem is one the reference's backward takes.
+  EXPECT_GE(report.runs, options.count);
+  for (const FuzzFinding& f : report.findings) {
+    ADD_FAILURE() << f.backend << ": " << f.message << "\n  " << f.command;
+  }
+}
+
+// RandomGradConfig draws only problems with a backward pass, and still the
+// features the backward contract has.
+TEST(DiffFuzzTest, RandomGradConfigsAreDenseBackwardProblems) {
+  std::mt19937_64 rng(17);
+  int padded = 0, dense = 0, bias = 0, softcap = 0, gqa = 0, poison = 0, bthd = 0, half = 0;
+  std::set<MaskKind> masks;
+  for (int n = 0; n < 300; ++n) {
+    const AttentionConfig c = RandomGradConfig(rng);
+    auto p = ProblemFromConfig(c);
+    ASSERT_TRUE(p.ok()) << p.status() << "\n" << ConfigToText(c);
+    ASSERT_FALSE(p->is_paged() || p->is_ragged() || p->kv_dtype == DType::kI8) << p->Id();
+    ASSERT_TRUE(p->return_lse && p->nonfinite_inputs == 0) << p->Id();
+    padded += p->has_kv_lengths() ? 1 : 0;
+    dense += p->blocked_mask ? 1 : 0;
+    bias += p->additive_bias ? 1 : 0;
+    softcap += p->softcap > 0 ? 1 : 0;
+    gqa += p->group_size() > 1 ? 1 : 0;
+    poison += p->poison_blocked ? 1 : 0;
+    bthd += p->layout == Layout::kBTHD ? 1 : 0;
+    half += p->dtype != DType::kF32 || p->kv_dtype != DType::kF32 ? 1 : 0;
+    masks.insert(p->mask);
+  }
+  EXPECT_EQ(masks.size(), 3u);
+  for (int n : {padded, dense, bias, softcap, gqa, poison, bthd, half}) EXPECT_GT(n, 20);
+}
+
+// The reference, except that its dK of kv head g is the one of kv head
+// g + 1 (mod G): the sum over the wrong group's query heads. Only problems
+// with two or more KV heads reach it; the forward is right.
+class WrongGroupDkBackend : public Backend {
+ public:
+  std::string Name() const override { return "planted-grad-bug"; }
+  std::string Description() const override { return "test double"; }
+  Capabilities Caps() const override { return inner_->Caps(); }
+
+ protected:
+  absl::Status ForwardImpl(const AttentionProblem& p, const AttentionArgs& a,
+                           RunInfo* info) override {
+    return inner_->Forward(p, a, info);
+  }
+  absl::Status BackwardImpl(const AttentionProblem& p, const AttentionArgs& a, const GradArgs& g,
+                            RunInfo* info) override {
+    const absl::Status s = inner_->Backward(p, a, g, info);
+    const int64_t G = p.num_kv_heads;
+    if (!s.ok() || G < 2) return s;
+    // dk [B, G, Tk, d]: read every head, then write head g from head g + 1.
+    const TensorView& dk = g.dk;
+    std::vector<float> copy(static_cast<size_t>(p.batch * G * p.kv_len * p.head_dim));
+    auto index = [&](int64_t b, int64_t h, int64_t t, int64_t c) {
+      return static_cast<size_t>(((b * G + h) * p.kv_len + t) * p.head_dim + c);
+    };
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t h = 0; h < G; ++h)
+        for (int64_t t = 0; t < p.kv_len; ++t)
+          for (int64_t c = 0; c < p.head_dim; ++c)
+            copy[index(b, h, t, c)] = dk.LoadF32(dk.Offset(b, h, t, c));
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t h = 0; h < G; ++h)
+        for (int64_t t = 0; t < p.kv_len; ++t)
+          for (int64_t c = 0; c < p.head_dim; ++c)
+            StoreFromF32(dk.data, dk.dtype, dk.Offset(b, h, t, c),
+                         copy[index(b, (h + 1) % G, t, c)]);
+    return s;
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_ = MakeReferenceBackend();
+};
+
+TEST(DiffFuzzTest, PlantedGradientBugIsShrunkAndReproducedFromTheConfig) {
+  WrongGroupDkBackend bug;
+  ASSERT_TRUE(bug.Caps().backward.supported) << "the reference has no backward pass";
+  FuzzOptions options;
+  options.count = 20;
+  options.seed = 3;
+  options.repro_dir = TempDir();
+  const FuzzReport report = FuzzBackendGradients({&bug}, options, nullptr);
+  ASSERT_FALSE(report.findings.empty());
+  const FuzzFinding& f = report.findings[0];
+  EXPECT_NE(f.command.find("attnkit check --grad --config="), std::string::npos) << f.command;
+  EXPECT_NE(f.message.find("dk["), std::string::npos)
+      << "the first bad element is in dK: " << f.message;
+  auto config = LoadConfigFile(f.config_path);
+  ASSERT_TRUE(config.ok()) << config.status();
+  // Shrunk to the edge of the bug: two KV heads of one query head each, two
+  // keys (with one, dS = P (dP - D) = 0 and dK vanishes), every option off.
+  EXPECT_EQ(config->num_kv_heads(), 2) << ConfigToText(*config);
+  EXPECT_EQ(config->num_heads(), 2) << ConfigToText(*config);
+  EXPECT_EQ(config->kv_len(), 2) << ConfigToText(*config);
+  EXPECT_EQ(config->q_len(), 1) << ConfigToText(*config);
+  EXPECT_EQ(config->head_dim(), 1) << ConfigToText(*config);
+  EXPECT_EQ(config->batch(), 1) << ConfigToText(*config);
+  EXPECT_FALSE(config->blocked_mask() || config->additive_bias() || config->poison_blocked() ||
+               config->softcap() != 0 || config->kv_lengths_size() != 0)
+      << ConfigToText(*config);
+  EXPECT_FALSE(CheckGradOnBackend(*config, &bug).ok());
+  // The forward is right, and the reference's own backward passes the config.
+  EXPECT_TRUE(CheckOnBackend(*config, &bug).ok());
+  auto reference = MakeReferenceBackend();
+  bool ran = false;
+  EXPECT_TRUE(CheckGradOnBackend(*config, reference.get(), &ran).ok());
+  EXPECT_TRUE(ran);
 }
 
 }  // namespace

@@ -127,6 +127,14 @@ std::vector<AttentionConfig> Reductions(const AttentionConfig& c) {
 }  // namespace
 
 AttentionConfig Shrink(const AttentionConfig& failing, Backend* backend, int max_steps) {
+  return ShrinkWhile(
+      failing, [backend](const AttentionConfig& c) { return !CheckOnBackend(c, backend).ok(); },
+      max_steps);
+}
+
+AttentionConfig ShrinkWhile(const AttentionConfig& failing,
+                            const std::function<bool(const AttentionConfig&)>& fails,
+                            int max_steps) {
   AttentionConfig best = failing;
   int steps = 0;
   bool progress = true;
@@ -135,7 +143,7 @@ AttentionConfig Shrink(const AttentionConfig& failing, Backend* backend, int max
     for (const AttentionConfig& r : Reductions(best)) {
       if (++steps > max_steps) break;
       if (!ProblemFromConfig(r).ok()) continue;
-      if (!CheckOnBackend(r, backend).ok()) {
+      if (fails(r)) {
         best = r;
         progress = true;
         break;

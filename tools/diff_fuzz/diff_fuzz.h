@@ -23,6 +23,12 @@ absl::Status CheckOnBackend(const AttentionConfig& config, Backend* backend, boo
 // Greedily applies size and feature reductions while CheckOnBackend still
 // fails; returns the smallest failing config found.
 AttentionConfig Shrink(const AttentionConfig& failing, Backend* backend, int max_steps = 400);
+// The same reductions while `fails` holds (it is asked only about configs
+// ProblemFromConfig accepts): the shrinker of other checks (the gradient
+// fuzzer's, tools/diff_fuzz/grad_fuzz.h).
+AttentionConfig ShrinkWhile(const AttentionConfig& failing,
+                            const std::function<bool(const AttentionConfig&)>& fails,
+                            int max_steps = 400);
 
 struct FuzzOptions {
   int64_t count = 100;             // problems to draw

@@ -1,0 +1,131 @@
+#include "tools/diff_fuzz/grad_fuzz.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/compare_grad.h"
+#include "core/config_io.h"
+#include "core/execute.h"
+#include "core/grad_data.h"
+#include "core/problem.h"
+#include "core/problem_config.h"
+#include "core/problem_data.h"
+#include "core/reference_backward.h"
+#include "core/status_macros.h"
+#include "tools/diff_fuzz/random_config.h"
+
+namespace attnkit {
+namespace {
+
+// The problems with a backward pass: dense float K/V, one query count for
+// every sequence, the LSE returned, finite inputs.
+bool HasBackward(const AttentionProblem& p) {
+  return !p.is_paged() && !p.is_ragged() && p.kv_dtype != DType::kI8 && p.return_lse &&
+         p.nonfinite_inputs == 0;
+}
+
+}  // namespace
+
+AttentionConfig RandomGradConfig(std::mt19937_64& rng, double max_work) {
+  for (;;) {
+    AttentionConfig c = RandomConfig(rng, max_work);
+    c.set_page_size(0);
+    c.set_num_pages(0);
+    if (c.kv_dtype() == INT8) c.set_kv_dtype(c.dtype());
+    // A ragged config's kv_lengths stay: a padded dense batch (its dense
+    // mask and bias were dropped when it was drawn ragged).
+    c.clear_q_lengths();
+    c.set_return_lse(true);
+    c.set_nonfinite_inputs(0);
+    // The edits keep a config valid but for rules on the dense form (none
+    // today); draw again rather than hand the fuzzer an invalid one.
+    if (ProblemFromConfig(c).ok()) return c;
+  }
+}
+
+absl::Status CheckGradOnBackend(const AttentionConfig& config, Backend* backend, bool* ran) {
+  if (ran != nullptr) *ran = false;
+  ATTNKIT_ASSIGN_OR_RETURN(const AttentionProblem p, ProblemFromConfig(config));
+  if (!HasBackward(p) || !backend->SupportsBackward(p).ok() || !backend->Supports(p).ok()) {
+    return absl::OkStatus();
+  }
+  if (ran != nullptr) *ran = true;
+  // The inputs and dO of `attnkit check --grad`: ProblemData::Random(p,
+  // p.seed) and GradData::Random(p, p.seed, ..).
+  ATTNKIT_ASSIGN_OR_RETURN(ProblemData data, ProblemData::Random(p, p.seed));
+  const bool with_dbias = p.additive_bias && backend->Caps().backward.bias_grad;
+  ATTNKIT_ASSIGN_OR_RETURN(GradData grads, GradData::Random(p, p.seed, with_dbias));
+  const ReferenceGradients ref = ComputeReferenceBackward(p, data.args(), grads.d_o.view());
+  PoisonOutputs(data);
+  RunInfo info;
+  const absl::Status forward = RunOnBackend(backend, p, data, &info);
+  if (!forward.ok()) return absl::InternalError(absl::StrCat("forward error: ", forward.message()));
+  PoisonGradients(grads);
+  const absl::Status backward = RunBackwardOnBackend(backend, p, data, grads, &info);
+  if (!backward.ok()) {
+    return absl::InternalError(absl::StrCat("backward error: ", backward.message()));
+  }
+  const Comparison c = CompareGradients(p, grads.args(), ref);
+  if (c.ok()) return absl::OkStatus();
+  return absl::InternalError(absl::StrFormat(
+      "[%s] backward%s: %d of %d gradient elements outside tolerance%s; max abs error %.3g; "
+      "first: %s",
+      info.kernel, with_dbias ? " with dbias" : "", c.mismatches, c.checked,
+      c.non_finite ? ", non-finite gradient" : "", c.max_abs_err, c.first_failure));
+}
+
+AttentionConfig ShrinkGrad(const AttentionConfig& failing, Backend* backend, int max_steps) {
+  return ShrinkWhile(
+      failing, [backend](const AttentionConfig& c) { return !CheckGradOnBackend(c, backend).ok(); },
+      max_steps);
+}
+
+FuzzReport FuzzBackendGradients(const std::vector<Backend*>& backends, const FuzzOptions& options,
+                                const std::function<void(const std::string&)>& progress) {
+  FuzzReport report;
+  std::mt19937_64 rng(options.seed);
+  auto say = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
+  std::vector<Backend*> available;
+  for (Backend* b : backends) {
+    const absl::Status s = b->Available();
+    if (s.ok()) {
+      available.push_back(b);
+    } else {
+      report.unavailable.push_back(absl::StrCat(b->Name(), ": ", s.message()));
+      say(absl::StrCat("unavailable: ", report.unavailable.back()));
+    }
+  }
+  for (int64_t n = 0; n < options.count; ++n) {
+    AttentionConfig config = RandomGradConfig(rng);
+    config.set_name(absl::StrFormat("grad-fuzz-%d-%d", options.seed, n));
+    ++report.problems;
+    for (Backend* b : available) {
+      bool ran = false;
+      const absl::Status s = CheckGradOnBackend(config, b, &ran);
+      report.runs += ran ? 1 : 0;
+      report.unsupported += ran ? 0 : 1;
+      if (s.ok()) continue;
+      const AttentionConfig small = ShrinkGrad(config, b);
+      FuzzFinding f;
+      f.backend = b->Name();
+      f.message = std::string(CheckGradOnBackend(small, b).message());
+      f.config_path = absl::StrFormat("%s/attnkit_grad_fuzz_%d_%d_%s.textproto", options.repro_dir,
+                                      options.seed, n, b->Name());
+      const absl::Status w = WriteFileAtomically(f.config_path, ConfigToText(small));
+      f.command = w.ok() ? absl::StrFormat("attnkit check --grad --config=%s --backends=%s",
+                                           f.config_path, b->Name())
+                         : absl::StrCat("(could not write the config: ", w.message(), ")");
+      say(absl::StrFormat("GRADIENT MISMATCH %s on problem %d: %s\n  shrunk: %s\n  repro: %s",
+                          f.backend, n, s.message(), f.message, f.command));
+      report.findings.push_back(f);
+    }
+    if ((n + 1) % 100 == 0) {
+      say(absl::StrFormat("%d problems, %d backward runs, %d unsupported, %d findings", n + 1,
+                          report.runs, report.unsupported, report.findings.size()));
+    }
+  }
+  return report;
+}
+
+}  // namespace attnkit
