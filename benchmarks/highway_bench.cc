@@ -9,10 +9,12 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "backends/highway/highway_backend.h"
 #include "benchmark/benchmark.h"
 #include "benchmarks/machine.h"
+#include "core/grad_data.h"
 #include "core/problem.h"
 #include "core/problem_data.h"
 
@@ -82,6 +84,38 @@ void BM_Attention(benchmark::State& state, const std::string& name, AttentionPro
   state.SetLabel(info.kernel);
 }
 
+// The backward pass (dQ, dK, dV from the forward's o and lse). Useful FLOPs
+// are 2.5x the forward's (five products of the step instead of two).
+void BM_Backward(benchmark::State& state, const std::string& name, AttentionProblem p) {
+  p.return_lse = true;
+  auto data = ProblemData::Random(p, 1);
+  auto grads = GradData::Random(p, 2, /*with_dbias=*/false);
+  if (!data.ok() || !grads.ok()) {
+    state.SkipWithError("allocation failed");
+    return;
+  }
+  Backend* backend = HighwayBackend();
+  RunInfo info;
+  for (const absl::Status& s : {backend->Forward(p, data->args()),  // o, lse; then warm-up
+                                backend->Backward(p, data->args(), grads->args(), &info)}) {
+    if (!s.ok()) {
+      state.SkipWithError(std::string(s.message()).c_str());
+      return;
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(backend->Backward(p, data->args(), grads->args(), &info).ok());
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                      static_cast<double>(state.iterations());
+  g_seconds[name] = secs;
+  const double gflops = 2.5 * UsefulFlops(p) / secs * 1e-9;
+  state.counters["GFLOP/s"] = gflops;
+  state.counters["%peak_fma"] = 100.0 * gflops / g_peak_gflops;
+  state.SetLabel(info.kernel);
+}
+
 void RegisterAll() {
   struct Case {
     const char* name;
@@ -117,6 +151,17 @@ void RegisterAll() {
   };
   for (const Case& c : cases) {
     benchmark::RegisterBenchmark(c.name, BM_Attention, std::string(c.name), c.p, c.memory_bound)
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(0.5)
+        ->UseRealTime();
+  }
+  // Backward: MHA (one item per head), and MQA (dQ partials over key chunks).
+  const std::pair<const char*, AttentionProblem> backward[] = {
+      {"backward_b1_h16_t2048_d64_causal", Problem(1, 16, 16, 2048, 2048, 64, true, DType::kF32)},
+      {"backward_b1_h16_g1_t2048_d64_causal", Problem(1, 16, 1, 2048, 2048, 64, true, DType::kF32)},
+  };
+  for (const auto& c : backward) {
+    benchmark::RegisterBenchmark(c.first, BM_Backward, std::string(c.first), c.second)
         ->Unit(benchmark::kMillisecond)
         ->MinTime(0.5)
         ->UseRealTime();

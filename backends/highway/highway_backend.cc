@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "backends/highway/backward.h"
 #include "backends/highway/flash_params.h"
 #include "backends/highway/sdpa.h"
 #include "backends/highway/workspace.h"
@@ -61,6 +62,16 @@ class HighwayBackend : public Backend {
     // Each output row is reduced by one worker in a fixed key order, so the
     // thread count only changes which worker runs it (1 and 2 threads agree).
     c.deterministic = true;
+    // Backward (backward-inl.h): dense K/V in a float type, every mask and
+    // per-pair input; dQ partials are merged in a fixed order.
+    BackwardCapabilities& bw = c.backward;
+    bw.supported = true;
+    bw.dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+    bw.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+    bw.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
+    bw.kv_lengths = bw.blocked_mask = bw.additive_bias = bw.bias_grad = bw.softcap = true;
+    bw.ragged = false;
+    bw.deterministic = true;
     return c;
   }
   absl::Status Available() const override { return available_; }
@@ -95,6 +106,17 @@ class HighwayBackend : public Backend {
       ATTNKIT_RETURN_IF_ERROR(
           FlashAttention(params, forced_target_, pool_.get(), &workspace_, &run));
     }
+    info->kernel = run.Describe();
+    return absl::OkStatus();
+  }
+
+  absl::Status BackwardImpl(const AttentionProblem& p, const AttentionArgs& a, const GradArgs& g,
+                            RunInfo* info) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const FlashParams params = MakeFlashParams(p, a);
+    BackwardRunInfo run;
+    ATTNKIT_RETURN_IF_ERROR(FlashAttentionBackward(params, MakeFlashGradParams(g), forced_target_,
+                                                   pool_.get(), &workspace_, &run));
     info->kernel = run.Describe();
     return absl::OkStatus();
   }
