@@ -19,6 +19,7 @@
 #include "benchmarks/machine.h"
 #include "benchmarks/suite.h"
 #include "core/execute.h"
+#include "core/grad_data.h"
 #include "core/problem_data.h"
 #include "ops/cost.h"
 
@@ -37,10 +38,26 @@ void RunAttention(benchmark::State& state, Backend* backend, AttentionProblem p,
   auto placed = PlacedProblem::Place(backend, *data);
   if (!placed.ok()) return state.SkipWithError(std::string(placed.status().message()).c_str());
   RunInfo info;
+  // A _bwd problem times its backward pass, from one forward's O and lse.
+  GradData grads;
+  if (p.backward) {
+    absl::Status s = RunOnBackend(backend, p, *data, &info);
+    absl::StatusOr<GradData> g = GradData::Random(p, p.seed, p.additive_bias);
+    if (s.ok() && !g.ok()) s = g.status();
+    if (!s.ok()) return state.SkipWithError(std::string(s.message()).c_str());
+    grads = std::move(*g);
+  }
   const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    absl::Status s = placed->Forward(p, &info);
-    if (s.ok()) s = backend->Synchronize();
+    absl::Status s;
+    if (!p.backward) {
+      s = placed->Forward(p, &info);
+      if (s.ok()) s = backend->Synchronize();
+    } else if (backend->UsesHostMemory()) {
+      s = backend->Backward(p, data->args(), grads.args(), &info);
+    } else {  // transfers included
+      s = RunBackwardOnBackend(backend, p, *data, grads, &info);
+    }
     if (!s.ok()) return state.SkipWithError(std::string(s.message()).c_str());
   }
   const double seconds =
@@ -96,6 +113,7 @@ int main(int argc, char** argv) {
     for (const AttentionProblem& p : *suite) {
       const std::string name = backend->Name() + "/" + p.Id();
       if (!backend->Supports(p).ok()) continue;
+      if (p.backward && !backend->SupportsBackward(p).ok()) continue;
       benchmark::RegisterBenchmark(name.c_str(), RunAttention, backend, p, ctx)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime()

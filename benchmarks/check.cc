@@ -5,12 +5,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "benchmarks/grad_check.h"
 #include "benchmarks/text_fit.h"
 #include "core/compare.h"
 #include "core/execute.h"
+#include "core/grad_data.h"
 #include "core/problem_config.h"
 #include "core/problem_data.h"
 #include "core/reference.h"
+#include "core/reference_backward.h"
 #include "core/status_macros.h"
 #include "core/version.h"
 
@@ -38,6 +41,15 @@ absl::StatusOr<CheckReport> RunCheck(const BackendRegistry& registry, const Atte
   const auto ref_start = std::chrono::steady_clock::now();
   const ReferenceResult ref = ComputeReference(p, data.args());
   report.set_reference_s(SecondsSince(ref_start));
+  // A training step's problem: dO and the reference gradients, once.
+  GradData grads;
+  ReferenceGradients ref_grads;
+  if (p.backward) {
+    ATTNKIT_ASSIGN_OR_RETURN(grads, GradData::Random(p, p.seed, p.additive_bias));
+    const auto grad_start = std::chrono::steady_clock::now();
+    ref_grads = ComputeReferenceBackward(p, data.args(), grads.d_o.view());
+    report.set_reference_grad_s(SecondsSince(grad_start));
+  }
   for (Backend* b : backends) {
     CheckResult* r = report.add_results();
     r->set_backend(b->Name());
@@ -71,6 +83,16 @@ absl::StatusOr<CheckReport> RunCheck(const BackendRegistry& registry, const Atte
     r->set_max_bound_fraction(c.max_bound_fraction);
     r->set_checked(c.checked);
     r->set_mismatches(c.mismatches);
+    if (!p.backward || !c.ok()) continue;
+    const GradCheck g = CheckBackward(b, p, data, grads, ref_grads);
+    r->set_grad_status(g.status);
+    r->set_grad_detail(g.detail);
+    r->set_grad_kernel(g.kernel);
+    r->set_grad_time_ms(1e3 * g.seconds);
+    r->set_grad_max_abs_err(g.comparison.max_abs_err);
+    r->set_grad_max_bound_fraction(g.comparison.max_bound_fraction);
+    r->set_grad_checked(g.comparison.checked);
+    r->set_grad_mismatches(g.comparison.mismatches);
   }
   return report;
 }
@@ -79,9 +101,16 @@ std::string FormatCheckTable(const CheckReport& report, bool wide) {
   std::string out =
       absl::StrCat("check ", report.id(), report.name().empty() ? "" : " (" + report.name() + ")",
                    ", seed ", report.seed(), "\n");
-  absl::StrAppendFormat(&out, "fp64 oracle computed in %.3f s\n\n", report.reference_s());
+  absl::StrAppendFormat(&out, "fp64 oracle computed in %.3f s", report.reference_s());
+  const bool backward = report.config().backward();
+  if (backward) {
+    absl::StrAppendFormat(&out, "; its gradients in %.3f s (backward rows: dQ, dK, dV%s)",
+                          report.reference_grad_s(),
+                          report.config().additive_bias() ? ", dBias" : "");
+  }
+  absl::StrAppend(&out, "\n\n");
   // Default: 120 columns (kernels and reasons shortened); wide: whole.
-  size_t kernel_width = 34, name_width = 9;
+  size_t kernel_width = 34, name_width = 10;  // room for "  backward"
   for (const CheckResult& r : report.results()) {
     if (wide) kernel_width = std::max(kernel_width, r.kernel().size());
     name_width = std::max(name_width, r.backend().size());
@@ -116,13 +145,37 @@ std::string FormatCheckTable(const CheckReport& report, bool wide) {
         absl::StrAppend(&out, fit("    first mismatch: " + r.detail(), kTerminalColumns), "\n");
       }
     }
+    if (!backward || r.grad_status().empty()) continue;
+    // The backward pass, under its forward's line.
+    const std::string label = "  backward";
+    if (r.grad_status() == "pass" || r.grad_status() == "fail") {
+      absl::StrAppendFormat(&out, "%-*s %-6s %9.3f %11.3e %11s %11s %9.2f  %s\n", nw, label,
+                            r.grad_status() == "pass" ? "pass" : "FAIL",
+                            r.grad_max_bound_fraction(), r.grad_max_abs_err(), "", "",
+                            r.grad_time_ms(), fit(r.grad_kernel(), static_cast<size_t>(kw)));
+      if (r.grad_status() != "pass") {
+        absl::StrAppend(&out, fit("    first mismatch: " + r.grad_detail(), kTerminalColumns),
+                        "\n");
+      }
+    } else {
+      absl::StrAppend(
+          &out,
+          fit(absl::StrFormat("%-*s %s: %s", nw, label,
+                              r.grad_status() == "error" ? "ERROR" : r.grad_status(),
+                              r.grad_detail()),
+              kTerminalColumns),
+          "\n");
+    }
   }
   return out;
 }
 
 int CountCheckFailures(const CheckReport& report) {
   int n = 0;
-  for (const CheckResult& r : report.results()) n += r.status() == "fail" || r.status() == "error";
+  for (const CheckResult& r : report.results()) {
+    n += r.status() == "fail" || r.status() == "error" || r.grad_status() == "fail" ||
+         r.grad_status() == "error";
+  }
   return n;
 }
 
@@ -131,6 +184,8 @@ std::vector<std::string> CheckSkips(const CheckReport& report) {
   for (const CheckResult& r : report.results()) {
     if (r.status() == "unavailable" || r.status() == "unsupported") {
       skipped.push_back(absl::StrCat(r.backend(), " (", r.status(), ")"));
+    } else if (r.grad_status() == "unsupported") {
+      skipped.push_back(absl::StrCat(r.backend(), " (backward unsupported)"));
     }
   }
   return skipped;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <map>
 #include <set>
 
@@ -9,11 +11,14 @@
 #include "absl/strings/str_format.h"
 #include "backends/auto_select.h"
 #include "backends/reference/reference_backend.h"
+#include "benchmarks/grad_check.h"
 #include "benchmarks/machine.h"
 #include "benchmarks/text_fit.h"
 #include "core/compare.h"
 #include "core/config_io.h"
 #include "core/execute.h"
+#include "core/grad_data.h"
+#include "core/reference_backward.h"
 #include "core/machine_info.h"
 #include "core/problem_config.h"
 #include "core/problem_data.h"
@@ -37,9 +42,17 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Checks then times one backend on one problem.
+// A training step's problem: dO and the fp64 reference gradients, made once
+// per problem and shared by every backend.
+struct BackwardInputs {
+  GradData grads;
+  ReferenceGradients ref;
+};
+
+// Checks then times one backend on one problem: the forward, or with
+// `backward` the backward pass (after a checked forward gives its O and lse).
 BackendResult Measure(Backend* backend, const AttentionProblem& p, const ProblemData& data,
-                      const CompareOptions& options) {
+                      const CompareOptions& options, const BackwardInputs* backward = nullptr) {
   BackendResult r;
   r.set_backend(backend->Name());
   // "unavailable": the backend cannot run on this machine at all;
@@ -77,15 +90,38 @@ BackendResult Measure(Backend* backend, const AttentionProblem& p, const Problem
     r.set_detail(c.first_failure);
     return r;
   }
+  // What is timed: the forward, or the backward pass from this forward's O.
+  std::function<absl::Status()> timed = [&] {
+    absl::Status st = placed->Forward(p, &info);
+    return st.ok() ? backend->Synchronize() : st;
+  };
+  double checked_seconds = first_seconds;
+  if (backward != nullptr) {
+    const GradCheck g = CheckBackward(backend, p, data, backward->grads, backward->ref);
+    r.set_kernel(g.kernel);
+    r.set_max_abs_err(g.comparison.max_abs_err);
+    if (g.status != "pass") {
+      r.set_status(g.status == "fail" ? "wrong" : g.status);
+      r.set_detail(g.status == "fail" ? "backward: " + g.detail : g.detail);
+      return r;
+    }
+    checked_seconds = g.seconds;
+    // Host backends read the host tensors in place; a device backend's
+    // timing includes its copies (RunBackwardOnBackend places them per call).
+    timed = [&] {
+      return backend->UsesHostMemory()
+                 ? backend->Backward(p, data.args(), backward->grads.args(), &info)
+                 : RunBackwardOnBackend(backend, p, data, backward->grads, &info);
+    };
+  }
   std::vector<double> samples;
-  if (first_seconds >= options.budget_seconds) {
-    samples.push_back(first_seconds);  // too slow to repeat within the budget
+  if (checked_seconds >= options.budget_seconds) {
+    samples.push_back(checked_seconds);  // too slow to repeat within the budget
   } else {
     const auto begin = Clock::now();
     while (static_cast<int>(samples.size()) < options.max_runs) {
       start = Clock::now();
-      s = placed->Forward(p, &info);
-      if (s.ok()) s = backend->Synchronize();
+      s = timed();
       samples.push_back(SecondsSince(start));
       if (!s.ok()) {
         r.set_status("error");
@@ -205,7 +241,9 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
   *report.mutable_limits() = limits;
   report.set_flop_convention(
       "useful FLOPs = 4 * head_dim * (query, key) pairs not blocked by the mask or padding "
-      "(QK^T and PV, multiply-add = 2 FLOPs); GB/s counts Q, K, V and O read or written once");
+      "(QK^T and PV, multiply-add = 2 FLOPs), 2.5x that for the backward pass of _bwd problems "
+      "(which alone they time); GB/s counts Q, K, V and O (and dO, dQ, dK, dV) read or written "
+      "once");
   report.set_created_at(NowUtc());
   report.mutable_attnkit()->set_version(AttnkitVersion());
   report.mutable_attnkit()->set_commit(AttnkitCommit());
@@ -224,8 +262,19 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
     pr->set_memory_bound(cost.useful_flops / double(cost.bytes_moved) < balance);
     pr->set_fits_in_llc(limits.llc_bytes() > 0 && cost.bytes_moved <= limits.llc_bytes());
     ATTNKIT_ASSIGN_OR_RETURN(const ProblemData data, ProblemData::Random(p, p.seed));
+    std::unique_ptr<BackwardInputs> backward;
+    if (p.backward) {
+      backward = std::make_unique<BackwardInputs>();
+      ATTNKIT_ASSIGN_OR_RETURN(backward->grads, GradData::Random(p, p.seed, p.additive_bias));
+      if (options.progress != nullptr) {
+        *options.progress << absl::StrFormat("[%d/%d] %-38s fp64 reference gradients...\n",
+                                             index, problems.size(), pr->name());
+        options.progress->flush();
+      }
+      backward->ref = ComputeReferenceBackward(p, data.args(), backward->grads.d_o.view());
+    }
     for (Backend* b : backends) {
-      BackendResult r = Measure(b, p, data, options);
+      BackendResult r = Measure(b, p, data, options, backward.get());
       if (r.status() == "ok") SetRates(cost, limits, pr->memory_bound(), &r);
       if (options.progress != nullptr) {
         *options.progress << absl::StrFormat(
@@ -235,7 +284,7 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
       }
       *pr->add_results() = r;
     }
-    if (options.auto_row) {
+    if (options.auto_row && !p.backward) {  // auto selects forward backends
       BackendResult r = MeasureAuto(registry, p, data, options, *pr);
       if (r.status() == "ok") SetRates(cost, limits, pr->memory_bound(), &r);
       *pr->add_results() = r;

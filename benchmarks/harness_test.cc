@@ -180,7 +180,7 @@ TEST(CompareTest, DefaultTableFitsATerminalAndWideDoesNot) {
 TEST(SuiteTest, StandardSuiteLoads) {
   auto suite = LoadSuite("standard");
   ASSERT_TRUE(suite.ok()) << suite.status();
-  EXPECT_EQ(suite->size(), 12u);
+  EXPECT_EQ(suite->size(), 14u);
   for (const AttentionProblem& p : *suite) EXPECT_FALSE(p.name.empty());
   // The serving problems: int8 K/V, paged K/V and a ragged mixed batch.
   int int8 = 0, paged = 0, ragged = 0;
@@ -192,6 +192,13 @@ TEST(SuiteTest, StandardSuiteLoads) {
   EXPECT_EQ(int8, 1);
   EXPECT_EQ(paged, 2);
   EXPECT_EQ(ragged, 1);
+  // The training problems time their backward pass; their ids say so.
+  int backward = 0;
+  for (const AttentionProblem& p : *suite) {
+    backward += p.backward;
+    EXPECT_EQ(p.backward, absl::EndsWith(p.Id(), "_bwd")) << p.Id();
+  }
+  EXPECT_EQ(backward, 2);
   EXPECT_EQ(LoadSuite("huge").status().code(), absl::StatusCode::kNotFound);
 }
 

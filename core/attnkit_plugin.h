@@ -101,6 +101,8 @@ typedef struct attnkit_problem {
   int64_t page_size, num_pages;
   const int64_t* q_lengths; /* num_q_lengths values, or NULL */
   int64_t num_q_lengths;    /* 0 or batch */
+  /* Since 0.26: a training step's problem (0 or 1; config.proto backward). */
+  int32_t backward;
 } attnkit_problem;
 
 /* A strided view; data NULL means absent. Shapes and strides in elements. */

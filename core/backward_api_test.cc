@@ -160,6 +160,19 @@ TEST(BackwardCapabilitiesTest, RefusalsNameTheFeature) {
   EXPECT_THAT(CheckBackwardCapabilities(c, p).message(), HasSubstr("paged K/V"));
 }
 
+TEST(BackwardAbiTest, ProblemCarriesBackward) {
+  AttentionProblem p = GqaCausal();
+  p.backward = true;
+  auto back = ProblemFromC(ProblemToC(p));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->backward);
+  attnkit_problem older = ProblemToC(p);
+  older.struct_size = offsetof(attnkit_problem, backward);  // a 0.25 caller
+  back = ProblemFromC(attnkit_sdk::internal::CopyIn(&older));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->backward);
+}
+
 TEST(BackwardAbiTest, CapsRoundTrip) {
   Capabilities c = FullCapabilities();
   c.backward = FullBackwardCapabilities();

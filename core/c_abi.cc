@@ -95,6 +95,7 @@ attnkit_problem ProblemToC(const AttentionProblem& p) {
   c.num_pages = p.num_pages;
   c.q_lengths = p.q_lengths.empty() ? nullptr : p.q_lengths.data();
   c.num_q_lengths = static_cast<int64_t>(p.q_lengths.size());
+  c.backward = p.backward;
   return c;
 }
 
@@ -142,6 +143,7 @@ absl::StatusOr<AttentionProblem> ProblemFromC(const attnkit_problem& c) {
                         c.num_q_lengths));
   }
   if (c.num_q_lengths > 0) p.q_lengths.assign(c.q_lengths, c.q_lengths + c.num_q_lengths);
+  p.backward = c.backward != 0;
   return p;
 }
 

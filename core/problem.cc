@@ -156,6 +156,7 @@ std::string AttentionProblem::Id() const {
   if (return_lse) absl::StrAppend(&id, "_lse");
   absl::StrAppend(&id, "_", DTypeName(dtype));
   if (kv_dtype != dtype) absl::StrAppend(&id, "_kv", DTypeName(kv_dtype));
+  if (backward) absl::StrAppend(&id, "_bwd");
   return id;
 }
 
@@ -219,6 +220,20 @@ absl::Status ValidateProblem(const AttentionProblem& p) {
     }
   }
   ATTNKIT_RETURN_IF_ERROR(ValidatePagingAndRagged(p));
+  if (p.backward) {  // a training step: gradients of dense float K/V
+    if (p.is_paged()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "backward (true) needs dense K/V; page_size (%d) must be 0", p.page_size));
+    }
+    if (p.kv_dtype == DType::kI8) {
+      return absl::InvalidArgumentError(
+          "backward (true) needs float K/V; kv_dtype INT8 has no gradient");
+    }
+    if (!p.return_lse) {
+      return absl::InvalidArgumentError(
+          "backward (true) needs return_lse: the backward pass reads the forward's lse");
+    }
+  }
   if (p.nonfinite_inputs < 0 || p.nonfinite_inputs > kMaxNonfiniteInputs) {
     return absl::InvalidArgumentError(absl::StrFormat("nonfinite_inputs (%d) must be in [0, %d]",
                                                       p.nonfinite_inputs, kMaxNonfiniteInputs));
@@ -335,5 +350,7 @@ int64_t CountVisiblePairs(const AttentionProblem& p) {
 double UsefulFlops(const AttentionProblem& p) {
   return 4.0 * static_cast<double>(p.head_dim) * static_cast<double>(CountVisiblePairs(p));
 }
+
+double UsefulBackwardFlops(const AttentionProblem& p) { return 2.5 * UsefulFlops(p); }
 
 }  // namespace attnkit

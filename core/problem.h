@@ -65,6 +65,9 @@ struct AttentionProblem {
   // queries (<= q_len) and kv_lengths[b] keys (<= kv_len); Q, O and (unless
   // paged) K, V are packed token-major. Empty = every sequence has q_len.
   std::vector<int64_t> q_lengths;
+  // A training step (config.proto backward): the forward then Backward.
+  // Needs return_lse and dense float K/V.
+  bool backward = false;
 
   int64_t group_size() const { return num_heads / num_kv_heads; }  // H / G
   // The query heads h with KvHead(h) == g share key/value head g.
@@ -124,6 +127,10 @@ absl::Status CheckMemoryBudget(const AttentionProblem& p);
 int64_t CountVisiblePairs(const AttentionProblem& p);
 // Useful FLOPs: 4 * d * visible pairs (two matrix products, multiply + add).
 double UsefulFlops(const AttentionProblem& p);
+// Useful FLOPs of the backward pass: 2.5x the forward's (FlashAttention's
+// convention: five matrix products of the forward's size, QK^T recomputed,
+// dP = dO V^T, dV, dK, dQ, against the forward's two), 10 * d * visible pairs.
+double UsefulBackwardFlops(const AttentionProblem& p);
 
 }  // namespace attnkit
 

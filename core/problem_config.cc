@@ -83,7 +83,8 @@ absl::StatusOr<AttentionProblem> ProblemFromConfig(const AttentionConfig& c) {
   p.kv_lengths.assign(c.kv_lengths().begin(), c.kv_lengths().end());
   p.blocked_mask = c.blocked_mask();
   p.additive_bias = c.additive_bias();
-  p.return_lse = c.return_lse();
+  p.backward = c.backward();
+  p.return_lse = c.return_lse() || p.backward;  // the backward pass reads the lse
   p.backend = c.backend().empty() ? "auto" : c.backend();
   p.seed = c.seed();
   p.poison_blocked = c.poison_blocked();
@@ -131,6 +132,7 @@ AttentionConfig ConfigFromProblem(const AttentionProblem& p) {
   c.set_blocked_mask(p.blocked_mask);
   c.set_additive_bias(p.additive_bias);
   c.set_return_lse(p.return_lse);
+  c.set_backward(p.backward);
   c.set_backend(p.backend);
   c.set_seed(p.seed);
   c.set_poison_blocked(p.poison_blocked);

@@ -58,12 +58,31 @@ TEST(ProblemTest, ErrorsNameFieldValueAndRule) {
        "head_dim (9223372036854775807) must be in [1, 1024]"},
       {"num_heads: 4 head_dim: 64 q_len: 4 memory_budget_bytes: -1",
        "memory_budget_bytes (-1) must be >= 1"},
+      {"num_heads: 4 head_dim: 64 q_len: 4 backward: true page_size: 16",
+       "backward (true) needs dense K/V; page_size (16) must be 0"},
+      {"num_heads: 4 head_dim: 64 q_len: 4 backward: true kv_dtype: INT8",
+       "kv_dtype INT8 has no gradient"},
   };
   for (const Case& c : cases) {
     auto p = FromText(c.text);
     ASSERT_FALSE(p.ok()) << c.text;
     EXPECT_THAT(std::string(p.status().message()), HasSubstr(c.message)) << c.text;
   }
+}
+
+// A training step's problem: return_lse comes with it, the id says _bwd,
+// and its useful FLOPs are 2.5x the forward's.
+TEST(ProblemTest, BackwardImpliesLseAndEndsTheId) {
+  auto p = FromText("num_heads: 4 head_dim: 16 q_len: 8 mask { kind: CAUSAL } backward: true");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->backward);
+  EXPECT_TRUE(p->return_lse);
+  EXPECT_THAT(p->Id(), ::testing::EndsWith("_lse_f32_bwd"));
+  EXPECT_DOUBLE_EQ(UsefulBackwardFlops(*p), 2.5 * UsefulFlops(*p));
+  EXPECT_TRUE(ConfigFromProblem(*p).backward());
+  AttentionProblem no_lse = *p;
+  no_lse.return_lse = false;
+  EXPECT_THAT(std::string(ValidateProblem(no_lse).message()), HasSubstr("needs return_lse"));
 }
 
 TEST(ProblemTest, ParseErrorsGiveLineAndColumn) {

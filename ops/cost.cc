@@ -38,6 +38,14 @@ CostReport ComputeCost(const AttentionProblem& p) {
   if (p.is_ragged()) c.bytes_extra += (p.is_paged() ? 1 : 2) * (B + 1) * 4;  // cu_seqlens
   if (p.blocked_mask) c.bytes_extra += c.total_pairs;
   if (p.additive_bias) c.bytes_extra += c.total_pairs * 4;
+  if (p.backward) {
+    // The backward pass alone (core/problem.h UsefulBackwardFlops): it reads
+    // Q, K, V, O, the lse and dO, and writes dQ, dK, dV (and dBias).
+    c.useful_flops = UsefulBackwardFlops(p);
+    c.dense_flops *= 2.5;
+    c.bytes_extra += 2 * c.bytes_q + c.bytes_k + c.bytes_v;
+    if (p.additive_bias) c.bytes_extra += c.total_pairs * 4;
+  }
   c.bytes_moved = c.bytes_q + c.bytes_k + c.bytes_v + c.bytes_o + c.bytes_extra;
   c.score_entries = c.total_pairs;
   c.kv_cache_bytes = c.bytes_k + c.bytes_v;
@@ -51,7 +59,9 @@ std::string FormatCost(const AttentionProblem& p, const CostReport& c) {
                         p.Id(), p.Variant(), p.num_heads, p.num_kv_heads);
   absl::StrAppendFormat(&out, "visible pairs      %d of %d (%.2f%%)\n", c.visible_pairs,
                         c.total_pairs, c.total_pairs ? 100.0 * c.visible_pairs / c.total_pairs : 0);
-  absl::StrAppendFormat(&out, "useful FLOPs       %.6g (4 * d * visible pairs)\n", c.useful_flops);
+  absl::StrAppendFormat(&out, "useful FLOPs       %.6g (%s)\n", c.useful_flops,
+                        p.backward ? "backward pass: 10 * d * visible pairs"
+                                   : "4 * d * visible pairs");
   absl::StrAppendFormat(&out, "dense FLOPs        %.6g (4 * d * B * H * Tq * Tk)\n", c.dense_flops);
   absl::StrAppendFormat(&out, "bytes moved        %s (q %d, k %d, v %d, o %d, other %d)\n",
                         Bytes(c.bytes_moved), c.bytes_q, c.bytes_k, c.bytes_v, c.bytes_o,

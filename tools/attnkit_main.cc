@@ -60,6 +60,9 @@ ABSL_FLAG(std::string, svg, "",
 ABSL_FLAG(std::string, html, "",
           "compare: write one self-contained page with the chart, the table and the machine");
 ABSL_FLAG(bool, wide, false, "check, compare: print tables at full width (default: 120 columns)");
+ABSL_FLAG(bool, grad, false,
+          "check, compare: the backward pass too, as if the config said backward: true (check: "
+          "gradients against the fp64 reference; compare: times the backward pass)");
 ABSL_FLAG(std::string, mask_convention, "attnkit",
           "run, verify: how --mask reads: attnkit (true = blocked) or torch (true = take part)");
 ABSL_FLAG(std::string, baseline, "", "compare: an earlier --json report; marks >10% slowdowns");
@@ -284,6 +287,7 @@ int main(int argc, char** argv) {
   options.svg = absl::GetFlag(FLAGS_svg);
   options.html = absl::GetFlag(FLAGS_html);
   options.wide = absl::GetFlag(FLAGS_wide);
+  options.grad = absl::GetFlag(FLAGS_grad);
   options.mask_convention = absl::GetFlag(FLAGS_mask_convention);
   options.baseline = absl::GetFlag(FLAGS_baseline);
   options.refresh = absl::GetFlag(FLAGS_refresh);

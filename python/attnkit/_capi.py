@@ -71,6 +71,7 @@ class Problem(ctypes.Structure):
         ("num_pages", _c_int64),
         ("q_lengths", ctypes.POINTER(_c_int64)),
         ("num_q_lengths", _c_int64),
+        ("backward", _c_int32),  # since 0.26
     ]
 
 

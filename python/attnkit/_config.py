@@ -78,6 +78,7 @@ class AttentionConfig:
     page_size: int = 0
     num_pages: int = 0
     q_lengths: typing.List[int] = dataclasses.field(default_factory=list)
+    backward: bool = False
 
     def __post_init__(self):
         if isinstance(self.mask, str):

@@ -75,6 +75,10 @@ class _Problem:
             # attnkit.attention takes dense tensors; `attnkit compare` runs these.
             self.skip = "paged, ragged and int8 problems: see `attnkit compare`"
             return
+        if cfg.backward:
+            # The Python layer has no backward entry yet; `attnkit compare` times it.
+            self.skip = "backward problems: see `attnkit compare`"
+            return
         b = cfg.batch or 1
         h, g = cfg.num_heads, cfg.num_kv_heads or cfg.num_heads
         tq, tk, d = cfg.q_len, cfg.kv_len or cfg.q_len, cfg.head_dim

@@ -122,6 +122,20 @@ absl::Status CompareCommand(const BackendRegistry& registry, const CliOptions& o
   } else {
     ATTNKIT_ASSIGN_OR_RETURN(problems,
                              LoadSuite(options.suite.empty() ? "standard" : options.suite));
+    if (options.grad) {  // each problem's training-step twin, where it has one
+      std::vector<AttentionProblem> twins;
+      for (AttentionProblem p : problems) {
+        const std::string id = p.Id();
+        p.backward = p.return_lse = true;
+        const absl::Status valid = ValidateProblem(p);
+        if (valid.ok()) {
+          twins.push_back(std::move(p));
+        } else {
+          progress << "--grad: " << id << " is left out: " << valid.message() << "\n";
+        }
+      }
+      problems = std::move(twins);
+    }
   }
   CompareReport baseline;
   if (!options.baseline.empty()) {

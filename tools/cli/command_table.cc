@@ -34,8 +34,9 @@ const std::vector<CommandSpec>& Commands() {
        "every backend on the config's random inputs against the fp64 reference: error as a "
        "fraction of the oracle's bound, pass/fail",
        {},
-       {"config", "backends", "allow_skip", "json", "wide", "plugins"},
-       {"attnkit check --config=gqa.textproto", "attnkit check --backends=highway,blas --json=-"}},
+       {"config", "backends", "allow_skip", "grad", "json", "wide", "plugins"},
+       {"attnkit check --config=gqa.textproto", "attnkit check --backends=highway,blas --json=-",
+        "attnkit check --config=gqa.textproto --grad   (dQ, dK, dV against the fp64 reference)"}},
       {"verify",
        "an output another implementation produced, against the fp64 reference with check's "
        "oracle",
@@ -68,10 +69,11 @@ const std::vector<CommandSpec>& Commands() {
        "every backend (and auto) on the same data, each checked then timed, as % of this "
        "machine's limits measured in the same run",
        {},
-       {"config", "suite", "backends", "threads", "json", "svg", "html", "baseline", "wide",
+       {"config", "suite", "backends", "threads", "grad", "json", "svg", "html", "baseline", "wide",
         "plugins"},
        {"attnkit compare --suite=standard --json=run.json --svg=run.svg --html=run.html",
-        "attnkit compare --config=decode.textproto --baseline=yesterday.json"},
+        "attnkit compare --config=decode.textproto --baseline=yesterday.json",
+        "attnkit compare --grad   (the backward pass of every suite problem that has one)"},
        {{"config", "the suite"}}},
       {"peak",
        "this machine's limits: peak FMA per Highway target, read bandwidth, OpenBLAS sgemm",

@@ -8,8 +8,11 @@
 namespace attnkit {
 
 absl::StatusOr<AttentionConfig> LoadCliConfig(const CliOptions& options) {
-  if (options.config.empty()) return ParseConfigText(kDefaultConfigText, "<built-in default>");
-  return LoadConfigFile(options.config);
+  absl::StatusOr<AttentionConfig> config =
+      options.config.empty() ? ParseConfigText(kDefaultConfigText, "<built-in default>")
+                             : LoadConfigFile(options.config);
+  if (config.ok() && options.grad) config->set_backward(true);
+  return config;
 }
 
 absl::Status EmitJson(const CliOptions& options, const std::string& json, std::ostream& out) {

@@ -1,0 +1,36 @@
+// The backward pass as `check --grad` and `compare --grad` run it: one
+// backend's gradients from its own forward outputs, checked against the fp64
+// reference gradients (core/compare_grad.h).
+#ifndef ATTNKIT_BENCHMARKS_GRAD_CHECK_H_
+#define ATTNKIT_BENCHMARKS_GRAD_CHECK_H_
+
+#include <string>
+
+#include "core/backend.h"
+#include "core/compare.h"
+#include "core/grad_data.h"
+#include "core/problem.h"
+#include "core/problem_data.h"
+#include "core/reference_backward.h"
+
+namespace attnkit {
+
+struct GradCheck {
+  // "pass", "fail" (outside the oracle's bound), "error" (Backward returned
+  // one) or "unsupported" (SupportsBackward refused; `detail` says why).
+  std::string status;
+  std::string detail;
+  std::string kernel;
+  double seconds = 0;  // the checked call, wall clock (transfers included)
+  Comparison comparison;
+};
+
+// Backward on `backend` with data.o and data.lse as its forward wrote them
+// (run the forward first) and grads.d_o; the gradients are poisoned first,
+// so one the backend does not write fails.
+GradCheck CheckBackward(Backend* backend, const AttentionProblem& p, const ProblemData& data,
+                        const GradData& grads, const ReferenceGradients& ref);
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_BENCHMARKS_GRAD_CHECK_H_
