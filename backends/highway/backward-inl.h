@@ -44,6 +44,7 @@ constexpr int64_t kBwdMinItems = 16;
 // longer single-threaded than 8 of 4).
 constexpr int64_t kBwdMinBlocksPerChunk = 4;
 constexpr size_t kBwdAlignFloats = 16;  // 64-byte sub-buffer alignment
+constexpr int64_t kBwdMaxKeyBlock = 64;  // PlanBackward's largest key block
 
 inline int64_t BwdCeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t BwdRoundUp(int64_t a, int64_t b) { return BwdCeilDiv(a, b) * b; }
@@ -86,7 +87,8 @@ inline BwdPlan PlanBackward(const FlashParams& p) {
   // Each step's operands ([64, dp] f32: 16 KiB at d = 64) stay in L1/L2;
   // large head dims take smaller blocks.
   t.key_pad = std::max<int64_t>(kGradTileM, N);
-  t.key_block = BwdRoundUp(t.dp <= 128 ? 64 : (t.dp <= 256 ? 32 : 16), t.key_pad);
+  t.key_block = std::min(kBwdMaxKeyBlock,
+                         BwdRoundUp(t.dp <= 128 ? 64 : (t.dp <= 256 ? 32 : 16), t.key_pad));
   t.q_tile = t.dp <= 128 ? 64 : 32;
   t.q_tile = std::min(t.q_tile, BwdRoundUp(p.q_len, kGradTileM));
   t.q_tiles = BwdCeilDiv(p.q_len, t.q_tile);
@@ -234,6 +236,44 @@ inline void LoadKeyBlock(const TensorView& v, int64_t b, int64_t g, int64_t k0, 
   }
 }
 
+// Keys of the block [k0, k0 + nk) that no query of any head of kv head g
+// sees (outside every row's structured range, or dense-blocked for every
+// row): the forward never reads their K and V rows, which may hold anything
+// (NaN included; core/poison_blocked.h draws such inputs), so their f32
+// copies (rows and transposed columns) are zeroed here: 0 * NaN must not
+// reach dQ = dX K or dP = dO V^T.
+inline void ZeroUnseenKeys(const FlashParams& p, int64_t b, int64_t g, int64_t k0, int64_t nk,
+                           int64_t kv_length, int64_t dp, int64_t ldt, float* HWY_RESTRICT k_rows,
+                           float* HWY_RESTRICT k_cols, float* HWY_RESTRICT v_rows,
+                           float* HWY_RESTRICT v_cols) {
+  char seen[kBwdMaxKeyBlock] = {};
+  int64_t lo = nk, hi = 0;  // without a dense mask: the union of the rows' ranges
+  for (int64_t i = 0; i < p.q_len; ++i) {
+    const KeyRange r = VisibleKeys(p.mask, i, kv_length);
+    const int64_t begin = std::max(r.begin, k0) - k0, end = std::min(r.end, k0 + nk) - k0;
+    if (begin >= end) continue;
+    if (p.blocked == nullptr) {  // ranges move monotonically with i: one interval
+      lo = std::min(lo, begin);
+      hi = std::max(hi, end);
+      continue;
+    }
+    for (int64_t h = g * p.group; h < (g + 1) * p.group; ++h) {
+      const uint8_t* mask = p.blocked + p.blocked_view.Offset(b, h, i, k0);
+      const int64_t ms = p.blocked_view.strides[3];
+      for (int64_t j = begin; j < end; ++j) seen[j] |= mask[j * ms] == 0;
+    }
+  }
+  if (p.blocked == nullptr) {
+    for (int64_t j = lo; j < hi; ++j) seen[j] = 1;
+  }
+  for (int64_t j = 0; j < nk; ++j) {
+    if (seen[j]) continue;
+    std::fill(k_rows + j * dp, k_rows + (j + 1) * dp, 0.0f);
+    std::fill(v_rows + j * dp, v_rows + (j + 1) * dp, 0.0f);
+    for (int64_t c = 0; c < dp; ++c) k_cols[c * ldt + j] = v_cols[c * ldt + j] = 0.0f;
+  }
+}
+
 // One (query tile, key block) step for head h: updates dk, dv [nkp, dp] and
 // dq [nqp, dp] (the tile's rows of the dQ accumulator).
 inline void BackwardStep(const FlashParams& p, const FlashGradParams& g, const BwdPlan& t,
@@ -253,9 +293,16 @@ inline void BackwardStep(const FlashParams& p, const FlashGradParams& g, const B
   float* HWY_RESTRICT dps = scratch + t.off_dps;
   float* HWY_RESTRICT add = scratch + t.off_add;
   float* HWY_RESTRICT ds = scratch + t.off_ds;
-  // Q pre-scaled: S = scale q . k directly, and dK = sum dX (scale q).
+  // Q pre-scaled: S = scale q . k directly, and dK = sum dX (scale q). A
+  // row that sees no key (lse -inf) is never read by the forward and may
+  // hold anything: it is zeroed, so 0 * NaN cannot reach dK.
+  const float kNoKeys = -std::numeric_limits<float>::infinity();
   for (int64_t r = 0; r < nq; ++r) {
-    LoadGradRow(p.q, b, h, q0 + r, d, dp, p.scale, q + r * dp);
+    if (p.lse[p.lse_view.Offset(b, h, q0 + r)] == kNoKeys) {
+      std::fill(q + r * dp, q + (r + 1) * dp, 0.0f);
+    } else {
+      LoadGradRow(p.q, b, h, q0 + r, d, dp, p.scale, q + r * dp);
+    }
     LoadGradRow(g.d_o, b, h, q0 + r, d, dp, 1.0f, d_o + r * dp);
   }
   std::fill(q + nq * dp, q + nqp * dp, 0.0f);
@@ -339,6 +386,7 @@ inline void BackwardItem(const FlashParams& p, const FlashGradParams& g, const B
         if (!loaded) {  // K and V of a block no query sees are never read
           LoadKeyBlock(p.k, b, kvh, k0, nk, nkp, d, dp, ld, k, kt);
           LoadKeyBlock(p.v, b, kvh, k0, nk, nkp, d, dp, ld, v, vt);
+          ZeroUnseenKeys(p, b, kvh, k0, nk, kv_length, dp, ld, k, kt, v, vt);
           loaded = true;
         }
         const int64_t q0 = qt * t.q_tile;

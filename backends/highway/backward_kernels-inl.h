@@ -124,8 +124,9 @@ struct GradRow {
 // One row of a step, in place over cols (a multiple of Lanes) keys:
 //   s = x (or c tanh(x / c) with softcap c > 0) + add,   x = S[j] on entry
 //   P = exp(s - lse) on visible keys, 0 elsewhere (never NaN: masked lanes
-//       are selected away, whatever lse is)
-//   dS = P (dP - D);  dX = dS (1 - tanh^2)  (dS without softcap)
+//       are selected away, whatever lse, S or dP hold there)
+//   dS = P (dP - D);  dX = dS (1 - tanh^2)  (dS without softcap); both 0
+//       on masked lanes
 // Leaves P in s and dX in dp; with ds != null also stores dS there (dbias).
 HWY_INLINE void SoftmaxGradRow(float* HWY_RESTRICT s, float* HWY_RESTRICT dp, size_t cols,
                                const GradRow& row, float softcap, float* HWY_RESTRICT ds) {
@@ -155,9 +156,11 @@ HWY_INLINE void SoftmaxGradRow(float* HWY_RESTRICT s, float* HWY_RESTRICT dp, si
       x = hn::Add(x, add);
     }
     const VF p = hn::IfThenElseZero(visible, ExpWithSubnormals(df, hn::Sub(x, lse)));
-    VF dx = hn::Mul(p, hn::Sub(hn::Load(df, dp + j), dsum));
+    // A masked lane's S or dP may be NaN (a K or V row the forward never
+    // reads): 0 * NaN must not reach dS.
+    VF dx = hn::IfThenElseZero(visible, hn::Mul(p, hn::Sub(hn::Load(df, dp + j), dsum)));
     if (ds != nullptr) hn::Store(dx, df, ds + j);
-    if (softcap > 0.0f) dx = hn::Mul(dx, hn::NegMulAdd(t, t, one));
+    if (softcap > 0.0f) dx = hn::IfThenElseZero(visible, hn::Mul(dx, hn::NegMulAdd(t, t, one)));
     hn::Store(p, df, s + j);
     hn::Store(dx, df, dp + j);
   }
