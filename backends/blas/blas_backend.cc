@@ -8,6 +8,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "backends/blas/attention_block.h"
+#include "backends/blas/backward.h"
 #include "backends/blas/row_ops.h"
 #include "core/full_capabilities.h"
 #include "core/ragged.h"
@@ -68,7 +69,17 @@ std::string BlasBackend::Description() const {
       openblas_get_corename(), memory_budget() >> 20);
 }
 
-Capabilities BlasBackend::Caps() const { return FullCapabilities(); }
+Capabilities BlasBackend::Caps() const {
+  Capabilities c = FullCapabilities();
+  BackwardCapabilities& b = c.backward;  // backward.h; dense K/V in a float type
+  b.supported = true;
+  b.dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+  b.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+  b.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
+  b.kv_lengths = b.blocked_mask = b.additive_bias = b.bias_grad = b.softcap = true;
+  b.deterministic = true;  // items own disjoint outputs; their order is fixed by the shape
+  return c;
+}
 
 absl::Status BlasBackend::Supports(const AttentionProblem& p) const {
   ATTNKIT_RETURN_IF_ERROR(Backend::Supports(p));
@@ -253,6 +264,43 @@ absl::Status BlasBackend::ForwardImpl(const AttentionProblem& p, const Attention
   RunSegments(use_items);
   if (largest != nullptr) UpdateKernelName(*largest, use_items, sequences.size());
   info->kernel = kernel_name_;
+  return absl::OkStatus();
+}
+
+absl::Status BlasBackend::BackwardImpl(const AttentionProblem& p, const AttentionArgs& args,
+                                       const GradArgs& grads, RunInfo* info) {
+  absl::MutexLock lock(&mu_);
+  const bool use_items = options_.threading != BlasThreading::kBlas;
+  blas::BackwardOptions o;
+  o.budget_bytes = options_.memory_budget_bytes;
+  o.workers = use_items ? num_threads_ : 1;
+  // The forward's row and key limits cap the backward's own defaults.
+  o.target_rows = std::min(o.target_rows, options_.target_rows);
+  if (options_.max_key_chunk > 0) o.key_chunk = std::min(o.key_chunk, options_.max_key_chunk);
+  ATTNKIT_ASSIGN_OR_RETURN(const blas::BackwardPlan plan, blas::MakeBackwardPlan(p, o));
+  // The forward's workspace, grown when the backward needs more.
+  if (workspace_.size() < plan.total_bytes() || workspace_.size() > options_.memory_budget_bytes) {
+    workspace_ = AlignedBuffer();
+    ATTNKIT_ASSIGN_OR_RETURN(workspace_, AlignedBuffer::Allocate(plan.total_bytes()));
+  }
+  void* workspace = workspace_.data();
+  for (int phase = 0; phase < 2; ++phase) {  // phase 1: kPartitioned's merge
+    auto run = [&](int64_t item, int worker) {
+      blas::ComputeBackwardItem(p, args, grads, plan, phase, item, workspace, worker);
+    };
+    const int64_t items = plan.NumItems(p, phase);
+    if (use_items) {
+      ScopedBlasThreads blas_threads(1);
+      pool_->Run(items, run);
+    } else {
+      ScopedBlasThreads blas_threads(num_threads_);
+      for (int64_t item = 0; item < items; ++item) run(item, 0);
+    }
+  }
+  info->kernel =
+      absl::StrFormat("backward sgemm/%s %s x%d; %s", openblas_get_corename(),
+                      use_items ? "items-over-threads (1-thread BLAS)" : "openblas-threads",
+                      num_threads_, blas::DescribeBackwardPlan(plan));
   return absl::OkStatus();
 }
 

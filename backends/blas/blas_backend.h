@@ -83,6 +83,10 @@ class BlasBackend : public Backend {
  protected:
   absl::Status ForwardImpl(const AttentionProblem& p, const AttentionArgs& args,
                            RunInfo* info) override;
+  // backward.h: (b, g) items over our threads (or, fewer pairs than threads
+  // or a budget too small for all keys, key spans then query blocks).
+  absl::Status BackwardImpl(const AttentionProblem& p, const AttentionArgs& args,
+                            const GradArgs& grads, RunInfo* info) override;
 
  private:
   // Plans every segment (ctx.problem, ctx.args) for the threading mode;
