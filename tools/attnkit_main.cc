@@ -61,8 +61,9 @@ ABSL_FLAG(std::string, html, "",
           "compare: write one self-contained page with the chart, the table and the machine");
 ABSL_FLAG(bool, wide, false, "check, compare: print tables at full width (default: 120 columns)");
 ABSL_FLAG(bool, grad, false,
-          "check, compare: the backward pass too, as if the config said backward: true (check: "
-          "gradients against the fp64 reference; compare: times the backward pass)");
+          "check, compare, fuzz: the backward pass too, as if the config said backward: true "
+          "(check: gradients against the fp64 reference; compare: times the backward pass; "
+          "fuzz: random dense problems' gradients)");
 ABSL_FLAG(std::string, mask_convention, "attnkit",
           "run, verify: how --mask reads: attnkit (true = blocked) or torch (true = take part)");
 ABSL_FLAG(std::string, baseline, "", "compare: an earlier --json report; marks >10% slowdowns");

@@ -90,8 +90,9 @@ const std::vector<CommandSpec>& Commands() {
        "random valid problems on every backend against the reference; mismatches are shrunk "
        "and printed as a one-line check",
        {},
-       {"count", "seed", "backends", "allow_skip", "repro_dir", "json", "plugins"},
-       {"attnkit fuzz --count=500 --seed=7"}},
+       {"count", "seed", "backends", "allow_skip", "grad", "repro_dir", "json", "plugins"},
+       {"attnkit fuzz --count=500 --seed=7",
+        "attnkit fuzz --grad --count=200   (dQ, dK, dV of random dense problems)"}},
       {"help",
        "this overview, or one command's flags with defaults and examples",
        {},

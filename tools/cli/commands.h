@@ -35,7 +35,7 @@ struct CliOptions {
   std::string svg;                    // compare: chart file (and a .png twin with rsvg-convert)
   std::string html;                   // compare: one self-contained page
   bool wide = false;                  // check, compare: tables at full width
-  bool grad = false;                  // check, compare: the backward pass too (backward: true)
+  bool grad = false;  // check, compare, fuzz: the backward pass too (backward: true)
   std::string mask_convention = "attnkit";  // run: --mask true = blocked; "torch": true = take part
   std::string baseline;                     // compare: an earlier --json report
   bool refresh = false;                     // peak: re-measure instead of reading the cache

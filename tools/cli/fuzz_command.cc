@@ -5,6 +5,7 @@
 #include "core/status_macros.h"
 #include "tools/cli/commands.h"
 #include "tools/diff_fuzz/diff_fuzz.h"
+#include "tools/diff_fuzz/grad_fuzz.h"
 
 namespace attnkit {
 
@@ -21,17 +22,21 @@ absl::Status FuzzCommand(const BackendRegistry& registry, const CliOptions& opti
   fuzz.repro_dir = options.repro_dir;
   const auto start = std::chrono::steady_clock::now();
   const bool quiet = JsonToStdout(options);  // --json=-: the report alone
-  const FuzzReport report = FuzzBackends(backends, fuzz, [&](const std::string& line) {
+  const auto say = [&](const std::string& line) {
     if (quiet) return;
     out << line << "\n";
     out.flush();
-  });
+  };
+  // --grad: the backward pass of random dense problems instead.
+  const FuzzReport report = options.grad ? FuzzBackendGradients(backends, fuzz, say)
+                                         : FuzzBackends(backends, fuzz, say);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   JsonWriter w;
   w.BeginObject();
   WriteBuildInfo(w);
   w.Field("seed", static_cast<int64_t>(options.seed)).Field("count", options.count);
+  w.Field("pass", options.grad ? "backward" : "forward");
   w.Key("backends").BeginArray();
   for (Backend* b : backends) w.String(b->Name());
   w.EndArray();
@@ -51,9 +56,9 @@ absl::Status FuzzCommand(const BackendRegistry& registry, const CliOptions& opti
   ATTNKIT_RETURN_IF_ERROR(EmitJson(options, w.str(), out));
   if (!quiet) {
     out << absl::StrFormat(
-        "fuzz: %d problems (seed %d), %d backend runs, %d unsupported, %d unavailable backends, "
-        "%d mismatches, %.1f s\n",
-        report.problems, options.seed, report.runs, report.unsupported, report.unavailable.size(),
+        "fuzz%s: %d problems (seed %d), %d backend runs, %d unsupported, %d unavailable "
+        "backends, %d mismatches, %.1f s\n",
+        options.grad ? " --grad" : "", report.problems, options.seed, report.runs, report.unsupported, report.unavailable.size(),
         report.findings.size(), seconds);
   }
   if (!report.findings.empty()) {

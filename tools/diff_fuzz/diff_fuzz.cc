@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "core/compare.h"
 #include "core/config_io.h"
 #include "core/execute.h"
@@ -153,8 +154,9 @@ AttentionConfig ShrinkWhile(const AttentionConfig& failing,
   return best;
 }
 
-FuzzReport FuzzBackends(const std::vector<Backend*>& backends, const FuzzOptions& options,
-                        const std::function<void(const std::string&)>& progress) {
+FuzzReport RunFuzzCampaign(const std::vector<Backend*>& backends, const FuzzOptions& options,
+                           const FuzzCampaign& campaign,
+                           const std::function<void(const std::string&)>& progress) {
   FuzzReport report;
   std::mt19937_64 rng(options.seed);
   auto say = [&](const std::string& line) {
@@ -170,36 +172,51 @@ FuzzReport FuzzBackends(const std::vector<Backend*>& backends, const FuzzOptions
       say(absl::StrCat("unavailable: ", report.unavailable.back()));
     }
   }
+  const std::string file_prefix = absl::StrReplaceAll(campaign.name_prefix, {{"-", "_"}});
   for (int64_t n = 0; n < options.count; ++n) {
-    AttentionConfig config = RandomConfig(rng);
-    config.set_name(absl::StrFormat("fuzz-%d-%d", options.seed, n));
+    AttentionConfig config = campaign.draw(rng);
+    config.set_name(absl::StrFormat("%s-%d-%d", campaign.name_prefix, options.seed, n));
     ++report.problems;
     for (Backend* b : available) {
       bool ran = false;
-      const absl::Status s = CheckOnBackend(config, b, &ran);
+      const absl::Status s = campaign.check(config, b, &ran);
       report.runs += ran ? 1 : 0;
       report.unsupported += ran ? 0 : 1;
       if (s.ok()) continue;
-      const AttentionConfig small = Shrink(config, b);
+      const AttentionConfig small = ShrinkWhile(
+          config, [&](const AttentionConfig& c) { return !campaign.check(c, b, nullptr).ok(); });
       FuzzFinding f;
       f.backend = b->Name();
-      f.message = std::string(CheckOnBackend(small, b).message());
-      f.config_path = absl::StrFormat("%s/attnkit_fuzz_%d_%d_%s.textproto", options.repro_dir,
-                                      options.seed, n, b->Name());
+      f.message = std::string(campaign.check(small, b, nullptr).message());
+      f.config_path = absl::StrFormat("%s/attnkit_%s_%d_%d_%s.textproto", options.repro_dir,
+                                      file_prefix, options.seed, n, b->Name());
       const absl::Status w = WriteFileAtomically(f.config_path, ConfigToText(small));
-      f.command = w.ok() ? absl::StrFormat("attnkit check --config=%s --backends=%s", f.config_path,
-                                           b->Name())
+      f.command = w.ok() ? absl::StrFormat("attnkit check%s --config=%s --backends=%s",
+                                           campaign.check_flags, f.config_path, b->Name())
                          : absl::StrCat("(could not write the config: ", w.message(), ")");
-      say(absl::StrFormat("MISMATCH %s on problem %d: %s\n  shrunk: %s\n  repro: %s", f.backend, n,
-                          s.message(), f.message, f.command));
+      say(absl::StrFormat("%sMISMATCH %s on problem %d: %s\n  shrunk: %s\n  repro: %s",
+                          campaign.what.empty() ? "" : "GRADIENT ", f.backend, n, s.message(),
+                          f.message, f.command));
       report.findings.push_back(f);
     }
     if ((n + 1) % 100 == 0) {
-      say(absl::StrFormat("%d problems, %d runs, %d unsupported, %d findings", n + 1, report.runs,
-                          report.unsupported, report.findings.size()));
+      say(absl::StrFormat("%d problems, %d %sruns, %d unsupported, %d findings", n + 1,
+                          report.runs, campaign.what, report.unsupported,
+                          report.findings.size()));
     }
   }
   return report;
+}
+
+FuzzReport FuzzBackends(const std::vector<Backend*>& backends, const FuzzOptions& options,
+                        const std::function<void(const std::string&)>& progress) {
+  FuzzCampaign forward;
+  forward.name_prefix = "fuzz";
+  forward.draw = [](std::mt19937_64& rng) { return RandomConfig(rng); };
+  forward.check = [](const AttentionConfig& c, Backend* b, bool* ran) {
+    return CheckOnBackend(c, b, ran);
+  };
+  return RunFuzzCampaign(backends, options, forward, progress);
 }
 
 }  // namespace attnkit

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,22 @@ struct FuzzReport {
 // unavailable backend, one per finding and a summary every 100 problems.
 FuzzReport FuzzBackends(const std::vector<Backend*>& backends, const FuzzOptions& options,
                         const std::function<void(const std::string&)>& progress);
+
+// What one campaign draws and checks (the forward's, or the backward's in
+// grad_fuzz.h): RunFuzzCampaign is the loop both share.
+struct FuzzCampaign {
+  std::string what;         // "" (forward) or "backward ", in messages
+  std::string name_prefix;  // configs are named <prefix>-<seed>-<n>
+  std::string check_flags;  // extra `attnkit check` flags of the repro line
+  std::function<AttentionConfig(std::mt19937_64& rng)> draw;
+  // OK when the backend matches the reference or declines (*ran = false).
+  std::function<absl::Status(const AttentionConfig&, Backend*, bool* ran)> check;
+};
+// Findings are shrunk (ShrinkWhile the check fails) and written as
+// attnkit_<name_prefix with '-' as '_'>_<seed>_<n>_<backend>.textproto.
+FuzzReport RunFuzzCampaign(const std::vector<Backend*>& backends, const FuzzOptions& options,
+                           const FuzzCampaign& campaign,
+                           const std::function<void(const std::string&)>& progress);
 
 }  // namespace attnkit
 

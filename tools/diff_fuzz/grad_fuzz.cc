@@ -81,51 +81,15 @@ AttentionConfig ShrinkGrad(const AttentionConfig& failing, Backend* backend, int
 
 FuzzReport FuzzBackendGradients(const std::vector<Backend*>& backends, const FuzzOptions& options,
                                 const std::function<void(const std::string&)>& progress) {
-  FuzzReport report;
-  std::mt19937_64 rng(options.seed);
-  auto say = [&](const std::string& line) {
-    if (progress) progress(line);
+  FuzzCampaign backward;
+  backward.what = "backward ";
+  backward.name_prefix = "grad-fuzz";
+  backward.check_flags = " --grad";
+  backward.draw = [](std::mt19937_64& rng) { return RandomGradConfig(rng); };
+  backward.check = [](const AttentionConfig& c, Backend* b, bool* ran) {
+    return CheckGradOnBackend(c, b, ran);
   };
-  std::vector<Backend*> available;
-  for (Backend* b : backends) {
-    const absl::Status s = b->Available();
-    if (s.ok()) {
-      available.push_back(b);
-    } else {
-      report.unavailable.push_back(absl::StrCat(b->Name(), ": ", s.message()));
-      say(absl::StrCat("unavailable: ", report.unavailable.back()));
-    }
-  }
-  for (int64_t n = 0; n < options.count; ++n) {
-    AttentionConfig config = RandomGradConfig(rng);
-    config.set_name(absl::StrFormat("grad-fuzz-%d-%d", options.seed, n));
-    ++report.problems;
-    for (Backend* b : available) {
-      bool ran = false;
-      const absl::Status s = CheckGradOnBackend(config, b, &ran);
-      report.runs += ran ? 1 : 0;
-      report.unsupported += ran ? 0 : 1;
-      if (s.ok()) continue;
-      const AttentionConfig small = ShrinkGrad(config, b);
-      FuzzFinding f;
-      f.backend = b->Name();
-      f.message = std::string(CheckGradOnBackend(small, b).message());
-      f.config_path = absl::StrFormat("%s/attnkit_grad_fuzz_%d_%d_%s.textproto", options.repro_dir,
-                                      options.seed, n, b->Name());
-      const absl::Status w = WriteFileAtomically(f.config_path, ConfigToText(small));
-      f.command = w.ok() ? absl::StrFormat("attnkit check --grad --config=%s --backends=%s",
-                                           f.config_path, b->Name())
-                         : absl::StrCat("(could not write the config: ", w.message(), ")");
-      say(absl::StrFormat("GRADIENT MISMATCH %s on problem %d: %s\n  shrunk: %s\n  repro: %s",
-                          f.backend, n, s.message(), f.message, f.command));
-      report.findings.push_back(f);
-    }
-    if ((n + 1) % 100 == 0) {
-      say(absl::StrFormat("%d problems, %d backward runs, %d unsupported, %d findings", n + 1,
-                          report.runs, report.unsupported, report.findings.size()));
-    }
-  }
-  return report;
+  return RunFuzzCampaign(backends, options, backward, progress);
 }
 
 }  // namespace attnkit
