@@ -8,7 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "backends/cuda/bwd_plan.h"
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/flash_bwd_launch.h"
 #include "backends/cuda/flash_launch.h"
 #include "backends/cuda/kernel_traits.h"
 #include "backends/cuda/params.h"
@@ -114,7 +116,8 @@ class FlashBackend : public CudaBackendBase {
            "a decode kernel (rows = the query heads of one KV group) for Tq * group <= 16; "
            "split-K for small grids; head dims up to 256 (compiled 32/64/128/256, smaller "
            "padded); paged K/V through the block table, int8 K/V dequantized on load (f32 "
-           "arithmetic), ragged batches as one launch per sequence";
+           "arithmetic), ragged batches as one launch per sequence; backward pass (f32 arithmetic, "
+           "one block per key block, dQ partials summed in key-block order: deterministic)";
   }
 
   Capabilities Caps() const override {
@@ -131,6 +134,16 @@ class FlashBackend : public CudaBackendBase {
     // in split order (split_combine.cu); the split count depends only on the
     // shape and the GPU's SM count, so one GPU model gives the same bits.
     c.deterministic = true;
+    // The backward pass (bwd_params.h): f32 arithmetic for every dtype, head
+    // dims 1..256 (compiled 64/128/256, smaller padded), dQ partials per key
+    // block summed in key-block order (no atomics: deterministic).
+    BackwardCapabilities& bw = c.backward;
+    bw.supported = true;
+    bw.dtypes = bw.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+    bw.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
+    bw.kv_lengths = bw.blocked_mask = bw.additive_bias = bw.bias_grad = bw.softcap = true;
+    bw.ragged = false;
+    bw.deterministic = true;
     return c;
   }
 
@@ -183,6 +196,35 @@ class FlashBackend : public CudaBackendBase {
     }
     if (info != nullptr) {
       info->kernel = p.is_ragged() ? RaggedKernelName(plans) : KernelName(plans.front());
+      info->workspace_allocations = workspace_.allocations();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status BackwardImpl(const AttentionProblem& p, const AttentionArgs& args,
+                            const GradArgs& grads, RunInfo* info) override {
+    ATTNKIT_ASSIGN_OR_RETURN(BwdParams params, MakeBwdParams(p, args, grads));
+    ATTNKIT_ASSIGN_OR_RETURN(const BwdPlan plan, PlanBackward(params, kBwdWorkspaceBudgetBytes));
+
+    absl::MutexLock lock(&mu_);
+    ATTNKIT_ASSIGN_OR_RETURN(const cudaStream_t stream, Stream());
+    ATTNKIT_ASSIGN_OR_RETURN(void* ws, workspace_.Get(plan.workspace_bytes));
+    ApplyBwdPlan(plan, ws, &params);
+    ATTNKIT_RETURN_IF_ERROR(CudaStatus(LaunchBwdDot(params, stream), "backward D = rowsum(dO O)"));
+    // Chunks in order on one stream: chunk c's dQ sum has read its partials
+    // before chunk c + 1's main kernel overwrites them.
+    for (int64_t chunk = 0; chunk < plan.num_chunks; ++chunk) {
+      const ChunkSpan span = ChunkOf(plan, chunk);
+      params.chunk_begin = span.begin;
+      params.chunk_end = span.end;
+      ATTNKIT_RETURN_IF_ERROR(
+          CudaStatus(LaunchFlashBackward(params, plan.bucket, stream), "flash backward launch"));
+      ATTNKIT_RETURN_IF_ERROR(
+          CudaStatus(LaunchBwdDqSum(params, chunk == 0, chunk + 1 == plan.num_chunks, stream),
+                     "backward dQ sum"));
+    }
+    if (info != nullptr) {
+      info->kernel = BwdKernelName(plan);
       info->workspace_allocations = workspace_.allocations();
     }
     return absl::OkStatus();

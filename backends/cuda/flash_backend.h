@@ -1,5 +1,6 @@
 // "cuda": flash-attention forward kernels (tensor cores for f16/bf16, CUDA
-// cores for f32), with split-K for problems too small to fill the GPU.
+// cores for f32), with split-K for problems too small to fill the GPU, and
+// the backward pass (bwd_params.h: dQ, dK, dV and dBias, deterministic).
 #ifndef ATTNKIT_BACKENDS_CUDA_FLASH_BACKEND_H_
 #define ATTNKIT_BACKENDS_CUDA_FLASH_BACKEND_H_
 

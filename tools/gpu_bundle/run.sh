@@ -106,6 +106,8 @@ suite cuda_plugin 60 "$here/bin/cuda_plugin_test" "$here/lib/libattnkit_cuda.so"
 # Case names: conformance .../<backend>_<problem>, property .../<backend>.
 suite conformance 150 "$here/bin/conformance_test" "${plugins[@]}" \
   '--gtest_filter=*/cuda_*:*/reference_plugin_*'
+suite grad_conformance 90 "$here/bin/grad_conformance_test" "${plugins[@]}" \
+  '--gtest_filter=*/cuda_*:*/reference_plugin_*'
 suite property 60 "$here/bin/property_test" "${plugins[@]}" \
   '--gtest_filter=*/cuda:*/cuda_cublas:*/reference_plugin'
 suite diff_fuzz 60 env DIFF_FUZZ_COUNT=200 "$here/bin/diff_fuzz_test" "${plugins[@]}"

@@ -1,0 +1,13 @@
+// Backward main-kernel instance for head-dim bucket 64 (every dtype: f32 math).
+#include "backends/cuda/flash_bwd_kernel.cuh"
+#include "backends/cuda/flash_bwd_launch.h"
+
+namespace attnkit {
+namespace cuda {
+
+cudaError_t LaunchFlashBackwardD64(const BwdParams& p, cudaStream_t stream) {
+  return bwd::LaunchFlashBackwardBucket<64>(p, stream);
+}
+
+}  // namespace cuda
+}  // namespace attnkit
