@@ -2,6 +2,8 @@
 // Y = X W^T with W in [out, in] order passed as the transposed operand.
 #include <cblas.h>
 
+#include <algorithm>
+
 #include "ops/matmul.h"
 
 namespace attnkit {
@@ -32,6 +34,37 @@ class BlasMatmulProvider : public MatmulProvider {
                 static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, x,
                 static_cast<blasint>(ldx), w, static_cast<blasint>(k), beta, y,
                 static_cast<blasint>(ldy));
+  }
+  // dX [M, K] (+)= dY [M, N] W [N, K]: both operands as stored.
+  void LinearGradInput(const float* dy, int64_t ldy, const float* w, int64_t m, int64_t n,
+                       int64_t k, float* dx, int64_t ldx, bool accumulate) const override {
+    if (m == 0 || k == 0) return;
+    if (n == 0) {
+      if (!accumulate) {
+        for (int64_t r = 0; r < m; ++r) std::fill(dx + r * ldx, dx + r * ldx + k, 0.0f);
+      }
+      return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(m),
+                static_cast<blasint>(k), static_cast<blasint>(n), 1.0f, dy,
+                static_cast<blasint>(ldy), w, static_cast<blasint>(k), accumulate ? 1.0f : 0.0f, dx,
+                static_cast<blasint>(ldx));
+  }
+  // dW [N, K] += dY^T X: dY passed as the transposed operand.
+  void LinearGradWeight(const float* dy, int64_t ldy, const float* x, int64_t ldx, int64_t m,
+                        int64_t n, int64_t k, float* dw, float* dbias) const override {
+    if (m == 0 || n == 0) return;
+    if (k > 0) {
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<blasint>(n),
+                  static_cast<blasint>(k), static_cast<blasint>(m), 1.0f, dy,
+                  static_cast<blasint>(ldy), x, static_cast<blasint>(ldx), 1.0f, dw,
+                  static_cast<blasint>(k));
+    }
+    if (dbias != nullptr) {
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t c = 0; c < n; ++c) dbias[c] += dy[r * ldy + c];
+      }
+    }
   }
 };
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "hwy/highway.h"
 
@@ -95,6 +96,87 @@ inline void Linear(const float* HWY_RESTRICT x, int64_t ldx, const float* HWY_RE
   if (bias != nullptr) {
     for (int64_t r = 0; r < m; ++r) {
       for (int64_t c = 0; c < n; ++c) y[r * ldy + c] += bias[c];
+    }
+  }
+}
+
+// dX [M, K] (+)= dY [M, N] W [N, K]: per row of dX, kVecs vectors of K stay
+// in registers while the N rows of W stream past; the K % lanes tail in
+// scalar.
+inline void LinearGradInput(const float* HWY_RESTRICT dy, int64_t ldy, const float* HWY_RESTRICT w,
+                            int64_t m, int64_t n, int64_t k, float* HWY_RESTRICT dx, int64_t ldx,
+                            bool accumulate) {
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  constexpr int kVecs = 4;
+  for (int64_t r = 0; r < m; ++r) {
+    const float* g = dy + r * ldy;
+    float* out = dx + r * ldx;
+    int64_t i = 0;
+    for (; i + kVecs * lanes <= k; i += kVecs * lanes) {
+      V acc[kVecs];
+      for (int j = 0; j < kVecs; ++j) {
+        acc[j] = accumulate ? hn::LoadU(df, out + i + j * lanes) : hn::Zero(df);
+      }
+      for (int64_t c = 0; c < n; ++c) {
+        const V a = hn::Set(df, g[c]);
+        const float* wc = w + c * k + i;
+        for (int j = 0; j < kVecs; ++j)
+          acc[j] = hn::MulAdd(a, hn::LoadU(df, wc + j * lanes), acc[j]);
+      }
+      for (int j = 0; j < kVecs; ++j) hn::StoreU(acc[j], df, out + i + j * lanes);
+    }
+    for (; i + lanes <= k; i += lanes) {
+      V acc = accumulate ? hn::LoadU(df, out + i) : hn::Zero(df);
+      for (int64_t c = 0; c < n; ++c)
+        acc = hn::MulAdd(hn::Set(df, g[c]), hn::LoadU(df, w + c * k + i), acc);
+      hn::StoreU(acc, df, out + i);
+    }
+    for (; i < k; ++i) {
+      float s = accumulate ? out[i] : 0.0f;
+      for (int64_t c = 0; c < n; ++c) s += g[c] * w[c * k + i];
+      out[i] = s;
+    }
+  }
+}
+
+// dW [N, K] += dY^T [N, M] X [M, K] (and dbias [N] += column sums of dY):
+// kRows rows of dW share each vector load of X; the K % lanes tail in scalar.
+inline void LinearGradWeight(const float* HWY_RESTRICT dy, int64_t ldy, const float* HWY_RESTRICT x,
+                             int64_t ldx, int64_t m, int64_t n, int64_t k, float* HWY_RESTRICT dw,
+                             float* HWY_RESTRICT dbias) {
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  constexpr int kRows = 4;
+  int64_t c = 0;
+  const auto rows = [&](auto rows_tag) {
+    constexpr int R = decltype(rows_tag)::value;
+    int64_t i = 0;
+    for (; i + lanes <= k; i += lanes) {
+      V acc[R];
+      for (int j = 0; j < R; ++j) acc[j] = hn::LoadU(df, dw + (c + j) * k + i);
+      for (int64_t r = 0; r < m; ++r) {
+        const V xv = hn::LoadU(df, x + r * ldx + i);
+        const float* g = dy + r * ldy + c;
+        for (int j = 0; j < R; ++j) acc[j] = hn::MulAdd(hn::Set(df, g[j]), xv, acc[j]);
+      }
+      for (int j = 0; j < R; ++j) hn::StoreU(acc[j], df, dw + (c + j) * k + i);
+    }
+    for (; i < k; ++i) {
+      for (int j = 0; j < R; ++j) {
+        float s = dw[(c + j) * k + i];
+        for (int64_t r = 0; r < m; ++r) s += dy[r * ldy + c + j] * x[r * ldx + i];
+        dw[(c + j) * k + i] = s;
+      }
+    }
+  };
+  for (; c + kRows <= n; c += kRows) rows(std::integral_constant<int, kRows>());
+  for (; c < n; ++c) rows(std::integral_constant<int, 1>());
+  if (dbias != nullptr) {
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t j = 0; j < n; ++j) dbias[j] += dy[r * ldy + j];
     }
   }
 }

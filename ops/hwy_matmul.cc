@@ -13,6 +13,8 @@
 namespace attnkit {
 
 HWY_EXPORT(Linear);
+HWY_EXPORT(LinearGradInput);
+HWY_EXPORT(LinearGradWeight);
 
 void HwyLinear(const float* x, int64_t ldx, const float* w, const float* bias, int64_t m, int64_t n,
                int64_t k, float* y, int64_t ldy) {
@@ -27,6 +29,14 @@ class HighwayMatmulProvider : public MatmulProvider {
   void Linear(const float* x, int64_t ldx, const float* w, const float* bias, int64_t m, int64_t n,
               int64_t k, float* y, int64_t ldy) const override {
     HwyLinear(x, ldx, w, bias, m, n, k, y, ldy);
+  }
+  void LinearGradInput(const float* dy, int64_t ldy, const float* w, int64_t m, int64_t n,
+                       int64_t k, float* dx, int64_t ldx, bool accumulate) const override {
+    HWY_DYNAMIC_DISPATCH(LinearGradInput)(dy, ldy, w, m, n, k, dx, ldx, accumulate);
+  }
+  void LinearGradWeight(const float* dy, int64_t ldy, const float* x, int64_t ldx, int64_t m,
+                        int64_t n, int64_t k, float* dw, float* dbias) const override {
+    HWY_DYNAMIC_DISPATCH(LinearGradWeight)(dy, ldy, x, ldx, m, n, k, dw, dbias);
   }
 };
 

@@ -25,6 +25,18 @@ class MatmulProvider {
   // Y = X W^T (+ bias); `bias` may be null. Y must not alias X or W.
   virtual void Linear(const float* x, int64_t ldx, const float* w, const float* bias, int64_t m,
                       int64_t n, int64_t k, float* y, int64_t ldy) const = 0;
+
+  // Linear's backward pass, for dY [M, N] (row stride ldy), W [N, K] contiguous.
+  // dX [M, K] (row stride ldx) = dY W, added to dX when `accumulate`.
+  virtual void LinearGradInput(const float* dy, int64_t ldy, const float* w, int64_t m, int64_t n,
+                               int64_t k, float* dx, int64_t ldx, bool accumulate) const;
+  // dW [N, K] += dY^T X for X [M, K] (row stride ldx); dbias [N] += the column
+  // sums of dY when dbias is not null. Always accumulates (a gradient over
+  // several calls). The defaults (matmul.cc) are portable loops with f32
+  // accumulation, written as row updates the compiler vectorises; blas
+  // overrides both with sgemm, reference with fp64 accumulation.
+  virtual void LinearGradWeight(const float* dy, int64_t ldy, const float* x, int64_t ldx,
+                                int64_t m, int64_t n, int64_t k, float* dw, float* dbias) const;
 };
 
 // Providers by name: "reference" (scalar, fp64 accumulation), "highway"

@@ -36,6 +36,33 @@ class ReferenceMatmulProvider : public MatmulProvider {
       }
     }
   }
+  // dX[r, i] (+)= sum_c dY[r, c] W[c, i], summed in fp64.
+  void LinearGradInput(const float* dy, int64_t ldy, const float* w, int64_t m, int64_t n,
+                       int64_t k, float* dx, int64_t ldx, bool accumulate) const override {
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t i = 0; i < k; ++i) {
+        double s = accumulate ? dx[r * ldx + i] : 0.0;
+        for (int64_t c = 0; c < n; ++c) s += double(dy[r * ldy + c]) * w[c * k + i];
+        dx[r * ldx + i] = static_cast<float>(s);
+      }
+    }
+  }
+  // dW[c, i] += sum_r dY[r, c] X[r, i] and dbias[c] += sum_r dY[r, c], in fp64.
+  void LinearGradWeight(const float* dy, int64_t ldy, const float* x, int64_t ldx, int64_t m,
+                        int64_t n, int64_t k, float* dw, float* dbias) const override {
+    for (int64_t c = 0; c < n; ++c) {
+      for (int64_t i = 0; i < k; ++i) {
+        double s = dw[c * k + i];
+        for (int64_t r = 0; r < m; ++r) s += double(dy[r * ldy + c]) * x[r * ldx + i];
+        dw[c * k + i] = static_cast<float>(s);
+      }
+      if (dbias != nullptr) {
+        double s = dbias[c];
+        for (int64_t r = 0; r < m; ++r) s += dy[r * ldy + c];
+        dbias[c] = static_cast<float>(s);
+      }
+    }
+  }
 };
 
 }  // namespace

@@ -363,3 +363,223 @@ absl::Status MultiHeadAttention::ForwardCached(const TensorView& x, KVCache* cac
 }
 
 }  // namespace attnkit
+
+namespace attnkit {
+namespace {
+
+// The B*T rows of a [B, T, D] view x, into contiguous dst [B*T, D].
+void GatherRows(const TensorView& x, float* dst) {
+  const int64_t B = x.shape[0], T = x.shape[1], D = x.shape[2];
+  const auto* src = static_cast<const float*>(x.data);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      std::memcpy(dst + (b * T + t) * D, src + b * x.strides[0] + t * x.strides[1],
+                  static_cast<size_t>(D) * sizeof(float));
+    }
+  }
+}
+
+// The inverse: contiguous src [B*T, D] into the rows of the view y.
+void ScatterRows(const float* src, const TensorView& y) {
+  const int64_t B = y.shape[0], T = y.shape[1], D = y.shape[2];
+  auto* dst = static_cast<float*>(y.data);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      std::memcpy(dst + b * y.strides[0] + t * y.strides[1], src + (b * T + t) * D,
+                  static_cast<size_t>(D) * sizeof(float));
+    }
+  }
+}
+
+float* Data(const Tensor& t) { return t.view().empty() ? nullptr : static_cast<float*>(t.data()); }
+
+}  // namespace
+
+absl::Status MultiHeadAttention::EnsureGradients() {
+  if (!grads_.wq.view().empty()) return absl::OkStatus();
+  const Tensor* w[] = {&weights_.wq, &weights_.wk, &weights_.wv, &weights_.wo,
+                       &weights_.bq, &weights_.bk, &weights_.bv, &weights_.bo};
+  Tensor* g[] = {&grads_.wq, &grads_.wk, &grads_.wv, &grads_.wo,
+                 &grads_.bq, &grads_.bk, &grads_.bv, &grads_.bo};
+  for (int i = 0; i < 8; ++i) {
+    if (w[i]->view().empty()) continue;
+    const TensorView& v = w[i]->view();
+    // Allocation zero-fills: the gradients start at 0.
+    ATTNKIT_ASSIGN_OR_RETURN(
+        *g[i], Tensor::Contiguous(DType::kF32, {v.shape.data(), static_cast<size_t>(v.rank)}));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MultiHeadAttention::ZeroGradients() {
+  ATTNKIT_RETURN_IF_ERROR(EnsureGradients());
+  for (Tensor* g : {&grads_.wq, &grads_.wk, &grads_.wv, &grads_.wo, &grads_.bq, &grads_.bk,
+                    &grads_.bv, &grads_.bo}) {
+    if (g->view().empty()) continue;
+    std::memset(g->data(), 0, static_cast<size_t>(g->view().NumElements()) * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ParamRef>> MultiHeadAttention::Parameters(const std::string& prefix) {
+  ATTNKIT_RETURN_IF_ERROR(EnsureGradients());
+  const struct {
+    const char* name;
+    const Tensor* value;
+    const Tensor* grad;
+  } slots[] = {{"wq", &weights_.wq, &grads_.wq}, {"wk", &weights_.wk, &grads_.wk},
+               {"wv", &weights_.wv, &grads_.wv}, {"wo", &weights_.wo, &grads_.wo},
+               {"bq", &weights_.bq, &grads_.bq}, {"bk", &weights_.bk, &grads_.bk},
+               {"bv", &weights_.bv, &grads_.bv}, {"bo", &weights_.bo, &grads_.bo}};
+  std::vector<ParamRef> out;
+  for (const auto& s : slots) {
+    if (s.value->view().empty()) continue;
+    ParamRef p;
+    p.name = prefix + s.name;
+    p.value = Data(*s.value);
+    p.grad = Data(*s.grad);
+    p.size = s.value->view().NumElements();
+    p.decay = s.name[0] == 'w';
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+absl::Status MultiHeadAttention::ForwardTrain(const TensorView& x, const TensorView& y) {
+  const int64_t D = problem_.model_dim, H = problem_.num_heads, G = problem_.num_kv_heads,
+                d = problem_.head_dim;
+  ATTNKIT_RETURN_IF_ERROR(CheckActivations("x", x, D));
+  ATTNKIT_RETURN_IF_ERROR(CheckActivations("y", y, D));
+  const int64_t B = x.shape[0], T = x.shape[1];
+  if (y.shape[0] != B || y.shape[1] != T) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("y %s must have x's shape %s", ShapeString(y), ShapeString(x)));
+  }
+  has_train_state_ = false;
+  problem_.batch = B;
+  problem_.q_len = T;
+  problem_.kv_len = T;
+  problem_.kv_dtype = DType::kF32;
+  problem_.kv_lengths.clear();
+  problem_.page_size = problem_.num_pages = 0;
+  ATTNKIT_RETURN_IF_ERROR(ChooseBackend());
+  AttentionProblem tp = problem_;
+  tp.return_lse = true;  // the backward pass recomputes P = exp(S - lse)
+  Backend* backend = runner_->backend();
+  if (!backend->UsesHostMemory()) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "training runs the attention backward pass on host memory; backend '%s' keeps its "
+        "tensors in device memory",
+        backend->Name()));
+  }
+  ATTNKIT_RETURN_IF_ERROR(backend->Supports(tp));
+  const absl::Status bw = backend->SupportsBackward(tp);
+  if (!bw.ok()) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "backend '%s' has no backward pass for this layer: %s", backend->Name(), bw.message()));
+  }
+  ATTNKIT_RETURN_IF_ERROR(EnsureGradients());
+  const int64_t M = B * T, Hd = H * d, Gd = G * d;
+  ATTNKIT_ASSIGN_OR_RETURN(float* tx, tx_ws_.Get(M * D));
+  ATTNKIT_ASSIGN_OR_RETURN(float* tq, tq_ws_.Get(M * Hd));
+  ATTNKIT_ASSIGN_OR_RETURN(float* tk, tk_ws_.Get(M * Gd));
+  ATTNKIT_ASSIGN_OR_RETURN(float* tv, tv_ws_.Get(M * Gd));
+  ATTNKIT_ASSIGN_OR_RETURN(float* to, to_ws_.Get(M * Hd));
+  ATTNKIT_ASSIGN_OR_RETURN(float* tlse, tlse_ws_.Get(B * H * T));
+  GatherRows(x, tx);  // first: y may be x
+  const TensorView xv = ContiguousView(tx, DType::kF32, {B, T, D});
+  Linear(xv, weights_.wq, weights_.bq, tq);
+  Linear(xv, weights_.wk, weights_.bk, tk);
+  Linear(xv, weights_.wv, weights_.bv, tv);
+  AttentionArgs args;
+  args.q = AttentionView(tq, DType::kF32, Layout::kBTHD, B, H, T, d);
+  args.k = AttentionView(tk, DType::kF32, Layout::kBTHD, B, G, T, d);
+  args.v = AttentionView(tv, DType::kF32, Layout::kBTHD, B, G, T, d);
+  args.o = AttentionView(to, DType::kF32, Layout::kBTHD, B, H, T, d);
+  args.lse = ContiguousView(tlse, DType::kF32, {B, H, T});
+  ATTNKIT_RETURN_IF_ERROR(runner_->Run(tp, args, &last_run_));
+  Linear(ContiguousView(to, DType::kF32, {B, T, Hd}), weights_.wo, weights_.bo,
+         static_cast<float*>(y.data), &y);
+  train_problem_ = tp;
+  train_backend_ = backend;
+  has_train_state_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status MultiHeadAttention::Backward(const TensorView& dy, const TensorView& dx) {
+  if (!has_train_state_) {
+    return absl::FailedPreconditionError(
+        "Backward needs the activations of a successful ForwardTrain; call ForwardTrain first");
+  }
+  const AttentionProblem& tp = train_problem_;
+  const int64_t B = tp.batch, T = tp.q_len, D = tp.model_dim, H = tp.num_heads, G = tp.num_kv_heads,
+                d = tp.head_dim;
+  ATTNKIT_RETURN_IF_ERROR(CheckActivations("dy", dy, D));
+  ATTNKIT_RETURN_IF_ERROR(CheckActivations("dx", dx, D));
+  for (const TensorView* t : {&dy, &dx}) {
+    if (t->shape[0] != B || t->shape[1] != T) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s has shape %s; the last ForwardTrain had x [%d, %d, %d]",
+                          t == &dy ? "dy" : "dx", ShapeString(*t), B, T, D));
+    }
+  }
+  const int64_t M = B * T, Hd = H * d, Gd = G * d;
+  const MatmulProvider& mm = *matmul_;
+  // The forward's buffers, as ForwardTrain left them.
+  ATTNKIT_ASSIGN_OR_RETURN(float* tx, tx_ws_.Get(M * D));
+  ATTNKIT_ASSIGN_OR_RETURN(float* tq, tq_ws_.Get(M * Hd));
+  ATTNKIT_ASSIGN_OR_RETURN(float* tk, tk_ws_.Get(M * Gd));
+  ATTNKIT_ASSIGN_OR_RETURN(float* tv, tv_ws_.Get(M * Gd));
+  ATTNKIT_ASSIGN_OR_RETURN(float* to, to_ws_.Get(M * Hd));
+  ATTNKIT_ASSIGN_OR_RETURN(float* tlse, tlse_ws_.Get(B * H * T));
+  ATTNKIT_ASSIGN_OR_RETURN(float* g_o, do_ws_.Get(M * Hd));
+  ATTNKIT_ASSIGN_OR_RETURN(float* g_q, dq_ws_.Get(M * Hd));
+  ATTNKIT_ASSIGN_OR_RETURN(float* g_k, dk_ws_.Get(M * Gd));
+  ATTNKIT_ASSIGN_OR_RETURN(float* g_v, dv_ws_.Get(M * Gd));
+
+  // y = O Wo^T + bo: dO = dy Wo, dWo += dy^T O, dbo += sum dy.
+  int64_t ldy = RowStride(dy);
+  const float* dyp = static_cast<const float*>(dy.data);
+  if (ldy < 0) {
+    ATTNKIT_ASSIGN_OR_RETURN(float* buf, dy_ws_.Get(M * D));
+    GatherRows(dy, buf);
+    dyp = buf;
+    ldy = D;
+  }
+  mm.LinearGradInput(dyp, ldy, Data(weights_.wo), M, D, Hd, g_o, Hd, /*accumulate=*/false);
+  mm.LinearGradWeight(dyp, ldy, to, Hd, M, D, Hd, Data(grads_.wo), Data(grads_.bo));
+
+  // dQ, dK, dV through the backend that ran the forward (dy is not read
+  // again from here on, so dx may be dy).
+  AttentionArgs args;
+  args.q = AttentionView(tq, DType::kF32, Layout::kBTHD, B, H, T, d);
+  args.k = AttentionView(tk, DType::kF32, Layout::kBTHD, B, G, T, d);
+  args.v = AttentionView(tv, DType::kF32, Layout::kBTHD, B, G, T, d);
+  args.o = AttentionView(to, DType::kF32, Layout::kBTHD, B, H, T, d);
+  args.lse = ContiguousView(tlse, DType::kF32, {B, H, T});
+  GradArgs grads;
+  grads.d_o = AttentionView(g_o, DType::kF32, Layout::kBTHD, B, H, T, d);
+  grads.dq = AttentionView(g_q, DType::kF32, Layout::kBTHD, B, H, T, d);
+  grads.dk = AttentionView(g_k, DType::kF32, Layout::kBTHD, B, G, T, d);
+  grads.dv = AttentionView(g_v, DType::kF32, Layout::kBTHD, B, G, T, d);
+  ATTNKIT_RETURN_IF_ERROR(train_backend_->Backward(tp, args, grads, &last_backward_run_));
+  ATTNKIT_RETURN_IF_ERROR(train_backend_->Synchronize());
+
+  // Q = x Wq^T + bq (K, V likewise): dW += dQ^T x, dx = dQ Wq + dK Wk + dV Wv.
+  mm.LinearGradWeight(g_q, Hd, tx, D, M, Hd, D, Data(grads_.wq), Data(grads_.bq));
+  mm.LinearGradWeight(g_k, Gd, tx, D, M, Gd, D, Data(grads_.wk), Data(grads_.bk));
+  mm.LinearGradWeight(g_v, Gd, tx, D, M, Gd, D, Data(grads_.wv), Data(grads_.bv));
+  int64_t ldx = RowStride(dx);
+  float* dxp = static_cast<float*>(dx.data);
+  if (ldx < 0) {
+    ATTNKIT_ASSIGN_OR_RETURN(dxp, dx_ws_.Get(M * D));
+    ldx = D;
+  }
+  mm.LinearGradInput(g_q, Hd, Data(weights_.wq), M, Hd, D, dxp, ldx, /*accumulate=*/false);
+  mm.LinearGradInput(g_k, Gd, Data(weights_.wk), M, Gd, D, dxp, ldx, /*accumulate=*/true);
+  mm.LinearGradInput(g_v, Gd, Data(weights_.wv), M, Gd, D, dxp, ldx, /*accumulate=*/true);
+  if (dxp != dx.data) ScatterRows(dxp, dx);
+  return absl::OkStatus();
+}
+
+}  // namespace attnkit

@@ -29,6 +29,7 @@
 #include "ops/attention_runner.h"
 #include "ops/kv_cache.h"
 #include "ops/matmul.h"
+#include "ops/parameter.h"
 #include "ops/workspace.h"
 
 namespace attnkit {
@@ -87,6 +88,31 @@ class MultiHeadAttention {
   absl::StatusOr<KVCache> NewPagedCache(int64_t batch, int64_t page_size, int64_t num_pages,
                                         DType dtype = DType::kF32) const;
 
+  // Training (self-attention). ForwardTrain is Forward that also keeps what
+  // Backward needs, in buffers of its own (Forward, CrossForward and cached
+  // calls in between leave them alone): x [B*T, D] (copied), Q [B*T, H*d],
+  // K and V [B*T, Hkv*d], O [B*T, H*d] and the log-sum-exp [B, H, T] (the
+  // attention runs with return_lse). The backend must run the backward pass
+  // of the problem on host memory: checked before anything runs.
+  absl::Status ForwardTrain(const TensorView& x, const TensorView& y);
+  // The backward pass of the last ForwardTrain, for dy = dL/dy [B, T, D]:
+  // writes dx = dL/dx [B, T, D] (overwritten; dx may be dy) and ADDS each
+  // weight's gradient to gradients() (ZeroGradients() starts a step). dQ, dK
+  // and dV come from the backend's Backward (summed over each KV group);
+  // the projections' products from the matmul provider. Uses the weights as
+  // they are now, so call it before an optimizer changes them.
+  // FailedPrecondition without a ForwardTrain; InvalidArgument when dy or dx
+  // does not have its shape.
+  absl::Status Backward(const TensorView& dy, const TensorView& dx);
+  // dL/dW in AttentionWeights' shapes (allocated, zero, on first use).
+  const AttentionWeights& gradients() const { return grads_; }
+  absl::Status ZeroGradients();
+  // wq, wk, wv, wo (then bq, bk, bv, bo with bias) and their gradients, names
+  // prefixed with `prefix`; biases have decay = false.
+  absl::StatusOr<std::vector<ParamRef>> Parameters(const std::string& prefix = "");
+  // What ran in the last Backward.
+  const RunInfo& last_backward_run() const { return last_backward_run_; }
+
   const AttentionProblem& problem() const { return problem_; }
   // The backend of the last attention call (before any: the one chosen for
   // a decode step). With backend "auto" the choice is made per call from
@@ -129,6 +155,9 @@ class MultiHeadAttention {
   absl::Status AttendAndMerge(float* q, int64_t batch, int64_t q_len, AttentionArgs kv,
                               const TensorView& y, KVCache* cache = nullptr);
 
+  // Allocates grads_ (zero) on first use.
+  absl::Status EnsureGradients();
+
   LayerOptions options_;
   AttentionProblem problem_;  // reused: only the shapes change per call
   const BackendRegistry* registry_ = nullptr;
@@ -142,6 +171,15 @@ class MultiHeadAttention {
   AttentionWeights weights_;
   FloatWorkspace q_ws_, k_ws_, v_ws_, o_ws_;
   RunInfo last_run_;
+
+  // Training state of the last ForwardTrain (see ForwardTrain).
+  AttentionWeights grads_;
+  AttentionProblem train_problem_;  // problem_ with return_lse, its shapes
+  Backend* train_backend_ = nullptr;
+  bool has_train_state_ = false;
+  FloatWorkspace tx_ws_, tq_ws_, tk_ws_, tv_ws_, to_ws_, tlse_ws_;
+  FloatWorkspace dy_ws_, do_ws_, dq_ws_, dk_ws_, dv_ws_, dx_ws_;  // Backward's scratch
+  RunInfo last_backward_run_;
 };
 
 // Checks a [B, T, D] f32 activation view: rank 3, last dim D contiguous, rows

@@ -71,7 +71,8 @@ ABSL_FLAG(
     bool, refresh, false,
     "peak: re-measure instead of showing the cached limits (compare and tune always measure)");
 ABSL_FLAG(int64_t, layers, 1,
-          "cost: also print the KV cache of this many layers; generate: layers in the stack");
+          "cost: also print the KV cache of this many layers; generate: layers in the stack; "
+          "train: Transformer blocks (default 2 there)");
 ABSL_FLAG(int64_t, prompt_len, 128, "generate: prompt tokens (prefill)");
 ABSL_FLAG(int64_t, new_tokens, 16, "generate: tokens decoded one at a time with the KV cache");
 ABSL_FLAG(int64_t, chunk, 0, "generate: prefill chunk size (0 = the whole prompt at once)");
@@ -81,10 +82,23 @@ ABSL_FLAG(bool, paged, false,
 ABSL_FLAG(int64_t, page_size, 0,
           "generate: tokens per page of a paged cache, a power of two in [16, 256]");
 ABSL_FLAG(int64_t, count, 100, "fuzz: number of random problems");
-ABSL_FLAG(uint64_t, seed, 1, "fuzz: seed of the run (problems and inputs follow from it)");
+ABSL_FLAG(uint64_t, seed, 1,
+          "fuzz, train: seed of the run (fuzz: problems and inputs; train: weights and batches "
+          "follow from it)");
 ABSL_FLAG(std::string, repro_dir, "/tmp", "fuzz: directory for shrunk failing configs");
 ABSL_FLAG(std::string, plugins, "",
           "':'-separated backend plugin libraries to load (besides $ATTNKIT_PLUGIN_PATH)");
+ABSL_FLAG(std::string, task, "copy",
+          "train: copy (the sequence again after a separator) or reverse (it reversed)");
+ABSL_FLAG(int64_t, steps, 300, "train: Adam steps, each on a fresh random batch");
+ABSL_FLAG(int64_t, seq, 8, "train: source tokens per sequence; the model reads 2 * seq tokens");
+ABSL_FLAG(int64_t, vocab, 16, "train: vocabulary size, the separator token included");
+ABSL_FLAG(int64_t, dim, 64, "train: model dimension (head_dim = dim / heads)");
+ABSL_FLAG(int64_t, heads, 4, "train: query heads per attention layer");
+ABSL_FLAG(int64_t, kv_heads, 2, "train: key/value heads (GQA; = heads: MHA, 1: MQA)");
+ABSL_FLAG(double, lr, 3e-3, "train: Adam learning rate");
+ABSL_FLAG(int64_t, batch, 32, "train: sequences per step");
+ABSL_FLAG(int64_t, log_every, 0, "train: print a line every N steps (0 = about 20 lines)");
 
 namespace {
 
@@ -303,6 +317,22 @@ int main(int argc, char** argv) {
   options.count = absl::GetFlag(FLAGS_count);
   options.seed = absl::GetFlag(FLAGS_seed);
   options.repro_dir = absl::GetFlag(FLAGS_repro_dir);
+  attnkit::TrainOptions train;
+  train.task = absl::GetFlag(FLAGS_task);
+  train.steps = absl::GetFlag(FLAGS_steps);
+  train.seq = absl::GetFlag(FLAGS_seq);
+  train.vocab = absl::GetFlag(FLAGS_vocab);
+  train.dim = absl::GetFlag(FLAGS_dim);
+  train.heads = absl::GetFlag(FLAGS_heads);
+  train.kv_heads = absl::GetFlag(FLAGS_kv_heads);
+  train.lr = absl::GetFlag(FLAGS_lr);
+  train.batch = absl::GetFlag(FLAGS_batch);
+  train.log_every = absl::GetFlag(FLAGS_log_every);
+  if (command == "train") {
+    // train's own default depth: two blocks, unless --layers is given.
+    const std::vector<std::string> given = attnkit::FlagNamesOnCommandLine(argc, argv);
+    if (std::find(given.begin(), given.end(), "layers") == given.end()) options.layers = 2;
+  }
 
   absl::Status status;
   if (command == "backends") {
@@ -327,6 +357,8 @@ int main(int argc, char** argv) {
     status = attnkit::TuneCommand(registry(), options, std::cout, std::cerr);
   } else if (command == "generate") {
     status = attnkit::GenerateCommand(registry(), options, generate, std::cout);
+  } else if (command == "train") {
+    status = attnkit::TrainCommand(registry(), options, train, std::cout);
   }
   std::cout.flush();
   if (!status.ok()) {

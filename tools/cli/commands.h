@@ -55,6 +55,21 @@ struct GenerateOptions {
   int64_t page_size = 0;     // tokens per page; 0 = the config's page_size, else 16
 };
 
+// `attnkit train` beyond the shared options (backend, layers, seed, threads,
+// json): a tiny model (ops/sequence_model.h) on a synthetic task.
+struct TrainOptions {
+  std::string task = "copy";  // copy | reverse (ops/train_task.h)
+  int64_t steps = 300;        // Adam steps, one fresh random batch each
+  int64_t seq = 8;            // source tokens per sequence; the model reads 2 * seq
+  int64_t vocab = 16;         // tokens, the separator included
+  int64_t dim = 64;           // model dim D
+  int64_t heads = 4;
+  int64_t kv_heads = 2;
+  double lr = 3e-3;
+  int64_t batch = 32;     // sequences per step
+  int64_t log_every = 0;  // print every N steps; 0 = about 20 lines in all
+};
+
 // The config of --config, or the built-in default when none is given.
 absl::StatusOr<AttentionConfig> LoadCliConfig(const CliOptions& options);
 
@@ -118,6 +133,13 @@ int ThreadCount(const CliOptions& options);
 // recompute. FailedPrecondition when it differs.
 absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& options,
                              const GenerateOptions& gen, std::ostream& out);
+// `attnkit train`: trains a tiny Transformer (embedding, options.layers pre-norm
+// blocks, output projection) with Adam on the copy or reverse task; prints
+// step, loss, accuracy on the target tokens and tokens/s, then the backend
+// that ran attention forward and backward. InvalidArgument naming the flag,
+// its value and the rule for a bad flag; --json: the whole loss curve.
+absl::Status TrainCommand(const BackendRegistry& registry, const CliOptions& options,
+                          const TrainOptions& train, std::ostream& out);
 
 }  // namespace attnkit
 
