@@ -195,22 +195,8 @@ TEST_P(GradConformanceTest, MatchesReferenceBackward) {
   if (caps.backward.deterministic) ExpectSameBitsOnRerun(*backend, p, *data, *grads);
 }
 
-// "highway" runs the whole grid on the dispatched target; the other Highway
-// targets (tests/highway_target_backends.h) every kReducedStride-th case,
-// which still meets every variant, shape and dtype pair.
-constexpr size_t kReducedStride = 3;
-
-std::vector<std::tuple<std::string, size_t>> AllCases() {
-  const std::set<std::string>& per_target = testing_env::HighwayTargetBackends();
-  std::vector<std::tuple<std::string, size_t>> cases;
-  for (const std::string& name : testing_env::BackendNames()) {
-    const size_t stride = per_target.count(name) != 0 ? kReducedStride : 1;
-    for (size_t i = 0; i < Grid().size(); i += stride) cases.emplace_back(name, i);
-  }
-  return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(AllBackends, GradConformanceTest, ::testing::ValuesIn(AllCases()),
+INSTANTIATE_TEST_SUITE_P(AllBackends, GradConformanceTest,
+                         ::testing::ValuesIn(testing_env::BackendGridCases(Grid().size())),
                          [](const ::testing::TestParamInfo<std::tuple<std::string, size_t>>& info) {
                            return absl::StrCat(testing_env::SafeName(std::get<0>(info.param)), "_",
                                                Grid()[std::get<1>(info.param)].problem.name);

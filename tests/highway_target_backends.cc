@@ -9,9 +9,20 @@
 #include "backends/highway/sdpa.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
+#include "tests/backend_test_env.h"
 
 namespace attnkit {
 namespace testing_env {
+
+std::vector<std::tuple<std::string, size_t>> BackendGridCases(size_t grid_size) {
+  const std::set<std::string>& per_target = HighwayTargetBackends();
+  std::vector<std::tuple<std::string, size_t>> cases;
+  for (const std::string& name : BackendNames()) {
+    const size_t stride = per_target.count(name) != 0 ? kReducedStride : 1;
+    for (size_t i = 0; i < grid_size; i += stride) cases.emplace_back(name, i);
+  }
+  return cases;
+}
 
 const std::set<std::string>& HighwayTargetBackends() {
   static const auto* names = [] {

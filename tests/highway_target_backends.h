@@ -6,8 +6,11 @@
 #ifndef ATTNKIT_TESTS_HIGHWAY_TARGET_BACKENDS_H_
 #define ATTNKIT_TESTS_HIGHWAY_TARGET_BACKENDS_H_
 
+#include <cstddef>
 #include <set>
 #include <string>
+#include <tuple>
+#include <vector>
 
 namespace attnkit {
 namespace testing_env {
@@ -15,6 +18,13 @@ namespace testing_env {
 // Registers them in GlobalRegistry() on the first call (a failure to
 // register is a test failure) and returns their names.
 const std::set<std::string>& HighwayTargetBackends();
+
+// (backend name, grid index) for a suite over a grid of `grid_size` cases:
+// every registered backend (BackendNames) on every case, the per-target
+// Highway backends above on every kReducedStride-th, which still meets every
+// variant, shape and dtype pair of the grids at a third of the run time.
+constexpr size_t kReducedStride = 3;
+std::vector<std::tuple<std::string, size_t>> BackendGridCases(size_t grid_size);
 
 }  // namespace testing_env
 }  // namespace attnkit
