@@ -75,6 +75,10 @@ mkdir -p "$out/python/attnkit"
 install -m 644 python/attnkit/*.py "$out/python/attnkit/"
 install -m 644 tools/gpu_bundle/python_check.py "$out/python_check.py"
 
+# Libraries over 8 MiB travel gzipped (OpenBLAS with every CPU's kernels is
+# 35 MiB, 11 MiB gzipped); run.sh unpacks them beside the others first.
+find "$out/lib" -name '*.so*' -size +8M -exec gzip -9 {} +
+
 install -m 755 tools/gpu_bundle/run.sh "$out/run.sh"
 install -m 644 tools/gpu_bundle/torch_compare.py "$out/torch_compare.py"
 git rev-parse --short HEAD > "$out/COMMIT" 2> /dev/null || echo unknown > "$out/COMMIT"

@@ -26,6 +26,18 @@ out=${OUT:-$here/results}
 mkdir -p "$out"
 start=$SECONDS
 
+# Libraries the bundle carries gzipped (make_gpu_bundle.sh), unpacked once.
+for gz in "$here"/lib/*.gz; do
+  [[ -e $gz ]] || continue
+  lib=${gz%.gz}
+  [[ -e $lib ]] && continue
+  if ! { gzip -dc "$gz" > "$lib.tmp" && mv "$lib.tmp" "$lib"; }; then
+    rm -f "$lib.tmp"
+    echo "run.sh: cannot unpack $gz into $lib (needs gzip and a writable bundle)" >&2
+    exit 1
+  fi
+done
+
 # cuBLAS from the CUDA toolkit, or from PyTorch's nvidia-cublas wheel.
 cuda_dirs=()
 for d in "${CUDA_PATH:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 \
