@@ -4,8 +4,8 @@
 // arithmetic; and an emulation of the kernels' schedule on the CPU (the same
 // plan, BwdStepVisible, PairGradOf, workspace slices and dQ-sum order as
 // flash_bwd_kernel.cuh / flash_bwd_aux.cu) checked against the fp64
-// reference backward over the backward conformance grid. The kernels
-// themselves run in cuda_plugin_test on a GPU.
+// reference backward over the cases the GPU test runs too (bwd_test_cases.h).
+// The kernels themselves run in cuda_plugin_test on a GPU.
 #include "backends/cuda/bwd_plan.h"
 
 #include <cmath>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/cuda/bwd_params.h"
+#include "backends/cuda/bwd_test_cases.h"
 #include "core/compare_grad.h"
 #include "core/dtype.h"
 #include "core/grad_data.h"
@@ -409,107 +410,17 @@ void WriteReferenceForward(const AttentionProblem& p, const ProblemData& data) {
   }
 }
 
-std::string Bytes(const Tensor& t) {
-  if (t.view().empty()) return "";
-  return std::string(static_cast<const char*>(t.data()),
-                     t.view().SpanElements() * DTypeSize(t.view().dtype));
-}
-
-// Backward problems over the features of the backward contract: MHA, GQA,
-// MQA; head dims padded into every bucket; Tq and Tk odd and both ways
-// round; every mask and alignment; padding with an empty sequence; a dense
-// mask, and a -inf bias, blocking the last row; bias with dBias; softcap; BTHD;
-// each float dtype pair.
-struct EmuCase {
-  AttentionProblem p;
-  bool with_dbias = false;
-  bool block_last_row = false;
-};
-
-std::vector<EmuCase> EmuCases() {
-  std::vector<EmuCase> out;
-  auto add = [&](AttentionProblem p, DType dt, DType kv, bool dbias = false, bool block = false) {
-    p.dtype = dt;
-    p.kv_dtype = kv;
-    p.return_lse = true;
-    p.name = p.Id();
-    out.push_back(EmuCase{p, dbias, block});
-  };
-  add(BasicProblem(1, 1, 1, 1, 1, 16), DType::kF32, DType::kF32);
-  AttentionProblem causal_tl = BasicProblem(2, 4, 4, 37, 101, 64);
-  causal_tl.mask = MaskKind::kCausal;
-  causal_tl.alignment = Alignment::kTopLeft;
-  add(causal_tl, DType::kBF16, DType::kBF16);
-  AttentionProblem causal_br = BasicProblem(1, 8, 2, 101, 37, 80);
-  causal_br.mask = MaskKind::kCausal;
-  causal_br.alignment = Alignment::kBottomRight;  // rows with no key
-  add(causal_br, DType::kF16, DType::kF16);
-  AttentionProblem window = BasicProblem(1, 4, 1, 70, 300, 128);
-  window.mask = MaskKind::kSlidingWindow;
-  window.alignment = Alignment::kBottomRight;
-  window.window_left = 40;
-  window.window_right = 2;
-  add(window, DType::kF32, DType::kBF16);
-  AttentionProblem padded = BasicProblem(2, 8, 2, 33, 150, 64);
-  padded.mask = MaskKind::kCausal;
-  padded.alignment = Alignment::kBottomRight;
-  padded.kv_lengths = {76, 0};
-  add(padded, DType::kBF16, DType::kF32);
-  AttentionProblem dense = BasicProblem(1, 4, 2, 37, 101, 16);
-  dense.blocked_mask = true;
-  add(dense, DType::kF32, DType::kF32, false, /*block_last_row=*/true);
-  AttentionProblem bias = BasicProblem(2, 4, 1, 40, 130, 80);
-  bias.mask = MaskKind::kCausal;
-  bias.alignment = Alignment::kTopLeft;
-  bias.additive_bias = true;
-  add(bias, DType::kF32, DType::kF32, /*with_dbias=*/true, /*block_last_row=*/true);
-  AttentionProblem cap = BasicProblem(1, 6, 3, 45, 200, 256);
-  cap.mask = MaskKind::kCausal;
-  cap.alignment = Alignment::kBottomRight;
-  cap.softcap = 1.5f;
-  cap.scale = 0.3f;
-  cap.layout = Layout::kBTHD;
-  add(cap, DType::kF16, DType::kF16);
-  AttentionProblem all = BasicProblem(2, 4, 2, 50, 140, 128);
-  all.mask = MaskKind::kSlidingWindow;
-  all.alignment = Alignment::kBottomRight;
-  all.window_left = 36;
-  all.window_right = 2;
-  all.kv_lengths = {71, 140};
-  all.blocked_mask = all.additive_bias = true;
-  all.softcap = 1.5f;
-  all.layout = Layout::kBTHD;
-  add(all, DType::kBF16, DType::kBF16, true, true);
-  return out;
-}
-
-// The last query row of the last sequence and head sees no key: its dense
-// mask row set, or else its bias row -inf.
-void BlockLastRow(const AttentionProblem& p, const ProblemData& data) {
-  const int64_t b = p.batch - 1, h = p.num_heads - 1, i = p.q_len - 1;
-  for (int64_t j = 0; j < p.kv_len; ++j) {
-    if (p.blocked_mask) {
-      const TensorView& m = data.blocked_mask.view();
-      static_cast<uint8_t*>(m.data)[m.Offset(b, h, i, j)] = 1;
-    } else {
-      const TensorView& bias = data.bias.view();
-      StoreFromF32(bias.data, DType::kF32, bias.Offset(b, h, i, j), -kInf);
-    }
-  }
-}
-
 // The schedule meets the fp64 reference (with the reference's own O and LSE
 // as the forward) and rows that see no key get dQ = 0; chunking the key
 // blocks (one per chunk, under a zero budget) gives the same bits.
 TEST(BwdPlanTest, EmulatedScheduleMatchesReference) {
   int chunked_cases = 0;
   uint64_t seed = 71;
-  for (const EmuCase& ec : EmuCases()) {
-    const AttentionProblem& p = ec.p;
+  for (const BwdTestCase& ec : BackwardTestCases()) {
+    const AttentionProblem& p = ec.problem;
     ASSERT_TRUE(ValidateProblem(p).ok()) << p.name << ": " << ValidateProblem(p);
-    auto data = ProblemData::Random(p, seed++);
+    auto data = BackwardTestData(ec, seed++);
     ASSERT_TRUE(data.ok()) << data.status();
-    if (ec.block_last_row) BlockLastRow(p, *data);
     WriteReferenceForward(p, *data);
     auto grads = GradData::Random(p, seed++, ec.with_dbias);
     ASSERT_TRUE(grads.ok()) << grads.status();
@@ -523,22 +434,15 @@ TEST(BwdPlanTest, EmulatedScheduleMatchesReference) {
     EXPECT_TRUE(c.ok()) << p.name << ": " << c.mismatches << " of " << c.checked
                         << " outside the bound; first: " << c.first_failure;
     if (ec.block_last_row) {
-      const TensorView& dq = grads->dq.view();
-      for (int64_t e = 0; e < p.head_dim; ++e) {
-        EXPECT_EQ(dq.LoadF32(dq.Offset(p.batch - 1, p.num_heads - 1, p.q_len - 1, e)), 0.0f)
-            << p.name;
-      }
+      EXPECT_TRUE(LastRowDqIsZero(p, *grads));
     }
     if (plan->key_blocks > 1) {
-      const std::string whole =
-          Bytes(grads->dq) + Bytes(grads->dk) + Bytes(grads->dv) + Bytes(grads->dbias);
+      const std::string whole = GradientBits(*grads);
       auto chunked = PlanBackward(*params, 0);  // one key block per chunk
       ASSERT_TRUE(chunked.ok());
       ASSERT_EQ(chunked->num_chunks, chunked->key_blocks);
       EmulateBackward(*params, *chunked);
-      EXPECT_TRUE(whole ==
-                  Bytes(grads->dq) + Bytes(grads->dk) + Bytes(grads->dv) + Bytes(grads->dbias))
-          << p.name << ": chunking changed the bits";
+      EXPECT_TRUE(whole == GradientBits(*grads)) << p.name << ": chunking changed the bits";
       ++chunked_cases;
     }
   }

@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "backends/cuda/bwd_test_cases.h"
 #include "core/compare.h"
 #include "core/compare_grad.h"
 #include "core/execute.h"
@@ -449,111 +450,6 @@ TEST_F(CudaPluginTest, NanInt8ScalePoisonsOnlyTheRowsThatReadIt) {
 
 // ---- The backward pass ----
 
-// Backward problems: MHA, GQA, MQA; head dims 64 and 128 and padded ones
-// (16, 80, 200); odd lengths both ways round; causal in both alignments, a
-// sliding window, kv_lengths with an empty sequence, a dense mask and a -inf
-// bias each blocking a whole row, bias with dBias, softcap, BTHD; f32, bf16,
-// f16 and mixed storage; one problem long enough for several key blocks and
-// row tiles per block.
-struct GradCaseSpec {
-  AttentionProblem p;
-  bool with_dbias = false;
-  bool block_last_row = false;  // dense mask row set, or bias row -inf
-};
-
-std::vector<GradCaseSpec> BackwardProblems() {
-  std::vector<GradCaseSpec> out;
-  auto add = [&](AttentionProblem p, DType dt, DType kv, bool dbias = false, bool block = false) {
-    p.dtype = dt;
-    p.kv_dtype = kv;
-    p.return_lse = true;
-    p.name = absl::StrCat(p.Id(), dbias ? "_dbias" : "", block ? "_blockrow" : "");
-    out.push_back(GradCaseSpec{p, dbias, block});
-  };
-  add(BasicProblem(2, 4, 4, 37, 37, 64), DType::kF32, DType::kF32);  // MHA
-  for (Alignment a : {Alignment::kTopLeft, Alignment::kBottomRight}) {
-    AttentionProblem causal = BasicProblem(1, 8, 2, 101, 67, 128);  // GQA 4, Tq > Tk
-    causal.mask = MaskKind::kCausal;
-    causal.alignment = a;
-    add(causal, DType::kBF16, DType::kBF16);
-    AttentionProblem mqa = BasicProblem(2, 4, 1, 33, 150, 64);  // MQA, Tq < Tk
-    mqa.mask = MaskKind::kCausal;
-    mqa.alignment = a;
-    add(mqa, DType::kF32, DType::kF32);
-  }
-  AttentionProblem window = BasicProblem(1, 4, 2, 70, 300, 80);
-  window.mask = MaskKind::kSlidingWindow;
-  window.alignment = Alignment::kBottomRight;
-  window.window_left = 40;
-  window.window_right = 2;
-  add(window, DType::kF16, DType::kF16);
-  AttentionProblem padded = BasicProblem(2, 8, 2, 45, 129, 128);
-  padded.mask = MaskKind::kCausal;
-  padded.alignment = Alignment::kBottomRight;
-  padded.kv_lengths = {70, 0};
-  add(padded, DType::kBF16, DType::kF32);
-  AttentionProblem dense = BasicProblem(1, 4, 2, 37, 101, 16);
-  dense.blocked_mask = true;
-  add(dense, DType::kF32, DType::kBF16, false, /*block_last_row=*/true);
-  AttentionProblem bias = BasicProblem(2, 4, 1, 40, 130, 64);
-  bias.mask = MaskKind::kCausal;
-  bias.alignment = Alignment::kTopLeft;
-  bias.additive_bias = true;
-  add(bias, DType::kF32, DType::kF32, /*with_dbias=*/true, /*block_last_row=*/true);
-  add(bias, DType::kBF16, DType::kBF16, /*with_dbias=*/false);
-  AttentionProblem cap = BasicProblem(1, 6, 3, 45, 200, 200);  // d padded to 256
-  cap.mask = MaskKind::kCausal;
-  cap.alignment = Alignment::kBottomRight;
-  cap.softcap = 1.5f;
-  cap.scale = 0.3f;
-  cap.layout = Layout::kBTHD;
-  add(cap, DType::kF32, DType::kF32);
-  AttentionProblem all = BasicProblem(2, 4, 2, 50, 140, 128);
-  all.mask = MaskKind::kSlidingWindow;
-  all.alignment = Alignment::kBottomRight;
-  all.window_left = 36;
-  all.window_right = 2;
-  all.kv_lengths = {71, 140};
-  all.blocked_mask = all.additive_bias = true;
-  all.softcap = 1.5f;
-  all.layout = Layout::kBTHD;
-  add(all, DType::kBF16, DType::kBF16, true, true);
-  add(BasicProblem(1, 8, 2, 1, 300, 64), DType::kBF16, DType::kBF16);  // decode shape
-  AttentionProblem longer = BasicProblem(1, 4, 2, 300, 700, 64);  // 11 key blocks, 19 row tiles
-  longer.mask = MaskKind::kCausal;
-  longer.alignment = Alignment::kBottomRight;
-  add(longer, DType::kBF16, DType::kBF16);
-  return out;
-}
-
-absl::StatusOr<ProblemData> BackwardData(const GradCaseSpec& c, uint64_t seed) {
-  const AttentionProblem& p = c.p;
-  auto data = ProblemData::Random(p, seed);
-  if (!data.ok() || !c.block_last_row) return data;
-  const int64_t b = p.batch - 1, h = p.num_heads - 1, i = p.q_len - 1;
-  for (int64_t j = 0; j < p.kv_len; ++j) {
-    if (p.blocked_mask) {
-      const TensorView& m = data->blocked_mask.view();
-      static_cast<uint8_t*>(m.data)[m.Offset(b, h, i, j)] = 1;
-    } else {
-      const TensorView& bias = data->bias.view();
-      StoreFromF32(bias.data, DType::kF32, bias.Offset(b, h, i, j),
-                   -std::numeric_limits<float>::infinity());
-    }
-  }
-  return data;
-}
-
-std::string GradBytes(const GradData& g) {
-  std::string out;
-  for (const Tensor* t : {&g.dq, &g.dk, &g.dv, &g.dbias}) {
-    if (t->view().empty()) continue;
-    out.append(static_cast<const char*>(t->data()),
-               t->view().SpanElements() * DTypeSize(t->view().dtype));
-  }
-  return out;
-}
-
 // "cuda" claims the backward pass (within its forward's head dims, layouts
 // and groups); "cuda-cublas" claims none and refuses through its caps.
 // Without a GPU, "cuda" refuses with the CUDA reason. Runs without a GPU.
@@ -570,18 +466,19 @@ TEST_F(CudaPluginTest, BackwardIsClaimedOnlyByFlash) {
               bw.deterministic);
   EXPECT_FALSE(bw.ragged);
   EXPECT_FALSE((*cublas)->Caps().backward.supported);
-  for (const GradCaseSpec& c : BackwardProblems()) {
-    ASSERT_TRUE(ValidateProblem(c.p).ok()) << c.p.name << ": " << ValidateProblem(c.p);
-    EXPECT_TRUE(CheckBackwardCapabilities((*flash)->Caps(), c.p).ok())
-        << c.p.name << ": " << CheckBackwardCapabilities((*flash)->Caps(), c.p);
-    EXPECT_EQ(CheckBackwardCapabilities((*cublas)->Caps(), c.p).code(),
+  for (const cuda::BwdTestCase& c : cuda::BackwardTestCases()) {
+    const AttentionProblem& p = c.problem;
+    ASSERT_TRUE(ValidateProblem(p).ok()) << p.name << ": " << ValidateProblem(p);
+    EXPECT_TRUE(CheckBackwardCapabilities((*flash)->Caps(), p).ok())
+        << p.name << ": " << CheckBackwardCapabilities((*flash)->Caps(), p);
+    EXPECT_EQ(CheckBackwardCapabilities((*cublas)->Caps(), p).code(),
               absl::StatusCode::kUnimplemented)
-        << c.p.name;
+        << p.name;
     const absl::Status available = (*flash)->Available();
     if (!available.ok()) {
-      EXPECT_EQ((*flash)->SupportsBackward(c.p).message(), available.message());
+      EXPECT_EQ((*flash)->SupportsBackward(p).message(), available.message());
     } else {
-      EXPECT_TRUE((*flash)->SupportsBackward(c.p).ok()) << (*flash)->SupportsBackward(c.p);
+      EXPECT_TRUE((*flash)->SupportsBackward(p).ok()) << (*flash)->SupportsBackward(p);
     }
   }
   // Paged and int8 K/V have no backward pass.
@@ -593,7 +490,8 @@ TEST_F(CudaPluginTest, BackwardIsClaimedOnlyByFlash) {
 }
 
 // The backward pass on the backend's own forward (its O and LSE) against
-// the fp64 reference backward; rows that see no key give dQ = 0; a second
+// the fp64 reference backward, over the cases bwd_plan_test also emulates on
+// the CPU (bwd_test_cases.h); rows that see no key give dQ = 0; a second
 // run gives the same bits (deterministic is claimed).
 TEST_F(CudaPluginTest, BackwardMatchesReferenceOnGpu) {
   auto flash = registry_.Find("cuda");
@@ -604,10 +502,10 @@ TEST_F(CudaPluginTest, BackwardMatchesReferenceOnGpu) {
     GTEST_SKIP() << b->Available();
   }
   uint64_t seed = 301;
-  for (const GradCaseSpec& c : BackwardProblems()) {
-    const AttentionProblem& p = c.p;
+  for (const cuda::BwdTestCase& c : cuda::BackwardTestCases()) {
+    const AttentionProblem& p = c.problem;
     ASSERT_TRUE(b->SupportsBackward(p).ok()) << p.name << ": " << b->SupportsBackward(p);
-    auto data = BackwardData(c, seed++);
+    auto data = cuda::BackwardTestData(c, seed++);
     ASSERT_TRUE(data.ok()) << data.status();
     PoisonOutputs(*data);
     const absl::Status forward = RunOnBackend(b, p, *data, nullptr);
@@ -625,17 +523,13 @@ TEST_F(CudaPluginTest, BackwardMatchesReferenceOnGpu) {
                           << " of " << cmp.checked << " outside the bound (error/bound up to "
                           << cmp.max_bound_fraction << "); first: " << cmp.first_failure;
     if (c.block_last_row) {
-      const TensorView& dq = grads->dq.view();
-      for (int64_t e = 0; e < p.head_dim; ++e) {
-        EXPECT_EQ(dq.LoadF32(dq.Offset(p.batch - 1, p.num_heads - 1, p.q_len - 1, e)), 0.0f)
-            << p.name << ": a row that sees no key";
-      }
+      EXPECT_TRUE(cuda::LastRowDqIsZero(p, *grads));
     }
-    const std::string first = GradBytes(*grads);
+    const std::string first = cuda::GradientBits(*grads);
     PoisonGradients(*grads);
     const absl::Status rerun = RunBackwardOnBackend(b, p, *data, *grads, nullptr);
     ASSERT_TRUE(rerun.ok()) << p.name << ": " << rerun;
-    EXPECT_TRUE(GradBytes(*grads) == first) << p.name << ": a second run gave other bits";
+    EXPECT_TRUE(cuda::GradientBits(*grads) == first) << p.name << ": a second run gave other bits";
   }
 }
 
