@@ -357,8 +357,8 @@ absl::Status ValidateGradArgs(const AttentionProblem& p, const AttentionArgs& a,
     if (!p.additive_bias) {
       return absl::InvalidArgumentError("dbias was given but the problem has additive_bias off");
     }
-    ATTNKIT_RETURN_IF_ERROR(CheckTensor("dbias", g.dbias, DType::kF32,
-                                        {p.batch, p.num_heads, p.q_len, p.kv_len}));
+    ATTNKIT_RETURN_IF_ERROR(
+        CheckTensor("dbias", g.dbias, DType::kF32, {p.batch, p.num_heads, p.q_len, p.kv_len}));
     for (int i = 0; i < g.dbias.rank; ++i) {
       if (g.dbias.strides[i] == 0 && g.dbias.shape[i] > 1) {
         return absl::InvalidArgumentError(absl::StrFormat(
@@ -463,13 +463,17 @@ absl::Status Backend::ForwardChecked(const AttentionProblem& p, const AttentionA
 }
 
 absl::Status Backend::Backward(const AttentionProblem& p, const AttentionArgs& args,
-                              const GradArgs& grads, RunInfo* info) {
+                               const GradArgs& grads, RunInfo* info) {
   ATTNKIT_RETURN_IF_ERROR(ValidateGradArgs(p, args, grads));
   if (UsesHostMemory()) ATTNKIT_RETURN_IF_ERROR(ValidateHostIndexTensors(p, args));
   const absl::Status supported = SupportsBackward(p);
   if (!supported.ok()) {
     return absl::Status(supported.code(), absl::StrCat(Name(), " cannot run the backward of ",
                                                        p.Id(), ": ", supported.message()));
+  }
+  if (!grads.dbias.empty() && !Caps().backward.bias_grad) {
+    return absl::UnimplementedError(absl::StrCat(Name(), " cannot run the backward of ", p.Id(),
+                                                 ": dbias is not supported (leave it out)"));
   }
   return BackwardChecked(p, args, grads, info);
 }
@@ -487,8 +491,7 @@ absl::Status Backend::BackwardImpl(const AttentionProblem& p, const AttentionArg
   (void)args;
   (void)grads;
   (void)info;
-  return absl::UnimplementedError(
-      absl::StrCat(Name(), " has no backward pass (for ", p.Id(), ")"));
+  return absl::UnimplementedError(absl::StrCat(Name(), " has no backward pass (for ", p.Id(), ")"));
 }
 
 }  // namespace attnkit

@@ -224,6 +224,28 @@ TEST(BackwardAbiTest, BackwardCrossesTheAbi) {
   EXPECT_EQ(recording->backward_calls, 1);
 }
 
+// dBias is asked for by passing it; a backend without bias_grad refuses.
+TEST(BackwardAbiTest, DbiasNeedsBiasGrad) {
+  class NoDbias : public RecordingBackend {
+   public:
+    Capabilities Caps() const override {
+      Capabilities c = RecordingBackend::Caps();
+      c.backward.bias_grad = false;
+      return c;
+    }
+  };
+  std::unique_ptr<Backend> backend = AdoptSdkBackend(ExportBackend(std::make_unique<NoDbias>()));
+  AttentionProblem p = GqaCausal();
+  p.additive_bias = true;
+  auto data = ProblemData::Random(p, 2);
+  auto with = GradData::Random(p, 2, /*with_dbias=*/true);
+  auto without = GradData::Random(p, 2, /*with_dbias=*/false);
+  ASSERT_TRUE(data.ok() && with.ok() && without.ok());
+  EXPECT_THAT(backend->Backward(p, data->args(), with->args()).message(),
+              HasSubstr("dbias is not supported"));
+  EXPECT_TRUE(backend->Backward(p, data->args(), without->args()).ok());
+}
+
 TEST(BackwardAbiTest, ForwardOnlyBackendRefusesWithItsName) {
   std::unique_ptr<Backend> backend =
       AdoptSdkBackend(ExportBackend(std::make_unique<ForwardOnlyBackend>()));
