@@ -3,6 +3,7 @@
 // absl::Status into a code plus message.
 #include "capi/attnkit.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "backends/auto_select.h"
 #include "backends/builtin.h"
 #include "capi/internal.h"
@@ -57,6 +59,69 @@ absl::StatusOr<Backend*> FindBackend(attnkit_context* ctx, const char* name) {
   return ctx->registry.Find(name);
 }
 
+// The backend for the backward pass of `p`: `name` must support it
+// (SupportsBackward); "auto" takes the first host-memory backend of the auto
+// order for p (then any other registered one) whose Supports and
+// SupportsBackward accept p (and that writes dbias when `wants_dbias`). The
+// reason says which and why, as SelectBackend's does for the forward.
+absl::StatusOr<attnkit::Selection> SelectBackwardBackend(const attnkit::BackendRegistry& registry,
+                                                         const std::string& name,
+                                                         const AttentionProblem& p,
+                                                         bool wants_dbias) {
+  const auto trains = [&p, wants_dbias](const Backend* b) -> absl::Status {
+    ATTNKIT_RETURN_IF_ERROR(b->Supports(p));
+    ATTNKIT_RETURN_IF_ERROR(b->SupportsBackward(p));
+    if (wants_dbias && !b->Caps().backward.bias_grad) {
+      return absl::UnimplementedError(
+          "grads.dbias was given, and its backward does not write dbias (bias_grad)");
+    }
+    return absl::OkStatus();
+  };
+  if (!name.empty() && name != "auto") {
+    ATTNKIT_ASSIGN_OR_RETURN(Backend * b, registry.Find(name));
+    const absl::Status s = trains(b);
+    if (!s.ok()) {
+      return absl::Status(
+          s.code(), absl::StrFormat("backend '%s' cannot run the backward of %s: %s", name, p.Id(),
+                                    s.message()));
+    }
+    return attnkit::Selection{b, absl::StrFormat("%s: chosen by name", name)};
+  }
+  const attnkit::AutoOrder order = attnkit::AutoOrderFor(p);
+  std::vector<Backend*> candidates;
+  for (const std::string& n : order.order) {
+    absl::StatusOr<Backend*> b = registry.Find(n);
+    if (b.ok()) candidates.push_back(*b);
+  }
+  for (Backend* b : registry.All()) {
+    if (std::find(candidates.begin(), candidates.end(), b) == candidates.end()) {
+      candidates.push_back(b);
+    }
+  }
+  std::vector<std::string> passed_over;
+  for (Backend* b : candidates) {
+    // Device backends would fault on the caller's host pointers.
+    if (!b->UsesHostMemory()) continue;
+    const absl::Status s = trains(b);
+    if (!s.ok()) {
+      passed_over.push_back(absl::StrCat(b->Name(), ": ", s.message()));
+      continue;
+    }
+    std::string reason = absl::StrFormat(
+        "auto: %s is the first backend in the order [%s] whose backward supports this problem",
+        b->Name(), absl::StrJoin(order.order, ", "));
+    if (!passed_over.empty()) {
+      absl::StrAppend(&reason, " (passed over: ", absl::StrJoin(passed_over, "; "), ")");
+    }
+    absl::StrAppend(&reason, "; ", attnkit::ShapeClass(p), " order from ", order.source,
+                    "; host backends only (name a device backend for device memory)");
+    return attnkit::Selection{b, reason};
+  }
+  return absl::UnimplementedError(
+      absl::StrCat("no registered host-memory backend supports the backward of ", p.Id(), ": ",
+                   absl::StrJoin(passed_over, "; ")));
+}
+
 }  // namespace
 
 extern "C" {
@@ -77,6 +142,7 @@ size_t attnkit_struct_size(const char* name) {
   if (n == "attnkit_caps") return sizeof(attnkit_caps);
   if (n == "attnkit_backend_info") return sizeof(attnkit_backend_info);
   if (n == "attnkit_run_result") return sizeof(attnkit_run_result);
+  if (n == "attnkit_grads") return sizeof(attnkit_grads);
   return 0;
 }
 
@@ -185,6 +251,48 @@ int32_t attnkit_run(attnkit_context* ctx, const char* backend, const attnkit_pro
                                                     /*host_memory_only=*/true));
     attnkit::RunInfo info;
     ATTNKIT_RETURN_IF_ERROR(selection.backend->Forward(problem, a, &info));
+    ATTNKIT_RETURN_IF_ERROR(selection.backend->Synchronize());
+    if (result != nullptr) {
+      CopyString(info.backend, result->backend, sizeof(result->backend));
+      CopyString(info.kernel, result->kernel, sizeof(result->kernel));
+      CopyString(selection.reason, result->reason, sizeof(result->reason));
+      result->workspace_allocations = info.workspace_allocations;
+    }
+    return absl::OkStatus();
+  });
+}
+
+int32_t attnkit_backward(attnkit_context* ctx, const char* backend, const attnkit_problem* p,
+                         const attnkit_args* args, const attnkit_grads* grads,
+                         attnkit_run_result* result, char* err, size_t err_size) {
+  return Guard(err, err_size, [&]() -> absl::Status {
+    ATTNKIT_RETURN_IF_ERROR(RequireContext(ctx));
+    ATTNKIT_ASSIGN_OR_RETURN(const AttentionProblem problem, ProblemOf(p));
+    if (args == nullptr) return absl::InvalidArgumentError("args is NULL");
+    ATTNKIT_RETURN_IF_ERROR(RequireStructSize(
+        args->struct_size, offsetof(attnkit_args, bias) + sizeof(attnkit_tensor), "attnkit_args"));
+    if (grads == nullptr) return absl::InvalidArgumentError("grads is NULL");
+    ATTNKIT_RETURN_IF_ERROR(RequireStructSize(
+        grads->struct_size, offsetof(attnkit_grads, dbias) + sizeof(attnkit_tensor),
+        "attnkit_grads"));
+    if (result != nullptr) {
+      ATTNKIT_RETURN_IF_ERROR(
+          RequireStructSize(result->struct_size,
+                            offsetof(attnkit_run_result, workspace_allocations) + sizeof(int64_t),
+                            "attnkit_run_result"));
+    }
+    // An older caller's shorter attnkit_args: the fields past its size are absent.
+    attnkit_args c_args;
+    std::memset(&c_args, 0, sizeof(c_args));
+    std::memcpy(&c_args, args, std::min<size_t>(args->struct_size, sizeof(c_args)));
+    ATTNKIT_ASSIGN_OR_RETURN(const AttentionArgs a, attnkit::ArgsFromC(c_args));
+    ATTNKIT_ASSIGN_OR_RETURN(const attnkit::GradArgs g, attnkit::GradsFromC(*grads));
+    const std::string name = backend != nullptr ? backend : problem.backend;
+    ATTNKIT_ASSIGN_OR_RETURN(const attnkit::Selection selection,
+                             SelectBackwardBackend(ctx->registry, name, problem,
+                                                   /*wants_dbias=*/!g.dbias.empty()));
+    attnkit::RunInfo info;
+    ATTNKIT_RETURN_IF_ERROR(selection.backend->Backward(problem, a, g, &info));
     ATTNKIT_RETURN_IF_ERROR(selection.backend->Synchronize());
     if (result != nullptr) {
       CopyString(info.backend, result->backend, sizeof(result->backend));

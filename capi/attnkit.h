@@ -47,7 +47,7 @@ const char* attnkit_version(void);
 
 /* sizeof the named struct as this library was compiled ("attnkit_problem",
  * "attnkit_tensor", "attnkit_args", "attnkit_caps", "attnkit_backend_info",
- * "attnkit_run_result"), 0 for another name: bindings in other languages
+ * "attnkit_run_result", "attnkit_grads"), 0 for another name: bindings in other languages
  * check their mirrors of the structs against it when they load. */
 size_t attnkit_struct_size(const char* name);
 
@@ -91,7 +91,8 @@ void attnkit_problem_init(attnkit_problem* p);
  * the field, its value and the rule. */
 int32_t attnkit_problem_validate(const attnkit_problem* p, char* err, size_t err_size);
 
-/* What one attnkit_run did. The caller sets struct_size. */
+/* What one attnkit_run (or attnkit_backward) did. The caller sets
+ * struct_size. */
 typedef struct attnkit_run_result {
   uint32_t struct_size;
   char backend[64];              /* the backend that ran */
@@ -109,6 +110,27 @@ typedef struct attnkit_run_result {
 int32_t attnkit_run(attnkit_context* ctx, const char* backend, const attnkit_problem* p,
                     const attnkit_args* args, attnkit_run_result* result, char* err,
                     size_t err_size);
+
+/* The backward pass of attnkit_run (training): from the forward's q, k, v,
+ * o and lse in `args` and dL/dO in grads->d_o, writes dL/dQ into grads->dq
+ * (q's shape and dtype), dL/dK and dL/dV into grads->dk, grads->dv (k's
+ * shape and kv_dtype, each summed over the query heads of its KV group) and,
+ * when grads->dbias.data is set, dL/dbias (f32 [B, H, Tq, Tk], no stride-0
+ * dims) for a problem with additive_bias; f32 accumulation, and a row with
+ * no visible key gets dq = 0. `p` is the forward's problem and must have
+ * return_lse = 1, with args->lse the lse that forward wrote (the backward
+ * recomputes the attention weights from it). `backend`: a name, "auto" or
+ * NULL (p->backend); "auto" takes the first host-memory backend of the auto
+ * order whose backward supports p (result->reason says which, and what it
+ * passed over), a name must support it. Errors: INVALID_ARGUMENT naming the
+ * tensor or field (d_o missing, a shape or dtype that differs, outputs that
+ * overlap inputs, return_lse off); UNIMPLEMENTED with the reason when no
+ * backend (or the named one) has a backward for p: paged or int8 K/V never
+ * do, and attnkit_backend_info's caps.bwd_* say what each backend takes.
+ * grads->struct_size must be sizeof(attnkit_grads); `result` may be NULL. */
+int32_t attnkit_backward(attnkit_context* ctx, const char* backend, const attnkit_problem* p,
+                         const attnkit_args* args, const attnkit_grads* grads,
+                         attnkit_run_result* result, char* err, size_t err_size);
 
 /* Worker threads for a backend (CPU backends; others accept and ignore),
  * and the stream a device backend runs on (a cudaStream_t; NULL is CUDA's

@@ -7,6 +7,11 @@ reference, cuda, plugins), over the C API in libattnkit.so.
     k = v = np.random.rand(2, 2, 128, 64).astype(np.float32)
     o = attnkit.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     attnkit.last_run()   # {'backend': 'highway', 'kernel': ..., 'reason': ...}
+
+With torch tensors that require grad, the output is differentiable (the
+backward runs attnkit's backward pass); for numpy,
+scaled_dot_product_attention(..., return_lse=True) and
+scaled_dot_product_attention_backward give the gradients.
 """
 
 from ._capi import lib as _lib
@@ -24,6 +29,7 @@ from ._ops import attention
 from ._ops import backends
 from ._ops import last_run
 from ._ops import scaled_dot_product_attention
+from ._ops import scaled_dot_product_attention_backward
 from ._ops import set_num_threads
 
 __version__ = "0.26.0"  # the VERSION file; checked against the library at import
@@ -49,6 +55,7 @@ __all__ = [
     "library_version",
     "machine_limits",
     "scaled_dot_product_attention",
+    "scaled_dot_product_attention_backward",
     "set_num_threads",
     "suite",
 ]

@@ -164,6 +164,14 @@ class RunResult(ctypes.Structure):
     ]
 
 
+class Grads(ctypes.Structure):
+    """attnkit_grads (since 0.26): dL/dO in, dL/dQ, dK, dV (and dbias) out."""
+
+    _fields_ = [("struct_size", _c_uint32)] + [
+        (name, Tensor) for name in ("d_o", "dq", "dk", "dv", "dbias")
+    ]
+
+
 _STRUCTS = {
     b"attnkit_problem": Problem,
     b"attnkit_tensor": Tensor,
@@ -171,6 +179,7 @@ _STRUCTS = {
     b"attnkit_caps": Caps,
     b"attnkit_backend_info": BackendInfo,
     b"attnkit_run_result": RunResult,
+    b"attnkit_grads": Grads,
 }
 
 
@@ -242,6 +251,19 @@ def _load():
                 ctypes.c_char_p,
                 ctypes.POINTER(Problem),
                 ctypes.POINTER(Args),
+                ctypes.POINTER(RunResult),
+                err,
+                ctypes.c_size_t,
+            ],
+        ),
+        "attnkit_backward": (
+            _c_int32,
+            [
+                ctypes.c_void_p,
+                ctypes.c_char_p,
+                ctypes.POINTER(Problem),
+                ctypes.POINTER(Args),
+                ctypes.POINTER(Grads),
                 ctypes.POINTER(RunResult),
                 err,
                 ctypes.c_size_t,

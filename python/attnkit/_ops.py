@@ -12,6 +12,9 @@ from . import _capi
 
 _last = threading.local()
 
+# attnkit dtype code -> torch dtype name, for the float tensors made here.
+_TORCH_DTYPES = {_capi.F32: "float32", _capi.F16: "float16", _capi.BF16: "bfloat16"}
+
 
 def last_run():
     """What the calling thread's last attnkit call ran: a dict with backend,
@@ -47,6 +50,20 @@ def _caps_dict(c):
         "deterministic": bool(c.deterministic),
         "paged_kv": bool(c.paged_kv),
         "ragged": bool(c.ragged),
+        # What the backward pass (attnkit_backward) takes.
+        "backward": {
+            "supported": bool(c.bwd_supported),
+            "dtypes": names(c.bwd_dtypes, _capi.DTYPE_NAMES),
+            "kv_dtypes": names(c.bwd_kv_dtypes, _capi.DTYPE_NAMES),
+            "masks": names(c.bwd_masks, _capi.MASK_NAMES),
+            "kv_lengths": bool(c.bwd_kv_lengths),
+            "blocked_mask": bool(c.bwd_blocked_mask),
+            "additive_bias": bool(c.bwd_additive_bias),
+            "bias_grad": bool(c.bwd_bias_grad),
+            "softcap": bool(c.bwd_softcap),
+            "ragged": bool(c.bwd_ragged),
+            "deterministic": bool(c.bwd_deterministic),
+        },
     }
 
 
@@ -153,17 +170,17 @@ class _Call:
         self.keep.append(op)
         setattr(self.args, field, _arrays.tensor(op, shape4, strides4, code))
 
-    def run(self, backend):
+    def run(self, backend, grads=None):
+        """attnkit_run, or attnkit_backward with `grads` (a _capi.Grads)."""
         result = _capi.RunResult()
         result.struct_size = ctypes.sizeof(result)
-        _capi.call(
-            _capi.lib.attnkit_run,
-            _capi.context(),
-            backend.encode(),
-            ctypes.byref(self.problem),
-            ctypes.byref(self.args),
-            ctypes.byref(result),
-        )
+        head = (_capi.context(), backend.encode(), ctypes.byref(self.problem),
+                ctypes.byref(self.args))
+        if grads is None:
+            _capi.call(_capi.lib.attnkit_run, *head, ctypes.byref(result))
+        else:
+            _capi.call(_capi.lib.attnkit_backward, *head, ctypes.byref(grads),
+                       ctypes.byref(result))
         _last.run = {
             "backend": result.backend.decode(),
             "kernel": result.kernel.decode(),
@@ -221,86 +238,73 @@ def _pair_input(x, full_shape, batch_dims, code, name):
     return op, view[0], view[1]
 
 
-def scaled_dot_product_attention(
-    query,
-    key,
-    value,
-    attn_mask=None,
-    dropout_p=0.0,
-    is_causal=False,
-    scale=None,
-    enable_gqa=False,
-    *,
-    backend="auto",
-):
-    """torch.nn.functional.scaled_dot_product_attention's semantics on numpy
-    arrays or torch tensors, on any attnkit backend.
+class _Sdpa:
+    """SDPA's arguments checked and assembled into a _Call: the problem, q,
+    k, v and the mask set; the forward adds o (and lse), the backward o,
+    lse and the gradients."""
 
-    query [..., Hq, L, E], key [..., Hkv, S, E], value [..., Hkv, S, E]
-    (Hkv = Hq unless enable_gqa); attn_mask broadcastable to [..., Hq, L, S]:
-    bool (True = take part, PyTorch's convention) or float (added to the
-    scores); is_causal is top-left, as PyTorch defines it. Returns
-    [..., Hq, L, E] in query's dtype and kind; inputs already contiguous in
-    f32/f16/bf16 are not copied. last_run() says what ran.
-    """
-    if dropout_p != 0.0:
-        raise NotImplementedError(
-            f"dropout_p={dropout_p}: attnkit computes attention without dropout; pass "
-            "dropout_p=0.0 and apply dropout outside"
-        )
-    if attn_mask is not None and is_causal:
-        raise ValueError("attn_mask and is_causal=True cannot be set together (as in PyTorch)")
-    q, q4, qs = _operand4(query, "query")
-    k, k4, ks = _operand4(key, "key")
-    v, v4, vs = _operand4(value, "value")
-    if q.shape[:-3] != k.shape[:-3] or k.shape[:-1] != v.shape[:-1]:
-        raise ValueError(
-            f"query {q.shape}, key {k.shape} and value {v.shape} must share their batch dims, "
-            "and key and value their heads and length"
-        )
-    if q.shape[-1] != k.shape[-1] or v.shape[-1] != q.shape[-1]:
-        raise ValueError(
-            f"query, key and value must have the same head dim E (attnkit needs Ev = E); got "
-            f"{q.shape[-1]}, {k.shape[-1]}, {v.shape[-1]}"
-        )
-    heads, kv_heads = q4[1], k4[1]
-    if heads != kv_heads and not enable_gqa:
-        raise ValueError(
-            f"query has {heads} heads and key {kv_heads}: pass enable_gqa=True for grouped-query "
-            "attention"
-        )
-    if k.code != v.code:
-        raise ValueError(
-            f"key and value must share a dtype; got {_capi.DTYPE_NAMES[k.code]} and "
-            f"{_capi.DTYPE_NAMES[v.code]}"
-        )
-    backend = _place(backend, (q, k, v))
-    call = _Call()
-    p = call.problem
-    p.batch, p.num_heads, p.q_len, p.head_dim = q4
-    p.num_kv_heads, p.kv_len = k4[1], k4[2]
-    p.dtype, p.kv_dtype = q.code, k.code
-    p.layout = _capi.LAYOUT_BTHD if qs[1] < qs[2] else _capi.LAYOUT_BHTD
-    p.scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    if is_causal:
-        p.mask = _capi.MASK_CAUSAL
-        p.alignment = _capi.ALIGN_TOP_LEFT
-    call.set("q", q, q4, qs)
-    call.set("k", k, k4, ks)
-    call.set("v", v, v4, vs)
-    o = _arrays.empty_like_kind(q, q.shape, q.code)
-    o4, os4 = _as4(o, "output")
-    call.set("o", o, o4, os4)
-    if attn_mask is not None:
+    def __init__(self, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                 backend):
+        if dropout_p != 0.0:
+            raise NotImplementedError(
+                f"dropout_p={dropout_p}: attnkit computes attention without dropout; pass "
+                "dropout_p=0.0 and apply dropout outside"
+            )
+        if attn_mask is not None and is_causal:
+            raise ValueError("attn_mask and is_causal=True cannot be set together (as in PyTorch)")
+        q, q4, qs = _operand4(query, "query")
+        k, k4, ks = _operand4(key, "key")
+        v, v4, vs = _operand4(value, "value")
+        if q.shape[:-3] != k.shape[:-3] or k.shape[:-1] != v.shape[:-1]:
+            raise ValueError(
+                f"query {q.shape}, key {k.shape} and value {v.shape} must share their batch "
+                "dims, and key and value their heads and length"
+            )
+        if q.shape[-1] != k.shape[-1] or v.shape[-1] != q.shape[-1]:
+            raise ValueError(
+                f"query, key and value must have the same head dim E (attnkit needs Ev = E); "
+                f"got {q.shape[-1]}, {k.shape[-1]}, {v.shape[-1]}"
+            )
+        heads, kv_heads = q4[1], k4[1]
+        if heads != kv_heads and not enable_gqa:
+            raise ValueError(
+                f"query has {heads} heads and key {kv_heads}: pass enable_gqa=True for "
+                "grouped-query attention"
+            )
+        if k.code != v.code:
+            raise ValueError(
+                f"key and value must share a dtype; got {_capi.DTYPE_NAMES[k.code]} and "
+                f"{_capi.DTYPE_NAMES[v.code]}"
+            )
+        self.backend = _place(backend, (q, k, v))
+        self.q, self.k, self.v = q, k, v
+        self.call = call = _Call()
+        p = call.problem
+        p.batch, p.num_heads, p.q_len, p.head_dim = q4
+        p.num_kv_heads, p.kv_len = k4[1], k4[2]
+        p.dtype, p.kv_dtype = q.code, k.code
+        p.layout = _capi.LAYOUT_BTHD if qs[1] < qs[2] else _capi.LAYOUT_BHTD
+        p.scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+        if is_causal:
+            p.mask = _capi.MASK_CAUSAL
+            p.alignment = _capi.ALIGN_TOP_LEFT
+        call.set("q", q, q4, qs)
+        call.set("k", k, k4, ks)
+        call.set("v", v, v4, vs)
+        # The scores' shape [..., Hq, L, S], which a mask broadcasts to.
+        self.pair_shape = tuple(q.shape[:-1]) + (k.shape[-2],)
+        self.has_bias = False
+        if attn_mask is not None:
+            self._set_mask(attn_mask)
+
+    def _set_mask(self, attn_mask):
+        q, call = self.q, self.call
         if _arrays.is_torch(q.owner) != _arrays.is_torch(attn_mask) or (
             _arrays.is_torch(attn_mask) and attn_mask.device != q.owner.device
         ):
             is_bool_mask = str(getattr(attn_mask, "dtype", "")).endswith("bool")
             attn_mask = _like(attn_mask, q, np.bool_ if is_bool_mask else np.float32,
                               "bool" if is_bool_mask else "float32")
-        full = tuple(q.shape[:-1]) + (k.shape[-2],)
-        if q.ndim == 2:
-            full = (q.shape[0], k.shape[-2])
         is_bool = (
             attn_mask.dtype == __import__("torch").bool
             if _arrays.is_torch(attn_mask)
@@ -312,20 +316,209 @@ def scaled_dot_product_attention(
                 blocked = blocked.to(__import__("torch").uint8)
             else:
                 blocked = blocked.view(np.uint8)
-            op, m4, ms = _pair_input(blocked, full, q.shape[:-3], _capi.U8, "attn_mask")
-            p.blocked_mask = 1
+            op, m4, ms = _pair_input(blocked, self.pair_shape, (), _capi.U8, "attn_mask")
+            call.problem.blocked_mask = 1
             call.set("blocked_mask", op, m4, ms)
         else:
             bias = (
-                attn_mask.float()
+                attn_mask.detach().float()
                 if _arrays.is_torch(attn_mask)
                 else np.asarray(attn_mask, dtype=np.float32)
             )
-            op, b4, bs = _pair_input(bias, full, q.shape[:-3], _capi.F32, "attn_mask")
-            p.additive_bias = 1
+            op, b4, bs = _pair_input(bias, self.pair_shape, (), _capi.F32, "attn_mask")
+            call.problem.additive_bias = 1
             call.set("bias", op, b4, bs)
-    call.run(backend)
-    return o.owner
+            self.has_bias = True
+
+    @staticmethod
+    def _row_view(op, name="lse"):
+        """(shape3, strides3) of an lse operand [..., Hq, L] as [B, Hq, L],
+        or None when its leading dims do not collapse into one stride."""
+        if op.ndim == 1:
+            return (1, 1) + op.shape, (0, 0) + op.strides
+        collapsed = _arrays.collapse_leading(op.shape, op.strides, 2)
+        if collapsed is None:
+            return None
+        return (collapsed[0],) + op.shape[-2:], (collapsed[1],) + op.strides[-2:]
+
+    def forward(self, return_lse):
+        """Runs the forward: o [..., Hq, L, E] (query's dtype and kind), and
+        lse [..., Hq, L] f32 when return_lse."""
+        q, call = self.q, self.call
+        o = _arrays.empty_like_kind(q, q.shape, q.code)
+        o4, os4 = _as4(o, "output")
+        call.set("o", o, o4, os4)
+        lse = None
+        if return_lse:
+            call.problem.return_lse = 1
+            lse = _arrays.empty_like_kind(q, q.shape[:-1], _capi.F32)
+            call.set("lse", lse, *self._row_view(lse))
+        call.run(self.backend)
+        return o.owner, (lse.owner if lse is not None else None)
+
+    def _input_like(self, x, name, shape, code, view):
+        """x as an operand of query's kind in dtype `code` (converted when its
+        dtype differs) with `shape`, and its view(op, name): (shape, strides)
+        for the library. Copied once when its leading dims do not collapse
+        into one stride or a dim is broadcast (stride 0, e.g. the dL/dout of
+        out.sum())."""
+        if _arrays.is_torch(self.q.owner):
+            import torch
+
+            x = torch.as_tensor(x, device=self.q.owner.device).detach()
+            x = x.to(getattr(torch, _TORCH_DTYPES[code]))
+        else:
+            if _arrays.is_torch(x):
+                x = x.detach().cpu().numpy()
+            x = np.asarray(x)
+            if x.dtype != _arrays._NP_DTYPES[code]:
+                x = x.astype(_arrays._NP_DTYPES[code])
+        if tuple(x.shape) != tuple(shape):
+            raise ValueError(f"{name} has shape {tuple(x.shape)}; it must be {tuple(shape)}")
+        op = _arrays.as_operand(x, name)
+        v = view(op, name)
+        if v is None or any(s == 0 and n > 1 for n, s in zip(op.shape, op.strides)):
+            x = x.contiguous() if _arrays.is_torch(x) else np.ascontiguousarray(x)
+            op = _arrays.as_operand(x, name)
+            v = view(op, name)
+        return op, v
+
+    def backward(self, out, lse, grad_out, mask_grad):
+        """Runs the backward from the forward's out and lse and dL/dout:
+        (dq, dk, dv, dbias) in q's, k's, v's dtypes and kind, dbias f32
+        [..., Hq, L, S] when mask_grad (else None)."""
+        q, k, v, call = self.q, self.k, self.v, self.call
+        if mask_grad and not self.has_bias:
+            raise ValueError("mask_grad needs a float attn_mask (an additive bias)")
+        call.problem.return_lse = 1
+        o, o_view = self._input_like(out, "out", q.shape, q.code, _as4)
+        call.set("o", o, *o_view)
+        lse, lse_view = self._input_like(lse, "lse", q.shape[:-1], _capi.F32, self._row_view)
+        call.set("lse", lse, *lse_view)
+        d_o, _ = self._input_like(grad_out, "grad_out", q.shape, q.code, _as4)
+        grads = {"d_o": d_o}
+        grads["dq"] = _arrays.empty_like_kind(q, q.shape, q.code)
+        grads["dk"] = _arrays.empty_like_kind(k, k.shape, k.code)
+        grads["dv"] = _arrays.empty_like_kind(v, v.shape, v.code)
+        if mask_grad:
+            grads["dbias"] = _arrays.empty_like_kind(q, self.pair_shape, _capi.F32)
+        g = _capi.Grads()
+        g.struct_size = ctypes.sizeof(g)
+        for field, op in grads.items():
+            call.keep.append(op)
+            setattr(g, field, _arrays.tensor(op, *_as4(op, field)))
+        call.run(self.backend, grads=g)
+        dbias = grads["dbias"].owner if mask_grad else None
+        return grads["dq"].owner, grads["dk"].owner, grads["dv"].owner, dbias
+
+
+def _wants_grad(*xs):
+    """True when a torch tensor among xs requires grad and autograd records."""
+    tensors = [x for x in xs if _arrays.is_torch(x)]
+    if not tensors:
+        return False
+    import torch
+
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def scaled_dot_product_attention(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    scale=None,
+    enable_gqa=False,
+    *,
+    backend="auto",
+    return_lse=False,
+):
+    """torch.nn.functional.scaled_dot_product_attention's semantics on numpy
+    arrays or torch tensors, on any attnkit backend.
+
+    query [..., Hq, L, E], key [..., Hkv, S, E], value [..., Hkv, S, E]
+    (Hkv = Hq unless enable_gqa); attn_mask broadcastable to [..., Hq, L, S]:
+    bool (True = take part, PyTorch's convention) or float (added to the
+    scores); is_causal is top-left, as PyTorch defines it. Returns
+    [..., Hq, L, E] in query's dtype and kind; inputs already contiguous in
+    f32/f16/bf16 are not copied. return_lse=True returns (out, lse) with lse
+    [..., Hq, L] float32, the log-sum-exp of each row's scores (-inf for a
+    row with no key), which scaled_dot_product_attention_backward takes.
+    last_run() says what ran.
+
+    Differentiable: when a torch tensor among query, key, value (or a float
+    attn_mask) requires grad and grad mode is on, the output is an autograd
+    node whose backward runs attnkit's backward pass (attnkit_backward):
+    gradients in the inputs' dtypes, dk and dv summed over each KV head's
+    query heads under enable_gqa, a float mask's gradient summed over the
+    dims it broadcasts. A backend without a backward pass is refused here;
+    a problem its backward cannot take raises NotImplementedError when
+    backward runs. create_graph=True (double backward) raises: the
+    backward pass has no derivative of its own.
+    """
+    if _wants_grad(query, key, value, attn_mask):
+        from . import _autograd
+
+        return _autograd.sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                              enable_gqa, backend, return_lse)
+    sdpa = _Sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, backend)
+    o, lse = sdpa.forward(return_lse)
+    return (o, lse) if return_lse else o
+
+
+def scaled_dot_product_attention_backward(
+    query,
+    key,
+    value,
+    out,
+    lse,
+    grad_out,
+    attn_mask=None,
+    is_causal=False,
+    scale=None,
+    enable_gqa=False,
+    *,
+    backend="auto",
+    mask_grad=False,
+):
+    """The backward pass of scaled_dot_product_attention, for numpy arrays
+    (or torch tensors, outside autograd): dL/dquery, dL/dkey, dL/dvalue from
+    dL/dout.
+
+    query, key, value, attn_mask, is_causal, scale and enable_gqa are the
+    forward's (same shapes and conventions); out [..., Hq, L, E] and lse
+    [..., Hq, L] are what the forward returned with return_lse=True (lse is
+    what lets the backward recompute the attention weights without storing
+    them); grad_out is dL/dout, out's shape. out and grad_out are converted
+    to query's dtype, lse to float32, when they differ. Returns (dq, dk, dv)
+    with the shapes and dtypes of query, key and value (dk, dv summed over
+    the query heads of each KV head under enable_gqa); with mask_grad=True
+    and a float attn_mask, also dL/dattn_mask, float32 of the mask's own
+    shape (summed over the dims it broadcasts). A row that sees no key gets
+    zero gradients. backend: a name or "auto" (the first host backend whose
+    backward takes the problem); last_run() says which ran and why. Raises
+    ValueError for mismatched shapes and NotImplementedError when no backend
+    has a backward for the problem.
+    """
+    sdpa = _Sdpa(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, backend)
+    dq, dk, dv, dbias = sdpa.backward(out, lse, grad_out, mask_grad)
+    if not mask_grad:
+        return dq, dk, dv
+    return dq, dk, dv, _sum_to_shape(dbias, np.shape(attn_mask))
+
+
+def _sum_to_shape(x, shape):
+    """x summed over the dims that `shape` broadcasts to x.shape (the
+    gradient of a broadcast)."""
+    shape = tuple(shape)
+    if _arrays.is_torch(x):
+        return x.sum_to_size(shape) if shape else x.sum()
+    lead = x.ndim - len(shape)
+    x = x.sum(axis=tuple(range(lead))) if lead > 0 else x
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1)
+    return x.sum(axis=axes, keepdims=True) if axes else x
 
 
 def attention(
