@@ -158,13 +158,12 @@ std::string FormatCheckTable(const CheckReport& report, bool wide) {
                         "\n");
       }
     } else {
-      absl::StrAppend(
-          &out,
-          fit(absl::StrFormat("%-*s %s: %s", nw, label,
-                              r.grad_status() == "error" ? "ERROR" : r.grad_status(),
-                              r.grad_detail()),
-              kTerminalColumns),
-          "\n");
+      absl::StrAppend(&out,
+                      fit(absl::StrFormat("%-*s %s: %s", nw, label,
+                                          r.grad_status() == "error" ? "ERROR" : r.grad_status(),
+                                          r.grad_detail()),
+                          kTerminalColumns),
+                      "\n");
     }
   }
   return out;

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
-#include <memory>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -18,11 +18,11 @@
 #include "core/config_io.h"
 #include "core/execute.h"
 #include "core/grad_data.h"
-#include "core/reference_backward.h"
 #include "core/machine_info.h"
 #include "core/problem_config.h"
 #include "core/problem_data.h"
 #include "core/proto_json.h"
+#include "core/reference_backward.h"
 #include "core/status_macros.h"
 #include "core/version.h"
 #include "ops/cost.h"
@@ -267,8 +267,8 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
       backward = std::make_unique<BackwardInputs>();
       ATTNKIT_ASSIGN_OR_RETURN(backward->grads, GradData::Random(p, p.seed, p.additive_bias));
       if (options.progress != nullptr) {
-        *options.progress << absl::StrFormat("[%d/%d] %-38s fp64 reference gradients...\n",
-                                             index, problems.size(), pr->name());
+        *options.progress << absl::StrFormat("[%d/%d] %-38s fp64 reference gradients...\n", index,
+                                             problems.size(), pr->name());
         options.progress->flush();
       }
       backward->ref = ComputeReferenceBackward(p, data.args(), backward->grads.d_o.view());

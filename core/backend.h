@@ -211,8 +211,8 @@ class Backend {
 
   // Validates args and grads against p (ValidateGradArgs), checks
   // SupportsBackward(p), then runs BackwardImpl: dQ, dK, dV (and dBias).
-  absl::Status Backward(const AttentionProblem& p, const AttentionArgs& args,
-                        const GradArgs& grads, RunInfo* info = nullptr);
+  absl::Status Backward(const AttentionProblem& p, const AttentionArgs& args, const GradArgs& grads,
+                        RunInfo* info = nullptr);
   // BackwardImpl alone, after Backward's checks (the plugin boundary).
   absl::Status BackwardChecked(const AttentionProblem& p, const AttentionArgs& args,
                                const GradArgs& grads, RunInfo* info);

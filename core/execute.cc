@@ -97,8 +97,7 @@ absl::Status RunBackwardOnBackend(Backend* backend, const AttentionProblem& p,
   ATTNKIT_RETURN_IF_ERROR(backend->Backward(p, placed.args(), args, info));
   ATTNKIT_RETURN_IF_ERROR(backend->Synchronize());
   for (const auto& [buffer, tensor] : outputs) {
-    ATTNKIT_RETURN_IF_ERROR(
-        backend->Download(*buffer, tensor->data(), SpanBytes(tensor->view())));
+    ATTNKIT_RETURN_IF_ERROR(backend->Download(*buffer, tensor->data(), SpanBytes(tensor->view())));
   }
   return absl::OkStatus();
 }

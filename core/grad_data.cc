@@ -51,8 +51,7 @@ absl::StatusOr<GradData> GradData::Random(const AttentionProblem& p, uint64_t se
         absl::StrFormat("%s: return_lse must be true for the backward pass", p.Id()));
   }
   if (with_dbias && !p.additive_bias) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: dbias needs additive_bias", p.Id()));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: dbias needs additive_bias", p.Id()));
   }
   ATTNKIT_ASSIGN_OR_RETURN(const int64_t input_bytes, ProblemBytes(p));
   ATTNKIT_ASSIGN_OR_RETURN(const int64_t grad_bytes, GradBytes(p, with_dbias));

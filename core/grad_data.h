@@ -20,8 +20,7 @@ class GradData {
   // dq, dk, dv (and dbias when `with_dbias`, which needs additive_bias)
   // zero-filled. InvalidArgument for a problem without a backward pass
   // (paged, or without return_lse); ResourceExhausted past the budget.
-  static absl::StatusOr<GradData> Random(const AttentionProblem& p, uint64_t seed,
-                                         bool with_dbias);
+  static absl::StatusOr<GradData> Random(const AttentionProblem& p, uint64_t seed, bool with_dbias);
 
   GradArgs args() const;
 

@@ -197,8 +197,7 @@ inline int32_t Forward(void* self, const attnkit_problem* p, const attnkit_args*
     return s;
   });
 }
-inline int32_t SupportsBackward(void* self, const attnkit_problem* p, char* err,
-                                size_t err_size) {
+inline int32_t SupportsBackward(void* self, const attnkit_problem* p, char* err, size_t err_size) {
   return Guard(err, err_size, [&] { return Self(self)->SupportsBackward(CopyIn(p)); });
 }
 inline int32_t Backward(void* self, const attnkit_problem* p, const attnkit_args* args,

@@ -59,9 +59,9 @@ std::string FormatCost(const AttentionProblem& p, const CostReport& c) {
                         p.Id(), p.Variant(), p.num_heads, p.num_kv_heads);
   absl::StrAppendFormat(&out, "visible pairs      %d of %d (%.2f%%)\n", c.visible_pairs,
                         c.total_pairs, c.total_pairs ? 100.0 * c.visible_pairs / c.total_pairs : 0);
-  absl::StrAppendFormat(&out, "useful FLOPs       %.6g (%s)\n", c.useful_flops,
-                        p.backward ? "backward pass: 10 * d * visible pairs"
-                                   : "4 * d * visible pairs");
+  absl::StrAppendFormat(
+      &out, "useful FLOPs       %.6g (%s)\n", c.useful_flops,
+      p.backward ? "backward pass: 10 * d * visible pairs" : "4 * d * visible pairs");
   absl::StrAppendFormat(&out, "dense FLOPs        %.6g (4 * d * B * H * Tq * Tk)\n", c.dense_flops);
   absl::StrAppendFormat(&out, "bytes moved        %s (q %d, k %d, v %d, o %d, other %d)\n",
                         Bytes(c.bytes_moved), c.bytes_q, c.bytes_k, c.bytes_v, c.bytes_o,

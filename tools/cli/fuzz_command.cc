@@ -28,8 +28,8 @@ absl::Status FuzzCommand(const BackendRegistry& registry, const CliOptions& opti
     out.flush();
   };
   // --grad: the backward pass of random dense problems instead.
-  const FuzzReport report = options.grad ? FuzzBackendGradients(backends, fuzz, say)
-                                         : FuzzBackends(backends, fuzz, say);
+  const FuzzReport report =
+      options.grad ? FuzzBackendGradients(backends, fuzz, say) : FuzzBackends(backends, fuzz, say);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   JsonWriter w;
@@ -58,8 +58,8 @@ absl::Status FuzzCommand(const BackendRegistry& registry, const CliOptions& opti
     out << absl::StrFormat(
         "fuzz%s: %d problems (seed %d), %d backend runs, %d unsupported, %d unavailable "
         "backends, %d mismatches, %.1f s\n",
-        options.grad ? " --grad" : "", report.problems, options.seed, report.runs, report.unsupported, report.unavailable.size(),
-        report.findings.size(), seconds);
+        options.grad ? " --grad" : "", report.problems, options.seed, report.runs,
+        report.unsupported, report.unavailable.size(), report.findings.size(), seconds);
   }
   if (!report.findings.empty()) {
     return absl::FailedPreconditionError(absl::StrFormat(

@@ -200,9 +200,8 @@ FuzzReport RunFuzzCampaign(const std::vector<Backend*>& backends, const FuzzOpti
       report.findings.push_back(f);
     }
     if ((n + 1) % 100 == 0) {
-      say(absl::StrFormat("%d problems, %d %sruns, %d unsupported, %d findings", n + 1,
-                          report.runs, campaign.what, report.unsupported,
-                          report.findings.size()));
+      say(absl::StrFormat("%d problems, %d %sruns, %d unsupported, %d findings", n + 1, report.runs,
+                          campaign.what, report.unsupported, report.findings.size()));
     }
   }
   return report;
