@@ -43,7 +43,7 @@ constexpr int64_t kBwdMinItems = 16;
 // arithmetic of a few blocks (MQA, T = 2048: 16 chunks of 2 blocks took 10%
 // longer single-threaded than 8 of 4).
 constexpr int64_t kBwdMinBlocksPerChunk = 4;
-constexpr size_t kBwdAlignFloats = 16;  // 64-byte sub-buffer alignment
+constexpr size_t kBwdAlignFloats = 16;   // 64-byte sub-buffer alignment
 constexpr int64_t kBwdMaxKeyBlock = 64;  // PlanBackward's largest key block
 
 inline int64_t BwdCeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -87,8 +87,8 @@ inline BwdPlan PlanBackward(const FlashParams& p) {
   // Each step's operands ([64, dp] f32: 16 KiB at d = 64) stay in L1/L2;
   // large head dims take smaller blocks.
   t.key_pad = std::max<int64_t>(kGradTileM, N);
-  t.key_block = std::min(kBwdMaxKeyBlock,
-                         BwdRoundUp(t.dp <= 128 ? 64 : (t.dp <= 256 ? 32 : 16), t.key_pad));
+  t.key_block =
+      std::min(kBwdMaxKeyBlock, BwdRoundUp(t.dp <= 128 ? 64 : (t.dp <= 256 ? 32 : 16), t.key_pad));
   t.q_tile = t.dp <= 128 ? 64 : 32;
   t.q_tile = std::min(t.q_tile, BwdRoundUp(p.q_len, kGradTileM));
   t.q_tiles = BwdCeilDiv(p.q_len, t.q_tile);
@@ -243,28 +243,23 @@ inline void LoadKeyBlock(const TensorView& v, int64_t b, int64_t g, int64_t k0, 
 // copies (rows and transposed columns) are zeroed here: 0 * NaN must not
 // reach dQ = dX K or dP = dO V^T.
 inline void ZeroUnseenKeys(const FlashParams& p, int64_t b, int64_t g, int64_t k0, int64_t nk,
-                           int64_t kv_length, int64_t dp, int64_t ldt, float* HWY_RESTRICT k_rows,
-                           float* HWY_RESTRICT k_cols, float* HWY_RESTRICT v_rows,
-                           float* HWY_RESTRICT v_cols) {
+                           int64_t kv_length, const KeyRange& seen_by_mask, int64_t dp, int64_t ldt,
+                           float* HWY_RESTRICT k_rows, float* HWY_RESTRICT k_cols,
+                           float* HWY_RESTRICT v_rows, float* HWY_RESTRICT v_cols) {
   char seen[kBwdMaxKeyBlock] = {};
-  int64_t lo = nk, hi = 0;  // without a dense mask: the union of the rows' ranges
-  for (int64_t i = 0; i < p.q_len; ++i) {
-    const KeyRange r = VisibleKeys(p.mask, i, kv_length);
-    const int64_t begin = std::max(r.begin, k0) - k0, end = std::min(r.end, k0 + nk) - k0;
-    if (begin >= end) continue;
-    if (p.blocked == nullptr) {  // ranges move monotonically with i: one interval
-      lo = std::min(lo, begin);
-      hi = std::max(hi, end);
-      continue;
-    }
-    for (int64_t h = g * p.group; h < (g + 1) * p.group; ++h) {
-      const uint8_t* mask = p.blocked + p.blocked_view.Offset(b, h, i, k0);
-      const int64_t ms = p.blocked_view.strides[3];
-      for (int64_t j = begin; j < end; ++j) seen[j] |= mask[j * ms] == 0;
-    }
-  }
   if (p.blocked == nullptr) {
-    for (int64_t j = lo; j < hi; ++j) seen[j] = 1;
+    const int64_t lo = std::max(seen_by_mask.begin, k0), hi = std::min(seen_by_mask.end, k0 + nk);
+    for (int64_t j = lo; j < hi; ++j) seen[j - k0] = 1;
+  } else {
+    for (int64_t i = 0; i < p.q_len; ++i) {
+      const KeyRange r = VisibleKeys(p.mask, i, kv_length);
+      const int64_t begin = std::max(r.begin, k0) - k0, end = std::min(r.end, k0 + nk) - k0;
+      for (int64_t h = g * p.group; h < (g + 1) * p.group && begin < end; ++h) {
+        const uint8_t* mask = p.blocked + p.blocked_view.Offset(b, h, i, k0);
+        const int64_t ms = p.blocked_view.strides[3];
+        for (int64_t j = begin; j < end; ++j) seen[j] |= mask[j * ms] == 0;
+      }
+    }
   }
   for (int64_t j = 0; j < nk; ++j) {
     if (seen[j]) continue;
@@ -272,6 +267,20 @@ inline void ZeroUnseenKeys(const FlashParams& p, int64_t b, int64_t g, int64_t k
     std::fill(v_rows + j * dp, v_rows + (j + 1) * dp, 0.0f);
     for (int64_t c = 0; c < dp; ++c) k_cols[c * ldt + j] = v_cols[c * ldt + j] = 0.0f;
   }
+}
+
+// The keys some query row sees through the structured mask and kv_length:
+// one interval (the rows' ranges move monotonically with the row and
+// overlap or touch), the same for every key block and head of a batch entry.
+inline KeyRange KeysSeenByMask(const FlashParams& p, int64_t kv_length) {
+  KeyRange seen{kv_length, 0};
+  for (int64_t i = 0; i < p.q_len; ++i) {
+    const KeyRange r = VisibleKeys(p.mask, i, kv_length);
+    if (r.empty()) continue;
+    seen.begin = std::min(seen.begin, r.begin);
+    seen.end = std::max(seen.end, r.end);
+  }
+  return seen;
 }
 
 // One (query tile, key block) step for head h: updates dk, dv [nkp, dp] and
@@ -362,6 +371,8 @@ inline void BackwardItem(const FlashParams& p, const FlashGradParams& g, const B
   const int64_t d = p.head_dim, dp = t.dp, ld = t.key_block;
   std::fill(dq_acc, dq_acc + p.group * n_rows * dp, 0.0f);
   const int64_t kv_length = p.KvLength(b);
+  // Once per item, not per key block (ZeroUnseenKeys).
+  const KeyRange seen_by_mask = KeysSeenByMask(p, kv_length);
   float* HWY_RESTRICT k = scratch + t.off_k;
   float* HWY_RESTRICT v = scratch + t.off_v;
   float* HWY_RESTRICT kt = scratch + t.off_kt;
@@ -386,7 +397,7 @@ inline void BackwardItem(const FlashParams& p, const FlashGradParams& g, const B
         if (!loaded) {  // K and V of a block no query sees are never read
           LoadKeyBlock(p.k, b, kvh, k0, nk, nkp, d, dp, ld, k, kt);
           LoadKeyBlock(p.v, b, kvh, k0, nk, nkp, d, dp, ld, v, vt);
-          ZeroUnseenKeys(p, b, kvh, k0, nk, kv_length, dp, ld, k, kt, v, vt);
+          ZeroUnseenKeys(p, b, kvh, k0, nk, kv_length, seen_by_mask, dp, ld, k, kt, v, vt);
           loaded = true;
         }
         const int64_t q0 = qt * t.q_tile;
