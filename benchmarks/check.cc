@@ -9,11 +9,9 @@
 #include "benchmarks/text_fit.h"
 #include "core/compare.h"
 #include "core/execute.h"
-#include "core/grad_data.h"
 #include "core/problem_config.h"
 #include "core/problem_data.h"
 #include "core/reference.h"
-#include "core/reference_backward.h"
 #include "core/status_macros.h"
 #include "core/version.h"
 
@@ -41,13 +39,10 @@ absl::StatusOr<CheckReport> RunCheck(const BackendRegistry& registry, const Atte
   const auto ref_start = std::chrono::steady_clock::now();
   const ReferenceResult ref = ComputeReference(p, data.args());
   report.set_reference_s(SecondsSince(ref_start));
-  // A training step's problem: dO and the reference gradients, once.
-  GradData grads;
-  ReferenceGradients ref_grads;
+  BackwardInputs backward;  // a training step's problem: dO and the reference gradients
   if (p.backward) {
-    ATTNKIT_ASSIGN_OR_RETURN(grads, GradData::Random(p, p.seed, p.additive_bias));
     const auto grad_start = std::chrono::steady_clock::now();
-    ref_grads = ComputeReferenceBackward(p, data.args(), grads.d_o.view());
+    ATTNKIT_ASSIGN_OR_RETURN(backward, MakeBackwardInputs(p, data));
     report.set_reference_grad_s(SecondsSince(grad_start));
   }
   for (Backend* b : backends) {
@@ -84,7 +79,7 @@ absl::StatusOr<CheckReport> RunCheck(const BackendRegistry& registry, const Atte
     r->set_checked(c.checked);
     r->set_mismatches(c.mismatches);
     if (!p.backward || !c.ok()) continue;
-    const GradCheck g = CheckBackward(b, p, data, grads, ref_grads);
+    const GradCheck g = CheckBackward(b, p, data, backward);
     r->set_grad_status(g.status);
     r->set_grad_detail(g.detail);
     r->set_grad_kernel(g.kernel);

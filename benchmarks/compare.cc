@@ -42,13 +42,6 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// A training step's problem: dO and the fp64 reference gradients, made once
-// per problem and shared by every backend.
-struct BackwardInputs {
-  GradData grads;
-  ReferenceGradients ref;
-};
-
 // Checks then times one backend on one problem: the forward, or with
 // `backward` the backward pass (after a checked forward gives its O and lse).
 BackendResult Measure(Backend* backend, const AttentionProblem& p, const ProblemData& data,
@@ -97,7 +90,7 @@ BackendResult Measure(Backend* backend, const AttentionProblem& p, const Problem
   };
   double checked_seconds = first_seconds;
   if (backward != nullptr) {
-    const GradCheck g = CheckBackward(backend, p, data, backward->grads, backward->ref);
+    const GradCheck g = CheckBackward(backend, p, data, *backward);
     r.set_kernel(g.kernel);
     r.set_max_abs_err(g.comparison.max_abs_err);
     if (g.status != "pass") {
@@ -264,14 +257,13 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
     ATTNKIT_ASSIGN_OR_RETURN(const ProblemData data, ProblemData::Random(p, p.seed));
     std::unique_ptr<BackwardInputs> backward;
     if (p.backward) {
-      backward = std::make_unique<BackwardInputs>();
-      ATTNKIT_ASSIGN_OR_RETURN(backward->grads, GradData::Random(p, p.seed, p.additive_bias));
       if (options.progress != nullptr) {
         *options.progress << absl::StrFormat("[%d/%d] %-38s fp64 reference gradients...\n", index,
                                              problems.size(), pr->name());
         options.progress->flush();
       }
-      backward->ref = ComputeReferenceBackward(p, data.args(), backward->grads.d_o.view());
+      ATTNKIT_ASSIGN_OR_RETURN(BackwardInputs inputs, MakeBackwardInputs(p, data));
+      backward = std::make_unique<BackwardInputs>(std::move(inputs));
     }
     for (Backend* b : backends) {
       BackendResult r = Measure(b, p, data, options, backward.get());

@@ -4,11 +4,21 @@
 
 #include "core/compare_grad.h"
 #include "core/execute.h"
+#include "core/status_macros.h"
 
 namespace attnkit {
 
+absl::StatusOr<BackwardInputs> MakeBackwardInputs(const AttentionProblem& p,
+                                                  const ProblemData& data) {
+  BackwardInputs in;
+  ATTNKIT_ASSIGN_OR_RETURN(in.grads, GradData::Random(p, p.seed, p.additive_bias));
+  in.ref = ComputeReferenceBackward(p, data.args(), in.grads.d_o.view());
+  return in;
+}
+
 GradCheck CheckBackward(Backend* backend, const AttentionProblem& p, const ProblemData& data,
-                        const GradData& grads, const ReferenceGradients& ref) {
+                        const BackwardInputs& backward) {
+  const GradData& grads = backward.grads;
   GradCheck r;
   const absl::Status supported = backend->SupportsBackward(p);
   if (!supported.ok()) {
@@ -27,7 +37,7 @@ GradCheck CheckBackward(Backend* backend, const AttentionProblem& p, const Probl
     r.detail = std::string(run.message());
     return r;
   }
-  r.comparison = CompareGradients(p, grads.args(), ref);
+  r.comparison = CompareGradients(p, grads.args(), backward.ref);
   r.status = r.comparison.ok() ? "pass" : "fail";
   r.detail = r.comparison.first_failure;
   return r;

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "core/backend.h"
 #include "core/compare.h"
 #include "core/grad_data.h"
@@ -14,6 +15,16 @@
 #include "core/reference_backward.h"
 
 namespace attnkit {
+
+// A training step's problem: dO (from the problem's seed; dBias asked when
+// it has a bias) and the fp64 reference gradients, made once per problem and
+// shared by every backend checked.
+struct BackwardInputs {
+  GradData grads;
+  ReferenceGradients ref;
+};
+absl::StatusOr<BackwardInputs> MakeBackwardInputs(const AttentionProblem& p,
+                                                  const ProblemData& data);
 
 struct GradCheck {
   // "pass", "fail" (outside the oracle's bound), "error" (Backward returned
@@ -29,7 +40,7 @@ struct GradCheck {
 // (run the forward first) and grads.d_o; the gradients are poisoned first,
 // so one the backend does not write fails.
 GradCheck CheckBackward(Backend* backend, const AttentionProblem& p, const ProblemData& data,
-                        const GradData& grads, const ReferenceGradients& ref);
+                        const BackwardInputs& backward);
 
 }  // namespace attnkit
 
