@@ -12,6 +12,7 @@
 #include "backends/builtin.h"
 #include "gtest/gtest.h"
 #include "ops/fd_test_util.h"
+#include "ops/layer_test_util.h"
 #include "ops/multi_head_attention.h"
 #include "ops/transformer_block.h"
 
@@ -43,18 +44,6 @@ double Dot(const std::vector<float>& a, const std::vector<float>& b) {
   return s;
 }
 
-AttentionConfig Config(int64_t heads, int64_t kv_heads, int64_t head_dim, bool causal,
-                       const std::string& backend) {
-  AttentionConfig c;
-  c.set_num_heads(heads);
-  c.set_num_kv_heads(kv_heads);
-  c.set_head_dim(head_dim);
-  c.set_model_dim(heads * head_dim);
-  if (causal) c.mutable_mask()->set_kind(MaskSpec::CAUSAL);
-  c.set_backend(backend);
-  return c;
-}
-
 struct LayerCase {
   int64_t heads, kv_heads;
   bool causal, bias;
@@ -72,7 +61,8 @@ TEST_P(AttentionGradTest, LayerMatchesFiniteDifferences) {
     lo.bias = c.bias;
     lo.seed = 7;
     auto layer = MultiHeadAttention::Create(
-        Config(c.heads, c.kv_heads, D / c.heads, c.causal, GetParam()), lo, GlobalRegistry());
+        layer_test::LayerConfig(c.heads, c.kv_heads, D / c.heads, c.causal, GetParam()), lo,
+        GlobalRegistry());
     ASSERT_TRUE(layer.ok()) << layer.status();
     MultiHeadAttention& l = **layer;
     std::vector<float> x = Random(B * T * D, 1), dy = Random(B * T * D, 2), y(B * T * D),
@@ -106,8 +96,8 @@ TEST_P(AttentionGradTest, LayerMatchesFiniteDifferences) {
 // Weight gradients add up over calls; dx is overwritten and may be dy.
 TEST_P(AttentionGradTest, GradientsAccumulateAndDxMayBeDy) {
   const int64_t B = 1, T = 4, D = 16;
-  auto layer = MultiHeadAttention::Create(Config(4, 2, 4, true, GetParam()), LayerOptions{},
-                                          GlobalRegistry());
+  auto layer = MultiHeadAttention::Create(layer_test::LayerConfig(4, 2, 4, true, GetParam()),
+                                          LayerOptions{}, GlobalRegistry());
   ASSERT_TRUE(layer.ok()) << layer.status();
   MultiHeadAttention& l = **layer;
   std::vector<float> x = Random(B * T * D, 3), y(B * T * D), dy = Random(B * T * D, 4),
@@ -138,7 +128,8 @@ TEST_P(AttentionGradTest, BlockMatchesFiniteDifferences) {
   bo.attention.bias = true;
   bo.attention.seed = 11;
   bo.mlp_hidden = 24;
-  auto block = TransformerBlock::Create(Config(4, 2, 4, true, GetParam()), bo, GlobalRegistry());
+  auto block = TransformerBlock::Create(layer_test::LayerConfig(4, 2, 4, true, GetParam()), bo,
+                                        GlobalRegistry());
   ASSERT_TRUE(block.ok()) << block.status();
   TransformerBlock& blk = **block;
   std::vector<float> x = Random(B * T * D, 5), dy = Random(B * T * D, 6), y(B * T * D),

@@ -28,6 +28,7 @@
 #include "core/reference_backward.h"
 #include "core/reference_f64.h"
 #include "gtest/gtest.h"
+#include "tests/oracle_grid.h"
 
 namespace attnkit {
 namespace {
@@ -103,39 +104,21 @@ TEST(GradOracleTest, ReferenceBackendRefusesWhatHasNoBackward) {
   EXPECT_NE(c.first_failure.find("no reference gradients"), std::string::npos) << c.first_failure;
 }
 
-// One grid problem: GQA 4/2, Tq = 16 < Tk, a bottom-right sliding window
-// narrower than Tk, softcap 4, an additive bias (with dBias), and a dense
-// mask with one fully blocked row (head 1, row 3) beside its random blocked
-// pairs, so that every planted bug has something to change. Q is scaled so
-// scores spread over about +-4 (as tests/oracle_test.cc explains).
+// One grid problem (tests/oracle_grid.h) with Tq = 16 < Tk, dBias asked,
+// and a dense mask with one fully blocked row (head 1, row 3) beside its
+// random blocked pairs, so that every planted bug has something to change.
 constexpr int64_t kTq = 16;
 constexpr int64_t kBlockedHead = 1, kBlockedRow = 3;
 
 AttentionProblem GridProblem(DType q_dtype, DType kv_dtype, int64_t d, int64_t tk) {
-  AttentionProblem p = BasicProblem(1, 4, 2, kTq, tk, d);
-  p.dtype = q_dtype;
-  p.kv_dtype = kv_dtype;
-  p.mask = MaskKind::kSlidingWindow;
-  p.alignment = Alignment::kBottomRight;
-  p.window_left = tk <= 17 ? 9 : tk / 3;
-  p.window_right = 0;
-  p.softcap = 4.0f;
-  p.additive_bias = true;
+  AttentionProblem p = OracleGridProblem(q_dtype, kv_dtype, d, tk, kTq);
   p.blocked_mask = true;
-  p.return_lse = true;
-  p.name = absl::StrFormat("q%s_kv%s_d%d_tk%d", DTypeName(q_dtype), DTypeName(kv_dtype), d, tk);
   return p;
 }
 
-constexpr float kQueryGain = 6.0f;
-
 absl::StatusOr<ProblemData> GridData(const AttentionProblem& p) {
-  absl::StatusOr<ProblemData> data = ProblemData::Random(p, 4321 + p.head_dim + p.kv_len);
+  absl::StatusOr<ProblemData> data = OracleGridData(p, 4321 + p.head_dim + p.kv_len);
   if (!data.ok()) return data.status();
-  const TensorView q = data->q.view();
-  ForEachOffset(q, [&](int64_t off) {
-    StoreFromF32(data->q.data(), q.dtype, off, kQueryGain * q.LoadF32(off));
-  });
   const TensorView m = data->blocked_mask.view();
   for (int64_t j = 0; j < p.kv_len; ++j) {
     static_cast<uint8_t*>(m.data)[m.Offset(0, kBlockedHead, kBlockedRow, j)] = 1;
@@ -389,6 +372,26 @@ TEST_P(GradOracleGridTest, CatchesEveryPlantedBugAndPassesEveryBackend) {
   }
 }
 
+// Every registered backend with a backward for p, from its own forward,
+// against the fp64 reference; prints each one's largest error / bound (how
+// tight the bound is for real kernels).
+void ExpectEveryBackwardPasses(const AttentionProblem& p, const ProblemData& data,
+                               const GradData& grads) {
+  const ReferenceGradients ref = ComputeReferenceBackward(p, data.args(), grads.d_o.view());
+  for (const std::string& name : GlobalRegistry().Names()) {
+    Backend* b = *GlobalRegistry().Find(name);
+    if (!b->SupportsBackward(p).ok()) continue;
+    RunInfo info;
+    const absl::Status run = ForwardBackward(b, p, data, grads, &info);
+    ASSERT_TRUE(run.ok()) << name << " on " << p.Id() << ": " << run;
+    const Comparison c = CompareGradients(p, grads.args(), ref);
+    EXPECT_TRUE(c.ok()) << name << " [" << info.kernel << "] on " << p.Id() << ": "
+                        << c.first_failure;
+    std::printf("%-20s %-40s largest error / bound %.3f\n", name.c_str(), p.Id().c_str(),
+                c.max_bound_fraction);
+  }
+}
+
 // Long sums, which the grid's 16 queries lack: dK and dV over 4 x 512 rows,
 // dQ over up to 512 keys. Every backend with a backward must pass; the
 // largest error / bound is printed (how tight the bound is for real kernels).
@@ -402,19 +405,7 @@ TEST(GradOracleTest, EveryBackendPassesLongSequences) {
     ASSERT_TRUE(data.ok()) << data.status();
     absl::StatusOr<GradData> grads = GradData::Random(p, 5, /*with_dbias=*/false);
     ASSERT_TRUE(grads.ok()) << grads.status();
-    const ReferenceGradients ref = ComputeReferenceBackward(p, data->args(), grads->d_o.view());
-    for (const std::string& name : GlobalRegistry().Names()) {
-      Backend* b = *GlobalRegistry().Find(name);
-      if (!b->SupportsBackward(p).ok()) continue;
-      RunInfo info;
-      const absl::Status run = ForwardBackward(b, p, *data, *grads, &info);
-      ASSERT_TRUE(run.ok()) << name << " on " << p.Id() << ": " << run;
-      const Comparison c = CompareGradients(p, grads->args(), ref);
-      EXPECT_TRUE(c.ok()) << name << " [" << info.kernel << "] on " << p.Id() << ": "
-                          << c.first_failure;
-      std::printf("%-20s %-40s largest error / bound %.3f\n", name.c_str(), p.Id().c_str(),
-                  c.max_bound_fraction);
-    }
+    ExpectEveryBackwardPasses(p, *data, *grads);
   }
 }
 
@@ -439,19 +430,7 @@ TEST(GradOracleTest, EveryBackendPassesUnderflowingWeights) {
     }
     absl::StatusOr<GradData> grads = GradData::Random(p, 8, /*with_dbias=*/true);
     ASSERT_TRUE(grads.ok()) << grads.status();
-    const ReferenceGradients ref = ComputeReferenceBackward(p, data->args(), grads->d_o.view());
-    for (const std::string& name : GlobalRegistry().Names()) {
-      Backend* b = *GlobalRegistry().Find(name);
-      if (!b->SupportsBackward(p).ok()) continue;
-      RunInfo info;
-      const absl::Status run = ForwardBackward(b, p, *data, *grads, &info);
-      ASSERT_TRUE(run.ok()) << name << " on " << p.Id() << ": " << run;
-      const Comparison c = CompareGradients(p, grads->args(), ref);
-      EXPECT_TRUE(c.ok()) << name << " [" << info.kernel << "] on " << p.Id() << ": "
-                          << c.first_failure;
-      std::printf("%-20s %-40s largest error / bound %.3f\n", name.c_str(), p.Id().c_str(),
-                  c.max_bound_fraction);
-    }
+    ExpectEveryBackwardPasses(p, *data, *grads);
   }
 }
 

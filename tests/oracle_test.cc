@@ -25,40 +25,18 @@
 #include "core/problem_data.h"
 #include "core/reference.h"
 #include "gtest/gtest.h"
+#include "tests/oracle_grid.h"
 
 namespace attnkit {
 namespace {
 
-// One grid problem: GQA 4/2, Tq = 3 < Tk, a bottom-right sliding window
-// narrower than Tk, softcap 4, an additive bias and the LSE, so that every
-// planted bug changes the answer. Q is scaled so scores spread over about
-// +-4: real attention is peaked, and U(-1, 1) queries give near-uniform
-// weights under which a scale or softcap bug hides in the noise.
+// One grid problem (tests/oracle_grid.h): Tq = 3 < Tk.
 AttentionProblem GridProblem(DType q_dtype, DType kv_dtype, int64_t d, int64_t tk) {
-  AttentionProblem p = BasicProblem(1, 4, 2, 3, tk, d);
-  p.dtype = q_dtype;
-  p.kv_dtype = kv_dtype;
-  p.mask = MaskKind::kSlidingWindow;
-  p.alignment = Alignment::kBottomRight;
-  p.window_left = tk <= 17 ? 9 : tk / 3;
-  p.window_right = 0;
-  p.softcap = 4.0f;
-  p.additive_bias = true;
-  p.return_lse = true;
-  p.name = absl::StrFormat("q%s_kv%s_d%d_tk%d", DTypeName(q_dtype), DTypeName(kv_dtype), d, tk);
-  return p;
+  return OracleGridProblem(q_dtype, kv_dtype, d, tk, /*q_len=*/3);
 }
 
-constexpr float kQueryGain = 6.0f;
-
 absl::StatusOr<ProblemData> GridData(const AttentionProblem& p) {
-  absl::StatusOr<ProblemData> data = ProblemData::Random(p, 1234 + p.head_dim + p.kv_len);
-  if (!data.ok()) return data.status();
-  const TensorView q = data->q.view();
-  ForEachOffset(q, [&](int64_t off) {
-    StoreFromF32(data->q.data(), q.dtype, off, kQueryGain * q.LoadF32(off));
-  });
-  return data;
+  return OracleGridData(p, 1234 + p.head_dim + p.kv_len);
 }
 
 // A planted bug: rewrites the problem and inputs the reference sees, and/or
