@@ -53,6 +53,35 @@ absl::StatusOr<AttentionProblem> ProblemOf(const attnkit_problem* p) {
   return problem;
 }
 
+// The tensors `args` describes. A caller built before the newest fields
+// passes a shorter struct: the fields past its struct_size read as absent.
+absl::StatusOr<attnkit::AttentionArgs> ArgsOf(const attnkit_args* args) {
+  if (args == nullptr) return absl::InvalidArgumentError("args is NULL");
+  ATTNKIT_RETURN_IF_ERROR(RequireStructSize(
+      args->struct_size, offsetof(attnkit_args, bias) + sizeof(attnkit_tensor), "attnkit_args"));
+  attnkit_args c;
+  std::memset(&c, 0, sizeof(c));
+  std::memcpy(&c, args, std::min<size_t>(args->struct_size, sizeof(c)));
+  return attnkit::ArgsFromC(c);
+}
+
+// A run result, when the caller asked for one, must hold every field filled.
+absl::Status CheckRunResult(const attnkit_run_result* result) {
+  if (result == nullptr) return absl::OkStatus();
+  return RequireStructSize(result->struct_size,
+                           offsetof(attnkit_run_result, workspace_allocations) + sizeof(int64_t),
+                           "attnkit_run_result");
+}
+
+void FillRunResult(const attnkit::RunInfo& info, const attnkit::Selection& selection,
+                   attnkit_run_result* result) {
+  if (result == nullptr) return;
+  CopyString(info.backend, result->backend, sizeof(result->backend));
+  CopyString(info.kernel, result->kernel, sizeof(result->kernel));
+  CopyString(selection.reason, result->reason, sizeof(result->reason));
+  result->workspace_allocations = info.workspace_allocations;
+}
+
 absl::StatusOr<Backend*> FindBackend(attnkit_context* ctx, const char* name) {
   ATTNKIT_RETURN_IF_ERROR(RequireContext(ctx));
   if (name == nullptr) return absl::InvalidArgumentError("backend name is NULL");
@@ -235,16 +264,8 @@ int32_t attnkit_run(attnkit_context* ctx, const char* backend, const attnkit_pro
   return Guard(err, err_size, [&]() -> absl::Status {
     ATTNKIT_RETURN_IF_ERROR(RequireContext(ctx));
     ATTNKIT_ASSIGN_OR_RETURN(const AttentionProblem problem, ProblemOf(p));
-    if (args == nullptr) return absl::InvalidArgumentError("args is NULL");
-    ATTNKIT_RETURN_IF_ERROR(RequireStructSize(
-        args->struct_size, offsetof(attnkit_args, bias) + sizeof(attnkit_tensor), "attnkit_args"));
-    if (result != nullptr) {
-      ATTNKIT_RETURN_IF_ERROR(
-          RequireStructSize(result->struct_size,
-                            offsetof(attnkit_run_result, workspace_allocations) + sizeof(int64_t),
-                            "attnkit_run_result"));
-    }
-    ATTNKIT_ASSIGN_OR_RETURN(const AttentionArgs a, attnkit::ArgsFromC(*args));
+    ATTNKIT_ASSIGN_OR_RETURN(const AttentionArgs a, ArgsOf(args));
+    ATTNKIT_RETURN_IF_ERROR(CheckRunResult(result));
     const std::string name = backend != nullptr ? backend : problem.backend;
     ATTNKIT_ASSIGN_OR_RETURN(const attnkit::Selection selection,
                              attnkit::SelectBackend(ctx->registry, name, problem, /*threads=*/0,
@@ -252,12 +273,7 @@ int32_t attnkit_run(attnkit_context* ctx, const char* backend, const attnkit_pro
     attnkit::RunInfo info;
     ATTNKIT_RETURN_IF_ERROR(selection.backend->Forward(problem, a, &info));
     ATTNKIT_RETURN_IF_ERROR(selection.backend->Synchronize());
-    if (result != nullptr) {
-      CopyString(info.backend, result->backend, sizeof(result->backend));
-      CopyString(info.kernel, result->kernel, sizeof(result->kernel));
-      CopyString(selection.reason, result->reason, sizeof(result->reason));
-      result->workspace_allocations = info.workspace_allocations;
-    }
+    FillRunResult(info, selection, result);
     return absl::OkStatus();
   });
 }
@@ -268,24 +284,12 @@ int32_t attnkit_backward(attnkit_context* ctx, const char* backend, const attnki
   return Guard(err, err_size, [&]() -> absl::Status {
     ATTNKIT_RETURN_IF_ERROR(RequireContext(ctx));
     ATTNKIT_ASSIGN_OR_RETURN(const AttentionProblem problem, ProblemOf(p));
-    if (args == nullptr) return absl::InvalidArgumentError("args is NULL");
-    ATTNKIT_RETURN_IF_ERROR(RequireStructSize(
-        args->struct_size, offsetof(attnkit_args, bias) + sizeof(attnkit_tensor), "attnkit_args"));
+    ATTNKIT_ASSIGN_OR_RETURN(const AttentionArgs a, ArgsOf(args));
     if (grads == nullptr) return absl::InvalidArgumentError("grads is NULL");
     ATTNKIT_RETURN_IF_ERROR(RequireStructSize(
         grads->struct_size, offsetof(attnkit_grads, dbias) + sizeof(attnkit_tensor),
         "attnkit_grads"));
-    if (result != nullptr) {
-      ATTNKIT_RETURN_IF_ERROR(
-          RequireStructSize(result->struct_size,
-                            offsetof(attnkit_run_result, workspace_allocations) + sizeof(int64_t),
-                            "attnkit_run_result"));
-    }
-    // An older caller's shorter attnkit_args: the fields past its size are absent.
-    attnkit_args c_args;
-    std::memset(&c_args, 0, sizeof(c_args));
-    std::memcpy(&c_args, args, std::min<size_t>(args->struct_size, sizeof(c_args)));
-    ATTNKIT_ASSIGN_OR_RETURN(const AttentionArgs a, attnkit::ArgsFromC(c_args));
+    ATTNKIT_RETURN_IF_ERROR(CheckRunResult(result));
     ATTNKIT_ASSIGN_OR_RETURN(const attnkit::GradArgs g, attnkit::GradsFromC(*grads));
     const std::string name = backend != nullptr ? backend : problem.backend;
     ATTNKIT_ASSIGN_OR_RETURN(const attnkit::Selection selection,
@@ -294,12 +298,7 @@ int32_t attnkit_backward(attnkit_context* ctx, const char* backend, const attnki
     attnkit::RunInfo info;
     ATTNKIT_RETURN_IF_ERROR(selection.backend->Backward(problem, a, g, &info));
     ATTNKIT_RETURN_IF_ERROR(selection.backend->Synchronize());
-    if (result != nullptr) {
-      CopyString(info.backend, result->backend, sizeof(result->backend));
-      CopyString(info.kernel, result->kernel, sizeof(result->kernel));
-      CopyString(selection.reason, result->reason, sizeof(result->reason));
-      result->workspace_allocations = info.workspace_allocations;
-    }
+    FillRunResult(info, selection, result);
     return absl::OkStatus();
   });
 }
