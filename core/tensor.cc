@@ -99,6 +99,10 @@ absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(size_t bytes) {
 }
 
 absl::StatusOr<Tensor> Tensor::Contiguous(DType dtype, absl::Span<const int64_t> shape) {
+  if (shape.size() > static_cast<size_t>(kMaxRank)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a tensor has at most %d dimensions; %d were asked for", kMaxRank, shape.size()));
+  }
   int64_t elements = 1;
   for (int64_t d : shape) {
     if (d < 0) return absl::InvalidArgumentError("tensor dimension must be >= 0");

@@ -25,6 +25,7 @@
 #include "core/version.h"
 #include "tools/cli/command_table.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/ring_command.h"
 
 ABSL_FLAG(std::string, config, "",
           "text-format AttentionConfig (core/config.proto); unset: the built-in example");
@@ -61,7 +62,7 @@ ABSL_FLAG(std::string, html, "",
           "compare: write one self-contained page with the chart, the table and the machine");
 ABSL_FLAG(bool, wide, false, "check, compare: print tables at full width (default: 120 columns)");
 ABSL_FLAG(bool, grad, false,
-          "check, compare, fuzz: the backward pass too, as if the config said backward: true "
+          "check, compare, fuzz, ring: the backward pass too, as if the config said backward: true "
           "(check: gradients against the fp64 reference; compare: times the backward pass; "
           "fuzz: random dense problems' gradients)");
 ABSL_FLAG(std::string, mask_convention, "attnkit",
@@ -99,6 +100,20 @@ ABSL_FLAG(int64_t, kv_heads, 2, "train: key/value heads (GQA; = heads: MHA, 1: M
 ABSL_FLAG(double, lr, 3e-3, "train: Adam learning rate");
 ABSL_FLAG(int64_t, batch, 32, "train: sequences per step");
 ABSL_FLAG(int64_t, log_every, 0, "train: print a line every N steps (0 = about 20 lines)");
+ABSL_FLAG(std::string, strategy, "ring",
+          "ring: ring (K/V blocks travel around the ranks), ulysses (all-to-all from sequence "
+          "to heads) or auto (the cost model's choice from the measured link and compute rate)");
+ABSL_FLAG(bool, check, false,
+          "ring: gather the output (with --grad also dQ, dK, dV) on rank 0 and compare it with "
+          "the single-process fp64 reference; the reference holds the whole problem on rank 0, "
+          "beyond memory_budget_bytes (which bounds each rank's share)");
+ABSL_FLAG(double, timeout, 60,
+          "ring: seconds any one transfer or collective may wait for another rank before the "
+          "job ends with an error naming it");
+ABSL_FLAG(int, repeats, 1, "ring: runs of the problem; the table shows the fastest");
+ABSL_FLAG(std::string, inject_fault, "",
+          "ring, for tests: stall:R (rank R sleeps far past --timeout before the ring starts) "
+          "or exit:R (rank R exits at once there)");
 
 namespace {
 
@@ -328,6 +343,17 @@ int main(int argc, char** argv) {
   train.lr = absl::GetFlag(FLAGS_lr);
   train.batch = absl::GetFlag(FLAGS_batch);
   train.log_every = absl::GetFlag(FLAGS_log_every);
+  attnkit::RingOptions ring;
+  ring.strategy = absl::GetFlag(FLAGS_strategy);
+  ring.check = absl::GetFlag(FLAGS_check);
+  ring.timeout_s = absl::GetFlag(FLAGS_timeout);
+  ring.repeats = absl::GetFlag(FLAGS_repeats);
+  ring.inject_fault = absl::GetFlag(FLAGS_inject_fault);
+  if (command == "ring") {
+    // ring's own default: one thread per rank, unless --threads is given.
+    const std::vector<std::string> given = attnkit::FlagNamesOnCommandLine(argc, argv);
+    if (std::find(given.begin(), given.end(), "threads") == given.end()) options.threads = 1;
+  }
   if (command == "train") {
     // train's own default depth: two blocks, unless --layers is given.
     const std::vector<std::string> given = attnkit::FlagNamesOnCommandLine(argc, argv);
@@ -359,6 +385,8 @@ int main(int argc, char** argv) {
     status = attnkit::GenerateCommand(registry(), options, generate, std::cout);
   } else if (command == "train") {
     status = attnkit::TrainCommand(registry(), options, train, std::cout);
+  } else if (command == "ring") {
+    status = attnkit::RingCommand(registry(), options, ring, std::cout);
   }
   std::cout.flush();
   if (!status.ok()) {

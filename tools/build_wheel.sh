@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Builds the Python wheel: libattnkit.so (and the CUDA plugin when CUDA is
 # built) with Bazel, then python/attnkit and those libraries packed by
-# tools/build_wheel.py into dist/attnkit-VERSION-py3-none-linux_x86_64.whl,
+# tools/build_wheel.py into out/attnkit-VERSION-py3-none-linux_x86_64.whl,
 # with the Debian libraries they link bundled (build_wheel.py --bundle).
 #   tools/build_wheel.sh [OUT_DIR]
-#   pip install dist/attnkit-*.whl
+#   pip install out/attnkit-*.whl
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-dist}
+out=${1:-out}
 version=$(tr -d '[:space:]' < VERSION)
 targets=(//capi:libattnkit.so)
 cuda=0

@@ -6,7 +6,7 @@
 # On a machine with a usable GPU it says so and runs the bundle for real.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dir=${1:-dist/gpu_bundle}
+dir=${1:-out/gpu_bundle}
 tools/make_gpu_bundle.sh "$dir"
 rc=0
 first=$("$dir/run.sh" 2>&1) || rc=$?

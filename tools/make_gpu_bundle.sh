@@ -7,13 +7,13 @@
 # PyTorch's nvidia-cublas wheel, found by run.sh): no Bazel, no Debian
 # packages.
 #
-#   tools/make_gpu_bundle.sh [OUT_DIR]      (default: dist/gpu_bundle)
+#   tools/make_gpu_bundle.sh [OUT_DIR]      (default: out/gpu_bundle)
 #
 # Fails when the bundle would exceed 61 MiB (the device tool carries 64 MiB
 # with the working tree, about 1.2 MiB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-dist/gpu_bundle}
+out=${1:-out/gpu_bundle}
 limit_mib=61
 
 tests=(//tests:conformance_test //tests:grad_conformance_test //tests:property_test

@@ -9,9 +9,9 @@
 set -euo pipefail
 root="${TEST_SRCDIR:-$(pwd)/..}/attnkit"
 work="${TEST_TMPDIR:-$(mktemp -d)}"
-/usr/bin/python3 "$root/$1" --bundle "$work/dist" 0.0.0.test "$root/$2" > /dev/null
+/usr/bin/python3 "$root/$1" --bundle "$work/out" 0.0.0.test "$root/$2" > /dev/null
 /usr/bin/python3 -m venv --system-site-packages "$work/venv"
-"$work/venv/bin/pip" install --no-index --quiet --disable-pip-version-check "$work"/dist/*.whl
+"$work/venv/bin/pip" install --no-index --quiet --disable-pip-version-check "$work"/out/*.whl
 cd "$work"
 "$work/venv/bin/python" - <<'PY'
 import numpy as np

@@ -1,0 +1,195 @@
+// Ulysses (dist/strategy.h): an all-to-all turns each rank's sequence shard
+// of every head into the whole sequence of H/N heads, the backend runs that
+// as one ordinary problem, and a second all-to-all returns O (and lse) to
+// sequence shards. Shards are contiguous; no block merging, so the result is
+// the backend's own on the head slice.
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+#include "dist/ring_internal.h"
+
+namespace attnkit {
+namespace dist {
+namespace {
+
+// Copies src[b][head0 + h][row0 + t][:] (src contiguous [B, heads, rows_total,
+// width]) to dst[b][h][t][:] (contiguous [B, nheads, rows, width]), in bytes.
+void Pack(const char* src, int64_t elem, int64_t B, int64_t heads, int64_t rows_total,
+          int64_t width, int64_t head0, int64_t nheads, int64_t row0, int64_t rows, char* dst) {
+  const int64_t line = rows * width * elem;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < nheads; ++h) {
+      const char* from = src + (((b * heads + head0 + h) * rows_total + row0) * width) * elem;
+      std::memcpy(dst + (b * nheads + h) * line, from, static_cast<size_t>(line));
+    }
+  }
+}
+
+// The reverse of Pack: dst[b][head0 + h][row0 + t][:] = src[b][h][t][:].
+void Unpack(const char* src, int64_t elem, int64_t B, int64_t heads, int64_t rows_total,
+            int64_t width, int64_t head0, int64_t nheads, int64_t row0, int64_t rows, char* dst) {
+  const int64_t line = rows * width * elem;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < nheads; ++h) {
+      char* to = dst + (((b * heads + head0 + h) * rows_total + row0) * width) * elem;
+      std::memcpy(to, src + (b * nheads + h) * line, static_cast<size_t>(line));
+    }
+  }
+}
+
+// Workspace slots (dist/ring_internal.h); the ring's are below 30.
+constexpr int kSendSlot = 30, kRecvSlot = 31, kTensorSlot = 32;
+
+struct HeadSplit {
+  int64_t q_heads;   // H / N per rank
+  int64_t kv_heads;  // K/V heads each rank receives
+  int64_t KvHead0(int64_t rank, const AttentionProblem& p, int n) const {
+    if (p.num_kv_heads % n == 0) return rank * kv_heads;
+    return rank * q_heads / p.group_size();  // N % G == 0: one shared K/V head
+  }
+};
+
+// One all-to-all of a sequence-sharded [B, heads, rows, width] tensor into
+// [B, nheads(j), N * rows, width] on each rank j, heads chosen by head0(j).
+absl::Status SeqToHeads(Communicator& comm, Workspace& ws, const void* shard, int64_t elem,
+                        int64_t B, int64_t heads, int64_t rows, int64_t width, int64_t nheads,
+                        const std::function<int64_t(int)>& head0, void* full,
+                        absl::string_view what) {
+  const int n = comm.size();
+  const int64_t piece = B * nheads * rows * width * elem;
+  ATTNKIT_ASSIGN_OR_RETURN(void* send_data, ws.Bytes(kSendSlot, piece * n));
+  ATTNKIT_ASSIGN_OR_RETURN(void* recv_data, ws.Bytes(kRecvSlot, piece * n));
+  char* send = static_cast<char*>(send_data);
+  char* recv = static_cast<char*>(recv_data);
+  std::vector<int64_t> counts(n, piece), offsets(n);
+  for (int j = 0; j < n; ++j) {
+    offsets[j] = j * piece;
+    Pack(static_cast<const char*>(shard), elem, B, heads, rows, width, head0(j), nheads, 0, rows,
+         send + offsets[j]);
+  }
+  ATTNKIT_RETURN_IF_ERROR(comm.AllToAllV(send, counts, offsets, recv, counts, offsets, what));
+  for (int i = 0; i < n; ++i) {
+    Unpack(recv + offsets[i], elem, B, nheads, n * rows, width, 0, nheads, i * rows, rows,
+           static_cast<char*>(full));
+  }
+  return absl::OkStatus();
+}
+
+// The reverse for the output: [B, nheads, N * rows, width] on each rank back
+// to its sequence rows of all heads, [B, heads, rows, width].
+absl::Status HeadsToSeq(Communicator& comm, Workspace& ws, const void* full, int64_t elem,
+                        int64_t B, int64_t heads, int64_t rows, int64_t width, int64_t nheads,
+                        void* shard, absl::string_view what) {
+  const int n = comm.size();
+  const int64_t piece = B * nheads * rows * width * elem;
+  ATTNKIT_ASSIGN_OR_RETURN(void* send_data, ws.Bytes(kSendSlot, piece * n));
+  ATTNKIT_ASSIGN_OR_RETURN(void* recv_data, ws.Bytes(kRecvSlot, piece * n));
+  char* send = static_cast<char*>(send_data);
+  char* recv = static_cast<char*>(recv_data);
+  std::vector<int64_t> counts(n, piece), offsets(n);
+  for (int i = 0; i < n; ++i) {
+    offsets[i] = i * piece;
+    Pack(static_cast<const char*>(full), elem, B, nheads, n * rows, width, 0, nheads, i * rows,
+         rows, send + offsets[i]);
+  }
+  ATTNKIT_RETURN_IF_ERROR(comm.AllToAllV(send, counts, offsets, recv, counts, offsets, what));
+  for (int j = 0; j < n; ++j) {
+    Unpack(recv + offsets[j], elem, B, heads, rows, width, j * nheads, nheads, 0, rows,
+           static_cast<char*>(shard));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status UlyssesSupports(const AttentionProblem& p, int ranks) {
+  const int64_t H = p.num_heads, G = p.num_kv_heads;
+  if (H % ranks != 0 || (G % ranks != 0 && ranks % G != 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "ulysses: num_heads (%d) must be a multiple of the rank count (%d), and num_kv_heads "
+        "(%d) a multiple or a divisor of it",
+        H, ranks, G));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status UlyssesForward(Communicator* comm_ptr, Backend* backend, const AttentionProblem& p,
+                            const ShardArgs& shard, DistStats* stats, Workspace* workspace) {
+  Communicator& comm = *comm_ptr;
+  const int n = comm.size();
+  const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads, d = p.head_dim;
+  const int64_t tq = p.q_len / n, tk = p.kv_len / n;
+  HeadSplit split;
+  split.q_heads = H / n;
+  split.kv_heads = G % n == 0 ? G / n : 1;
+  const int64_t qe = static_cast<int64_t>(DTypeSize(p.dtype));
+  const int64_t ke = static_cast<int64_t>(DTypeSize(p.kv_dtype));
+
+  AttentionProblem lp = p;
+  lp.name = p.name + "_heads";
+  lp.num_heads = split.q_heads;
+  lp.num_kv_heads = split.kv_heads;
+  lp.model_dim = split.q_heads * d;
+  lp.backend = p.backend;
+  // This rank's heads over the whole sequence: Q, K, V, O and lse.
+  const int64_t lq = B * lp.num_heads * p.q_len, lk = B * lp.num_kv_heads * p.kv_len;
+  void* slots[6];
+  const int64_t sizes[6] = {lq * d * qe, lk * d * ke, lk * d * ke, lq * d * qe, lq * 4, B * 4};
+  for (int i = 0; i < 6; ++i) {
+    ATTNKIT_ASSIGN_OR_RETURN(slots[i], workspace->Bytes(kTensorSlot + i, sizes[i]));
+  }
+  const TensorView q = ContiguousView(slots[0], p.dtype, {B, lp.num_heads, p.q_len, d});
+  const TensorView k = ContiguousView(slots[1], p.kv_dtype, {B, lp.num_kv_heads, p.kv_len, d});
+  const TensorView v = ContiguousView(slots[2], p.kv_dtype, {B, lp.num_kv_heads, p.kv_len, d});
+  const TensorView o = ContiguousView(slots[3], p.dtype, {B, lp.num_heads, p.q_len, d});
+  const TensorView lse = ContiguousView(slots[4], DType::kF32, {B, lp.num_heads, p.q_len});
+  const TensorView kv_lengths = ContiguousView(slots[5], DType::kI32, {B});
+  const double wait_before = comm.stats().wait_s;
+  auto q_head0 = [&](int j) { return j * split.q_heads; };
+  auto kv_head0 = [&](int j) { return split.KvHead0(j, p, n); };
+  ATTNKIT_RETURN_IF_ERROR(SeqToHeads(comm, *workspace, shard.q.data, qe, B, H, tq, d, split.q_heads,
+                                     q_head0, q.data, "ulysses all-to-all of Q"));
+  ATTNKIT_RETURN_IF_ERROR(SeqToHeads(comm, *workspace, shard.k.data, ke, B, G, tk, d,
+                                     split.kv_heads, kv_head0, k.data, "ulysses all-to-all of K"));
+  ATTNKIT_RETURN_IF_ERROR(SeqToHeads(comm, *workspace, shard.v.data, ke, B, G, tk, d,
+                                     split.kv_heads, kv_head0, v.data, "ulysses all-to-all of V"));
+
+  AttentionArgs args;
+  args.q = q;
+  args.k = k;
+  args.v = v;
+  args.o = o;
+  if (p.return_lse) args.lse = lse;
+  if (p.has_kv_lengths()) {
+    for (int64_t b = 0; b < B; ++b) {
+      static_cast<int32_t*>(kv_lengths.data)[b] = static_cast<int32_t>(p.kv_lengths[b]);
+    }
+    args.kv_lengths = kv_lengths;
+  }
+  const double t0 = NowSeconds();
+  const absl::Status st = backend->Forward(lp, args);
+  stats->compute_s += NowSeconds() - t0;
+  if (!st.ok()) {
+    return absl::Status(st.code(), absl::StrFormat("ulysses: heads [%d, +%d) on backend %s: %s",
+                                                   q_head0(comm.rank()), split.q_heads,
+                                                   backend->Name(), st.message()));
+  }
+  stats->blocks_computed = 1;
+  ATTNKIT_RETURN_IF_ERROR(HeadsToSeq(comm, *workspace, o.data, qe, B, H, tq, d, split.q_heads,
+                                     shard.o.data, "ulysses all-to-all of O"));
+  if (p.return_lse) {
+    ATTNKIT_RETURN_IF_ERROR(HeadsToSeq(comm, *workspace, lse.data, 4, B, H, tq, 1, split.q_heads,
+                                       shard.lse.data, "ulysses all-to-all of lse"));
+  }
+  // The all-to-alls overlap nothing: all of their time is exposed.
+  stats->wait_s += comm.stats().wait_s - wait_before;
+  stats->transfer_s += comm.stats().wait_s - wait_before;
+  stats->steps = 1;
+  return absl::OkStatus();
+}
+
+}  // namespace dist
+}  // namespace attnkit
