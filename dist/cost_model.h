@@ -1,8 +1,8 @@
 // Cost model of distributed attention: the time, traffic and memory of the
 // ring and Ulysses strategies on N ranks, from a problem, a link (bandwidth,
 // latency) and a measured compute rate. It chooses the strategy of
-// `--strategy=auto` and projects large-scale runs (`attnkit ring --project`).
-// Its assumptions are in dist/README.md.
+// `--strategy=auto` and projects large-scale runs (dist/ring_bench prints it with a measured
+// compute rate). Its assumptions are in dist/README.md.
 #ifndef ATTNKIT_DIST_COST_MODEL_H_
 #define ATTNKIT_DIST_COST_MODEL_H_
 
