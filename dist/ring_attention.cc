@@ -107,9 +107,6 @@ absl::Status DistSupports(const AttentionProblem& p, int ranks, Strategy s, Back
   if (backward && !p.return_lse) {
     return absl::InvalidArgumentError("the distributed backward pass needs return_lse");
   }
-  if (backward && s == Strategy::kUlysses) {
-    return Refuse("the backward pass runs on the ring strategy only");
-  }
   ATTNKIT_ASSIGN_OR_RETURN(ShardLayout ql, QueryShard(p, ranks, s));
   ATTNKIT_ASSIGN_OR_RETURN(ShardLayout kl, KvShard(p, ranks, s));
   if (s == Strategy::kUlysses) {
@@ -118,7 +115,9 @@ absl::Status DistSupports(const AttentionProblem& p, int ranks, Strategy s, Back
     lp.num_heads = p.num_heads / ranks;
     lp.num_kv_heads = p.num_kv_heads % ranks == 0 ? p.num_kv_heads / ranks : 1;
     lp.model_dim = lp.num_heads * p.head_dim;
-    return backend.Supports(lp);
+    if (!backward) return backend.Supports(lp);
+    lp.dtype = lp.kv_dtype = DType::kF32;  // the backward runs the head slice in f32
+    return backend.SupportsBackward(lp);
   }
   const int steps = RingSteps(p, ql, kl);
   for (int rank = 0; rank < ranks; ++rank) {
@@ -153,6 +152,14 @@ absl::StatusOr<int64_t> BytesPerRank(const AttentionProblem& p, int ranks, Strat
     bytes +=
         2 * Bytes(lq, p.dtype) + 2 * Bytes(lk, p.kv_dtype) + Bytes(B * hq * p.q_len, DType::kF32);
     bytes += 2 * std::max(Bytes(lq, p.dtype), Bytes(lk, p.kv_dtype));
+    if (backward) {
+      // dO's slice; f32 copies of Q, K, V, O, dO; f32 dQ, dK, dV slices; f32
+      // staging of the gradients' return and the summed sequence shards.
+      bytes += Bytes(lq, p.dtype) + 3 * Bytes(lq, DType::kF32) + 2 * Bytes(lk, DType::kF32) +
+               Bytes(lq, DType::kF32) + 2 * Bytes(lk, DType::kF32) +
+               2 * std::max(Bytes(lq, DType::kF32), Bytes(lk, DType::kF32)) +
+               Bytes(q_elems + kv_elems, DType::kF32);
+    }
     return bytes;
   }
   // Ring: f32 queries and accumulators, one block's output, two K/V stages,
@@ -255,11 +262,16 @@ absl::Status DistributedAttention::Backward(const AttentionProblem& p, Strategy 
   ATTNKIT_RETURN_IF_ERROR(Admit(p, s, true));
   ATTNKIT_RETURN_IF_ERROR(comm_->Agree(CheckShard(p, comm_->size(), shard, &grads)));
   const int64_t sent_before = comm_->stats().bytes_sent;
-  ATTNKIT_ASSIGN_OR_RETURN(ShardLayout ql, QueryShard(p, comm_->size(), s));
-  ATTNKIT_ASSIGN_OR_RETURN(ShardLayout kl, KvShard(p, comm_->size(), s));
-  RingContext ctx{comm_, backend_, &p, ql, kl, RingSteps(p, ql, kl), &stats_, Ws()};
-  stats_.steps = ctx.steps;
-  const absl::Status st = RingBackward(ctx, shard, grads);
+  absl::Status st;
+  if (s == Strategy::kUlysses) {
+    st = UlyssesBackward(comm_, backend_, p, shard, grads, &stats_, Ws());
+  } else {
+    ATTNKIT_ASSIGN_OR_RETURN(ShardLayout ql, QueryShard(p, comm_->size(), s));
+    ATTNKIT_ASSIGN_OR_RETURN(ShardLayout kl, KvShard(p, comm_->size(), s));
+    RingContext ctx{comm_, backend_, &p, ql, kl, RingSteps(p, ql, kl), &stats_, Ws()};
+    stats_.steps = ctx.steps;
+    st = RingBackward(ctx, shard, grads);
+  }
   FinishStats(*comm_, sent_before, start, &stats_);
   return st;
 }

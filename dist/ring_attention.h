@@ -123,7 +123,8 @@ class DistributedAttention {
   // Then computes this rank's O (and lse) from its shard.
   absl::Status Forward(const AttentionProblem& p, Strategy s, const ShardArgs& shard);
   // The gradients of this rank's shard; `shard` holds the forward's q, k,
-  // v, o and lse (p.return_lse). Ring only (Ulysses: Unimplemented).
+  // v, o and lse (p.return_lse). Ulysses runs the head slice's backward in
+  // f32 and sums the partial dK/dV of a K/V head shared by several ranks.
   absl::Status Backward(const AttentionProblem& p, Strategy s, const ShardArgs& shard,
                         const ShardGrads& grads);
 

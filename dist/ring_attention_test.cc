@@ -189,7 +189,19 @@ absl::Status UlyssesMatchesTheReference(Communicator& comm) {
     AttentionProblem g = Problem("ulysses_gqa", 1, 8, 2, kT, kT, 32);
     ATTNKIT_RETURN_IF_ERROR(CheckCase(comm, *hw, g, Strategy::kUlysses, false));
   }
-  return CheckCase(comm, *hw, p, Strategy::kAuto, false);
+  ATTNKIT_RETURN_IF_ERROR(CheckCase(comm, *hw, p, Strategy::kAuto, false));
+  // The backward pass: a K/V head shared by every rank (MQA, N % G == 0),
+  // then split (G % N == 0) or shared by two (4 ranks, G = 2); bf16.
+  ATTNKIT_RETURN_IF_ERROR(CheckCase(comm, *hw, p, Strategy::kUlysses, true));
+  if (comm.size() != 3) {
+    AttentionProblem g = Problem("ulysses_bwd_gqa_bf16", 1, 8, 2, kT, kT, 32);
+    g.mask = MaskKind::kSlidingWindow;
+    g.window_left = 17;
+    g.window_right = 2;
+    g.dtype = g.kv_dtype = DType::kBF16;
+    ATTNKIT_RETURN_IF_ERROR(CheckCase(comm, *hw, g, Strategy::kUlysses, true));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RepeatIsBitwiseEqual(Communicator& comm) {

@@ -3,7 +3,8 @@
 #   a. a causal GQA problem one process refuses (memory_budget_bytes) runs on
 #      4 ranks, each holding its share, and passes --check; on 1 rank it is
 #      refused before anything is allocated
-#   b. Ulysses and auto pass --check where Ulysses applies
+#   b. Ulysses and auto pass --check where Ulysses applies (Ulysses with
+#      --grad at 4 ranks, where two ranks share each K/V head)
 #   c. --grad --check on 2 ranks (dQ, dK, dV against the fp64 reference)
 #   d. a rank that stalls ends the job nonzero, with the Communicator's
 #      deadline error, well within a minute
@@ -72,8 +73,9 @@ for s in ulysses auto; do
     { show "$tmp/out" "$tmp/err"; fail "--strategy=$s exited $?"; }
   grep -q '^check O and LSE: pass' "$tmp/out" || { show "$tmp/out" "$tmp/err"; fail "$s check"; }
 done
-ring 4 "$tmp/out" "$tmp/err" --config="$uly" --strategy=ulysses --check ||
+ring 4 "$tmp/out" "$tmp/err" --config="$uly" --strategy=ulysses --check --grad ||
   { show "$tmp/out" "$tmp/err"; fail "ulysses np 4 exited $?"; }
+grep -q '^check dQ, dK, dV: pass' "$tmp/out" || { show "$tmp/out" "$tmp/err"; fail "ulysses grad"; }
 grep -q 'on 4 ranks: strategy ulysses' "$tmp/out" || fail "ulysses header: $(cat "$tmp/out")"
 grep -q '^check O and LSE: pass' "$tmp/out" || { show "$tmp/out" "$tmp/err"; fail "ulysses np 4"; }
 

@@ -47,6 +47,9 @@ struct RingContext {
 
 absl::Status RingForward(const RingContext& ctx, const ShardArgs& shard);
 absl::Status RingBackward(const RingContext& ctx, const ShardArgs& shard, const ShardGrads& grads);
+absl::Status UlyssesBackward(Communicator* comm, Backend* backend, const AttentionProblem& p,
+                             const ShardArgs& shard, const ShardGrads& grads, DistStats* stats,
+                             Workspace* workspace);
 absl::Status UlyssesForward(Communicator* comm, Backend* backend, const AttentionProblem& p,
                             const ShardArgs& shard, DistStats* stats, Workspace* workspace);
 

@@ -7,6 +7,7 @@
 #include <functional>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
 #include "dist/ring_internal.h"
@@ -103,6 +104,44 @@ absl::Status HeadsToSeq(Communicator& comm, Workspace& ws, const void* full, int
   return absl::OkStatus();
 }
 
+// Gradients back to sequence shards: `full` f32 [B, nheads, N * rows, d] on
+// each rank (its heads' partial gradients over the whole sequence); rank j's
+// heads start at head0(j). out f32 [B, heads, rows, d] (zeroed here) sums the
+// pieces of each head in rank order, so K/V heads shared by several ranks
+// (N % G == 0) add their partials deterministically.
+absl::Status HeadsToSeqSum(Communicator& comm, Workspace& ws, const float* full, int64_t B,
+                           int64_t heads, int64_t rows, int64_t d, int64_t nheads,
+                           const std::function<int64_t(int)>& head0, float* out,
+                           absl::string_view what) {
+  const int n = comm.size();
+  const int64_t elem = sizeof(float);
+  const int64_t piece = B * nheads * rows * d * elem;
+  ATTNKIT_ASSIGN_OR_RETURN(void* send_data, ws.Bytes(kSendSlot, piece * n));
+  ATTNKIT_ASSIGN_OR_RETURN(void* recv_data, ws.Bytes(kRecvSlot, piece * n));
+  char* send = static_cast<char*>(send_data);
+  char* recv = static_cast<char*>(recv_data);
+  std::vector<int64_t> counts(n, piece), offsets(n);
+  for (int i = 0; i < n; ++i) {
+    offsets[i] = i * piece;
+    Pack(reinterpret_cast<const char*>(full), elem, B, nheads, n * rows, d, 0, nheads, i * rows,
+         rows, send + offsets[i]);
+  }
+  ATTNKIT_RETURN_IF_ERROR(comm.AllToAllV(send, counts, offsets, recv, counts, offsets, what));
+  std::memset(out, 0, static_cast<size_t>(B * heads * rows * d) * sizeof(float));
+  const int64_t line = rows * d;
+  for (int j = 0; j < n; ++j) {
+    const float* from = reinterpret_cast<const float*>(recv + offsets[j]);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < nheads; ++h) {
+        float* to = out + (b * heads + head0(j) + h) * line;
+        const float* src = from + (b * nheads + h) * line;
+        for (int64_t x = 0; x < line; ++x) to[x] += src[x];
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status UlyssesSupports(const AttentionProblem& p, int ranks) {
@@ -185,6 +224,123 @@ absl::Status UlyssesForward(Communicator* comm_ptr, Backend* backend, const Atte
                                        shard.lse.data, "ulysses all-to-all of lse"));
   }
   // The all-to-alls overlap nothing: all of their time is exposed.
+  stats->wait_s += comm.stats().wait_s - wait_before;
+  stats->transfer_s += comm.stats().wait_s - wait_before;
+  stats->steps = 1;
+  return absl::OkStatus();
+}
+
+}  // namespace dist
+}  // namespace attnkit
+
+namespace attnkit {
+namespace dist {
+
+// The backward pass: Q, K, V, O, lse and dO to head shards, the backend's
+// Backward on the head slice in f32 (so partial dK/dV of a shared K/V head
+// sum without rounding), then dQ, dK, dV back to sequence shards.
+absl::Status UlyssesBackward(Communicator* comm_ptr, Backend* backend, const AttentionProblem& p,
+                             const ShardArgs& shard, const ShardGrads& grads, DistStats* stats,
+                             Workspace* workspace) {
+  Communicator& comm = *comm_ptr;
+  const int n = comm.size();
+  const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads, d = p.head_dim;
+  const int64_t tq = p.q_len / n, tk = p.kv_len / n;
+  HeadSplit split;
+  split.q_heads = H / n;
+  split.kv_heads = G % n == 0 ? G / n : 1;
+  const int64_t hq = split.q_heads, hk = split.kv_heads;
+  const int64_t qe = static_cast<int64_t>(DTypeSize(p.dtype));
+  const int64_t ke = static_cast<int64_t>(DTypeSize(p.kv_dtype));
+  auto q_head0 = [&](int j) { return j * hq; };
+  auto kv_head0 = [&](int j) { return split.KvHead0(j, p, n); };
+
+  AttentionProblem lp = p;
+  lp.name = p.name + "_heads";
+  lp.num_heads = hq;
+  lp.num_kv_heads = hk;
+  lp.model_dim = hq * d;
+  lp.dtype = lp.kv_dtype = DType::kF32;
+  const int64_t lq = B * hq * p.q_len * d, lk = B * hk * p.kv_len * d;
+
+  // Slots from 40: the head slices as stored (q, k, v, o, dO), their f32
+  // copies, lse, the f32 gradients and the summed sequence shards.
+  const double wait_before = comm.stats().wait_s;
+  struct Moved {
+    const void* shard;
+    int64_t elem, heads, rows, width, nheads;
+    bool kv;
+    DType dtype;
+  };
+  const Moved moved[6] = {
+      {shard.q.data, qe, H, tq, d, hq, false, p.dtype},
+      {shard.k.data, ke, G, tk, d, hk, true, p.kv_dtype},
+      {shard.v.data, ke, G, tk, d, hk, true, p.kv_dtype},
+      {shard.o.data, qe, H, tq, d, hq, false, p.dtype},
+      {grads.d_o.data, qe, H, tq, d, hq, false, p.dtype},
+      {shard.lse.data, 4, H, tq, 1, hq, false, DType::kF32},
+  };
+  const char* names[6] = {"Q", "K", "V", "O", "dO", "lse"};
+  float* f32[6];
+  for (int i = 0; i < 6; ++i) {
+    const Moved& m = moved[i];
+    const int64_t elements = B * m.nheads * n * m.rows * m.width;
+    ATTNKIT_ASSIGN_OR_RETURN(void* raw, workspace->Bytes(40 + i, elements * m.elem));
+    ATTNKIT_RETURN_IF_ERROR(SeqToHeads(
+        comm, *workspace, m.shard, m.elem, B, m.heads, m.rows, m.width, m.nheads,
+        m.kv ? std::function<int64_t(int)>(kv_head0) : std::function<int64_t(int)>(q_head0), raw,
+        absl::StrCat("ulysses backward all-to-all of ", names[i])));
+    if (m.dtype == DType::kF32) {
+      f32[i] = static_cast<float*>(raw);
+      continue;
+    }
+    ATTNKIT_ASSIGN_OR_RETURN(f32[i], workspace->Floats(50 + i, elements, false));
+    const TensorView stored = ContiguousView(raw, m.dtype, {B, m.nheads, n * m.rows, m.width});
+    RowsToF32(stored, 0, n * m.rows, f32[i]);
+  }
+  ATTNKIT_ASSIGN_OR_RETURN(float* dq, workspace->Floats(60, lq, false));
+  ATTNKIT_ASSIGN_OR_RETURN(float* dk, workspace->Floats(61, lk, false));
+  ATTNKIT_ASSIGN_OR_RETURN(float* dv, workspace->Floats(62, lk, false));
+  ATTNKIT_ASSIGN_OR_RETURN(void* lens, workspace->Bytes(63, B * 4));
+
+  AttentionArgs args;
+  args.q = ContiguousView(f32[0], DType::kF32, {B, hq, p.q_len, d});
+  args.k = ContiguousView(f32[1], DType::kF32, {B, hk, p.kv_len, d});
+  args.v = ContiguousView(f32[2], DType::kF32, {B, hk, p.kv_len, d});
+  args.o = ContiguousView(f32[3], DType::kF32, {B, hq, p.q_len, d});
+  args.lse = ContiguousView(f32[5], DType::kF32, {B, hq, p.q_len});
+  if (p.has_kv_lengths()) {
+    for (int64_t b = 0; b < B; ++b) {
+      static_cast<int32_t*>(lens)[b] = static_cast<int32_t>(p.kv_lengths[b]);
+    }
+    args.kv_lengths = ContiguousView(lens, DType::kI32, {B});
+  }
+  GradArgs g;
+  g.d_o = ContiguousView(f32[4], DType::kF32, {B, hq, p.q_len, d});
+  g.dq = ContiguousView(dq, DType::kF32, {B, hq, p.q_len, d});
+  g.dk = ContiguousView(dk, DType::kF32, {B, hk, p.kv_len, d});
+  g.dv = ContiguousView(dv, DType::kF32, {B, hk, p.kv_len, d});
+  const double t0 = NowSeconds();
+  const absl::Status st = backend->Backward(lp, args, g);
+  stats->compute_s += NowSeconds() - t0;
+  if (!st.ok()) {
+    return absl::Status(st.code(),
+                        absl::StrFormat("ulysses backward: heads [%d, +%d) on backend %s: %s",
+                                        q_head0(comm.rank()), hq, backend->Name(), st.message()));
+  }
+  stats->blocks_computed = 1;
+
+  ATTNKIT_ASSIGN_OR_RETURN(float* seq_dq, workspace->Floats(64, B * H * tq * d, false));
+  ATTNKIT_ASSIGN_OR_RETURN(float* seq_dkv, workspace->Floats(65, B * G * tk * d, false));
+  ATTNKIT_RETURN_IF_ERROR(HeadsToSeqSum(comm, *workspace, dq, B, H, tq, d, hq, q_head0, seq_dq,
+                                        "ulysses backward all-to-all of dQ"));
+  RowsFromF32(seq_dq, 0, tq, grads.dq);
+  ATTNKIT_RETURN_IF_ERROR(HeadsToSeqSum(comm, *workspace, dk, B, G, tk, d, hk, kv_head0, seq_dkv,
+                                        "ulysses backward all-to-all of dK"));
+  RowsFromF32(seq_dkv, 0, tk, grads.dk);
+  ATTNKIT_RETURN_IF_ERROR(HeadsToSeqSum(comm, *workspace, dv, B, G, tk, d, hk, kv_head0, seq_dkv,
+                                        "ulysses backward all-to-all of dV"));
+  RowsFromF32(seq_dkv, 0, tk, grads.dv);
   stats->wait_s += comm.stats().wait_s - wait_before;
   stats->transfer_s += comm.stats().wait_s - wait_before;
   stats->steps = 1;

@@ -207,13 +207,13 @@ absl::Status RunRing(Communicator& comm, const BackendRegistry& registry, const 
     ATTNKIT_ASSIGN_OR_RETURN(link, comm.MeasureLink());
   }
   double flops_per_s = 0;
-  if (requested == Strategy::kAuto && !grad) {
+  if (requested == Strategy::kAuto) {
     ATTNKIT_ASSIGN_OR_RETURN(flops_per_s, MeasureFlopsPerSecond(comm, backend, p));
   }
   dist::DistributedAttention attention(&comm, backend, link, flops_per_s);
-  // The backward pass runs on the ring only, so --grad makes auto the ring.
-  const Strategy s =
-      grad && requested == Strategy::kAuto ? Strategy::kRing : attention.Resolve(p, requested);
+  // Every rank resolves `auto` alike: the link is broadcast and the rate is
+  // the mean over ranks.
+  const Strategy s = attention.Resolve(p, requested);
   ATTNKIT_RETURN_IF_ERROR(attention.Admit(p, s, grad));
   ATTNKIT_ASSIGN_OR_RETURN(const ShardLayout q_layout, dist::QueryShard(p, n, s));
   ATTNKIT_ASSIGN_OR_RETURN(const ShardLayout kv_layout, dist::KvShard(p, n, s));
