@@ -513,21 +513,20 @@ absl::Status Communicator::Broadcast(void* data, int64_t bytes, int root, absl::
   return absl::OkStatus();
 }
 
-absl::Status Communicator::Gather(const void* send, void* recv, int64_t bytes, int root,
-                                  absl::string_view what) {
-  ATTNKIT_RETURN_IF_ERROR(Prefixed(rank_, what, CheckBytes(bytes, send, "send")));
-  ATTNKIT_RETURN_IF_ERROR(Prefixed(rank_, what, CheckRank(root, size_, "root")));
-  if (rank_ == root)
-    ATTNKIT_RETURN_IF_ERROR(Prefixed(rank_, what, CheckBytes(bytes, recv, "recv")));
-  const char* send_ptr = static_cast<const char*>(send);
-  char* recv_ptr = static_cast<char*>(recv);
+namespace {
+
+// A gathering collective posts one call per <= 1 GiB piece of each rank's
+// `bytes`: `post(i, length, recv_type, recv_count, &request)` for piece i.
+// One piece receives plain bytes; with several, piece i of every rank's
+// block lands at i * max + rank * bytes (a strided receive type).
+using PostPiece = std::function<int(int64_t i, int length, MPI_Datatype recv_type, int recv_count,
+                                    MPI_Request* request)>;
+
+absl::Status PostGatherPieces(int64_t bytes, OwnedTypes& types, const char* call,
+                              const PostPiece& post, std::vector<MPI_Request>* requests) {
   const int64_t pieces = PieceCount(bytes);
-  OwnedTypes types;
-  std::vector<MPI_Request> requests;
   for (int64_t i = 0; i < pieces; ++i) {
     const int length = PieceLength(bytes, i);
-    // One piece: plain bytes. Several: piece i of every rank's block, each
-    // landing at i * max + rank * bytes (a strided receive type).
     MPI_Datatype recv_type = MPI_BYTE;
     int recv_count = length;
     if (pieces > 1) {
@@ -535,14 +534,35 @@ absl::Status Communicator::Gather(const void* send, void* recv, int64_t bytes, i
       recv_count = 1;
     }
     MPI_Request request;
-    ATTNKIT_RETURN_IF_ERROR(
-        Prefixed(rank_, what,
-                 MpiStatus(MPI_Igather(send_ptr + PieceOffset(i), length, MPI_BYTE,
-                                       recv_ptr == nullptr ? nullptr : recv_ptr + PieceOffset(i),
-                                       recv_count, recv_type, root, comm_, &request),
-                           "Igather")));
-    requests.push_back(request);
+    ATTNKIT_RETURN_IF_ERROR(MpiStatus(post(i, length, recv_type, recv_count, &request), call));
+    requests->push_back(request);
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Communicator::Gather(const void* send, void* recv, int64_t bytes, int root,
+                                  absl::string_view what) {
+  ATTNKIT_RETURN_IF_ERROR(Prefixed(rank_, what, CheckBytes(bytes, send, "send")));
+  ATTNKIT_RETURN_IF_ERROR(Prefixed(rank_, what, CheckRank(root, size_, "root")));
+  if (rank_ == root) {
+    ATTNKIT_RETURN_IF_ERROR(Prefixed(rank_, what, CheckBytes(bytes, recv, "recv")));
+  }
+  const char* send_ptr = static_cast<const char*>(send);
+  char* recv_ptr = static_cast<char*>(recv);
+  OwnedTypes types;
+  std::vector<MPI_Request> requests;
+  ATTNKIT_RETURN_IF_ERROR(
+      Prefixed(rank_, what,
+               PostGatherPieces(
+                   bytes, types, "Igather",
+                   [&](int64_t i, int length, MPI_Datatype type, int count, MPI_Request* request) {
+                     return MPI_Igather(send_ptr + PieceOffset(i), length, MPI_BYTE,
+                                        recv_ptr == nullptr ? nullptr : recv_ptr + PieceOffset(i),
+                                        count, type, root, comm_, request);
+                   },
+                   &requests)));
   ATTNKIT_RETURN_IF_ERROR(Poll(requests, -1, what));
   if (rank_ == root) {
     stats_.bytes_received += bytes * (size_ - 1);
@@ -559,25 +579,17 @@ absl::Status Communicator::AllGather(const void* send, void* recv, int64_t bytes
   ATTNKIT_RETURN_IF_ERROR(Prefixed(rank_, what, CheckBytes(bytes, recv, "recv")));
   const char* send_ptr = static_cast<const char*>(send);
   char* recv_ptr = static_cast<char*>(recv);
-  const int64_t pieces = PieceCount(bytes);
   OwnedTypes types;
   std::vector<MPI_Request> requests;
-  for (int64_t i = 0; i < pieces; ++i) {
-    const int length = PieceLength(bytes, i);
-    MPI_Datatype recv_type = MPI_BYTE;
-    int recv_count = length;
-    if (pieces > 1) {
-      ATTNKIT_ASSIGN_OR_RETURN(recv_type, types.Strided(length, bytes));
-      recv_count = 1;
-    }
-    MPI_Request request;
-    ATTNKIT_RETURN_IF_ERROR(Prefixed(
-        rank_, what,
-        MpiStatus(MPI_Iallgather(send_ptr + PieceOffset(i), length, MPI_BYTE,
-                                 recv_ptr + PieceOffset(i), recv_count, recv_type, comm_, &request),
-                  "Iallgather")));
-    requests.push_back(request);
-  }
+  ATTNKIT_RETURN_IF_ERROR(
+      Prefixed(rank_, what,
+               PostGatherPieces(
+                   bytes, types, "Iallgather",
+                   [&](int64_t i, int length, MPI_Datatype type, int count, MPI_Request* request) {
+                     return MPI_Iallgather(send_ptr + PieceOffset(i), length, MPI_BYTE,
+                                           recv_ptr + PieceOffset(i), count, type, comm_, request);
+                   },
+                   &requests)));
   ATTNKIT_RETURN_IF_ERROR(Poll(requests, -1, what));
   stats_.bytes_sent += bytes * (size_ - 1);
   stats_.bytes_received += bytes * (size_ - 1);
@@ -668,12 +680,13 @@ absl::Status PostAllReduce(double* buffer, MPI_Op op, MPI_Comm comm, MPI_Request
 
 // The reductions' buffers live on the heap and are abandoned on a timeout:
 // the pending MPI operation may still write them.
-absl::StatusOr<double> Communicator::MaxOverRanks(double value, absl::string_view what) {
+absl::StatusOr<double> Communicator::ReduceOverRanks(double value, MPI_Op op,
+                                                     absl::string_view what) {
   auto buffer = std::make_unique<double[]>(2);
   buffer[0] = value;
   std::vector<MPI_Request> requests(1);
   ATTNKIT_RETURN_IF_ERROR(
-      Prefixed(rank_, what, PostAllReduce(buffer.get(), MPI_MAX, comm_, &requests[0])));
+      Prefixed(rank_, what, PostAllReduce(buffer.get(), op, comm_, &requests[0])));
   const absl::Status status = Poll(requests, -1, what);
   if (!status.ok()) {
     if (!requests.empty() && requests[0] != MPI_REQUEST_NULL) buffer.release();
@@ -684,20 +697,12 @@ absl::StatusOr<double> Communicator::MaxOverRanks(double value, absl::string_vie
   return buffer[1];
 }
 
+absl::StatusOr<double> Communicator::MaxOverRanks(double value, absl::string_view what) {
+  return ReduceOverRanks(value, MPI_MAX, what);
+}
+
 absl::StatusOr<double> Communicator::SumOverRanks(double value, absl::string_view what) {
-  auto buffer = std::make_unique<double[]>(2);
-  buffer[0] = value;
-  std::vector<MPI_Request> requests(1);
-  ATTNKIT_RETURN_IF_ERROR(
-      Prefixed(rank_, what, PostAllReduce(buffer.get(), MPI_SUM, comm_, &requests[0])));
-  const absl::Status status = Poll(requests, -1, what);
-  if (!status.ok()) {
-    if (!requests.empty() && requests[0] != MPI_REQUEST_NULL) buffer.release();
-    return status;
-  }
-  stats_.bytes_sent += sizeof(double) * (size_ - 1);
-  stats_.bytes_received += sizeof(double) * (size_ - 1);
-  return buffer[1];
+  return ReduceOverRanks(value, MPI_SUM, what);
 }
 
 absl::Status Communicator::Agree(const absl::Status& local) {

@@ -126,6 +126,8 @@ class Communicator {
  private:
   Communicator(MPI_Comm comm, int rank, int size, CommOptions options)
       : comm_(comm), rank_(rank), size_(size), options_(options) {}
+  // MaxOverRanks and SumOverRanks: an all-reduce of one double with `op`.
+  absl::StatusOr<double> ReduceOverRanks(double value, MPI_Op op, absl::string_view what);
   // Polls `requests` until all complete or the deadline passes.
   absl::Status Poll(std::vector<MPI_Request>& requests, int peer, absl::string_view what);
 

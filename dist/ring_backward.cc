@@ -95,11 +95,8 @@ absl::Status RingBackward(const RingContext& ctx, const ShardArgs& shard, const 
     const double posted = NowSeconds();
     if (s + 1 < ctx.steps) {
       next_kv = stages[s % 2];
-      ATTNKIT_RETURN_IF_ERROR(Post(comm.Irecv(next_kv, kv_bytes, prev, kTagK), &kv_transfers));
       ATTNKIT_RETURN_IF_ERROR(
-          Post(comm.Irecv(next_kv + kv_bytes, kv_bytes, prev, kTagV), &kv_transfers));
-      ATTNKIT_RETURN_IF_ERROR(Post(comm.Isend(cur_k, kv_bytes, next, kTagK), &kv_transfers));
-      ATTNKIT_RETURN_IF_ERROR(Post(comm.Isend(cur_v, kv_bytes, next, kTagV), &kv_transfers));
+          PassKvBlock(comm, cur_k, cur_v, next_kv, kv_bytes, next, prev, &kv_transfers));
     }
     if (s > 0) {  // the block's dK/dV so far, from the rank that held it last step
       ATTNKIT_RETURN_IF_ERROR(Post(comm.Irecv(my_acc, dkv_bytes, prev, kTagDkv), &dkv_recv));
@@ -132,19 +129,7 @@ absl::Status RingBackward(const RingContext& ctx, const ShardArgs& shard, const 
           args.lse = ContiguousView(lsef + c * qrows, DType::kF32, {B, H, cq});
           args.k = RowView(bk, DType::kF32, B, G, tk_local, kc.local, ck, d);
           args.v = RowView(bv, DType::kF32, B, G, tk_local, kc.local, ck, d);
-          if (sp.has_kv_lengths()) {
-            for (int64_t b = 0; b < B; ++b) lens[b] = static_cast<int32_t>(plan.kv_lengths[b]);
-            args.kv_lengths = ContiguousView(lens, DType::kI32, {B});
-          }
-          if (sp.blocked_mask) {
-            TensorView m;
-            m.data = const_cast<uint8_t*>(plan.dense.data());
-            m.dtype = DType::kU8;
-            m.rank = 4;
-            m.shape = {B, H, cq, ck};
-            m.strides = {cq * ck, 0, ck, 1};
-            args.blocked_mask = m;
-          }
+          SetBlockMask(sp, plan, lens, &args);
           GradArgs g;
           g.d_o = ContiguousView(dof + c * qrows * d, DType::kF32, {B, H, cq, d});
           g.dq = ContiguousView(dq_part, DType::kF32, {B, H, cq, d});

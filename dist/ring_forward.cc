@@ -59,11 +59,8 @@ absl::Status RingForward(const RingContext& ctx, const ShardArgs& shard) {
     const double posted = NowSeconds();
     if (s + 1 < ctx.steps) {
       next_kv = stages[s % 2];
-      ATTNKIT_RETURN_IF_ERROR(Post(comm.Irecv(next_kv, kv_bytes, prev, kTagK), &transfers));
       ATTNKIT_RETURN_IF_ERROR(
-          Post(comm.Irecv(next_kv + kv_bytes, kv_bytes, prev, kTagV), &transfers));
-      ATTNKIT_RETURN_IF_ERROR(Post(comm.Isend(cur_k, kv_bytes, next, kTagK), &transfers));
-      ATTNKIT_RETURN_IF_ERROR(Post(comm.Isend(cur_v, kv_bytes, next, kTagV), &transfers));
+          PassKvBlock(comm, cur_k, cur_v, next_kv, kv_bytes, next, prev, &transfers));
     }
     auto compute = [&]() -> absl::Status {
       for (int64_t c = 0; c < nq; ++c) {
@@ -80,19 +77,7 @@ absl::Status RingForward(const RingContext& ctx, const ShardArgs& shard) {
           args.v = RowView(cur_v, p.kv_dtype, B, G, tk_local, kc.local, ck, d);
           args.o = ContiguousView(part_o, DType::kF32, {B, H, cq, d});
           args.lse = ContiguousView(part_lse, DType::kF32, {B, H, cq});
-          if (sp.has_kv_lengths()) {
-            for (int64_t b = 0; b < B; ++b) lens[b] = static_cast<int32_t>(plan.kv_lengths[b]);
-            args.kv_lengths = ContiguousView(lens, DType::kI32, {B});
-          }
-          if (sp.blocked_mask) {
-            TensorView m;
-            m.data = const_cast<uint8_t*>(plan.dense.data());
-            m.dtype = DType::kU8;
-            m.rank = 4;
-            m.shape = {B, H, cq, ck};
-            m.strides = {cq * ck, 0, ck, 1};
-            args.blocked_mask = m;
-          }
+          SetBlockMask(sp, plan, lens, &args);
           const absl::Status st = ctx.backend->Forward(sp, args);
           if (!st.ok()) {
             return absl::Status(st.code(),

@@ -11,6 +11,7 @@
 #include "core/backend.h"
 #include "core/problem.h"
 #include "core/tensor.h"
+#include "dist/block_plan.h"
 #include "dist/comm.h"
 #include "dist/ring_attention.h"
 #include "dist/sharding.h"
@@ -63,6 +64,19 @@ void RowsFromF32(const float* src, int64_t row0, int64_t rows, const TensorView&
 // [B, X, T, d] buffer at `data` (dtype `t`).
 TensorView RowView(void* data, DType t, int64_t b, int64_t x, int64_t total_rows, int64_t row0,
                    int64_t rows, int64_t d);
+
+// Sets args->kv_lengths (from `lens`, B int32 the caller owns, filled from
+// plan.kv_lengths) and args->blocked_mask (plan.dense broadcast over heads)
+// as block problem `sp` needs them.
+void SetBlockMask(const AttentionProblem& sp, const BlockPlan& plan, int32_t* lens,
+                  AttentionArgs* args);
+
+// One ring step's K/V traffic: this rank's current block (K at cur_k, V at
+// cur_v, kv_bytes each) to `next`, the next block from `prev` into next_kv
+// (K, then V).
+absl::Status PassKvBlock(Communicator& comm, const void* cur_k, const void* cur_v, char* next_kv,
+                         int64_t kv_bytes, int next, int prev,
+                         std::vector<Communicator::Request>* requests);
 
 // Merges a block's partial output into the accumulator, row by row, through
 // the log-sum-exp (as split-K decode does): acc_o/part_o [rows, d], lse

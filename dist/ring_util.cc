@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/dtype.h"
+#include "core/status_macros.h"
 #include "dist/ring_internal.h"
 
 namespace attnkit {
@@ -73,6 +74,33 @@ TensorView RowView(void* data, DType t, int64_t b, int64_t x, int64_t total_rows
   v.shape = {b, x, rows, d};
   v.strides = {x * total_rows * d, total_rows * d, d, 1};
   return v;
+}
+
+void SetBlockMask(const AttentionProblem& sp, const BlockPlan& plan, int32_t* lens,
+                  AttentionArgs* args) {
+  const int64_t B = sp.batch, cq = sp.q_len, ck = sp.kv_len;
+  if (sp.has_kv_lengths()) {
+    for (int64_t b = 0; b < B; ++b) lens[b] = static_cast<int32_t>(plan.kv_lengths[b]);
+    args->kv_lengths = ContiguousView(lens, DType::kI32, {B});
+  }
+  if (sp.blocked_mask) {
+    TensorView m;
+    m.data = const_cast<uint8_t*>(plan.dense.data());
+    m.dtype = DType::kU8;
+    m.rank = 4;
+    m.shape = {B, sp.num_heads, cq, ck};
+    m.strides = {cq * ck, 0, ck, 1};
+    args->blocked_mask = m;
+  }
+}
+
+absl::Status PassKvBlock(Communicator& comm, const void* cur_k, const void* cur_v, char* next_kv,
+                         int64_t kv_bytes, int next, int prev,
+                         std::vector<Communicator::Request>* requests) {
+  ATTNKIT_RETURN_IF_ERROR(Post(comm.Irecv(next_kv, kv_bytes, prev, kTagK), requests));
+  ATTNKIT_RETURN_IF_ERROR(Post(comm.Irecv(next_kv + kv_bytes, kv_bytes, prev, kTagV), requests));
+  ATTNKIT_RETURN_IF_ERROR(Post(comm.Isend(cur_k, kv_bytes, next, kTagK), requests));
+  return Post(comm.Isend(cur_v, kv_bytes, next, kTagV), requests);
 }
 
 void MergePartial(float* acc_o, float* acc_lse, const float* part_o, const float* part_lse,

@@ -53,39 +53,13 @@ struct HeadSplit {
   }
 };
 
-// One all-to-all of a sequence-sharded [B, heads, rows, width] tensor into
-// [B, nheads(j), N * rows, width] on each rank j, heads chosen by head0(j).
-absl::Status SeqToHeads(Communicator& comm, Workspace& ws, const void* shard, int64_t elem,
-                        int64_t B, int64_t heads, int64_t rows, int64_t width, int64_t nheads,
-                        const std::function<int64_t(int)>& head0, void* full,
-                        absl::string_view what) {
+// One all-to-all of equal pieces: fill(i, dst) writes the `piece` bytes for
+// rank i; the result holds rank j's piece at j * piece (workspace memory,
+// valid until the next exchange).
+absl::StatusOr<const char*> ExchangePieces(Communicator& comm, Workspace& ws, int64_t piece,
+                                           const std::function<void(int, char*)>& fill,
+                                           absl::string_view what) {
   const int n = comm.size();
-  const int64_t piece = B * nheads * rows * width * elem;
-  ATTNKIT_ASSIGN_OR_RETURN(void* send_data, ws.Bytes(kSendSlot, piece * n));
-  ATTNKIT_ASSIGN_OR_RETURN(void* recv_data, ws.Bytes(kRecvSlot, piece * n));
-  char* send = static_cast<char*>(send_data);
-  char* recv = static_cast<char*>(recv_data);
-  std::vector<int64_t> counts(n, piece), offsets(n);
-  for (int j = 0; j < n; ++j) {
-    offsets[j] = j * piece;
-    Pack(static_cast<const char*>(shard), elem, B, heads, rows, width, head0(j), nheads, 0, rows,
-         send + offsets[j]);
-  }
-  ATTNKIT_RETURN_IF_ERROR(comm.AllToAllV(send, counts, offsets, recv, counts, offsets, what));
-  for (int i = 0; i < n; ++i) {
-    Unpack(recv + offsets[i], elem, B, nheads, n * rows, width, 0, nheads, i * rows, rows,
-           static_cast<char*>(full));
-  }
-  return absl::OkStatus();
-}
-
-// The reverse for the output: [B, nheads, N * rows, width] on each rank back
-// to its sequence rows of all heads, [B, heads, rows, width].
-absl::Status HeadsToSeq(Communicator& comm, Workspace& ws, const void* full, int64_t elem,
-                        int64_t B, int64_t heads, int64_t rows, int64_t width, int64_t nheads,
-                        void* shard, absl::string_view what) {
-  const int n = comm.size();
-  const int64_t piece = B * nheads * rows * width * elem;
   ATTNKIT_ASSIGN_OR_RETURN(void* send_data, ws.Bytes(kSendSlot, piece * n));
   ATTNKIT_ASSIGN_OR_RETURN(void* recv_data, ws.Bytes(kRecvSlot, piece * n));
   char* send = static_cast<char*>(send_data);
@@ -93,12 +67,59 @@ absl::Status HeadsToSeq(Communicator& comm, Workspace& ws, const void* full, int
   std::vector<int64_t> counts(n, piece), offsets(n);
   for (int i = 0; i < n; ++i) {
     offsets[i] = i * piece;
-    Pack(static_cast<const char*>(full), elem, B, nheads, n * rows, width, 0, nheads, i * rows,
-         rows, send + offsets[i]);
+    fill(i, send + offsets[i]);
   }
   ATTNKIT_RETURN_IF_ERROR(comm.AllToAllV(send, counts, offsets, recv, counts, offsets, what));
-  for (int j = 0; j < n; ++j) {
-    Unpack(recv + offsets[j], elem, B, heads, rows, width, j * nheads, nheads, 0, rows,
+  return recv;
+}
+
+// A sequence-sharded [B, heads, rows, width] tensor to [B, nheads, N * rows,
+// width] on each rank j, its heads starting at head0(j).
+absl::Status SeqToHeads(Communicator& comm, Workspace& ws, const void* shard, int64_t elem,
+                        int64_t B, int64_t heads, int64_t rows, int64_t width, int64_t nheads,
+                        const std::function<int64_t(int)>& head0, void* full,
+                        absl::string_view what) {
+  const int64_t piece = B * nheads * rows * width * elem;
+  ATTNKIT_ASSIGN_OR_RETURN(const char* recv, ExchangePieces(
+                                                 comm, ws, piece,
+                                                 [&](int j, char* dst) {
+                                                   Pack(static_cast<const char*>(shard), elem, B,
+                                                        heads, rows, width, head0(j), nheads, 0,
+                                                        rows, dst);
+                                                 },
+                                                 what));
+  for (int i = 0; i < comm.size(); ++i) {
+    Unpack(recv + i * piece, elem, B, nheads, comm.size() * rows, width, 0, nheads, i * rows, rows,
+           static_cast<char*>(full));
+  }
+  return absl::OkStatus();
+}
+
+// The pieces of [B, nheads, N * rows, width] (this rank's heads over the
+// whole sequence) that go back to each rank's sequence rows.
+absl::StatusOr<const char*> HeadsBack(Communicator& comm, Workspace& ws, const void* full,
+                                      int64_t elem, int64_t B, int64_t rows, int64_t width,
+                                      int64_t nheads, absl::string_view what) {
+  const int n = comm.size();
+  return ExchangePieces(
+      comm, ws, B * nheads * rows * width * elem,
+      [&](int i, char* dst) {
+        Pack(static_cast<const char*>(full), elem, B, nheads, n * rows, width, 0, nheads, i * rows,
+             rows, dst);
+      },
+      what);
+}
+
+// The output back: rank j's heads [j * nheads, +nheads) of this rank's rows
+// into the shard [B, heads, rows, width].
+absl::Status HeadsToSeq(Communicator& comm, Workspace& ws, const void* full, int64_t elem,
+                        int64_t B, int64_t heads, int64_t rows, int64_t width, int64_t nheads,
+                        void* shard, absl::string_view what) {
+  ATTNKIT_ASSIGN_OR_RETURN(const char* recv,
+                           HeadsBack(comm, ws, full, elem, B, rows, width, nheads, what));
+  const int64_t piece = B * nheads * rows * width * elem;
+  for (int j = 0; j < comm.size(); ++j) {
+    Unpack(recv + j * piece, elem, B, heads, rows, width, j * nheads, nheads, 0, rows,
            static_cast<char*>(shard));
   }
   return absl::OkStatus();
@@ -113,24 +134,12 @@ absl::Status HeadsToSeqSum(Communicator& comm, Workspace& ws, const float* full,
                            int64_t heads, int64_t rows, int64_t d, int64_t nheads,
                            const std::function<int64_t(int)>& head0, float* out,
                            absl::string_view what) {
-  const int n = comm.size();
-  const int64_t elem = sizeof(float);
-  const int64_t piece = B * nheads * rows * d * elem;
-  ATTNKIT_ASSIGN_OR_RETURN(void* send_data, ws.Bytes(kSendSlot, piece * n));
-  ATTNKIT_ASSIGN_OR_RETURN(void* recv_data, ws.Bytes(kRecvSlot, piece * n));
-  char* send = static_cast<char*>(send_data);
-  char* recv = static_cast<char*>(recv_data);
-  std::vector<int64_t> counts(n, piece), offsets(n);
-  for (int i = 0; i < n; ++i) {
-    offsets[i] = i * piece;
-    Pack(reinterpret_cast<const char*>(full), elem, B, nheads, n * rows, d, 0, nheads, i * rows,
-         rows, send + offsets[i]);
-  }
-  ATTNKIT_RETURN_IF_ERROR(comm.AllToAllV(send, counts, offsets, recv, counts, offsets, what));
+  ATTNKIT_ASSIGN_OR_RETURN(const char* recv,
+                           HeadsBack(comm, ws, full, sizeof(float), B, rows, d, nheads, what));
   std::memset(out, 0, static_cast<size_t>(B * heads * rows * d) * sizeof(float));
   const int64_t line = rows * d;
-  for (int j = 0; j < n; ++j) {
-    const float* from = reinterpret_cast<const float*>(recv + offsets[j]);
+  for (int j = 0; j < comm.size(); ++j) {
+    const float* from = reinterpret_cast<const float*>(recv) + j * B * nheads * line;
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < nheads; ++h) {
         float* to = out + (b * heads + head0(j) + h) * line;
