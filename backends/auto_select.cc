@@ -168,10 +168,11 @@ AutoOrder AutoOrderFor(const AttentionProblem& p, int threads) {
 
 absl::StatusOr<Selection> SelectBackend(const BackendRegistry& registry, const std::string& name,
                                         const AttentionProblem& p, int threads,
-                                        bool host_memory_only) {
-  if (!name.empty() && name != "auto") return registry.Select(name, p, {});
+                                        bool host_memory_only, const SelectionCheck& check) {
+  if (!name.empty() && name != "auto") return registry.Select(name, p, {}, false, check);
   const AutoOrder order = AutoOrderFor(p, threads);
-  ATTNKIT_ASSIGN_OR_RETURN(Selection s, registry.Select("auto", p, order.order, host_memory_only));
+  ATTNKIT_ASSIGN_OR_RETURN(Selection s,
+                           registry.Select("auto", p, order.order, host_memory_only, check));
   absl::StrAppend(&s.reason, "; ", ShapeClass(p), " order from ", order.source);
   if (host_memory_only) {
     absl::StrAppend(&s.reason, "; host backends only (name a device backend for device memory)");

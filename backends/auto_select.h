@@ -54,9 +54,12 @@ void InvalidateTuneRecordCache();
 // "auto" or empty; the reason names the shape class and the order's source.
 // host_memory_only: auto passes over device backends (the C API's
 // attnkit_run takes host tensors for auto); a name is taken as given.
+// `check`: what the backend must pass (BackendRegistry::Select; default:
+// support p's forward).
 absl::StatusOr<Selection> SelectBackend(const BackendRegistry& registry, const std::string& name,
                                         const AttentionProblem& p, int threads = 0,
-                                        bool host_memory_only = false);
+                                        bool host_memory_only = false,
+                                        const SelectionCheck& check = SelectionCheck());
 
 }  // namespace attnkit
 

@@ -88,67 +88,28 @@ absl::StatusOr<Backend*> FindBackend(attnkit_context* ctx, const char* name) {
   return ctx->registry.Find(name);
 }
 
-// The backend for the backward pass of `p`: `name` must support it
-// (SupportsBackward); "auto" takes the first host-memory backend of the auto
-// order for p (then any other registered one) whose Supports and
-// SupportsBackward accept p (and that writes dbias when `wants_dbias`). The
-// reason says which and why, as SelectBackend's does for the forward.
+// The backend for the backward pass of `p` (SelectBackend with a backward
+// check): `name` must support it (SupportsBackward); "auto" takes the first
+// host-memory backend of the auto order for p (then any other registered
+// one) whose Supports and SupportsBackward accept p (and that writes dbias
+// when `wants_dbias`). The reason says which and why.
 absl::StatusOr<attnkit::Selection> SelectBackwardBackend(const attnkit::BackendRegistry& registry,
                                                          const std::string& name,
                                                          const AttentionProblem& p,
                                                          bool wants_dbias) {
-  const auto trains = [&p, wants_dbias](const Backend* b) -> absl::Status {
-    ATTNKIT_RETURN_IF_ERROR(b->Supports(p));
-    ATTNKIT_RETURN_IF_ERROR(b->SupportsBackward(p));
-    if (wants_dbias && !b->Caps().backward.bias_grad) {
+  attnkit::SelectionCheck check;
+  check.accepts = [&p, wants_dbias](const Backend& b) -> absl::Status {
+    ATTNKIT_RETURN_IF_ERROR(b.Supports(p));
+    ATTNKIT_RETURN_IF_ERROR(b.SupportsBackward(p));
+    if (wants_dbias && !b.Caps().backward.bias_grad) {
       return absl::UnimplementedError(
           "grads.dbias was given, and its backward does not write dbias (bias_grad)");
     }
     return absl::OkStatus();
   };
-  if (!name.empty() && name != "auto") {
-    ATTNKIT_ASSIGN_OR_RETURN(Backend * b, registry.Find(name));
-    const absl::Status s = trains(b);
-    if (!s.ok()) {
-      return absl::Status(
-          s.code(), absl::StrFormat("backend '%s' cannot run the backward of %s: %s", name, p.Id(),
-                                    s.message()));
-    }
-    return attnkit::Selection{b, absl::StrFormat("%s: chosen by name", name)};
-  }
-  const attnkit::AutoOrder order = attnkit::AutoOrderFor(p);
-  std::vector<Backend*> candidates;
-  for (const std::string& n : order.order) {
-    absl::StatusOr<Backend*> b = registry.Find(n);
-    if (b.ok()) candidates.push_back(*b);
-  }
-  for (Backend* b : registry.All()) {
-    if (std::find(candidates.begin(), candidates.end(), b) == candidates.end()) {
-      candidates.push_back(b);
-    }
-  }
-  std::vector<std::string> passed_over;
-  for (Backend* b : candidates) {
-    // Device backends would fault on the caller's host pointers.
-    if (!b->UsesHostMemory()) continue;
-    const absl::Status s = trains(b);
-    if (!s.ok()) {
-      passed_over.push_back(absl::StrCat(b->Name(), ": ", s.message()));
-      continue;
-    }
-    std::string reason = absl::StrFormat(
-        "auto: %s is the first backend in the order [%s] whose backward supports this problem",
-        b->Name(), absl::StrJoin(order.order, ", "));
-    if (!passed_over.empty()) {
-      absl::StrAppend(&reason, " (passed over: ", absl::StrJoin(passed_over, "; "), ")");
-    }
-    absl::StrAppend(&reason, "; ", attnkit::ShapeClass(p), " order from ", order.source,
-                    "; host backends only (name a device backend for device memory)");
-    return attnkit::Selection{b, reason};
-  }
-  return absl::UnimplementedError(
-      absl::StrCat("no registered host-memory backend supports the backward of ", p.Id(), ": ",
-                   absl::StrJoin(passed_over, "; ")));
+  check.task = absl::StrCat("the backward of ", p.Id());
+  check.chosen = "whose backward supports this problem";
+  return attnkit::SelectBackend(registry, name, p, /*threads=*/0, /*host_memory_only=*/true, check);
 }
 
 }  // namespace

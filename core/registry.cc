@@ -147,13 +147,17 @@ std::vector<PluginFailure> BackendRegistry::plugin_failures() const {
 absl::StatusOr<Selection> BackendRegistry::Select(const std::string& name,
                                                   const AttentionProblem& p,
                                                   const std::vector<std::string>& auto_order,
-                                                  bool host_memory_only) const {
+                                                  bool host_memory_only,
+                                                  const SelectionCheck& check) const {
+  const auto accepts = [&](const Backend& b) {
+    return check.accepts ? check.accepts(b) : b.Supports(p);
+  };
   if (name != "auto" && !name.empty()) {
     ATTNKIT_ASSIGN_OR_RETURN(Backend * b, Find(name));
-    const absl::Status s = b->Supports(p);
+    const absl::Status s = accepts(*b);
     if (!s.ok()) {
-      return absl::Status(
-          s.code(), absl::StrFormat("backend '%s' cannot run this problem: %s", name, s.message()));
+      return absl::Status(s.code(), absl::StrFormat("backend '%s' cannot run %s: %s", name,
+                                                    check.task, s.message()));
     }
     return Selection{b, absl::StrFormat("%s: chosen by name", name)};
   }
@@ -175,12 +179,11 @@ absl::StatusOr<Selection> BackendRegistry::Select(const std::string& name,
   }
   std::vector<std::string> passed_over;
   for (Backend* b : candidates) {
-    const absl::Status s = b->Supports(p);
+    const absl::Status s = accepts(*b);
     if (s.ok()) {
-      std::string reason = absl::StrFormat(
-          "auto: %s is the first backend in the order [%s] "
-          "that supports this problem",
-          b->Name(), absl::StrJoin(auto_order, ", "));
+      std::string reason =
+          absl::StrFormat("auto: %s is the first backend in the order [%s] %s", b->Name(),
+                          absl::StrJoin(auto_order, ", "), check.chosen);
       if (!passed_over.empty()) {
         absl::StrAppend(&reason, " (passed over: ", absl::StrJoin(passed_over, "; "), ")");
       }
@@ -189,9 +192,8 @@ absl::StatusOr<Selection> BackendRegistry::Select(const std::string& name,
     passed_over.push_back(absl::StrCat(b->Name(), ": ", s.message()));
   }
   return absl::UnimplementedError(
-      absl::StrCat(host_memory_only ? "no registered host-memory backend supports this problem: "
-                                    : "no registered backend supports this problem: ",
-                   absl::StrJoin(passed_over, "; ")));
+      absl::StrCat("no registered ", host_memory_only ? "host-memory " : "", "backend supports ",
+                   check.task, ": ", absl::StrJoin(passed_over, "; ")));
 }
 
 }  // namespace attnkit

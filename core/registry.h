@@ -4,6 +4,7 @@
 #ifndef ATTNKIT_CORE_REGISTRY_H_
 #define ATTNKIT_CORE_REGISTRY_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,18 @@ struct PluginFailure {
 struct Selection {
   Backend* backend = nullptr;
   std::string reason;  // why this backend, in one line
+};
+
+// What a selection asks of a backend, and how its messages name the task.
+// The default is the forward pass: Backend::Supports(p).
+struct SelectionCheck {
+  // OK when the backend can take the task; empty = Supports(p).
+  std::function<absl::Status(const Backend&)> accepts;
+  // "backend 'X' cannot run <task>: why"; "no registered backend supports
+  // <task>: ...".
+  std::string task = "this problem";
+  // "auto: X is the first backend in the order [...] <chosen>".
+  std::string chosen = "that supports this problem";
 };
 
 class BackendRegistry {
@@ -57,13 +70,15 @@ class BackendRegistry {
   // for an unknown name.
   std::string Origin(const std::string& name) const;
 
-  // Resolves a backend name for `p`: a name must exist and support p; "auto"
-  // takes the first backend in `auto_order` (then any other registered one)
-  // that supports p and, when `host_memory_only`, reads host memory (the
-  // caller's tensors are host memory, which a device backend would fault on).
+  // Resolves a backend name for `p`: a name must exist and pass `check`
+  // (default: support p); "auto" takes the first backend in `auto_order`
+  // (then any other registered one) that passes it and, when
+  // `host_memory_only`, reads host memory (the caller's tensors are host
+  // memory, which a device backend would fault on).
   absl::StatusOr<Selection> Select(const std::string& name, const AttentionProblem& p,
                                    const std::vector<std::string>& auto_order,
-                                   bool host_memory_only = false) const;
+                                   bool host_memory_only = false,
+                                   const SelectionCheck& check = SelectionCheck()) const;
 
  private:
   mutable absl::Mutex mu_;
