@@ -769,7 +769,8 @@ absl::StatusOr<LinkModel> Communicator::MeasureLink(int64_t bytes, int repeats) 
   double figures[2] = {0.0, 0.0};
   if (rank_ < 2) {
     const int peer = 1 - rank_;
-    std::vector<char> buffer(bytes, static_cast<char>(rank_));
+    // Separate buffers: MPI forbids receiving into memory a pending send reads.
+    std::vector<char> out(bytes, static_cast<char>(rank_)), in(bytes);
     // The median one-way time of `n`-byte messages: half a round trip, after
     // one unmeasured warm-up round.
     const auto one_way = [&](int64_t n) -> absl::StatusOr<double> {
@@ -777,16 +778,16 @@ absl::StatusOr<LinkModel> Communicator::MeasureLink(int64_t bytes, int repeats) 
       for (int i = 0; i <= repeats; ++i) {
         const Clock::time_point start = Clock::now();
         if (rank_ == 0) {
-          ATTNKIT_ASSIGN_OR_RETURN(Request reply, Irecv(buffer.data(), n, peer, kLinkTag));
-          ATTNKIT_ASSIGN_OR_RETURN(Request ping, Isend(buffer.data(), n, peer, kLinkTag));
+          ATTNKIT_ASSIGN_OR_RETURN(Request reply, Irecv(in.data(), n, peer, kLinkTag));
+          ATTNKIT_ASSIGN_OR_RETURN(Request ping, Isend(out.data(), n, peer, kLinkTag));
           std::vector<Request> both;
           both.push_back(std::move(ping));
           both.push_back(std::move(reply));
           ATTNKIT_RETURN_IF_ERROR(WaitAll(both, "MeasureLink ping-pong"));
         } else {
-          ATTNKIT_ASSIGN_OR_RETURN(Request ping, Irecv(buffer.data(), n, peer, kLinkTag));
+          ATTNKIT_ASSIGN_OR_RETURN(Request ping, Irecv(in.data(), n, peer, kLinkTag));
           ATTNKIT_RETURN_IF_ERROR(Wait(ping, "MeasureLink ping-pong"));
-          ATTNKIT_ASSIGN_OR_RETURN(Request reply, Isend(buffer.data(), n, peer, kLinkTag));
+          ATTNKIT_ASSIGN_OR_RETURN(Request reply, Isend(out.data(), n, peer, kLinkTag));
           ATTNKIT_RETURN_IF_ERROR(Wait(reply, "MeasureLink ping-pong"));
         }
         if (i > 0) times.push_back(SecondsSince(start) / 2);

@@ -19,6 +19,10 @@ export ATTNKIT_CACHE_DIR=$tmp/cache
 # sandbox (as dist/mpi_run_test.sh does).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export TMPDIR=$tmp
+# Every Bazel sandbox has its own PID namespace, so concurrent jobs get the
+# same Open MPI job id and would share vader's /dev/shm segment files (lost
+# messages, hangs): keep them in this test's directory (dist/mpi_run_test.sh).
+export OMPI_MCA_btl_vader_backing_directory=$tmp
 # LeakSanitizer (--config=asan) would report Open MPI's own allocations,
 # which it keeps until exit by design. Many are made in components Open MPI
 # has dlclose'd by then ("<unknown module>"): only the slow unwinder reaches
