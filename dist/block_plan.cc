@@ -19,8 +19,10 @@ KeyRange LocalRow(const MaskParams& m, int64_t kv_length, int64_t q, int64_t k0,
   return e > b ? KeyRange{b, e} : KeyRange{0, 0};
 }
 
-BlockPlan Plan(const AttentionProblem& p, int64_t q0, int64_t cq, int64_t k0, int64_t ck,
-               bool build_dense) {
+}  // namespace
+
+BlockPlan PlanBlock(const AttentionProblem& p, int64_t q0, int64_t cq, int64_t k0, int64_t ck,
+                    bool build_dense) {
   BlockPlan plan;
   plan.kv_lengths.assign(static_cast<size_t>(p.batch), 0);
   bool any = false, all_none = true, all_causal = true;
@@ -64,12 +66,6 @@ BlockPlan Plan(const AttentionProblem& p, int64_t q0, int64_t cq, int64_t k0, in
   return plan;
 }
 
-}  // namespace
-
-BlockPlan PlanBlock(const AttentionProblem& p, int64_t q0, int64_t cq, int64_t k0, int64_t ck) {
-  return Plan(p, q0, cq, k0, ck, /*build_dense=*/true);
-}
-
 AttentionProblem BlockProblem(const AttentionProblem& p, const BlockPlan& plan, int64_t cq,
                               int64_t ck) {
   AttentionProblem sp = BasicProblem(p.batch, p.num_heads, p.num_kv_heads, cq, ck, p.head_dim);
@@ -101,7 +97,7 @@ int RingSteps(const AttentionProblem& p, const ShardLayout& q_layout,
       const int src = ((r - s) % n + n) % n;
       for (const RowRange& qc : q_layout.Ranges(r)) {
         for (const RowRange& kc : kv_layout.Ranges(src)) {
-          if (Plan(p, qc.begin, qc.rows, kc.begin, kc.rows, /*build_dense=*/false).mask !=
+          if (PlanBlock(p, qc.begin, qc.rows, kc.begin, kc.rows, /*build_dense=*/false).mask !=
               BlockMask::kHidden) {
             return s + 1;
           }

@@ -38,8 +38,10 @@ struct BlockPlan {
 };
 
 // Plans the pair (query rows [q0, q0 + cq), key rows [k0, k0 + ck)) of the
-// global problem `p`.
-BlockPlan PlanBlock(const AttentionProblem& p, int64_t q0, int64_t cq, int64_t k0, int64_t ck);
+// global problem `p`. Without `build_dense`, a kDense plan leaves `dense`
+// empty (its kind and kv_lengths are all a caller checking it needs).
+BlockPlan PlanBlock(const AttentionProblem& p, int64_t q0, int64_t cq, int64_t k0, int64_t ck,
+                    bool build_dense = true);
 
 // The block problem of a plan: B, H, G, d, scale, softcap and K/V dtype of
 // `p`; Tq = cq, Tk = ck; f32 Q/O; BHTD; return_lse; kv_lengths only when

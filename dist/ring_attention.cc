@@ -34,7 +34,9 @@ std::vector<AttentionProblem> BlockProblems(const AttentionProblem& p, const Sha
     const int src = (rank - s % n + n) % n;
     for (const RowRange& qc : ql.Ranges(rank)) {
       for (const RowRange& kc : kl.Ranges(src)) {
-        const BlockPlan plan = PlanBlock(p, qc.begin, qc.rows, kc.begin, kc.rows);
+        // The block problem needs the plan's kind and lengths, not its mask.
+        const BlockPlan plan =
+            PlanBlock(p, qc.begin, qc.rows, kc.begin, kc.rows, /*build_dense=*/false);
         if (plan.mask == BlockMask::kHidden) continue;
         AttentionProblem sp = BlockProblem(p, plan, qc.rows, kc.rows);
         if (backward) sp.kv_dtype = DType::kF32;
@@ -111,10 +113,7 @@ absl::Status DistSupports(const AttentionProblem& p, int ranks, Strategy s, Back
   ATTNKIT_ASSIGN_OR_RETURN(ShardLayout kl, KvShard(p, ranks, s));
   if (s == Strategy::kUlysses) {
     ATTNKIT_RETURN_IF_ERROR(UlyssesSupports(p, ranks));
-    AttentionProblem lp = p;
-    lp.num_heads = p.num_heads / ranks;
-    lp.num_kv_heads = p.num_kv_heads % ranks == 0 ? p.num_kv_heads / ranks : 1;
-    lp.model_dim = lp.num_heads * p.head_dim;
+    AttentionProblem lp = HeadSliceProblem(p, ranks);
     if (!backward) return backend.Supports(lp);
     lp.dtype = lp.kv_dtype = DType::kF32;  // the backward runs the head slice in f32
     return backend.SupportsBackward(lp);

@@ -84,6 +84,11 @@ absl::Status PassKvBlock(Communicator& comm, const void* cur_k, const void* cur_
 void MergePartial(float* acc_o, float* acc_lse, const float* part_o, const float* part_lse,
                   int64_t rows, int64_t d);
 
+// The problem one Ulysses rank runs: p's whole sequence for H/N query heads
+// and their K/V heads (G/N of them, or the one they share when N % G == 0),
+// in p's dtypes. UlyssesSupports(p, ranks) must hold.
+AttentionProblem HeadSliceProblem(const AttentionProblem& p, int ranks);
+
 // Appends a posted request to `requests`, or returns the error posting it.
 absl::Status Post(absl::StatusOr<Communicator::Request> request,
                   std::vector<Communicator::Request>* requests);

@@ -44,14 +44,13 @@ void Unpack(const char* src, int64_t elem, int64_t B, int64_t heads, int64_t row
 // Workspace slots (dist/ring_internal.h); the ring's are below 30.
 constexpr int kSendSlot = 30, kRecvSlot = 31, kTensorSlot = 32;
 
-struct HeadSplit {
-  int64_t q_heads;   // H / N per rank
-  int64_t kv_heads;  // K/V heads each rank receives
-  int64_t KvHead0(int64_t rank, const AttentionProblem& p, int n) const {
-    if (p.num_kv_heads % n == 0) return rank * kv_heads;
-    return rank * q_heads / p.group_size();  // N % G == 0: one shared K/V head
-  }
-};
+// The first query head and K/V head of rank j's slice (`slice` is
+// HeadSliceProblem(p, n)).
+int64_t QHead0(const AttentionProblem& slice, int j) { return j * slice.num_heads; }
+int64_t KvHead0(const AttentionProblem& p, const AttentionProblem& slice, int n, int j) {
+  if (p.num_kv_heads % n == 0) return j * slice.num_kv_heads;
+  return j * slice.num_heads / p.group_size();  // N % G == 0: one shared K/V head
+}
 
 // One all-to-all of equal pieces: fill(i, dst) writes the `piece` bytes for
 // rank i; the result holds rank j's piece at j * piece (workspace memory,
@@ -153,6 +152,15 @@ absl::Status HeadsToSeqSum(Communicator& comm, Workspace& ws, const float* full,
 
 }  // namespace
 
+AttentionProblem HeadSliceProblem(const AttentionProblem& p, int ranks) {
+  AttentionProblem lp = p;
+  lp.name = p.name + "_heads";
+  lp.num_heads = p.num_heads / ranks;
+  lp.num_kv_heads = p.num_kv_heads % ranks == 0 ? p.num_kv_heads / ranks : 1;
+  lp.model_dim = lp.num_heads * p.head_dim;
+  return lp;
+}
+
 absl::Status UlyssesSupports(const AttentionProblem& p, int ranks) {
   const int64_t H = p.num_heads, G = p.num_kv_heads;
   if (H % ranks != 0 || (G % ranks != 0 && ranks % G != 0)) {
@@ -170,18 +178,9 @@ absl::Status UlyssesForward(Communicator* comm_ptr, Backend* backend, const Atte
   const int n = comm.size();
   const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads, d = p.head_dim;
   const int64_t tq = p.q_len / n, tk = p.kv_len / n;
-  HeadSplit split;
-  split.q_heads = H / n;
-  split.kv_heads = G % n == 0 ? G / n : 1;
+  const AttentionProblem lp = HeadSliceProblem(p, n);
   const int64_t qe = static_cast<int64_t>(DTypeSize(p.dtype));
   const int64_t ke = static_cast<int64_t>(DTypeSize(p.kv_dtype));
-
-  AttentionProblem lp = p;
-  lp.name = p.name + "_heads";
-  lp.num_heads = split.q_heads;
-  lp.num_kv_heads = split.kv_heads;
-  lp.model_dim = split.q_heads * d;
-  lp.backend = p.backend;
   // This rank's heads over the whole sequence: Q, K, V, O and lse.
   const int64_t lq = B * lp.num_heads * p.q_len, lk = B * lp.num_kv_heads * p.kv_len;
   void* slots[6];
@@ -196,14 +195,14 @@ absl::Status UlyssesForward(Communicator* comm_ptr, Backend* backend, const Atte
   const TensorView lse = ContiguousView(slots[4], DType::kF32, {B, lp.num_heads, p.q_len});
   const TensorView kv_lengths = ContiguousView(slots[5], DType::kI32, {B});
   const double wait_before = comm.stats().wait_s;
-  auto q_head0 = [&](int j) { return j * split.q_heads; };
-  auto kv_head0 = [&](int j) { return split.KvHead0(j, p, n); };
-  ATTNKIT_RETURN_IF_ERROR(SeqToHeads(comm, *workspace, shard.q.data, qe, B, H, tq, d, split.q_heads,
+  auto q_head0 = [&](int j) { return QHead0(lp, j); };
+  auto kv_head0 = [&](int j) { return KvHead0(p, lp, n, j); };
+  ATTNKIT_RETURN_IF_ERROR(SeqToHeads(comm, *workspace, shard.q.data, qe, B, H, tq, d, lp.num_heads,
                                      q_head0, q.data, "ulysses all-to-all of Q"));
   ATTNKIT_RETURN_IF_ERROR(SeqToHeads(comm, *workspace, shard.k.data, ke, B, G, tk, d,
-                                     split.kv_heads, kv_head0, k.data, "ulysses all-to-all of K"));
+                                     lp.num_kv_heads, kv_head0, k.data, "ulysses all-to-all of K"));
   ATTNKIT_RETURN_IF_ERROR(SeqToHeads(comm, *workspace, shard.v.data, ke, B, G, tk, d,
-                                     split.kv_heads, kv_head0, v.data, "ulysses all-to-all of V"));
+                                     lp.num_kv_heads, kv_head0, v.data, "ulysses all-to-all of V"));
 
   AttentionArgs args;
   args.q = q;
@@ -222,14 +221,14 @@ absl::Status UlyssesForward(Communicator* comm_ptr, Backend* backend, const Atte
   stats->compute_s += NowSeconds() - t0;
   if (!st.ok()) {
     return absl::Status(st.code(), absl::StrFormat("ulysses: heads [%d, +%d) on backend %s: %s",
-                                                   q_head0(comm.rank()), split.q_heads,
+                                                   q_head0(comm.rank()), lp.num_heads,
                                                    backend->Name(), st.message()));
   }
   stats->blocks_computed = 1;
-  ATTNKIT_RETURN_IF_ERROR(HeadsToSeq(comm, *workspace, o.data, qe, B, H, tq, d, split.q_heads,
+  ATTNKIT_RETURN_IF_ERROR(HeadsToSeq(comm, *workspace, o.data, qe, B, H, tq, d, lp.num_heads,
                                      shard.o.data, "ulysses all-to-all of O"));
   if (p.return_lse) {
-    ATTNKIT_RETURN_IF_ERROR(HeadsToSeq(comm, *workspace, lse.data, 4, B, H, tq, 1, split.q_heads,
+    ATTNKIT_RETURN_IF_ERROR(HeadsToSeq(comm, *workspace, lse.data, 4, B, H, tq, 1, lp.num_heads,
                                        shard.lse.data, "ulysses all-to-all of lse"));
   }
   // The all-to-alls overlap nothing: all of their time is exposed.
@@ -255,21 +254,13 @@ absl::Status UlyssesBackward(Communicator* comm_ptr, Backend* backend, const Att
   const int n = comm.size();
   const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads, d = p.head_dim;
   const int64_t tq = p.q_len / n, tk = p.kv_len / n;
-  HeadSplit split;
-  split.q_heads = H / n;
-  split.kv_heads = G % n == 0 ? G / n : 1;
-  const int64_t hq = split.q_heads, hk = split.kv_heads;
+  AttentionProblem lp = HeadSliceProblem(p, n);
+  lp.dtype = lp.kv_dtype = DType::kF32;  // partial dK/dV of a shared head sum unrounded
+  const int64_t hq = lp.num_heads, hk = lp.num_kv_heads;
   const int64_t qe = static_cast<int64_t>(DTypeSize(p.dtype));
   const int64_t ke = static_cast<int64_t>(DTypeSize(p.kv_dtype));
-  auto q_head0 = [&](int j) { return j * hq; };
-  auto kv_head0 = [&](int j) { return split.KvHead0(j, p, n); };
-
-  AttentionProblem lp = p;
-  lp.name = p.name + "_heads";
-  lp.num_heads = hq;
-  lp.num_kv_heads = hk;
-  lp.model_dim = hq * d;
-  lp.dtype = lp.kv_dtype = DType::kF32;
+  auto q_head0 = [&](int j) { return QHead0(lp, j); };
+  auto kv_head0 = [&](int j) { return KvHead0(p, lp, n, j); };
   const int64_t lq = B * hq * p.q_len * d, lk = B * hk * p.kv_len * d;
 
   // Slots from 40: the head slices as stored (q, k, v, o, dO), their f32
