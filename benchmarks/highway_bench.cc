@@ -140,6 +140,10 @@ void RegisterAll() {
        true},
       {"decode_b8_h32_g8_tk4096_d128_bf16kv_paged16",
        Problem(8, 32, 8, 1, 4096, 128, false, DType::kBF16, 16), true},
+      {"decode_b8_h32_g8_tk4096_d128_bf16kv_paged64",
+       Problem(8, 32, 8, 1, 4096, 128, false, DType::kBF16, 64), true},
+      {"decode_b8_h32_g8_tk4096_d128_bf16kv_paged256",
+       Problem(8, 32, 8, 1, 4096, 128, false, DType::kBF16, 256), true},
       // K/V in L2 (1 KV head of 128 keys x 8 sequences: 1 MB in f32): the kernels' compute
       // rate per key, without memory stalls.
       {"decode_l2_b8_h4_g1_tk128_d128_f32", Problem(8, 4, 1, 1, 128, 128, false, DType::kF32),
@@ -147,6 +151,12 @@ void RegisterAll() {
       {"decode_l2_b8_h4_g1_tk128_d128_bf16kv", Problem(8, 4, 1, 1, 128, 128, false, DType::kBF16),
        false},
       {"decode_l2_b8_h4_g1_tk128_d128_int8kv", Problem(8, 4, 1, 1, 128, 128, false, DType::kI8),
+       false},
+      {"decode_l3_b2_h32_g8_tk1024_d128_f32", Problem(2, 32, 8, 1, 1024, 128, false, DType::kF32),
+       false},
+      {"decode_l3_b2_h32_g8_tk1024_d128_bf16kv",
+       Problem(2, 32, 8, 1, 1024, 128, false, DType::kBF16), false},
+      {"decode_l3_b2_h32_g8_tk1024_d128_int8kv", Problem(2, 32, 8, 1, 1024, 128, false, DType::kI8),
        false},
   };
   for (const Case& c : cases) {

@@ -104,6 +104,65 @@ std::vector<AttentionProblem> TestGrid(bool small) {
   return grid;
 }
 
+std::vector<AttentionProblem> DecodeTileGrid() {
+  std::vector<AttentionProblem> grid;
+  const DType kv_types[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kI8};
+  int n = 0;
+  auto next_kv = [&]() { return kv_types[n++ % 4]; };
+  // Row groups: 1 to 4 (16 rows), and rows that fill no group.
+  for (int64_t group : {1, 3, 4, 5, 8, 16}) {
+    for (int pass = 0; pass < 2; ++pass) {
+      AttentionProblem p = MakeTestProblem(2, 2 * group, 2, 1, 37, 64);
+      p.kv_dtype = next_kv();
+      p.return_lse = true;
+      grid.push_back(p);
+    }
+  }
+  // Several query positions per item: per-row causal ranges and windows.
+  for (MaskKind mask : {MaskKind::kCausal, MaskKind::kSlidingWindow}) {
+    for (int64_t q_len : {2, 3}) {
+      AttentionProblem p = MakeTestProblem(1, 8, 2, q_len, 50, 32);
+      p.mask = mask;
+      p.alignment = Alignment::kBottomRight;
+      if (mask == MaskKind::kSlidingWindow) p.window_left = 7;
+      p.kv_dtype = next_kv();
+      p.return_lse = true;
+      grid.push_back(p);
+    }
+  }
+  // Bias (per pair) with and without softcap.
+  for (float cap : {0.0f, 4.0f}) {
+    for (int i = 0; i < 2; ++i) {
+      AttentionProblem p = MakeTestProblem(2, 8, 2, 1, 45, 32);
+      p.additive_bias = true;
+      p.softcap = cap;
+      p.kv_dtype = next_kv();
+      grid.push_back(p);
+    }
+  }
+  // Head dims whose direct tiles hold 8, 4 and 2 keys.
+  for (int64_t d : {256, 512, 1024}) {
+    AttentionProblem p = MakeTestProblem(1, 8, 2, 1, 21, d);
+    p.kv_dtype = next_kv();
+    grid.push_back(p);
+  }
+  // Padding (an empty sequence), and paged caches with shared pages.
+  for (DType kvd : kv_types) {
+    AttentionProblem p = MakeTestProblem(3, 16, 2, 1, 90, 64);
+    p.kv_dtype = kvd;
+    p.kv_lengths = {90, 0, 19};
+    p.mask = MaskKind::kCausal;
+    p.alignment = Alignment::kBottomRight;
+    p.return_lse = true;
+    grid.push_back(p);
+    p.page_size = 16;
+    p.num_pages = 12;  // fewer than 3 * 6: sequences share pages
+    p.kv_lengths = {90, 16, 3};
+    grid.push_back(p);
+  }
+  return grid;
+}
+
 namespace {
 
 // Tolerance: rounding to the output dtype plus fp32 accumulation error.

@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "backends/highway/flash_params.h"
 #include "backends/highway/microkernels-inl.h"
+#include "backends/highway/packed_scores-inl.h"
 #include "backends/highway/workspace.h"
 #include "core/mask.h"
 #include "core/status_macros.h"
@@ -41,7 +42,7 @@ constexpr size_t kAlignFloats = 16;           // 64-byte sub-buffer alignment
 // (d = 128, B = 8) 8, 16 and 32 KiB ahead and 16-64-key fp32 tiles were
 // within this machine's noise of each other; 8 KiB disturbs L1 least.
 constexpr int64_t kAheadBytes = 8 << 10;
-constexpr int64_t kDirectKeyTile16 = 8;
+constexpr int64_t kDirectKeyTile16 = 16;
 // Direct tiles of 32-bit and int8 rows hold at most this many keys. Direct
 // tiles start at multiples of their (power-of-two) size, so with pages of at
 // least kMinPageSize keys a tile never crosses a page, and a paged problem
@@ -72,6 +73,7 @@ struct Tiling {
   bool narrow;         // rows fit one vector: use the 8-key x 1-vector QK^T
   bool direct;         // narrow, and K/V rows are read from storage as is
   bool bf16_pairs;     // direct bf16 read as BF16Pairs (columns permuted)
+  bool packed;         // direct, with packed score tiles (packed_scores-inl.h)
   int64_t ahead_keys;  // direct: keys past the tile whose rows are prefetched
   // Per-thread scratch offsets, in floats.
   size_t off_qt, off_q, off_k, off_v, off_s, off_o, off_m, off_l, off_alpha, off_kb, off_ke,
@@ -120,6 +122,7 @@ inline Tiling PlanTiling(const FlashParams& p) {
   }
   t.bf16_pairs = kHaveBF16Pairs && t.direct && p.k.dtype == DType::kBF16 &&
                  t.dp % static_cast<int64_t>(2 * N) == 0;
+  t.packed = kHavePackedScores && t.direct;
   const int64_t row_bytes = d * static_cast<int64_t>(DTypeSize(p.k.dtype));
   t.ahead_keys = std::max<int64_t>(t.key_tile, kAheadBytes / row_bytes);
   t.base_items = p.batch * p.num_kv_heads * t.head_chunks * t.q_tiles;
@@ -142,7 +145,9 @@ inline Tiling PlanTiling(const FlashParams& p) {
   t.off_q = take(t.narrow ? mp * t.dp : 0);
   t.off_k = take(t.direct ? 0 : kt * t.dp);
   t.off_v = take(t.direct ? 0 : kt * t.dp);
-  t.off_s = take(kt * mp);
+  // Packed tiles hold key_tile rounded up to whole vectors (at most 4 keys
+  // each) for each row group of 4 rows (4 * groups <= rows_padded).
+  t.off_s = take((t.packed ? RoundUp(kt, 4) : kt) * mp);
   t.off_o = take(mp * t.dp);
   t.off_m = take(mp);
   t.off_l = take(mp);
@@ -206,6 +211,29 @@ inline void LoadQueryTile(const FlashParams& p, const Tiling& t, const Item& it,
   for (int64_t c = 0; c < d; ++c) {
     for (int64_t r = rows; r < mp; ++r) qt[c * mp + r] = 0.0f;
   }
+}
+
+// Narrow tiles (QDotKRows): the same rows row-major, without the transposed
+// tile: q[r, c] = scale * Q[b, h0 + r / nq, q0 + r % nq, c], zero-padded to
+// [rows_padded, dp]. f32 rows are read as rows (the per-item setup of decode).
+inline void LoadQueryRows(const FlashParams& p, const Tiling& t, const Item& it,
+                          float* HWY_RESTRICT q) {
+  const int64_t d = p.head_dim, dp = t.dp, rows = it.nh * it.nq;
+  const bool plain = p.q.dtype == DType::kF32 && p.q.strides[3] == 1;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t base = p.q.Offset(it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, 0);
+    float* HWY_RESTRICT qr = q + r * dp;
+    if (plain) {
+      const float* HWY_RESTRICT src = static_cast<const float*>(p.q.data) + base;
+      for (int64_t c = 0; c < d; ++c) qr[c] = p.scale * src[c];
+    } else {
+      for (int64_t c = 0; c < d; ++c) {
+        qr[c] = p.scale * LoadAsF32(p.q.data, p.q.dtype, base + c * p.q.strides[3]);
+      }
+    }
+    std::fill(qr + d, qr + dp, 0.0f);
+  }
+  std::fill(q + rows * dp, q + t.rows_padded * dp, 0.0f);
 }
 
 // The same tile row-major for QDotKRows: q[r, c] = Qt[c, r], zero-padded to
@@ -291,10 +319,9 @@ inline void GatherRowScales(const FlashParams& p, const float* scale, const Tens
 // in Q or K) or a NaN or +inf bias sets bad[r]. With add_bias (no softcap)
 // the bias is added here; otherwise AddBiasToUnblocked adds it after the cap.
 // Scalar: these inputs are per (h, i, j).
-inline void ApplyPairInputs(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0,
-                            int64_t nk, bool add_bias, float* HWY_RESTRICT s,
+inline void ApplyPairInputs(const FlashParams& p, const Item& it, int64_t k0, int64_t nk,
+                            bool add_bias, const ScoreLayout& lay, float* HWY_RESTRICT s,
                             float* HWY_RESTRICT bad) {
-  const int64_t mp = t.rows_padded;
   const float kInf = std::numeric_limits<float>::infinity();
   const int64_t kv_length = p.KvLength(it.b);
   for (int64_t r = 0; r < it.nh * it.nq; ++r) {
@@ -307,7 +334,7 @@ inline void ApplyPairInputs(const FlashParams& p, const Tiling& t, const Item& i
     const int64_t ms = p.blocked != nullptr ? p.blocked_view.strides[3] : 0;
     bool row_bad = false;
     for (int64_t j = 0; j < nk; ++j) {
-      float& x = s[j * mp + r];
+      float& x = s[lay.At(j, r)];
       const float b = bias != nullptr ? bias[j * bs] : 0.0f;
       if ((blocked != nullptr && blocked[j * ms] != 0) || b == -kInf) {
         x = -kInf;
@@ -323,16 +350,16 @@ inline void ApplyPairInputs(const FlashParams& p, const Tiling& t, const Item& i
 
 // s += bias on tile [k0, k0 + nk) where s is not -inf (blocked or masked):
 // the bias after soft-capping.
-inline void AddBiasToUnblocked(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0,
-                               int64_t nk, float* HWY_RESTRICT s) {
-  const int64_t mp = t.rows_padded;
+inline void AddBiasToUnblocked(const FlashParams& p, const Item& it, int64_t k0, int64_t nk,
+                               const ScoreLayout& lay, float* HWY_RESTRICT s) {
   const float kNegInf = -std::numeric_limits<float>::infinity();
   for (int64_t r = 0; r < it.nh * it.nq; ++r) {
     const int64_t h = it.h0 + r / it.nq, i = it.q0 + r % it.nq;
     const float* bias = p.bias + p.bias_view.Offset(it.b, h, i, k0);
     const int64_t bs = p.bias_view.strides[3];
     for (int64_t j = 0; j < nk; ++j) {
-      if (s[j * mp + r] != kNegInf) s[j * mp + r] += bias[j * bs];
+      float& x = s[lay.At(j, r)];
+      if (x != kNegInf) x += bias[j * bs];
     }
   }
 }
@@ -348,7 +375,7 @@ inline void AddBiasToUnblocked(const FlashParams& p, const Tiling& t, const Item
 // catches. v [nk, ldv] of T: a converted tile or V storage (dp values).
 template <typename T>
 int64_t FlagNonFiniteValueRows(const T* HWY_RESTRICT v, size_t ldv, int64_t nk, int64_t dp,
-                               const float* HWY_RESTRICT s, int64_t mp, int64_t rows,
+                               const float* HWY_RESTRICT s, const ScoreLayout& lay, int64_t rows,
                                float* HWY_RESTRICT bad, int32_t* HWY_RESTRICT bad_keys) {
   const float kNegInf = -std::numeric_limits<float>::infinity();
   int64_t n = 0;
@@ -356,7 +383,7 @@ int64_t FlagNonFiniteValueRows(const T* HWY_RESTRICT v, size_t ldv, int64_t nk, 
     if (AllFinite(v + j * ldv, static_cast<size_t>(dp))) continue;
     bad_keys[n++] = static_cast<int32_t>(j);
     for (int64_t r = 0; r < rows; ++r) {
-      if (s[j * mp + r] != kNegInf) bad[r] = 1.0f;
+      if (s[lay.At(j, r)] != kNegInf) bad[r] = 1.0f;
     }
   }
   return n;
@@ -380,6 +407,97 @@ inline void RowKeyRanges(const FlashParams& p, const Tiling& t, const Item& it, 
     ke[r] = static_cast<float>(nk + 1);
   }
 }
+
+#if HWY_TARGET != HWY_SCALAR  // kHavePackedScores
+// One direct tile [k0, k0 + nk) of a packed item (t.packed; see
+// packed_scores-inl.h): each row group's scores, then, as RunItemAs does for
+// row-per-lane tiles, the pair inputs, masks and NaN flags, the online
+// softmax and O = alpha * O + P.V. ktile, vtile: the tile's K and V storage
+// rows; k_scales, v_scales: int8 rows' scales (nk each).
+template <typename T>
+void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0, int64_t nk,
+                      TileVisibility vis, const T* HWY_RESTRICT ktile, size_t ldk,
+                      const T* HWY_RESTRICT vtile, size_t ldv, const AheadRows<T>& k_ahead,
+                      const AheadRows<T>& v_ahead, const float* HWY_RESTRICT k_scales,
+                      const float* HWY_RESTRICT v_scales, float* scratch) {
+  const int64_t dp = t.dp, rows = it.nh * it.nq;
+  const int64_t groups = CeilDiv(rows, kGroupRows);
+  const int64_t nk4 = RoundUp(nk, static_cast<int64_t>(PackedKeysPerVec()));
+  const ScoreLayout lay{kGroupRows, RoundUp(t.key_tile, 4) * kGroupRows};
+  const size_t n = static_cast<size_t>(nk4) * kGroupRows;  // floats per group tile
+  const float* HWY_RESTRICT qrows = scratch + t.off_q;
+  float* HWY_RESTRICT s = scratch + t.off_s;
+  float* HWY_RESTRICT o = scratch + t.off_o;
+  float* HWY_RESTRICT m = scratch + t.off_m;
+  float* HWY_RESTRICT l = scratch + t.off_l;
+  float* HWY_RESTRICT alpha = scratch + t.off_alpha;
+  float* HWY_RESTRICT kb = scratch + t.off_kb;
+  float* HWY_RESTRICT ke = scratch + t.off_ke;
+  float* HWY_RESTRICT bad = scratch + t.off_bad;
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  constexpr bool kInt8 = std::is_same<T, int8_t>::value;
+  HWY_ALIGN float scale4[kMaxKeyTile * kGroupRows];  // int8: scales per packed lane
+  auto expand_scales = [&](const float* HWY_RESTRICT scales, float pad) {
+    for (int64_t j = 0; j < nk4; ++j) {
+      const float x = j < nk ? scales[j] : pad;
+      for (size_t r = 0; r < kGroupRows; ++r) scale4[j * kGroupRows + r] = x;
+    }
+  };
+  for (int64_t g = 0; g < groups; ++g) {
+    float* HWY_RESTRICT sg = s + g * lay.group_stride;
+    // The first group prefetches the rows ahead (the same rows for all).
+    QDotKRows(qrows + g * kGroupRows * dp, static_cast<size_t>(dp), ktile, ldk,
+              static_cast<size_t>(dp), kGroupRows, kGroupRows, static_cast<size_t>(nk), sg,
+              kGroupRows, g == 0 ? k_ahead : AheadRows<T>{}, g == 0 ? v_ahead : AheadRows<T>{});
+    std::fill(sg + nk * kGroupRows, sg + n, kNegInf);  // keys past the tile
+  }
+  if constexpr (kInt8) {  // integer dot products times the key scales
+    expand_scales(k_scales, 1.0f);
+    for (int64_t g = 0; g < groups; ++g) {
+      PackedScale(s + g * lay.group_stride, n, scale4, /*keep_zero=*/false);
+    }
+  }
+  const bool per_pair = p.bias != nullptr || p.blocked != nullptr;
+  const bool structured = vis != TileVisibility::kVisible || nk4 != nk;
+  if (structured) RowKeyRanges(p, t, it, k0, nk, kb, ke);
+  if (per_pair) ApplyPairInputs(p, it, k0, nk, /*add_bias=*/p.softcap == 0.0f, lay, s, bad);
+  for (int64_t g = 0; g < groups; ++g) {
+    float* HWY_RESTRICT sg = s + g * lay.group_stride;
+    const int64_t r0 = g * kGroupRows;
+    if (structured) {
+      PackedMaskKeyRange(sg, static_cast<size_t>(nk4), kb + r0, ke + r0,
+                         per_pair ? nullptr : bad + r0);
+    } else if (!per_pair) {
+      PackedFlagNonFinite(sg, static_cast<size_t>(nk4), bad + r0);
+    }
+    if (p.softcap > 0.0f) SoftCap(sg, n, p.softcap);
+  }
+  if (p.softcap > 0.0f && p.bias != nullptr) AddBiasToUnblocked(p, it, k0, nk, lay, s);
+  // Keys some row may not see: V rows with a NaN or Inf are left out.
+  int32_t bad_keys[kMaxKeyTile];
+  const int64_t n_bad = per_pair || structured ? FlagNonFiniteValueRows(vtile, ldv, nk, dp, s, lay,
+                                                                        rows, bad, bad_keys)
+                                               : 0;
+  if constexpr (kInt8) expand_scales(v_scales, 0.0f);
+  for (int64_t g = 0; g < groups; ++g) {
+    float* HWY_RESTRICT sg = s + g * lay.group_stride;
+    const int64_t r0 = g * kGroupRows;
+    PackedSoftmaxUpdate(sg, static_cast<size_t>(nk4), m + r0, l + r0, alpha + r0);
+    // int8: P times the value scales, after l has summed P itself.
+    if constexpr (kInt8) PackedScale(sg, n, scale4, /*keep_zero=*/true);
+    const float* rescale = alpha + r0;  // the first product applies it
+    int64_t j0 = 0;
+    for (int64_t x = 0; x <= n_bad; ++x) {
+      const int64_t j1 = x < n_bad ? bad_keys[x] : nk;
+      WeightedSumV(sg + j0 * kGroupRows, kGroupRows, vtile + j0 * ldv, ldv,
+                   static_cast<size_t>(j1 - j0), rescale, kGroupRows, static_cast<size_t>(dp),
+                   o + r0 * dp, static_cast<size_t>(dp));
+      rescale = nullptr;
+      j0 = j1 + 1;
+    }
+  }
+}
+#endif  // HWY_TARGET != HWY_SCALAR
 
 // Runs one item, reading K and V as T: f32 scratch tiles, or (t.direct) the
 // storage of type T itself. Passes each normalised row and its lse to
@@ -405,6 +523,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   const int64_t rows = it.nh * it.nq;
   const int64_t value_rows = RoundUp(rows, kValueRows);
   const int key_step = t.narrow ? kNarrowKeys : kWideKeys;
+  const ScoreLayout lay{mp, 4};  // row-per-lane score tiles
 
   for (int64_t r = 0; r < mp; ++r) {
     m[r] = kNegInf;
@@ -421,8 +540,11 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   auto column_at = [&](int64_t c) { return c - c % pair + perm[c % pair]; };
   float* HWY_RESTRICT row = scratch + t.off_row;
   if (it.k_begin < it.k_end) {
-    LoadQueryTile(p, t, it, qt);
-    if (t.narrow) TransposeQueryTile(t, d, qt, qrows);
+    if (t.narrow) {
+      LoadQueryRows(p, t, it, qrows);
+    } else {
+      LoadQueryTile(p, t, it, qt);
+    }
     if (kPairs) {
       for (int64_t r = 0; r < rows; ++r) {
         float* HWY_RESTRICT q = qrows + r * dp;
@@ -478,6 +600,13 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
         GatherRowScales(p, p.v_scale, p.v_scale_view, it, k0, nk, v_scales);
       }
     }
+#if HWY_TARGET != HWY_SCALAR
+    if (t.packed) {
+      PackedTileUpdate<T>(p, t, it, k0, nk, vis, ktile, ldk, vtile, ldv, k_ahead, v_ahead, k_scales,
+                          v_scales, scratch);
+      continue;
+    }
+#endif
     if (t.narrow) {
       QDotKRows(qrows, dp, ktile, ldk, dp, rows, mp, nkp, s, mp, k_ahead, v_ahead);
     } else {
@@ -491,7 +620,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     const bool structured = vis != TileVisibility::kVisible || nkp != nk;
     if (structured) RowKeyRanges(p, t, it, k0, nk, kb, ke);
     if (per_pair) {
-      ApplyPairInputs(p, t, it, k0, nk, /*add_bias=*/p.softcap == 0.0f, s, bad);
+      ApplyPairInputs(p, it, k0, nk, /*add_bias=*/p.softcap == 0.0f, lay, s, bad);
       if (structured) MaskKeyRange(s, mp, nkp, mp, kb, ke);
     } else if (structured) {
       MaskKeyRange(s, mp, nkp, mp, kb, ke, bad);
@@ -500,12 +629,12 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     }
     if (p.softcap > 0.0f) {
       SoftCap(s, static_cast<size_t>(nkp * mp), p.softcap);
-      if (p.bias != nullptr) AddBiasToUnblocked(p, t, it, k0, nk, s);
+      if (p.bias != nullptr) AddBiasToUnblocked(p, it, k0, nk, lay, s);
     }
     // Keys some row may not see: V rows with a NaN or Inf are left out.
     int32_t bad_keys[kMaxKeyTile];
-    const int64_t n_bad = per_pair || structured ? FlagNonFiniteValueRows(vtile, ldv, nk, dp, s, mp,
-                                                                          rows, bad, bad_keys)
+    const int64_t n_bad = per_pair || structured ? FlagNonFiniteValueRows(vtile, ldv, nk, dp, s,
+                                                                          lay, rows, bad, bad_keys)
                                                  : 0;
     OnlineSoftmaxUpdate(s, mp, nkp, mp, m, l, alpha);
     // int8 direct: P times the value scales, after l has summed P itself.

@@ -24,5 +24,14 @@ TEST_P(FlashTargetTest, GridMatchesReference) {
   }
 }
 
+// The direct decode path (packed score tiles on every target but scalar).
+TEST_P(FlashTargetTest, DecodeTilesMatchReference) {
+  static Backend* backend = MakeHighwayBackend({/*num_threads=*/2}).release();
+  for (const AttentionProblem& p : DecodeTileGrid()) {
+    const absl::Status s = CheckAgainstReference(backend, p);
+    EXPECT_TRUE(s.ok()) << p.Id() << ": " << s;
+  }
+}
+
 }  // namespace
 }  // namespace attnkit
