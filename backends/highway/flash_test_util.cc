@@ -140,8 +140,9 @@ std::vector<AttentionProblem> DecodeTileGrid() {
       grid.push_back(p);
     }
   }
-  // Head dims whose direct tiles hold 8, 4 and 2 keys.
-  for (int64_t d : {256, 512, 1024}) {
+  // d = 128 (the unrolled dot products of AVX-512), and head dims whose
+  // direct tiles hold 8, 4 and 2 keys.
+  for (int64_t d : {128, 128, 128, 128, 256, 512, 1024}) {
     AttentionProblem p = MakeTestProblem(1, 8, 2, 1, 21, d);
     p.kv_dtype = next_kv();
     grid.push_back(p);

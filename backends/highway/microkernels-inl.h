@@ -20,6 +20,7 @@
 #define ATTNKIT_BACKENDS_HIGHWAY_MICROKERNELS_INL_H_
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -142,14 +143,15 @@ HWY_INLINE VF LoadF32(DF df, const int8_t* HWY_RESTRICT p) {
 }
 
 // Storage tag: bf16 K/V rows read two f32 vectors at a time. One load of
-// 2 * Lanes bf16 and two zips with zero give two f32 vectors (a bf16 is the
-// upper half of an f32): half the loads and instructions of widening each
-// vector with PromoteTo, and decode with a bf16 cache is bound by exactly
-// this arithmetic. The zips work within 128-bit blocks, so the pair holds the
-// 2 * Lanes columns in the order BF16PairColumns gives: the caller stores Q in
-// that order, and the output accumulates in it (dot products and the
-// row-wise output do not care which column is where). Rows must hold a
-// multiple of 2 * Lanes columns. Not on HWY_SCALAR (one lane: no pairs).
+// 2 * Lanes bf16 as 32-bit lanes gives both (a bf16 is the upper half of an
+// f32): a 16-bit shift left makes the even columns, masking off the low half
+// the odd ones. Half the loads of widening each vector with PromoteTo, and no
+// shuffles; decode with a bf16 cache is bound by exactly this arithmetic. The
+// pair holds the 2 * Lanes columns in the order BF16PairColumns gives (even,
+// then odd): the caller stores Q in that order, and the output accumulates in
+// it (dot products and the row-wise output do not care which column is
+// where). Rows must hold a multiple of 2 * Lanes columns. Not on HWY_SCALAR
+// (one lane: no pairs).
 struct BF16Pairs {
   uint16_t bits;
 };
@@ -166,12 +168,10 @@ template <typename T>
 HWY_INLINE void LoadF32Vecs(DF df, const T* HWY_RESTRICT p, VF* HWY_RESTRICT out) {
 #if HWY_TARGET != HWY_SCALAR
   if constexpr (std::is_same<T, BF16Pairs>::value) {
-    const hn::Repartition<uint16_t, DF> d16;
     const hn::Repartition<uint32_t, DF> d32;
-    const auto v = hn::LoadU(d16, reinterpret_cast<const uint16_t*>(p));
-    const auto zero = hn::Zero(d16);
-    out[0] = hn::BitCast(df, hn::ZipLower(d32, zero, v));
-    out[1] = hn::BitCast(df, hn::ZipUpper(d32, zero, v));
+    const auto v = hn::LoadU(d32, reinterpret_cast<const uint32_t*>(p));
+    out[0] = hn::BitCast(df, hn::ShiftLeft<16>(v));
+    out[1] = hn::BitCast(df, hn::And(v, hn::Set(d32, 0xFFFF0000u)));
     return;
   }
 #endif
@@ -179,16 +179,14 @@ HWY_INLINE void LoadF32Vecs(DF df, const T* HWY_RESTRICT p, VF* HWY_RESTRICT out
 }
 
 // perm[i], i < 2 * Lanes: the column (within a chunk of 2 * Lanes) that
-// position i of a BF16Pairs vector pair holds, found by zipping the indices.
+// position i of a BF16Pairs vector pair holds: 2i, then 2(i - Lanes) + 1.
 HWY_INLINE void BF16PairColumns(uint32_t* HWY_RESTRICT perm) {
 #if HWY_TARGET != HWY_SCALAR
-  const DF df;
-  const hn::Repartition<uint16_t, DF> d16;
-  const hn::Repartition<uint32_t, DF> d32;
-  const auto idx = hn::Iota(d16, 0);
-  const auto zero = hn::Zero(d16);
-  hn::StoreU(hn::ZipLower(d32, idx, zero), d32, perm);
-  hn::StoreU(hn::ZipUpper(d32, idx, zero), d32, perm + hn::Lanes(df));
+  const size_t N = hn::Lanes(DF());
+  for (size_t i = 0; i < N; ++i) {
+    perm[i] = static_cast<uint32_t>(2 * i);
+    perm[N + i] = static_cast<uint32_t>(2 * i + 1);
+  }
 #else
   perm[0] = 0;
 #endif
@@ -227,62 +225,98 @@ HWY_INLINE void StoreLaneSums4(const VF* HWY_RESTRICT a, float* HWY_RESTRICT out
 #endif
 }
 
-// One register tile of QDotKRows: query rows [r0, r0 + 4) x keys
-// [j0, j0 + kKeys); each loaded K vector serves four rows. kPrefetch: also
-// prefetches the K and V ahead rows of these keys, one cache line of each per
-// line of K consumed, so no branch sits in the inner loop (dp must then be a
-// multiple of AheadRows<T>::kPerLine, and all kKeys ahead rows must exist).
-template <int kKeys, bool kPrefetch, typename T>
-HWY_INLINE void QDotKRowsTile(const float* HWY_RESTRICT q, size_t ldq, const T* HWY_RESTRICT k,
-                              size_t ldk, size_t dp, size_t r0, size_t j0, float* HWY_RESTRICT s,
-                              size_t lds, const AheadRows<T>& k_ahead,
-                              const AheadRows<T>& v_ahead) {
+// One key's dot products with query rows [r0, r0 + 4): out[r] = q[r0 + r, :]
+// . krow. The row is read front to back, a pair of vectors at a time, into
+// two banks of accumulators (the pair's first and second vector: eight
+// chains cover the FMA latency). Reading K strictly in address order matters
+// as much as the FMAs: the hardware prefetchers follow a forward walk but
+// lose two rows read in lockstep (Zen 5, one thread, streaming 2 x 128 MiB
+// with 8 FMAs per line: 37 GB/s in order, 12 GB/s with rows paired). With
+// kPrefetch, also prefetches the same lines of the ahead rows pfk and pfv.
+// kPairs > 0: dp is exactly kPairs pairs of vectors (fully unrolled: decode
+// is bound by this loop's overhead as much as by its FMAs); 0: any dp.
+template <bool kPrefetch, size_t kPairs, typename T>
+HWY_INLINE void QDotOneKey(const float* HWY_RESTRICT q, size_t ldq, const T* HWY_RESTRICT krow,
+                           size_t dp, float* HWY_RESTRICT out, const T* HWY_RESTRICT pfk,
+                           const T* HWY_RESTRICT pfv) {
   const DF df;
-  const size_t N = hn::Lanes(df);
+  constexpr size_t N = hn::MaxLanes(DF());  // fixed-width targets: Lanes
   constexpr int kRows = 4;
-  constexpr int kV = kVecsPerLoad<T>;  // f32 vectors per load of K
-  // Elements per step of the outer loop: one cache line, or one load.
-  const size_t step = kPrefetch ? AheadRows<T>::kPerLine : kV * N;
-  VF acc[kKeys][kRows];
-  HWY_UNROLL(8)
-  for (int kk = 0; kk < kKeys; ++kk) {
-    HWY_UNROLL(8)
-    for (int r = 0; r < kRows; ++r) acc[kk][r] = hn::Zero(df);
-  }
-  const float* HWY_RESTRICT q0 = q + r0 * ldq;
-  const T* HWY_RESTRICT k0 = k + j0 * ldk;
-  const T* HWY_RESTRICT pfk = k_ahead.rows + j0 * k_ahead.ld;
-  const T* HWY_RESTRICT pfv = v_ahead.rows + j0 * v_ahead.ld;
-  for (size_t line = 0; line < dp; line += step) {
+  // Lines of K per pair of vectors (at least one: int8 prefetches each line
+  // twice rather than branch).
+  constexpr size_t kLines = 2 * N * sizeof(T) > 64 ? 2 * N * sizeof(T) / 64 : 1;
+  constexpr size_t kPerLine = AheadRows<T>::kPerLine;
+  VF even[kRows], odd[kRows];
+  HWY_UNROLL(4)
+  for (int r = 0; r < kRows; ++r) even[r] = odd[r] = hn::Zero(df);
+  auto pair = [&](size_t c) HWY_ATTR {
+    // Into L2 (prefetcht1), not L1: the rows are needed a tile or more
+    // later, and L1's few miss buffers are then left to the loads. Zen 5,
+    // B = 8 d = 128 decode, paired runs: 16-token pages of bf16 K/V
+    // 7.3-7.7 -> 6.5-6.7 ms at 1 thread, 4.8-5.0 -> 4.4-4.5 ms at 2; dense
+    // f32 and bf16 within the noise.
     if (kPrefetch) {
-      // Into L2 (prefetcht1), not L1: the rows are needed a tile or more
-      // later, and L1's few miss buffers are then left to the loads. Zen 5,
-      // B = 8 d = 128 decode, paired runs: 16-token pages of bf16 K/V
-      // 7.3-7.7 -> 6.5-6.7 ms at 1 thread, 4.8-5.0 -> 4.4-4.5 ms at 2; dense
-      // f32 and bf16 within the noise.
-      HWY_UNROLL(8)
-      for (int kk = 0; kk < kKeys; ++kk) {
-        __builtin_prefetch(pfk + kk * k_ahead.ld + line, 0, 2);
-        __builtin_prefetch(pfv + kk * v_ahead.ld + line, 0, 2);
+      HWY_UNROLL(4)
+      for (size_t x = 0; x < kLines; ++x) {
+        __builtin_prefetch(pfk + c + x * kPerLine, 0, 2);
+        __builtin_prefetch(pfv + c + x * kPerLine, 0, 2);
       }
     }
-    for (size_t c = line; c < line + step; c += kV * N) {
-      VF kv[kKeys][kV];
-      HWY_UNROLL(8)
-      for (int kk = 0; kk < kKeys; ++kk) LoadF32Vecs(df, k0 + kk * ldk + c, kv[kk]);
-      HWY_UNROLL(8)
-      for (int v = 0; v < kV; ++v) {
-        HWY_UNROLL(8)
-        for (int r = 0; r < kRows; ++r) {
-          const VF qv = hn::Load(df, q0 + r * ldq + c + v * N);
-          HWY_UNROLL(8)
-          for (int kk = 0; kk < kKeys; ++kk) acc[kk][r] = hn::MulAdd(qv, kv[kk][v], acc[kk][r]);
-        }
+    VF kv[2] = {hn::Zero(df), hn::Zero(df)};
+    if constexpr (kVecsPerLoad<T> == 2) {
+      LoadF32Vecs(df, krow + c, kv);
+    } else {
+      kv[0] = LoadF32(df, krow + c);
+      kv[1] = LoadF32(df, krow + c + N);
+    }
+    HWY_UNROLL(4)
+    for (int r = 0; r < kRows; ++r) {
+      even[r] = hn::MulAdd(hn::Load(df, q + r * ldq + c), kv[0], even[r]);
+      odd[r] = hn::MulAdd(hn::Load(df, q + r * ldq + c + N), kv[1], odd[r]);
+    }
+  };
+  size_t c = 0;
+  if constexpr (kPairs > 0) {
+    HWY_UNROLL(8)
+    for (size_t i = 0; i < kPairs; ++i) pair(i * 2 * N);
+    c = kPairs * 2 * N;
+  } else {
+    for (; c + 2 * N <= dp; c += 2 * N) pair(c);
+  }
+  if constexpr (kVecsPerLoad<T> == 1 && kPairs == 0) {  // BF16Pairs rows hold whole pairs
+    for (; c < dp; c += N) {
+      if (kPrefetch && c % kPerLine == 0) {
+        __builtin_prefetch(pfk + c, 0, 2);
+        __builtin_prefetch(pfv + c, 0, 2);
       }
+      const VF kv = LoadF32(df, krow + c);
+      HWY_UNROLL(4)
+      for (int r = 0; r < kRows; ++r)
+        even[r] = hn::MulAdd(hn::Load(df, q + r * ldq + c), kv, even[r]);
     }
   }
-  HWY_UNROLL(8)
-  for (int kk = 0; kk < kKeys; ++kk) StoreLaneSums4(acc[kk], s + (j0 + kk) * lds + r0);
+  HWY_UNROLL(4)
+  for (int r = 0; r < kRows; ++r) even[r] = hn::Add(even[r], odd[r]);
+  StoreLaneSums4(even, out);
+}
+
+// All keys of a tile for query rows [r0, r0 + 4) (see QDotOneKey); the first
+// row tile (r0 == 0) prefetches the ahead rows of the keys that have one.
+template <size_t kPairs, typename T>
+HWY_INLINE void QDotKeysOfRows(const float* HWY_RESTRICT q, size_t ldq, const T* HWY_RESTRICT k,
+                               size_t ldk, size_t dp, size_t r0, size_t keys, float* HWY_RESTRICT s,
+                               size_t lds, const AheadRows<T>& k_ahead,
+                               const AheadRows<T>& v_ahead) {
+  const float* HWY_RESTRICT q0 = q + r0 * ldq;
+  const size_t ahead = r0 == 0 ? std::min(keys, k_ahead.count) : 0;
+  size_t j = 0;
+  for (; j < ahead; ++j) {
+    QDotOneKey<true, kPairs>(q0, ldq, k + j * ldk, dp, s + j * lds + r0,
+                             k_ahead.rows + j * k_ahead.ld, v_ahead.rows + j * v_ahead.ld);
+  }
+  for (; j < keys; ++j) {
+    QDotOneKey<false, kPairs>(q0, ldq, k + j * ldk, dp, s + j * lds + r0, k, k);
+  }
 }
 
 // S[j, r] = q[r, :] . k[j, :] for r < rows, j < keys, as dot products along
@@ -298,23 +332,18 @@ HWY_INLINE void QDotKRows(const float* HWY_RESTRICT q, size_t ldq, const T* HWY_
                           size_t ldk, size_t dp, size_t rows, size_t rows_padded, size_t keys,
                           float* HWY_RESTRICT s, size_t lds, const AheadRows<T>& k_ahead = {},
                           const AheadRows<T>& v_ahead = {}) {
-  constexpr size_t kRows = 4, kKeys = 2;
+  constexpr size_t kRows = 4;
   const size_t rows4 = (rows + kRows - 1) / kRows * kRows;
-  const bool can_prefetch = dp % AheadRows<T>::kPerLine == 0;
-  size_t j0 = 0;
-  for (; j0 + kKeys <= keys; j0 += kKeys) {
-    for (size_t r0 = 0; r0 < rows4; r0 += kRows) {
-      // The first row tile prefetches, when every ahead row of its keys exists.
-      if (r0 == 0 && can_prefetch && j0 + kKeys <= k_ahead.count) {
-        QDotKRowsTile<kKeys, true>(q, ldq, k, ldk, dp, r0, j0, s, lds, k_ahead, v_ahead);
-      } else {
-        QDotKRowsTile<kKeys, false>(q, ldq, k, ldk, dp, r0, j0, s, lds, k_ahead, v_ahead);
-      }
-    }
-  }
-  for (; j0 < keys; ++j0) {
-    for (size_t r0 = 0; r0 < rows4; r0 += kRows) {
-      QDotKRowsTile<1, false>(q, ldq, k, ldk, dp, r0, j0, s, lds, k_ahead, v_ahead);
+  const size_t N = hn::Lanes(DF());
+  for (size_t r0 = 0; r0 < rows4; r0 += kRows) {
+    // Unrolled for d = 128 (AVX-512; 64 on AVX2) and narrow K/V, which are
+    // bound by this loop's instructions; f32 is bound by memory and was
+    // faster with the loop (Zen 5, B8 d128 decode, alternating runs: f32
+    // 9.5 vs 10.4 ms at 1 thread, 6.7 vs 7.2 at 2; int8 4.2 vs 4.6 at 1).
+    if (sizeof(T) < 4 && dp == 8 * N) {
+      QDotKeysOfRows<4>(q, ldq, k, ldk, dp, r0, keys, s, lds, k_ahead, v_ahead);
+    } else {
+      QDotKeysOfRows<0>(q, ldq, k, ldk, dp, r0, keys, s, lds, k_ahead, v_ahead);
     }
   }
   for (size_t j = 0; j < keys; ++j) {
@@ -372,6 +401,16 @@ HWY_INLINE void WeightedSumV(const float* HWY_RESTRICT p, size_t ldp, const T* H
                              size_t ldv, size_t keys, const float* HWY_RESTRICT alpha, size_t rows,
                              size_t dp, float* HWY_RESTRICT o, size_t ldo) {
   const size_t N = hn::Lanes(DF());
+  if (kValueColVecs == 4 && dp == 8 * N) {
+    // Rows of 8 vectors (d = 128 on AVX-512): two rows at a time over whole V
+    // rows, so V storage is read front to back (as QDotOneKey reads K); the
+    // second pair of rows rereads the tile from L1. Zen 5, B8 H32/8 Tk4096
+    // f32 decode, one thread: 10.5 -> 9.1 ms against column blocks.
+    for (size_t r0 = 0; r0 < rows; r0 += 2) {
+      WeightedSumVTile<2, 8>(p, ldp, v, ldv, keys, alpha, r0, 0, o, ldo);
+    }
+    return;
+  }
   for (size_t r0 = 0; r0 < rows; r0 += kValueRows) {
     size_t c0 = 0;
     for (; c0 + kValueColVecs * N <= dp; c0 += kValueColVecs * N) {

@@ -743,9 +743,9 @@ inline void FillRunInfo(const Tiling& t, int64_t items, int threads, FlashRunInf
   info->target = HWY_TARGET;
   info->q_rows = t.rows_padded;
   info->key_tile = t.key_tile;
-  // Narrow tiles use QDotKRows: 4 rows x 2 keys of dot products.
+  // Narrow tiles use QDotKRows: 4 rows x 1 key of dot products.
   info->score_rows = t.narrow ? 4 : static_cast<int>(kWideRowVecs * hn::Lanes(DF()));
-  info->score_keys = t.narrow ? 2 : kWideKeys;
+  info->score_keys = t.narrow ? 1 : kWideKeys;
   info->value_rows = kValueRows;
   info->value_cols = static_cast<int>(kValueColVecs * hn::Lanes(DF()));
   info->splits = t.splits;
