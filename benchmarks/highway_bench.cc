@@ -140,6 +140,8 @@ void RegisterAll() {
        true},
       {"decode_b8_h32_g8_tk4096_d128_bf16kv_paged16",
        Problem(8, 32, 8, 1, 4096, 128, false, DType::kBF16, 16), true},
+      // Larger pages: the cost of 256-byte rows 2 KiB apart (all KV heads of a
+      // token share a page row) apart from the cost of page changes.
       {"decode_b8_h32_g8_tk4096_d128_bf16kv_paged64",
        Problem(8, 32, 8, 1, 4096, 128, false, DType::kBF16, 64), true},
       {"decode_b8_h32_g8_tk4096_d128_bf16kv_paged256",
@@ -152,6 +154,8 @@ void RegisterAll() {
        false},
       {"decode_l2_b8_h4_g1_tk128_d128_int8kv", Problem(8, 4, 1, 1, 128, 128, false, DType::kI8),
        false},
+      // K/V in L3 (16 items of 1024 keys: 8 MB in bf16): long items, so the
+      // per-key compute without DRAM stalls, with little per-item setup.
       {"decode_l3_b2_h32_g8_tk1024_d128_f32", Problem(2, 32, 8, 1, 1024, 128, false, DType::kF32),
        false},
       {"decode_l3_b2_h32_g8_tk1024_d128_bf16kv",
