@@ -123,17 +123,23 @@ HWY_INLINE void PackedFlagNonFinite(const float* HWY_RESTRICT sg, size_t keys4,
   StoreGroup(hn::Max(LoadGroup(bad), FoldToGroup<true>(flags)), bad);
 }
 
-// sg[i] *= scale4[i] for i < n (a multiple of Lanes): int8 K scales on
-// integer dot products, or V scales on probabilities, expanded to the packed
-// layout. keep_zero as in ScaleKeyColumns.
-HWY_INLINE void PackedScale(float* HWY_RESTRICT sg, size_t n, const float* HWY_RESTRICT scale4,
+// sg [keys4, 4]: each key's four scores times scales[j]: int8 K scales on
+// integer dot products, or V scales on probabilities. keep_zero as in
+// ScaleKeyColumns. Each vector's keys' scales are spread over their lanes by
+// a lane shuffle. Lanes of keys past the tile's may turn NaN (-inf times a
+// zero scale) before the mask sets them to -inf again; their probabilities
+// are 0 and stay 0. scales must be readable to index keys4 - keys per vector
+// + Lanes (the caller's tile-sized array).
+HWY_INLINE void PackedScale(float* HWY_RESTRICT sg, size_t keys4, const float* HWY_RESTRICT scales,
                             bool keep_zero) {
   const DF df;
-  const size_t N = hn::Lanes(df);
+  const hn::RebindToSigned<DF> di;
+  const size_t N = hn::Lanes(df), kpv = PackedKeysPerVec();
+  const auto spread = hn::IndicesFromVec(df, hn::ShiftRight<2>(hn::Iota(di, 0)));
   const VF zero = hn::Zero(df);
-  for (size_t i = 0; i < n; i += N) {
+  for (size_t i = 0, v = 0; i < keys4 * kGroupRows; i += N, v += kpv) {
     const VF x = hn::Load(df, sg + i);
-    const VF y = hn::Mul(x, hn::Load(df, scale4 + i));
+    const VF y = hn::Mul(x, hn::TableLookupLanes(hn::LoadU(df, scales + v), spread));
     hn::Store(keep_zero ? hn::IfThenElse(hn::Eq(x, zero), zero, y) : y, df, sg + i);
   }
 }

@@ -436,13 +436,6 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   float* HWY_RESTRICT bad = scratch + t.off_bad;
   const float kNegInf = -std::numeric_limits<float>::infinity();
   constexpr bool kInt8 = std::is_same<T, int8_t>::value;
-  HWY_ALIGN float scale4[kMaxKeyTile * kGroupRows];  // int8: scales per packed lane
-  auto expand_scales = [&](const float* HWY_RESTRICT scales, float pad) {
-    for (int64_t j = 0; j < nk4; ++j) {
-      const float x = j < nk ? scales[j] : pad;
-      for (size_t r = 0; r < kGroupRows; ++r) scale4[j * kGroupRows + r] = x;
-    }
-  };
   for (int64_t g = 0; g < groups; ++g) {
     float* HWY_RESTRICT sg = s + g * lay.group_stride;
     // The first group prefetches the rows ahead (the same rows for all).
@@ -452,9 +445,9 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     std::fill(sg + nk * kGroupRows, sg + n, kNegInf);  // keys past the tile
   }
   if constexpr (kInt8) {  // integer dot products times the key scales
-    expand_scales(k_scales, 1.0f);
     for (int64_t g = 0; g < groups; ++g) {
-      PackedScale(s + g * lay.group_stride, n, scale4, /*keep_zero=*/false);
+      PackedScale(s + g * lay.group_stride, static_cast<size_t>(nk4), k_scales,
+                  /*keep_zero=*/false);
     }
   }
   const bool per_pair = p.bias != nullptr || p.blocked != nullptr;
@@ -478,13 +471,14 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   const int64_t n_bad = per_pair || structured ? FlagNonFiniteValueRows(vtile, ldv, nk, dp, s, lay,
                                                                         rows, bad, bad_keys)
                                                : 0;
-  if constexpr (kInt8) expand_scales(v_scales, 0.0f);
   for (int64_t g = 0; g < groups; ++g) {
     float* HWY_RESTRICT sg = s + g * lay.group_stride;
     const int64_t r0 = g * kGroupRows;
     PackedSoftmaxUpdate(sg, static_cast<size_t>(nk4), m + r0, l + r0, alpha + r0);
     // int8: P times the value scales, after l has summed P itself.
-    if constexpr (kInt8) PackedScale(sg, n, scale4, /*keep_zero=*/true);
+    if constexpr (kInt8) {
+      PackedScale(sg, static_cast<size_t>(nk4), v_scales, /*keep_zero=*/true);
+    }
     const float* rescale = alpha + r0;  // the first product applies it
     int64_t j0 = 0;
     for (int64_t x = 0; x <= n_bad; ++x) {
@@ -559,7 +553,10 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     PrefetchKeyValueRows(p, it, it.k_begin, std::min(t.ahead_keys, it.k_end - it.k_begin));
   }
   constexpr bool kInt8 = std::is_same<T, int8_t>::value;
-  float k_scales[kMaxKeyTile], v_scales[kMaxKeyTile];  // int8 direct tiles
+  // int8 direct tiles (zeroed: PackedScale loads whole vectors of them).
+  static_assert(kMaxKeyTile >= kDirectKeyTile + HWY_MAX_BYTES / sizeof(float),
+                "PackedScale reads a vector past a direct tile's last key");
+  float k_scales[kMaxKeyTile] = {}, v_scales[kMaxKeyTile] = {};
   // Tiles start at multiples of key_tile (the item's first may be shorter).
   for (int64_t k0 = it.k_begin, nk = 0; k0 < it.k_end; k0 += nk) {
     nk = std::min(t.key_tile - k0 % t.key_tile, it.k_end - k0);
