@@ -77,6 +77,15 @@ struct AheadRows {
   const T* rows = nullptr;
   size_t ld = 0;
   size_t count = 0;
+  // Prefetch f32 rows into L1 (prefetcht0) rather than L2 (prefetcht1):
+  // for rows that lie back to back. Rows far apart (paged caches hold all KV
+  // heads of a token in one page row: 2 KiB apart at Hkv 8, d 128, bf16)
+  // fall into few L1 sets and evict each other there. Zen 5, B8 H32/8
+  // Tk4096 d128 decode, alternating runs, L1 against L2: dense f32 8.1-8.4
+  // vs 9.2-9.6 ms at one thread, 5.7 vs 6.1 ms at two; bf16 and int8 within
+  // the noise (so they stay in L2); bf16 in 16-token pages 10.4 vs 6.8 ms,
+  // in 64-token pages 7.7 vs 5.5.
+  bool into_l1 = false;
 };
 
 // S[j, r] = sum_c qt[c, r] * k[j, c] for r < rows, j < keys.
@@ -232,10 +241,11 @@ HWY_INLINE void StoreLaneSums4(const VF* HWY_RESTRICT a, float* HWY_RESTRICT out
 // as much as the FMAs: the hardware prefetchers follow a forward walk but
 // lose two rows read in lockstep (Zen 5, one thread, streaming 2 x 128 MiB
 // with 8 FMAs per line: 37 GB/s in order, 12 GB/s with rows paired). With
-// kPrefetch, also prefetches the same lines of the ahead rows pfk and pfv.
+// kPrefetch, also prefetches the same lines of the ahead rows pfk and pfv
+// (into L1 with kIntoL1, else L2: see AheadRows).
 // kPairs > 0: dp is exactly kPairs pairs of vectors (fully unrolled: decode
 // is bound by this loop's overhead as much as by its FMAs); 0: any dp.
-template <bool kPrefetch, size_t kPairs, typename T>
+template <bool kPrefetch, size_t kPairs, bool kIntoL1, typename T>
 HWY_INLINE void QDotOneKey(const float* HWY_RESTRICT q, size_t ldq, const T* HWY_RESTRICT krow,
                            size_t dp, float* HWY_RESTRICT out, const T* HWY_RESTRICT pfk,
                            const T* HWY_RESTRICT pfv) {
@@ -250,16 +260,11 @@ HWY_INLINE void QDotOneKey(const float* HWY_RESTRICT q, size_t ldq, const T* HWY
   HWY_UNROLL(4)
   for (int r = 0; r < kRows; ++r) even[r] = odd[r] = hn::Zero(df);
   auto pair = [&](size_t c) HWY_ATTR {
-    // Into L2 (prefetcht1), not L1: the rows are needed a tile or more
-    // later, and L1's few miss buffers are then left to the loads. Zen 5,
-    // B = 8 d = 128 decode, paired runs: 16-token pages of bf16 K/V
-    // 7.3-7.7 -> 6.5-6.7 ms at 1 thread, 4.8-5.0 -> 4.4-4.5 ms at 2; dense
-    // f32 and bf16 within the noise.
     if (kPrefetch) {
       HWY_UNROLL(4)
       for (size_t x = 0; x < kLines; ++x) {
-        __builtin_prefetch(pfk + c + x * kPerLine, 0, 2);
-        __builtin_prefetch(pfv + c + x * kPerLine, 0, 2);
+        __builtin_prefetch(pfk + c + x * kPerLine, 0, kIntoL1 ? 3 : 2);
+        __builtin_prefetch(pfv + c + x * kPerLine, 0, kIntoL1 ? 3 : 2);
       }
     }
     VF kv[2] = {hn::Zero(df), hn::Zero(df)};
@@ -286,8 +291,8 @@ HWY_INLINE void QDotOneKey(const float* HWY_RESTRICT q, size_t ldq, const T* HWY
   if constexpr (kVecsPerLoad<T> == 1 && kPairs == 0) {  // BF16Pairs rows hold whole pairs
     for (; c < dp; c += N) {
       if (kPrefetch && c % kPerLine == 0) {
-        __builtin_prefetch(pfk + c, 0, 2);
-        __builtin_prefetch(pfv + c, 0, 2);
+        __builtin_prefetch(pfk + c, 0, kIntoL1 ? 3 : 2);
+        __builtin_prefetch(pfv + c, 0, kIntoL1 ? 3 : 2);
       }
       const VF kv = LoadF32(df, krow + c);
       HWY_UNROLL(4)
@@ -310,12 +315,20 @@ HWY_INLINE void QDotKeysOfRows(const float* HWY_RESTRICT q, size_t ldq, const T*
   const float* HWY_RESTRICT q0 = q + r0 * ldq;
   const size_t ahead = r0 == 0 ? std::min(keys, k_ahead.count) : 0;
   size_t j = 0;
-  for (; j < ahead; ++j) {
-    QDotOneKey<true, kPairs>(q0, ldq, k + j * ldk, dp, s + j * lds + r0,
-                             k_ahead.rows + j * k_ahead.ld, v_ahead.rows + j * v_ahead.ld);
+  // Only f32 rows go into L1: for 8- and 16-bit rows it was within the noise.
+  if (sizeof(T) == 4 && k_ahead.into_l1) {
+    for (; j < ahead; ++j) {
+      QDotOneKey<true, kPairs, true>(q0, ldq, k + j * ldk, dp, s + j * lds + r0,
+                                     k_ahead.rows + j * k_ahead.ld, v_ahead.rows + j * v_ahead.ld);
+    }
+  } else {
+    for (; j < ahead; ++j) {
+      QDotOneKey<true, kPairs, false>(q0, ldq, k + j * ldk, dp, s + j * lds + r0,
+                                      k_ahead.rows + j * k_ahead.ld, v_ahead.rows + j * v_ahead.ld);
+    }
   }
   for (; j < keys; ++j) {
-    QDotOneKey<false, kPairs>(q0, ldq, k + j * ldk, dp, s + j * lds + r0, k, k);
+    QDotOneKey<false, kPairs, false>(q0, ldq, k + j * ldk, dp, s + j * lds + r0, k, k);
   }
 }
 

@@ -589,8 +589,13 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       const size_t count = static_cast<size_t>(
           std::max<int64_t>(0, std::min({nk, it.k_end - ahead, kv.RunLength(ahead)})));
       if (count > 0) {  // no pointer past the item's rows otherwise
-        k_ahead = {static_cast<const T*>(p.k.data) + kv.Offset(p.k, it.b, it.g, ahead), ldk, count};
-        v_ahead = {static_cast<const T*>(p.v.data) + kv.Offset(p.v, it.b, it.g, ahead), ldv, count};
+        // Back-to-back rows (dense, BHTD) are prefetched into L1 (AheadRows).
+        const bool into_l1 =
+            !kv.paged() && p.k_row_stride == p.head_dim && p.v_row_stride == p.head_dim;
+        k_ahead = {static_cast<const T*>(p.k.data) + kv.Offset(p.k, it.b, it.g, ahead), ldk, count,
+                   into_l1};
+        v_ahead = {static_cast<const T*>(p.v.data) + kv.Offset(p.v, it.b, it.g, ahead), ldv, count,
+                   into_l1};
       }
       if constexpr (kInt8) {
         GatherRowScales(p, p.k_scale, p.k_scale_view, it, k0, nk, k_scales);
