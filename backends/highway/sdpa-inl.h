@@ -236,17 +236,6 @@ inline void LoadQueryRows(const FlashParams& p, const Tiling& t, const Item& it,
   std::fill(q + rows * dp, q + t.rows_padded * dp, 0.0f);
 }
 
-// The same tile row-major for QDotKRows: q[r, c] = Qt[c, r], zero-padded to
-// [rows_padded, dp].
-inline void TransposeQueryTile(const Tiling& t, int64_t d, const float* HWY_RESTRICT qt,
-                               float* HWY_RESTRICT q) {
-  const int64_t mp = t.rows_padded;
-  for (int64_t r = 0; r < mp; ++r) {
-    for (int64_t c = 0; c < d; ++c) q[r * t.dp + c] = qt[c * mp + r];
-    for (int64_t c = d; c < t.dp; ++c) q[r * t.dp + c] = 0.0f;
-  }
-}
-
 // Rows [k0, k0 + nk) of K and V for (b, g), as f32 [key_tile, dp]; rows
 // [nk, nk_padded) are zero. Also prefetches rows [next_k0, next_k0 + nk) (the
 // next tile), so their cache misses overlap this tile's compute instead of
