@@ -315,7 +315,8 @@ HWY_INLINE void QDotKeysOfRows(const float* HWY_RESTRICT q, size_t ldq, const T*
   const float* HWY_RESTRICT q0 = q + r0 * ldq;
   const size_t ahead = r0 == 0 ? std::min(keys, k_ahead.count) : 0;
   size_t j = 0;
-  // Only f32 rows go into L1: for 8- and 16-bit rows it was within the noise.
+  // into_l1 is set for f32 rows only (PlanTiling); sizeof(T) keeps the L1
+  // loop out of the other types' code.
   if (sizeof(T) == 4 && k_ahead.into_l1) {
     for (; j < ahead; ++j) {
       QDotOneKey<true, kPairs, true>(q0, ldq, k + j * ldk, dp, s + j * lds + r0,

@@ -75,6 +75,7 @@ struct Tiling {
   bool bf16_pairs;     // direct bf16 read as BF16Pairs (columns permuted)
   bool packed;         // direct, with packed score tiles (packed_scores-inl.h)
   int64_t ahead_keys;  // direct: keys past the tile whose rows are prefetched
+  bool ahead_into_l1;  // direct: prefetch them into L1 (AheadRows::into_l1)
   // Per-thread scratch offsets, in floats.
   size_t off_qt, off_q, off_k, off_v, off_s, off_o, off_m, off_l, off_alpha, off_kb, off_ke,
       off_bad, off_row;
@@ -125,6 +126,9 @@ inline Tiling PlanTiling(const FlashParams& p) {
   t.packed = kHavePackedScores && t.direct;
   const int64_t row_bytes = d * static_cast<int64_t>(DTypeSize(p.k.dtype));
   t.ahead_keys = std::max<int64_t>(t.key_tile, kAheadBytes / row_bytes);
+  // f32 rows that lie back to back (dense BHTD) only: see AheadRows.
+  t.ahead_into_l1 = t.direct && DTypeSize(p.k.dtype) == 4 && !p.kv_rows.paged() &&
+                    p.k_row_stride == d && p.v_row_stride == d;
   t.base_items = p.batch * p.num_kv_heads * t.head_chunks * t.q_tiles;
   t.splits = 1;
   if (t.base_items < kMinItemsBeforeSplit) {
@@ -578,13 +582,10 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       const size_t count = static_cast<size_t>(
           std::max<int64_t>(0, std::min({nk, it.k_end - ahead, kv.RunLength(ahead)})));
       if (count > 0) {  // no pointer past the item's rows otherwise
-        // Back-to-back rows (dense, BHTD) are prefetched into L1 (AheadRows).
-        const bool into_l1 =
-            !kv.paged() && p.k_row_stride == p.head_dim && p.v_row_stride == p.head_dim;
         k_ahead = {static_cast<const T*>(p.k.data) + kv.Offset(p.k, it.b, it.g, ahead), ldk, count,
-                   into_l1};
+                   t.ahead_into_l1};
         v_ahead = {static_cast<const T*>(p.v.data) + kv.Offset(p.v, it.b, it.g, ahead), ldv, count,
-                   into_l1};
+                   t.ahead_into_l1};
       }
       if constexpr (kInt8) {
         GatherRowScales(p, p.k_scale, p.k_scale_view, it, k0, nk, k_scales);
