@@ -162,6 +162,10 @@ void RegisterAll() {
        Problem(2, 32, 8, 1, 1024, 128, false, DType::kBF16), false},
       {"decode_l3_b2_h32_g8_tk1024_d128_int8kv", Problem(2, 32, 8, 1, 1024, 128, false, DType::kI8),
        false},
+      // The same in 16-token pages: the compute cost of reading through a
+      // block table (rows 2 KiB apart), apart from DRAM's.
+      {"decode_l3_b2_h32_g8_tk1024_d128_bf16kv_paged16",
+       Problem(2, 32, 8, 1, 1024, 128, false, DType::kBF16, 16), false},
   };
   for (const Case& c : cases) {
     benchmark::RegisterBenchmark(c.name, BM_Attention, std::string(c.name), c.p, c.memory_bound)
