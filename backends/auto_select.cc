@@ -13,8 +13,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "backends/builtin.h"
-#include "core/config_io.h"
-#include "core/machine_info.h"
+#include "io/config_io.h"
+#include "platform/machine_info.h"
 #include "core/status_macros.h"
 #include "google/protobuf/text_format.h"
 

@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "backends/tune_record.pb.h"
 #include "core/problem.h"
-#include "core/registry.h"
+#include "plugin/registry.h"
 
 namespace attnkit {
 

@@ -5,8 +5,8 @@
 #include "backends/blas/blas_backend.h"
 #include "backends/highway/highway_backend.h"
 #include "backends/reference/reference_backend.h"
-#include "core/backend_export.h"
-#include "core/c_backend.h"
+#include "plugin/backend_export.h"
+#include "plugin/plugin_table_backend.h"
 
 namespace attnkit {
 

@@ -1,7 +1,7 @@
 // The explicit list of built-in backends, and the process-wide registry that
 // tools use: built-ins plus the plugins named by ATTNKIT_PLUGIN_PATH. Built-in
 // backends are linked in but still called through the plugin C ABI
-// (core/attnkit_plugin.h), exactly as a loaded plugin is: the static route for
+// (include/attnkit/plugin.h), exactly as a loaded plugin is: the static route for
 // embedding, and the proof that every backend works behind the C table.
 #ifndef ATTNKIT_BACKENDS_BUILTIN_H_
 #define ATTNKIT_BACKENDS_BUILTIN_H_
@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "core/registry.h"
+#include "plugin/registry.h"
 
 namespace attnkit {
 
-// `backend` behind the C table (exported with core/backend_export.h, wrapped
-// back with core/c_backend.h), as a plugin exporting it would be.
+// `backend` behind the C table (exported with plugin/backend_export.h, wrapped
+// back with plugin/plugin_table_backend.h), as a plugin exporting it would be.
 std::unique_ptr<Backend> LinkedThroughCAbi(std::unique_ptr<Backend> backend);
 
 // The built-in backends by name ("highway", "blas", "reference"), and one of

@@ -1,5 +1,5 @@
 // Google Benchmark suite: every registered backend x the standard suite
-// (benchmarks/suite/standard/), on data placed once per backend. Counters:
+// (harness/suite/standard/), on data placed once per backend. Counters:
 // useful GFLOP/s (4 * d * unblocked pairs), GB/s of Q, K, V, O, and the
 // percentage of this machine's limit measured at start-up (peak FMA for
 // compute-bound problems, read bandwidth for memory-bound ones).
@@ -16,11 +16,11 @@
 
 #include "backends/builtin.h"
 #include "benchmark/benchmark.h"
-#include "benchmarks/machine.h"
-#include "benchmarks/suite.h"
-#include "core/execute.h"
-#include "core/grad_data.h"
-#include "core/problem_data.h"
+#include "harness/machine.h"
+#include "harness/suite.h"
+#include "harness/execute.h"
+#include "harness/grad_data.h"
+#include "harness/problem_data.h"
 #include "ops/cost.h"
 
 namespace attnkit {

@@ -6,7 +6,7 @@
 
 #include "backends/auto_select.h"
 #include "backends/builtin.h"
-#include "core/problem_data.h"
+#include "harness/problem_data.h"
 
 namespace attnkit {
 namespace {

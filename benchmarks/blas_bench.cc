@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "backends/blas/blas_backend.h"
 #include "benchmark/benchmark.h"
-#include "core/problem_data.h"
+#include "harness/problem_data.h"
 
 namespace attnkit {
 namespace {

@@ -10,7 +10,7 @@
 #include "backends/highway/highway_backend.h"
 #include "benchmark/benchmark.h"
 #include "core/problem.h"
-#include "core/problem_data.h"
+#include "harness/problem_data.h"
 
 namespace attnkit {
 namespace {

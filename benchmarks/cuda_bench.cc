@@ -22,8 +22,8 @@
 #include "backends/cuda/flash_backend.h"
 #include "benchmark/benchmark.h"
 #include "benchmarks/cuda_copy_kernel.h"
-#include "core/execute.h"
-#include "core/problem_data.h"
+#include "harness/execute.h"
+#include "harness/problem_data.h"
 
 namespace attnkit {
 namespace {

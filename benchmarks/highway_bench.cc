@@ -13,10 +13,10 @@
 
 #include "backends/highway/highway_backend.h"
 #include "benchmark/benchmark.h"
-#include "benchmarks/machine.h"
-#include "core/grad_data.h"
+#include "harness/machine.h"
+#include "harness/grad_data.h"
 #include "core/problem.h"
-#include "core/problem_data.h"
+#include "harness/problem_data.h"
 
 namespace attnkit {
 namespace {

@@ -1,7 +1,7 @@
-// The C API (capi/attnkit.h) over the registry, the built-in backends and
+// The C API (include/attnkit/attnkit.h) over the registry, the built-in backends and
 // `auto` selection. Every entry point catches what C++ could throw and turns
 // absl::Status into a code plus message.
-#include "capi/attnkit.h"
+#include "attnkit/attnkit.h"
 
 #include <algorithm>
 #include <cmath>
@@ -19,10 +19,10 @@
 #include "backends/auto_select.h"
 #include "backends/builtin.h"
 #include "capi/internal.h"
-#include "core/c_abi.h"
-#include "core/registry.h"
+#include "plugin/c_abi.h"
+#include "plugin/registry.h"
 #include "core/status_macros.h"
-#include "core/version.h"
+#include "platform/version.h"
 
 namespace {
 

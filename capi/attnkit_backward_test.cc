@@ -1,18 +1,18 @@
 // attnkit_backward through the C structs: the forward with return_lse by
 // attnkit_run, then the backward by name and by auto, each held to the fp64
-// reference gradients by the gradient oracle (core/compare_grad.h); and the
+// reference gradients by the gradient oracle (oracle/compare_grad.h); and the
 // errors a caller meets (dO missing, return_lse off, paged K/V, short
 // structs), each a status code with a message naming the cause.
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "capi/attnkit.h"
-#include "core/c_abi.h"
-#include "core/compare_grad.h"
-#include "core/grad_data.h"
-#include "core/problem_data.h"
-#include "core/reference_backward.h"
+#include "attnkit/attnkit.h"
+#include "plugin/c_abi.h"
+#include "oracle/compare_grad.h"
+#include "harness/grad_data.h"
+#include "harness/problem_data.h"
+#include "oracle/reference_backward.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

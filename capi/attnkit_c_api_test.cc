@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "capi/attnkit.h"
+#include "attnkit/attnkit.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -1,4 +1,4 @@
-// The C API's configs and jobs (capi/attnkit.h): text proto <-> JSON,
+// The C API's configs and jobs (include/attnkit/attnkit.h): text proto <-> JSON,
 // validation, check and compare, over the same library calls as the CLI.
 #include <algorithm>
 #include <cstdlib>
@@ -11,17 +11,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "benchmarks/check.h"
-#include "benchmarks/compare.h"
-#include "benchmarks/machine.h"
-#include "benchmarks/records.pb.h"
-#include "benchmarks/suite.h"
-#include "capi/attnkit.h"
+#include "harness/check.h"
+#include "harness/compare.h"
+#include "harness/machine.h"
+#include "harness/records.pb.h"
+#include "harness/suite.h"
+#include "attnkit/attnkit.h"
 #include "capi/internal.h"
-#include "core/config_io.h"
-#include "core/machine_info.h"
+#include "io/config_io.h"
+#include "platform/machine_info.h"
 #include "core/problem_config.h"
-#include "core/proto_json.h"
+#include "io/proto_json.h"
 #include "core/status_macros.h"
 #include "ops/cost.h"
 

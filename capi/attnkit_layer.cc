@@ -1,4 +1,4 @@
-// The C API's layer and KV cache (capi/attnkit.h) over
+// The C API's layer and KV cache (include/attnkit/attnkit.h) over
 // ops::MultiHeadAttention and ops::KVCache.
 #include <memory>
 #include <string>
@@ -8,9 +8,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
-#include "capi/attnkit.h"
+#include "attnkit/attnkit.h"
 #include "capi/internal.h"
-#include "core/proto_json.h"
+#include "io/proto_json.h"
 #include "core/status_macros.h"
 #include "ops/kv_cache.h"
 #include "ops/multi_head_attention.h"

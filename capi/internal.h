@@ -10,11 +10,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "capi/attnkit.h"
+#include "attnkit/attnkit.h"
 #include "core/backend.h"
-#include "core/c_abi.h"
-#include "core/plugin_sdk.h"
-#include "core/registry.h"
+#include "plugin/c_abi.h"
+#include "attnkit/plugin_sdk.h"
+#include "plugin/registry.h"
 
 struct attnkit_context {
   attnkit::BackendRegistry registry;

@@ -205,7 +205,7 @@ class Backend {
                        RunInfo* info = nullptr);
   // ForwardImpl alone, for a caller that has just made Forward's checks on
   // the same problem and tensors: the plugin boundary, whose host checks
-  // before it calls the plugin (core/backend_export.cc), so a call through
+  // before it calls the plugin (plugin/backend_export.cc), so a call through
   // the C table validates once, not twice.
   absl::Status ForwardChecked(const AttentionProblem& p, const AttentionArgs& args, RunInfo* info);
 

@@ -11,7 +11,7 @@
 
 #include "core/backend.h"
 #include "core/full_capabilities.h"
-#include "core/problem_data.h"
+#include "harness/problem_data.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -1,8 +1,12 @@
 #include "core/problem_config.h"
 
 #include <cmath>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 #include "absl/strings/str_format.h"
+#include "attnkit/plugin.h"
 #include "core/status_macros.h"
 
 namespace attnkit {
@@ -36,22 +40,123 @@ DTypeProto ToProto(DType t) {
   }
 }
 
+// Problem fields whose config form differs (enums, the mask message),
+// converted by hand below. Every other row of ATTNKIT_PROBLEM_FIELDS
+// (attnkit/plugin.h) is an AttentionConfig field of the same name, copied
+// through protobuf reflection; problem_config_test holds the two to that.
+constexpr absl::string_view kConvertedByHand[] = {
+    "dtype", "kv_dtype", "layout", "mask", "alignment", "window_left", "window_right"};
+
+bool ConvertedByHand(absl::string_view name) {
+  for (absl::string_view n : kConvertedByHand) {
+    if (n == name) return true;
+  }
+  return false;
+}
+
+using google::protobuf::FieldDescriptor;
+
+// The config field `name`; Internal when config.proto lacks a field the
+// problem's table names (a field added to one side only).
+absl::StatusOr<const FieldDescriptor*> ConfigField(absl::string_view name) {
+  const FieldDescriptor* f = AttentionConfig::descriptor()->FindFieldByName(std::string(name));
+  if (f == nullptr) {
+    return absl::InternalError(absl::StrFormat(
+        "core/config.proto has no field '%s', which the problem's field table names", name));
+  }
+  return f;
+}
+
+// Config -> problem, one field by reflection, by the config field's type.
+template <typename T>
+absl::Status FromConfigField(const AttentionConfig& c, absl::string_view name, T* out) {
+  if (ConvertedByHand(name)) return absl::OkStatus();
+  ATTNKIT_ASSIGN_OR_RETURN(const FieldDescriptor* f, ConfigField(name));
+  const google::protobuf::Reflection* r = c.GetReflection();
+  if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+    const int n = f->is_repeated() ? r->FieldSize(c, f) : 0;
+    out->clear();
+    for (int i = 0; i < n; ++i) out->push_back(r->GetRepeatedInt64(c, f, i));
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    *out = r->GetString(c, f);
+  } else if constexpr (std::is_arithmetic_v<T>) {
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_INT32:
+        *out = static_cast<T>(r->GetInt32(c, f));
+        break;
+      case FieldDescriptor::CPPTYPE_INT64:
+        *out = static_cast<T>(r->GetInt64(c, f));
+        break;
+      case FieldDescriptor::CPPTYPE_UINT64:
+        *out = static_cast<T>(r->GetUInt64(c, f));
+        break;
+      case FieldDescriptor::CPPTYPE_FLOAT:
+        *out = static_cast<T>(r->GetFloat(c, f));
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        *out = static_cast<T>(r->GetBool(c, f));
+        break;
+      default:
+        return absl::InternalError(
+            absl::StrFormat("config field '%s' has a type the problem table cannot copy", name));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Problem -> config, one field by reflection (the reverse of the above).
+template <typename T>
+absl::Status ToConfigField(const T& value, absl::string_view name, AttentionConfig* c) {
+  if (ConvertedByHand(name)) return absl::OkStatus();
+  ATTNKIT_ASSIGN_OR_RETURN(const FieldDescriptor* f, ConfigField(name));
+  const google::protobuf::Reflection* r = c->GetReflection();
+  if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+    r->ClearField(c, f);
+    for (int64_t v : value) r->AddInt64(c, f, v);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    r->SetString(c, f, value);
+  } else if constexpr (std::is_arithmetic_v<T>) {
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_INT32:
+        r->SetInt32(c, f, static_cast<int32_t>(value));
+        break;
+      case FieldDescriptor::CPPTYPE_INT64:
+        r->SetInt64(c, f, static_cast<int64_t>(value));
+        break;
+      case FieldDescriptor::CPPTYPE_UINT64:
+        r->SetUInt64(c, f, static_cast<uint64_t>(value));
+        break;
+      case FieldDescriptor::CPPTYPE_FLOAT:
+        r->SetFloat(c, f, static_cast<float>(value));
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        r->SetBool(c, f, value != T{});
+        break;
+      default:
+        return absl::InternalError(
+            absl::StrFormat("config field '%s' has a type the problem table cannot copy", name));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<AttentionProblem> ProblemFromConfig(const AttentionConfig& c) {
   AttentionProblem p;
-  p.name = c.name();
-  p.batch = c.batch() == 0 ? 1 : c.batch();
-  p.num_heads = c.num_heads();
-  p.num_kv_heads = c.num_kv_heads() == 0 ? c.num_heads() : c.num_kv_heads();
-  p.head_dim = c.head_dim();
+  // Every field of the same name, by reflection; enums (skipped there) and
+  // the defaults an unset (0) field stands for, below.
+#define ATTNKIT_FROM_CONFIG(kind, name) ATTNKIT_RETURN_IF_ERROR(FromConfigField(c, #name, &p.name));
+  ATTNKIT_PROBLEM_FIELDS(ATTNKIT_FROM_CONFIG)
+#undef ATTNKIT_FROM_CONFIG
+  if (p.batch == 0) p.batch = 1;
+  if (p.num_kv_heads == 0) p.num_kv_heads = p.num_heads;
   // Ranges first: the default model_dim multiplies them (found by
   // //tests/fuzz:config_fuzz_test: head_dim near 2^63 overflowed here).
   ATTNKIT_RETURN_IF_ERROR(RequireRange("num_heads", c.num_heads(), 1, kProblemMaxHeads));
   ATTNKIT_RETURN_IF_ERROR(RequireRange("head_dim", c.head_dim(), 1, kProblemMaxHeadDim));
-  p.model_dim = c.model_dim() == 0 ? c.num_heads() * c.head_dim() : c.model_dim();
-  p.q_len = c.q_len();
-  p.kv_len = c.kv_len() == 0 ? c.q_len() : c.kv_len();
+  if (p.model_dim == 0) p.model_dim = c.num_heads() * c.head_dim();
+  if (p.kv_len == 0) p.kv_len = p.q_len;
   p.dtype = FromProto(c.dtype(), DType::kF32);
   p.kv_dtype = FromProto(c.kv_dtype(), p.dtype);
   p.layout = c.layout() == BTHD ? Layout::kBTHD : Layout::kBHTD;
@@ -78,28 +183,16 @@ absl::StatusOr<AttentionProblem> ProblemFromConfig(const AttentionConfig& c) {
   } else {
     p.alignment = c.alignment() == TOP_LEFT ? Alignment::kTopLeft : Alignment::kBottomRight;
   }
-  p.scale = c.has_scale() ? c.scale() : static_cast<float>(1.0 / std::sqrt(double(p.head_dim)));
-  p.softcap = c.softcap();
-  p.kv_lengths.assign(c.kv_lengths().begin(), c.kv_lengths().end());
-  p.blocked_mask = c.blocked_mask();
-  p.additive_bias = c.additive_bias();
-  p.backward = c.backward();
-  p.return_lse = c.return_lse() || p.backward;  // the backward pass reads the lse
-  p.backend = c.backend().empty() ? "auto" : c.backend();
-  p.seed = c.seed();
-  p.poison_blocked = c.poison_blocked();
-  p.nonfinite_inputs = c.nonfinite_inputs();
-  if (c.memory_budget_bytes() != 0) p.memory_budget_bytes = c.memory_budget_bytes();
-  p.page_size = c.page_size();
-  p.q_lengths.assign(c.q_lengths().begin(), c.q_lengths().end());
+  if (!c.has_scale()) p.scale = static_cast<float>(1.0 / std::sqrt(double(p.head_dim)));
+  p.return_lse = p.return_lse || p.backward;  // the backward pass reads the lse
+  if (p.backend.empty()) p.backend = "auto";
+  if (p.memory_budget_bytes == 0) p.memory_budget_bytes = kDefaultMemoryBudgetBytes;
   if (p.page_size > 0) {
     // Ranges first: the default multiplies them.
     ATTNKIT_RETURN_IF_ERROR(RequireRange("page_size", p.page_size, kMinPageSize, kMaxPageSize));
     ATTNKIT_RETURN_IF_ERROR(RequireRange("batch", p.batch, 1, int64_t{1} << 31));
     ATTNKIT_RETURN_IF_ERROR(RequireRange("kv_len", p.kv_len, 1, int64_t{1} << 31));
-    p.num_pages = c.num_pages() != 0 ? c.num_pages() : p.batch * p.max_pages();
-  } else {
-    p.num_pages = c.num_pages();
+    if (p.num_pages == 0) p.num_pages = p.batch * p.max_pages();
   }
   ATTNKIT_RETURN_IF_ERROR(ValidateProblem(p));
   return p;
@@ -107,14 +200,11 @@ absl::StatusOr<AttentionProblem> ProblemFromConfig(const AttentionConfig& c) {
 
 AttentionConfig ConfigFromProblem(const AttentionProblem& p) {
   AttentionConfig c;
-  c.set_name(p.name);
-  c.set_batch(p.batch);
-  c.set_num_heads(p.num_heads);
-  c.set_num_kv_heads(p.num_kv_heads);
-  c.set_head_dim(p.head_dim);
-  c.set_model_dim(p.model_dim);
-  c.set_q_len(p.q_len);
-  c.set_kv_len(p.kv_len);
+#define ATTNKIT_TO_CONFIG(kind, name) ToConfigField(p.name, #name, &c).IgnoreError();
+  // A failure here is a field the table and config.proto disagree on,
+  // which problem_config_test catches; the field is then left unset.
+  ATTNKIT_PROBLEM_FIELDS(ATTNKIT_TO_CONFIG)
+#undef ATTNKIT_TO_CONFIG
   c.set_dtype(ToProto(p.dtype));
   c.set_kv_dtype(ToProto(p.kv_dtype));
   c.set_layout(p.layout == Layout::kBTHD ? BTHD : BHTD);
@@ -126,23 +216,7 @@ AttentionConfig ConfigFromProblem(const AttentionProblem& p) {
     c.mutable_mask()->set_window_right(p.window_right);
   }
   c.set_alignment(p.alignment == Alignment::kTopLeft ? TOP_LEFT : BOTTOM_RIGHT);
-  c.set_scale(p.scale);
-  c.set_softcap(p.softcap);
-  for (int64_t l : p.kv_lengths) c.add_kv_lengths(l);
-  c.set_blocked_mask(p.blocked_mask);
-  c.set_additive_bias(p.additive_bias);
-  c.set_return_lse(p.return_lse);
-  c.set_backward(p.backward);
-  c.set_backend(p.backend);
-  c.set_seed(p.seed);
-  c.set_poison_blocked(p.poison_blocked);
-  c.set_nonfinite_inputs(static_cast<int32_t>(p.nonfinite_inputs));
-  if (p.memory_budget_bytes != kDefaultMemoryBudgetBytes) {
-    c.set_memory_budget_bytes(p.memory_budget_bytes);
-  }
-  c.set_page_size(p.page_size);
-  c.set_num_pages(p.num_pages);
-  for (int64_t l : p.q_lengths) c.add_q_lengths(l);
+  if (p.memory_budget_bytes == kDefaultMemoryBudgetBytes) c.clear_memory_budget_bytes();
   return c;
 }
 

@@ -1,6 +1,6 @@
 #include "core/problem.h"
 
-#include "core/config_io.h"
+#include "io/config_io.h"
 #include "core/problem_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/problem_data.h"
+#include "harness/problem_data.h"
 #include "gtest/gtest.h"
 
 namespace attnkit {

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "capi/attnkit.h"
+#include "attnkit/attnkit.h"
 
 enum { B = 1, H = 8, G = 2, T = 64, D = 64 };
 

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/problem.h"
-#include "core/reference.h"
+#include "oracle/reference.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -8,9 +8,9 @@
 #include "absl/strings/str_join.h"
 #include "backends/auto_select.h"
 #include "backends/builtin.h"
-#include "core/npy.h"
+#include "io/npy.h"
 #include "core/problem_config.h"
-#include "core/problem_data.h"
+#include "harness/problem_data.h"
 #include "core/status_macros.h"
 
 namespace attnkit {

@@ -24,7 +24,7 @@
 #include "core/config.pb.h"
 #include "core/problem.h"
 #include "core/problem_config.h"
-#include "core/registry.h"
+#include "plugin/registry.h"
 #include "core/tensor.h"
 #include "ops/attention_runner.h"
 #include "ops/kv_cache.h"

@@ -10,8 +10,8 @@
 
 #include "backends/auto_select.h"
 #include "backends/builtin.h"
-#include "core/machine_info.h"
-#include "core/npy.h"
+#include "platform/machine_info.h"
+#include "io/npy.h"
 #include "core/problem_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

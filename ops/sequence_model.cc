@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/problem_data.h"
+#include "harness/problem_data.h"
 #include "core/status_macros.h"
 #include "ops/rms_norm.h"
 

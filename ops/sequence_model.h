@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/registry.h"
+#include "plugin/registry.h"
 #include "ops/parameter.h"
 #include "ops/train_task.h"
 #include "ops/transformer_block.h"

@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/config.pb.h"
-#include "core/registry.h"
+#include "plugin/registry.h"
 #include "core/tensor.h"
 #include "ops/multi_head_attention.h"
 #include "ops/parameter.h"

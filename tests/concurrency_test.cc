@@ -8,9 +8,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "backends/builtin.h"
-#include "core/execute.h"
-#include "core/problem_data.h"
-#include "core/registry.h"
+#include "harness/execute.h"
+#include "harness/problem_data.h"
+#include "plugin/registry.h"
 #include "gtest/gtest.h"
 #include "tests/backend_test_env.h"
 

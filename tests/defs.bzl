@@ -22,8 +22,8 @@ def backend_test(name, srcs, deps = [], size = "medium", **kwargs):
         deps = deps + [
             "//tests:backend_test_env",
             "//backends:builtin",
-            "//core:problem_data",
-            "//core:reference",
+            "//harness:problem_data",
+            "//oracle:reference",
             "@sys//:gtest",
         ],
         **kwargs

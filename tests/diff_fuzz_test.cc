@@ -14,10 +14,10 @@
 
 #include "backends/builtin.h"
 #include "backends/reference/reference_backend.h"
-#include "core/config_io.h"
+#include "io/config_io.h"
 #include "core/problem_config.h"
-#include "core/problem_data.h"
-#include "core/reference.h"
+#include "harness/problem_data.h"
+#include "oracle/reference.h"
 #include "gtest/gtest.h"
 #include "tools/diff_fuzz/grad_fuzz.h"
 #include "tools/diff_fuzz/random_config.h"
@@ -103,7 +103,7 @@ TEST(DiffFuzzTest, EarlierFindingsStayFixed) {
            poison_blocked: true
            dtype: BF16
            kv_dtype: BF16)pb",
-      // The NaN/Inf rule (core/reference.h) on every path at once: NaN/Inf
+      // The NaN/Inf rule (oracle/reference.h) on every path at once: NaN/Inf
       // in read and unread elements of Q, K, V and the bias, a dense mask,
       // softcap, padding, GQA, a window and split-K decode lengths.
       R"pb(num_heads: 8

@@ -2,7 +2,7 @@
 // takes them), and each kind of damage that makes glibc's loader fault is
 // refused with the field named. The damaged files are a real library with
 // one field changed.
-#include "core/elf_image.h"
+#include "plugin/elf_image.h"
 
 #include <elf.h>
 
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/plugin_file.h"
+#include "plugin/plugin_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

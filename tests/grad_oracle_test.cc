@@ -1,4 +1,4 @@
-// The gradient oracle (core/compare_grad.h) proven by planted bugs, as
+// The gradient oracle (oracle/compare_grad.h) proven by planted bugs, as
 // tests/oracle_test.cc proves the forward's. Each mutant is the fp64
 // backward written out again with one bug planted in one formula term; on
 // this grid every mutant moves some gradient element far beyond its proven
@@ -21,12 +21,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "backends/builtin.h"
-#include "core/compare_grad.h"
-#include "core/execute.h"
-#include "core/grad_data.h"
-#include "core/problem_data.h"
-#include "core/reference_backward.h"
-#include "core/reference_f64.h"
+#include "oracle/compare_grad.h"
+#include "harness/execute.h"
+#include "harness/grad_data.h"
+#include "harness/problem_data.h"
+#include "oracle/reference_backward.h"
+#include "oracle/reference_f64.h"
 #include "gtest/gtest.h"
 #include "tests/oracle_grid.h"
 

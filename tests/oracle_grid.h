@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/problem.h"
-#include "core/problem_data.h"
+#include "harness/problem_data.h"
 
 namespace attnkit {
 

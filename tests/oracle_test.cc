@@ -1,5 +1,5 @@
 // The oracle proven by planted bugs. Each mutant is the fp64 reference with
-// one bug planted; the oracle (core/compare.h) must report every mutant as
+// one bug planted; the oracle (oracle/compare.h) must report every mutant as
 // wrong on every dtype combination (Q/O x K/V in f32, f16, bf16), head dim
 // {16, 64, 128, 256} and key count {17, 257, 4096}, while every real backend
 // passes the same grid. The test prints the catch matrix.
@@ -20,10 +20,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "backends/builtin.h"
-#include "core/compare.h"
-#include "core/execute.h"
-#include "core/problem_data.h"
-#include "core/reference.h"
+#include "oracle/compare.h"
+#include "harness/execute.h"
+#include "harness/problem_data.h"
+#include "oracle/reference.h"
 #include "gtest/gtest.h"
 #include "tests/oracle_grid.h"
 

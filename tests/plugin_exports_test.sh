@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Each plugin exports exactly its entry point, and libattnkit.so exactly its
 # C API functions: nothing of core/, Abseil or the C++ standard library leaks
-# out to interpose on a host's copies (core/plugin.bzl, capi/exports.lds).
+# out to interpose on a host's copies (plugin/plugin.bzl, capi/exports.lds).
 # Arguments: plugin .so files, then --capi and libattnkit.so.
 set -euo pipefail
 status=0

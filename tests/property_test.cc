@@ -5,11 +5,11 @@
 #include <vector>
 
 #include "backends/builtin.h"
-#include "core/compare.h"
-#include "core/execute.h"
-#include "core/poison_blocked.h"
-#include "core/problem_data.h"
-#include "core/reference.h"
+#include "oracle/compare.h"
+#include "harness/execute.h"
+#include "harness/poison_blocked.h"
+#include "harness/problem_data.h"
+#include "oracle/reference.h"
 #include "gtest/gtest.h"
 #include "tests/backend_test_env.h"
 #include "tests/highway_target_backends.h"
@@ -279,7 +279,7 @@ TEST_P(PropertyTest, FullyBlockedRowsGiveZeros) {
 
 // A NaN or Inf in what a row reads (its q row, the k or v row of a key it
 // sees, the bias of a pair it sees) makes that row's output and LSE NaN; no
-// other row changes, and a bias of -inf blocks its pair (core/reference.h).
+// other row changes, and a bias of -inf blocks its pair (oracle/reference.h).
 // Each case places a few NaN/+-Inf values at random elements of Q, K, V and
 // the bias and compares every row with the reference through the oracle,
 // which requires NaN exactly where the reference gives NaN. The cases cover

@@ -1,17 +1,17 @@
 // The registry: built-ins, plugin loading and its failures, name lookup and
 // `auto` selection.
-#include "core/registry.h"
+#include "plugin/registry.h"
 
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "backends/reference/reference_backend.h"
-#include "core/attnkit_plugin.h"
-#include "core/compare.h"
-#include "core/execute.h"
-#include "core/problem_data.h"
-#include "core/reference.h"
+#include "attnkit/plugin.h"
+#include "oracle/compare.h"
+#include "harness/execute.h"
+#include "harness/problem_data.h"
+#include "oracle/reference.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

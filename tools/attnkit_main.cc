@@ -22,7 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "backends/builtin.h"
-#include "core/version.h"
+#include "platform/version.h"
 #include "tools/cli/command_table.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/ring_command.h"

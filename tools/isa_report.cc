@@ -11,9 +11,9 @@
 
 #include "absl/status/statusor.h"
 #include "backends/highway/sdpa.h"
-#include "benchmarks/machine_kernels.h"
-#include "core/hwy_target_cap.h"
-#include "core/machine_info.h"
+#include "harness/machine_kernels.h"
+#include "platform/hwy_target_cap.h"
+#include "platform/machine_info.h"
 #include "hwy/targets.h"
 
 namespace {

@@ -23,7 +23,7 @@ others=(//tools:attnkit //benchmarks:cuda_bench //backends/cuda:libattnkit_cuda.
   //backends/reference:libattnkit_reference_plugin.so //capi:libattnkit.so)
 # Linked as Bazel links the tests (our libraries as shared objects, copied
 # below with Debian's). The plugins cross the C ABI and keep their own copy
-# of core/ local (core/plugin.bzl), so nothing relies on interposition.
+# of core/ local (plugin/plugin.bzl), so nothing relies on interposition.
 flags=(-c opt --config=cuda --jobs="${ATTNKIT_JOBS:-2}")
 bazel build "${flags[@]}" "${tests[@]}" "${others[@]}"
 bin=$(bazel info "${flags[@]}" bazel-bin 2> /dev/null)

@@ -98,7 +98,7 @@ Operand QueryRows(const BlockContext& ctx, const BlockCoords& c, float* scratch)
 // row cannot see get probability 0: outside the structured mask, blocked by
 // the dense mask, or with a bias of -inf. A raw score of a visible pair that
 // is NaN or Inf (a NaN or Inf in Q or K), or a NaN or +inf bias, sets
-// *row_bad (core/reference.h: the row's output becomes NaN).
+// *row_bad (oracle/reference.h: the row's output becomes NaN).
 void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, int64_t kv_length,
                      int64_t k0, int64_t kn, float* s, float* o, float* row_max, float* row_sum,
                      float* row_bad) {

@@ -1,5 +1,5 @@
 // The blas backend's backward pass (backward.h) against the fp64 reference
-// (core/reference_backward.h, bound of core/compare_grad.h) over MHA, GQA,
+// (oracle/reference_backward.h, bound of oracle/compare_grad.h) over MHA, GQA,
 // MQA, every mask and alignment, padding (kv_lengths 0 included), a dense
 // mask with a fully blocked row, bias with dBias, softcap, both layouts,
 // f32/bf16/f16, odd sizes; the fused, partitioned (fewer (b, g) pairs than
@@ -16,11 +16,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/blas/blas_backend.h"
-#include "core/compare_grad.h"
-#include "core/grad_data.h"
-#include "core/poison_blocked.h"
-#include "core/problem_data.h"
-#include "core/reference_backward.h"
+#include "oracle/compare_grad.h"
+#include "harness/grad_data.h"
+#include "harness/poison_blocked.h"
+#include "harness/problem_data.h"
+#include "oracle/reference_backward.h"
 #include "gtest/gtest.h"
 
 namespace attnkit {
@@ -239,7 +239,7 @@ INSTANTIATE_TEST_SUITE_P(
       return absl::StrCat(std::get<0>(info.param).name, "_", ModeName(std::get<1>(info.param)));
     });
 
-// Inputs nothing reads hold NaN or Inf (core/poison_blocked.h) and must not
+// Inputs nothing reads hold NaN or Inf (harness/poison_blocked.h) and must not
 // leak into any gradient: Q rows that see no key beside rows that do (the
 // first bottom-right causal rows when Tq > kv_length, a row the dense mask
 // blocks entirely), K/V rows inside a block's key range that the dense mask

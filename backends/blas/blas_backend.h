@@ -23,7 +23,7 @@
 #include "core/backend.h"
 #include "core/ragged.h"
 #include "core/tensor.h"
-#include "core/thread_pool.h"
+#include "platform/thread_pool.h"
 
 namespace attnkit {
 

@@ -3,7 +3,7 @@
 // mask, bias, softcap, LSE, dtypes, layouts, and the backend's own modes
 // (small key chunks for the online softmax, OpenBLAS threading, per-head,
 // thin diagonal panels); then paged, int8 and ragged K/V against the fp64
-// oracle (core/compare.h), and paged == dense bit for bit.
+// oracle (oracle/compare.h), and paged == dense bit for bit.
 #include "backends/blas/blas_backend.h"
 
 #include <cblas.h>
@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/compare.h"
+#include "oracle/compare.h"
 #include "core/kv_rows.h"
-#include "core/problem_data.h"
+#include "harness/problem_data.h"
 #include "core/ragged.h"
-#include "core/reference.h"
+#include "oracle/reference.h"
 #include "gtest/gtest.h"
 
 namespace attnkit {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "backends/blas/blas_backend.h"
-#include "core/problem_data.h"
-#include "core/reference.h"
+#include "harness/problem_data.h"
+#include "oracle/reference.h"
 #include "gtest/gtest.h"
 
 namespace attnkit {

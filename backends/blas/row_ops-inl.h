@@ -12,8 +12,8 @@
 #include <limits>
 
 #include "core/dtype.h"
-#include "core/exp_nonpositive-inl.h"
-#include "core/widen-inl.h"
+#include "platform/exp_nonpositive-inl.h"
+#include "platform/widen-inl.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 

@@ -31,6 +31,7 @@ NVCC_FLAGS = [
     "-gencode arch=compute_90,code=compute_90",
     "-Werror all-warnings",
     "-I.",
+    "-Iinclude",
 ]
 
 def cuda_object(name, src, hdrs = []):

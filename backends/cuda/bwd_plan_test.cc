@@ -15,13 +15,13 @@
 
 #include "backends/cuda/bwd_params.h"
 #include "backends/cuda/bwd_test_cases.h"
-#include "core/compare_grad.h"
+#include "oracle/compare_grad.h"
 #include "core/dtype.h"
-#include "core/grad_data.h"
+#include "harness/grad_data.h"
 #include "core/mask.h"
-#include "core/problem_data.h"
-#include "core/reference.h"
-#include "core/reference_backward.h"
+#include "harness/problem_data.h"
+#include "oracle/reference.h"
+#include "oracle/reference_backward.h"
 #include "gtest/gtest.h"
 
 namespace attnkit {

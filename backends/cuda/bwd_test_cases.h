@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/grad_data.h"
+#include "harness/grad_data.h"
 #include "core/problem.h"
-#include "core/problem_data.h"
+#include "harness/problem_data.h"
 #include "gtest/gtest.h"
 
 namespace attnkit {

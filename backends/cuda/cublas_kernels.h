@@ -37,7 +37,7 @@ struct SoftmaxParams {
 // for keys below the sequence's kv_length (the GEMMs stop there; the row
 // stride of scores and probs stays kv_len). A row with no visible key gets
 // zeros and lse = -inf. A bias of -inf blocks its pair. A row that reads a
-// NaN or Inf (core/reference.h: a non-finite raw score or a NaN/+inf bias of
+// NaN or Inf (oracle/reference.h: a non-finite raw score or a NaN/+inf bias of
 // a visible pair, or a visible key whose v_bad flag is set) gets NaN
 // probabilities (so its output is NaN) and lse = NaN.
 

@@ -4,12 +4,12 @@
 // without a GPU or driver; Available() then says why they cannot run.
 #include "backends/cuda/cublas_backend.h"
 #include "backends/cuda/flash_backend.h"
-#include "core/backend_export.h"
-#include "core/plugin_sdk.h"
+#include "plugin/backend_export.h"
+#include "attnkit/plugin_sdk.h"
 
 namespace {
 
-std::unique_ptr<attnkit_sdk::Backend> Create(uint32_t index) {
+std::unique_ptr<attnkit_sdk::PluginBackend> Create(uint32_t index) {
   switch (index) {
     case 0:
       return attnkit::ExportBackend(attnkit::cuda::MakeFlashBackend());

@@ -22,7 +22,7 @@
 // shares them by shuffle; int8 values are multiplied by their row's scale
 // as they are loaded.
 //
-// NaN and Inf (core/reference.h): a row whose visible pair has a non-finite
+// NaN and Inf (oracle/reference.h): a row whose visible pair has a non-finite
 // scaled score (a NaN int8 scale of the K row included), a NaN or +inf bias,
 // or whose visible key has a NaN/Inf in its V row (or a NaN V scale) gives
 // NaN (o and lse); such a V row is never multiplied, so the rows that do not

@@ -15,7 +15,7 @@
 // table), once per key of a tile; int8 rows are multiplied by their scales
 // as they are staged (int8 K/V computes in f32: ComputeKindFor).
 //
-// NaN and Inf in inputs (core/reference.h): a row whose visible pair has a
+// NaN and Inf in inputs (oracle/reference.h): a row whose visible pair has a
 // non-finite raw score (a NaN/Inf in its Q row or that K row, or a NaN int8
 // scale of that K row), a NaN or +inf bias, or a V row holding a NaN/Inf (or
 // with a NaN scale) gives NaN (o and lse); a -inf bias blocks the pair. V

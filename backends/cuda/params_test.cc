@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/kv_rows.h"
-#include "core/problem_data.h"
+#include "harness/problem_data.h"
 #include "gtest/gtest.h"
 
 namespace attnkit {

@@ -28,7 +28,7 @@
 #include "backends/highway/workspace.h"
 #include "core/mask.h"
 #include "core/status_macros.h"
-#include "core/thread_pool.h"
+#include "platform/thread_pool.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -239,7 +239,7 @@ inline void LoadKeyBlock(const TensorView& v, int64_t b, int64_t g, int64_t k0, 
 // Keys of the block [k0, k0 + nk) that no query of any head of kv head g
 // sees (outside every row's structured range, or dense-blocked for every
 // row): the forward never reads their K and V rows, which may hold anything
-// (NaN included; core/poison_blocked.h draws such inputs), so their f32
+// (NaN included; harness/poison_blocked.h draws such inputs), so their f32
 // copies (rows and transposed columns) are zeroed here: 0 * NaN must not
 // reach dQ = dX K or dP = dO V^T.
 inline void ZeroUnseenKeys(const FlashParams& p, int64_t b, int64_t g, int64_t k0, int64_t nk,

@@ -14,7 +14,7 @@
 #include "backends/highway/workspace.h"
 #include "core/backend.h"
 #include "core/tensor.h"
-#include "core/thread_pool.h"
+#include "platform/thread_pool.h"
 
 namespace attnkit {
 

@@ -24,7 +24,7 @@
 #include <limits>
 
 #include "backends/highway/microkernels-inl.h"
-#include "core/exp_nonpositive-inl.h"
+#include "platform/exp_nonpositive-inl.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 

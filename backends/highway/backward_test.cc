@@ -1,4 +1,4 @@
-// The Highway backward pass against the fp64 reference (core/compare_grad.h)
+// The Highway backward pass against the fp64 reference (oracle/compare_grad.h)
 // under every compiled Highway target this CPU supports, on a grid of masks,
 // padding, per-pair inputs, group sizes, layouts, dtypes and odd sizes; and
 // its determinism (two calls, and 1 vs 2 threads).
@@ -9,10 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/highway/highway_backend.h"
-#include "core/compare_grad.h"
-#include "core/grad_data.h"
-#include "core/problem_data.h"
-#include "core/reference_backward.h"
+#include "oracle/compare_grad.h"
+#include "harness/grad_data.h"
+#include "harness/problem_data.h"
+#include "oracle/reference_backward.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
-#include "core/reference.h"
+#include "oracle/reference.h"
 #include "core/status_macros.h"
 
 namespace attnkit {

@@ -12,7 +12,7 @@
 #include "core/full_capabilities.h"
 #include "core/ragged.h"
 #include "core/status_macros.h"
-#include "core/thread_pool.h"
+#include "platform/thread_pool.h"
 #include "hwy/targets.h"
 
 namespace attnkit {
@@ -33,7 +33,7 @@ class HighwayBackend : public Backend {
       : name_(options.name), pool_(std::make_unique<ThreadPool>(ThreadsFromOptions(options))) {
     // An explicit target is called through the dispatch table directly.
     // $ATTNKIT_HWY_TARGET already caps dynamic dispatch for the whole process
-    // (core/hwy_target_cap.h), which then picks exactly that target; here it
+    // (platform/hwy_target_cap.h), which then picks exactly that target; here it
     // only has to exist on this CPU, or the backend says why not.
     const char* env = std::getenv("ATTNKIT_HWY_TARGET");
     const bool from_env = options.target.empty() && env != nullptr && *env != '\0';

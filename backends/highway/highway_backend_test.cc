@@ -5,9 +5,9 @@
 #include <cstring>
 
 #include "backends/highway/flash_test_util.h"
-#include "core/compare.h"
-#include "core/problem_data.h"
-#include "core/reference.h"
+#include "oracle/compare.h"
+#include "harness/problem_data.h"
+#include "oracle/reference.h"
 #include "gtest/gtest.h"
 
 namespace attnkit {

@@ -28,8 +28,8 @@
 #include <type_traits>
 
 #include "core/dtype.h"
-#include "core/exp_nonpositive-inl.h"
-#include "core/widen-inl.h"
+#include "platform/exp_nonpositive-inl.h"
+#include "platform/widen-inl.h"
 #include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
@@ -491,7 +491,7 @@ HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t ke
 
 // bad[r] = 1 where a raw score S[j, r] of a visible pair is NaN or +-Inf: a
 // NaN or Inf in that query row or key row (every backend then gives the row
-// NaN; see core/reference.h). Rows hold no other flag values.
+// NaN; see oracle/reference.h). Rows hold no other flag values.
 HWY_INLINE VF FlagIfNonFinite(DF df, VF flags, VF score) {
   return hn::IfThenElse(hn::IsFinite(score), flags, hn::Set(df, 1.0f));
 }

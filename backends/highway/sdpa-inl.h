@@ -26,7 +26,7 @@
 #include "backends/highway/workspace.h"
 #include "core/mask.h"
 #include "core/status_macros.h"
-#include "core/thread_pool.h"
+#include "platform/thread_pool.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
@@ -489,7 +489,7 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
 // Runs one item, reading K and V as T: f32 scratch tiles, or (t.direct) the
 // storage of type T itself. Passes each normalised row and its lse to
 // store_row(r, row, lse). Fully blocked rows give 0 and -inf; rows that read a
-// NaN or Inf give NaN and NaN (core/reference.h).
+// NaN or Inf give NaN and NaN (oracle/reference.h).
 template <typename T, class StoreRow>
 void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scratch,
                const StoreRow& store_row) {

@@ -28,7 +28,7 @@ HWY_AFTER_NAMESPACE();
 
 #include "absl/strings/str_join.h"
 #include "backends/highway/sdpa.h"
-#include "core/hwy_target_cap.h"
+#include "platform/hwy_target_cap.h"
 
 namespace attnkit {
 

@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "backends/highway/flash_params.h"
 #include "backends/highway/workspace.h"
-#include "core/thread_pool.h"
+#include "platform/thread_pool.h"
 
 namespace attnkit {
 

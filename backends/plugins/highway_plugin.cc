@@ -1,12 +1,12 @@
 // libattnkit_highway.so: the Highway SIMD CPU backend ("highway") as a plugin behind the C
 // ABI, for binaries that load their backends instead of linking them.
 #include "backends/highway/highway_backend.h"
-#include "core/backend_export.h"
-#include "core/plugin_sdk.h"
+#include "plugin/backend_export.h"
+#include "attnkit/plugin_sdk.h"
 
 namespace {
 
-std::unique_ptr<attnkit_sdk::Backend> Create(uint32_t index) {
+std::unique_ptr<attnkit_sdk::PluginBackend> Create(uint32_t index) {
   if (index != 0) return nullptr;
   return attnkit::ExportBackend(attnkit::MakeHighwayBackend());
 }

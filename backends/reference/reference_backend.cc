@@ -5,8 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/full_capabilities.h"
 #include "core/ragged.h"
-#include "core/reference.h"
-#include "core/reference_backward.h"
+#include "oracle/reference.h"
+#include "oracle/reference_backward.h"
 #include "core/status_macros.h"
 
 namespace attnkit {
@@ -64,7 +64,7 @@ class ReferenceBackend : public Backend {
     return absl::OkStatus();
   }
 
-  // The fp64 closed form (core/reference_backward.h), each gradient rounded
+  // The fp64 closed form (oracle/reference_backward.h), each gradient rounded
   // once into its tensor's dtype at the view's offsets (any layout).
   absl::Status BackwardImpl(const AttentionProblem& p, const AttentionArgs& a, const GradArgs& g,
                             RunInfo* info) override {

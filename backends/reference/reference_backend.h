@@ -1,6 +1,6 @@
-// The "reference" backend: core/reference.h's fp64 row function behind the
+// The "reference" backend: oracle/reference.h's fp64 row function behind the
 // Backend interface. Slow by design; it supports everything a config can say.
-// Its Backward is core/reference_backward.h's fp64 closed form, each gradient
+// Its Backward is oracle/reference_backward.h's fp64 closed form, each gradient
 // rounded once into its dtype: dense float K/V (no paged, int8 or ragged
 // backward), every mask, padding, dense mask, bias with dBias and softcap.
 #ifndef ATTNKIT_BACKENDS_REFERENCE_REFERENCE_BACKEND_H_

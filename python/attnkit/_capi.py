@@ -1,9 +1,10 @@
-"""ctypes bindings to libattnkit.so (capi/attnkit.h, core/attnkit_plugin.h).
+"""ctypes bindings to libattnkit.so (include/attnkit/attnkit.h and plugin.h).
 
-The structs mirror the C headers field for field; at import the library is
-asked for each struct's size (attnkit_struct_size), so a header change that
-is not mirrored here fails loudly instead of corrupting memory. Calls go
-through ctypes.CDLL, which releases the GIL for the duration of each call.
+The structs are not written here: at import the library describes each one
+(attnkit_struct_layout) and the ctypes structures are built from that, each
+field's offset checked, so a field added to a header reaches Python with no
+change to this file. Calls go through ctypes.CDLL, which releases the GIL
+for the duration of each call.
 """
 
 import ctypes
@@ -13,7 +14,7 @@ import threading
 
 _HERE = pathlib.Path(__file__).resolve().parent
 
-# Status codes (absl numbering) and enum values of core/attnkit_plugin.h.
+# Status codes (absl numbering) and enum values of include/attnkit/plugin.h.
 OK = 0
 INVALID_ARGUMENT = 3
 NOT_FOUND = 5
@@ -31,156 +32,80 @@ LAYOUT_BHTD, LAYOUT_BTHD = 0, 1
 
 _c_int32 = ctypes.c_int32
 _c_int64 = ctypes.c_int64
-_c_uint32 = ctypes.c_uint32
 # A `char**` the library fills with a string the caller frees
 # (attnkit_string_free); call_string() handles it.
 _out_str = ctypes.POINTER(ctypes.c_void_p)
 
 
-class Problem(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", _c_uint32),
-        ("dtype", _c_int32),
-        ("kv_dtype", _c_int32),
-        ("layout", _c_int32),
-        ("mask", _c_int32),
-        ("alignment", _c_int32),
-        ("batch", _c_int64),
-        ("num_heads", _c_int64),
-        ("num_kv_heads", _c_int64),
-        ("head_dim", _c_int64),
-        ("model_dim", _c_int64),
-        ("q_len", _c_int64),
-        ("kv_len", _c_int64),
-        ("window_left", _c_int64),
-        ("window_right", _c_int64),
-        ("scale", ctypes.c_float),
-        ("softcap", ctypes.c_float),
-        ("kv_lengths", ctypes.POINTER(_c_int64)),
-        ("num_kv_lengths", _c_int64),
-        ("blocked_mask", _c_int32),
-        ("additive_bias", _c_int32),
-        ("return_lse", _c_int32),
-        ("poison_blocked", _c_int32),
-        ("nonfinite_inputs", _c_int64),
-        ("memory_budget_bytes", _c_int64),
-        ("seed", ctypes.c_uint64),
-        ("name", ctypes.c_char_p),
-        ("backend", ctypes.c_char_p),
-        ("page_size", _c_int64),
-        ("num_pages", _c_int64),
-        ("q_lengths", ctypes.POINTER(_c_int64)),
-        ("num_q_lengths", _c_int64),
-        ("backward", _c_int32),  # since 0.26
-    ]
+# The C structs, built at import from the layouts the library exports
+# (attnkit_struct_layout: name, offset, size and type of every field, from
+# the field tables that declare the structs in attnkit/plugin.h and
+# attnkit/attnkit.h), so nothing here restates a header. Each is a
+# ctypes.Structure with the C field names; _load() fills these in.
+Problem = Tensor = Args = Caps = BackendInfo = RunResult = Grads = None
 
-
-class Tensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("dtype", _c_int32),
-        ("rank", _c_int32),
-        ("shape", _c_int64 * 4),
-        ("strides", _c_int64 * 4),
-    ]
-
-
-class Args(ctypes.Structure):
-    _fields_ = [("struct_size", _c_uint32)] + [
-        (name, Tensor)
-        for name in (
-            "q",
-            "k",
-            "v",
-            "o",
-            "lse",
-            "kv_lengths",
-            "blocked_mask",
-            "bias",
-            "k_scale",
-            "v_scale",
-            "block_table",
-            "cu_seqlens_q",
-            "cu_seqlens_k",
-        )
-    ]
-
-
-class Caps(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", _c_uint32),
-        ("dtypes", _c_uint32),
-        ("kv_dtypes", _c_uint32),
-        ("masks", _c_uint32),
-        ("alignments", _c_uint32),
-        ("layouts", _c_uint32),
-        ("min_head_dim", _c_int64),
-        ("max_head_dim", _c_int64),
-        ("head_dims", ctypes.POINTER(_c_int64)),
-        ("num_head_dims", _c_int64),
-        ("max_group_size", _c_int64),
-        ("lse", _c_int32),
-        ("kv_lengths", _c_int32),
-        ("blocked_mask", _c_int32),
-        ("additive_bias", _c_int32),
-        ("softcap", _c_int32),
-        ("deterministic", _c_int32),
-        ("paged_kv", _c_int32),
-        ("ragged", _c_int32),
-        # Since 0.26: the backward pass.
-        ("bwd_supported", _c_int32),
-        ("bwd_dtypes", _c_uint32),
-        ("bwd_kv_dtypes", _c_uint32),
-        ("bwd_masks", _c_uint32),
-        ("bwd_kv_lengths", _c_int32),
-        ("bwd_blocked_mask", _c_int32),
-        ("bwd_additive_bias", _c_int32),
-        ("bwd_bias_grad", _c_int32),
-        ("bwd_softcap", _c_int32),
-        ("bwd_ragged", _c_int32),
-        ("bwd_deterministic", _c_int32),
-    ]
-
-
-class BackendInfo(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", _c_uint32),
-        ("name", ctypes.c_char * 64),
-        ("description", ctypes.c_char * 512),
-        ("available", _c_int32),
-        ("unavailable_reason", ctypes.c_char * 512),
-        ("uses_host_memory", _c_int32),
-        ("caps", Caps),
-    ]
-
-
-class RunResult(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", _c_uint32),
-        ("backend", ctypes.c_char * 64),
-        ("kernel", ctypes.c_char * 256),
-        ("reason", ctypes.c_char * 512),
-        ("workspace_allocations", _c_int64),
-    ]
-
-
-class Grads(ctypes.Structure):
-    """attnkit_grads (since 0.26): dL/dO in, dL/dQ, dK, dV (and dbias) out."""
-
-    _fields_ = [("struct_size", _c_uint32)] + [
-        (name, Tensor) for name in ("d_o", "dq", "dk", "dv", "dbias")
-    ]
-
-
-_STRUCTS = {
-    b"attnkit_problem": Problem,
-    b"attnkit_tensor": Tensor,
-    b"attnkit_args": Args,
-    b"attnkit_caps": Caps,
-    b"attnkit_backend_info": BackendInfo,
-    b"attnkit_run_result": RunResult,
-    b"attnkit_grads": Grads,
+_STRUCT_NAMES = {
+    "attnkit_tensor": "Tensor",  # first: the others hold tensors
+    "attnkit_problem": "Problem",
+    "attnkit_args": "Args",
+    "attnkit_caps": "Caps",  # before attnkit_backend_info, which holds one
+    "attnkit_backend_info": "BackendInfo",
+    "attnkit_run_result": "RunResult",
+    "attnkit_grads": "Grads",
 }
+
+_SCALAR_TYPES = {
+    "i32": ctypes.c_int32,
+    "u32": ctypes.c_uint32,
+    "i64": ctypes.c_int64,
+    "u64": ctypes.c_uint64,
+    "f32": ctypes.c_float,
+    "ptr": ctypes.c_void_p,
+    "ptr_i64": ctypes.POINTER(ctypes.c_int64),
+    "cstr": ctypes.c_char_p,
+}
+
+
+def _ctype(type_name, built):
+    """The ctypes type of a layout's field type: a scalar, char[N], i64[N]
+    or a struct built before."""
+    if type_name in _SCALAR_TYPES:
+        return _SCALAR_TYPES[type_name]
+    if type_name in built:
+        return built[type_name]
+    for prefix, element in (("char[", ctypes.c_char), ("i64[", ctypes.c_int64)):
+        if type_name.startswith(prefix) and type_name.endswith("]"):
+            return element * int(type_name[len(prefix) : -1])
+    raise ImportError(f"attnkit: the library describes a field of unknown type {type_name!r}")
+
+
+def _build_structs(lib, path):
+    """Builds each struct from the library's layout and checks that ctypes
+    placed every field where the C compiler did."""
+    import json
+
+    built = {}
+    for cname, pyname in _STRUCT_NAMES.items():
+        text = lib.attnkit_struct_layout(cname.encode())
+        if text is None:
+            raise ImportError(f"attnkit: {path} does not describe {cname}")
+        layout = json.loads(text.decode())
+        fields = [(f["name"], _ctype(f["type"], built)) for f in layout["fields"]]
+        struct = type(pyname, (ctypes.Structure,), {"_fields_": fields, "__doc__": cname})
+        for f in layout["fields"]:
+            got = getattr(struct, f["name"])
+            if (got.offset, got.size) != (f["offset"], f["size"]):
+                raise ImportError(
+                    f"attnkit: {cname}.{f['name']} is at {f['offset']} ({f['size']} bytes) in "
+                    f"{path} but ctypes put it at {got.offset} ({got.size} bytes)"
+                )
+        if ctypes.sizeof(struct) != layout["size"]:
+            raise ImportError(
+                f"attnkit: {cname} is {layout['size']} bytes in {path} but "
+                f"{ctypes.sizeof(struct)} as built by ctypes"
+            )
+        built[cname] = struct
+        globals()[pyname] = struct
 
 
 def _library_path():
@@ -220,6 +145,14 @@ def _load():
         lib = ctypes.CDLL(path)
     except OSError as e:
         raise ImportError(f"attnkit: cannot load {path}: {e}") from e
+    if not hasattr(lib, "attnkit_struct_layout"):
+        raise ImportError(
+            f"attnkit: {path} exports no attnkit_struct_layout; the package and the "
+            "library come from different versions"
+        )
+    lib.attnkit_struct_layout.restype = ctypes.c_char_p
+    lib.attnkit_struct_layout.argtypes = [ctypes.c_char_p]
+    _build_structs(lib, path)
     err = ctypes.c_char_p
     sig = {
         "attnkit_version": (ctypes.c_char_p, []),
@@ -402,14 +335,6 @@ def _load():
         fn = getattr(lib, name)
         fn.restype = restype
         fn.argtypes = argtypes
-    for cname, struct in _STRUCTS.items():
-        expected = lib.attnkit_struct_size(cname)
-        if expected != ctypes.sizeof(struct):
-            raise ImportError(
-                f"attnkit: {cname.decode()} is {expected} bytes in {path} but "
-                f"{ctypes.sizeof(struct)} in attnkit/_capi.py; the package and the "
-                "library come from different versions"
-            )
     return lib
 
 

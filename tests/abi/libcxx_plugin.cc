@@ -1,14 +1,14 @@
 // A backend plugin built the way an outside author would build one, with
 // another compiler and C++ standard library than the host (clang-14 and
 // libc++, tests/BUILD), against nothing of attnkit but the SDK headers
-// (core/plugin_sdk.h, core/attnkit_plugin.h) and the header-only mask rules
+// (include/attnkit/plugin_sdk.h, include/attnkit/plugin.h) and the header-only mask rules
 // (core/mask.h). The backend suites load it into the g++/libstdc++ host and
 // hold it to the fp64 reference like every other backend.
 //
 // "libcxx-naive": direct attention in double precision over f32, f16 or bf16
 // tensors of any strides (both layouts; half and bfloat16 converted by hand),
 // every mask and alignment, GQA, kv_lengths, dense blocked mask, additive bias,
-// softcap and LSE, following the NaN/Inf rule of core/reference.h. Its
+// softcap and LSE, following the NaN/Inf rule of oracle/reference.h. Its
 // internals use libc++'s std::vector and std::string on purpose: none of them
 // crosses the C table.
 #include <algorithm>
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "core/mask.h"
-#include "core/plugin_sdk.h"
+#include "attnkit/plugin_sdk.h"
 
 namespace {
 
@@ -102,7 +102,7 @@ void Store(const attnkit_tensor& t, int64_t i0, int64_t i1, int64_t i2, int64_t 
   }
 }
 
-class NaiveBackend : public attnkit_sdk::Backend {
+class NaiveBackend : public attnkit_sdk::PluginBackend {
  public:
   const char* Name() override { return name_.c_str(); }
   const char* Description() override { return description_.c_str(); }
@@ -205,7 +205,7 @@ class NaiveBackend : public attnkit_sdk::Backend {
 #endif
 };
 
-std::unique_ptr<attnkit_sdk::Backend> Create(uint32_t index) {
+std::unique_ptr<attnkit_sdk::PluginBackend> Create(uint32_t index) {
   if (index != 0) return nullptr;
   return std::make_unique<NaiveBackend>();
 }

@@ -17,8 +17,8 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "core/elf_image.h"
-#include "core/registry.h"
+#include "plugin/elf_image.h"
+#include "plugin/registry.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {

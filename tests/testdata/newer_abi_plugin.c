@@ -1,6 +1,6 @@
 /* A plugin, in plain C, built for a plugin ABI newer than this attnkit's:
  * the registry must refuse it naming both versions. */
-#include "core/attnkit_plugin.h"
+#include "attnkit/plugin.h"
 
 static int32_t CreateNothing(uint32_t index, void** self, const attnkit_backend_ops** ops,
                              char* err, size_t err_size) {

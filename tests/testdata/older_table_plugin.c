@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/attnkit_plugin.h"
+#include "attnkit/plugin.h"
 
 typedef struct {
   int unused;

@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
-#include "core/json_writer.h"
+#include "io/json_writer.h"
 #include "core/status_macros.h"
 #include "tools/cli/commands.h"
 

@@ -1,7 +1,7 @@
 #include "absl/strings/str_format.h"
-#include "benchmarks/check.h"
-#include "core/config_io.h"
-#include "core/proto_json.h"
+#include "harness/check.h"
+#include "io/config_io.h"
+#include "io/proto_json.h"
 #include "core/status_macros.h"
 #include "tools/cli/commands.h"
 

@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/config.pb.h"
-#include "core/registry.h"
+#include "plugin/registry.h"
 
 namespace attnkit {
 
@@ -88,7 +88,7 @@ absl::Status RunCommand(const BackendRegistry& registry, const CliOptions& optio
                         std::ostream& out);
 // `attnkit verify`: an output produced elsewhere (options.o, optionally
 // options.lse) for the .npy inputs of options, checked against the fp64
-// reference with the oracle of core/compare.h. FailedPrecondition, naming the
+// reference with the oracle of oracle/compare.h. FailedPrecondition, naming the
 // first bad value, when it disagrees.
 absl::Status VerifyCommand(const CliOptions& options, std::ostream& out);
 // `attnkit inputs`: the config's random inputs (those `check` uses) as .npy

@@ -1,6 +1,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/config_io.h"
+#include "io/config_io.h"
 #include "core/status_macros.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/default_config.h"

@@ -1,7 +1,7 @@
 #include <chrono>
 
 #include "absl/strings/str_format.h"
-#include "core/json_writer.h"
+#include "io/json_writer.h"
 #include "core/status_macros.h"
 #include "tools/cli/commands.h"
 #include "tools/diff_fuzz/diff_fuzz.h"

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "core/json_writer.h"
+#include "io/json_writer.h"
 #include "core/problem_config.h"
-#include "core/problem_data.h"
-#include "core/proto_json.h"
+#include "harness/problem_data.h"
+#include "io/proto_json.h"
 #include "core/status_macros.h"
 #include "ops/multi_head_attention.h"
 #include "tools/cli/commands.h"

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "backends/builtin.h"
-#include "core/config_io.h"
+#include "io/config_io.h"
 #include "core/problem_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -7,10 +7,10 @@
 #include <system_error>
 
 #include "absl/strings/str_format.h"
-#include "core/config_io.h"
-#include "core/npy.h"
+#include "io/config_io.h"
+#include "io/npy.h"
 #include "core/problem_config.h"
-#include "core/problem_data.h"
+#include "harness/problem_data.h"
 #include "core/status_macros.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/npy_problem.h"

@@ -3,8 +3,8 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/config_io.h"
-#include "core/npy.h"
+#include "io/config_io.h"
+#include "io/npy.h"
 #include "core/problem_config.h"
 #include "core/status_macros.h"
 

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/problem.h"
-#include "core/problem_data.h"
+#include "harness/problem_data.h"
 #include "core/tensor.h"
 #include "tools/cli/commands.h"
 

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "backends/builtin.h"
-#include "core/json_writer.h"
+#include "io/json_writer.h"
 #include "core/problem.h"
 #include "core/status_macros.h"
 #include "ops/adam.h"

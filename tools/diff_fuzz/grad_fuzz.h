@@ -1,7 +1,7 @@
 // Differential fuzzing of the backward pass: random dense problems (the
 // forward fuzzer's generator, restricted to what Backward takes) run forward
 // then backward on every backend with one, dQ / dK / dV (and dBias) compared
-// with the fp64 reference backward (core/compare_grad.h); a mismatch is
+// with the fp64 reference backward (oracle/compare_grad.h); a mismatch is
 // shrunk with the forward fuzzer's reductions and written to a config file.
 #ifndef ATTNKIT_TOOLS_DIFF_FUZZ_GRAD_FUZZ_H_
 #define ATTNKIT_TOOLS_DIFF_FUZZ_GRAD_FUZZ_H_

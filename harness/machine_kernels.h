@@ -1,0 +1,34 @@
+// Kernels that measure the machine itself: peak FMA throughput of one Highway
+// target and streaming read bandwidth. Plain C++ declarations; the Highway
+// code is in machine_kernels-inl.h, compiled once per target.
+#ifndef ATTNKIT_HARNESS_MACHINE_KERNELS_H_
+#define ATTNKIT_HARNESS_MACHINE_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attnkit {
+
+// Targets compiled into this binary and supported by the CPU, best first.
+std::vector<int64_t> AvailableHighwayTargets();
+std::string HighwayTargetName(int64_t target);
+// The target dynamic dispatch picks on this CPU.
+std::string DispatchedHighwayTarget();
+
+// Peak FMA throughput of `target` with `threads` threads, each running a
+// register-resident loop of independent FMAs: the best of `trials` runs, in
+// GFLOP/s (2 FLOPs per lane per FMA). Not thread-safe (it switches targets).
+double MeasureFmaGflops(int64_t target, int threads, int trials = 3);
+
+// Sums `n` floats with the best target (a streaming read); returns the sum
+// so the compiler cannot drop the reads.
+float StreamingSum(const float* data, size_t n);
+// The same as four interleaved streams (see machine_kernels-inl.h): what
+// MeasureReadGbps times.
+float StreamingSumFourStreams(const float* data, size_t n);
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_HARNESS_MACHINE_KERNELS_H_

@@ -1,0 +1,229 @@
+#include "harness/problem_data.h"
+
+#include <algorithm>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "harness/poison_blocked.h"
+#include "core/quantize.h"
+#include "core/status_macros.h"
+
+namespace attnkit {
+void FillUniform(const TensorView& t, uint64_t seed, float lo, float hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  ForEachOffset(t, [&](int64_t off) { StoreFromF32(t.data, t.dtype, off, dist(rng)); });
+}
+
+namespace {
+
+int32_t* I32(const Tensor& t) { return static_cast<int32_t*>(t.data()); }
+
+// Fills cu[0..B] with 0 and the running sums of length(b).
+template <typename Length>
+void FillOffsets(const Tensor& cu, int64_t batch, Length length) {
+  int64_t sum = 0;
+  for (int64_t b = 0; b <= batch; ++b) {
+    I32(cu)[b] = static_cast<int32_t>(sum);
+    if (b < batch) sum += length(b);
+  }
+}
+
+// Draws f32 rows uniform in [-1, 1] and stores them quantized: `kv` holds
+// int8 [rows, d] (contiguous), `scale` one f32 per row.
+void FillQuantized(const Tensor& kv, const Tensor& scale, int64_t head_dim, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const int64_t rows = kv.view().NumElements() / head_dim;
+  std::vector<float> row(static_cast<size_t>(head_dim));
+  auto* q = static_cast<int8_t*>(kv.data());
+  auto* s = static_cast<float*>(scale.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& x : row) x = dist(rng);
+    s[r] = QuantizeRowI8(row.data(), head_dim, q + r * head_dim);
+  }
+}
+
+// Shuffled pages for every sequence's keys (see ProblemData::Random).
+void DrawBlockTable(const AttentionProblem& p, const Tensor& table, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> pool(static_cast<size_t>(p.num_pages));
+  for (int64_t i = 0; i < p.num_pages; ++i) pool[i] = static_cast<int32_t>(i);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  const int64_t max_pages = p.max_pages();
+  std::vector<int64_t> used(static_cast<size_t>(p.batch));
+  int64_t needed = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    used[b] = (p.KvLength(b) + p.page_size - 1) / p.page_size;
+    needed += used[b];
+  }
+  // Too few pages: sequences b > 0 take their first `shared` pages from
+  // sequence 0 (a common prefix), the rest wrap around the pool.
+  const int64_t shared =
+      needed <= p.num_pages || p.batch == 1
+          ? 0
+          : std::min(used[0], (needed - p.num_pages + p.batch - 2) / (p.batch - 1));
+  int64_t next = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t j = 0; j < max_pages; ++j) {
+      int32_t page = -1;
+      if (j < used[b]) {
+        page = b > 0 && j < shared && j < used[0] ? I32(table)[j]
+                                                  : pool[static_cast<size_t>(next++ % p.num_pages)];
+      }
+      I32(table)[b * max_pages + j] = page;
+    }
+  }
+}
+
+// NaN in every pool row no sequence reads (its scale, for int8 K/V).
+void PoisonUnreadPoolRows(const AttentionProblem& p, const ProblemData& d) {
+  std::vector<bool> read(static_cast<size_t>(p.num_pages * p.page_size), false);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t t = 0; t < p.KvLength(b); ++t) {
+      const int32_t page = I32(d.block_table)[b * p.max_pages() + t / p.page_size];
+      read[static_cast<size_t>(page * p.page_size + t % p.page_size)] = true;
+    }
+  }
+  const float kNaN = std::numeric_limits<float>::quiet_NaN();
+  const int64_t row = p.num_kv_heads * p.head_dim;
+  for (size_t r = 0; r < read.size(); ++r) {
+    if (read[r]) continue;
+    const int64_t at = static_cast<int64_t>(r);
+    if (p.kv_dtype == DType::kI8) {
+      for (const Tensor* s : {&d.k_scale, &d.v_scale}) {
+        float* x = static_cast<float*>(s->data()) + at * p.num_kv_heads;
+        std::fill(x, x + p.num_kv_heads, kNaN);
+      }
+    } else {
+      for (const Tensor* t : {&d.k, &d.v}) {
+        for (int64_t c = 0; c < row; ++c) StoreFromF32(t->data(), p.kv_dtype, at * row + c, kNaN);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<ProblemData> ProblemData::Allocate(const AttentionProblem& p) {
+  ATTNKIT_RETURN_IF_ERROR(ValidateProblem(p));
+  ATTNKIT_RETURN_IF_ERROR(CheckMemoryBudget(p));  // before any allocation
+  const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads, d = p.head_dim;
+  ProblemData data;
+  if (p.is_ragged()) {
+    ATTNKIT_ASSIGN_OR_RETURN(data.q, Tensor::Contiguous(p.dtype, {p.TotalQ(), H, d}));
+    ATTNKIT_ASSIGN_OR_RETURN(data.o, Tensor::Contiguous(p.dtype, {p.TotalQ(), H, d}));
+    ATTNKIT_ASSIGN_OR_RETURN(data.cu_seqlens_q, Tensor::Contiguous(DType::kI32, {B + 1}));
+    FillOffsets(data.cu_seqlens_q, B, [&](int64_t b) { return p.QLength(b); });
+  } else {
+    ATTNKIT_ASSIGN_OR_RETURN(data.q, Tensor::Attention(p.dtype, p.layout, B, H, p.q_len, d));
+    ATTNKIT_ASSIGN_OR_RETURN(data.o, Tensor::Attention(p.dtype, p.layout, B, H, p.q_len, d));
+  }
+  // K/V rows without d: [B, G, Tk] (in p.layout), a pool or packed.
+  std::vector<int64_t> rows;
+  if (p.is_paged()) {
+    rows = {p.num_pages, p.page_size, G};
+  } else if (p.is_ragged()) {
+    rows = {p.TotalK(), G};
+  }
+  if (rows.empty()) {
+    ATTNKIT_ASSIGN_OR_RETURN(data.k, Tensor::Attention(p.kv_dtype, p.layout, B, G, p.kv_len, d));
+    ATTNKIT_ASSIGN_OR_RETURN(data.v, Tensor::Attention(p.kv_dtype, p.layout, B, G, p.kv_len, d));
+    if (p.kv_dtype == DType::kI8) {
+      // Scales follow K's token order: [B, G, Tk] viewed from [B, Tk, G] for BTHD.
+      for (Tensor* s : {&data.k_scale, &data.v_scale}) {
+        ATTNKIT_ASSIGN_OR_RETURN(*s, Tensor::Attention(DType::kF32, p.layout, B, G, p.kv_len, 1));
+        TensorView v = s->view();
+        v.rank = 3;
+        v.shape = {B, G, p.kv_len, 0};
+        v.strides[3] = 0;
+        ATTNKIT_RETURN_IF_ERROR(s->SetView(v));
+      }
+    }
+  } else {
+    std::vector<int64_t> kv_shape = rows;
+    kv_shape.push_back(d);
+    ATTNKIT_ASSIGN_OR_RETURN(data.k, Tensor::Contiguous(p.kv_dtype, kv_shape));
+    ATTNKIT_ASSIGN_OR_RETURN(data.v, Tensor::Contiguous(p.kv_dtype, kv_shape));
+    if (p.kv_dtype == DType::kI8) {
+      ATTNKIT_ASSIGN_OR_RETURN(data.k_scale, Tensor::Contiguous(DType::kF32, rows));
+      ATTNKIT_ASSIGN_OR_RETURN(data.v_scale, Tensor::Contiguous(DType::kF32, rows));
+    }
+  }
+  if (p.is_paged()) {
+    ATTNKIT_ASSIGN_OR_RETURN(data.block_table, Tensor::Contiguous(DType::kI32, {B, p.max_pages()}));
+    for (int64_t i = 0; i < B * p.max_pages(); ++i) {
+      I32(data.block_table)[i] = static_cast<int32_t>(i % p.num_pages);
+    }
+  } else if (p.is_ragged()) {
+    ATTNKIT_ASSIGN_OR_RETURN(data.cu_seqlens_k, Tensor::Contiguous(DType::kI32, {B + 1}));
+    FillOffsets(data.cu_seqlens_k, B, [&](int64_t b) { return p.KvLength(b); });
+  }
+  if (p.return_lse) {
+    ATTNKIT_ASSIGN_OR_RETURN(data.lse, p.is_ragged()
+                                           ? Tensor::Contiguous(DType::kF32, {H, p.TotalQ()})
+                                           : Tensor::Contiguous(DType::kF32, {B, H, p.q_len}));
+  }
+  if (p.has_kv_lengths()) {
+    ATTNKIT_ASSIGN_OR_RETURN(data.kv_lengths, Tensor::Contiguous(DType::kI32, {B}));
+    for (int64_t b = 0; b < B; ++b) I32(data.kv_lengths)[b] = static_cast<int32_t>(p.kv_lengths[b]);
+  }
+  if (p.blocked_mask) {
+    ATTNKIT_ASSIGN_OR_RETURN(data.blocked_mask,
+                             Tensor::Contiguous(DType::kU8, {B, H, p.q_len, p.kv_len}));
+  }
+  if (p.additive_bias) {
+    ATTNKIT_ASSIGN_OR_RETURN(data.bias, Tensor::Contiguous(DType::kF32, {B, H, p.q_len, p.kv_len}));
+  }
+  return data;
+}
+
+absl::StatusOr<ProblemData> ProblemData::Random(const AttentionProblem& p, uint64_t seed) {
+  ATTNKIT_ASSIGN_OR_RETURN(ProblemData data, Allocate(p));
+  FillUniform(data.q.view(), seed * 4 + 1, -1.0f, 1.0f);
+  if (p.kv_dtype == DType::kI8) {
+    // Dense BTHD scales are viewed [B, G, Tk] over [B, Tk, G] storage: the
+    // rows of k (contiguous [.., G, d] or [B, G, Tk, d]) and the scale
+    // storage are in the same order in every layout this allocates.
+    FillQuantized(data.k, data.k_scale, p.head_dim, seed * 4 + 2);
+    FillQuantized(data.v, data.v_scale, p.head_dim, seed * 4 + 3);
+  } else {
+    FillUniform(data.k.view(), seed * 4 + 2, -1.0f, 1.0f);
+    FillUniform(data.v.view(), seed * 4 + 3, -1.0f, 1.0f);
+  }
+  if (p.additive_bias) FillUniform(data.bias.view(), seed * 4 + 4, -1.0f, 1.0f);
+  if (p.blocked_mask) {
+    std::mt19937_64 rng(seed * 4 + 5);
+    auto* m = static_cast<uint8_t*>(data.blocked_mask.data());
+    const int64_t n = data.blocked_mask.view().NumElements();
+    for (int64_t i = 0; i < n; ++i) m[i] = (rng() % 5 == 0) ? 1 : 0;
+  }
+  if (p.is_paged()) {
+    DrawBlockTable(p, data.block_table, seed * 4 + 8);
+    PoisonUnreadPoolRows(p, data);
+  }
+  if (p.poison_blocked) PoisonBlockedInputs(p, data.args(), seed * 4 + 6);
+  if (p.nonfinite_inputs > 0) PoisonRandomInputs(p, data.args(), p.nonfinite_inputs, seed * 4 + 7);
+  return data;
+}
+
+AttentionArgs ProblemData::args() const {
+  AttentionArgs a;
+  a.q = q.view();
+  a.k = k.view();
+  a.v = v.view();
+  a.o = o.view();
+  a.lse = lse.view();
+  a.kv_lengths = kv_lengths.view();
+  a.blocked_mask = blocked_mask.view();
+  a.bias = bias.view();
+  a.k_scale = k_scale.view();
+  a.v_scale = v_scale.view();
+  a.block_table = block_table.view();
+  a.cu_seqlens_q = cu_seqlens_q.view();
+  a.cu_seqlens_k = cu_seqlens_k.view();
+  return a;
+}
+
+}  // namespace attnkit

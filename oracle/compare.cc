@@ -1,0 +1,186 @@
+#include "oracle/compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "core/ragged.h"
+
+namespace attnkit {
+namespace {
+
+constexpr double kU = 1.0 / (1 << 24);  // fp32 unit roundoff
+
+double SumGrowth(int64_t n) { return std::min(double(n), 4 * std::sqrt(double(n))); }
+
+// A row that reads a NaN or Inf (reference.h): every element of o and its
+// lse must be NaN. Inf is not accepted: the rule is one value, not "some
+// non-finite value".
+void CheckPoisonedRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b, int64_t h,
+                      int64_t i, Comparison* c) {
+  ++c->poisoned_rows;
+  auto fail = [&](const std::string& what, double got) {
+    ++c->mismatches;
+    if (c->first_failure.empty()) {
+      c->first_failure = absl::StrFormat(
+          "%s = %g, must be NaN: row [%d,%d,%d] reads a NaN or Inf input", what, got, b, h, i);
+    }
+  };
+  for (int64_t x = 0; x < p.head_dim; ++x) {
+    const double got = a.o.LoadF32(a.o.Offset(b, h, i, x));
+    ++c->checked;
+    if (!std::isnan(got)) fail(absl::StrFormat("o[%d,%d,%d,%d]", b, h, i, x), got);
+  }
+  if (!p.return_lse) return;
+  const double got = static_cast<const float*>(a.lse.data)[a.lse.Offset(b, h, i)];
+  ++c->checked;
+  if (!std::isnan(got)) fail(absl::StrFormat("lse[%d,%d,%d]", b, h, i), got);
+}
+
+// Checks output row (b, h, i) against want_o[d] and want_lse, updating c.
+void CheckRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b, int64_t h, int64_t i,
+              const double* want_o, const double* abs_o, double want_lse, const RowErrorTerms& t,
+              Comparison* c) {
+  const RowBound bound = BoundForRow(p, t);
+  auto note = [&](const std::string& what) {
+    if (c->first_failure.empty()) c->first_failure = what;
+  };
+  if (std::isnan(want_lse)) {  // the row reads a NaN or Inf: all of it must be NaN
+    CheckPoisonedRow(p, a, b, h, i, c);
+    return;
+  }
+  const bool blocked = std::isinf(want_lse) && want_lse < 0;
+  for (int64_t x = 0; x < p.head_dim; ++x) {
+    const double want = want_o[x];
+    const double got = a.o.LoadF32(a.o.Offset(b, h, i, x));
+    ++c->checked;
+    if (!std::isfinite(got)) {
+      c->non_finite = true;
+      note(absl::StrFormat("o[%d,%d,%d,%d] = %g, reference %.9g", b, h, i, x, got, want));
+      continue;
+    }
+    const double err = std::fabs(got - want);
+    const double allowed = blocked ? 0.0 : ElementBound(p.dtype, bound, want, abs_o[x]);
+    c->max_abs_err = std::max(c->max_abs_err, err);
+    if (want != 0) c->max_rel_err = std::max(c->max_rel_err, err / std::fabs(want));
+    c->max_bound = std::max(c->max_bound, allowed);
+    if (allowed > 0) c->max_bound_fraction = std::max(c->max_bound_fraction, err / allowed);
+    if (err > allowed) {
+      ++c->mismatches;
+      note(absl::StrFormat("o[%d,%d,%d,%d] = %.9g, reference %.9g, error %.3g > bound %.3g%s", b, h,
+                           i, x, got, want, err, allowed,
+                           blocked ? " (fully blocked row must be 0)" : ""));
+    }
+  }
+  if (!p.return_lse) return;
+  const double got = static_cast<const float*>(a.lse.data)[a.lse.Offset(b, h, i)];
+  ++c->checked;
+  if (blocked) {
+    if (!(std::isinf(got) && got < 0)) {
+      ++c->mismatches;
+      note(absl::StrFormat("lse[%d,%d,%d] = %g for a fully blocked row; must be -inf", b, h, i,
+                           got));
+    }
+    return;
+  }
+  if (!std::isfinite(got)) {
+    c->non_finite = true;
+    note(absl::StrFormat("lse[%d,%d,%d] = %g, reference %.9g", b, h, i, got, want_lse));
+    return;
+  }
+  const double err = std::fabs(got - want_lse);
+  c->max_lse_err = std::max(c->max_lse_err, err);
+  c->max_bound_fraction = std::max(c->max_bound_fraction, err / bound.lse);
+  if (err > bound.lse) {
+    ++c->mismatches;
+    note(absl::StrFormat("lse[%d,%d,%d] = %.9g, reference %.9g, error %.3g > bound %.3g", b, h, i,
+                         got, want_lse, err, bound.lse));
+  }
+}
+
+}  // namespace
+
+RowBound BoundForRow(const AttentionProblem& p, const RowErrorTerms& t) {
+  const double e =
+      kU * (SumGrowth(p.head_dim) * t.max_abs_dot + 8 * t.max_abs_score + 2 * t.max_abs_bias);
+  const double growth = SumGrowth(std::max<int64_t>(t.visible, 1));
+  RowBound r;
+  r.f32_scale = 1.01 * (2 * e + (3 * growth + 20) * kU);
+  r.lse = 1.01 * (e + (growth + 12) * kU);
+  return r;
+}
+
+double ElementBound(DType out, const RowBound& row, double want, double abs_weighted_v) {
+  const double f32 = row.f32_scale * abs_weighted_v;
+  // The last term is the floor: half the dtype's smallest subnormal.
+  return f32 + 0.5 * DTypeUlp(out, std::fabs(want) + f32) + 0.5 * DTypeUlp(out, 0);
+}
+
+namespace {
+
+// Rows [first_row, ...) of `ref` against a dense (or one sequence's) problem.
+void CompareRows(const AttentionProblem& p, const AttentionArgs& a, const ReferenceResult& ref,
+                 int64_t first_row, Comparison* c) {
+  const int64_t H = p.num_heads, Tq = p.q_len, d = p.head_dim;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t i = 0; i < Tq; ++i) {
+        const int64_t row = first_row + (b * H + h) * Tq + i;
+        CheckRow(p, a, b, h, i, &ref.o[row * d], &ref.abs_o[row * d], ref.lse[row], ref.terms[row],
+                 c);
+      }
+    }
+  }
+}
+
+void CompareSampled(const AttentionProblem& p, const AttentionArgs& a, int64_t max_rows,
+                    Comparison* out) {
+  Comparison& c = *out;
+  const int64_t rows = p.batch * p.num_heads * p.q_len;
+  const int64_t n = std::min(rows, std::max<int64_t>(max_rows, 1));
+  std::vector<double> scores(static_cast<size_t>(p.kv_len)), want(static_cast<size_t>(p.head_dim)),
+      abs_o(static_cast<size_t>(p.head_dim));
+  for (int64_t k = 0; k < n; ++k) {
+    // Evenly spread, always including the first and the last row.
+    const int64_t row = n == 1 ? rows - 1 : k * (rows - 1) / (n - 1);
+    const int64_t i = row % p.q_len, h = (row / p.q_len) % p.num_heads;
+    const int64_t b = row / (p.q_len * p.num_heads);
+    RowErrorTerms terms;
+    const double lse = ReferenceRow(p, a, b, h, i, &scores, want.data(), abs_o.data(), &terms);
+    CheckRow(p, a, b, h, i, want.data(), abs_o.data(), lse, terms, &c);
+  }
+}
+
+}  // namespace
+
+Comparison CompareToReference(const AttentionProblem& p, const AttentionArgs& a,
+                              const ReferenceResult& ref) {
+  Comparison c;
+  if (!p.is_ragged()) {
+    CompareRows(p, a, ref, 0, &c);
+    return c;
+  }
+  int64_t first_row = 0;  // ComputeReference's order: sequence after sequence
+  for (const SequenceCall& s : RaggedSequences(p, a)) {
+    CompareRows(s.problem, s.args, ref, first_row, &c);
+    first_row += s.problem.num_heads * s.problem.q_len;
+  }
+  return c;
+}
+
+Comparison CompareSampledRows(const AttentionProblem& p, const AttentionArgs& a, int64_t max_rows) {
+  Comparison c;
+  if (!p.is_ragged()) {
+    CompareSampled(p, a, max_rows, &c);
+    return c;
+  }
+  // Each sequence gets its share of the rows (at least one).
+  const int64_t total = std::max<int64_t>(1, p.TotalQ());
+  for (const SequenceCall& s : RaggedSequences(p, a)) {
+    CompareSampled(s.problem, s.args, std::max<int64_t>(1, max_rows * s.problem.q_len / total), &c);
+  }
+  return c;
+}
+
+}  // namespace attnkit

@@ -1,0 +1,80 @@
+// Comparing a backend's output with the fp64 reference: the one oracle of the
+// conformance suite, the property tests, `check`, `compare`, `fuzz` and the
+// benchmarks. Its error bound is derived from the problem, row by row, never
+// from the backend.
+#ifndef ATTNKIT_ORACLE_COMPARE_H_
+#define ATTNKIT_ORACLE_COMPARE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "core/backend.h"
+#include "core/problem.h"
+#include "oracle/reference.h"
+
+namespace attnkit {
+
+// The error bound. The reference computes in fp64 from the exact stored
+// inputs (16-bit Q/K/V included), so a correct backend may err only through
+// (a) fp32 arithmetic and (b) rounding O into its dtype. With u = 2^-24, for
+// one row with n visible keys, exact scores s_j, weights p_j, output o_c:
+//
+//   g(m)  = min(m, 4 sqrt(m)): growth of an m-term fp32 sum, worst case for
+//           short sums, Higham & Mary's probabilistic bound beyond 16 terms
+//           (rounding errors of independent sign; the worst case m would grant
+//           64x more at m = 4096 and let dropped keys pass).
+//   E     = u (g(d) max_j scale sum_c |q_c k_jc| + 8 max_j |s_j| + 2 max_j |b_j|)
+//           bounds every score's error: the d-term dot product, the scale
+//           multiply, softcap's divide/tanh/multiply, the bias add and the
+//           subtraction of the running max.
+//   A_c   = sum_j p_j |v_jc|
+//   score errors move o_c by at most 2 E A_c (first order: p_j (1 + ds_j -
+//   sum_k p_k ds_k)); the sums of p_j v_jc and of p_j (g(n) each), the
+//   rescaling factors of online softmax, each an exp applied to the keys
+//   before it (g(n) in all), exp itself (8 ulp, in numerator and
+//   denominator) and the final divide add (3 g(n) + 20) u A_c:
+//
+//   f32_c   = 1.01 (2 E + (3 g(n) + 20) u) A_c
+//   bound_c = f32_c + half an ulp of (|o_c| + f32_c) in O's dtype
+//             + half the dtype's smallest subnormal (the floor near zero)
+//   lse     : E + (g(n) + 12) u + u |lse| (its own f32 rounding), absolute.
+//
+// A fully blocked row must give exactly 0 and an LSE of -inf. A row that
+// reads a NaN or Inf (the rule in reference.h; the reference gives NaN) must
+// give NaN in every element and its LSE. Any NaN or Inf where the reference
+// is finite fails at once.
+struct RowBound {
+  double f32_scale = 0;  // f32_c / A_c
+  double lse = 0;
+};
+RowBound BoundForRow(const AttentionProblem& p, const RowErrorTerms& t);
+// bound_c for one element given the reference value and A_c.
+double ElementBound(DType out, const RowBound& row, double want, double abs_weighted_v);
+
+struct Comparison {
+  int64_t checked = 0;
+  int64_t mismatches = 0;     // elements outside their bound
+  bool non_finite = false;    // NaN or Inf where the reference is finite
+  int64_t poisoned_rows = 0;  // rows the reference gives as NaN (they read a NaN/Inf)
+  double max_abs_err = 0;
+  double max_rel_err = 0;  // |o - ref| / |ref| over elements with ref != 0
+  double max_lse_err = 0;
+  double max_bound = 0;           // the largest bound granted to an O element
+  double max_bound_fraction = 0;  // max |o - ref| / bound over O and LSE (1 = at the limit)
+  std::string first_failure;      // where and what, for the first bad element
+  bool ok() const { return mismatches == 0 && !non_finite; }
+};
+
+// Compares host outputs args.o (and args.lse when p.return_lse) with `ref`.
+Comparison CompareToReference(const AttentionProblem& p, const AttentionArgs& args,
+                              const ReferenceResult& ref);
+
+// Like CompareToReference, but computes the reference only for `max_rows`
+// query rows spread evenly over the problem (first and last included): a
+// check that costs a fraction of the run for large problems.
+Comparison CompareSampledRows(const AttentionProblem& p, const AttentionArgs& args,
+                              int64_t max_rows);
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_ORACLE_COMPARE_H_

@@ -1,0 +1,138 @@
+#include "oracle/reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/kv_rows.h"
+#include "core/ragged.h"
+
+namespace attnkit {
+
+double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b, int64_t h,
+                    int64_t i, std::vector<double>* scores, double* o_row, double* abs_o_row,
+                    RowErrorTerms* terms) {
+  const int64_t d = p.head_dim;
+  const int64_t g = p.KvHead(h);
+  const int64_t kv_length = p.KvLength(b);
+  const KeyRange range = VisibleKeys(p.mask_params(b), i, kv_length);
+  // K/V row j of (b, g), dense or paged; int8 rows times their scale.
+  const KvRows rows(p, a);
+  const bool int8 = p.kv_dtype == DType::kI8;
+  auto scale_of = [&](const TensorView& sv, int64_t j) {
+    return int8 ? double(static_cast<const float*>(sv.data)[rows.ScaleOffset(sv, b, g, j)]) : 1.0;
+  };
+  const double kNegInf = -std::numeric_limits<double>::infinity();
+  std::vector<double>& s = *scores;
+
+  double max_score = kNegInf;
+  bool poisoned = false;  // the row reads a NaN or Inf (see reference.h)
+  for (int64_t j = range.begin; j < range.end; ++j) {
+    s[j] = kNegInf;
+    if (p.blocked_mask &&
+        static_cast<const uint8_t*>(a.blocked_mask.data)[a.blocked_mask.Offset(b, h, i, j)] != 0) {
+      continue;
+    }
+    double bias = 0;
+    if (p.additive_bias) {
+      bias = double(static_cast<const float*>(a.bias.data)[a.bias.Offset(b, h, i, j)]);
+      if (bias == kNegInf) continue;  // -inf blocks the pair: k_j, v_j not read
+      if (!(bias < std::numeric_limits<double>::infinity())) poisoned = true;  // NaN, +inf
+    }
+    double dot = 0, abs_dot = 0;
+    const int64_t k_row = rows.Offset(a.k, b, g, j);
+    const double k_scale = scale_of(a.k_scale, j);
+    for (int64_t c = 0; c < d; ++c) {
+      const double qk = double(a.q.LoadF32(a.q.Offset(b, h, i, c))) *
+                        (double(a.k.LoadF32(k_row + c * a.k.strides[3])) * k_scale);
+      dot += qk;
+      abs_dot += std::fabs(qk);
+    }
+    // Products of floats cannot overflow a double: a non-finite dot product
+    // means a NaN or Inf in q or k_j.
+    if (!std::isfinite(dot)) poisoned = true;
+    const int64_t v_row = rows.Offset(a.v, b, g, j);
+    const double v_scale = scale_of(a.v_scale, j);
+    for (int64_t c = 0; c < d && !poisoned; ++c) {
+      if (!std::isfinite(a.v.LoadF32(v_row + c * a.v.strides[3]) * v_scale)) poisoned = true;
+    }
+    if (poisoned) continue;
+    double score = double(p.scale) * dot;
+    if (p.softcap > 0) score = double(p.softcap) * std::tanh(score / double(p.softcap));
+    score += bias;
+    s[j] = score;
+    if (score > max_score) max_score = score;
+    if (terms != nullptr) {
+      ++terms->visible;
+      terms->max_abs_dot = std::max(terms->max_abs_dot, double(p.scale) * abs_dot);
+      terms->max_abs_score = std::max(terms->max_abs_score, std::fabs(score));
+      terms->max_abs_bias = std::max(terms->max_abs_bias, std::fabs(bias));
+    }
+  }
+
+  if (poisoned) {
+    const double kNaN = std::numeric_limits<double>::quiet_NaN();
+    for (int64_t c = 0; c < d; ++c) o_row[c] = kNaN;
+    if (abs_o_row != nullptr) {
+      for (int64_t c = 0; c < d; ++c) abs_o_row[c] = 0;
+    }
+    if (terms != nullptr) *terms = RowErrorTerms{};
+    return kNaN;
+  }
+  for (int64_t c = 0; c < d; ++c) o_row[c] = 0;
+  if (abs_o_row != nullptr) {
+    for (int64_t c = 0; c < d; ++c) abs_o_row[c] = 0;
+  }
+  if (max_score == kNegInf) return kNegInf;  // fully blocked row
+  double sum = 0;
+  for (int64_t j = range.begin; j < range.end; ++j) {
+    if (s[j] == kNegInf) continue;  // blocked: v_j is never read
+    const double w = std::exp(s[j] - max_score);
+    sum += w;
+    const int64_t v_row = rows.Offset(a.v, b, g, j);
+    const double v_scale = scale_of(a.v_scale, j);
+    for (int64_t c = 0; c < d; ++c) {
+      const double v = double(a.v.LoadF32(v_row + c * a.v.strides[3])) * v_scale;
+      o_row[c] += w * v;
+      if (abs_o_row != nullptr) abs_o_row[c] += w * std::fabs(v);
+    }
+  }
+  for (int64_t c = 0; c < d; ++c) o_row[c] /= sum;
+  if (abs_o_row != nullptr) {
+    for (int64_t c = 0; c < d; ++c) abs_o_row[c] /= sum;
+  }
+  return max_score + std::log(sum);
+}
+
+ReferenceResult ComputeReference(const AttentionProblem& p, const AttentionArgs& a) {
+  if (p.is_ragged()) {  // the sequences' results, one after the other
+    ReferenceResult all;
+    for (const SequenceCall& s : RaggedSequences(p, a)) {
+      const ReferenceResult r = ComputeReference(s.problem, s.args);
+      all.o.insert(all.o.end(), r.o.begin(), r.o.end());
+      all.lse.insert(all.lse.end(), r.lse.begin(), r.lse.end());
+      all.abs_o.insert(all.abs_o.end(), r.abs_o.begin(), r.abs_o.end());
+      all.terms.insert(all.terms.end(), r.terms.begin(), r.terms.end());
+    }
+    return all;
+  }
+  const int64_t B = p.batch, H = p.num_heads, Tq = p.q_len, d = p.head_dim;
+  ReferenceResult r;
+  r.o.assign(static_cast<size_t>(B * H * Tq * d), 0.0);
+  r.lse.assign(static_cast<size_t>(B * H * Tq), 0.0);
+  r.abs_o.assign(r.o.size(), 0.0);
+  r.terms.assign(r.lse.size(), RowErrorTerms{});
+  std::vector<double> scores(static_cast<size_t>(p.kv_len));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t i = 0; i < Tq; ++i) {
+        const int64_t row = (b * H + h) * Tq + i;
+        r.lse[row] =
+            ReferenceRow(p, a, b, h, i, &scores, &r.o[row * d], &r.abs_o[row * d], &r.terms[row]);
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace attnkit

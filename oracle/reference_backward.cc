@@ -1,0 +1,295 @@
+#include "oracle/reference_backward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/mask.h"
+#include "oracle/reference_f64.h"
+
+namespace attnkit {
+namespace internal {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+// The least magnitude of a weight P_ij: fp32 kernels flush or round weights
+// below 2^-126 (exp of a very negative score), an absolute error the bound's
+// factor (at least 2^-22) times this floor covers (oracle/compare_grad.cc).
+constexpr double kWeightMagnitudeFloor = 0x1p-100;
+// Added to the magnitude of softcap's derivative 1 - tanh^2: fp32 evaluates
+// it to an absolute error of a few u = 2^-24 (oracle/compare_grad.cc).
+constexpr double kSoftcapDerivativeFloor = 0x1p-20;
+
+size_t RowIndex(const AttentionProblem& p, int64_t b, int64_t h, int64_t i) {
+  return static_cast<size_t>((b * p.num_heads + h) * p.q_len + i);
+}
+size_t KeyIndex(const AttentionProblem& p, int64_t b, int64_t g, int64_t j) {
+  return static_cast<size_t>((b * p.num_kv_heads + g) * p.kv_len + j);
+}
+
+// Row (b, h, i) of the forward in double, over keys [0, Tk) (only entries in
+// `range` mean anything): which pairs are allowed (not blocked by any rule),
+// x_j = scale q.k_j, t_j = tanh(x_j / softcap), P_j, and the row's lse.
+struct RowForward {
+  explicit RowForward(const AttentionProblem& p)
+      : allowed(static_cast<size_t>(p.kv_len)),
+        x(allowed.size()),
+        t(allowed.size()),
+        prob(allowed.size()) {}
+
+  void Compute(const AttentionProblem& p, const F64Inputs& in, int64_t b, int64_t h, int64_t i);
+
+  KeyRange range{0, 0};
+  std::vector<uint8_t> allowed;
+  std::vector<double> x, t, prob;
+  int64_t visible = 0;
+  bool poisoned = false;  // reads a NaN or Inf (oracle/reference.h): every P_j is NaN
+  double lse = -kInf;
+  RowErrorTerms terms;
+};
+
+void RowForward::Compute(const AttentionProblem& p, const F64Inputs& in, int64_t b, int64_t h,
+                         int64_t i) {
+  const int64_t d = p.head_dim, Tk = p.kv_len;
+  const int64_t g = p.KvHead(h);
+  const size_t row = RowIndex(p, b, h, i);
+  const double* q = &in.q[row * d];
+  const double scale = p.scale, softcap = p.softcap;
+  range = VisibleKeys(p.mask_params(b), i, p.KvLength(b));
+  visible = 0;
+  poisoned = false;
+  terms = RowErrorTerms{};
+  double max_score = -kInf;
+  for (int64_t j = range.begin; j < range.end; ++j) {
+    const size_t pair = row * Tk + j;
+    allowed[j] = 0;
+    if (!in.blocked.empty() && in.blocked[pair] != 0) continue;
+    const double bias = in.bias.empty() ? 0.0 : in.bias[pair];
+    if (bias == -kInf) continue;  // -inf blocks the pair: k_j, v_j not read
+    allowed[j] = 1;
+    ++visible;
+    if (!(bias < kInf)) poisoned = true;  // NaN or +inf
+    const double* k = &in.k[KeyIndex(p, b, g, j) * d];
+    const double* v = &in.v[KeyIndex(p, b, g, j) * d];
+    double dot = 0, abs_dot = 0;
+    for (int64_t c = 0; c < d; ++c) {
+      dot += q[c] * k[c];
+      abs_dot += std::fabs(q[c] * k[c]);
+      if (!std::isfinite(v[c])) poisoned = true;
+    }
+    if (!std::isfinite(dot)) poisoned = true;
+    x[j] = scale * dot;
+    double s = x[j];
+    if (softcap > 0) {
+      t[j] = std::tanh(x[j] / softcap);
+      s = softcap * t[j];
+    }
+    s += bias;
+    prob[j] = s;  // the score, until the exponentials below
+    if (s > max_score) max_score = s;
+    terms.visible = visible;
+    terms.max_abs_dot = std::max(terms.max_abs_dot, scale * abs_dot);
+    terms.max_abs_score = std::max(terms.max_abs_score, std::fabs(s));
+    terms.max_abs_bias = std::max(terms.max_abs_bias, std::fabs(bias));
+  }
+  if (poisoned) {
+    lse = kNaN;
+    terms = RowErrorTerms{};
+    for (int64_t j = range.begin; j < range.end; ++j) prob[j] = kNaN;
+    return;
+  }
+  if (visible == 0) {
+    lse = -kInf;
+    return;
+  }
+  double sum = 0;
+  for (int64_t j = range.begin; j < range.end; ++j) {
+    if (allowed[j]) sum += std::exp(prob[j] - max_score);
+  }
+  lse = max_score + std::log(sum);
+  for (int64_t j = range.begin; j < range.end; ++j) {
+    if (allowed[j]) prob[j] = std::exp(prob[j] - lse);
+  }
+}
+
+// The smallest positive normal of a float storage type: rounding to it errs
+// by at most half an ulp of max(|x|, this).
+double SmallestNormal(DType t) {
+  return t == DType::kF16 ? std::ldexp(1.0, -14) : std::ldexp(1.0, -126);
+}
+
+}  // namespace
+
+F64Inputs LoadF64Inputs(const AttentionProblem& p, const AttentionArgs& a, const TensorView& d_o) {
+  const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads, Tq = p.q_len, Tk = p.kv_len,
+                d = p.head_dim;
+  F64Inputs in;
+  // [B, heads, T, d] view -> canonical double array.
+  auto load = [d](const TensorView& t, int64_t batch, int64_t heads, int64_t tokens,
+                  std::vector<double>* out) {
+    out->resize(static_cast<size_t>(batch * heads * tokens * d));
+    size_t x = 0;
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t i = 0; i < tokens; ++i)
+          for (int64_t c = 0; c < d; ++c) (*out)[x++] = double(t.LoadF32(t.Offset(b, h, i, c)));
+  };
+  load(a.q, B, H, Tq, &in.q);
+  load(d_o, B, H, Tq, &in.d_o);
+  load(a.k, B, G, Tk, &in.k);
+  load(a.v, B, G, Tk, &in.v);
+  const size_t pairs = static_cast<size_t>(B * H * Tq * Tk);
+  if (p.blocked_mask) {
+    in.blocked.resize(pairs);
+    const auto* m = static_cast<const uint8_t*>(a.blocked_mask.data);
+    size_t x = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < Tq; ++i)
+          for (int64_t j = 0; j < Tk; ++j) in.blocked[x++] = m[a.blocked_mask.Offset(b, h, i, j)];
+  }
+  if (p.additive_bias) {
+    in.bias.resize(pairs);
+    const auto* bias = static_cast<const float*>(a.bias.data);
+    size_t x = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < Tq; ++i)
+          for (int64_t j = 0; j < Tk; ++j) in.bias[x++] = double(bias[a.bias.Offset(b, h, i, j)]);
+  }
+  return in;
+}
+
+void ForwardF64(const AttentionProblem& p, const F64Inputs& in, std::vector<double>* o,
+                std::vector<double>* lse) {
+  const int64_t d = p.head_dim;
+  o->assign(static_cast<size_t>(p.batch * p.num_heads * p.q_len * d), 0.0);
+  lse->assign(static_cast<size_t>(p.batch * p.num_heads * p.q_len), 0.0);
+  RowForward f(p);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.num_heads; ++h) {
+      const int64_t g = p.KvHead(h);
+      for (int64_t i = 0; i < p.q_len; ++i) {
+        const size_t row = RowIndex(p, b, h, i);
+        f.Compute(p, in, b, h, i);
+        (*lse)[row] = f.lse;
+        double* out = &(*o)[row * d];
+        if (f.poisoned) {
+          std::fill(out, out + d, kNaN);
+          continue;
+        }
+        for (int64_t j = f.range.begin; j < f.range.end; ++j) {
+          if (!f.allowed[j]) continue;
+          const double* v = &in.v[KeyIndex(p, b, g, j) * d];
+          for (int64_t c = 0; c < d; ++c) out[c] += f.prob[j] * v[c];
+        }
+      }
+    }
+  }
+}
+
+ReferenceGradients BackwardF64(const AttentionProblem& p, const F64Inputs& in) {
+  const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads, Tq = p.q_len, Tk = p.kv_len,
+                d = p.head_dim;
+  const double scale = p.scale, softcap = p.softcap;
+  const double o_floor = SmallestNormal(p.dtype);
+  ReferenceGradients r;
+  r.dq.assign(static_cast<size_t>(B * H * Tq * d), 0.0);
+  r.dq_abs.assign(r.dq.size(), 0.0);
+  r.dk.assign(static_cast<size_t>(B * G * Tk * d), 0.0);
+  r.dk_abs.assign(r.dk.size(), 0.0);
+  r.dv.assign(r.dk.size(), 0.0);
+  r.dv_abs.assign(r.dk.size(), 0.0);
+  if (p.additive_bias) {
+    r.dbias.assign(static_cast<size_t>(B * H * Tq * Tk), 0.0);
+    r.dbias_abs.assign(r.dbias.size(), 0.0);
+  }
+  r.visible.assign(static_cast<size_t>(B * H * Tq), 0);
+  r.terms.assign(r.visible.size(), RowErrorTerms{});
+
+  RowForward f(p);
+  std::vector<double> o(static_cast<size_t>(d)), abs_o(o.size());
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = p.KvHead(h);
+      for (int64_t i = 0; i < Tq; ++i) {
+        const size_t row = RowIndex(p, b, h, i);
+        f.Compute(p, in, b, h, i);
+        r.visible[row] = f.visible;
+        r.terms[row] = f.terms;
+        if (f.visible == 0) continue;  // contributes nothing; dq row stays 0
+        const double* q = &in.q[row * d];
+        const double* d_o = &in.d_o[row * d];
+        // O_i and A_c = sum_j P_j |v_jc|, then D_i = dO_i . O_i and its magnitude.
+        std::fill(o.begin(), o.end(), 0.0);
+        std::fill(abs_o.begin(), abs_o.end(), 0.0);
+        for (int64_t j = f.range.begin; j < f.range.end; ++j) {
+          if (!f.allowed[j]) continue;
+          const double* v = &in.v[KeyIndex(p, b, g, j) * d];
+          for (int64_t c = 0; c < d; ++c) {
+            o[c] += f.prob[j] * v[c];
+            abs_o[c] += f.prob[j] * std::fabs(v[c]);
+          }
+        }
+        double D = 0, D_abs = 0;
+        for (int64_t c = 0; c < d; ++c) {
+          D += d_o[c] * o[c];
+          D_abs += std::fabs(d_o[c]) * std::max(abs_o[c], o_floor);
+        }
+        double* dq = &r.dq[row * d];
+        double* dq_abs = &r.dq_abs[row * d];
+        for (int64_t j = f.range.begin; j < f.range.end; ++j) {
+          if (!f.allowed[j]) continue;
+          const size_t key = KeyIndex(p, b, g, j) * d;
+          const double* k = &in.k[key];
+          const double* v = &in.v[key];
+          const double P = f.prob[j];
+          double dP = 0, dP_abs = 0;
+          for (int64_t c = 0; c < d; ++c) {
+            dP += d_o[c] * v[c];
+            dP_abs += std::fabs(d_o[c] * v[c]);
+          }
+          const double dS = P * (dP - D);
+          const double P_abs = std::max(P, kWeightMagnitudeFloor);
+          const double dS_abs = P_abs * (dP_abs + D_abs);
+          if (p.additive_bias) {
+            r.dbias[row * Tk + j] = dS;
+            r.dbias_abs[row * Tk + j] = dS_abs;
+          }
+          double deriv = 1, deriv_abs = 1;  // ds/dx
+          if (softcap > 0) {
+            deriv = 1 - f.t[j] * f.t[j];
+            deriv_abs = deriv + kSoftcapDerivativeFloor;
+          }
+          const double dX = dS * deriv, dX_abs = dS_abs * deriv_abs;
+          double* dk = &r.dk[key];
+          double* dk_abs = &r.dk_abs[key];
+          double* dv = &r.dv[key];
+          double* dv_abs = &r.dv_abs[key];
+          for (int64_t c = 0; c < d; ++c) {
+            dq[c] += scale * dX * k[c];
+            dq_abs[c] += scale * dX_abs * std::fabs(k[c]);
+            dk[c] += scale * dX * q[c];
+            dk_abs[c] += scale * dX_abs * std::fabs(q[c]);
+            dv[c] += P * d_o[c];
+            dv_abs[c] += P_abs * std::fabs(d_o[c]);
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace internal
+
+ReferenceGradients ComputeReferenceBackward(const AttentionProblem& p, const AttentionArgs& a,
+                                            const TensorView& d_o) {
+  if (p.is_paged() || p.is_ragged() || !IsFloatStorage(p.dtype) || !IsFloatStorage(p.kv_dtype)) {
+    return ReferenceGradients{};  // no backward reference (reference_backward.h)
+  }
+  return internal::BackwardF64(p, internal::LoadF64Inputs(p, a, d_o));
+}
+
+}  // namespace attnkit
