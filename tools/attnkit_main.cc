@@ -25,6 +25,7 @@
 #include "platform/version.h"
 #include "tools/cli/command_table.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/config_flags.h"
 #include "tools/cli/ring_command.h"
 
 ABSL_FLAG(std::string, config, "",
@@ -214,7 +215,10 @@ int main(int argc, char** argv) {
     }
   }
   absl::SetProgramUsageMessage(attnkit::Overview());
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  // --config.FIELD=VALUE flags follow the config's descriptor, not Abseil's
+  // registry (which would refuse them): they are taken out before it parses.
+  attnkit::SplitArgs split = attnkit::SplitConfigFlags(argc, argv);
+  std::vector<char*> args = absl::ParseCommandLine(split.rest_argc(), split.rest.data());
   if (args.size() < 2) {
     std::fprintf(stderr, "attnkit: expected a command\n\n%s", attnkit::Overview().c_str());
     return 2;
@@ -257,6 +261,15 @@ int main(int argc, char** argv) {
                  std::string(flags_ok.message()).c_str());
     return 2;
   }
+  // A bad --config.* flag is a usage error too, found before any work.
+  attnkit::AttentionConfig scratch;
+  const absl::Status config_flags_ok =
+      attnkit::ApplyConfigFlags(split.config_flags, command, &scratch);
+  if (!config_flags_ok.ok()) {
+    std::fprintf(stderr, "attnkit %s: error: %s\n", command.c_str(),
+                 std::string(config_flags_ok.message()).c_str());
+    return 2;
+  }
 
   // The registry, with every plugin loaded, on first use: commands that need
   // no backend (cost, verify, inputs, peak) load no plugin and probe no GPU.
@@ -293,6 +306,7 @@ int main(int argc, char** argv) {
 
   attnkit::CliOptions options;
   options.config = absl::GetFlag(FLAGS_config);
+  options.config_flags = split.config_flags;
   options.backend = absl::GetFlag(FLAGS_backend);
   for (absl::string_view name :
        absl::StrSplit(absl::GetFlag(FLAGS_backends), ',', absl::SkipEmpty())) {

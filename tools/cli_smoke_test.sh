@@ -20,6 +20,23 @@ ATTNKIT_HWY_TARGET=SSE4 $bin check --config="$tmp/small.textproto" --backends=hi
 grep -q 'flash/SSE4' "$tmp/capped.txt" || fail "highway not capped: $(cat "$tmp/capped.txt")"
 grep -q 'softmax/SSE4' "$tmp/capped.txt" || fail "blas softmax not capped: $(cat "$tmp/capped.txt")"
 
+# --config.FIELD=VALUE flags (read off the config proto) over the default or a --config file.
+$bin cost --config.num_heads=32 --config.head_dim=128 --config.q_len=1 --config.kv_len=4096 \
+  > "$tmp/cost_flags.txt" || fail "cost with --config.* flags exited $?"
+grep -q 'h32_g4_q1_k4096_d128' "$tmp/cost_flags.txt" || fail "cost flags: $(cat "$tmp/cost_flags.txt")"
+$bin check --config="$tmp/small.textproto" --config.mask.kind=sliding_window \
+  --config.mask.window_left=3 --config.kv_lengths=7 --config.return_lse --backends=reference \
+  > "$tmp/check_flags.txt" || fail "check with --config.* flags exited $?"
+grep -q 'h4_g2_q9_k9_d16_window3x0_br_pad_lse' "$tmp/check_flags.txt" || fail "check flags: $(cat "$tmp/check_flags.txt")"
+$bin cost --config.heads=4 2> "$tmp/err.txt"; rc=$?
+[[ $rc -eq 2 ]] || fail "unknown config field exited $rc, want 2"
+grep -q 'did you mean --config.num_heads' "$tmp/err.txt" || fail "config field: $(cat "$tmp/err.txt")"
+$bin peak --config.num_heads=4 2> "$tmp/err.txt"; rc=$?
+[[ $rc -eq 2 ]] && grep -q -- '--config.num_heads is not a flag of peak' "$tmp/err.txt" ||
+  fail "peak took a config field: $(cat "$tmp/err.txt")"
+$bin help check | grep -q -- '^  --config.mask.kind=KIND_UNSPECIFIED|NONE|CAUSAL|SLIDING_WINDOW$' ||
+  fail "help check does not list the config fields"
+
 $bin bogus 2> "$tmp/err.txt"; rc=$?
 [[ $rc -eq 2 ]] || fail "unknown command exited $rc, want 2"
 

@@ -115,7 +115,8 @@ std::string WritePngTwin(const std::string& svg_path) {
 absl::Status CompareCommand(const BackendRegistry& registry, const CliOptions& options,
                             std::ostream& out, std::ostream& progress) {
   std::vector<AttentionProblem> problems;
-  if (!options.config.empty()) {
+  // --config.* flags alone name one problem: the built-in example with them.
+  if (!options.config.empty() || !options.config_flags.empty()) {
     ATTNKIT_ASSIGN_OR_RETURN(const AttentionConfig config, LoadCliConfig(options));
     ATTNKIT_ASSIGN_OR_RETURN(AttentionProblem p, ProblemFromConfig(config));
     problems.push_back(std::move(p));

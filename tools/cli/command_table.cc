@@ -9,6 +9,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/config.pb.h"
+#include "tools/cli/config_flags.h"
 
 namespace attnkit {
 
@@ -36,6 +38,8 @@ const std::vector<CommandSpec>& Commands() {
        {},
        {"config", "backends", "allow_skip", "grad", "json", "wide", "plugins"},
        {"attnkit check --config=gqa.textproto", "attnkit check --backends=highway,blas --json=-",
+        "attnkit check --config=gqa.textproto --config.mask.kind=sliding_window "
+        "--config.mask.window_left=128",
         "attnkit check --config=gqa.textproto --grad   (dQ, dK, dV against the fp64 reference)"}},
       {"verify",
        "an output another implementation produced, against the fp64 reference with check's "
@@ -53,7 +57,9 @@ const std::vector<CommandSpec>& Commands() {
        "useful FLOPs, bytes moved, score size, KV-cache bytes (for N layers), parameters",
        {},
        {"config", "layers", "json"},
-       {"attnkit cost --config=decode.textproto --layers=32"}},
+       {"attnkit cost --config=decode.textproto --layers=32",
+        "attnkit cost --config.num_heads=32 --config.head_dim=128 --config.q_len=1 "
+        "--config.kv_len=4096"}},
       {"generate",
        "prefill + KV-cached decode (dense or paged cache) through N attention layers: tokens/s "
        "per phase and the backend each phase ran on, checked against a full recompute",
@@ -74,7 +80,7 @@ const std::vector<CommandSpec>& Commands() {
        {"attnkit compare --suite=standard --json=run.json --svg=run.svg --html=run.html",
         "attnkit compare --config=decode.textproto --baseline=yesterday.json",
         "attnkit compare --grad   (the backward pass of every suite problem that has one)"},
-       {{"config", "the suite"}}},
+       {{"config", "the suite; with --config.* flags alone, the built-in example"}}},
       {"peak",
        "this machine's limits: peak FMA per Highway target, read bandwidth, OpenBLAS sgemm",
        {},
@@ -136,6 +142,11 @@ const CommandSpec* FindCommand(const std::string& name) {
 
 namespace {
 
+bool ReadsFlag(const CommandSpec& c, const std::string& name) {
+  return std::find(c.required.begin(), c.required.end(), name) != c.required.end() ||
+         std::find(c.optional.begin(), c.optional.end(), name) != c.optional.end();
+}
+
 std::string Synopsis(const CommandSpec& c) {
   std::string s = c.name;
   for (const std::string& f : c.required) absl::StrAppend(&s, " --", f, "=...");
@@ -183,6 +194,14 @@ std::string CommandHelp(const CommandSpec& c) {
   if (!c.required.empty() || !c.optional.empty()) out += "\nflags:\n";
   for (const std::string& f : c.required) describe(f, true);
   for (const std::string& f : c.optional) describe(f, false);
+  if (ReadsFlag(c, "config")) {
+    out +=
+        "\nconfig fields (set over the --config file or the default, in command-line order;\n"
+        "a list is comma-separated, an empty value clears the field):\n";
+    for (const ConfigFlagDoc& doc : ConfigFlagDocs(*AttentionConfig::descriptor())) {
+      absl::StrAppend(&out, "  ", doc.usage, "\n");
+    }
+  }
   if (!c.examples.empty()) {
     out += "\nexamples:\n";
     for (const std::string& e : c.examples) absl::StrAppend(&out, "  ", e, "\n");
@@ -192,10 +211,9 @@ std::string CommandHelp(const CommandSpec& c) {
 
 absl::Status CheckFlagsForCommand(const CommandSpec& c, const std::vector<std::string>& given) {
   for (const std::string& name : given) {
-    if (std::find(c.required.begin(), c.required.end(), name) != c.required.end() ||
-        std::find(c.optional.begin(), c.optional.end(), name) != c.optional.end()) {
-      continue;
-    }
+    // --config.FIELD flags belong to the commands that read a config.
+    const bool config_field = absl::StartsWith(name, "config.") && ReadsFlag(c, "config");
+    if (config_field || ReadsFlag(c, name)) continue;
     std::vector<std::string> reads;
     for (const std::string& f : c.required) reads.push_back("--" + f);
     for (const std::string& f : c.optional) reads.push_back("--" + f);

@@ -33,11 +33,13 @@ const CommandSpec* FindCommand(const std::string& name);
 // brackets); the usage `attnkit` and `attnkit --help` print.
 std::string Overview();
 // One command: summary, usage, each flag with its help and default (from the
-// flag registry of the binary), examples.
+// flag registry of the binary), the --config.* flags (from the config's
+// descriptor) for a command that reads --config, examples.
 std::string CommandHelp(const CommandSpec& command);
 
 // InvalidArgument naming the first flag in `given` (names without dashes)
-// that `command` does not read, with the flags it does read.
+// that `command` does not read, with the flags it does read. "config.FIELD"
+// names pass for a command that reads --config (ApplyConfigFlags checks them).
 absl::Status CheckFlagsForCommand(const CommandSpec& command,
                                   const std::vector<std::string>& given);
 

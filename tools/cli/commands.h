@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "core/config.pb.h"
 #include "plugin/registry.h"
+#include "tools/cli/config_flags.h"
 
 namespace attnkit {
 
@@ -43,6 +44,8 @@ struct CliOptions {
   int64_t count = 100;             // fuzz: problems to draw
   uint64_t seed = 1;               // fuzz: the run follows from it
   std::string repro_dir = "/tmp";  // fuzz: where shrunk failing configs go
+  // --config.FIELD=VALUE overrides of the config, in command-line order.
+  std::vector<ConfigFlag> config_flags;
 };
 
 // `attnkit generate` beyond the shared options.
@@ -70,7 +73,8 @@ struct TrainOptions {
   int64_t log_every = 0;  // print every N steps; 0 = about 20 lines in all
 };
 
-// The config of --config, or the built-in default when none is given.
+// The config of --config, or the built-in default when none is given, with
+// the --config.* flags applied in order (then --grad).
 absl::StatusOr<AttentionConfig> LoadCliConfig(const CliOptions& options);
 
 // check and fuzz: FailedPrecondition naming the backends `skipped` (each with

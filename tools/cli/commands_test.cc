@@ -301,6 +301,44 @@ TEST(CostTest, KvCacheForAllLayers) {
   EXPECT_THAT(std::string(CostCommand(bad, out).message()), HasSubstr("--layers (0) must be >= 1"));
 }
 
+// --config.* flags override the --config file (or the built-in default) in
+// command-line order, --grad after them; validation still names the field.
+TEST(LoadCliConfigTest, ConfigFlagsOverrideTheFileInOrder) {
+  const std::string path = ::testing::TempDir() + "/flags.textproto";
+  ASSERT_TRUE(WriteFileAtomically(
+                  path, "name: \"file\" num_heads: 8 head_dim: 64 q_len: 16 mask { kind: CAUSAL }")
+                  .ok());
+  CliOptions options;
+  options.config = path;
+  options.config_flags = {{"num_heads", "2", true},
+                          {"mask.window_left", "2", true},
+                          {"mask.kind", "sliding_window", true},
+                          {"num_heads", "4", true},
+                          {"backward", "false", true}};
+  options.grad = true;
+  absl::StatusOr<AttentionConfig> c = LoadCliConfig(options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->name(), "file");
+  EXPECT_EQ(c->num_heads(), 4);
+  EXPECT_EQ(c->head_dim(), 64);
+  EXPECT_EQ(c->mask().kind(), MaskSpec::SLIDING_WINDOW);
+  EXPECT_EQ(c->mask().window_left(), 2);
+  EXPECT_TRUE(c->backward());
+
+  options.config.clear();
+  options.grad = false;
+  options.config_flags = {{"q_len", "1", true}};
+  c = LoadCliConfig(options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->name(), "default-gqa-causal-prefill");
+  EXPECT_EQ(c->q_len(), 1);
+
+  options.config_flags = {{"num_kv_heads", "5", true}};
+  std::ostringstream out;
+  EXPECT_THAT(std::string(CostCommand(options, out).message()),
+              HasSubstr("num_heads (16) must be a multiple of num_kv_heads (5)"));
+}
+
 // A small stack end to end on the reference backend: chunked prefill, decode,
 // and the recompute agrees.
 TEST(GenerateCommandTest, SmallStackVerifies) {

@@ -3,15 +3,18 @@
 #include "io/config_io.h"
 #include "core/status_macros.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/config_flags.h"
 #include "tools/cli/default_config.h"
 
 namespace attnkit {
 
 absl::StatusOr<AttentionConfig> LoadCliConfig(const CliOptions& options) {
-  absl::StatusOr<AttentionConfig> config =
-      options.config.empty() ? ParseConfigText(kDefaultConfigText, "<built-in default>")
-                             : LoadConfigFile(options.config);
-  if (config.ok() && options.grad) config->set_backward(true);
+  ATTNKIT_ASSIGN_OR_RETURN(AttentionConfig config,
+                           options.config.empty()
+                               ? ParseConfigText(kDefaultConfigText, "<built-in default>")
+                               : LoadConfigFile(options.config));
+  ATTNKIT_RETURN_IF_ERROR(ApplyConfigFlags(options.config_flags, "", &config));
+  if (options.grad) config.set_backward(true);
   return config;
 }
 

@@ -7,6 +7,7 @@
 #include "io/npy.h"
 #include "core/problem_config.h"
 #include "core/status_macros.h"
+#include "tools/cli/config_flags.h"
 
 namespace attnkit {
 namespace {
@@ -164,6 +165,7 @@ absl::StatusOr<NpyProblem> LoadNpyProblem(const CliOptions& options, bool want_l
   AttentionConfig config;
   if (options.config.empty()) {
     ATTNKIT_ASSIGN_OR_RETURN(config, InferConfigFromArrays(options.q, options.k));
+    ATTNKIT_RETURN_IF_ERROR(ApplyConfigFlags(options.config_flags, "", &config));
     inferred = ConfigToText(config);
   } else {
     ATTNKIT_ASSIGN_OR_RETURN(config, LoadCliConfig(options));

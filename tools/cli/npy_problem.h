@@ -19,8 +19,8 @@ namespace attnkit {
 struct NpyProblem {
   AttentionProblem problem;
   ProblemData data;  // q, k, v (and kv_lengths, mask, bias) loaded; o (and lse) allocated
-  // Without --config: the config read off the arrays, as text ("" when a
-  // config was given).
+  // Without --config: the config read off the arrays (then the --config.*
+  // flags), as text ("" when a config was given).
   std::string inferred_config;
   // One line per conversion made on load ("--q=x.npy: float64 converted to
   // float32"), for the command to print.
@@ -32,7 +32,8 @@ struct NpyProblem {
 // against its memory budget before anything is loaded; then --q, --k, --v
 // (float32, float16 or float64 files, converted to the config's dtypes) and
 // the optional inputs, each checked against the problem's shape. Without
-// --config the shapes come from the arrays (InferConfigFromArrays). The mask
+// --config the shapes come from the arrays (InferConfigFromArrays); the
+// --config.* flags apply over either. The mask
 // is read with options.mask_convention ("attnkit": true = blocked; "torch":
 // true = take part).
 absl::StatusOr<NpyProblem> LoadNpyProblem(const CliOptions& options, bool want_lse);

@@ -56,7 +56,9 @@ absl::Status RunCommand(const BackendRegistry& registry, const CliOptions& optio
   w.EndObject();
   if (JsonToStdout(options)) return EmitJson(options, w.str(), out);
   if (!loaded.inferred_config.empty()) {
-    out << "config inferred from the arrays (pass --config to set it):\n  "
+    out << "config inferred from the arrays"
+        << (options.config_flags.empty() ? "" : ", then the --config.* flags")
+        << " (pass --config to set it):\n  "
         << absl::StrReplaceAll(absl::StripSuffix(loaded.inferred_config, "\n"), {{"\n", "\n  "}})
         << "\n";
   }

@@ -142,7 +142,8 @@ else
 fi
 not_run() { rows+=("$(printf '%-20s %8s %8s %8s %7s  %s' "$1" - - - 0 "not run ($2)")"); }
 if [[ -n ${ATTNKIT_REQUIRE_BACKENDS:-} ]]; then
-  suite cuda_bench 90 "$here/bin/cuda_bench" --benchmark_min_time=0.3 \
+  suite cuda_bench 90 "$here/bin/cuda_bench" --plugin="$here/lib/libattnkit_cuda.so" \
+    --benchmark_min_time=0.3 \
     --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json
   # PyTorch's SDPA on the same problems, when this Python has torch.
   if python3 -c 'import torch' 2> /dev/null; then
