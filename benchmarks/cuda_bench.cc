@@ -5,11 +5,17 @@
 //   T=4096, d=128) and GQA decode (B=8, H=32, Hkv=8, Tq=1, Tk=8192, d=128),
 //   with TFLOP/s (useful FLOPs), GB/s (Q, K, V, O bytes) and both as a
 //   fraction of the measured limits.
-// Exits 1 with the reason when no usable GPU is present.
+// The backends come from the CUDA plugin, loaded through the registry as
+// every other CUDA user loads it: --plugin=PATH, else $ATTNKIT_PLUGIN_PATH,
+// else libattnkit_cuda.so in this binary's runfiles. The benchmark's own
+// CUDA runtime (events, cuBLAS, the copy kernel) shares the device's primary
+// context with the plugin's, so the plugin runs on the benchmark's stream.
+// Exits 1 with the reason when no usable GPU or no plugin is present.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -17,13 +23,11 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "backends/cuda/cublas_backend.h"
-#include "backends/cuda/cuda_common.h"
-#include "backends/cuda/flash_backend.h"
 #include "benchmark/benchmark.h"
 #include "benchmarks/cuda_copy_kernel.h"
 #include "harness/execute.h"
 #include "harness/problem_data.h"
+#include "plugin/registry.h"
 
 namespace attnkit {
 namespace {
@@ -33,6 +37,13 @@ struct Peaks {
   double gbps = 0;    // device memory, read + write
 };
 Peaks peaks;
+
+// Streaming multiprocessors of device 0 (the copy kernel's grid).
+int NumSms() {
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) return 1;
+  return sms > 0 ? sms : 1;
+}
 
 bool Check(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return true;
@@ -98,7 +109,7 @@ void BM_HbmCopy(benchmark::State& state) {
     return;
   }
   cudaMemset(src, 1, bytes);
-  const int sms = cuda::Device().num_sms;
+  const int sms = NumSms();
   auto copy = [&] { bench::LaunchCopy(src, dst, bytes, sms, nullptr); };
   TimeMs(copy, 2);
   for (auto _ : state) state.SetIterationTime(TimeMs(copy, 10) / 10 / 1e3);
@@ -139,7 +150,7 @@ Peaks MeasurePeaks() {
     const size_t bytes = size_t{1} << 30;
     void *src, *dst;
     if (cudaMalloc(&src, bytes) == cudaSuccess && cudaMalloc(&dst, bytes) == cudaSuccess) {
-      const int sms = cuda::Device().num_sms;
+      const int sms = NumSms();
       auto copy = [&] { bench::LaunchCopy(src, dst, bytes, sms, nullptr); };
       TimeMs(copy, 3);
       p.gbps = 2.0 * bytes * 20 / (TimeMs(copy, 20) * 1e-3) / 1e9;
@@ -231,20 +242,60 @@ void BM_Attention(benchmark::State& state, Backend* backend, AttentionProblem p)
 }  // namespace
 }  // namespace attnkit
 
+// The CUDA plugin's path: --plugin=PATH (removed from argv), else
+// $ATTNKIT_PLUGIN_PATH, else the copy in this binary's runfiles.
+std::string PluginPath(int* argc, char** argv) {
+  std::string path;
+  int kept = 1;
+  for (int i = 1; i < *argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--plugin=", 0) == 0) {
+      path = a.substr(9);
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  *argc = kept;
+  if (!path.empty()) return path;
+  if (const char* env = std::getenv("ATTNKIT_PLUGIN_PATH")) return env;
+  return std::string(argv[0]) + ".runfiles/attnkit/backends/cuda/libattnkit_cuda.so";
+}
+
 int main(int argc, char** argv) {
   using namespace attnkit;
+  const std::string plugin = PluginPath(&argc, argv);
   benchmark::Initialize(&argc, argv);
-  const cuda::DeviceInfo& device = cuda::Device();
-  if (!device.available.ok()) {
-    std::fprintf(stderr, "cuda_bench: %s\n", std::string(device.available.message()).c_str());
+  int devices = 0;
+  const cudaError_t probe = cudaGetDeviceCount(&devices);
+  if (probe != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "cuda_bench: no usable GPU: %s\n",
+                 probe != cudaSuccess ? cudaGetErrorString(probe) : "no CUDA device");
     return 1;
   }
+  cudaDeviceProp prop;
+  if (!Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties")) return 1;
+  static BackendRegistry registry;
+  // Every ':'-separated path (ATTNKIT_PLUGIN_PATH may list several).
+  registry.LoadPluginList(plugin);
+  std::vector<Backend*> backends;
+  for (const char* name : {"cuda", "cuda-cublas"}) {
+    absl::StatusOr<Backend*> b = registry.Find(name);
+    if (!b.ok()) {
+      std::fprintf(stderr, "cuda_bench: backend %s from %s: %s\n", name, plugin.c_str(),
+                   std::string(b.status().message()).c_str());
+      for (const PluginFailure& f : registry.plugin_failures()) {
+        std::fprintf(stderr, "cuda_bench: plugin %s: %s\n", f.path.c_str(), std::string(f.status.message()).c_str());
+      }
+      return 1;
+    }
+    backends.push_back(*b);
+  }
   peaks = MeasurePeaks();
-  benchmark::AddCustomContext("gpu", device.name);
+  benchmark::AddCustomContext("gpu", prop.name);
   benchmark::AddCustomContext("peak_bf16_tflops", absl::StrFormat("%.1f", peaks.tflops));
   benchmark::AddCustomContext("peak_hbm_gbps", absl::StrFormat("%.0f", peaks.gbps));
   std::fprintf(stderr, "cuda_bench: %s, measured %.1f TFLOP/s dense bf16, %.0f GB/s copy\n",
-               device.name.c_str(), peaks.tflops, peaks.gbps);
+               prop.name, peaks.tflops, peaks.gbps);
 
   benchmark::RegisterBenchmark("peak/cublas_bf16_gemm_8192", BM_CublasBf16Gemm)
       ->UseManualTime()
@@ -253,17 +304,15 @@ int main(int argc, char** argv) {
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond);
 
-  static std::unique_ptr<Backend> backends[] = {cuda::MakeFlashBackend(),
-                                                cuda::MakeCublasBackend()};
   const AttentionProblem shapes[] = {
       Shape("prefill_b4_h32_t4096_d128_causal", 4, 32, 32, 4096, 4096),
       Shape("decode_b8_h32_g8_tk8192_d128", 8, 32, 8, 1, 8192),
   };
-  for (const auto& backend : backends) {
+  for (Backend* backend : backends) {
     for (const AttentionProblem& p : shapes) {
       benchmark::RegisterBenchmark(
           absl::StrFormat("attention/%s/%s", backend->Name(), p.name).c_str(), BM_Attention,
-          backend.get(), p)
+          backend, p)
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond);
     }

@@ -1,5 +1,5 @@
 // The attention operator's backend interface. A backend is a plugin: built in
-// or loaded from a shared library (core/plugin_api.h), chosen at run time.
+// or loaded from a shared library (include/attnkit/plugin.h), chosen at run time.
 #ifndef ATTNKIT_CORE_BACKEND_H_
 #define ATTNKIT_CORE_BACKEND_H_
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <random>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -142,6 +143,12 @@ absl::Status Tensor::SetView(const TensorView& view) {
   }
   view_ = view;
   return absl::OkStatus();
+}
+
+void FillUniform(const TensorView& t, uint64_t seed, float lo, float hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  ForEachOffset(t, [&](int64_t off) { StoreFromF32(t.data, t.dtype, off, dist(rng)); });
 }
 
 }  // namespace attnkit

@@ -107,6 +107,11 @@ class Tensor {
   TensorView view_;
 };
 
+// Fills a float-storage tensor with uniform values in [lo, hi], rounded to
+// its dtype, drawing from a generator seeded with `seed` (random inputs of
+// check and the tests, the layers' initial weights).
+void FillUniform(const TensorView& t, uint64_t seed, float lo, float hi);
+
 }  // namespace attnkit
 
 #endif  // ATTNKIT_CORE_TENSOR_H_

@@ -10,12 +10,6 @@
 #include "core/status_macros.h"
 
 namespace attnkit {
-void FillUniform(const TensorView& t, uint64_t seed, float lo, float hi) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  ForEachOffset(t, [&](int64_t off) { StoreFromF32(t.data, t.dtype, off, dist(rng)); });
-}
-
 namespace {
 
 int32_t* I32(const Tensor& t) { return static_cast<int32_t*>(t.data()); }

@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "core/backend.h"
 #include "core/problem.h"
-#include "core/tensor.h"
+#include "core/tensor.h"  // FillUniform
 
 namespace attnkit {
 
@@ -41,10 +41,6 @@ class ProblemData {
   Tensor q, k, v, o, lse, kv_lengths, blocked_mask, bias;
   Tensor k_scale, v_scale, block_table, cu_seqlens_q, cu_seqlens_k;
 };
-
-// Fills a float-storage tensor with uniform values in [lo, hi], rounded to
-// its dtype, drawing from a generator seeded with `seed`.
-void FillUniform(const TensorView& t, uint64_t seed, float lo, float hi);
 
 }  // namespace attnkit
 

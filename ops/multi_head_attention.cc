@@ -7,10 +7,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "backends/auto_select.h"
-#include "backends/builtin.h"
 #include "io/npy.h"
+#include "core/tensor.h"
 #include "core/problem_config.h"
-#include "harness/problem_data.h"
 #include "core/status_macros.h"
 
 namespace attnkit {

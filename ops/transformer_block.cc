@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "harness/problem_data.h"
+#include "core/tensor.h"
 #include "core/status_macros.h"
 #include "ops/rms_norm.h"
 

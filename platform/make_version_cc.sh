@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Writes core/version.cc: make_version_cc.sh OUT VERSION_FILE STABLE_STATUS_FILE.
+# Writes platform/version.cc: make_version_cc.sh OUT VERSION_FILE STABLE_STATUS_FILE.
 set -euo pipefail
 version=$(tr -d '[:space:]' < "$2")
 commit=$(sed -n 's/^STABLE_ATTNKIT_COMMIT //p' "$3")

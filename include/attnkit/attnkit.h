@@ -168,6 +168,15 @@ void attnkit_string_free(char* s);
 int32_t attnkit_config_from_text(const char* text, char** json, char* err, size_t err_size);
 int32_t attnkit_config_to_text(const char* config_json, char** text, char* err, size_t err_size);
 
+/* The AttentionConfig message's fields, from its descriptor, as JSON:
+ * {"name": "AttentionConfig", "fields": [F, ...]} in field-number order,
+ * each F {"name", "type": int|float|bool|string|enum|message, "repeated",
+ * "default" (null for an unset `optional` field or a message), "values"
+ * (an enum's names), "message" (a message field's own schema, likewise)}. Bindings build
+ * their config type from it (Python's AttentionConfig does), so a field
+ * added to core/config.proto reaches them unwritten. */
+int32_t attnkit_config_schema(char** json, char* err, size_t err_size);
+
 /* ATTNKIT_OK when the config is a valid problem (every rule of `attnkit
  * check`); `id` (may be NULL) receives its problem id, e.g.
  * "b1_h8g2_q128_k128_d64_causal_f32". */

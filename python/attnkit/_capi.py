@@ -213,6 +213,7 @@ def _load():
         "attnkit_string_free": (None, [ctypes.c_void_p]),
         "attnkit_config_from_text": (_c_int32, [ctypes.c_char_p, _out_str, err, ctypes.c_size_t]),
         "attnkit_config_to_text": (_c_int32, [ctypes.c_char_p, _out_str, err, ctypes.c_size_t]),
+        "attnkit_config_schema": (_c_int32, [_out_str, err, ctypes.c_size_t]),
         "attnkit_config_validate": (_c_int32, [ctypes.c_char_p, _out_str, err, ctypes.c_size_t]),
         "attnkit_config_cost": (_c_int32, [ctypes.c_char_p, _out_str, err, ctypes.c_size_t]),
         "attnkit_suite": (_c_int32, [ctypes.c_char_p, _out_str, err, ctypes.c_size_t]),

@@ -1,7 +1,10 @@
 """AttentionConfig: core/config.proto as a Python dataclass.
 
-Field for field the proto (a test checks the names and defaults against the
-library's), enums by their proto names (case-insensitive on the way in:
+The dataclasses are not written field by field: at import the library
+describes the message from its descriptor (attnkit_config_schema) and
+AttentionConfig and MaskSpec are made from that, with the proto's field
+names, order and defaults, so a field added to config.proto appears here
+unwritten. Enums are their proto names (case-insensitive on the way in:
 "f16" is F16, "causal" is CAUSAL). It reads and writes the text format
 `attnkit --config=F` uses, and crosses the C API as JSON.
 """
@@ -13,13 +16,8 @@ import typing
 
 from . import _capi
 
-_ENUMS = {
-    "dtype": ("DTYPE_UNSPECIFIED", "F32", "F16", "BF16"),
-    "kv_dtype": ("DTYPE_UNSPECIFIED", "F32", "F16", "BF16", "INT8"),
-    "layout": ("LAYOUT_UNSPECIFIED", "BHTD", "BTHD"),
-    "alignment": ("ALIGNMENT_UNSPECIFIED", "TOP_LEFT", "BOTTOM_RIGHT"),
-}
-_MASK_KINDS = ("KIND_UNSPECIFIED", "NONE", "CAUSAL", "SLIDING_WINDOW")
+_SCHEMA = json.loads(_capi.call_string(_capi.lib.attnkit_config_schema))
+_PY_TYPES = {"int": int, "float": float, "bool": bool, "string": str, "enum": str}
 
 
 def _enum(field, value, allowed):
@@ -28,69 +26,72 @@ def _enum(field, value, allowed):
     return value.upper()
 
 
-@dataclasses.dataclass
-class MaskSpec:
-    """MaskSpec: kind NONE, CAUSAL or SLIDING_WINDOW (keys in [diag -
-    window_left, diag + window_right]; -1 = unbounded)."""
+def _normalise(obj, schema, prefix=""):
+    """Checks enum names and converts lists and nested messages in place,
+    after the dataclass's own __init__."""
+    for f in schema["fields"]:
+        name, value = f["name"], getattr(obj, f["name"])
+        if f["type"] == "message" and not f["repeated"]:
+            cls = _MESSAGES[f["message"]["name"]]
+            if value is None:
+                value = cls()
+            elif isinstance(value, dict):
+                value = cls(**value)
+            elif isinstance(value, str):
+                # A message given a name sets its first field (mask="causal").
+                value = cls(**{f["message"]["fields"][0]["name"]: value})
+            elif not isinstance(value, cls):
+                raise ValueError(
+                    f"{prefix}{name} must be a {cls.__name__}, a dict or a "
+                    f"{f['message']['fields'][0]['name']} name; got {value!r}"
+                )
+        elif f["type"] == "enum":
+            if f["repeated"]:
+                value = [_enum(prefix + name, v, f["values"]) for v in value]
+            else:
+                value = _enum(prefix + name, value, f["values"])
+        elif f["repeated"]:
+            value = [_PY_TYPES[f["type"]](x) for x in value]
+        setattr(obj, name, value)
 
-    kind: str = "KIND_UNSPECIFIED"
-    window_left: int = 0
-    window_right: int = 0
 
-    def __post_init__(self):
-        self.kind = _enum("mask.kind", self.kind, _MASK_KINDS)
+def _dataclass_fields(schema):
+    """(name, type, field) triples for dataclasses.make_dataclass."""
+    out = []
+    for f in schema["fields"]:
+        if f["repeated"]:
+            out.append((f["name"], list, dataclasses.field(default_factory=list)))
+        elif f["type"] == "message":
+            cls = _MESSAGES[f["message"]["name"]]
+            out.append((f["name"], cls, dataclasses.field(default_factory=cls)))
+        else:
+            py = _PY_TYPES[f["type"]]
+            if f["default"] is None:
+                out.append((f["name"], typing.Optional[py], dataclasses.field(default=None)))
+            else:
+                out.append((f["name"], py, dataclasses.field(default=f["default"])))
+    return out
 
 
-@dataclasses.dataclass
-class AttentionConfig:
-    """One attention problem, as core/config.proto defines it.
+def _make_message(schema, doc, namespace=None):
+    """A dataclass for one message of the schema (its message fields first)."""
+    for f in schema["fields"]:
+        if f["type"] == "message" and f["message"]["name"] not in _MESSAGES:
+            _make_message(f["message"], f"{f['message']['name']}: config.proto's message.")
+    ns = dict(namespace or {})
+    ns["__post_init__"] = lambda self: _normalise(self, schema)
+    ns["__doc__"] = doc
+    cls = dataclasses.make_dataclass(schema["name"], _dataclass_fields(schema), namespace=ns)
+    cls.__module__ = __name__
+    _MESSAGES[schema["name"]] = cls
+    return cls
 
-    Unset fields mean what the proto says: num_kv_heads 0 = num_heads (MHA),
-    kv_len 0 = q_len, batch 0 = 1, dtype DTYPE_UNSPECIFIED = F32, scale None =
-    1/sqrt(head_dim), backend "" = auto. mask takes a MaskSpec, a dict or a
-    kind name ("causal").
-    """
 
-    name: str = ""
-    num_heads: int = 0
-    num_kv_heads: int = 0
-    head_dim: int = 0
-    model_dim: int = 0
-    mask: MaskSpec = dataclasses.field(default_factory=MaskSpec)
-    alignment: str = "ALIGNMENT_UNSPECIFIED"
-    scale: typing.Optional[float] = None
-    softcap: float = 0.0
-    dtype: str = "DTYPE_UNSPECIFIED"
-    kv_dtype: str = "DTYPE_UNSPECIFIED"
-    layout: str = "LAYOUT_UNSPECIFIED"
-    batch: int = 0
-    q_len: int = 0
-    kv_len: int = 0
-    kv_lengths: typing.List[int] = dataclasses.field(default_factory=list)
-    blocked_mask: bool = False
-    additive_bias: bool = False
-    return_lse: bool = False
-    backend: str = ""
-    seed: int = 0
-    poison_blocked: bool = False
-    memory_budget_bytes: int = 0
-    nonfinite_inputs: int = 0
-    page_size: int = 0
-    num_pages: int = 0
-    q_lengths: typing.List[int] = dataclasses.field(default_factory=list)
-    backward: bool = False
+_MESSAGES = {}
 
-    def __post_init__(self):
-        if isinstance(self.mask, str):
-            self.mask = MaskSpec(kind=self.mask)
-        elif isinstance(self.mask, dict):
-            self.mask = MaskSpec(**self.mask)
-        elif not isinstance(self.mask, MaskSpec):
-            raise ValueError(f"mask must be a MaskSpec, a dict or a kind name; got {self.mask!r}")
-        for field, allowed in _ENUMS.items():
-            setattr(self, field, _enum(field, getattr(self, field), allowed))
-        self.kv_lengths = [int(x) for x in self.kv_lengths]
-        self.q_lengths = [int(x) for x in self.q_lengths]
+
+class _ConfigMethods:
+    """The methods of AttentionConfig (its fields come from the schema)."""
 
     # ---- conversions -----------------------------------------------------
 
@@ -146,6 +147,22 @@ class AttentionConfig:
     def replace(self, **changes):
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
+
+
+AttentionConfig = _make_message(
+    _SCHEMA,
+    """One attention problem, as core/config.proto defines it.
+
+    Unset fields mean what the proto says: num_kv_heads 0 = num_heads (MHA),
+    kv_len 0 = q_len, batch 0 = 1, dtype DTYPE_UNSPECIFIED = F32, scale None =
+    1/sqrt(head_dim), backend "" = auto. mask takes a MaskSpec, a dict or a
+    kind name ("causal").
+    """,
+    {k: v for k, v in vars(_ConfigMethods).items() if not k.startswith("__")},
+)
+MaskSpec = _MESSAGES["MaskSpec"]
+MaskSpec.__doc__ = """MaskSpec: kind NONE, CAUSAL or SLIDING_WINDOW (keys in [diag -
+    window_left, diag + window_right]; -1 = unbounded)."""
 
 
 def as_config(config):

@@ -4,6 +4,7 @@ zero-copy; errors; threads. With torch >= 2.0 importable, the same problems
 are compared with torch's SDPA as well."""
 
 import ctypes
+import json
 import threading
 import time
 
@@ -282,3 +283,18 @@ def test_matches_torch_sdpa(case):
     )
     assert isinstance(got, t.Tensor)
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=2e-5)
+
+
+def test_structs_are_built_from_the_library_layouts():
+    # No struct is written in Python: each has exactly the fields, offsets
+    # and size the library reports for its C struct (attnkit_struct_layout).
+    for cname, pyname in _capi._STRUCT_NAMES.items():
+        layout = json.loads(_capi.lib.attnkit_struct_layout(cname.encode()).decode())
+        struct = getattr(_capi, pyname)
+        assert [name for name, _ in struct._fields_] == [f["name"] for f in layout["fields"]]
+        for f in layout["fields"]:
+            assert getattr(struct, f["name"]).offset == f["offset"], (cname, f)
+        assert ctypes.sizeof(struct) == layout["size"] == _capi.lib.attnkit_struct_size(
+            cname.encode()
+        )
+    assert _capi.lib.attnkit_struct_layout(b"attnkit_nothing") is None
