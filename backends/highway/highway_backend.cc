@@ -94,7 +94,7 @@ class HighwayBackend : public Backend {
     std::lock_guard<std::mutex> lock(mu_);
     FlashRunInfo run;
     if (p.is_ragged()) {
-      // One parallel loop over every sequence's work (sdpa-inl.h).
+      // One parallel loop over every sequence's work (ragged_schedule.h).
       const std::vector<SequenceCall> seqs = RaggedSequences(p, a);
       std::vector<FlashParams> params;
       params.reserve(seqs.size());

@@ -1,4 +1,5 @@
-// Compiles sdpa-inl.h once per Highway target and exports the dispatch table.
+// Compiles sdpa-inl.h (and the per-target headers it includes) once per
+// Highway target and exports the dispatch table.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backends/highway/sdpa.cc"
 // clang-format off

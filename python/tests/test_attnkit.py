@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import attnkit
-from attnkit import _ops
+from attnkit import _capi, _ops
 
 RNG = np.random.default_rng(7)
 

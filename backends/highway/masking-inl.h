@@ -1,0 +1,133 @@
+// Per-target masking of score tiles: the dense mask and bias per pair, the
+// bias after soft-capping, V rows with a NaN or Inf that some row must not
+// see, and each row's visible key range. Included once per target (toggle guard).
+
+#if defined(ATTNKIT_BACKENDS_HIGHWAY_MASKING_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTNKIT_BACKENDS_HIGHWAY_MASKING_INL_H_
+#undef ATTNKIT_BACKENDS_HIGHWAY_MASKING_INL_H_
+#else
+#define ATTNKIT_BACKENDS_HIGHWAY_MASKING_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "backends/highway/flash_params.h"
+#include "backends/highway/microkernels-inl.h"
+#include "backends/highway/packed_scores-inl.h"
+#include "backends/highway/tiling.h"
+#include "core/mask.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnkit {
+namespace HWY_NAMESPACE {
+
+using highway_plan::Item;
+using highway_plan::Tiling;
+
+// The optional per-pair inputs on tile [k0, k0 + nk), on the raw scores
+// (before soft-capping): a pair the dense mask blocks, or whose bias is -inf,
+// becomes -inf (its K and V rows are not read for that row). Of the other
+// pairs the structured mask lets through, a non-finite raw score (NaN or Inf
+// in Q or K) or a NaN or +inf bias sets bad[r]. With add_bias (no softcap)
+// the bias is added here; otherwise AddBiasToUnblocked adds it after the cap.
+// Scalar: these inputs are per (h, i, j).
+inline void ApplyPairInputs(const FlashParams& p, const Item& it, int64_t k0, int64_t nk,
+                            bool add_bias, const ScoreLayout& lay, float* HWY_RESTRICT s,
+                            float* HWY_RESTRICT bad) {
+  const float kInf = std::numeric_limits<float>::infinity();
+  const int64_t kv_length = p.KvLength(it.b);
+  for (int64_t r = 0; r < it.nh * it.nq; ++r) {
+    const int64_t h = it.h0 + r / it.nq, i = it.q0 + r % it.nq;
+    const KeyRange range = VisibleKeys(p.mask, i, kv_length);
+    const float* bias = p.bias != nullptr ? p.bias + p.bias_view.Offset(it.b, h, i, k0) : nullptr;
+    const int64_t bs = p.bias != nullptr ? p.bias_view.strides[3] : 0;
+    const uint8_t* blocked =
+        p.blocked != nullptr ? p.blocked + p.blocked_view.Offset(it.b, h, i, k0) : nullptr;
+    const int64_t ms = p.blocked != nullptr ? p.blocked_view.strides[3] : 0;
+    bool row_bad = false;
+    for (int64_t j = 0; j < nk; ++j) {
+      float& x = s[lay.At(j, r)];
+      const float b = bias != nullptr ? bias[j * bs] : 0.0f;
+      if ((blocked != nullptr && blocked[j * ms] != 0) || b == -kInf) {
+        x = -kInf;
+        continue;
+      }
+      const bool visible = k0 + j >= range.begin && k0 + j < range.end;
+      row_bad = row_bad || (visible && (!std::isfinite(x) || !(b < kInf)));
+      if (add_bias) x += b;
+    }
+    if (row_bad) bad[r] = 1.0f;
+  }
+}
+
+// s += bias on tile [k0, k0 + nk) where s is not -inf (blocked or masked):
+// the bias after soft-capping.
+inline void AddBiasToUnblocked(const FlashParams& p, const Item& it, int64_t k0, int64_t nk,
+                               const ScoreLayout& lay, float* HWY_RESTRICT s) {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t r = 0; r < it.nh * it.nq; ++r) {
+    const int64_t h = it.h0 + r / it.nq, i = it.q0 + r % it.nq;
+    const float* bias = p.bias + p.bias_view.Offset(it.b, h, i, k0);
+    const int64_t bs = p.bias_view.strides[3];
+    for (int64_t j = 0; j < nk; ++j) {
+      float& x = s[lay.At(j, r)];
+      if (x != kNegInf) x += bias[j * bs];
+    }
+  }
+}
+
+// The V rows of tile keys j < nk that hold a NaN or Inf: their indices go to
+// bad_keys (returns how many), and every real row that sees such a key (a
+// score not -inf after masking) is flagged in bad. The caller leaves those
+// keys out of P.V: 0 * NaN is NaN, and a row that does not see a key must
+// not be changed by it (a key no row sees may hold anything: padding, or keys
+// the dense mask blocks, found by `attnkit fuzz` with poison_blocked).
+// Only tiles where some row may not see some key need this; on the others a
+// non-finite V row reaches every row's accumulator, which the final check
+// catches. v [nk, ldv] of T: a converted tile or V storage (dp values).
+template <typename T>
+int64_t FlagNonFiniteValueRows(const T* HWY_RESTRICT v, size_t ldv, int64_t nk, int64_t dp,
+                               const float* HWY_RESTRICT s, const ScoreLayout& lay, int64_t rows,
+                               float* HWY_RESTRICT bad, int32_t* HWY_RESTRICT bad_keys) {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  int64_t n = 0;
+  for (int64_t j = 0; j < nk; ++j) {
+    if (AllFinite(v + j * ldv, static_cast<size_t>(dp))) continue;
+    bad_keys[n++] = static_cast<int32_t>(j);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (s[lay.At(j, r)] != kNegInf) bad[r] = 1.0f;
+    }
+  }
+  return n;
+}
+
+// Tile-relative visible key range [kb, ke) of every row; padded rows see all.
+inline void RowKeyRanges(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0,
+                         int64_t nk, float* HWY_RESTRICT kb, float* HWY_RESTRICT ke) {
+  const int64_t kv_length = p.KvLength(it.b);
+  const int64_t rows = it.nh * it.nq;
+  auto clamp = [nk](int64_t x) {
+    return static_cast<float>(std::min<int64_t>(std::max<int64_t>(x, -1), nk + 1));
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const KeyRange range = VisibleKeys(p.mask, it.q0 + r % it.nq, kv_length);
+    kb[r] = clamp(range.begin - k0);
+    ke[r] = clamp(std::min(range.end, k0 + nk) - k0);
+  }
+  for (int64_t r = rows; r < t.rows_padded; ++r) {
+    kb[r] = 0.0f;
+    ke[r] = static_cast<float>(nk + 1);
+  }
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace attnkit
+HWY_AFTER_NAMESPACE();
+
+#endif  // toggle guard

@@ -1,0 +1,140 @@
+// Per-target loads of the flash attention loop: an item's query rows (scaled,
+// transposed or row-major), K/V tiles converted to f32, and the prefetches
+// and int8 row scales of direct tiles. Included once per target (toggle guard).
+
+#if defined(ATTNKIT_BACKENDS_HIGHWAY_TILE_LOADS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTNKIT_BACKENDS_HIGHWAY_TILE_LOADS_INL_H_
+#undef ATTNKIT_BACKENDS_HIGHWAY_TILE_LOADS_INL_H_
+#else
+#define ATTNKIT_BACKENDS_HIGHWAY_TILE_LOADS_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/highway/flash_params.h"
+#include "backends/highway/microkernels-inl.h"
+#include "backends/highway/tiling.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnkit {
+namespace HWY_NAMESPACE {
+
+using highway_plan::Item;
+using highway_plan::Tiling;
+
+// Qt[c, r] = scale * Q[b, h0 + r / nq, q0 + r % nq, c]; padded rows are 0.
+inline void LoadQueryTile(const FlashParams& p, const Tiling& t, const Item& it,
+                          float* HWY_RESTRICT qt) {
+  const int64_t mp = t.rows_padded, d = p.head_dim;
+  const int64_t rows = it.nh * it.nq;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t base = p.q.Offset(it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, 0);
+    for (int64_t c = 0; c < d; ++c) {
+      qt[c * mp + r] = p.scale * LoadAsF32(p.q.data, p.q.dtype, base + c * p.q.strides[3]);
+    }
+  }
+  for (int64_t c = 0; c < d; ++c) {
+    for (int64_t r = rows; r < mp; ++r) qt[c * mp + r] = 0.0f;
+  }
+}
+
+// Narrow tiles (QDotKRows): the same rows row-major, without the transposed
+// tile: q[r, c] = scale * Q[b, h0 + r / nq, q0 + r % nq, c], zero-padded to
+// [rows_padded, dp]. f32 rows are read as rows (the per-item setup of decode).
+inline void LoadQueryRows(const FlashParams& p, const Tiling& t, const Item& it,
+                          float* HWY_RESTRICT q) {
+  const int64_t d = p.head_dim, dp = t.dp, rows = it.nh * it.nq;
+  const bool plain = p.q.dtype == DType::kF32 && p.q.strides[3] == 1;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t base = p.q.Offset(it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, 0);
+    float* HWY_RESTRICT qr = q + r * dp;
+    if (plain) {
+      const float* HWY_RESTRICT src = static_cast<const float*>(p.q.data) + base;
+      for (int64_t c = 0; c < d; ++c) qr[c] = p.scale * src[c];
+    } else {
+      for (int64_t c = 0; c < d; ++c) {
+        qr[c] = p.scale * LoadAsF32(p.q.data, p.q.dtype, base + c * p.q.strides[3]);
+      }
+    }
+    std::fill(qr + d, qr + dp, 0.0f);
+  }
+  std::fill(q + rows * dp, q + t.rows_padded * dp, 0.0f);
+}
+
+// Rows [k0, k0 + nk) of K and V for (b, g), as f32 [key_tile, dp]; rows
+// [nk, nk_padded) are zero. Also prefetches rows [next_k0, next_k0 + nk) (the
+// next tile), so their cache misses overlap this tile's compute instead of
+// stalling the next conversion: decode is bound by exactly these reads.
+inline void LoadKeyValueTile(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0,
+                             int64_t nk, int64_t nk_padded, int64_t next_k0, int64_t next_nk,
+                             float* HWY_RESTRICT k, float* HWY_RESTRICT v) {
+  const size_t d = static_cast<size_t>(p.head_dim), dp = static_cast<size_t>(t.dp);
+  const size_t es = DTypeSize(p.k.dtype);
+  const char* kbase = static_cast<const char*>(p.k.data);
+  const char* vbase = static_cast<const char*>(p.v.data);
+  const size_t row_bytes = static_cast<size_t>(p.head_dim - 1) * p.k.strides[3] * es + es;
+  const KvRows& rows = p.kv_rows;
+  for (int64_t j = 0; j < nk; ++j) {
+    if (j < next_nk) {
+      const char* kn = kbase + rows.Offset(p.k, it.b, it.g, next_k0 + j) * es;
+      const char* vn = vbase + rows.Offset(p.v, it.b, it.g, next_k0 + j) * es;
+      for (size_t off = 0; off < row_bytes; off += 64) {
+        hwy::Prefetch(kn + off);
+        hwy::Prefetch(vn + off);
+      }
+    }
+    const char* kp = kbase + rows.Offset(p.k, it.b, it.g, k0 + j) * es;
+    const char* vp = vbase + rows.Offset(p.v, it.b, it.g, k0 + j) * es;
+    LoadRowAsF32(kp, p.k.dtype, p.k.strides[3], d, dp, k + j * dp);
+    LoadRowAsF32(vp, p.v.dtype, p.v.strides[3], d, dp, v + j * dp);
+    if (p.int8()) {  // int8 rows times their scales: the dequantized values
+      const float ks = p.k_scale[rows.ScaleOffset(p.k_scale_view, it.b, it.g, k0 + j)];
+      const float vs = p.v_scale[rows.ScaleOffset(p.v_scale_view, it.b, it.g, k0 + j)];
+      for (size_t c = 0; c < d; ++c) {
+        k[j * dp + c] *= ks;
+        v[j * dp + c] *= vs;
+      }
+    }
+  }
+  for (int64_t j = nk; j < nk_padded; ++j) {
+    for (size_t c = 0; c < dp; ++c) k[j * dp + c] = v[j * dp + c] = 0.0f;
+  }
+}
+// Prefetches rows [k0, k0 + nk) of K and V for (b, g): the first rows of a
+// direct decode item, before the kernels' own prefetching (AheadRows) starts.
+inline void PrefetchKeyValueRows(const FlashParams& p, const Item& it, int64_t k0, int64_t nk) {
+  const size_t es = DTypeSize(p.k.dtype);
+  const size_t row_bytes = static_cast<size_t>(p.head_dim) * es;
+  for (int64_t j = 0; j < nk; ++j) {
+    const char* kp =
+        static_cast<const char*>(p.k.data) + p.kv_rows.Offset(p.k, it.b, it.g, k0 + j) * es;
+    const char* vp =
+        static_cast<const char*>(p.v.data) + p.kv_rows.Offset(p.v, it.b, it.g, k0 + j) * es;
+    for (size_t off = 0; off < row_bytes; off += 64) {
+      hwy::Prefetch(kp + off);
+      hwy::Prefetch(vp + off);
+    }
+  }
+}
+
+// The scales of int8 rows [k0, k0 + nk) of (b, g), which lie in one run
+// (a direct tile never crosses a page): out[j] for j < nk.
+inline void GatherRowScales(const FlashParams& p, const float* scale, const TensorView& view,
+                            const Item& it, int64_t k0, int64_t nk, float* HWY_RESTRICT out) {
+  const float* s = scale + p.kv_rows.ScaleOffset(view, it.b, it.g, k0);
+  const int64_t stride = p.kv_rows.paged() ? view.strides[1] : view.strides[2];
+  for (int64_t j = 0; j < nk; ++j) out[j] = s[j * stride];
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace attnkit
+HWY_AFTER_NAMESPACE();
+
+#endif  // toggle guard

@@ -1,0 +1,124 @@
+// The forward's tiling plan (tiling.h): tiles, items and scratch offsets
+// from the problem's shape and the target's kernel shape.
+#include "backends/highway/tiling.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/highway/flash_params.h"
+#include "core/dtype.h"
+#include "core/mask.h"
+
+namespace attnkit {
+namespace highway_plan {
+
+size_t PartialFloats(const Tiling& t) {
+  return t.splits > 1 ? static_cast<size_t>(t.base_items * t.splits * t.rows_padded * (t.dp + 1))
+                      : 0;
+}
+
+Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
+  Tiling t;
+  const int64_t d = p.head_dim;
+  const int64_t target_rows = d <= 256 ? 64 : 32;
+  t.head_chunks = CeilDiv(p.group, target_rows);
+  t.heads_per_chunk = CeilDiv(p.group, t.head_chunks);
+  t.q_tile = std::min<int64_t>(p.q_len, std::max<int64_t>(1, target_rows / t.heads_per_chunk));
+  t.q_tiles = CeilDiv(p.q_len, t.q_tile);
+  const int64_t rows = t.heads_per_chunk * t.q_tile;
+  t.narrow = rows <= k.lanes;
+  const int64_t row_block =
+      std::max<int64_t>(k.value_rows, (t.narrow ? k.narrow_row_vecs : k.wide_row_vecs) * k.lanes);
+  t.rows_padded = RoundUp(rows, row_block);
+  t.dp = RoundUp(d, k.lanes);
+  // Decode reads K and V in place (converting 16-bit types in registers):
+  // the kernels load whole vectors, so rows must be contiguous and d a
+  // multiple of Lanes; otherwise tiles are converted to f32 scratch first.
+  // A dense mask can hide a key from every row of a tile; such V rows must be
+  // zeroed (0 * NaN is NaN), which needs the scratch copy, so it reads tiles.
+  // Structured masks never hide a key inside an item's range from all rows.
+  t.direct = t.narrow && p.k.dtype == p.v.dtype && p.k.strides[3] == 1 && p.v.strides[3] == 1 &&
+             p.k_row_stride > 0 && p.v_row_stride > 0 && t.dp == d && p.blocked == nullptr;
+  // Decode-like tiles (one vector of rows) do little work per key: keep the
+  // converted K and V tile (2 x key_tile x dp floats) within 16 KiB of L1.
+  t.key_tile = t.narrow ? std::min<int64_t>(kMaxKeyTile, RoundUp(2048 / t.dp, k.narrow_keys))
+                        : (d <= 256 ? kMaxKeyTile : kMaxKeyTile / 2);
+  if (t.direct) {  // a power of two dividing every page size (kDirectKeyTile)
+    const int64_t cap = DTypeSize(p.k.dtype) == 2 ? kDirectKeyTile16 : kDirectKeyTile;
+    t.key_tile = std::min(cap, FloorPow2(std::max<int64_t>(1, 2048 / t.dp)));
+  }
+  t.bf16_pairs = k.bf16_pairs && t.direct && p.k.dtype == DType::kBF16 && t.dp % (2 * k.lanes) == 0;
+  t.packed = k.packed_scores && t.direct;
+  const int64_t row_bytes = d * static_cast<int64_t>(DTypeSize(p.k.dtype));
+  t.ahead_keys = std::max<int64_t>(t.key_tile, kAheadBytes / row_bytes);
+  // f32 rows that lie back to back (dense BHTD) only: see AheadRows.
+  t.ahead_into_l1 = t.direct && DTypeSize(p.k.dtype) == 4 && !p.kv_rows.paged() &&
+                    p.k_row_stride == d && p.v_row_stride == d;
+  t.base_items = p.batch * p.num_kv_heads * t.head_chunks * t.q_tiles;
+  t.splits = 1;
+  if (t.base_items < kMinItemsBeforeSplit) {
+    // Depends on the shape only (not the thread count), so results are the
+    // same bit for bit whatever the number of threads.
+    const int64_t key_tiles = CeilDiv(p.kv_len, t.key_tile);
+    t.splits =
+        std::max<int64_t>(1, std::min(CeilDiv(kMinItemsBeforeSplit, t.base_items), key_tiles / 2));
+  }
+  const int64_t mp = t.rows_padded, kt = t.key_tile;
+  size_t off = 0;
+  auto take = [&off](int64_t floats) {
+    const size_t at = off;
+    off += static_cast<size_t>(RoundUp(floats, kAlignFloats));
+    return at;
+  };
+  t.off_qt = take(d * mp);
+  t.off_q = take(t.narrow ? mp * t.dp : 0);
+  t.off_k = take(t.direct ? 0 : kt * t.dp);
+  t.off_v = take(t.direct ? 0 : kt * t.dp);
+  // Packed tiles hold key_tile rounded up to whole vectors (at most 4 keys
+  // each) for each row group of 4 rows (4 * groups <= rows_padded).
+  t.off_s = take((t.packed ? RoundUp(kt, 4) : kt) * mp);
+  t.off_o = take(mp * t.dp);
+  t.off_m = take(mp);
+  t.off_l = take(mp);
+  t.off_alpha = take(mp);
+  t.off_kb = take(mp);
+  t.off_ke = take(mp);
+  t.off_bad = take(mp);
+  t.off_row = take(t.bf16_pairs ? t.dp : 0);
+  t.scratch_floats = off;
+  t.partial_floats = PartialFloats(t);
+  return t;
+}
+
+Item DecodeItem(const FlashParams& p, const Tiling& t, int64_t base, int64_t split) {
+  Item it;
+  const int64_t qt = base % t.q_tiles;
+  int64_t rest = base / t.q_tiles;
+  const int64_t chunk = rest % t.head_chunks;
+  rest /= t.head_chunks;
+  it.g = rest % p.num_kv_heads;
+  it.b = rest / p.num_kv_heads;
+  it.h0 = it.g * p.group + chunk * t.heads_per_chunk;
+  it.nh = std::min(t.heads_per_chunk, p.group - chunk * t.heads_per_chunk);
+  it.q0 = qt * t.q_tile;
+  it.nq = std::min(t.q_tile, p.q_len - it.q0);
+  // Ranges are monotone in the query position, so the union over the tile
+  // runs from the first row's begin to the last row's end.
+  const int64_t kv_length = p.KvLength(it.b);
+  const KeyRange first = VisibleKeys(p.mask, it.q0, kv_length);
+  const KeyRange last = VisibleKeys(p.mask, it.q0 + it.nq - 1, kv_length);
+  // An empty row's range [begin, begin) may lie past kv_length: clamp, or a
+  // tile would read K/V rows that do not exist.
+  const int64_t hi = std::min(kv_length, std::max(first.begin, last.end));
+  const int64_t lo = std::min(first.begin, hi);
+  // Split points (and tiles, in RunItemAs) sit at multiples of key_tile.
+  const int64_t aligned = lo - lo % t.key_tile;
+  const int64_t chunk_keys = RoundUp(CeilDiv(hi - aligned, t.splits), t.key_tile);
+  it.k_begin = std::min(hi, std::max(lo, aligned + split * chunk_keys));
+  it.k_end = std::min(hi, std::max(lo, aligned + (split + 1) * chunk_keys));
+  return it;
+}
+
+}  // namespace highway_plan
+}  // namespace attnkit

@@ -1,0 +1,99 @@
+// The forward's tiling plan: how a problem is cut into work items (query
+// heads x positions x key ranges) and tiles, and each thread's scratch
+// layout. Plain C++, compiled once; the target's kernel shape is a parameter.
+#ifndef ATTNKIT_BACKENDS_HIGHWAY_TILING_H_
+#define ATTNKIT_BACKENDS_HIGHWAY_TILING_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/highway/flash_params.h"
+#include "core/problem.h"
+
+namespace attnkit {
+namespace highway_plan {
+
+constexpr int64_t kMinItemsBeforeSplit = 16;  // split K below this many items
+constexpr size_t kAlignFloats = 16;           // 64-byte sub-buffer alignment
+// Direct decode tiles prefetch the K and V rows about kAheadBytes (of each)
+// past the tile, a line at a time from inside the product kernels
+// (AheadRows), and 16-bit tiles hold kDirectKeyTile16 keys. On Zen 3
+// (d = 128, B = 8) 8, 16 and 32 KiB ahead and 16-64-key fp32 tiles were
+// within this machine's noise of each other; 8 KiB disturbs L1 least.
+constexpr int64_t kAheadBytes = 8 << 10;
+constexpr int64_t kDirectKeyTile16 = 16;
+// Direct tiles of 32-bit and int8 rows hold at most this many keys. Direct
+// tiles start at multiples of their (power-of-two) size, so with pages of at
+// least kMinPageSize keys a tile never crosses a page, and a paged problem
+// runs exactly the tiles of its dense twin (bit for bit the same output).
+constexpr int64_t kDirectKeyTile = 16;
+static_assert(kMinPageSize % kDirectKeyTile == 0, "direct tiles must not cross pages");
+constexpr int64_t kMaxKeyTile = 64;  // every key_tile PlanTiling chooses is at most this
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
+inline int64_t FloorPow2(int64_t a) {
+  int64_t p = 1;
+  while (p * 2 <= a) p *= 2;
+  return p;
+}
+
+// What the plan needs to know of one target's kernels (microkernels-inl.h,
+// packed_scores-inl.h); the per-target code fills it (KernelShapeOfTarget).
+struct KernelShape {
+  int64_t lanes;            // f32 lanes of one vector
+  int64_t value_rows;       // kValueRows: rows of the P.V register tile
+  int64_t narrow_row_vecs;  // kNarrowRowVecs, kWideRowVecs: vectors of query
+  int64_t wide_row_vecs;    // rows of the QK^T register tile
+  int64_t narrow_keys;      // kNarrowKeys: key step of narrow tiles
+  bool bf16_pairs;          // kHaveBF16Pairs
+  bool packed_scores;       // kHavePackedScores
+};
+
+// How the problem is cut into work items and tiles.
+struct Tiling {
+  int64_t heads_per_chunk;  // query heads of one kv head processed together
+  int64_t head_chunks;      // ceil(group / heads_per_chunk)
+  int64_t q_tile;           // query positions per item
+  int64_t q_tiles;
+  int64_t rows_padded;  // heads_per_chunk * q_tile, padded for the kernels
+  int64_t key_tile;
+  int64_t dp;          // head_dim padded to Lanes
+  int64_t base_items;  // B * G * head_chunks * q_tiles
+  int64_t splits;      // key ranges per base item (split-K)
+  bool narrow;         // rows fit one vector: use the 8-key x 1-vector QK^T
+  bool direct;         // narrow, and K/V rows are read from storage as is
+  bool bf16_pairs;     // direct bf16 read as BF16Pairs (columns permuted)
+  bool packed;         // direct, with packed score tiles (packed_scores-inl.h)
+  int64_t ahead_keys;  // direct: keys past the tile whose rows are prefetched
+  bool ahead_into_l1;  // direct: prefetch them into L1 (AheadRows::into_l1)
+  // Per-thread scratch offsets, in floats.
+  size_t off_qt, off_q, off_k, off_v, off_s, off_o, off_m, off_l, off_alpha, off_kb, off_ke,
+      off_bad, off_row;
+  size_t scratch_floats;
+  size_t partial_floats;  // split-K partials: [base_items, splits, rows, dp + 1]
+};
+
+// Floats of t's split-K partials: [base_items, splits, rows_padded, dp + 1]
+// (0 without splits). Set again whenever t.splits changes.
+size_t PartialFloats(const Tiling& t);
+
+// The tiling of one problem (not ragged) for kernels of shape `k`. Split-K
+// depends on the shape only, never on the thread count.
+Tiling PlanTiling(const FlashParams& p, const KernelShape& k);
+
+// One work item: query heads [h0, h0 + nh) of kv head g in batch b at
+// positions [q0, q0 + nq), over keys [k_begin, k_end).
+struct Item {
+  int64_t b, g, h0, nh, q0, nq;
+  int64_t k_begin, k_end;
+};
+
+// Split `split` of base item `base` (base items in order q tile, head
+// chunk, kv head, batch entry, the first fastest).
+Item DecodeItem(const FlashParams& p, const Tiling& t, int64_t base, int64_t split);
+
+}  // namespace highway_plan
+}  // namespace attnkit
+
+#endif  // ATTNKIT_BACKENDS_HIGHWAY_TILING_H_
