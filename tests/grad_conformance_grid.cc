@@ -119,6 +119,31 @@ AttentionProblem MakeProblem(const Shape& s, const Variant& v, DType dtype, DTyp
   return p;
 }
 
+// Saturated soft-caps (issue 33): scores several caps past 0, where tanh
+// rounds to within a few ulps of +-1 and 1 - tanh^2 taken from it loses its
+// digits. Tiny problems, so one key's term of dK is not lost in a sum. Each
+// failed the gradient oracle with that derivative (highway and blas, up to
+// 32x the bound); the first is the differential fuzzer's find.
+struct SaturatedCap {
+  const char* tag;
+  int64_t heads, kv_heads, head_dim, q_len, kv_len;
+  float scale;
+  MaskKind mask;
+  Alignment alignment;
+  DType dtype;
+  uint64_t seed;
+};
+constexpr SaturatedCap kSaturatedCaps[] = {
+    {"capsat_fuzz", 1, 1, 23, 1, 2, 1.67865014f, MaskKind::kNone, Alignment::kTopLeft,
+     DType::kF32, 807620},
+    {"capsat_mqa", 2, 1, 23, 1, 3, 3.0f, MaskKind::kNone, Alignment::kBottomRight, DType::kF32, 1},
+    {"capsat_gqa_causal", 4, 2, 16, 3, 5, 3.0f, MaskKind::kCausal, Alignment::kBottomRight,
+     DType::kF32, 7},
+    {"capsat_d40", 2, 1, 40, 1, 3, 1.7f, MaskKind::kNone, Alignment::kBottomRight, DType::kF32, 58},
+    {"capsat_bf16", 2, 1, 23, 1, 3, 3.0f, MaskKind::kNone, Alignment::kBottomRight, DType::kBF16,
+     22},
+};
+
 }  // namespace
 
 std::vector<GradCase> GradConformanceGrid() {
@@ -147,6 +172,19 @@ std::vector<GradCase> GradConformanceGrid() {
         grid.push_back(std::move(c));
       }
     }
+  }
+  for (const SaturatedCap& sc : kSaturatedCaps) {
+    GradCase c;
+    c.problem = BasicProblem(1, sc.heads, sc.kv_heads, sc.q_len, sc.kv_len, sc.head_dim);
+    c.problem.dtype = c.problem.kv_dtype = sc.dtype;
+    c.problem.mask = sc.mask;
+    c.problem.alignment = sc.alignment;
+    c.problem.scale = sc.scale;
+    c.problem.softcap = 1.0f;
+    c.problem.return_lse = true;
+    c.problem.seed = sc.seed;
+    c.problem.name = absl::StrCat(c.problem.Id(), "_", sc.tag);
+    grid.push_back(std::move(c));
   }
   return grid;
 }

@@ -214,7 +214,8 @@ TEST(GradConformanceGridTest, IsSmallAndVaried) {
   std::set<Broadcast> broadcasts;
   int causal_tl_short_q = 0, causal_tl_long_q = 0, causal_br_short_q = 0, causal_br_long_q = 0;
   int empty_sequence = 0, padded_sequence = 0, dense_blocked_row = 0, bias_blocked_row = 0;
-  int dbias = 0, bias_without_dbias = 0, softcap = 0, custom_scale = 0, structured_blocked = 0;
+  int dbias = 0, bias_without_dbias = 0, softcap = 0, saturated_softcap = 0, custom_scale = 0,
+      structured_blocked = 0;
   for (const GradCase& c : grid) {
     const AttentionProblem& p = c.problem;
     EXPECT_TRUE(ValidateProblem(p).ok()) << p.name;
@@ -256,6 +257,7 @@ TEST(GradConformanceGridTest, IsSmallAndVaried) {
     dbias += c.with_dbias ? 1 : 0;
     bias_without_dbias += p.additive_bias && !c.with_dbias ? 1 : 0;
     softcap += p.softcap > 0 ? 1 : 0;
+    saturated_softcap += p.softcap > 0 && p.scale >= 1.5f * p.softcap ? 1 : 0;
     custom_scale += p.scale != BasicProblem(1, 1, 1, 1, 1, p.head_dim).scale ? 1 : 0;
     // The case data applies the broadcast views and the blocked row.
     auto data = GradCaseData(c);
@@ -269,7 +271,7 @@ TEST(GradConformanceGridTest, IsSmallAndVaried) {
     }
   }
   EXPECT_EQ(group_sizes, (std::set<int64_t>{1, 2, 4}));
-  EXPECT_EQ(head_dims, (std::set<int64_t>{16, 64, 80, 128}));
+  EXPECT_EQ(head_dims, (std::set<int64_t>{16, 23, 40, 64, 80, 128}));
   for (int64_t t : {1, 37, 101, 300}) EXPECT_TRUE(q_lens.count(t)) << "Tq " << t;
   for (int64_t t : {1, 37, 101, 300}) EXPECT_TRUE(kv_lens.count(t)) << "Tk " << t;
   const std::set<DType> floats = {DType::kF32, DType::kBF16, DType::kF16};
@@ -290,6 +292,7 @@ TEST(GradConformanceGridTest, IsSmallAndVaried) {
   EXPECT_GT(bias_blocked_row, 0);
   EXPECT_GT(dbias, 0);
   EXPECT_GT(softcap, 0);
+  EXPECT_GT(saturated_softcap, 0) << "scores past tanh's last few ulps below 1 (issue 33)";
   EXPECT_GT(custom_scale, 0);
   EXPECT_GT(bias_without_dbias, 0) << "gradients through a bias whose dBias is not asked";
 }

@@ -34,7 +34,7 @@ size_t BackwardWorkerBytes(int64_t span, int64_t rows, int64_t key_chunk, int64_
   return (accumulators ? 4 : 2) * AlignedFloats(span * d)        // kf, vf (, dk, dv)
          + 3 * AlignedFloats(rows * d)                           // q, d_o, dq
          + 2 * AlignedFloats(rows)                               // row_d, lse
-         + (softcap ? 3 : 2) * AlignedFloats(rows * key_chunk);  // s, dp (, capped)
+         + (softcap ? 3 : 2) * AlignedFloats(rows * key_chunk);  // s, dp (, dcap)
 }
 
 // One worker's scratch, carved from its region. Floats:
@@ -44,12 +44,13 @@ size_t BackwardWorkerBytes(int64_t span, int64_t rows, int64_t key_chunk, int64_
 //   q, d_o, dq [rows, d]: the block's Q and dO as f32, dQ's accumulator;
 //   row_d [rows]: D = rowsum(dO O); lse [rows] (-inf: the row sees no key);
 //   s [rows, key_chunk]: S, then P; dp: dP, then dS, then dX;
-//   capped [rows, key_chunk]: soft-capped scores (only with softcap).
+//   dcap [rows, key_chunk]: the soft-cap's derivative at each score (only
+//   with softcap), taken from the score before capping.
 struct BackwardScratch {
   float *kf, *vf, *dk = nullptr, *dv = nullptr;
   float *q, *d_o, *dq;
   float *row_d, *lse;
-  float *s, *dp, *capped;
+  float *s, *dp, *dcap;
 };
 
 BackwardScratch Carve(const BackwardPlan& plan, int64_t d, void* region) {
@@ -74,7 +75,7 @@ BackwardScratch Carve(const BackwardPlan& plan, int64_t d, void* region) {
   w.lse = take(rows);
   w.s = take(rows * plan.key_chunk);
   w.dp = take(rows * plan.key_chunk);
-  w.capped = plan.softcap ? take(rows * plan.key_chunk) : nullptr;
+  w.dcap = plan.softcap ? take(rows * plan.key_chunk) : nullptr;
   return w;
 }
 
@@ -244,7 +245,8 @@ KeyRange ChunkRange(const Context& c, const Block& k, const BackwardScratch& w, 
 }
 
 // Row r of S [kn] (scale q.k for keys [k0, k0 + kn)) becomes P = exp(s - lse)
-// in place: soft-capped (kept in `capped`), biased, and 0 where blocked.
+// in place: soft-capped (its derivative kept in `dcap`), biased, and 0 where
+// blocked.
 void ProbabilityRow(const Context& c, const Block& k, const BackwardScratch& w, int64_t r,
                     int64_t k0, int64_t kn) {
   const AttentionProblem& p = c.p;
@@ -262,8 +264,8 @@ void ProbabilityRow(const Context& c, const Block& k, const BackwardScratch& w, 
     }
   }
   if (p.softcap > 0) {
-    SoftcapRow(y, n, p.softcap);  // keeps -inf
-    std::memcpy(w.capped + r * kn + rng.begin, y, static_cast<size_t>(n) * sizeof(float));
+    SoftcapDerivativeRow(y, w.dcap + r * kn + rng.begin, n, p.softcap);  // 0 at -inf
+    SoftcapRow(y, n, p.softcap);                                           // keeps -inf
   }
   if (p.additive_bias) {
     const float* bias =
@@ -277,7 +279,7 @@ void ProbabilityRow(const Context& c, const Block& k, const BackwardScratch& w, 
 }
 
 // Row r of dP [kn] becomes dS = P (dP - D) (written to dbias when asked),
-// then dX = dS (1 - tanh^2) under softcap, 0 outside the row's range.
+// then dX = dS sech^2(x / c) under softcap, 0 outside the row's range.
 void ScoreGradRow(const Context& c, const Block& k, const BackwardScratch& w, int64_t r, int64_t k0,
                   int64_t kn, bool write_dbias) {
   float* g = w.dp + r * kn;
@@ -290,7 +292,7 @@ void ScoreGradRow(const Context& c, const Block& k, const BackwardScratch& w, in
     StoreBiasGrad(c, k.b, k.h0 + r % c.plan.heads, k.i0 + r / c.plan.heads, k0, kn, g);
   }
   if (n > 0 && c.p.softcap > 0) {
-    SoftcapGradRow(g + rng.begin, w.capped + r * kn + rng.begin, n, c.p.softcap);
+    SoftcapGradRow(g + rng.begin, w.dcap + r * kn + rng.begin, n);
   }
 }
 

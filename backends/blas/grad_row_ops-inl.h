@@ -10,12 +10,14 @@
 #include <cstdint>
 
 #include "hwy/highway.h"
+#include "platform/exp_nonpositive-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attnkit {
 namespace blas {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using attnkit::HWY_NAMESPACE::ExpNonPositive;
 
 // The tail of a row (n % lanes elements) runs in scalar code with the same
 // operations in the same order.
@@ -33,25 +35,41 @@ void SoftmaxGradRowT(const float* HWY_RESTRICT p, float* HWY_RESTRICT dp, int64_
   for (; j < n; ++j) dp[j] = p[j] == 0.0f ? 0.0f : p[j] * (dp[j] - row_d);
 }
 
-void SoftcapGradRowT(float* HWY_RESTRICT ds, const float* HWY_RESTRICT capped, int64_t n,
-                     float cap) {
+// sech^2(raw / cap) per lane; see SoftcapDerivativeRow.
+template <class D, class V>
+HWY_INLINE V SoftcapDerivative(D d, V raw, V inv_cap) {
+  const V u = hn::Mul(raw, inv_cap);
+  const V e = ExpNonPositive(d, hn::Mul(hn::Set(d, -2.0f), hn::Abs(u)));
+  const V one_plus_e = hn::Add(hn::Set(d, 1.0f), e);
+  const V sech2 = hn::Div(hn::Mul(hn::Set(d, 4.0f), e), hn::Mul(one_plus_e, one_plus_e));
+  return hn::IfThenElse(hn::IsNaN(u), u, sech2);
+}
+
+void SoftcapDerivativeRowT(const float* HWY_RESTRICT raw, float* HWY_RESTRICT dcap, int64_t n,
+                           float cap) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const float inv = 1.0f / cap;
-  const auto vinv = hn::Set(df, inv);
-  const auto one = hn::Set(df, 1.0f);
-  const auto minus_one = hn::Set(df, -1.0f);
+  const auto inv = hn::Set(df, 1.0f / cap);
   int64_t j = 0;
   for (; j + N <= n; j += N) {
-    const auto t = hn::Min(hn::Max(hn::Mul(hn::LoadU(df, capped + j), vinv), minus_one), one);
-    const auto dtanh = hn::Sub(one, hn::Mul(t, t));
-    hn::StoreU(hn::Mul(hn::LoadU(df, ds + j), dtanh), df, ds + j);
+    hn::StoreU(SoftcapDerivative(df, hn::LoadU(df, raw + j), inv), df, dcap + j);
   }
-  for (; j < n; ++j) {
-    float t = capped[j] * inv;
-    t = t < -1.0f ? -1.0f : (t > 1.0f ? 1.0f : t);
-    ds[j] *= 1.0f - t * t;
+  if (j < n) {  // the tail through one padded vector: the same operations
+    HWY_ALIGN float tail[hn::MaxLanes(df)] = {};
+    for (int64_t t = 0; t < n - j; ++t) tail[t] = raw[j + t];
+    hn::Store(SoftcapDerivative(df, hn::Load(df, tail), inv), df, tail);
+    for (int64_t t = 0; t < n - j; ++t) dcap[j + t] = tail[t];
   }
+}
+
+void SoftcapGradRowT(float* HWY_RESTRICT ds, const float* HWY_RESTRICT dcap, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    hn::StoreU(hn::Mul(hn::LoadU(df, ds + j), hn::LoadU(df, dcap + j)), df, ds + j);
+  }
+  for (; j < n; ++j) ds[j] *= dcap[j];
 }
 
 }  // namespace HWY_NAMESPACE

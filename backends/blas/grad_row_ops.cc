@@ -16,13 +16,17 @@ namespace attnkit {
 namespace blas {
 
 HWY_EXPORT(SoftmaxGradRowT);
+HWY_EXPORT(SoftcapDerivativeRowT);
 HWY_EXPORT(SoftcapGradRowT);
 
 void SoftmaxGradRow(const float* p, float* dp, int64_t n, float row_d) {
   HWY_DYNAMIC_DISPATCH(SoftmaxGradRowT)(p, dp, n, row_d);
 }
-void SoftcapGradRow(float* ds, const float* capped, int64_t n, float cap) {
-  HWY_DYNAMIC_DISPATCH(SoftcapGradRowT)(ds, capped, n, cap);
+void SoftcapDerivativeRow(const float* raw, float* dcap, int64_t n, float cap) {
+  HWY_DYNAMIC_DISPATCH(SoftcapDerivativeRowT)(raw, dcap, n, cap);
+}
+void SoftcapGradRow(float* ds, const float* dcap, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(SoftcapGradRowT)(ds, dcap, n);
 }
 
 }  // namespace blas

@@ -15,10 +15,16 @@ namespace blas {
 // the row sees must not leak through 0 * NaN).
 void SoftmaxGradRow(const float* p, float* dp, int64_t n, float row_d);
 
-// ds[j] *= 1 - (capped[j] / cap)^2 over [0, n): d(cap tanh(x / cap)) / dx
-// from the capped score. capped[j] = -inf (a blocked pair, ds[j] = 0) clamps
-// to tanh = -1 and gives 0, not NaN. cap > 0.
-void SoftcapGradRow(float* ds, const float* capped, int64_t n, float cap);
+// dcap[j] = d(cap tanh(x / cap)) / dx at x = raw[j], the score before
+// capping, over [0, n): sech^2(x / cap) as 4 e / (1 + e)^2 with
+// e = exp(-2 |x| / cap). Not 1 - tanh^2 from the capped score, which
+// cancels once tanh rounds to within a few ulps of +-1 (issue 33); this
+// errs by a few ulps for every x. raw -inf (a blocked pair) gives 0, NaN
+// stays NaN. cap > 0.
+void SoftcapDerivativeRow(const float* raw, float* dcap, int64_t n, float cap);
+
+// ds[j] *= dcap[j] over [0, n): the soft-cap's chain rule.
+void SoftcapGradRow(float* ds, const float* dcap, int64_t n);
 
 }  // namespace blas
 }  // namespace attnkit

@@ -167,6 +167,16 @@ struct PairGrad {
   float dx;  // dS times the softcap derivative: the factor of dQ and dK
 };
 
+// sech^2(u) = 1 - tanh^2(u), the soft-cap's derivative at u = x / c, as
+// 4 e / (1 + e)^2 with e = exp(-2 |u|): 1 - t * t from a rounded tanh
+// cancels once t is within a few ulps of +-1 (issue 33); this keeps a few
+// ulps of relative error for every u. NaN stays NaN.
+ATTNKIT_HOST_DEVICE inline float SoftcapDerivative(float u) {
+  const float e = expf(-2.0f * fabsf(u));
+  const float one_plus_e = 1.0f + e;
+  return 4.0f * e / (one_plus_e * one_plus_e);
+}
+
 // qk = q . k (unscaled), dp = dO . v, bias (0 without one), lse and D of the
 // row; `visible` is the structured mask, padding and dense mask. A -inf bias
 // or a -inf lse (the row sees nothing) blocks the pair too: then all three
@@ -176,14 +186,15 @@ ATTNKIT_HOST_DEVICE inline PairGrad PairGradOf(bool visible, float qk, float dp,
   PairGrad g{0.0f, 0.0f, 0.0f};
   if (!visible || bias == -INFINITY || lse == -INFINITY) return g;
   float x = qk * scale;
-  float t = 0.0f;
+  float dcap = 1.0f;  // d(c tanh(x / c)) / dx
   if (softcap > 0.0f) {
-    t = tanhf(x / softcap);
-    x = softcap * t;
+    const float u = x / softcap;
+    x = softcap * tanhf(u);
+    dcap = SoftcapDerivative(u);
   }
   g.p = expf(x + bias - lse);
   g.ds = g.p * (dp - dsum);
-  g.dx = softcap > 0.0f ? g.ds * (1.0f - t * t) : g.ds;
+  g.dx = g.ds * dcap;
   return g;
 }
 

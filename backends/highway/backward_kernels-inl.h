@@ -111,6 +111,20 @@ HWY_INLINE V ExpWithSubnormals(D d, V x) {
   return hn::IfThenElse(low, hn::Mul(e, hn::Set(d, 2.3283064365386963e-10f)), e);
 }
 
+// sech^2(u) = 1 - tanh^2(u), the soft-cap's derivative d(c tanh(x / c)) / dx
+// at u = x / c, as 4 e / (1 + e)^2 with e = exp(-2 |u|). 1 - t * t from a
+// rounded t = tanh(u) cancels once t rounds to within a few ulps of +-1
+// (|u| above about 4): its error there is about ulp(1) / sech^2(u), 4 % of
+// dK at softcap 1, scale 1.7 (issue 33). This form errs by a few ulps for
+// every u; +-inf gives 0 and NaN stays NaN (a row that reads one).
+template <class D, class V>
+HWY_INLINE V SoftcapDerivative(D d, V u) {
+  const V e = ExpWithSubnormals(d, hn::Mul(hn::Set(d, -2.0f), hn::Abs(u)));
+  const V one_plus_e = hn::Add(hn::Set(d, 1.0f), e);
+  const V sech2 = hn::Div(hn::Mul(hn::Set(d, 4.0f), e), hn::Mul(one_plus_e, one_plus_e));
+  return hn::IfThenElse(hn::IsNaN(u), u, sech2);
+}
+
 // What SoftmaxGradRow needs of one query row.
 struct GradRow {
   float lse;     // the forward's log-sum-exp (any value when nothing is visible)
@@ -125,7 +139,7 @@ struct GradRow {
 //   s = x (or c tanh(x / c) with softcap c > 0) + add,   x = S[j] on entry
 //   P = exp(s - lse) on visible keys, 0 elsewhere (never NaN: masked lanes
 //       are selected away, whatever lse, S or dP hold there)
-//   dS = P (dP - D);  dX = dS (1 - tanh^2)  (dS without softcap); both 0
+//   dS = P (dP - D);  dX = dS sech^2(x / c)  (dS without softcap); both 0
 //       on masked lanes
 // Leaves P in s and dX in dp; with ds != null also stores dS there (dbias).
 HWY_INLINE void SoftmaxGradRow(float* HWY_RESTRICT s, float* HWY_RESTRICT dp, size_t cols,
@@ -145,10 +159,11 @@ HWY_INLINE void SoftmaxGradRow(float* HWY_RESTRICT s, float* HWY_RESTRICT dp, si
   for (size_t j = 0; j < cols; j += N, jj = hn::Add(jj, step)) {
     auto visible = hn::And(hn::Ge(jj, kb), hn::Lt(jj, ke));
     VF x = hn::Load(df, s + j);
-    VF t = hn::Zero(df);
+    VF dcap = one;  // d(c tanh(x / c)) / dx
     if (softcap > 0.0f) {
-      t = hn::Tanh(df, hn::Mul(x, inv_cap));
-      x = hn::Mul(cap, t);
+      const VF u = hn::Mul(x, inv_cap);
+      x = hn::Mul(cap, hn::Tanh(df, u));
+      dcap = SoftcapDerivative(df, u);
     }
     if (row.add != nullptr) {
       const VF add = hn::Load(df, row.add + j);
@@ -160,7 +175,7 @@ HWY_INLINE void SoftmaxGradRow(float* HWY_RESTRICT s, float* HWY_RESTRICT dp, si
     // reads): 0 * NaN must not reach dS.
     VF dx = hn::IfThenElseZero(visible, hn::Mul(p, hn::Sub(hn::Load(df, dp + j), dsum)));
     if (ds != nullptr) hn::Store(dx, df, ds + j);
-    if (softcap > 0.0f) dx = hn::IfThenElseZero(visible, hn::Mul(dx, hn::NegMulAdd(t, t, one)));
+    if (softcap > 0.0f) dx = hn::IfThenElseZero(visible, hn::Mul(dx, dcap));
     hn::Store(p, df, s + j);
     hn::Store(dx, df, dp + j);
   }
