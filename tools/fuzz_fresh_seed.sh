@@ -15,3 +15,4 @@ repro=$(mktemp -d)
 echo "fuzz_fresh_seed: seed $seed; replay: tools/fuzz_fresh_seed.sh $seed"
 "$bin" fuzz --count=2000 --seed="$seed" --backends=$backends --repro_dir="$repro"
 "$bin" fuzz --grad --count=3000 --seed="$seed" --backends=$backends --repro_dir="$repro"
+rm -rf "$repro"  # kept when a run fails: its shrunk configs are the reproduction

@@ -33,9 +33,7 @@ def _normalise(obj, schema, prefix=""):
         name, value = f["name"], getattr(obj, f["name"])
         if f["type"] == "message" and not f["repeated"]:
             cls = _MESSAGES[f["message"]["name"]]
-            if value is None:
-                value = cls()
-            elif isinstance(value, dict):
+            if isinstance(value, dict):
                 value = cls(**value)
             elif isinstance(value, str):
                 # A message given a name sets its first field (mask="causal").
@@ -73,13 +71,17 @@ def _dataclass_fields(schema):
     return out
 
 
-def _make_message(schema, doc, namespace=None):
-    """A dataclass for one message of the schema (its message fields first)."""
+def _make_message(schema, doc, namespace=None, prefix=""):
+    """A dataclass for one message of the schema (its message fields first);
+    `prefix` names it in errors ("mask.")."""
     for f in schema["fields"]:
         if f["type"] == "message" and f["message"]["name"] not in _MESSAGES:
-            _make_message(f["message"], f"{f['message']['name']}: config.proto's message.")
+            _make_message(
+                f["message"], f"{f['message']['name']}: config.proto's message.",
+                prefix=f"{prefix}{f['name']}.",
+            )
     ns = dict(namespace or {})
-    ns["__post_init__"] = lambda self: _normalise(self, schema)
+    ns["__post_init__"] = lambda self: _normalise(self, schema, prefix)
     ns["__doc__"] = doc
     cls = dataclasses.make_dataclass(schema["name"], _dataclass_fields(schema), namespace=ns)
     cls.__module__ = __name__

@@ -379,3 +379,14 @@ def test_versions_agree():
         version = f.read().strip()
     assert attnkit.__version__ == version
     assert attnkit.library_version().startswith(f"attnkit {version} (commit ")
+
+
+def test_config_errors_name_the_field():
+    # Enum names are checked with the field's full path, nested ones too.
+    with pytest.raises(ValueError, match="^dtype must be one of"):
+        attnkit.AttentionConfig(dtype="f64")
+    with pytest.raises(ValueError, match="^mask.kind must be one of"):
+        attnkit.AttentionConfig(mask={"kind": "diagonal"})
+    with pytest.raises(ValueError, match="mask must be a MaskSpec"):
+        attnkit.AttentionConfig(mask=None)
+    assert attnkit.AttentionConfig(mask="causal").mask.kind == "CAUSAL"
