@@ -13,10 +13,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "backends/builtin.h"
-#include "io/config_io.h"
-#include "platform/machine_info.h"
 #include "core/status_macros.h"
 #include "google/protobuf/text_format.h"
+#include "io/config_io.h"
+#include "platform/machine_info.h"
 
 namespace attnkit {
 namespace {

@@ -16,11 +16,11 @@
 
 #include "backends/builtin.h"
 #include "benchmark/benchmark.h"
-#include "harness/machine.h"
-#include "harness/suite.h"
 #include "harness/execute.h"
 #include "harness/grad_data.h"
+#include "harness/machine.h"
 #include "harness/problem_data.h"
+#include "harness/suite.h"
 #include "ops/cost.h"
 
 namespace attnkit {

@@ -15,8 +15,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -284,7 +284,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "cuda_bench: backend %s from %s: %s\n", name, plugin.c_str(),
                    std::string(b.status().message()).c_str());
       for (const PluginFailure& f : registry.plugin_failures()) {
-        std::fprintf(stderr, "cuda_bench: plugin %s: %s\n", f.path.c_str(), std::string(f.status.message()).c_str());
+        std::fprintf(stderr, "cuda_bench: plugin %s: %s\n", f.path.c_str(),
+                     std::string(f.status.message()).c_str());
       }
       return 1;
     }

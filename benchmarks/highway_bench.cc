@@ -13,9 +13,9 @@
 
 #include "backends/highway/highway_backend.h"
 #include "benchmark/benchmark.h"
-#include "harness/machine.h"
-#include "harness/grad_data.h"
 #include "core/problem.h"
+#include "harness/grad_data.h"
+#include "harness/machine.h"
 #include "harness/problem_data.h"
 
 namespace attnkit {

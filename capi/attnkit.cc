@@ -19,10 +19,10 @@
 #include "backends/auto_select.h"
 #include "backends/builtin.h"
 #include "capi/internal.h"
-#include "plugin/c_abi.h"
-#include "plugin/registry.h"
 #include "core/status_macros.h"
 #include "platform/version.h"
+#include "plugin/c_abi.h"
+#include "plugin/registry.h"
 
 namespace {
 

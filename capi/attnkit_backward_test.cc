@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "attnkit/attnkit.h"
-#include "plugin/c_abi.h"
-#include "oracle/compare_grad.h"
-#include "harness/grad_data.h"
-#include "harness/problem_data.h"
-#include "oracle/reference_backward.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "harness/grad_data.h"
+#include "harness/problem_data.h"
+#include "oracle/compare_grad.h"
+#include "oracle/reference_backward.h"
+#include "plugin/c_abi.h"
 
 namespace attnkit {
 namespace {

@@ -10,8 +10,8 @@
 #include "absl/types/span.h"
 #include "attnkit/attnkit.h"
 #include "capi/internal.h"
-#include "io/proto_json.h"
 #include "core/status_macros.h"
+#include "io/proto_json.h"
 #include "ops/kv_cache.h"
 #include "ops/multi_head_attention.h"
 

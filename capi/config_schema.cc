@@ -68,8 +68,9 @@ std::string MessageSchema(const Descriptor& d) {
   for (int i = 0; i < d.field_count(); ++i) {
     const FieldDescriptor& f = *d.field(i);
     absl::StrAppend(&json, i == 0 ? "" : ", ", "{\"name\": ", JsonString(f.name()),
-                    ", \"type\": \"", TypeName(f), "\", \"repeated\": ",
-                    f.is_repeated() ? "true" : "false", ", \"default\": ", DefaultJson(f));
+                    ", \"type\": \"", TypeName(f),
+                    "\", \"repeated\": ", f.is_repeated() ? "true" : "false",
+                    ", \"default\": ", DefaultJson(f));
     if (f.cpp_type() == FieldDescriptor::CPPTYPE_ENUM) {
       absl::StrAppend(&json, ", \"values\": [");
       for (int v = 0; v < f.enum_type()->value_count(); ++v) {

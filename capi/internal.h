@@ -11,9 +11,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "attnkit/attnkit.h"
+#include "attnkit/plugin_sdk.h"
 #include "core/backend.h"
 #include "plugin/c_abi.h"
-#include "attnkit/plugin_sdk.h"
 #include "plugin/registry.h"
 
 struct attnkit_context {

@@ -69,10 +69,9 @@ struct FieldLayout {
 #define ATTNKIT_LAYOUT_COUNT_TENSOR ATTNKIT_LAYOUT_NO_COUNT
 #define ATTNKIT_LAYOUT_COUNT_CAPS ATTNKIT_LAYOUT_NO_COUNT
 
-#define ATTNKIT_LAYOUT_FIELD(S, kind, name)                                                    \
-  out.push_back(                                                                               \
-      {#name, offsetof(S, name), sizeof(static_cast<S*>(nullptr)->name),                       \
-       ATTNKIT_LAYOUT_TYPE_##kind});                                                           \
+#define ATTNKIT_LAYOUT_FIELD(S, kind, name)                                        \
+  out.push_back({#name, offsetof(S, name), sizeof(static_cast<S*>(nullptr)->name), \
+                 ATTNKIT_LAYOUT_TYPE_##kind});                                     \
   ATTNKIT_LAYOUT_COUNT_##kind(S, name)
 
 #define ATTNKIT_LAYOUT_STRUCT_SIZE(S) \
@@ -144,8 +143,9 @@ std::string LayoutJson(const char* name, size_t size, const std::vector<FieldLay
   std::string json = absl::StrCat("{\"name\": \"", name, "\", \"size\": ", size, ", \"fields\": [");
   for (size_t i = 0; i < fields.size(); ++i) {
     const FieldLayout& f = fields[i];
-    absl::StrAppend(&json, i == 0 ? "" : ", ", "{\"name\": \"", f.name, "\", \"offset\": ",
-                    f.offset, ", \"size\": ", f.size, ", \"type\": \"", f.type, "\"}");
+    absl::StrAppend(&json, i == 0 ? "" : ", ", "{\"name\": \"", f.name,
+                    "\", \"offset\": ", f.offset, ", \"size\": ", f.size, ", \"type\": \"", f.type,
+                    "\"}");
   }
   absl::StrAppend(&json, "]}");
   return json;

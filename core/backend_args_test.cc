@@ -11,9 +11,9 @@
 
 #include "core/backend.h"
 #include "core/full_capabilities.h"
-#include "harness/problem_data.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "harness/problem_data.h"
 
 namespace attnkit {
 namespace {

@@ -2,11 +2,12 @@
 // against config.proto: every row is a config field of the same name (or
 // one of the few converted by hand), every config field is a row, and a
 // config that sets every field survives config -> problem -> config.
+#include "core/problem_config.h"
+
 #include <set>
 #include <string>
 
 #include "attnkit/plugin.h"
-#include "core/problem_config.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -52,20 +53,53 @@ TEST(ProblemFieldTable, EveryConfigFieldIsARow) {
 // that between them set every field away from its default, so a field the
 // conversions drop shows.
 constexpr const char* kTrainingConfig = R"pb(
-  name: "training" num_heads: 8 num_kv_heads: 2 head_dim: 32 model_dim: 200
+  name: "training"
+  num_heads: 8
+  num_kv_heads: 2
+  head_dim: 32
+  model_dim: 200
   mask { kind: SLIDING_WINDOW window_left: 5 window_right: 3 }
-  alignment: TOP_LEFT scale: 0.25 softcap: 30 dtype: F32 kv_dtype: F32
-  batch: 2 q_len: 16 kv_len: 64 kv_lengths: [ 40, 64 ] blocked_mask: true
-  additive_bias: true return_lse: true backend: "highway" seed: 77 backward: true
+  alignment: TOP_LEFT
+  scale: 0.25
+  softcap: 30
+  dtype: F32
+  kv_dtype: F32
+  batch: 2
+  q_len: 16
+  kv_len: 64
+  kv_lengths: [ 40, 64 ]
+  blocked_mask: true
+  additive_bias: true
+  return_lse: true
+  backend: "highway"
+  seed: 77
+  backward: true
 )pb";
 constexpr const char* kServingConfig = R"pb(
-  name: "serving" num_heads: 4 head_dim: 64 mask { kind: CAUSAL } alignment: BOTTOM_RIGHT
-  dtype: BF16 kv_dtype: INT8 layout: BTHD batch: 2 q_len: 16 kv_len: 64
-  kv_lengths: [ 64, 30 ] q_lengths: [ 16, 1 ] page_size: 16 num_pages: 9
+  name: "serving"
+  num_heads: 4
+  head_dim: 64
+  mask { kind: CAUSAL }
+  alignment: BOTTOM_RIGHT
+  dtype: BF16
+  kv_dtype: INT8
+  layout: BTHD
+  batch: 2
+  q_len: 16
+  kv_len: 64
+  kv_lengths: [ 64, 30 ]
+  q_lengths: [ 16, 1 ]
+  page_size: 16
+  num_pages: 9
   memory_budget_bytes: 123456789
 )pb";
 constexpr const char* kPoisonedConfig = R"pb(
-  num_heads: 2 head_dim: 16 q_len: 8 kv_len: 8 dtype: F16 poison_blocked: true
+  num_heads: 2
+  head_dim: 16
+  q_len: 8
+  kv_len: 8
+  dtype: F16
+  poison_blocked: true
   nonfinite_inputs: 3
 )pb";
 

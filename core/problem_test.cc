@@ -1,9 +1,9 @@
 #include "core/problem.h"
 
-#include "io/config_io.h"
 #include "core/problem_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "io/config_io.h"
 
 namespace attnkit {
 namespace {

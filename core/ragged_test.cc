@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "harness/problem_data.h"
 #include "gtest/gtest.h"
+#include "harness/problem_data.h"
 
 namespace attnkit {
 namespace {

@@ -16,15 +16,15 @@
 #include "absl/strings/str_cat.h"
 #include "backends/blas/blas_backend.h"
 #include "backends/highway/highway_backend.h"
-#include "oracle/compare.h"
-#include "oracle/compare_grad.h"
-#include "harness/grad_data.h"
-#include "harness/problem_data.h"
-#include "oracle/reference.h"
-#include "oracle/reference_backward.h"
 #include "core/status_macros.h"
 #include "distributed/mpi_test_main.h"
 #include "distributed/shard_rows.h"
+#include "harness/grad_data.h"
+#include "harness/problem_data.h"
+#include "oracle/compare.h"
+#include "oracle/compare_grad.h"
+#include "oracle/reference.h"
+#include "oracle/reference_backward.h"
 
 namespace attnkit {
 namespace dist {

@@ -12,7 +12,7 @@
 // sleep, so the rate is one rank's with every CPU it may use; run with
 // `--bind-to none` or mpirun binds rank 0 to one core:
 //   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe
-//     --mca btl self,vader --bind-to none -np 2 bazel-bin/dist/ring_bench
+//     --mca btl self,vader --bind-to none -np 2 bazel-bin/distributed/ring_bench
 // (as root; the two environment variables are Open MPI's consent to that).
 #include <mpi.h>
 #include <sched.h>
@@ -33,10 +33,10 @@
 #include "absl/strings/str_format.h"
 #include "backends/builtin.h"
 #include "core/problem.h"
-#include "harness/problem_data.h"
 #include "core/status_macros.h"
 #include "distributed/comm.h"
 #include "distributed/cost_model.h"
+#include "harness/problem_data.h"
 
 ABSL_FLAG(std::string, backend, "highway", "backend that computes the timed ring block");
 ABSL_FLAG(int, threads, 0, "backend threads on rank 0; 0 = the CPUs rank 0 may run on");
@@ -161,7 +161,8 @@ void PrintReport(int ranks, const std::string& backend, int threads, int cpus,
       "\n(c) projection: H32/G8 d128 bf16 causal prefill layer (forward), %.1f GFLOP/s per rank "
       "(%s), link latency %g us\n    ring_s: time per layer; exposed_s: ring communication not "
       "hidden behind compute; ring_eff%%: one rank's compute time / (ranks x ring_s); MiB: per "
-      "rank; ulysses '-': 32 heads do not split over that many ranks; model: distributed/README.md\n",
+      "rank; ulysses '-': 32 heads do not split over that many ranks; model: "
+      "distributed/README.md\n",
       rate * 1e-9, override_gflops > 0 ? "--gflops" : "measured in (b)",
       absl::GetFlag(FLAGS_latency_us));
   std::printf("%s", FormatProjection(Project(Layer(), tokens, {8, 16, 32, 64, 128, 256, 512, 1024},

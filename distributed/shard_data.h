@@ -17,10 +17,10 @@
 #include "absl/status/statusor.h"
 #include "core/backend.h"
 #include "core/problem.h"
-#include "harness/problem_data.h"
 #include "core/tensor.h"
 #include "distributed/ring_attention.h"
 #include "distributed/sharding.h"
+#include "harness/problem_data.h"
 
 namespace attnkit {
 namespace dist {

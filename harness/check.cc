@@ -5,14 +5,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/problem_config.h"
+#include "core/status_macros.h"
+#include "harness/execute.h"
 #include "harness/grad_check.h"
+#include "harness/problem_data.h"
 #include "harness/text_fit.h"
 #include "oracle/compare.h"
-#include "harness/execute.h"
-#include "core/problem_config.h"
-#include "harness/problem_data.h"
 #include "oracle/reference.h"
-#include "core/status_macros.h"
 #include "platform/version.h"
 
 namespace attnkit {

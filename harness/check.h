@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "harness/records.pb.h"
 #include "core/config.pb.h"
+#include "harness/records.pb.h"
 #include "plugin/registry.h"
 
 namespace attnkit {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "harness/records.pb.h"
 #include "core/problem.h"
+#include "harness/records.pb.h"
 #include "plugin/registry.h"
 
 namespace attnkit {

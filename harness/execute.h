@@ -9,8 +9,8 @@
 
 #include "absl/status/status.h"
 #include "core/backend.h"
-#include "harness/grad_data.h"
 #include "core/problem.h"
+#include "harness/grad_data.h"
 #include "harness/problem_data.h"
 
 namespace attnkit {

@@ -2,9 +2,9 @@
 
 #include <chrono>
 
-#include "oracle/compare_grad.h"
-#include "harness/execute.h"
 #include "core/status_macros.h"
+#include "harness/execute.h"
+#include "oracle/compare_grad.h"
 
 namespace attnkit {
 

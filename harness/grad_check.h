@@ -8,10 +8,10 @@
 
 #include "absl/status/statusor.h"
 #include "core/backend.h"
-#include "oracle/compare.h"
-#include "harness/grad_data.h"
 #include "core/problem.h"
+#include "harness/grad_data.h"
 #include "harness/problem_data.h"
+#include "oracle/compare.h"
 #include "oracle/reference_backward.h"
 
 namespace attnkit {

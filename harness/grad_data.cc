@@ -2,8 +2,8 @@
 
 #include "absl/strings/str_format.h"
 #include "core/checked_math.h"
-#include "harness/problem_data.h"
 #include "core/status_macros.h"
+#include "harness/problem_data.h"
 
 namespace attnkit {
 namespace {

@@ -9,14 +9,14 @@
 #include "backends/auto_select.h"
 #include "backends/builtin.h"
 #include "backends/reference/reference_backend.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "harness/compare.h"
 #include "harness/report_svg.h"
 #include "harness/suite.h"
 #include "harness/text_fit.h"
 #include "io/config_io.h"
 #include "platform/machine_info.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 
 namespace attnkit {
 namespace {

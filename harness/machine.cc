@@ -18,15 +18,15 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "harness/machine_kernels.h"
-#include "io/config_io.h"
-#include "io/json_writer.h"
-#include "platform/machine_info.h"
-#include "io/proto_json.h"
 #include "core/tensor.h"
 #include "google/protobuf/stubs/common.h"
 #include "google/protobuf/text_format.h"
+#include "harness/machine_kernels.h"
 #include "hwy/highway.h"
+#include "io/config_io.h"
+#include "io/json_writer.h"
+#include "io/proto_json.h"
+#include "platform/machine_info.h"
 
 namespace attnkit {
 namespace {

@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "platform/machine_info.h"
 #include "gtest/gtest.h"
+#include "platform/machine_info.h"
 
 namespace attnkit {
 namespace {

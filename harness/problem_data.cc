@@ -5,9 +5,9 @@
 #include <random>
 #include <vector>
 
-#include "harness/poison_blocked.h"
 #include "core/quantize.h"
 #include "core/status_macros.h"
+#include "harness/poison_blocked.h"
 
 namespace attnkit {
 namespace {

@@ -1,9 +1,9 @@
 #include "harness/suite.h"
 
 #include "absl/strings/str_cat.h"
-#include "io/config_io.h"
 #include "core/problem_config.h"
 #include "core/status_macros.h"
+#include "io/config_io.h"
 
 namespace attnkit {
 

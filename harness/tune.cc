@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "backends/auto_select.h"
-#include "platform/machine_info.h"
 #include "core/status_macros.h"
+#include "platform/machine_info.h"
 
 namespace attnkit {
 namespace {

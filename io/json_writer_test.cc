@@ -2,8 +2,8 @@
 
 #include <limits>
 
-#include "platform/version.h"
 #include "gtest/gtest.h"
+#include "platform/version.h"
 
 namespace attnkit {
 namespace {

@@ -13,8 +13,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/checked_math.h"
-#include "io/config_io.h"
 #include "core/status_macros.h"
+#include "io/config_io.h"
 
 namespace attnkit {
 namespace {

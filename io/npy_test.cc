@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <string>
 
-#include "io/config_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "io/config_io.h"
 
 namespace attnkit {
 namespace {

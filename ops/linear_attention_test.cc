@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/problem.h"
-#include "oracle/reference.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "oracle/reference.h"
 
 namespace attnkit {
 namespace {

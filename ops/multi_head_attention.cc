@@ -7,10 +7,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "backends/auto_select.h"
-#include "io/npy.h"
-#include "core/tensor.h"
 #include "core/problem_config.h"
 #include "core/status_macros.h"
+#include "core/tensor.h"
+#include "io/npy.h"
 
 namespace attnkit {
 namespace {

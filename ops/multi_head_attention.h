@@ -24,13 +24,13 @@
 #include "core/config.pb.h"
 #include "core/problem.h"
 #include "core/problem_config.h"
-#include "plugin/registry.h"
 #include "core/tensor.h"
 #include "ops/attention_runner.h"
 #include "ops/kv_cache.h"
 #include "ops/matmul.h"
 #include "ops/parameter.h"
 #include "ops/workspace.h"
+#include "plugin/registry.h"
 
 namespace attnkit {
 

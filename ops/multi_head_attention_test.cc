@@ -10,12 +10,12 @@
 
 #include "backends/auto_select.h"
 #include "backends/builtin.h"
-#include "platform/machine_info.h"
-#include "io/npy.h"
 #include "core/problem_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "io/npy.h"
 #include "ops/layer_test_util.h"
+#include "platform/machine_info.h"
 #include "tests/backend_test_env.h"
 
 namespace attnkit {

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/tensor.h"
 #include "core/status_macros.h"
+#include "core/tensor.h"
 #include "ops/rms_norm.h"
 
 namespace attnkit {

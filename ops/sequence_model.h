@@ -15,10 +15,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "plugin/registry.h"
 #include "ops/parameter.h"
 #include "ops/train_task.h"
 #include "ops/transformer_block.h"
+#include "plugin/registry.h"
 
 namespace attnkit {
 

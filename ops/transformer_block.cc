@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "core/tensor.h"
 #include "core/status_macros.h"
+#include "core/tensor.h"
 #include "ops/rms_norm.h"
 
 namespace attnkit {

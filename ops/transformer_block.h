@@ -18,10 +18,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/config.pb.h"
-#include "plugin/registry.h"
 #include "core/tensor.h"
 #include "ops/multi_head_attention.h"
 #include "ops/parameter.h"
+#include "plugin/registry.h"
 
 namespace attnkit {
 

@@ -6,8 +6,8 @@
 #define ATTNKIT_ORACLE_COMPARE_GRAD_H_
 
 #include "core/backend.h"
-#include "oracle/compare.h"
 #include "core/problem.h"
+#include "oracle/compare.h"
 #include "oracle/reference_backward.h"
 
 namespace attnkit {

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "harness/grad_data.h"
 #include "harness/problem_data.h"
 #include "oracle/reference_backward.h"
-#include "gtest/gtest.h"
 
 namespace attnkit {
 namespace {

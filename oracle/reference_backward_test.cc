@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "gtest/gtest.h"
 #include "harness/problem_data.h"
 #include "oracle/reference_f64.h"
-#include "gtest/gtest.h"
 
 namespace attnkit {
 namespace {

@@ -7,8 +7,8 @@
 
 #include <memory>
 
-#include "core/backend.h"
 #include "attnkit/plugin_sdk.h"
+#include "core/backend.h"
 
 namespace attnkit {
 

@@ -6,14 +6,14 @@
 #include <memory>
 
 #include "core/backend.h"
+#include "core/full_capabilities.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "harness/grad_data.h"
+#include "harness/problem_data.h"
 #include "plugin/backend_export.h"
 #include "plugin/c_abi.h"
 #include "plugin/plugin_table_backend.h"
-#include "core/full_capabilities.h"
-#include "harness/grad_data.h"
-#include "harness/problem_data.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 
 namespace attnkit {
 namespace {

@@ -60,17 +60,24 @@ std::vector<E> ValuesOf(uint32_t bits, int count) {
   return out;
 }
 
-
 template <typename E>
 constexpr int EnumCount();
 template <>
-constexpr int EnumCount<DType>() { return kNumDTypes; }
+constexpr int EnumCount<DType>() {
+  return kNumDTypes;
+}
 template <>
-constexpr int EnumCount<MaskKind>() { return kNumMasks; }
+constexpr int EnumCount<MaskKind>() {
+  return kNumMasks;
+}
 template <>
-constexpr int EnumCount<Alignment>() { return kNumAlignments; }
+constexpr int EnumCount<Alignment>() {
+  return kNumAlignments;
+}
 template <>
-constexpr int EnumCount<Layout>() { return kNumLayouts; }
+constexpr int EnumCount<Layout>() {
+  return kNumLayouts;
+}
 
 // One field, C++ -> C, by the C++ type: enums and bools as int32, sets as
 // bit masks, strings and lists borrowed. A list also fills its count
@@ -118,9 +125,8 @@ inline absl::Status FieldFromC(const char* c, const char*, std::string* v) {
 inline absl::Status FieldFromC(const int64_t* c, int64_t count, const char* field,
                                std::vector<int64_t>* v) {
   if (count < 0 || (count > 0 && c == nullptr)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("num_%s (%d) must be 0, or the length of a non-null %s array", field,
-                        count, field));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "num_%s (%d) must be 0, or the length of a non-null %s array", field, count, field));
   }
   v->assign(c, c + count);
   return absl::OkStatus();

@@ -10,8 +10,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "attnkit/plugin.h"
-#include "core/backend.h"
 #include "attnkit/plugin_sdk.h"
+#include "core/backend.h"
 #include "core/problem.h"
 #include "core/tensor.h"
 

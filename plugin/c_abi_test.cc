@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "core/full_capabilities.h"
-#include "harness/problem_data.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "harness/problem_data.h"
 
 namespace attnkit {
 namespace {

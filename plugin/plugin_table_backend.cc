@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "plugin/c_abi.h"
 #include "core/status_macros.h"
+#include "plugin/c_abi.h"
 
 namespace attnkit {
 namespace {
@@ -115,7 +115,8 @@ class PluginTableBackend : public Backend {
     void* data = nullptr;
     ErrorBuffer err;
     ATTNKIT_RETURN_IF_ERROR(err.Status(ops_.allocate(self_, bytes, &data, err.data(), err.size())));
-    return std::unique_ptr<DeviceBuffer>(new PluginTableBuffer(self_, ops_.free_buffer, data, bytes));
+    return std::unique_ptr<DeviceBuffer>(
+        new PluginTableBuffer(self_, ops_.free_buffer, data, bytes));
   }
 
   absl::Status Upload(const void* host, DeviceBuffer* dst, size_t bytes) override {

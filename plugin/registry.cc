@@ -9,9 +9,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "attnkit/plugin.h"
-#include "plugin/plugin_table_backend.h"
-#include "plugin/plugin_file.h"
 #include "core/status_macros.h"
+#include "plugin/plugin_file.h"
+#include "plugin/plugin_table_backend.h"
 
 namespace attnkit {
 

@@ -8,10 +8,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "backends/builtin.h"
+#include "gtest/gtest.h"
 #include "harness/execute.h"
 #include "harness/problem_data.h"
 #include "plugin/registry.h"
-#include "gtest/gtest.h"
 #include "tests/backend_test_env.h"
 
 namespace attnkit {

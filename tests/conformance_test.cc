@@ -12,11 +12,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/builtin.h"
-#include "oracle/compare.h"
+#include "gtest/gtest.h"
 #include "harness/execute.h"
 #include "harness/problem_data.h"
+#include "oracle/compare.h"
 #include "oracle/reference.h"
-#include "gtest/gtest.h"
 #include "tests/backend_test_env.h"
 #include "tests/conformance_grid.h"
 #include "tests/highway_target_backends.h"

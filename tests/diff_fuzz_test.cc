@@ -14,11 +14,11 @@
 
 #include "backends/builtin.h"
 #include "backends/reference/reference_backend.h"
-#include "io/config_io.h"
 #include "core/problem_config.h"
-#include "harness/problem_data.h"
-#include "oracle/reference.h"
 #include "gtest/gtest.h"
+#include "harness/problem_data.h"
+#include "io/config_io.h"
+#include "oracle/reference.h"
 #include "tools/diff_fuzz/grad_fuzz.h"
 #include "tools/diff_fuzz/random_config.h"
 

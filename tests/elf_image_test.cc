@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "plugin/plugin_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plugin/plugin_file.h"
 
 namespace attnkit {
 namespace {

@@ -134,8 +134,8 @@ struct SaturatedCap {
   uint64_t seed;
 };
 constexpr SaturatedCap kSaturatedCaps[] = {
-    {"capsat_fuzz", 1, 1, 23, 1, 2, 1.67865014f, MaskKind::kNone, Alignment::kTopLeft,
-     DType::kF32, 807620},
+    {"capsat_fuzz", 1, 1, 23, 1, 2, 1.67865014f, MaskKind::kNone, Alignment::kTopLeft, DType::kF32,
+     807620},
     {"capsat_mqa", 2, 1, 23, 1, 3, 3.0f, MaskKind::kNone, Alignment::kBottomRight, DType::kF32, 1},
     {"capsat_gqa_causal", 4, 2, 16, 3, 5, 3.0f, MaskKind::kCausal, Alignment::kBottomRight,
      DType::kF32, 7},

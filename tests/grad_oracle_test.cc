@@ -21,13 +21,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "backends/builtin.h"
-#include "oracle/compare_grad.h"
+#include "gtest/gtest.h"
 #include "harness/execute.h"
 #include "harness/grad_data.h"
 #include "harness/problem_data.h"
+#include "oracle/compare_grad.h"
 #include "oracle/reference_backward.h"
 #include "oracle/reference_f64.h"
-#include "gtest/gtest.h"
 #include "tests/oracle_grid.h"
 
 namespace attnkit {

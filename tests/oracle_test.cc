@@ -20,11 +20,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "backends/builtin.h"
-#include "oracle/compare.h"
+#include "gtest/gtest.h"
 #include "harness/execute.h"
 #include "harness/problem_data.h"
+#include "oracle/compare.h"
 #include "oracle/reference.h"
-#include "gtest/gtest.h"
 #include "tests/oracle_grid.h"
 
 namespace attnkit {

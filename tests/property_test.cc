@@ -5,12 +5,12 @@
 #include <vector>
 
 #include "backends/builtin.h"
-#include "oracle/compare.h"
+#include "gtest/gtest.h"
 #include "harness/execute.h"
 #include "harness/poison_blocked.h"
 #include "harness/problem_data.h"
+#include "oracle/compare.h"
 #include "oracle/reference.h"
-#include "gtest/gtest.h"
 #include "tests/backend_test_env.h"
 #include "tests/highway_target_backends.h"
 

@@ -6,14 +6,14 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "backends/reference/reference_backend.h"
 #include "attnkit/plugin.h"
-#include "oracle/compare.h"
-#include "harness/execute.h"
-#include "harness/problem_data.h"
-#include "oracle/reference.h"
+#include "backends/reference/reference_backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "harness/execute.h"
+#include "harness/problem_data.h"
+#include "oracle/compare.h"
+#include "oracle/reference.h"
 
 namespace attnkit {
 namespace {

@@ -12,9 +12,9 @@
 #include "absl/status/statusor.h"
 #include "backends/highway/sdpa.h"
 #include "harness/machine_kernels.h"
+#include "hwy/targets.h"
 #include "platform/hwy_target_cap.h"
 #include "platform/machine_info.h"
-#include "hwy/targets.h"
 
 namespace {
 

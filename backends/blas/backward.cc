@@ -265,7 +265,7 @@ void ProbabilityRow(const Context& c, const Block& k, const BackwardScratch& w, 
   }
   if (p.softcap > 0) {
     SoftcapDerivativeRow(y, w.dcap + r * kn + rng.begin, n, p.softcap);  // 0 at -inf
-    SoftcapRow(y, n, p.softcap);                                           // keeps -inf
+    SoftcapRow(y, n, p.softcap);                                         // keeps -inf
   }
   if (p.additive_bias) {
     const float* bias =

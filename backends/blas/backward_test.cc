@@ -16,12 +16,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/blas/blas_backend.h"
-#include "oracle/compare_grad.h"
+#include "gtest/gtest.h"
 #include "harness/grad_data.h"
 #include "harness/poison_blocked.h"
 #include "harness/problem_data.h"
+#include "oracle/compare_grad.h"
 #include "oracle/reference_backward.h"
-#include "gtest/gtest.h"
 
 namespace attnkit {
 namespace {

@@ -17,12 +17,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "oracle/compare.h"
 #include "core/kv_rows.h"
-#include "harness/problem_data.h"
 #include "core/ragged.h"
-#include "oracle/reference.h"
 #include "gtest/gtest.h"
+#include "harness/problem_data.h"
+#include "oracle/compare.h"
+#include "oracle/reference.h"
 
 namespace attnkit {
 namespace {

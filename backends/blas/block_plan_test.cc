@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "backends/blas/blas_backend.h"
+#include "gtest/gtest.h"
 #include "harness/problem_data.h"
 #include "oracle/reference.h"
-#include "gtest/gtest.h"
 
 namespace attnkit {
 namespace {

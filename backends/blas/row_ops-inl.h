@@ -12,10 +12,10 @@
 #include <limits>
 
 #include "core/dtype.h"
-#include "platform/exp_nonpositive-inl.h"
-#include "platform/widen-inl.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "platform/exp_nonpositive-inl.h"
+#include "platform/widen-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attnkit {

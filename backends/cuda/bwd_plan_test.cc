@@ -15,14 +15,14 @@
 
 #include "backends/cuda/bwd_params.h"
 #include "backends/cuda/bwd_test_cases.h"
-#include "oracle/compare_grad.h"
 #include "core/dtype.h"
-#include "harness/grad_data.h"
 #include "core/mask.h"
+#include "gtest/gtest.h"
+#include "harness/grad_data.h"
 #include "harness/problem_data.h"
+#include "oracle/compare_grad.h"
 #include "oracle/reference.h"
 #include "oracle/reference_backward.h"
-#include "gtest/gtest.h"
 
 namespace attnkit {
 namespace cuda {

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "harness/grad_data.h"
 #include "core/problem.h"
-#include "harness/problem_data.h"
 #include "gtest/gtest.h"
+#include "harness/grad_data.h"
+#include "harness/problem_data.h"
 
 namespace attnkit {
 namespace cuda {

@@ -2,10 +2,10 @@
 // "cuda" (flash kernels), backend 1 "cuda-cublas" (the cuBLAS baseline).
 // Creating them touches no CUDA API, so the plugin loads on a machine
 // without a GPU or driver; Available() then says why they cannot run.
+#include "attnkit/plugin_sdk.h"
 #include "backends/cuda/cublas_backend.h"
 #include "backends/cuda/flash_backend.h"
 #include "plugin/backend_export.h"
-#include "attnkit/plugin_sdk.h"
 
 namespace {
 

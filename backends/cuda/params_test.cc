@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/kv_rows.h"
-#include "harness/problem_data.h"
 #include "gtest/gtest.h"
+#include "harness/problem_data.h"
 
 namespace attnkit {
 namespace cuda {

@@ -28,8 +28,8 @@
 #include "backends/highway/workspace.h"
 #include "core/mask.h"
 #include "core/status_macros.h"
-#include "platform/thread_pool.h"
 #include "hwy/highway.h"
+#include "platform/thread_pool.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attnkit {

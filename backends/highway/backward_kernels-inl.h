@@ -24,9 +24,9 @@
 #include <limits>
 
 #include "backends/highway/microkernels-inl.h"
-#include "platform/exp_nonpositive-inl.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "platform/exp_nonpositive-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attnkit {

@@ -9,14 +9,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/highway/highway_backend.h"
-#include "oracle/compare_grad.h"
-#include "harness/grad_data.h"
-#include "harness/problem_data.h"
-#include "oracle/reference_backward.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
+#include "harness/grad_data.h"
+#include "harness/problem_data.h"
 #include "hwy/targets.h"
 #include "hwy/tests/hwy_gtest.h"
+#include "oracle/compare_grad.h"
+#include "oracle/reference_backward.h"
 
 namespace attnkit {
 namespace {

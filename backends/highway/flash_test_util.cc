@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
-#include "oracle/reference.h"
 #include "core/status_macros.h"
+#include "oracle/reference.h"
 
 namespace attnkit {
 

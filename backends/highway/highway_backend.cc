@@ -12,8 +12,8 @@
 #include "core/full_capabilities.h"
 #include "core/ragged.h"
 #include "core/status_macros.h"
-#include "platform/thread_pool.h"
 #include "hwy/targets.h"
+#include "platform/thread_pool.h"
 
 namespace attnkit {
 namespace {

@@ -5,10 +5,10 @@
 #include <cstring>
 
 #include "backends/highway/flash_test_util.h"
-#include "oracle/compare.h"
-#include "harness/problem_data.h"
-#include "oracle/reference.h"
 #include "gtest/gtest.h"
+#include "harness/problem_data.h"
+#include "oracle/compare.h"
+#include "oracle/reference.h"
 
 namespace attnkit {
 namespace {

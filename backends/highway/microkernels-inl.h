@@ -28,11 +28,11 @@
 #include <type_traits>
 
 #include "core/dtype.h"
-#include "platform/exp_nonpositive-inl.h"
-#include "platform/widen-inl.h"
 #include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "platform/exp_nonpositive-inl.h"
+#include "platform/widen-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attnkit {

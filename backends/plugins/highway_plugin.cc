@@ -1,8 +1,8 @@
 // libattnkit_highway.so: the Highway SIMD CPU backend ("highway") as a plugin behind the C
 // ABI, for binaries that load their backends instead of linking them.
+#include "attnkit/plugin_sdk.h"
 #include "backends/highway/highway_backend.h"
 #include "plugin/backend_export.h"
-#include "attnkit/plugin_sdk.h"
 
 namespace {
 

@@ -1,8 +1,8 @@
 // libattnkit_reference.so: the fp64 reference backend ("reference") as a plugin behind the C
 // ABI, for binaries that load their backends instead of linking them.
+#include "attnkit/plugin_sdk.h"
 #include "backends/reference/reference_backend.h"
 #include "plugin/backend_export.h"
-#include "attnkit/plugin_sdk.h"
 
 namespace {
 

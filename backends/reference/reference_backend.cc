@@ -5,9 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "core/full_capabilities.h"
 #include "core/ragged.h"
+#include "core/status_macros.h"
 #include "oracle/reference.h"
 #include "oracle/reference_backward.h"
-#include "core/status_macros.h"
 
 namespace attnkit {
 namespace {

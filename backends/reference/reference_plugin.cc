@@ -1,8 +1,8 @@
 // The reference backend built as a shared library ("reference-plugin"), so
 // the conformance suite exercises plugin loading end to end.
+#include "attnkit/plugin_sdk.h"
 #include "backends/reference/reference_backend.h"
 #include "plugin/backend_export.h"
-#include "attnkit/plugin_sdk.h"
 
 namespace {
 

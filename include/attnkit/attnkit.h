@@ -77,12 +77,12 @@ int32_t attnkit_plugin_failure(const attnkit_context* ctx, int32_t index, char* 
 
 /* One registered backend, as attnkit_backend_info describes it. The caller
  * sets struct_size; strings are copied, truncated to fit. */
-#define ATTNKIT_BACKEND_INFO_FIELDS(X)                                        \
-  X(CHARS64, name)                                                            \
-  X(CHARS512, description)                                                    \
-  X(I32, available) /* ATTNKIT_OK, or why it cannot run here */               \
-  X(CHARS512, unavailable_reason)                                             \
-  X(I32, uses_host_memory) /* 1: host pointers; 0: device pointers */         \
+#define ATTNKIT_BACKEND_INFO_FIELDS(X)                                \
+  X(CHARS64, name)                                                    \
+  X(CHARS512, description)                                            \
+  X(I32, available) /* ATTNKIT_OK, or why it cannot run here */       \
+  X(CHARS512, unavailable_reason)                                     \
+  X(I32, uses_host_memory) /* 1: host pointers; 0: device pointers */ \
   X(CAPS, caps)            /* caps.head_dims points into the context */
 
 typedef struct attnkit_backend_info {
@@ -106,10 +106,10 @@ int32_t attnkit_problem_validate(const attnkit_problem* p, char* err, size_t err
 
 /* What one attnkit_run (or attnkit_backward) did. The caller sets
  * struct_size. */
-#define ATTNKIT_RUN_RESULT_FIELDS(X)                                          \
-  X(CHARS64, backend) /* the backend that ran */                              \
-  X(CHARS256, kernel) /* its kernel, e.g. "flash-tiled/AVX3 q4xk16" */        \
-  X(CHARS512, reason) /* why this backend: named, or what auto chose, why */  \
+#define ATTNKIT_RUN_RESULT_FIELDS(X)                                                   \
+  X(CHARS64, backend)           /* the backend that ran */                             \
+  X(CHARS256, kernel)           /* its kernel, e.g. "flash-tiled/AVX3 q4xk16" */       \
+  X(CHARS512, reason)           /* why this backend: named, or what auto chose, why */ \
   X(I64, workspace_allocations) /* -1 when the backend does not report it */
 
 typedef struct attnkit_run_result {
@@ -169,10 +169,11 @@ int32_t attnkit_config_from_text(const char* text, char** json, char* err, size_
 int32_t attnkit_config_to_text(const char* config_json, char** text, char* err, size_t err_size);
 
 /* The AttentionConfig message's fields, from its descriptor, as JSON:
- * {"name": "AttentionConfig", "fields": [F, ...]} in field-number order,
- * each F {"name", "type": int|float|bool|string|enum|message, "repeated",
- * "default" (null for an unset `optional` field or a message), "values"
- * (an enum's names), "message" (a message field's own schema, likewise)}. Bindings build
+ * {"name": "AttentionConfig", "fields": [F, ...]} in the order
+ * config.proto declares them, each F {"name", "type":
+ * int|float|bool|string|enum|message, "repeated", "default" (null for an
+ * unset `optional` field or a message), "values" (an enum's names),
+ * "message" (a message field's own schema, likewise)}. Bindings build
  * their config type from it (Python's AttentionConfig does), so a field
  * added to core/config.proto reaches them unwritten. */
 int32_t attnkit_config_schema(char** json, char* err, size_t err_size);

@@ -82,38 +82,38 @@ enum { ATTNKIT_LAYOUT_BHTD = 0, ATTNKIT_LAYOUT_BTHD = 1 };
  * name). Strings and lists are borrowed for the duration of the call.
  * Rows X(KIND, name) in ABI order, only ever appended (attnkit/abi_fields.h
  * gives each kind's C declaration). */
-#define ATTNKIT_PROBLEM_FIELDS(X)                                             \
-  X(DTYPE, dtype)    /* Q and O storage */                                    \
-  X(DTYPE, kv_dtype) /* K and V storage */                                    \
-  X(LAYOUT, layout)                                                           \
-  X(MASK, mask)                                                               \
-  X(ALIGNMENT, alignment)                                                     \
-  X(I64, batch)                                                               \
-  X(I64, num_heads)                                                           \
-  X(I64, num_kv_heads)                                                        \
-  X(I64, head_dim)                                                            \
-  X(I64, model_dim)                                                           \
-  X(I64, q_len)                                                               \
-  X(I64, kv_len)                                                              \
-  X(I64, window_left)                                                         \
-  X(I64, window_right)                                                        \
-  X(F32, scale)                                                               \
-  X(F32, softcap)        /* 0 = off */                                        \
-  X(I64_LIST, kv_lengths) /* 0 or batch values */                             \
-  X(BOOL, blocked_mask)                                                       \
-  X(BOOL, additive_bias)                                                      \
-  X(BOOL, return_lse)                                                         \
-  X(BOOL, poison_blocked)                                                     \
-  X(I64, nonfinite_inputs)                                                    \
-  X(I64, memory_budget_bytes)                                                 \
-  X(U64, seed)                                                                \
-  X(STR, name)                                                                \
-  X(STR, backend)                                                             \
-  /* Since 0.25: paged K/V and ragged batches (0 / NULL: dense). */           \
-  X(I64, page_size)                                                           \
-  X(I64, num_pages)                                                           \
-  X(I64_LIST, q_lengths) /* 0 or batch values */                              \
-  /* Since 0.26: a training step's problem (config.proto backward). */        \
+#define ATTNKIT_PROBLEM_FIELDS(X)                                      \
+  X(DTYPE, dtype)    /* Q and O storage */                             \
+  X(DTYPE, kv_dtype) /* K and V storage */                             \
+  X(LAYOUT, layout)                                                    \
+  X(MASK, mask)                                                        \
+  X(ALIGNMENT, alignment)                                              \
+  X(I64, batch)                                                        \
+  X(I64, num_heads)                                                    \
+  X(I64, num_kv_heads)                                                 \
+  X(I64, head_dim)                                                     \
+  X(I64, model_dim)                                                    \
+  X(I64, q_len)                                                        \
+  X(I64, kv_len)                                                       \
+  X(I64, window_left)                                                  \
+  X(I64, window_right)                                                 \
+  X(F32, scale)                                                        \
+  X(F32, softcap)         /* 0 = off */                                \
+  X(I64_LIST, kv_lengths) /* 0 or batch values */                      \
+  X(BOOL, blocked_mask)                                                \
+  X(BOOL, additive_bias)                                               \
+  X(BOOL, return_lse)                                                  \
+  X(BOOL, poison_blocked)                                              \
+  X(I64, nonfinite_inputs)                                             \
+  X(I64, memory_budget_bytes)                                          \
+  X(U64, seed)                                                         \
+  X(STR, name)                                                         \
+  X(STR, backend)                                                      \
+  /* Since 0.25: paged K/V and ragged batches (0 / NULL: dense). */    \
+  X(I64, page_size)                                                    \
+  X(I64, num_pages)                                                    \
+  X(I64_LIST, q_lengths) /* 0 or batch values */                       \
+  /* Since 0.26: a training step's problem (config.proto backward). */ \
   X(BOOL, backward)
 
 typedef struct attnkit_problem {
@@ -122,11 +122,11 @@ typedef struct attnkit_problem {
 } attnkit_problem;
 
 /* A strided view; data NULL means absent. Shapes and strides in elements. */
-#define ATTNKIT_TENSOR_FIELDS(X)                                              \
-  X(PTR, data)                                                                \
-  X(I32, dtype)                                                               \
-  X(I32, rank) /* 0..4 */                                                     \
-  X(I64_4, shape)                                                             \
+#define ATTNKIT_TENSOR_FIELDS(X) \
+  X(PTR, data)                   \
+  X(I32, dtype)                  \
+  X(I32, rank) /* 0..4 */        \
+  X(I64_4, shape)                \
   X(I64_4, strides)
 
 typedef struct attnkit_tensor {
@@ -136,20 +136,20 @@ typedef struct attnkit_tensor {
 /* The tensors of one call (attnkit::AttentionArgs, same member names, gives
  * shapes and rules). Data lives in memory the backend allocated (host
  * memory for host backends). */
-#define ATTNKIT_ARGS_FIELDS(X)                                                \
-  X(TENSOR, q)                                                                \
-  X(TENSOR, k)                                                                \
-  X(TENSOR, v)                                                                \
-  X(TENSOR, o)                                                                \
-  X(TENSOR, lse)                                                              \
-  X(TENSOR, kv_lengths)                                                       \
-  X(TENSOR, blocked_mask)                                                     \
-  X(TENSOR, bias)                                                             \
-  /* Since 0.25: int8 K/V scales, paged K/V, ragged batches. */               \
-  X(TENSOR, k_scale)                                                          \
-  X(TENSOR, v_scale)                                                          \
-  X(TENSOR, block_table)                                                      \
-  X(TENSOR, cu_seqlens_q)                                                     \
+#define ATTNKIT_ARGS_FIELDS(X)                                  \
+  X(TENSOR, q)                                                  \
+  X(TENSOR, k)                                                  \
+  X(TENSOR, v)                                                  \
+  X(TENSOR, o)                                                  \
+  X(TENSOR, lse)                                                \
+  X(TENSOR, kv_lengths)                                         \
+  X(TENSOR, blocked_mask)                                       \
+  X(TENSOR, bias)                                               \
+  /* Since 0.25: int8 K/V scales, paged K/V, ragged batches. */ \
+  X(TENSOR, k_scale)                                            \
+  X(TENSOR, v_scale)                                            \
+  X(TENSOR, block_table)                                        \
+  X(TENSOR, cu_seqlens_q)                                       \
   X(TENSOR, cu_seqlens_k)
 
 typedef struct attnkit_args {
@@ -164,35 +164,35 @@ typedef struct attnkit_args {
  * (attnkit::BackwardCapabilities), all 0 when the plugin has none.
  * head_dims: the only head dims, or NULL for any in range; owned by the
  * plugin, valid while it is loaded. */
-#define ATTNKIT_CAPS_FIELDS(X)                                                \
-  X(DTYPE_SET, dtypes, dtypes)                                                \
-  X(DTYPE_SET, kv_dtypes, kv_dtypes)                                          \
-  X(MASK_SET, masks, masks)                                                   \
-  X(ALIGNMENT_SET, alignments, alignments)                                    \
-  X(LAYOUT_SET, layouts, layouts)                                             \
-  X(I64, min_head_dim, min_head_dim)                                          \
-  X(I64, max_head_dim, max_head_dim)                                          \
-  X(I64_LIST, head_dims, head_dims)                                           \
-  X(I64, max_group_size, max_group_size) /* 0 = any */                        \
-  X(BOOL, lse, lse)                                                           \
-  X(BOOL, kv_lengths, kv_lengths)                                             \
-  X(BOOL, blocked_mask, blocked_mask)                                         \
-  X(BOOL, additive_bias, additive_bias)                                       \
-  X(BOOL, softcap, softcap)                                                   \
-  X(BOOL, deterministic, deterministic)                                       \
-  X(BOOL, paged_kv, paged_kv) /* since 0.25 */                                \
-  X(BOOL, ragged, ragged)                                                     \
-  /* Since 0.26: the backward pass. */                                        \
-  X(BOOL, bwd_supported, backward.supported)                                  \
-  X(DTYPE_SET, bwd_dtypes, backward.dtypes)                                   \
-  X(DTYPE_SET, bwd_kv_dtypes, backward.kv_dtypes)                             \
-  X(MASK_SET, bwd_masks, backward.masks)                                      \
-  X(BOOL, bwd_kv_lengths, backward.kv_lengths)                                \
-  X(BOOL, bwd_blocked_mask, backward.blocked_mask)                            \
-  X(BOOL, bwd_additive_bias, backward.additive_bias)                          \
-  X(BOOL, bwd_bias_grad, backward.bias_grad)                                  \
-  X(BOOL, bwd_softcap, backward.softcap)                                      \
-  X(BOOL, bwd_ragged, backward.ragged)                                        \
+#define ATTNKIT_CAPS_FIELDS(X)                         \
+  X(DTYPE_SET, dtypes, dtypes)                         \
+  X(DTYPE_SET, kv_dtypes, kv_dtypes)                   \
+  X(MASK_SET, masks, masks)                            \
+  X(ALIGNMENT_SET, alignments, alignments)             \
+  X(LAYOUT_SET, layouts, layouts)                      \
+  X(I64, min_head_dim, min_head_dim)                   \
+  X(I64, max_head_dim, max_head_dim)                   \
+  X(I64_LIST, head_dims, head_dims)                    \
+  X(I64, max_group_size, max_group_size) /* 0 = any */ \
+  X(BOOL, lse, lse)                                    \
+  X(BOOL, kv_lengths, kv_lengths)                      \
+  X(BOOL, blocked_mask, blocked_mask)                  \
+  X(BOOL, additive_bias, additive_bias)                \
+  X(BOOL, softcap, softcap)                            \
+  X(BOOL, deterministic, deterministic)                \
+  X(BOOL, paged_kv, paged_kv) /* since 0.25 */         \
+  X(BOOL, ragged, ragged)                              \
+  /* Since 0.26: the backward pass. */                 \
+  X(BOOL, bwd_supported, backward.supported)           \
+  X(DTYPE_SET, bwd_dtypes, backward.dtypes)            \
+  X(DTYPE_SET, bwd_kv_dtypes, backward.kv_dtypes)      \
+  X(MASK_SET, bwd_masks, backward.masks)               \
+  X(BOOL, bwd_kv_lengths, backward.kv_lengths)         \
+  X(BOOL, bwd_blocked_mask, backward.blocked_mask)     \
+  X(BOOL, bwd_additive_bias, backward.additive_bias)   \
+  X(BOOL, bwd_bias_grad, backward.bias_grad)           \
+  X(BOOL, bwd_softcap, backward.softcap)               \
+  X(BOOL, bwd_ragged, backward.ragged)                 \
   X(BOOL, bwd_deterministic, backward.deterministic)
 
 typedef struct attnkit_caps {
@@ -202,11 +202,11 @@ typedef struct attnkit_caps {
 
 /* Since 0.26: the gradients of one backward call (attnkit::GradArgs gives
  * shapes and rules); dbias data NULL means not asked for. */
-#define ATTNKIT_GRADS_FIELDS(X)                                               \
-  X(TENSOR, d_o)                                                              \
-  X(TENSOR, dq)                                                               \
-  X(TENSOR, dk)                                                               \
-  X(TENSOR, dv)                                                               \
+#define ATTNKIT_GRADS_FIELDS(X) \
+  X(TENSOR, d_o)                \
+  X(TENSOR, dq)                 \
+  X(TENSOR, dk)                 \
+  X(TENSOR, dv)                 \
   X(TENSOR, dbias)
 
 typedef struct attnkit_grads {
@@ -216,8 +216,8 @@ typedef struct attnkit_grads {
 
 /* What ran. The host zero-fills it (workspace_allocations = -1) and sets
  * struct_size; the backend fills what it knows. */
-#define ATTNKIT_RUN_INFO_FIELDS(X)                                            \
-  X(CHARS256, kernel) /* e.g. "flash-tiled/AVX3 q4xk16", NUL-terminated */   \
+#define ATTNKIT_RUN_INFO_FIELDS(X)                                                   \
+  X(CHARS256, kernel)           /* e.g. "flash-tiled/AVX3 q4xk16", NUL-terminated */ \
   X(I64, workspace_allocations) /* -1: not reported */
 
 typedef struct attnkit_run_info {

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "core/mask.h"
 #include "attnkit/plugin_sdk.h"
+#include "core/mask.h"
 
 namespace {
 

@@ -9,11 +9,11 @@
 
 #include "absl/strings/string_view.h"
 #include "backends/reference/reference_backend.h"
-#include "io/config_io.h"
-#include "harness/execute.h"
 #include "core/problem.h"
 #include "core/problem_config.h"
+#include "harness/execute.h"
 #include "harness/problem_data.h"
+#include "io/config_io.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace attnkit {

@@ -3,8 +3,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
-#include "io/json_writer.h"
 #include "core/status_macros.h"
+#include "io/json_writer.h"
 #include "tools/cli/commands.h"
 
 namespace attnkit {

@@ -14,6 +14,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "backends/auto_select.h"
+#include "core/problem_config.h"
+#include "core/status_macros.h"
 #include "harness/compare.h"
 #include "harness/machine.h"
 #include "harness/report_svg.h"
@@ -21,10 +23,8 @@
 #include "harness/tune.h"
 #include "io/config_io.h"
 #include "io/json_writer.h"
-#include "platform/machine_info.h"
-#include "core/problem_config.h"
 #include "io/proto_json.h"
-#include "core/status_macros.h"
+#include "platform/machine_info.h"
 #include "tools/cli/commands.h"
 
 namespace attnkit {

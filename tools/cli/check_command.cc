@@ -1,8 +1,8 @@
 #include "absl/strings/str_format.h"
+#include "core/status_macros.h"
 #include "harness/check.h"
 #include "io/config_io.h"
 #include "io/proto_json.h"
-#include "core/status_macros.h"
 #include "tools/cli/commands.h"
 
 namespace attnkit {

@@ -8,17 +8,17 @@
 #include <sstream>
 
 #include "backends/builtin.h"
-#include "harness/records.pb.h"
-#include "oracle/compare.h"
-#include "io/config_io.h"
-#include "io/npy.h"
 #include "core/problem_config.h"
-#include "harness/problem_data.h"
-#include "io/proto_json.h"
-#include "oracle/reference.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "harness/problem_data.h"
+#include "harness/records.pb.h"
+#include "io/config_io.h"
+#include "io/npy.h"
+#include "io/proto_json.h"
 #include "ops/cost.h"
+#include "oracle/compare.h"
+#include "oracle/reference.h"
 
 namespace attnkit {
 namespace {

@@ -1,7 +1,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "io/config_io.h"
 #include "core/status_macros.h"
+#include "io/config_io.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/config_flags.h"
 #include "tools/cli/default_config.h"

@@ -1,9 +1,9 @@
 // `attnkit cost`: the cost model of a config, as text or (--json) as data.
 #include "absl/strings/str_format.h"
-#include "io/json_writer.h"
 #include "core/problem_config.h"
-#include "io/proto_json.h"
 #include "core/status_macros.h"
+#include "io/json_writer.h"
+#include "io/proto_json.h"
 #include "ops/cost.h"
 #include "tools/cli/commands.h"
 

@@ -1,8 +1,8 @@
 #include <chrono>
 
 #include "absl/strings/str_format.h"
-#include "io/json_writer.h"
 #include "core/status_macros.h"
+#include "io/json_writer.h"
 #include "tools/cli/commands.h"
 #include "tools/diff_fuzz/diff_fuzz.h"
 #include "tools/diff_fuzz/grad_fuzz.h"

@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "io/json_writer.h"
 #include "core/problem_config.h"
-#include "harness/problem_data.h"
-#include "io/proto_json.h"
 #include "core/status_macros.h"
+#include "harness/problem_data.h"
+#include "io/json_writer.h"
+#include "io/proto_json.h"
 #include "ops/multi_head_attention.h"
 #include "tools/cli/commands.h"
 

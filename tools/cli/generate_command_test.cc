@@ -6,10 +6,10 @@
 #include <string>
 
 #include "backends/builtin.h"
-#include "io/config_io.h"
 #include "core/problem_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "io/config_io.h"
 #include "tools/cli/commands.h"
 
 namespace attnkit {

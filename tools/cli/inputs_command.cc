@@ -7,11 +7,11 @@
 #include <system_error>
 
 #include "absl/strings/str_format.h"
+#include "core/problem_config.h"
+#include "core/status_macros.h"
+#include "harness/problem_data.h"
 #include "io/config_io.h"
 #include "io/npy.h"
-#include "core/problem_config.h"
-#include "harness/problem_data.h"
-#include "core/status_macros.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/npy_problem.h"
 

@@ -3,10 +3,10 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "io/config_io.h"
-#include "io/npy.h"
 #include "core/problem_config.h"
 #include "core/status_macros.h"
+#include "io/config_io.h"
+#include "io/npy.h"
 #include "tools/cli/config_flags.h"
 
 namespace attnkit {

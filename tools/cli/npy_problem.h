@@ -10,8 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "core/problem.h"
-#include "harness/problem_data.h"
 #include "core/tensor.h"
+#include "harness/problem_data.h"
 #include "tools/cli/commands.h"
 
 namespace attnkit {

@@ -19,18 +19,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "oracle/compare.h"
-#include "oracle/compare_grad.h"
 #include "core/problem_config.h"
-#include "harness/problem_data.h"
-#include "oracle/reference.h"
-#include "oracle/reference_backward.h"
 #include "core/status_macros.h"
 #include "distributed/comm.h"
 #include "distributed/ring_attention.h"
 #include "distributed/shard_data.h"
 #include "distributed/shard_rows.h"
 #include "distributed/strategy.h"
+#include "harness/problem_data.h"
+#include "oracle/compare.h"
+#include "oracle/compare_grad.h"
+#include "oracle/reference.h"
+#include "oracle/reference_backward.h"
 
 namespace attnkit {
 namespace {

@@ -3,11 +3,11 @@
 // reference with the same oracle as `check`, from .npy files.
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "oracle/compare.h"
+#include "core/status_macros.h"
 #include "io/json_writer.h"
 #include "io/npy.h"
+#include "oracle/compare.h"
 #include "oracle/reference.h"
-#include "core/status_macros.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/npy_problem.h"
 

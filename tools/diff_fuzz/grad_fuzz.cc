@@ -2,15 +2,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "oracle/compare_grad.h"
-#include "io/config_io.h"
-#include "harness/execute.h"
-#include "harness/grad_data.h"
 #include "core/problem.h"
 #include "core/problem_config.h"
-#include "harness/problem_data.h"
-#include "oracle/reference_backward.h"
 #include "core/status_macros.h"
+#include "harness/execute.h"
+#include "harness/grad_data.h"
+#include "harness/problem_data.h"
+#include "io/config_io.h"
+#include "oracle/compare_grad.h"
+#include "oracle/reference_backward.h"
 #include "tools/diff_fuzz/random_config.h"
 
 namespace attnkit {
