@@ -10,7 +10,8 @@
 // else libattnkit_cuda.so in this binary's runfiles. The benchmark's own
 // CUDA runtime (events, cuBLAS, the copy kernel) shares the device's primary
 // context with the plugin's, so the plugin runs on the benchmark's stream.
-// Exits 1 with the reason when no usable GPU or no plugin is present.
+// Exits 1 with the reason when no usable GPU or no plugin is present, and
+// when any benchmark ends with an error (they are not skips).
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -37,6 +38,16 @@ struct Peaks {
   double gbps = 0;    // device memory, read + write
 };
 Peaks peaks;
+
+// Google Benchmark reports a SkipWithError as a skip and exits 0; here every
+// one is an error (an allocation, a kernel, a backend refusing a shape it
+// should run), so main exits 1 after the run when any happened.
+int errors = 0;
+void Fail(benchmark::State& state, const char* message) {
+  ++errors;
+  std::fprintf(stderr, "cuda_bench: error: %s\n", message);
+  state.SkipWithError(message);
+}
 
 // Streaming multiprocessors of device 0 (the copy kernel's grid).
 int NumSms() {
@@ -76,7 +87,7 @@ void BM_CublasBf16Gemm(benchmark::State& state) {
   if (!Check(cudaMalloc(&a, bytes), "cudaMalloc") || !Check(cudaMalloc(&b, bytes), "cudaMalloc") ||
       !Check(cudaMalloc(&c, bytes), "cudaMalloc") ||
       cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
-    state.SkipWithError("allocation failed");
+    Fail(state, "allocation failed");
     return;
   }
   cudaMemset(a, 0, bytes);
@@ -90,7 +101,7 @@ void BM_CublasBf16Gemm(benchmark::State& state) {
   };
   TimeMs(gemm, 2);  // warm-up: heuristics, clocks
   for (auto _ : state) state.SetIterationTime(TimeMs(gemm, 5) / 5 / 1e3);
-  if (status != CUBLAS_STATUS_SUCCESS) state.SkipWithError(cublasGetStatusString(status));
+  if (status != CUBLAS_STATUS_SUCCESS) Fail(state, cublasGetStatusString(status));
   const double flops = 2.0 * n * n * double(n);
   state.counters["TFLOP/s"] =
       benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
@@ -105,7 +116,7 @@ void BM_HbmCopy(benchmark::State& state) {
   void *src = nullptr, *dst = nullptr;
   if (!Check(cudaMalloc(&src, bytes), "cudaMalloc") ||
       !Check(cudaMalloc(&dst, bytes), "cudaMalloc")) {
-    state.SkipWithError("allocation failed");
+    Fail(state, "allocation failed");
     return;
   }
   cudaMemset(src, 1, bytes);
@@ -113,7 +124,7 @@ void BM_HbmCopy(benchmark::State& state) {
   auto copy = [&] { bench::LaunchCopy(src, dst, bytes, sms, nullptr); };
   TimeMs(copy, 2);
   for (auto _ : state) state.SetIterationTime(TimeMs(copy, 10) / 10 / 1e3);
-  if (!Check(cudaGetLastError(), "copy kernel")) state.SkipWithError("copy kernel failed");
+  if (!Check(cudaGetLastError(), "copy kernel")) Fail(state, "copy kernel failed");
   state.counters["GB/s"] =
       benchmark::Counter(2.0 * bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   cudaFree(src);
@@ -188,17 +199,17 @@ double IoBytes(const AttentionProblem& p) {
 void BM_Attention(benchmark::State& state, Backend* backend, AttentionProblem p) {
   const absl::Status supported = backend->Supports(p);
   if (!supported.ok()) {
-    state.SkipWithError(std::string(supported.message()).c_str());
+    Fail(state, std::string(supported.message()).c_str());
     return;
   }
   auto host = ProblemData::Random(p, 1);
   if (!host.ok()) {
-    state.SkipWithError(std::string(host.status().message()).c_str());
+    Fail(state, std::string(host.status().message()).c_str());
     return;
   }
   auto placed = PlacedProblem::Place(backend, *host);
   if (!placed.ok()) {
-    state.SkipWithError(std::string(placed.status().message()).c_str());
+    Fail(state, std::string(placed.status().message()).c_str());
     return;
   }
   // The backend runs on our stream, so the events bracket its kernels.
@@ -209,14 +220,14 @@ void BM_Attention(benchmark::State& state, Backend* backend, AttentionProblem p)
   }();
   absl::Status status = backend->SetStream(stream);
   if (!status.ok()) {
-    state.SkipWithError(std::string(status.message()).c_str());
+    Fail(state, std::string(status.message()).c_str());
     return;
   }
   RunInfo info;
   status = placed->Forward(p, &info);  // warm-up
   if (status.ok()) status = backend->Synchronize();
   if (!status.ok()) {
-    state.SkipWithError(std::string(status.message()).c_str());
+    Fail(state, std::string(status.message()).c_str());
     return;
   }
   for (auto _ : state) {
@@ -224,7 +235,7 @@ void BM_Attention(benchmark::State& state, Backend* backend, AttentionProblem p)
     state.SetIterationTime(ms / 1e3);
   }
   status.Update(backend->Synchronize());
-  if (!status.ok()) state.SkipWithError(std::string(status.message()).c_str());
+  if (!status.ok()) Fail(state, std::string(status.message()).c_str());
   const double flops = UsefulFlops(p), bytes = IoBytes(p);
   using C = benchmark::Counter;
   state.counters["TFLOP/s"] = C(flops / 1e12, C::kIsIterationInvariantRate);
@@ -320,5 +331,9 @@ int main(int argc, char** argv) {
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  if (errors > 0) {
+    std::fprintf(stderr, "cuda_bench: FAIL: %d benchmark(s) ended with an error\n", errors);
+    return 1;
+  }
   return 0;
 }
