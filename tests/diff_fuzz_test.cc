@@ -35,6 +35,22 @@ std::string TempDir() {
   return dir != nullptr ? dir : "/tmp";
 }
 
+// Each available backend ran some of the campaign's problems (summed
+// counts hide a backend that declines everything), and the tallies add up.
+void ExpectEveryBackendRan(const FuzzReport& report, int64_t count) {
+  int64_t runs = 0, unsupported = 0;
+  for (const FuzzTally& t : report.per_backend) {
+    std::printf("  %s: %lld runs, %lld unsupported, %lld mismatches\n", t.backend.c_str(),
+                (long long)t.runs, (long long)t.unsupported, (long long)t.mismatches);
+    EXPECT_GT(t.runs, 0) << t.backend << " ran none of the problems";
+    EXPECT_EQ(t.runs + t.unsupported, count) << t.backend;
+    runs += t.runs;
+    unsupported += t.unsupported;
+  }
+  EXPECT_EQ(runs, report.runs);
+  EXPECT_EQ(unsupported, report.unsupported);
+}
+
 TEST(DiffFuzzTest, BoundedRunOverEveryBackendFindsNothing) {
   FuzzOptions options;
   options.count = EnvCount("DIFF_FUZZ_COUNT", 60);
@@ -47,9 +63,47 @@ TEST(DiffFuzzTest, BoundedRunOverEveryBackendFindsNothing) {
               (long long)report.runs, (long long)report.unsupported);
   EXPECT_EQ(report.problems, options.count);
   EXPECT_GT(report.runs, options.count);
+  ExpectEveryBackendRan(report, options.count);
   for (const FuzzFinding& f : report.findings) {
     ADD_FAILURE() << f.backend << ": " << f.message << "\n  " << f.command;
   }
+}
+
+// A backend that declines every problem: it is never wrong, so before the
+// per-backend tallies a campaign naming it passed.
+class DecliningBackend : public Backend {
+ public:
+  std::string Name() const override { return "declines-all"; }
+  std::string Description() const override { return "refuses every problem"; }
+  Capabilities Caps() const override { return Capabilities{}; }
+  absl::Status Supports(const AttentionProblem&) const override {
+    return absl::UnimplementedError("declines-all runs nothing");
+  }
+
+ protected:
+  absl::Status ForwardImpl(const AttentionProblem&, const AttentionArgs&, RunInfo*) override {
+    return absl::InternalError("never called");
+  }
+};
+
+TEST(DiffFuzzTest, ANamedBackendThatDeclinesEveryProblemFails) {
+  FuzzOptions options;
+  options.count = 5;
+  options.repro_dir = TempDir();
+  DecliningBackend declining;
+  Backend* reference = GlobalRegistry().Find("reference").value();
+  const FuzzReport report = FuzzBackends({reference, &declining}, options, nullptr);
+  ASSERT_EQ(report.per_backend.size(), 2u);
+  EXPECT_EQ(report.per_backend[1].backend, "declines-all");
+  EXPECT_EQ(report.per_backend[1].runs, 0);
+  EXPECT_EQ(report.per_backend[1].unsupported, 5);
+  EXPECT_TRUE(report.findings.empty());
+  const absl::Status named = RequireNamedBackendsRan(report, {"reference", "declines-all"});
+  EXPECT_EQ(named.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(named.message().find("declines-all declined all 5 problems"), std::string::npos)
+      << named;
+  EXPECT_TRUE(RequireNamedBackendsRan(report, {"reference"}).ok());
+  EXPECT_TRUE(RequireNamedBackendsRan(report, {}).ok());
 }
 
 // Shrunk findings of long `attnkit fuzz` runs, replayed on every backend.
@@ -324,6 +378,13 @@ TEST(DiffFuzzTest, BoundedGradientRunOverEveryBackendFindsNothing) {
   ASSERT_GT(with_backward, 0) << "no registered backend has a backward pass";
   // Every dense float problem is one the reference's backward takes.
   EXPECT_GE(report.runs, options.count);
+  for (const FuzzTally& t : report.per_backend) {
+    std::printf("  %s: %lld runs, %lld unsupported, %lld mismatches\n", t.backend.c_str(),
+                (long long)t.runs, (long long)t.unsupported, (long long)t.mismatches);
+    // A backend with a backward pass must run some of the dense problems.
+    Backend* b = GlobalRegistry().Find(t.backend).value();
+    if (b->Caps().backward.supported) EXPECT_GT(t.runs, 0) << t.backend;
+  }
   for (const FuzzFinding& f : report.findings) {
     ADD_FAILURE() << f.backend << ": " << f.message << "\n  " << f.command;
   }

@@ -42,6 +42,12 @@ absl::Status FuzzCommand(const BackendRegistry& registry, const CliOptions& opti
   w.EndArray();
   w.Field("problems", report.problems).Field("runs", report.runs);
   w.Field("unsupported", report.unsupported);
+  w.Key("per_backend").BeginArray();
+  for (const FuzzTally& t : report.per_backend) {
+    w.BeginObject().Field("backend", t.backend).Field("runs", t.runs);
+    w.Field("unsupported", t.unsupported).Field("mismatches", t.mismatches).EndObject();
+  }
+  w.EndArray();
   w.Key("unavailable").BeginArray();
   for (const std::string& u : report.unavailable) w.String(u);
   w.EndArray();
@@ -55,6 +61,10 @@ absl::Status FuzzCommand(const BackendRegistry& registry, const CliOptions& opti
   w.EndObject();
   ATTNKIT_RETURN_IF_ERROR(EmitJson(options, w.str(), out));
   if (!quiet) {
+    for (const FuzzTally& t : report.per_backend) {
+      out << absl::StrFormat("  %-16s %d runs, %d unsupported, %d mismatches\n", t.backend, t.runs,
+                             t.unsupported, t.mismatches);
+    }
     out << absl::StrFormat(
         "fuzz%s: %d problems (seed %d), %d backend runs, %d unsupported, %d unavailable "
         "backends, %d mismatches, %.1f s\n",
@@ -65,8 +75,12 @@ absl::Status FuzzCommand(const BackendRegistry& registry, const CliOptions& opti
     return absl::FailedPreconditionError(absl::StrFormat(
         "%d mismatch(es); first: %s", report.findings.size(), report.findings[0].command));
   }
-  // As in `check`: a backend named in --backends that cannot run is an error.
-  return RefuseNamedSkips(options, report.unavailable, "");
+  // As in `check`: a backend named in --backends that cannot run is an
+  // error, and so is one that declined every problem it was given (both
+  // unless --allow_skip).
+  ATTNKIT_RETURN_IF_ERROR(RefuseNamedSkips(options, report.unavailable, ""));
+  if (options.allow_skip) return absl::OkStatus();
+  return RequireNamedBackendsRan(report, options.backends);
 }
 
 }  // namespace attnkit

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "core/problem.h"
 #include "core/problem_config.h"
@@ -172,17 +173,23 @@ FuzzReport RunFuzzCampaign(const std::vector<Backend*>& backends, const FuzzOpti
       say(absl::StrCat("unavailable: ", report.unavailable.back()));
     }
   }
+  for (Backend* b : available) report.per_backend.push_back(FuzzTally{b->Name()});
   const std::string file_prefix = absl::StrReplaceAll(campaign.name_prefix, {{"-", "_"}});
   for (int64_t n = 0; n < options.count; ++n) {
     AttentionConfig config = campaign.draw(rng);
     config.set_name(absl::StrFormat("%s-%d-%d", campaign.name_prefix, options.seed, n));
     ++report.problems;
-    for (Backend* b : available) {
+    for (size_t bi = 0; bi < available.size(); ++bi) {
+      Backend* b = available[bi];
+      FuzzTally& tally = report.per_backend[bi];
       bool ran = false;
       const absl::Status s = campaign.check(config, b, &ran);
       report.runs += ran ? 1 : 0;
       report.unsupported += ran ? 0 : 1;
+      tally.runs += ran ? 1 : 0;
+      tally.unsupported += ran ? 0 : 1;
       if (s.ok()) continue;
+      ++tally.mismatches;
       const AttentionConfig small = ShrinkWhile(
           config, [&](const AttentionConfig& c) { return !campaign.check(c, b, nullptr).ok(); });
       FuzzFinding f;
@@ -205,6 +212,19 @@ FuzzReport RunFuzzCampaign(const std::vector<Backend*>& backends, const FuzzOpti
     }
   }
   return report;
+}
+
+absl::Status RequireNamedBackendsRan(const FuzzReport& report,
+                                     const std::vector<std::string>& named) {
+  std::vector<std::string> idle;
+  for (const FuzzTally& t : report.per_backend) {
+    if (t.runs > 0 || std::find(named.begin(), named.end(), t.backend) == named.end()) continue;
+    idle.push_back(
+        absl::StrFormat("%s declined all %d problems (unsupported)", t.backend, t.unsupported));
+  }
+  if (idle.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("named backends ran none of their problems: ", absl::StrJoin(idle, "; ")));
 }
 
 FuzzReport FuzzBackends(const std::vector<Backend*>& backends, const FuzzOptions& options,

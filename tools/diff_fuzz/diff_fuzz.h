@@ -44,15 +44,32 @@ struct FuzzFinding {
   std::string command;  // one line that reproduces it
 };
 
+// One available backend's share of a campaign.
+struct FuzzTally {
+  std::string backend;
+  int64_t runs = 0;         // problems it ran
+  int64_t unsupported = 0;  // problems it declined through Supports()
+  int64_t mismatches = 0;   // problems it got wrong
+};
+
 struct FuzzReport {
   int64_t problems = 0;
   int64_t runs = 0;         // (problem, backend) pairs that ran
   int64_t unsupported = 0;  // pairs a working backend declined through Supports()
+  // The same per available backend, in the order given: a backend that
+  // declines every problem shows here, where the sums above hide it.
+  std::vector<FuzzTally> per_backend;
   // Backends that cannot run here at all (Available() fails: no GPU, a bad
   // plugin), as "name: reason"; they are not run and not counted above.
   std::vector<std::string> unavailable;
   std::vector<FuzzFinding> findings;
 };
+
+// FailedPrecondition naming each backend of `named` that was available but
+// ran none of the report's problems (declined every one): a named backend
+// must be exercised, not merely not wrong. OK when `named` is empty.
+absl::Status RequireNamedBackendsRan(const FuzzReport& report,
+                                     const std::vector<std::string>& named);
 
 // Draws options.count problems and checks each on every backend in
 // available one of `backends`; `progress` (may be empty) gets one line per
