@@ -123,19 +123,6 @@ const char* attnkit_version(void) {
   return text.c_str();
 }
 
-size_t attnkit_struct_size(const char* name) {
-  if (name == nullptr) return 0;
-  const std::string n = name;
-  if (n == "attnkit_problem") return sizeof(attnkit_problem);
-  if (n == "attnkit_tensor") return sizeof(attnkit_tensor);
-  if (n == "attnkit_args") return sizeof(attnkit_args);
-  if (n == "attnkit_caps") return sizeof(attnkit_caps);
-  if (n == "attnkit_backend_info") return sizeof(attnkit_backend_info);
-  if (n == "attnkit_run_result") return sizeof(attnkit_run_result);
-  if (n == "attnkit_grads") return sizeof(attnkit_grads);
-  return 0;
-}
-
 int32_t attnkit_context_create(const char* plugin_paths, attnkit_context** out, char* err,
                                size_t err_size) {
   return Guard(err, err_size, [&]() -> absl::Status {

@@ -2,24 +2,18 @@
 // descriptor, as JSON, so a binding's config type follows config.proto.
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "attnkit/attnkit.h"
 #include "capi/internal.h"
 #include "core/config.pb.h"
 #include "core/status_macros.h"
 #include "io/json_text.h"
+#include "io/json_writer.h"
 
 namespace attnkit::capi {
 namespace {
 
 using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
-
-std::string JsonString(absl::string_view s) {
-  std::string out;
-  AppendJsonString(s, &out);
-  return out;
-}
 
 const char* TypeName(const FieldDescriptor& f) {
   switch (f.cpp_type()) {
@@ -53,8 +47,11 @@ std::string DefaultJson(const FieldDescriptor& f) {
       return "false";
     case FieldDescriptor::CPPTYPE_STRING:
       return "\"\"";
-    case FieldDescriptor::CPPTYPE_ENUM:
-      return JsonString(f.enum_type()->value(0)->name());
+    case FieldDescriptor::CPPTYPE_ENUM: {
+      std::string name;
+      AppendJsonString(f.enum_type()->value(0)->name(), &name);
+      return name;
+    }
     case FieldDescriptor::CPPTYPE_FLOAT:
     case FieldDescriptor::CPPTYPE_DOUBLE:
       return "0.0";
@@ -63,28 +60,26 @@ std::string DefaultJson(const FieldDescriptor& f) {
   }
 }
 
-std::string MessageSchema(const Descriptor& d) {
-  std::string json = absl::StrCat("{\"name\": ", JsonString(d.name()), ", \"fields\": [");
+void WriteMessageSchema(const Descriptor& d, JsonWriter& w) {
+  w.BeginObject().Field("name", d.name());
+  w.Key("fields").BeginArray();
   for (int i = 0; i < d.field_count(); ++i) {
     const FieldDescriptor& f = *d.field(i);
-    absl::StrAppend(&json, i == 0 ? "" : ", ", "{\"name\": ", JsonString(f.name()),
-                    ", \"type\": \"", TypeName(f),
-                    "\", \"repeated\": ", f.is_repeated() ? "true" : "false",
-                    ", \"default\": ", DefaultJson(f));
+    w.BeginObject().Field("name", f.name()).Field("type", TypeName(f));
+    w.Field("repeated", f.is_repeated()).Key("default").Raw(DefaultJson(f));
     if (f.cpp_type() == FieldDescriptor::CPPTYPE_ENUM) {
-      absl::StrAppend(&json, ", \"values\": [");
-      for (int v = 0; v < f.enum_type()->value_count(); ++v) {
-        absl::StrAppend(&json, v == 0 ? "" : ", ", JsonString(f.enum_type()->value(v)->name()));
-      }
-      absl::StrAppend(&json, "]");
+      w.Key("values").BeginArray();
+      for (int v = 0; v < f.enum_type()->value_count(); ++v)
+        w.String(f.enum_type()->value(v)->name());
+      w.EndArray();
     }
     if (f.cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-      absl::StrAppend(&json, ", \"message\": ", MessageSchema(*f.message_type()));
+      w.Key("message");
+      WriteMessageSchema(*f.message_type(), w);
     }
-    absl::StrAppend(&json, "}");
+    w.EndObject();
   }
-  absl::StrAppend(&json, "]}");
-  return json;
+  w.EndArray().EndObject();
 }
 
 }  // namespace
@@ -93,8 +88,9 @@ std::string MessageSchema(const Descriptor& d) {
 extern "C" int32_t attnkit_config_schema(char** json, char* err, size_t err_size) {
   return attnkit::capi::Guard(err, err_size, [&]() -> absl::Status {
     ATTNKIT_RETURN_IF_ERROR(attnkit::capi::RequireNonNull(json, "json"));
-    *json = attnkit::capi::NewCString(
-        attnkit::capi::MessageSchema(*attnkit::AttentionConfig::descriptor()));
+    attnkit::JsonWriter w;
+    attnkit::capi::WriteMessageSchema(*attnkit::AttentionConfig::descriptor(), w);
+    *json = attnkit::capi::NewCString(w.str());
     return absl::OkStatus();
   });
 }

@@ -56,6 +56,16 @@ inline absl::Status RequireStructSize(uint32_t size, size_t minimum, const char*
   return absl::OkStatus();
 }
 
+// One C struct of the API as this library was compiled: its sizeof and its
+// fields as JSON (capi/struct_layout.cc, from the struct's field table).
+struct StructLayout {
+  const char* name;  // "attnkit_problem", ...
+  size_t size;
+  std::string json;
+};
+// The struct `name` (attnkit_struct_size's names), or nullptr.
+const StructLayout* FindStructLayout(const char* name);
+
 // A copy of `s` the caller frees with attnkit_string_free.
 char* NewCString(const std::string& s);
 

@@ -1,177 +1,126 @@
-// attnkit_struct_layout: each C struct's fields (name, offset, size, type)
-// as this library was compiled, expanded from the same field tables
-// (ATTNKIT_*_FIELDS in attnkit/plugin.h and attnkit/attnkit.h) that declare
-// the structs, so a binding built from it cannot drift from the headers.
-#include <cstddef>
+// attnkit_struct_layout and attnkit_struct_size: each C struct's fields
+// (name, offset, size, type) as this library was compiled, expanded from
+// the same field tables (ATTNKIT_*_FIELDS in attnkit/plugin.h and
+// attnkit/attnkit.h) that declare the structs, so a binding built from
+// them cannot drift from the headers. A field's type is named from its C
+// type, so a new kind of field needs no change here.
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "attnkit/attnkit.h"
+#include "capi/internal.h"
+#include "io/json_writer.h"
 
+namespace attnkit::capi {
 namespace {
 
-struct FieldLayout {
-  std::string name;
-  size_t offset;
-  size_t size;
-  std::string type;
+// The layout's name of each C type a table declares (attnkit/abi_fields.h),
+// by the member's exact type (an array stays an array).
+template <typename T>
+struct CType;
+#define ATTNKIT_C_TYPE(T, text)                \
+  template <>                                  \
+  struct CType<T> {                            \
+    static std::string Name() { return text; } \
+  };
+ATTNKIT_C_TYPE(int32_t, "i32")
+ATTNKIT_C_TYPE(uint32_t, "u32")
+ATTNKIT_C_TYPE(int64_t, "i64")
+ATTNKIT_C_TYPE(uint64_t, "u64")
+ATTNKIT_C_TYPE(float, "f32")
+ATTNKIT_C_TYPE(void*, "ptr")
+ATTNKIT_C_TYPE(const int64_t*, "ptr_i64")
+ATTNKIT_C_TYPE(const char*, "cstr")
+ATTNKIT_C_TYPE(int64_t[4], "i64[4]")
+ATTNKIT_C_TYPE(attnkit_tensor, "attnkit_tensor")
+ATTNKIT_C_TYPE(attnkit_caps, "attnkit_caps")
+#undef ATTNKIT_C_TYPE
+template <size_t N>
+struct CType<char[N]> {
+  static std::string Name() { return absl::StrCat("char[", N, "]"); }
 };
 
-// The type each kind of field is described as (attnkit/abi_fields.h).
-#define ATTNKIT_LAYOUT_TYPE_DTYPE "i32"
-#define ATTNKIT_LAYOUT_TYPE_LAYOUT "i32"
-#define ATTNKIT_LAYOUT_TYPE_MASK "i32"
-#define ATTNKIT_LAYOUT_TYPE_ALIGNMENT "i32"
-#define ATTNKIT_LAYOUT_TYPE_I32 "i32"
-#define ATTNKIT_LAYOUT_TYPE_BOOL "i32"
-#define ATTNKIT_LAYOUT_TYPE_I64 "i64"
-#define ATTNKIT_LAYOUT_TYPE_U64 "u64"
-#define ATTNKIT_LAYOUT_TYPE_F32 "f32"
-#define ATTNKIT_LAYOUT_TYPE_STR "cstr"
-#define ATTNKIT_LAYOUT_TYPE_I64_LIST "ptr_i64"
-#define ATTNKIT_LAYOUT_TYPE_DTYPE_SET "u32"
-#define ATTNKIT_LAYOUT_TYPE_MASK_SET "u32"
-#define ATTNKIT_LAYOUT_TYPE_ALIGNMENT_SET "u32"
-#define ATTNKIT_LAYOUT_TYPE_LAYOUT_SET "u32"
-#define ATTNKIT_LAYOUT_TYPE_PTR "ptr"
-#define ATTNKIT_LAYOUT_TYPE_I64_4 "i64[4]"
-#define ATTNKIT_LAYOUT_TYPE_CHARS64 "char[64]"
-#define ATTNKIT_LAYOUT_TYPE_CHARS256 "char[256]"
-#define ATTNKIT_LAYOUT_TYPE_CHARS512 "char[512]"
-#define ATTNKIT_LAYOUT_TYPE_TENSOR "attnkit_tensor"
-#define ATTNKIT_LAYOUT_TYPE_CAPS "attnkit_caps"
+// The fields of one struct instance, in the order they are added.
+class FieldList {
+ public:
+  explicit FieldList(const void* base) : base_(static_cast<const char*>(base)) {}
 
-// A list field's count follows its pointer; no other kind has a second entry.
-#define ATTNKIT_LAYOUT_COUNT_I64_LIST(S, name) \
-  out.push_back({"num_" #name, offsetof(S, num_##name), sizeof(int64_t), "i64"});
-#define ATTNKIT_LAYOUT_NO_COUNT(S, name)
-#define ATTNKIT_LAYOUT_COUNT_DTYPE ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_LAYOUT ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_MASK ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_ALIGNMENT ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_I32 ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_BOOL ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_I64 ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_U64 ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_F32 ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_STR ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_DTYPE_SET ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_MASK_SET ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_ALIGNMENT_SET ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_LAYOUT_SET ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_PTR ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_I64_4 ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_CHARS64 ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_CHARS256 ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_CHARS512 ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_TENSOR ATTNKIT_LAYOUT_NO_COUNT
-#define ATTNKIT_LAYOUT_COUNT_CAPS ATTNKIT_LAYOUT_NO_COUNT
-
-#define ATTNKIT_LAYOUT_FIELD(S, kind, name)                                        \
-  out.push_back({#name, offsetof(S, name), sizeof(static_cast<S*>(nullptr)->name), \
-                 ATTNKIT_LAYOUT_TYPE_##kind});                                     \
-  ATTNKIT_LAYOUT_COUNT_##kind(S, name)
-
-#define ATTNKIT_LAYOUT_STRUCT_SIZE(S) \
-  out.push_back({"struct_size", offsetof(S, struct_size), sizeof(uint32_t), "u32"});
-
-std::vector<FieldLayout> ProblemLayout() {
-  std::vector<FieldLayout> out;
-#define X(kind, name) ATTNKIT_LAYOUT_FIELD(attnkit_problem, kind, name)
-  ATTNKIT_LAYOUT_STRUCT_SIZE(attnkit_problem)
-  ATTNKIT_PROBLEM_FIELDS(X)
-#undef X
-  return out;
-}
-
-std::vector<FieldLayout> TensorLayout() {
-  std::vector<FieldLayout> out;
-#define X(kind, name) ATTNKIT_LAYOUT_FIELD(attnkit_tensor, kind, name)
-  ATTNKIT_TENSOR_FIELDS(X)
-#undef X
-  return out;
-}
-
-std::vector<FieldLayout> ArgsLayout() {
-  std::vector<FieldLayout> out;
-#define X(kind, name) ATTNKIT_LAYOUT_FIELD(attnkit_args, kind, name)
-  ATTNKIT_LAYOUT_STRUCT_SIZE(attnkit_args)
-  ATTNKIT_ARGS_FIELDS(X)
-#undef X
-  return out;
-}
-
-std::vector<FieldLayout> CapsLayout() {
-  std::vector<FieldLayout> out;
-#define X(kind, name, member) ATTNKIT_LAYOUT_FIELD(attnkit_caps, kind, name)
-  ATTNKIT_LAYOUT_STRUCT_SIZE(attnkit_caps)
-  ATTNKIT_CAPS_FIELDS(X)
-#undef X
-  return out;
-}
-
-std::vector<FieldLayout> GradsLayout() {
-  std::vector<FieldLayout> out;
-#define X(kind, name) ATTNKIT_LAYOUT_FIELD(attnkit_grads, kind, name)
-  ATTNKIT_LAYOUT_STRUCT_SIZE(attnkit_grads)
-  ATTNKIT_GRADS_FIELDS(X)
-#undef X
-  return out;
-}
-
-std::vector<FieldLayout> BackendInfoLayout() {
-  std::vector<FieldLayout> out;
-#define X(kind, name) ATTNKIT_LAYOUT_FIELD(attnkit_backend_info, kind, name)
-  ATTNKIT_LAYOUT_STRUCT_SIZE(attnkit_backend_info)
-  ATTNKIT_BACKEND_INFO_FIELDS(X)
-#undef X
-  return out;
-}
-
-std::vector<FieldLayout> RunResultLayout() {
-  std::vector<FieldLayout> out;
-#define X(kind, name) ATTNKIT_LAYOUT_FIELD(attnkit_run_result, kind, name)
-  ATTNKIT_LAYOUT_STRUCT_SIZE(attnkit_run_result)
-  ATTNKIT_RUN_RESULT_FIELDS(X)
-#undef X
-  return out;
-}
-
-std::string LayoutJson(const char* name, size_t size, const std::vector<FieldLayout>& fields) {
-  std::string json = absl::StrCat("{\"name\": \"", name, "\", \"size\": ", size, ", \"fields\": [");
-  for (size_t i = 0; i < fields.size(); ++i) {
-    const FieldLayout& f = fields[i];
-    absl::StrAppend(&json, i == 0 ? "" : ", ", "{\"name\": \"", f.name,
-                    "\", \"offset\": ", f.offset, ", \"size\": ", f.size, ", \"type\": \"", f.type,
-                    "\"}");
+  template <typename T>
+  void Add(const char* name, const T& member) {
+    w_.BeginObject().Field("name", name);
+    w_.Field("offset", static_cast<int64_t>(reinterpret_cast<const char*>(&member) - base_));
+    w_.Field("size", static_cast<int64_t>(sizeof(T)));
+    w_.Field("type", CType<T>::Name()).EndObject();
   }
-  absl::StrAppend(&json, "]}");
-  return json;
-}
+  // A list field: its pointer, then its count (ATTNKIT_LIST_COUNT).
+  void Add(const char* name, const int64_t* const& list, const int64_t& count) {
+    Add(name, list);
+    Add(absl::StrCat("num_", name).c_str(), count);
+  }
+  // struct_size first, for the structs that have one (all but the tensor).
+  template <typename S>
+  auto AddStructSize(const S& s, int) -> decltype(s.struct_size, void()) {
+    Add("struct_size", s.struct_size);
+  }
+  template <typename S>
+  void AddStructSize(const S&, long) {}
+
+  JsonWriter& writer() { return w_; }
+
+ private:
+  const char* base_;
+  JsonWriter w_;
+};
+
+// A table row as a FieldList entry, for tables of X(KIND, name) and of
+// X(KIND, name, cpp_member); `fields` and `s` are the expanding scope's.
+#define ATTNKIT_LAYOUT_ROW(kind, name) fields.Add(#name, s.name ATTNKIT_LIST_COUNT(kind, s, name));
+#define ATTNKIT_LAYOUT_ROW3(kind, name, member) ATTNKIT_LAYOUT_ROW(kind, name)
+
+// The StructLayout of struct S from its table.
+#define ATTNKIT_STRUCT_LAYOUT(S, TABLE, ROW)                                          \
+  [] {                                                                                \
+    const S s{};                                                                      \
+    FieldList fields(&s);                                                             \
+    JsonWriter& w = fields.writer();                                                  \
+    w.BeginObject().Field("name", #S).Field("size", static_cast<int64_t>(sizeof(S))); \
+    w.Key("fields").BeginArray();                                                     \
+    fields.AddStructSize(s, 0);                                                       \
+    TABLE(ROW)                                                                        \
+    w.EndArray().EndObject();                                                         \
+    return StructLayout{#S, sizeof(S), w.str()};                                      \
+  }()
 
 }  // namespace
 
-extern "C" const char* attnkit_struct_layout(const char* name) {
+const StructLayout* FindStructLayout(const char* name) {
   if (name == nullptr) return nullptr;
-  struct Entry {
-    const char* name;
-    std::string json;
+  static const std::vector<StructLayout>* const layouts = new std::vector<StructLayout>{
+      ATTNKIT_STRUCT_LAYOUT(attnkit_problem, ATTNKIT_PROBLEM_FIELDS, ATTNKIT_LAYOUT_ROW),
+      ATTNKIT_STRUCT_LAYOUT(attnkit_tensor, ATTNKIT_TENSOR_FIELDS, ATTNKIT_LAYOUT_ROW),
+      ATTNKIT_STRUCT_LAYOUT(attnkit_args, ATTNKIT_ARGS_FIELDS, ATTNKIT_LAYOUT_ROW),
+      ATTNKIT_STRUCT_LAYOUT(attnkit_caps, ATTNKIT_CAPS_FIELDS, ATTNKIT_LAYOUT_ROW3),
+      ATTNKIT_STRUCT_LAYOUT(attnkit_backend_info, ATTNKIT_BACKEND_INFO_FIELDS, ATTNKIT_LAYOUT_ROW),
+      ATTNKIT_STRUCT_LAYOUT(attnkit_run_result, ATTNKIT_RUN_RESULT_FIELDS, ATTNKIT_LAYOUT_ROW),
+      ATTNKIT_STRUCT_LAYOUT(attnkit_grads, ATTNKIT_GRADS_FIELDS, ATTNKIT_LAYOUT_ROW),
   };
-  static const std::vector<Entry>* const layouts = new std::vector<Entry>{
-      {"attnkit_problem", LayoutJson("attnkit_problem", sizeof(attnkit_problem), ProblemLayout())},
-      {"attnkit_tensor", LayoutJson("attnkit_tensor", sizeof(attnkit_tensor), TensorLayout())},
-      {"attnkit_args", LayoutJson("attnkit_args", sizeof(attnkit_args), ArgsLayout())},
-      {"attnkit_caps", LayoutJson("attnkit_caps", sizeof(attnkit_caps), CapsLayout())},
-      {"attnkit_grads", LayoutJson("attnkit_grads", sizeof(attnkit_grads), GradsLayout())},
-      {"attnkit_backend_info",
-       LayoutJson("attnkit_backend_info", sizeof(attnkit_backend_info), BackendInfoLayout())},
-      {"attnkit_run_result",
-       LayoutJson("attnkit_run_result", sizeof(attnkit_run_result), RunResultLayout())},
-  };
-  for (const Entry& e : *layouts) {
-    if (std::strcmp(e.name, name) == 0) return e.json.c_str();
+  for (const StructLayout& layout : *layouts) {
+    if (std::strcmp(layout.name, name) == 0) return &layout;
   }
   return nullptr;
+}
+
+}  // namespace attnkit::capi
+
+extern "C" const char* attnkit_struct_layout(const char* name) {
+  const attnkit::capi::StructLayout* layout = attnkit::capi::FindStructLayout(name);
+  return layout != nullptr ? layout->json.c_str() : nullptr;
+}
+
+extern "C" size_t attnkit_struct_size(const char* name) {
+  const attnkit::capi::StructLayout* layout = attnkit::capi::FindStructLayout(name);
+  return layout != nullptr ? layout->size : 0;
 }

@@ -81,7 +81,7 @@ constexpr int EnumCount<Layout>() {
 
 // One field, C++ -> C, by the C++ type: enums and bools as int32, sets as
 // bit masks, strings and lists borrowed. A list also fills its count
-// (ATTNKIT_LIST_COUNT_I64_LIST passes &c.num_<name>).
+// (ATTNKIT_LIST_COUNT passes c.num_<name>).
 template <typename E, typename = std::enable_if_t<std::is_enum<E>::value>>
 void FieldToC(E v, int32_t* c) {
   *c = static_cast<int32_t>(v);
@@ -95,9 +95,9 @@ template <typename E>
 void FieldToC(const std::vector<E>& v, uint32_t* c) {
   *c = BitsOf(v);
 }
-inline void FieldToC(const std::vector<int64_t>& v, const int64_t** c, int64_t* count) {
+inline void FieldToC(const std::vector<int64_t>& v, const int64_t** c, int64_t& count) {
   *c = v.empty() ? nullptr : v.data();
-  *count = static_cast<int64_t>(v.size());
+  count = static_cast<int64_t>(v.size());
 }
 
 // One problem field, C -> C++: InvalidArgument naming `field` for an enum
@@ -145,47 +145,15 @@ inline void CapsFieldFromC(const int64_t* c, int64_t count, std::vector<int64_t>
   if (c != nullptr && count > 0) v->assign(c, c + count);
 }
 
-// A list field is a pointer and a count: these add the count to the
-// argument lists above (empty for every other kind).
-#define ATTNKIT_LIST_COUNT_I64_LIST(name) , &c.num_##name
-#define ATTNKIT_LIST_COUNT_VALUE_I64_LIST(name) , c.num_##name
-#define ATTNKIT_LIST_COUNT_DTYPE(name)
-#define ATTNKIT_LIST_COUNT_VALUE_DTYPE(name)
-#define ATTNKIT_LIST_COUNT_LAYOUT(name)
-#define ATTNKIT_LIST_COUNT_VALUE_LAYOUT(name)
-#define ATTNKIT_LIST_COUNT_MASK(name)
-#define ATTNKIT_LIST_COUNT_VALUE_MASK(name)
-#define ATTNKIT_LIST_COUNT_ALIGNMENT(name)
-#define ATTNKIT_LIST_COUNT_VALUE_ALIGNMENT(name)
-#define ATTNKIT_LIST_COUNT_I32(name)
-#define ATTNKIT_LIST_COUNT_VALUE_I32(name)
-#define ATTNKIT_LIST_COUNT_BOOL(name)
-#define ATTNKIT_LIST_COUNT_VALUE_BOOL(name)
-#define ATTNKIT_LIST_COUNT_I64(name)
-#define ATTNKIT_LIST_COUNT_VALUE_I64(name)
-#define ATTNKIT_LIST_COUNT_U64(name)
-#define ATTNKIT_LIST_COUNT_VALUE_U64(name)
-#define ATTNKIT_LIST_COUNT_F32(name)
-#define ATTNKIT_LIST_COUNT_VALUE_F32(name)
-#define ATTNKIT_LIST_COUNT_STR(name)
-#define ATTNKIT_LIST_COUNT_VALUE_STR(name)
-#define ATTNKIT_LIST_COUNT_DTYPE_SET(name)
-#define ATTNKIT_LIST_COUNT_VALUE_DTYPE_SET(name)
-#define ATTNKIT_LIST_COUNT_MASK_SET(name)
-#define ATTNKIT_LIST_COUNT_VALUE_MASK_SET(name)
-#define ATTNKIT_LIST_COUNT_ALIGNMENT_SET(name)
-#define ATTNKIT_LIST_COUNT_VALUE_ALIGNMENT_SET(name)
-#define ATTNKIT_LIST_COUNT_LAYOUT_SET(name)
-#define ATTNKIT_LIST_COUNT_VALUE_LAYOUT_SET(name)
-
 }  // namespace
 
 // The problem's fields go both ways through ATTNKIT_PROBLEM_FIELDS
 // (attnkit/plugin.h): C member and C++ member share a name, and the kind
 // says how a value converts (FieldToC / FieldFromC above).
-#define ATTNKIT_PROBLEM_TO_C(kind, name) FieldToC(p.name, &c.name ATTNKIT_LIST_COUNT_##kind(name));
+#define ATTNKIT_PROBLEM_TO_C(kind, name) \
+  FieldToC(p.name, &c.name ATTNKIT_LIST_COUNT(kind, c, name));
 #define ATTNKIT_PROBLEM_FROM_C(kind, name) \
-  ATTNKIT_RETURN_IF_ERROR(FieldFromC(c.name ATTNKIT_LIST_COUNT_VALUE_##kind(name), #name, &p.name));
+  ATTNKIT_RETURN_IF_ERROR(FieldFromC(c.name ATTNKIT_LIST_COUNT(kind, c, name), #name, &p.name));
 
 attnkit_problem ProblemToC(const AttentionProblem& p) {
   attnkit_problem c;
@@ -276,9 +244,9 @@ absl::StatusOr<GradArgs> GradsFromC(const attnkit_grads& c) {
 
 // Capabilities through ATTNKIT_CAPS_FIELDS: C field, C++ member path.
 #define ATTNKIT_CAPS_TO_C(kind, name, member) \
-  FieldToC(caps.member, &c.name ATTNKIT_LIST_COUNT_##kind(name));
+  FieldToC(caps.member, &c.name ATTNKIT_LIST_COUNT(kind, c, name));
 #define ATTNKIT_CAPS_FROM_C(kind, name, member) \
-  CapsFieldFromC(c.name ATTNKIT_LIST_COUNT_VALUE_##kind(name), &caps.member);
+  CapsFieldFromC(c.name ATTNKIT_LIST_COUNT(kind, c, name), &caps.member);
 
 attnkit_caps CapsToC(const Capabilities& caps) {
   attnkit_caps c;

@@ -50,6 +50,34 @@
 #define ATTNKIT_DECL_TENSOR(n) attnkit_tensor n;
 #define ATTNKIT_DECL_CAPS(n) attnkit_caps n;
 
+/* For code that expands a table: ATTNKIT_LIST_COUNT(KIND, obj, name) is
+ * `, obj.num_name` for a list kind, which keeps its count in a second
+ * member, and nothing for every other kind (an extra argument where a
+ * field's value is passed). */
+#define ATTNKIT_LIST_COUNT(kind, obj, name) ATTNKIT_LIST_COUNT_##kind(obj, name)
+#define ATTNKIT_LIST_COUNT_I64_LIST(obj, name) , obj.num_##name
+#define ATTNKIT_LIST_COUNT_DTYPE(obj, name)
+#define ATTNKIT_LIST_COUNT_LAYOUT(obj, name)
+#define ATTNKIT_LIST_COUNT_MASK(obj, name)
+#define ATTNKIT_LIST_COUNT_ALIGNMENT(obj, name)
+#define ATTNKIT_LIST_COUNT_I32(obj, name)
+#define ATTNKIT_LIST_COUNT_BOOL(obj, name)
+#define ATTNKIT_LIST_COUNT_I64(obj, name)
+#define ATTNKIT_LIST_COUNT_U64(obj, name)
+#define ATTNKIT_LIST_COUNT_F32(obj, name)
+#define ATTNKIT_LIST_COUNT_STR(obj, name)
+#define ATTNKIT_LIST_COUNT_DTYPE_SET(obj, name)
+#define ATTNKIT_LIST_COUNT_MASK_SET(obj, name)
+#define ATTNKIT_LIST_COUNT_ALIGNMENT_SET(obj, name)
+#define ATTNKIT_LIST_COUNT_LAYOUT_SET(obj, name)
+#define ATTNKIT_LIST_COUNT_PTR(obj, name)
+#define ATTNKIT_LIST_COUNT_I64_4(obj, name)
+#define ATTNKIT_LIST_COUNT_CHARS64(obj, name)
+#define ATTNKIT_LIST_COUNT_CHARS256(obj, name)
+#define ATTNKIT_LIST_COUNT_CHARS512(obj, name)
+#define ATTNKIT_LIST_COUNT_TENSOR(obj, name)
+#define ATTNKIT_LIST_COUNT_CAPS(obj, name)
+
 /* X for a table of rows X(KIND, name): declares the field. */
 #define ATTNKIT_DECLARE_FIELD(kind, name) ATTNKIT_DECL_##kind(name)
 /* X for a table of rows X(KIND, name, cpp_member): the C side only. */
