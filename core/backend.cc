@@ -105,6 +105,11 @@ std::string Capabilities::Describe() const {
   if (paged_kv) extras.push_back("paged_kv");
   if (ragged) extras.push_back("ragged");
   absl::StrAppend(&out, "extras: ", extras.empty() ? "none" : absl::StrJoin(extras, ", "), "\n");
+  absl::StrAppend(&out, "compute: exact",
+                  fast_kv_dtypes.empty() ? std::string()
+                                         : absl::StrCat("; fast for kv dtypes ",
+                                                        DTypeList(fast_kv_dtypes)),
+                  "\n");
   absl::StrAppend(&out, "deterministic: ",
                   deterministic ? "yes (bitwise, for a fixed thread count)" : "no", "\n");
   if (!backward.supported) {
@@ -138,6 +143,13 @@ absl::Status CheckCapabilities(const Capabilities& c, const AttentionProblem& p)
   }
   if (!Contains(c.kv_dtypes, p.kv_dtype)) {
     return unsupported("kv_dtype", DTypeName(p.kv_dtype), DTypeList(c.kv_dtypes));
+  }
+  // FAST rounds Q to K's storage type (core/fast_compute.h): a backend takes
+  // it for the K/V types it does so for. f32 K/V has nothing to round to, so
+  // FAST is EXACT there and every backend takes it.
+  if (p.fast() && p.kv_dtype != DType::kF32 && !Contains(c.fast_kv_dtypes, p.kv_dtype)) {
+    return unsupported("compute FAST with kv_dtype", DTypeName(p.kv_dtype),
+                       c.fast_kv_dtypes.empty() ? "exact only" : DTypeList(c.fast_kv_dtypes));
   }
   if (!c.head_dims.empty() ? !Contains(c.head_dims, p.head_dim)
                            : (p.head_dim < c.min_head_dim || p.head_dim > c.max_head_dim)) {

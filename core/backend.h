@@ -60,6 +60,10 @@ struct Capabilities {
   // conformance suite runs every case twice to hold a backend to this.
   bool deterministic = false;
   BackwardCapabilities backward;
+  // The K/V storage types for which the backend, asked for
+  // ComputeMode::kFast, computes in the storage type (rounds Q to K's type,
+  // P to V's). FAST is a permission: for every other type it runs EXACT.
+  std::vector<DType> fast_kv_dtypes;
 
   // One line per property, for `attnkit backends`.
   std::string Describe() const;

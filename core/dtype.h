@@ -3,6 +3,7 @@
 #ifndef ATTNKIT_CORE_DTYPE_H_
 #define ATTNKIT_CORE_DTYPE_H_
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -57,9 +58,15 @@ inline float LoadAsF32(const void* data, DType t, int64_t i) {
   }
 }
 
-// Writes `value` to element `i` of a float storage buffer, rounding to `t`.
+// Writes `value` to element `i` of a float storage buffer, rounding to `t`
+// (an i8 element gets the value rounded to the nearest integer, saturated
+// to [-127, 127]: the caller keeps the row's scale).
 inline void StoreFromF32(void* data, DType t, int64_t i, float value) {
   switch (t) {
+    case DType::kI8:
+      static_cast<int8_t*>(data)[i] =
+          static_cast<int8_t>(std::fmin(127.0f, std::fmax(-127.0f, std::nearbyint(value))));
+      break;
     case DType::kF16:
       static_cast<uint16_t*>(data)[i] = F16FromF32(value);
       break;

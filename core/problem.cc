@@ -95,6 +95,9 @@ absl::string_view MaskKindName(MaskKind kind) {
 }
 
 absl::string_view AlignmentName(Alignment a) { return a == Alignment::kTopLeft ? "tl" : "br"; }
+absl::string_view ComputeModeName(ComputeMode m) {
+  return m == ComputeMode::kFast ? "fast" : "exact";
+}
 
 MaskParams AttentionProblem::mask_params(int64_t b) const {
   MaskParams m;
@@ -157,6 +160,7 @@ std::string AttentionProblem::Id() const {
   absl::StrAppend(&id, "_", DTypeName(dtype));
   if (kv_dtype != dtype) absl::StrAppend(&id, "_kv", DTypeName(kv_dtype));
   if (backward) absl::StrAppend(&id, "_bwd");
+  if (fast()) absl::StrAppend(&id, "_fast");
   return id;
 }
 
@@ -232,6 +236,10 @@ absl::Status ValidateProblem(const AttentionProblem& p) {
     if (!p.return_lse) {
       return absl::InvalidArgumentError(
           "backward (true) needs return_lse: the backward pass reads the forward's lse");
+    }
+    if (p.fast()) {
+      return absl::InvalidArgumentError(
+          "compute (FAST) is for the forward pass only; backward (true) needs EXACT");
     }
   }
   if (p.nonfinite_inputs < 0 || p.nonfinite_inputs > kMaxNonfiniteInputs) {

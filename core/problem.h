@@ -26,9 +26,15 @@ constexpr int64_t kMaxPageSize = 256;
 
 enum class MaskKind { kNone, kCausal, kSlidingWindow };
 enum class Alignment { kTopLeft, kBottomRight };
+// How a backend may compute (config.proto compute). kExact: every product is
+// of exactly widened storage values, sums in f32. kFast: additionally Q may be
+// rounded to K's storage type before Q.K (core/fast_compute.h gives the
+// rounding) and P to V's before P.V. kFast is a permission, not an order.
+enum class ComputeMode { kExact, kFast };
 
 absl::string_view MaskKindName(MaskKind kind);  // "none", "causal", "window"
 absl::string_view AlignmentName(Alignment a);   // "tl", "br"
+absl::string_view ComputeModeName(ComputeMode m);  // "exact", "fast"
 
 struct AttentionProblem {
   std::string name;
@@ -68,6 +74,9 @@ struct AttentionProblem {
   // A training step (config.proto backward): the forward then Backward.
   // Needs return_lse and dense float K/V.
   bool backward = false;
+  // config.proto compute: EXACT (the default) or FAST.
+  ComputeMode compute = ComputeMode::kExact;
+  bool fast() const { return compute == ComputeMode::kFast; }
 
   int64_t group_size() const { return num_heads / num_kv_heads; }  // H / G
   // The query heads h with KvHead(h) == g share key/value head g.

@@ -45,7 +45,8 @@ DTypeProto ToProto(DType t) {
 // (attnkit/plugin.h) is an AttentionConfig field of the same name, copied
 // through protobuf reflection; problem_config_test holds the two to that.
 constexpr absl::string_view kConvertedByHand[] = {"dtype",     "kv_dtype",    "layout",      "mask",
-                                                  "alignment", "window_left", "window_right"};
+                                                  "alignment", "window_left", "window_right",
+                                                  "compute"};
 
 bool ConvertedByHand(absl::string_view name) {
   for (absl::string_view n : kConvertedByHand) {
@@ -183,6 +184,7 @@ absl::StatusOr<AttentionProblem> ProblemFromConfig(const AttentionConfig& c) {
   } else {
     p.alignment = c.alignment() == TOP_LEFT ? Alignment::kTopLeft : Alignment::kBottomRight;
   }
+  p.compute = c.compute() == FAST ? ComputeMode::kFast : ComputeMode::kExact;
   if (!c.has_scale()) p.scale = static_cast<float>(1.0 / std::sqrt(double(p.head_dim)));
   p.return_lse = p.return_lse || p.backward;  // the backward pass reads the lse
   if (p.backend.empty()) p.backend = "auto";
@@ -217,6 +219,7 @@ AttentionConfig ConfigFromProblem(const AttentionProblem& p) {
   }
   c.set_alignment(p.alignment == Alignment::kTopLeft ? TOP_LEFT : BOTTOM_RIGHT);
   if (p.memory_budget_bytes == kDefaultMemoryBudgetBytes) c.clear_memory_budget_bytes();
+  if (p.fast()) c.set_compute(FAST);  // EXACT stays unset, its default
   return c;
 }
 

@@ -76,6 +76,7 @@ constexpr const char* kTrainingConfig = R"pb(
   backward: true
 )pb";
 constexpr const char* kServingConfig = R"pb(
+  compute: FAST
   name: "serving"
   num_heads: 4
   head_dim: 64

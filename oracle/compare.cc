@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "core/fast_compute.h"
 #include "core/ragged.h"
 
 namespace attnkit {
@@ -102,17 +103,27 @@ void CheckRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b, int6
 }  // namespace
 
 RowBound BoundForRow(const AttentionProblem& p, const RowErrorTerms& t) {
-  const double e =
-      kU * (SumGrowth(p.head_dim) * t.max_abs_dot + 8 * t.max_abs_score + 2 * t.max_abs_bias);
+  const bool int8_q = FastRoundsQuery(p) && p.kv_dtype == DType::kI8;
+  double e = kU * (SumGrowth(p.head_dim) * t.max_abs_dot + (int8_q ? 10 : 8) * t.max_abs_score +
+                   2 * t.max_abs_bias);
+  if (MayFlushBF16Products(p)) {
+    constexpr double kMinNormal = 1.1754943508222875e-38;  // 2^-126
+    e += double(p.scale) * 2 * double(p.head_dim) * kMinNormal * (1 + t.max_abs_operand);
+  }
   const double growth = SumGrowth(std::max<int64_t>(t.visible, 1));
   RowBound r;
   r.f32_scale = 1.01 * (2 * e + (3 * growth + 20) * kU);
   r.lse = 1.01 * (e + (growth + 12) * kU);
+  r.weight_roundoff = 1.01 * FastWeightRoundoff(p);
+  if (r.weight_roundoff > 0 && p.kv_dtype == DType::kF16) {
+    r.weight_floor = 1.01 * DTypeUlp(DType::kF16, 0) / 2 * t.sum_max_abs_v;
+  }
   return r;
 }
 
 double ElementBound(DType out, const RowBound& row, double want, double abs_weighted_v) {
-  const double f32 = row.f32_scale * abs_weighted_v;
+  const double f32 = row.f32_scale * abs_weighted_v +
+                     row.weight_roundoff * (abs_weighted_v + std::fabs(want)) + row.weight_floor;
   // The last term is the floor: half the dtype's smallest subnormal.
   return f32 + 0.5 * DTypeUlp(out, std::fabs(want) + f32) + 0.5 * DTypeUlp(out, 0);
 }

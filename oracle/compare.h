@@ -39,6 +39,35 @@ namespace attnkit {
 //             + half the dtype's smallest subnormal (the floor near zero)
 //   lse     : E + (g(n) + 12) u + u |lse| (its own f32 rounding), absolute.
 //
+// The compute modes (config.proto compute, core/fast_compute.h) add:
+//
+// - bf16 dot products (MayFlushBF16Products: bf16 K with bf16 Q, or FAST):
+//   the products of two bf16 values are exact in f32, so only the sums
+//   round (the g(d) term above), but the instructions treat subnormal
+//   inputs and results as zero. Each of the d products, and each partial
+//   sum, may lose at most 2^-126 (1 + max(|q_c|, |k_jc|)), so E gains
+//   scale * 2 d 2^-126 (1 + max |operand|): far below any real error,
+//   present so that subnormal inputs cannot fail a correct kernel.
+// - FAST with int8 K: the reference multiplies the quantized Q row itself
+//   (reference.h), so Q's rounding costs nothing; the kernel's integer dot
+//   product is exact, then scaled by the Q row's scale and the key's scale:
+//   two more f32 multiplies, 2 u max_j |s_j| more in E.
+// - FAST with 16-bit V: P may be rounded to V's type before P.V, each
+//   weight to p_j (1 + delta_j) with |delta_j| <= u_p (2^-8 bf16, 2^-11
+//   f16). With the denominator summed from the unrounded weights,
+//   o_c moves by sum_j p_j delta_j v_jc, at most u_p A_c; with it summed
+//   from the rounded ones, by sum_j p_j delta_j (v_jc - o_c) / (1 + ...),
+//   at most u_p (A_c + |o_c|) <= 2 u_p A_c to first order. So f32_c gains
+//   u_p (A_c + |o_c|) (times the 1.01 of the other terms). Weights below
+//   the type's normal range (f16: 2^-14) round to a fixed grid instead, an
+//   absolute error of half the smallest subnormal (f16: 2^-25) relative to
+//   the running maximum's weight 1, which is at most 2^-25 of the final
+//   normalisation: sum_j max_c |v_jc| / sum_j exp(s_j - max_k s_k) of them,
+//   2^-25 times RowErrorTerms::sum_max_abs_v, absolute, per element.
+//   The LSE gains nothing: its sum must be of the unrounded f32 weights (as
+//   FlashAttention's row sum is), or the bound would grant u_p (bf16: 4e-3)
+//   and an LSE 1e-3 off would pass.
+//
 // A fully blocked row must give exactly 0 and an LSE of -inf. A row that
 // reads a NaN or Inf (the rule in reference.h; the reference gives NaN) must
 // give NaN in every element and its LSE. Any NaN or Inf where the reference
@@ -46,6 +75,8 @@ namespace attnkit {
 struct RowBound {
   double f32_scale = 0;  // f32_c / A_c
   double lse = 0;
+  double weight_roundoff = 0;  // FAST: u_p, times (A_c + |o_c|) per element
+  double weight_floor = 0;     // FAST f16 V: the absolute subnormal floor term
 };
 RowBound BoundForRow(const AttentionProblem& p, const RowErrorTerms& t);
 // bound_c for one element given the reference value and A_c.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/fast_compute.h"
 #include "core/kv_rows.h"
 #include "core/ragged.h"
 
@@ -24,6 +25,23 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
   };
   const double kNegInf = -std::numeric_limits<double>::infinity();
   std::vector<double>& s = *scores;
+  // The q row as the problem multiplies it (FAST may round it: see above).
+  std::vector<double> q(static_cast<size_t>(d));
+  {
+    std::vector<float> qf(static_cast<size_t>(d));
+    for (int64_t c = 0; c < d; ++c) qf[c] = a.q.LoadF32(a.q.Offset(b, h, i, c));
+    if (FastRoundsQuery(p) && p.kv_dtype == DType::kI8) {
+      std::vector<int8_t> qi(static_cast<size_t>(d));
+      const double qs = QuantizeQueryRow(qf.data(), d, qi.data());
+      for (int64_t c = 0; c < d; ++c) q[c] = double(qi[c]) * qs;  // NaN scale: NaN row
+    } else {
+      for (int64_t c = 0; c < d; ++c) {
+        q[c] = FastRoundsQuery(p) ? RoundQueryValue(qf[c], p.kv_dtype) : qf[c];
+      }
+    }
+  }
+  double max_abs_q = 0;
+  for (int64_t c = 0; c < d; ++c) max_abs_q = std::max(max_abs_q, std::fabs(q[c]));
 
   double max_score = kNegInf;
   bool poisoned = false;  // the row reads a NaN or Inf (see reference.h)
@@ -39,14 +57,15 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
       if (bias == kNegInf) continue;  // -inf blocks the pair: k_j, v_j not read
       if (!(bias < std::numeric_limits<double>::infinity())) poisoned = true;  // NaN, +inf
     }
-    double dot = 0, abs_dot = 0;
+    double dot = 0, abs_dot = 0, max_abs_k = 0;
     const int64_t k_row = rows.Offset(a.k, b, g, j);
     const double k_scale = scale_of(a.k_scale, j);
     for (int64_t c = 0; c < d; ++c) {
-      const double qk = double(a.q.LoadF32(a.q.Offset(b, h, i, c))) *
-                        (double(a.k.LoadF32(k_row + c * a.k.strides[3])) * k_scale);
+      const double kc = double(a.k.LoadF32(k_row + c * a.k.strides[3])) * k_scale;
+      const double qk = q[c] * kc;
       dot += qk;
       abs_dot += std::fabs(qk);
+      max_abs_k = std::max(max_abs_k, std::fabs(kc));
     }
     // Products of floats cannot overflow a double: a non-finite dot product
     // means a NaN or Inf in q or k_j.
@@ -67,6 +86,7 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
       terms->max_abs_dot = std::max(terms->max_abs_dot, double(p.scale) * abs_dot);
       terms->max_abs_score = std::max(terms->max_abs_score, std::fabs(score));
       terms->max_abs_bias = std::max(terms->max_abs_bias, std::fabs(bias));
+      terms->max_abs_operand = std::max({terms->max_abs_operand, max_abs_q, max_abs_k});
     }
   }
 
@@ -84,19 +104,23 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
     for (int64_t c = 0; c < d; ++c) abs_o_row[c] = 0;
   }
   if (max_score == kNegInf) return kNegInf;  // fully blocked row
-  double sum = 0;
+  double sum = 0, sum_max_abs_v = 0;
   for (int64_t j = range.begin; j < range.end; ++j) {
     if (s[j] == kNegInf) continue;  // blocked: v_j is never read
     const double w = std::exp(s[j] - max_score);
     sum += w;
     const int64_t v_row = rows.Offset(a.v, b, g, j);
     const double v_scale = scale_of(a.v_scale, j);
+    double max_abs_v = 0;
     for (int64_t c = 0; c < d; ++c) {
       const double v = double(a.v.LoadF32(v_row + c * a.v.strides[3])) * v_scale;
       o_row[c] += w * v;
       if (abs_o_row != nullptr) abs_o_row[c] += w * std::fabs(v);
+      max_abs_v = std::max(max_abs_v, std::fabs(v));
     }
+    sum_max_abs_v += max_abs_v;
   }
+  if (terms != nullptr) terms->sum_max_abs_v = sum_max_abs_v / sum;
   for (int64_t c = 0; c < d; ++c) o_row[c] /= sum;
   if (abs_o_row != nullptr) {
     for (int64_t c = 0; c < d; ++c) abs_o_row[c] /= sum;

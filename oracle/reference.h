@@ -29,6 +29,11 @@ namespace attnkit {
 // K and V may be paged (read through the block table) and int8 (each value
 // times its row's scale, exactly, in double). `p` must not be ragged: pass
 // the problems of RaggedSequences (core/ragged.h).
+// Under FAST (config.proto compute) q is the rounded row the FAST rule gives
+// (core/fast_compute.h: K's 16-bit type, or int8 values times their row
+// scale, exactly, in double): a function of Q alone, so the reference
+// consumes exactly what a FAST kernel multiplies. P is never rounded here;
+// its rounding is a term of the bound (oracle/compare.h).
 // Returns the row's lse and writes head_dim values to o_row.
 // What the error bound of oracle/compare.h needs from one row, in fp64 from the
 // same stored inputs; maxima over the row's visible keys j.
@@ -37,6 +42,10 @@ struct RowErrorTerms {
   double max_abs_dot = 0;    // scale * sum_c |q_c k_jc|
   double max_abs_score = 0;  // |s_j| after softcap and bias
   double max_abs_bias = 0;   // |bias_j|
+  double max_abs_operand = 0;  // max(|q_c|, |k_jc|): flushed-subnormal products
+  // sum_j max_c |v_jc| / sum_j exp(s_j - max s): weights rounded to f16 (FAST)
+  // err by an absolute floor each, times their v row.
+  double sum_max_abs_v = 0;
 };
 
 // When `abs_o_row` is given it receives sum_j p_j |v_jc| (head_dim values),

@@ -32,7 +32,12 @@ static_assert(static_cast<int>(absl::StatusCode::kDataLoss) == ATTNKIT_DATA_LOSS
                   static_cast<int>(absl::StatusCode::kInvalidArgument) == ATTNKIT_INVALID_ARGUMENT,
               "status code numbering");
 
-constexpr int kNumDTypes = 6, kNumMasks = 3, kNumAlignments = 2, kNumLayouts = 2;
+static_assert(static_cast<int>(ComputeMode::kExact) == ATTNKIT_COMPUTE_EXACT &&
+                  static_cast<int>(ComputeMode::kFast) == ATTNKIT_COMPUTE_FAST,
+              "ComputeMode numbering");
+
+constexpr int kNumDTypes = 6, kNumMasks = 3, kNumAlignments = 2, kNumLayouts = 2,
+              kNumComputeModes = 2;
 
 // The enum `value` of `field`, or InvalidArgument when outside [0, count).
 template <typename E>
@@ -77,6 +82,10 @@ constexpr int EnumCount<Alignment>() {
 template <>
 constexpr int EnumCount<Layout>() {
   return kNumLayouts;
+}
+template <>
+constexpr int EnumCount<ComputeMode>() {
+  return kNumComputeModes;
 }
 
 // One field, C++ -> C, by the C++ type: enums and bools as int32, sets as

@@ -4,6 +4,12 @@
 // {16, 64, 128, 256} and key count {17, 257, 4096}, while every real backend
 // passes the same grid. The test prints the catch matrix.
 //
+// FAST (config.proto compute) runs the grid too, on 16-bit and int8 K/V:
+// the reference consumes the rounded Q, a legal FAST computation (P rounded
+// to V's type before P.V, the row sum of the unrounded weights) must pass,
+// and the same bugs plus FAST's own (P rounded twice: P.V summed in V's
+// type; int8 Q quantized with the wrong scale) must be caught.
+//
 // Invisible by proof, and so not required: a 4-ulp perturbation of one
 // output element where 4 ulp of the output dtype (less the half ulp a
 // correct rounding may already be off) is within the fp32 accumulation
@@ -20,6 +26,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "backends/builtin.h"
+#include "core/fast_compute.h"
+#include "core/mask.h"
 #include "gtest/gtest.h"
 #include "harness/execute.h"
 #include "harness/problem_data.h"
@@ -31,8 +39,12 @@ namespace attnkit {
 namespace {
 
 // One grid problem (tests/oracle_grid.h): Tq = 3 < Tk.
-AttentionProblem GridProblem(DType q_dtype, DType kv_dtype, int64_t d, int64_t tk) {
-  return OracleGridProblem(q_dtype, kv_dtype, d, tk, /*q_len=*/3);
+AttentionProblem GridProblem(DType q_dtype, DType kv_dtype, int64_t d, int64_t tk,
+                             ComputeMode compute) {
+  AttentionProblem p = OracleGridProblem(q_dtype, kv_dtype, d, tk, /*q_len=*/3);
+  p.compute = compute;
+  if (p.fast()) p.name += "_fast";
+  return p;
 }
 
 absl::StatusOr<ProblemData> GridData(const AttentionProblem& p) {
@@ -44,9 +56,56 @@ absl::StatusOr<ProblemData> GridData(const AttentionProblem& p) {
 struct Mutant {
   std::string name;
   std::function<void(AttentionProblem* p, ProblemData* in)> before;
-  std::function<void(const AttentionProblem& p, ReferenceResult* r)> after;
+  std::function<void(const AttentionProblem& p, const ProblemData& in, ReferenceResult* r)> after;
   bool perturb_element = false;  // 4 ulp on one output element, after rounding
+  // FAST only, and only where `applies` (a bug that is no bug elsewhere).
+  bool fast_only = false;
+  std::function<bool(const AttentionProblem& p)> applies = [](const AttentionProblem&) {
+    return true;
+  };
 };
+
+// Rewrites r->o as a FAST kernel computes it: each weight e_j = exp(s_j -
+// max s) rounded by round_weight, the products summed (each partial sum
+// rounded by round_sum), divided by the sum of the unrounded weights.
+void RoundedWeightsOutput(const AttentionProblem& p, const ProblemData& in,
+                          const std::function<double(double)>& round_weight,
+                          const std::function<double(double)>& round_sum, ReferenceResult* r) {
+  const AttentionArgs a = in.args();
+  const int64_t d = p.head_dim;
+  std::vector<double> s(static_cast<size_t>(p.kv_len)), o(static_cast<size_t>(d));
+  std::vector<double> acc(static_cast<size_t>(d));
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.num_heads; ++h) {
+      for (int64_t i = 0; i < p.q_len; ++i) {
+        std::fill(s.begin(), s.end(), -INFINITY);
+        const double lse = ReferenceRow(p, a, b, h, i, &s, o.data());
+        if (!std::isfinite(lse)) continue;
+        const KeyRange range = VisibleKeys(p.mask_params(b), i, p.KvLength(b));
+        double max_s = -INFINITY;
+        for (int64_t j = range.begin; j < range.end; ++j) max_s = std::max(max_s, s[j]);
+        double l = 0;
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t j = range.begin; j < range.end; ++j) {
+          if (s[j] == -INFINITY) continue;
+          const double e = std::exp(s[j] - max_s);
+          l += e;
+          const double w = round_weight(e);
+          for (int64_t c = 0; c < d; ++c) {
+            const double v = a.v.LoadF32(a.v.Offset(b, p.KvHead(h), j, c));
+            acc[c] = round_sum(acc[c] + w * v);
+          }
+        }
+        const int64_t row = (b * p.num_heads + h) * p.q_len + i;
+        for (int64_t c = 0; c < d; ++c) r->o[row * d + c] = acc[c] / l;
+      }
+    }
+  }
+}
+
+double RoundToStorage(double x, DType t) {
+  return RoundQueryValue(static_cast<float>(x), t);  // bf16 / f16, nearest even
+}
 
 // Blocks, for every row, the visible keys `pick` selects (index within the
 // row's visible range, range size) through a dense mask.
@@ -72,19 +131,34 @@ void BlockKeys(AttentionProblem* p, ProblemData* in,
 // `source(h)`: a wrong GQA map expressed as MHA.
 void RemapKvHeads(AttentionProblem* p, ProblemData* in,
                   const std::function<int64_t(int64_t)>& source) {
-  const int64_t H = p->num_heads, d = p->head_dim;
-  for (Tensor* t : {&in->k, &in->v}) {
-    Tensor out = *Tensor::Attention(p->kv_dtype, p->layout, p->batch, H, p->kv_len, d);
+  const int64_t H = p->num_heads;
+  std::vector<Tensor*> tensors = {&in->k, &in->v};
+  if (p->kv_dtype == DType::kI8) {  // and their row scales, [B, G, Tk, 1]
+    tensors.push_back(&in->k_scale);
+    tensors.push_back(&in->v_scale);
+  }
+  for (Tensor* t : tensors) {
+    const DType type = t->view().dtype;
+    const bool scales = t->view().rank == 3;  // [B, G, Tk] (harness/problem_data.cc)
+    const int64_t d = scales ? 1 : p->head_dim;
+    Tensor out = *Tensor::Attention(type, p->layout, p->batch, H, p->kv_len, d);
     const TensorView src = t->view(), dst = out.view();
     for (int64_t b = 0; b < p->batch; ++b) {
       for (int64_t h = 0; h < H; ++h) {
         for (int64_t j = 0; j < p->kv_len; ++j) {
           for (int64_t c = 0; c < d; ++c) {
-            StoreFromF32(out.data(), p->kv_dtype, dst.Offset(b, h, j, c),
+            StoreFromF32(out.data(), type, dst.Offset(b, h, j, c),
                          src.LoadF32(src.Offset(b, source(h), j, c)));
           }
         }
       }
+    }
+    if (scales) {
+      TensorView v = out.view();
+      v.rank = 3;
+      v.shape = {p->batch, H, p->kv_len, 0};
+      v.strides[3] = 0;
+      ASSERT_TRUE(out.SetView(v).ok());
     }
     *t = std::move(out);
   }
@@ -93,7 +167,7 @@ void RemapKvHeads(AttentionProblem* p, ProblemData* in,
 
 std::vector<Mutant> Mutants() {
   std::vector<Mutant> m;
-  auto none = [](const AttentionProblem&, ReferenceResult*) {};
+  auto none = [](const AttentionProblem&, const ProblemData&, ReferenceResult*) {};
   auto keep = [](AttentionProblem*, ProblemData*) {};
   m.push_back({"drop one visible key",
                [](AttentionProblem* p, ProblemData* in) {
@@ -131,15 +205,63 @@ std::vector<Mutant> Mutants() {
                none});
   m.push_back({"window one key too wide",
                [](AttentionProblem* p, ProblemData*) { p->window_left += 1; }, none});
-  m.push_back({"heads 0 and 1 swapped", keep, [](const AttentionProblem& p, ReferenceResult* r) {
+  m.push_back({"heads 0 and 1 swapped", keep,
+               [](const AttentionProblem& p, const ProblemData&, ReferenceResult* r) {
                  const int64_t rows = p.q_len * p.head_dim;
                  for (int64_t x = 0; x < rows; ++x) std::swap(r->o[x], r->o[rows + x]);
                  for (int64_t i = 0; i < p.q_len; ++i) std::swap(r->lse[i], r->lse[p.q_len + i]);
                }});
-  m.push_back({"LSE off by 1e-3", keep, [](const AttentionProblem&, ReferenceResult* r) {
+  m.push_back({"LSE off by 1e-3", keep,
+               [](const AttentionProblem&, const ProblemData&, ReferenceResult* r) {
                  for (double& l : r->lse) l += 1e-3;
                }});
   m.push_back({"one element + 4 ulp", keep, none, true});
+
+  // FAST's own bugs. 16-bit V: P rounded twice, as a weight and again in
+  // every partial sum of P.V (summed in V's type instead of f32). Not
+  // required, because no sound bound sees them at thousands of keys: P
+  // rounded more coarsely than V's type (its errors, of random sign, grow as
+  // sqrt(n) against the bound's n, and a probabilistic bound would fail
+  // correct kernels on clustered weights, whose roundings share a sign), and
+  // Q left unrounded under FAST (an f16 Q error of 2^-12 hides under P's
+  // 2^-11 allowance on short rows).
+  auto v16 = [](const AttentionProblem& p) {
+    return p.kv_dtype == DType::kBF16 || p.kv_dtype == DType::kF16;
+  };
+  Mutant summed{"P.V summed in V's type", keep,
+                [](const AttentionProblem& p, const ProblemData& in, ReferenceResult* r) {
+                  const DType t = p.kv_dtype;
+                  RoundedWeightsOutput(
+                      p, in, [t](double e) { return RoundToStorage(e, t); },
+                      [t](double x) { return RoundToStorage(x, t); }, r);
+                }};
+  summed.fast_only = true;
+  summed.applies = v16;
+  m.push_back(summed);
+  // int8 K: Q quantized with a scale 2 % too large.
+  Mutant wrong_scale{"Q quantized, scale x 1.02",
+                     [](AttentionProblem* p, ProblemData* in) {
+                       const int64_t d = p->head_dim;
+                       std::vector<float> row(static_cast<size_t>(d));
+                       std::vector<int8_t> qi(static_cast<size_t>(d));
+                       const TensorView q = in->q.view();
+                       for (int64_t h = 0; h < p->num_heads; ++h) {
+                         for (int64_t i = 0; i < p->q_len; ++i) {
+                           for (int64_t c = 0; c < d; ++c) row[c] = q.LoadF32(q.Offset(0, h, i, c));
+                           const double s = 1.02 * QuantizeQueryRow(row.data(), d, qi.data());
+                           for (int64_t c = 0; c < d; ++c) {
+                             const double qc = std::nearbyint(row[c] / s) * s;
+                             StoreFromF32(in->q.data(), p->dtype, q.Offset(0, h, i, c),
+                                          static_cast<float>(qc));
+                           }
+                         }
+                       }
+                       p->compute = ComputeMode::kExact;  // Q already holds the values
+                     },
+                     none};
+  wrong_scale.fast_only = true;
+  wrong_scale.applies = [](const AttentionProblem& p) { return p.kv_dtype == DType::kI8; };
+  m.push_back(wrong_scale);
   return m;
 }
 
@@ -184,27 +306,41 @@ struct Cell {
 
 // One instance per Q/O x K/V dtype pair (sharded), each over every head dim
 // and key count.
-class OracleTest : public ::testing::TestWithParam<std::tuple<DType, DType>> {};
+class OracleTest : public ::testing::TestWithParam<std::tuple<DType, DType, ComputeMode>> {};
 
 TEST_P(OracleTest, CatchesEveryPlantedBugAndPassesEveryBackend) {
-  const auto [qd, kd] = GetParam();
+  const auto [qd, kd, compute] = GetParam();
   const std::vector<Mutant> mutants = Mutants();
   std::map<std::string, Cell> matrix;  // mutant -> counts
   std::map<std::string, std::string> backend_status;
   std::map<std::string, double> backend_fraction;
   for (int64_t d : {16, 64, 128, 256}) {
     for (int64_t tk : {17, 257, 4096}) {
-      const AttentionProblem p = GridProblem(qd, kd, d, tk);
+      const AttentionProblem p = GridProblem(qd, kd, d, tk, compute);
       absl::StatusOr<ProblemData> data = GridData(p);
       ASSERT_TRUE(data.ok()) << data.status();
       const ReferenceResult ref = ComputeReference(p, data->args());
 
+      if (FastWeightRoundoff(p) > 0) {  // a legal FAST computation passes
+        ReferenceResult r = ref;
+        RoundedWeightsOutput(
+            p, *data, [&](double e) { return RoundToStorage(e, p.kv_dtype); },
+            [](double x) { return x; }, &r);
+        StoreOutputs(p, r, *data);
+        const Comparison c = CompareToReference(p, data->args(), ref);
+        EXPECT_TRUE(c.ok()) << "P rounded to V's type fails the FAST oracle on " << p.name << ": "
+                            << c.first_failure;
+        backend_fraction["(legal FAST P rounding)"] =
+            std::max(backend_fraction["(legal FAST P rounding)"], c.max_bound_fraction);
+      }
+
       for (const Mutant& m : mutants) {
+        if (m.fast_only && (!p.fast() || !m.applies(p))) continue;
         AttentionProblem mp = p;
         ProblemData in = std::move(*GridData(p));
         m.before(&mp, &in);
         ReferenceResult r = ComputeReference(mp, in.args());
-        m.after(mp, &r);
+        m.after(mp, in, &r);
         StoreOutputs(p, r, *data);
         bool visible = true;
         if (m.perturb_element) visible = PerturbLargestElement(p, ref, *data);
@@ -241,10 +377,12 @@ TEST_P(OracleTest, CatchesEveryPlantedBugAndPassesEveryBackend) {
       }
     }
   }
-  std::printf("\n=== catch matrix, Q/O %s, K/V %s: d {16,64,128,256} x Tk {17,257,4096} ===\n",
-              std::string(DTypeName(qd)).c_str(), std::string(DTypeName(kd)).c_str());
+  std::printf("\n=== catch matrix, Q/O %s, K/V %s, %s: d {16,64,128,256} x Tk {17,257,4096} ===\n",
+              std::string(DTypeName(qd)).c_str(), std::string(DTypeName(kd)).c_str(),
+              std::string(ComputeModeName(compute)).c_str());
   std::printf("%-28s %7s %7s %10s\n", "planted bug", "caught", "missed", "invisible");
   for (const Mutant& m : mutants) {
+    if (!matrix.count(m.name)) continue;  // FAST's own, not on this grid
     const Cell& cell = matrix[m.name];
     std::printf("%-28s %7d %7d %10d\n", m.name.c_str(), cell.caught, cell.missed, cell.invisible);
   }
@@ -255,19 +393,30 @@ TEST_P(OracleTest, CatchesEveryPlantedBugAndPassesEveryBackend) {
   }
 }
 
-std::vector<std::tuple<DType, DType>> DTypePairs() {
-  std::vector<std::tuple<DType, DType>> pairs;
+std::vector<std::tuple<DType, DType, ComputeMode>> DTypePairs() {
+  std::vector<std::tuple<DType, DType, ComputeMode>> pairs;
   for (DType q : {DType::kF32, DType::kF16, DType::kBF16}) {
-    for (DType kv : {DType::kF32, DType::kF16, DType::kBF16}) pairs.emplace_back(q, kv);
+    for (DType kv : {DType::kF32, DType::kF16, DType::kBF16}) {
+      pairs.emplace_back(q, kv, ComputeMode::kExact);
+    }
   }
+  // FAST on every K/V type it rounds to: Q in f32 (rounded) and in K's type.
+  for (DType kv : {DType::kBF16, DType::kF16}) {
+    pairs.emplace_back(DType::kF32, kv, ComputeMode::kFast);
+    pairs.emplace_back(kv, kv, ComputeMode::kFast);
+  }
+  pairs.emplace_back(DType::kF32, DType::kI8, ComputeMode::kFast);
+  pairs.emplace_back(DType::kBF16, DType::kI8, ComputeMode::kFast);
   return pairs;
 }
 
-INSTANTIATE_TEST_SUITE_P(AllDTypes, OracleTest, ::testing::ValuesIn(DTypePairs()),
-                         [](const ::testing::TestParamInfo<std::tuple<DType, DType>>& info) {
-                           return absl::StrCat("q", DTypeName(std::get<0>(info.param)), "_kv",
-                                               DTypeName(std::get<1>(info.param)));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    AllDTypes, OracleTest, ::testing::ValuesIn(DTypePairs()),
+    [](const ::testing::TestParamInfo<std::tuple<DType, DType, ComputeMode>>& info) {
+      return absl::StrCat("q", DTypeName(std::get<0>(info.param)), "_kv",
+                          DTypeName(std::get<1>(info.param)), "_",
+                          ComputeModeName(std::get<2>(info.param)));
+    });
 
 }  // namespace
 }  // namespace attnkit

@@ -1,6 +1,7 @@
 #include "backends/highway/flash_params.h"
 
 #include "absl/strings/str_format.h"
+#include "core/fast_compute.h"
 #include "hwy/targets.h"
 
 namespace attnkit {
@@ -43,6 +44,8 @@ FlashParams MakeFlashParams(const AttentionProblem& p, const AttentionArgs& a) {
   f.mask = p.mask_params();
   f.scale = p.scale;
   f.softcap = p.softcap;
+  f.round_q = FastRoundsQuery(p);
+  f.fast = p.fast();
   return f;
 }
 

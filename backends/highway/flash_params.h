@@ -44,6 +44,11 @@ struct FlashParams {
   MaskParams mask;
   float scale = 1.0f;
   float softcap = 0.0f;  // 0 = off
+  // FAST (config.proto compute; core/fast_compute.h): Q rows are rounded to
+  // K's storage type before Q.K (round_q: bf16, f16 or i8 K), and P may be
+  // rounded to V's before P.V (fast).
+  bool round_q = false;
+  bool fast = false;
 
   int64_t KvLength(int64_t b) const { return kv_lengths ? kv_lengths[b] : kv_len; }
   bool int8() const { return k_scale != nullptr; }

@@ -193,7 +193,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     if (t.narrow) {
       LoadQueryRows(p, t, it, qrows);
     } else {
-      LoadQueryTile(p, t, it, qt);
+      LoadQueryTile(p, t, it, qt, scratch + t.off_qrow);
     }
     if (kPairs) {
       for (int64_t r = 0; r < rows; ++r) {

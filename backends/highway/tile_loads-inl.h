@@ -17,6 +17,7 @@
 #include "backends/highway/microkernels-inl.h"
 #include "backends/highway/tiling.h"
 #include "core/dtype.h"
+#include "core/fast_compute.h"
 #include "core/tensor.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -28,16 +29,34 @@ namespace HWY_NAMESPACE {
 using highway_plan::Item;
 using highway_plan::Tiling;
 
+// out[c] = scale * Q[b, h, i, c] for c < d, with Q rounded as FAST rounds
+// it (p.round_q; core/fast_compute.h): to K's 16-bit type, or to its int8
+// values times the row's scale (all NaN for a row holding a NaN or Inf).
+inline void LoadQueryRow(const FlashParams& p, int64_t b, int64_t h, int64_t i,
+                         float* HWY_RESTRICT out) {
+  const int64_t base = p.q.Offset(b, h, i, 0), d = p.head_dim;
+  for (int64_t c = 0; c < d; ++c) out[c] = LoadAsF32(p.q.data, p.q.dtype, base + c * p.q.strides[3]);
+  if (p.round_q && p.k.dtype == DType::kI8) {
+    int8_t qi[kProblemMaxHeadDim];
+    const float qs = QuantizeQueryRow(out, d, qi);
+    for (int64_t c = 0; c < d; ++c) out[c] = p.scale * (qi[c] * qs);
+    return;
+  }
+  if (p.round_q) {
+    for (int64_t c = 0; c < d; ++c) out[c] = RoundQueryValue(out[c], p.k.dtype);
+  }
+  for (int64_t c = 0; c < d; ++c) out[c] *= p.scale;
+}
+
 // Qt[c, r] = scale * Q[b, h0 + r / nq, q0 + r % nq, c]; padded rows are 0.
+// row: scratch of head_dim floats.
 inline void LoadQueryTile(const FlashParams& p, const Tiling& t, const Item& it,
-                          float* HWY_RESTRICT qt) {
+                          float* HWY_RESTRICT qt, float* HWY_RESTRICT row) {
   const int64_t mp = t.rows_padded, d = p.head_dim;
   const int64_t rows = it.nh * it.nq;
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t base = p.q.Offset(it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, 0);
-    for (int64_t c = 0; c < d; ++c) {
-      qt[c * mp + r] = p.scale * LoadAsF32(p.q.data, p.q.dtype, base + c * p.q.strides[3]);
-    }
+    LoadQueryRow(p, it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, row);
+    for (int64_t c = 0; c < d; ++c) qt[c * mp + r] = row[c];
   }
   for (int64_t c = 0; c < d; ++c) {
     for (int64_t r = rows; r < mp; ++r) qt[c * mp + r] = 0.0f;
@@ -50,7 +69,7 @@ inline void LoadQueryTile(const FlashParams& p, const Tiling& t, const Item& it,
 inline void LoadQueryRows(const FlashParams& p, const Tiling& t, const Item& it,
                           float* HWY_RESTRICT q) {
   const int64_t d = p.head_dim, dp = t.dp, rows = it.nh * it.nq;
-  const bool plain = p.q.dtype == DType::kF32 && p.q.strides[3] == 1;
+  const bool plain = p.q.dtype == DType::kF32 && p.q.strides[3] == 1 && !p.round_q;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t base = p.q.Offset(it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, 0);
     float* HWY_RESTRICT qr = q + r * dp;
@@ -58,9 +77,7 @@ inline void LoadQueryRows(const FlashParams& p, const Tiling& t, const Item& it,
       const float* HWY_RESTRICT src = static_cast<const float*>(p.q.data) + base;
       for (int64_t c = 0; c < d; ++c) qr[c] = p.scale * src[c];
     } else {
-      for (int64_t c = 0; c < d; ++c) {
-        qr[c] = p.scale * LoadAsF32(p.q.data, p.q.dtype, base + c * p.q.strides[3]);
-      }
+      LoadQueryRow(p, it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, qr);
     }
     std::fill(qr + d, qr + dp, 0.0f);
   }

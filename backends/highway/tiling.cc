@@ -86,6 +86,7 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
   t.off_ke = take(mp);
   t.off_bad = take(mp);
   t.off_row = take(t.bf16_pairs ? t.dp : 0);
+  t.off_qrow = take(t.narrow ? 0 : d);  // LoadQueryTile's row
   t.scratch_floats = off;
   t.partial_floats = PartialFloats(t);
   return t;

@@ -23,6 +23,8 @@ class ReferenceBackend : public Backend {
   Capabilities Caps() const override {
     Capabilities c = FullCapabilities();
     c.deterministic = true;  // one thread, a fixed loop order
+    // The definition under FAST: Q rounded as core/fast_compute.h says, P not.
+    c.fast_kv_dtypes = {DType::kF16, DType::kBF16, DType::kI8};
     // Dense float K/V only: paged and int8 have no backward, ragged is not
     // done this round (ComputeReferenceBackward refuses all three).
     BackwardCapabilities& bwd = c.backward;

@@ -8,7 +8,8 @@
  * rows are only ever appended.
  *
  * The kinds and their C declarations:
- *   DTYPE, LAYOUT, MASK, ALIGNMENT  int32_t, an ATTNKIT_* enum value
+ *   DTYPE, LAYOUT, MASK, ALIGNMENT, int32_t, an ATTNKIT_* enum value
+ *   COMPUTE
  *   I32                             int32_t
  *   BOOL                            int32_t, 0 or 1
  *   I64 / U64 / F32                 int64_t / uint64_t / float
@@ -29,6 +30,7 @@
 #define ATTNKIT_DECL_LAYOUT(n) int32_t n;
 #define ATTNKIT_DECL_MASK(n) int32_t n;
 #define ATTNKIT_DECL_ALIGNMENT(n) int32_t n;
+#define ATTNKIT_DECL_COMPUTE(n) int32_t n;
 #define ATTNKIT_DECL_I32(n) int32_t n;
 #define ATTNKIT_DECL_BOOL(n) int32_t n;
 #define ATTNKIT_DECL_I64(n) int64_t n;
@@ -60,6 +62,7 @@
 #define ATTNKIT_LIST_COUNT_LAYOUT(obj, name)
 #define ATTNKIT_LIST_COUNT_MASK(obj, name)
 #define ATTNKIT_LIST_COUNT_ALIGNMENT(obj, name)
+#define ATTNKIT_LIST_COUNT_COMPUTE(obj, name)
 #define ATTNKIT_LIST_COUNT_I32(obj, name)
 #define ATTNKIT_LIST_COUNT_BOOL(obj, name)
 #define ATTNKIT_LIST_COUNT_I64(obj, name)

@@ -76,6 +76,9 @@ enum {
 enum { ATTNKIT_MASK_NONE = 0, ATTNKIT_MASK_CAUSAL = 1, ATTNKIT_MASK_SLIDING_WINDOW = 2 };
 enum { ATTNKIT_ALIGN_TOP_LEFT = 0, ATTNKIT_ALIGN_BOTTOM_RIGHT = 1 };
 enum { ATTNKIT_LAYOUT_BHTD = 0, ATTNKIT_LAYOUT_BTHD = 1 };
+/* config.proto compute: EXACT multiplies exactly widened storage values;
+ * FAST may round Q to K's storage type and P to V's (core/fast_compute.h). */
+enum { ATTNKIT_COMPUTE_EXACT = 0, ATTNKIT_COMPUTE_FAST = 1 };
 
 /* One attention problem: every field of attnkit::AttentionProblem
  * (core/problem.h gives the meaning of each; the C++ member has the same
@@ -114,7 +117,9 @@ enum { ATTNKIT_LAYOUT_BHTD = 0, ATTNKIT_LAYOUT_BTHD = 1 };
   X(I64, num_pages)                                                    \
   X(I64_LIST, q_lengths) /* 0 or batch values */                       \
   /* Since 0.26: a training step's problem (config.proto backward). */ \
-  X(BOOL, backward)
+  X(BOOL, backward)                                                    \
+  /* Since 0.27: the compute mode (ATTNKIT_COMPUTE_*; 0 = exact). */   \
+  X(COMPUTE, compute)
 
 typedef struct attnkit_problem {
   uint32_t struct_size;
@@ -193,7 +198,10 @@ typedef struct attnkit_args {
   X(BOOL, bwd_bias_grad, backward.bias_grad)           \
   X(BOOL, bwd_softcap, backward.softcap)               \
   X(BOOL, bwd_ragged, backward.ragged)                 \
-  X(BOOL, bwd_deterministic, backward.deterministic)
+  X(BOOL, bwd_deterministic, backward.deterministic)  \
+  /* Since 0.27: the K/V storage types for which FAST \
+   * computes in the storage type (others run EXACT). */ \
+  X(DTYPE_SET, fast_kv_dtypes, fast_kv_dtypes)
 
 typedef struct attnkit_caps {
   uint32_t struct_size;

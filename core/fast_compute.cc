@@ -1,0 +1,39 @@
+#include "core/fast_compute.h"
+
+#include "core/quantize.h"
+
+namespace attnkit {
+
+bool FastRoundsQuery(const AttentionProblem& p) {
+  return p.fast() && p.kv_dtype != DType::kF32;
+}
+
+float RoundQueryValue(float x, DType kv_dtype) {
+  switch (kv_dtype) {
+    case DType::kBF16:
+      return F32FromBF16(BF16FromF32(x));
+    case DType::kF16:
+      return F32FromF16(F16FromF32(x));
+    default:
+      return x;
+  }
+}
+
+float QuantizeQueryRow(const float* q, int64_t d, int8_t* out) { return QuantizeRowI8(q, d, out); }
+
+double FastWeightRoundoff(const AttentionProblem& p) {
+  if (!p.fast()) return 0.0;
+  switch (p.kv_dtype) {
+    case DType::kBF16:
+    case DType::kF16:
+      return DTypeEpsilon(p.kv_dtype) / 2;
+    default:
+      return 0.0;
+  }
+}
+
+bool MayFlushBF16Products(const AttentionProblem& p) {
+  return p.kv_dtype == DType::kBF16 && (p.dtype == DType::kBF16 || p.fast());
+}
+
+}  // namespace attnkit
