@@ -115,8 +115,13 @@ RowBound BoundForRow(const AttentionProblem& p, const RowErrorTerms& t) {
   r.f32_scale = 1.01 * (2 * e + (3 * growth + 20) * kU);
   r.lse = 1.01 * (e + (growth + 12) * kU);
   r.weight_roundoff = 1.01 * FastWeightRoundoff(p);
-  if (r.weight_roundoff > 0 && p.kv_dtype == DType::kF16) {
-    r.weight_floor = 1.01 * DTypeUlp(DType::kF16, 0) / 2 * t.sum_max_abs_v;
+  if (r.weight_roundoff > 0) {
+    // The absolute error of a weight below the type's normal range: half
+    // f16's smallest subnormal, or a whole bf16 normal (conversions that
+    // flush subnormals, as vcvtne2ps2bf16 does).
+    constexpr double kMinNormal = 1.1754943508222875e-38;  // 2^-126
+    const double floor = p.kv_dtype == DType::kF16 ? DTypeUlp(DType::kF16, 0) / 2 : kMinNormal;
+    r.weight_floor = 1.01 * floor * t.sum_max_abs_v;
   }
   return r;
 }

@@ -59,11 +59,13 @@ namespace attnkit {
 //   from the rounded ones, by sum_j p_j delta_j (v_jc - o_c) / (1 + ...),
 //   at most u_p (A_c + |o_c|) <= 2 u_p A_c to first order. So f32_c gains
 //   u_p (A_c + |o_c|) (times the 1.01 of the other terms). Weights below
-//   the type's normal range (f16: 2^-14) round to a fixed grid instead, an
-//   absolute error of half the smallest subnormal (f16: 2^-25) relative to
-//   the running maximum's weight 1, which is at most 2^-25 of the final
+//   the type's normal range (f16: 2^-14, bf16: 2^-126) round to a fixed
+//   grid instead, an absolute error of at most half the smallest subnormal
+//   (f16: 2^-25) or, where the conversion flushes subnormals to zero (x86's
+//   vcvtne2ps2bf16), the smallest normal (bf16: 2^-126), relative to the
+//   running maximum's weight 1, so at most that much of the final
 //   normalisation: sum_j max_c |v_jc| / sum_j exp(s_j - max_k s_k) of them,
-//   2^-25 times RowErrorTerms::sum_max_abs_v, absolute, per element.
+//   that floor times RowErrorTerms::sum_max_abs_v, absolute, per element.
 //   The LSE gains nothing: its sum must be of the unrounded f32 weights (as
 //   FlashAttention's row sum is), or the bound would grant u_p (bf16: 4e-3)
 //   and an LSE 1e-3 off would pass.

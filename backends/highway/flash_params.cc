@@ -53,6 +53,7 @@ std::string FlashRunInfo::Describe() const {
   std::string s = absl::StrFormat("flash/%s q%dxk%d pv%dx%d rows=%d ktile=%d split-k=%d threads=%d",
                                   hwy::TargetName(target), score_rows, score_keys, value_rows,
                                   value_cols, q_rows, key_tile, splits, threads);
+  if (!products.empty()) s += " " + products;
   if (sequences > 1) {
     s += absl::StrFormat(" ragged seqs=%d items=%d util=%.2f", sequences, items, utilisation);
   }

@@ -75,6 +75,9 @@ struct FlashRunInfo {
   // Ragged batches: the time threads spent in work items over threads x the
   // wall time of the parallel loops (measured; 1 = no thread ever idle).
   double utilisation = 1.0;
+  // Products in the storage type (x86_dot.h), e.g. "qk=bf16dot pv=bf16dot";
+  // empty: f32 products of widened values throughout.
+  std::string products;
 
   // "flash/AVX2 q16xk4 pv4x16 rows=64 ktile=64 split-k=2 threads=2"
   std::string Describe() const;

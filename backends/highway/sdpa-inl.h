@@ -30,6 +30,7 @@
 #include "backends/highway/tile_loads-inl.h"
 #include "backends/highway/tiling.h"
 #include "backends/highway/workspace.h"
+#include "backends/highway/x86_dot.h"
 #include "core/mask.h"
 #include "core/status_macros.h"
 #include "hwy/highway.h"
@@ -53,6 +54,40 @@ using highway_plan::RaggedWork;
 using highway_plan::RoundUp;
 using highway_plan::Tiling;
 
+// Which products run in the storage type (x86_dot.h), for one problem on
+// this target: decided per call, the same for every item.
+//   bf16_qk: wide tiles, bf16 K, and Q bf16 or rounded to it (FAST):
+//            vdpbf16ps on Q pairs against K storage (no K conversion).
+//   bf16_pv: also FAST with bf16 V: P rounded to bf16, vdpbf16ps against V
+//            packed in key pairs (no V conversion).
+//   vnni_qk: direct (decode) int8 tiles under FAST: Q quantized per row,
+//            vpdpbusd against K storage.
+// Only on AVX-512 targets (a forced or capped lower target keeps the f32
+// kernels) and CPUs that have the instructions.
+struct DotChoice {
+  bool bf16_qk = false;
+  bool bf16_pv = false;
+  bool vnni_qk = false;
+};
+inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
+  DotChoice c;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  // K storage read in pairs along d: contiguous rows, an even d, and (the
+  // wide tiles' K rows not being copied) rows of one run: dense K/V. d a
+  // multiple of Lanes keeps dp == d for the V rows read as storage.
+  c.bf16_qk = !t.narrow && p.k.dtype == DType::kBF16 &&
+              (p.q.dtype == DType::kBF16 || p.round_q) && p.k.strides[3] == 1 &&
+              p.head_dim % 16 == 0 && t.dp == p.head_dim && !p.kv_rows.paged() &&
+              x86_dot::HaveBF16Dot();
+  c.bf16_pv = c.bf16_qk && p.fast && p.v.dtype == DType::kBF16 && p.v.strides[3] == 1;
+  c.vnni_qk = t.packed && p.k.dtype == DType::kI8 && p.round_q && x86_dot::HaveVnni();
+#else
+  (void)p;
+  (void)t;
+#endif
+  return c;
+}
+
 // This target's kernel shape, for the plans (tiling.h).
 inline KernelShape KernelShapeOfTarget() {
   return {static_cast<int64_t>(hn::Lanes(DF())),
@@ -69,13 +104,14 @@ inline KernelShape KernelShapeOfTarget() {
 // packed_scores-inl.h): each row group's scores, then, as RunItemAs does for
 // row-per-lane tiles, the pair inputs, masks and NaN flags, the online
 // softmax and O = alpha * O + P.V. ktile, vtile: the tile's K and V storage
-// rows; k_scales, v_scales: int8 rows' scales (nk each).
+// rows; k_scales, v_scales: int8 rows' scales (nk each); vnni: int8 Q.K by
+// x86_dot::VnniQDotK4 on the rows LoadQueryInt8 stored.
 template <typename T>
 void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0, int64_t nk,
                       TileVisibility vis, const T* HWY_RESTRICT ktile, size_t ldk,
                       const T* HWY_RESTRICT vtile, size_t ldv, const AheadRows<T>& k_ahead,
                       const AheadRows<T>& v_ahead, const float* HWY_RESTRICT k_scales,
-                      const float* HWY_RESTRICT v_scales, float* scratch) {
+                      const float* HWY_RESTRICT v_scales, bool vnni, float* scratch) {
   const int64_t dp = t.dp, rows = it.nh * it.nq;
   const int64_t groups = CeilDiv(rows, kGroupRows);
   const int64_t nk4 = RoundUp(nk, static_cast<int64_t>(PackedKeysPerVec()));
@@ -95,9 +131,21 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   for (int64_t g = 0; g < groups; ++g) {
     float* HWY_RESTRICT sg = s + g * lay.group_stride;
     // The first group prefetches the rows ahead (the same rows for all).
-    QDotKRows(qrows + g * kGroupRows * dp, static_cast<size_t>(dp), ktile, ldk,
-              static_cast<size_t>(dp), kGroupRows, kGroupRows, static_cast<size_t>(nk), sg,
-              kGroupRows, g == 0 ? k_ahead : AheadRows<T>{}, g == 0 ? v_ahead : AheadRows<T>{});
+    if (kInt8 && vnni) {  // int8 Q rows (LoadQueryInt8): scale * q_scale * q8.k8
+      const int8_t* q8 = reinterpret_cast<const int8_t*>(scratch + t.off_q8);
+      const int32_t* qsum = reinterpret_cast<const int32_t*>(scratch + t.off_qsum);
+      const size_t ahead = g == 0 ? k_ahead.count : 0;
+      x86_dot::VnniQDotK4(q8 + g * kGroupRows * t.ldq8, static_cast<size_t>(t.ldq8),
+                          qsum + g * kGroupRows, scratch + t.off_qscale + g * kGroupRows,
+                          reinterpret_cast<const int8_t*>(ktile), ldk,
+                          static_cast<size_t>(p.head_dim), static_cast<size_t>(nk), sg,
+                          kGroupRows, reinterpret_cast<const int8_t*>(k_ahead.rows), k_ahead.ld,
+                          reinterpret_cast<const int8_t*>(v_ahead.rows), v_ahead.ld, ahead);
+    } else {
+      QDotKRows(qrows + g * kGroupRows * dp, static_cast<size_t>(dp), ktile, ldk,
+                static_cast<size_t>(dp), kGroupRows, kGroupRows, static_cast<size_t>(nk), sg,
+                kGroupRows, g == 0 ? k_ahead : AheadRows<T>{}, g == 0 ? v_ahead : AheadRows<T>{});
+    }
     std::fill(sg + nk * kGroupRows, sg + n, kNegInf);  // keys past the tile
   }
   if constexpr (kInt8) {  // integer dot products times the key scales
@@ -174,6 +222,13 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   const int64_t value_rows = RoundUp(rows, kValueRows);
   const int key_step = t.narrow ? kNarrowKeys : kWideKeys;
   const ScoreLayout lay{mp, 4};  // row-per-lane score tiles
+  constexpr bool kF32Tiles = std::is_same<T, float>::value;
+  const DotChoice dots = ChooseDots(p, t);
+  const bool bf16_qk = kF32Tiles && dots.bf16_qk, bf16_pv = kF32Tiles && dots.bf16_pv;
+  // The bf16 tiles: Q pairs in qt's space, P pairs at off_pp, V pairs in v's.
+  uint32_t* HWY_RESTRICT qp = reinterpret_cast<uint32_t*>(qt);
+  uint32_t* HWY_RESTRICT pp = reinterpret_cast<uint32_t*>(scratch + t.off_pp);
+  uint32_t* HWY_RESTRICT vp = reinterpret_cast<uint32_t*>(v);
 
   for (int64_t r = 0; r < mp; ++r) {
     m[r] = kNegInf;
@@ -190,8 +245,15 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   auto column_at = [&](int64_t c) { return c - c % pair + perm[c % pair]; };
   float* HWY_RESTRICT row = scratch + t.off_row;
   if (it.k_begin < it.k_end) {
-    if (t.narrow) {
+    if (t.narrow && std::is_same<T, int8_t>::value && dots.vnni_qk) {
+      LoadQueryInt8(p, t, it, static_cast<size_t>(t.ldq8),
+                    reinterpret_cast<int8_t*>(scratch + t.off_q8),
+                    reinterpret_cast<int32_t*>(scratch + t.off_qsum), scratch + t.off_qscale,
+                    scratch + t.off_qrow);
+    } else if (t.narrow) {
       LoadQueryRows(p, t, it, qrows);
+    } else if (bf16_qk) {
+      LoadQueryPairs(p, t, it, qp, scratch + t.off_qrow);
     } else {
       LoadQueryTile(p, t, it, qt, scratch + t.off_qrow);
     }
@@ -225,9 +287,18 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     const T* HWY_RESTRICT ktile = nullptr;
     const T* HWY_RESTRICT vtile = nullptr;
     size_t ldk = 0, ldv = 0;
+    // bf16 dot products read K (and under FAST V) storage as is.
+    const uint16_t* HWY_RESTRICT k16 = nullptr;
+    const uint16_t* HWY_RESTRICT v16 = nullptr;
     if constexpr (std::is_same<T, float>::value) {
       if (!t.direct) {
-        LoadKeyValueTile(p, t, it, k0, nk, nkp, next_k0, next_nk, k, v);
+        if (bf16_qk) {
+          k16 = static_cast<const uint16_t*>(p.k.data) + p.kv_rows.Offset(p.k, it.b, it.g, k0);
+          v16 = static_cast<const uint16_t*>(p.v.data) + p.kv_rows.Offset(p.v, it.b, it.g, k0);
+        }
+        if (!bf16_pv) {
+          LoadKeyValueTile(p, t, it, k0, nk, nkp, next_k0, next_nk, k, v, /*with_k=*/!bf16_qk);
+        }
         ktile = k;
         vtile = v;
         ldk = ldv = static_cast<size_t>(dp);
@@ -258,12 +329,17 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
 #if HWY_TARGET != HWY_SCALAR
     if (t.packed) {
       PackedTileUpdate<T>(p, t, it, k0, nk, vis, ktile, ldk, vtile, ldv, k_ahead, v_ahead, k_scales,
-                          v_scales, scratch);
+                          v_scales, dots.vnni_qk, scratch);
       continue;
     }
 #endif
     if (t.narrow) {
       QDotKRows(qrows, dp, ktile, ldk, dp, rows, mp, nkp, s, mp, k_ahead, v_ahead);
+    } else if (bf16_qk) {  // scale * Q.K from bf16 pairs; keys past nk get 0
+      x86_dot::BF16QDotK(qp, static_cast<size_t>(mp), k16, static_cast<size_t>(p.k_row_stride),
+                         static_cast<size_t>(d), static_cast<size_t>(mp), static_cast<size_t>(nk),
+                         p.scale, s, static_cast<size_t>(mp));
+      std::fill(s + nk * mp, s + nkp * mp, 0.0f);
     } else {
       QDotK<kWideKeys, kWideRowVecs>(qt, mp, k, dp, d, mp, nkp, s, mp);
     }
@@ -288,10 +364,27 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     }
     // Keys some row may not see: V rows with a NaN or Inf are left out.
     int32_t bad_keys[kMaxKeyTile];
-    const int64_t n_bad = per_pair || structured ? FlagNonFiniteValueRows(vtile, ldv, nk, dp, s,
-                                                                          lay, rows, bad, bad_keys)
-                                                 : 0;
+    int64_t n_bad = 0;
+    if (bf16_pv && (per_pair || structured)) {  // V storage itself (dp == d)
+      n_bad = FlagNonFiniteValueRows(reinterpret_cast<const hwy::bfloat16_t*>(v16),
+                                     static_cast<size_t>(p.v_row_stride), nk, dp, s, lay, rows,
+                                     bad, bad_keys);
+    } else if (per_pair || structured) {
+      n_bad = FlagNonFiniteValueRows(vtile, ldv, nk, dp, s, lay, rows, bad, bad_keys);
+    }
     OnlineSoftmaxUpdate(s, mp, nkp, mp, m, l, alpha);
+    if (bf16_pv) {  // FAST: O = alpha O + bf16(P) . V, with V rows that hold a NaN as 0
+      x86_dot::BF16PackWeights(s, static_cast<size_t>(mp), static_cast<size_t>(nk),
+                               static_cast<size_t>(mp), pp, static_cast<size_t>(mp));
+      x86_dot::BF16PackValues(v16, static_cast<size_t>(p.v_row_stride), static_cast<size_t>(d),
+                              static_cast<size_t>(dp), static_cast<size_t>(nk), bad_keys,
+                              static_cast<size_t>(n_bad), vp, static_cast<size_t>(dp));
+      x86_dot::BF16WeightedSumV(pp, static_cast<size_t>(mp), vp, static_cast<size_t>(dp),
+                                static_cast<size_t>((nk + 1) / 2), alpha,
+                                static_cast<size_t>(value_rows), static_cast<size_t>(dp), o,
+                                static_cast<size_t>(dp));
+      continue;
+    }
     // int8 direct: P times the value scales, after l has summed P itself.
     if constexpr (kInt8) ScaleKeyColumns(s, mp, nk, mp, v_scales, /*keep_zero=*/true);
     const float* rescale = alpha;  // the first product applies it
@@ -394,7 +487,13 @@ inline void MergeWorkItem(const FlashParams& p, const Tiling& t, int64_t base,
   }
 }
 
-inline void FillRunInfo(const Tiling& t, int64_t items, int threads, FlashRunInfo* info) {
+inline void FillRunInfo(const FlashParams& p, const Tiling& t, int64_t items, int threads,
+                        FlashRunInfo* info) {
+  const DotChoice dots = ChooseDots(p, t);
+  info->products = dots.bf16_pv   ? "qk=bf16dot pv=bf16dot"
+                   : dots.bf16_qk ? "qk=bf16dot"
+                   : dots.vnni_qk ? "qk=int8vnni"
+                                  : "";
   info->target = HWY_TARGET;
   info->q_rows = t.rows_padded;
   info->key_tile = t.key_tile;
@@ -428,7 +527,7 @@ inline absl::Status FlashForwardOne(const FlashParams& p, ThreadPool* pool, Work
       MergeWorkItem(p, t, base, partials, ws->thread_area(thread));
     });
   }
-  FillRunInfo(t, items, pool->num_threads(), info);
+  FillRunInfo(p, t, items, pool->num_threads(), info);
   return absl::OkStatus();
 }
 
@@ -475,7 +574,8 @@ inline absl::Status FlashForwardRagged(const FlashParams* params, size_t n, Thre
   const double wall_ns = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                                  std::chrono::steady_clock::now() - wall_start)
                                                  .count());
-  FillRunInfo(parts[plan.busiest].t, static_cast<int64_t>(work.size()), pool->num_threads(), info);
+  FillRunInfo(*parts[plan.busiest].p, parts[plan.busiest].t, static_cast<int64_t>(work.size()),
+              pool->num_threads(), info);
   double busy = 0;
   for (int64_t ns : busy_ns) busy += static_cast<double>(ns);
   info->utilisation = wall_ns > 0 ? busy / (wall_ns * static_cast<double>(busy_ns.size())) : 1.0;

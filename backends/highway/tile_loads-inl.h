@@ -29,23 +29,73 @@ namespace HWY_NAMESPACE {
 using highway_plan::Item;
 using highway_plan::Tiling;
 
+// out[c] = Q[b, h, i, c] as stored, widened to f32, for c < d.
+inline void LoadQueryRowAsIs(const FlashParams& p, int64_t b, int64_t h, int64_t i,
+                             float* HWY_RESTRICT out) {
+  const int64_t base = p.q.Offset(b, h, i, 0), d = p.head_dim;
+  for (int64_t c = 0; c < d; ++c) out[c] = LoadAsF32(p.q.data, p.q.dtype, base + c * p.q.strides[3]);
+}
+
 // out[c] = scale * Q[b, h, i, c] for c < d, with Q rounded as FAST rounds
 // it (p.round_q; core/fast_compute.h): to K's 16-bit type, or to its int8
 // values times the row's scale (all NaN for a row holding a NaN or Inf).
-inline void LoadQueryRow(const FlashParams& p, int64_t b, int64_t h, int64_t i,
+inline void LoadQueryRow(const FlashParams& p, int64_t b, int64_t h, int64_t i, float scale,
                          float* HWY_RESTRICT out) {
-  const int64_t base = p.q.Offset(b, h, i, 0), d = p.head_dim;
-  for (int64_t c = 0; c < d; ++c) out[c] = LoadAsF32(p.q.data, p.q.dtype, base + c * p.q.strides[3]);
+  const int64_t d = p.head_dim;
+  LoadQueryRowAsIs(p, b, h, i, out);
   if (p.round_q && p.k.dtype == DType::kI8) {
     int8_t qi[kProblemMaxHeadDim];
     const float qs = QuantizeQueryRow(out, d, qi);
-    for (int64_t c = 0; c < d; ++c) out[c] = p.scale * (qi[c] * qs);
+    for (int64_t c = 0; c < d; ++c) out[c] = scale * (qi[c] * qs);
     return;
   }
   if (p.round_q) {
     for (int64_t c = 0; c < d; ++c) out[c] = RoundQueryValue(out[c], p.k.dtype);
   }
-  for (int64_t c = 0; c < d; ++c) out[c] *= p.scale;
+  for (int64_t c = 0; c < d; ++c) out[c] *= scale;
+}
+
+// The bf16 dot-product tiles (x86_dot.h): qp[(c / 2) * rows_padded + r] =
+// the bf16 pair (Q[r, c], Q[r, c + 1]) of the item's rows, unscaled (the
+// kernel scales the scores), rounded as FAST rounds (bf16 Q is exact);
+// padded rows are 0. d is even. row: scratch of head_dim floats.
+inline void LoadQueryPairs(const FlashParams& p, const Tiling& t, const Item& it,
+                           uint32_t* HWY_RESTRICT qp, float* HWY_RESTRICT row) {
+  const int64_t mp = t.rows_padded, pairs = p.head_dim / 2;
+  const int64_t rows = it.nh * it.nq;
+  for (int64_t r = 0; r < rows; ++r) {
+    LoadQueryRow(p, it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, 1.0f, row);
+    for (int64_t c2 = 0; c2 < pairs; ++c2) {
+      qp[c2 * mp + r] = static_cast<uint32_t>(BF16FromF32(row[2 * c2])) |
+                        static_cast<uint32_t>(BF16FromF32(row[2 * c2 + 1])) << 16;
+    }
+  }
+  for (int64_t c2 = 0; c2 < pairs; ++c2) {
+    for (int64_t r = rows; r < mp; ++r) qp[c2 * mp + r] = 0;
+  }
+}
+
+// The VNNI decode tiles (x86_dot.h): each row of the item quantized as FAST
+// quantizes it (QuantizeQueryRow), q8[r * ldq8 + c] (zero for c >= d up to
+// ldq8), row_scale[r] = scale * the row's int8 scale (NaN for a row holding
+// a NaN or Inf: its scores are NaN), q_sum128[r] = 128 * sum_c q8[r, c].
+// Rows up to rows_padded are 0. row: scratch of head_dim floats.
+inline void LoadQueryInt8(const FlashParams& p, const Tiling& t, const Item& it, size_t ldq8,
+                          int8_t* HWY_RESTRICT q8, int32_t* HWY_RESTRICT q_sum128,
+                          float* HWY_RESTRICT row_scale, float* HWY_RESTRICT row) {
+  const int64_t d = p.head_dim, rows = it.nh * it.nq;
+  std::fill(q8, q8 + t.rows_padded * ldq8, int8_t{0});
+  for (int64_t r = 0; r < t.rows_padded; ++r) {
+    q_sum128[r] = 0;
+    row_scale[r] = 0.0f;
+    if (r >= rows) continue;
+    LoadQueryRowAsIs(p, it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, row);
+    int8_t* qr = q8 + r * ldq8;
+    row_scale[r] = p.scale * QuantizeQueryRow(row, d, qr);
+    int32_t sum = 0;
+    for (int64_t c = 0; c < d; ++c) sum += qr[c];
+    q_sum128[r] = 128 * sum;
+  }
 }
 
 // Qt[c, r] = scale * Q[b, h0 + r / nq, q0 + r % nq, c]; padded rows are 0.
@@ -55,7 +105,7 @@ inline void LoadQueryTile(const FlashParams& p, const Tiling& t, const Item& it,
   const int64_t mp = t.rows_padded, d = p.head_dim;
   const int64_t rows = it.nh * it.nq;
   for (int64_t r = 0; r < rows; ++r) {
-    LoadQueryRow(p, it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, row);
+    LoadQueryRow(p, it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, p.scale, row);
     for (int64_t c = 0; c < d; ++c) qt[c * mp + r] = row[c];
   }
   for (int64_t c = 0; c < d; ++c) {
@@ -77,7 +127,7 @@ inline void LoadQueryRows(const FlashParams& p, const Tiling& t, const Item& it,
       const float* HWY_RESTRICT src = static_cast<const float*>(p.q.data) + base;
       for (int64_t c = 0; c < d; ++c) qr[c] = p.scale * src[c];
     } else {
-      LoadQueryRow(p, it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, qr);
+      LoadQueryRow(p, it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, p.scale, qr);
     }
     std::fill(qr + d, qr + dp, 0.0f);
   }
@@ -88,9 +138,10 @@ inline void LoadQueryRows(const FlashParams& p, const Tiling& t, const Item& it,
 // [nk, nk_padded) are zero. Also prefetches rows [next_k0, next_k0 + nk) (the
 // next tile), so their cache misses overlap this tile's compute instead of
 // stalling the next conversion: decode is bound by exactly these reads.
+// with_k false: V only (the bf16 dot products read K storage as is).
 inline void LoadKeyValueTile(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0,
                              int64_t nk, int64_t nk_padded, int64_t next_k0, int64_t next_nk,
-                             float* HWY_RESTRICT k, float* HWY_RESTRICT v) {
+                             float* HWY_RESTRICT k, float* HWY_RESTRICT v, bool with_k = true) {
   const size_t d = static_cast<size_t>(p.head_dim), dp = static_cast<size_t>(t.dp);
   const size_t es = DTypeSize(p.k.dtype);
   const char* kbase = static_cast<const char*>(p.k.data);
@@ -108,19 +159,22 @@ inline void LoadKeyValueTile(const FlashParams& p, const Tiling& t, const Item& 
     }
     const char* kp = kbase + rows.Offset(p.k, it.b, it.g, k0 + j) * es;
     const char* vp = vbase + rows.Offset(p.v, it.b, it.g, k0 + j) * es;
-    LoadRowAsF32(kp, p.k.dtype, p.k.strides[3], d, dp, k + j * dp);
+    if (with_k) LoadRowAsF32(kp, p.k.dtype, p.k.strides[3], d, dp, k + j * dp);
     LoadRowAsF32(vp, p.v.dtype, p.v.strides[3], d, dp, v + j * dp);
     if (p.int8()) {  // int8 rows times their scales: the dequantized values
       const float ks = p.k_scale[rows.ScaleOffset(p.k_scale_view, it.b, it.g, k0 + j)];
       const float vs = p.v_scale[rows.ScaleOffset(p.v_scale_view, it.b, it.g, k0 + j)];
       for (size_t c = 0; c < d; ++c) {
-        k[j * dp + c] *= ks;
+        if (with_k) k[j * dp + c] *= ks;
         v[j * dp + c] *= vs;
       }
     }
   }
   for (int64_t j = nk; j < nk_padded; ++j) {
-    for (size_t c = 0; c < dp; ++c) k[j * dp + c] = v[j * dp + c] = 0.0f;
+    for (size_t c = 0; c < dp; ++c) {
+      if (with_k) k[j * dp + c] = 0.0f;
+      v[j * dp + c] = 0.0f;
+    }
   }
 }
 // Prefetches rows [k0, k0 + nk) of K and V for (b, g): the first rows of a

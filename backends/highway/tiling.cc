@@ -86,7 +86,16 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
   t.off_ke = take(mp);
   t.off_bad = take(mp);
   t.off_row = take(t.bf16_pairs ? t.dp : 0);
-  t.off_qrow = take(t.narrow ? 0 : d);  // LoadQueryTile's row
+  t.off_qrow = take(d);  // LoadQueryTile's, LoadQueryPairs' and LoadQueryInt8's row
+  // bf16 dot products (wide tiles): P as bf16 pairs, [key_tile / 2, mp].
+  t.off_pp = take(t.narrow ? 0 : RoundUp(kt, 2) / 2 * mp);
+  // VNNI decode (direct int8 tiles, FAST): int8 Q rows [mp, ldq8] (ldq8 =
+  // d rounded up to 64 bytes), then mp int32 row sums and mp row scales.
+  t.ldq8 = RoundUp(d, 64);
+  const bool int8_q = t.direct && p.k.dtype == DType::kI8 && p.round_q;
+  t.off_q8 = take(int8_q ? mp * t.ldq8 / 4 : 0);
+  t.off_qsum = take(int8_q ? mp : 0);
+  t.off_qscale = take(int8_q ? mp : 0);
   t.scratch_floats = off;
   t.partial_floats = PartialFloats(t);
   return t;

@@ -1,0 +1,217 @@
+// bf16 dot-product kernels (x86_dot.h) with AVX512_BF16: vdpbf16ps adds two
+// bf16 x bf16 products (exact in f32) to each f32 lane, rounding to nearest
+// even with subnormal inputs and results treated as zero (the oracle grants
+// that: oracle/compare.h, MayFlushBF16Products). Each function is compiled
+// for AVX-512 with BF16 by its target attribute; callers check HaveBF16Dot().
+#include <cstring>
+
+#include "backends/highway/x86_dot.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+// GCC 12's AVX-512 headers start some intrinsics from an undefined vector,
+// which -Wmaybe-uninitialized reports at every use.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#define ATTNKIT_TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+namespace attnkit {
+namespace x86_dot {
+namespace {
+
+ATTNKIT_TARGET_BF16 inline __m512 Dot(__m512 acc, __m512i a, __m512i b) {
+  return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+}
+
+// kKeys keys x 32 rows (two vectors) of Q.K.
+template <int kKeys>
+ATTNKIT_TARGET_BF16 inline void QDotKBlock(const uint32_t* qp, size_t ldq, const uint16_t* k,
+                                           size_t ldk, size_t pairs, float scale, float* s,
+                                           size_t lds) {
+  __m512 acc[kKeys][2];
+#pragma GCC unroll 8
+  for (int kk = 0; kk < kKeys; ++kk) acc[kk][0] = acc[kk][1] = _mm512_setzero_ps();
+  for (size_t c2 = 0; c2 < pairs; ++c2) {
+    const __m512i q0 = _mm512_loadu_si512(qp + c2 * ldq);
+    const __m512i q1 = _mm512_loadu_si512(qp + c2 * ldq + 16);
+#pragma GCC unroll 8
+    for (int kk = 0; kk < kKeys; ++kk) {
+      uint32_t kv;  // K[j, 2 c2], K[j, 2 c2 + 1]
+      std::memcpy(&kv, k + kk * ldk + 2 * c2, sizeof(kv));
+      const __m512i kb = _mm512_set1_epi32(static_cast<int>(kv));
+      acc[kk][0] = Dot(acc[kk][0], q0, kb);
+      acc[kk][1] = Dot(acc[kk][1], q1, kb);
+    }
+  }
+  const __m512 sv = _mm512_set1_ps(scale);
+#pragma GCC unroll 8
+  for (int kk = 0; kk < kKeys; ++kk) {
+    _mm512_storeu_ps(s + kk * lds, _mm512_mul_ps(acc[kk][0], sv));
+    _mm512_storeu_ps(s + kk * lds + 16, _mm512_mul_ps(acc[kk][1], sv));
+  }
+}
+
+// kRows rows x kColVecs vectors of columns of O += P.V.
+template <int kColVecs>
+ATTNKIT_TARGET_BF16 inline void WeightedSumVTile(const uint32_t* pp, size_t ldpp,
+                                                 const uint32_t* vp, size_t ldvp,
+                                                 size_t key_pairs, const float* alpha, size_t r0,
+                                                 size_t c0, float* o, size_t ldo) {
+  constexpr int kRows = 4;
+  __m512 acc[kRows][kColVecs];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    const __m512 a = _mm512_set1_ps(alpha != nullptr ? alpha[r0 + r] : 1.0f);
+#pragma GCC unroll 4
+    for (int cv = 0; cv < kColVecs; ++cv) {
+      acc[r][cv] = _mm512_mul_ps(a, _mm512_loadu_ps(o + (r0 + r) * ldo + c0 + 16 * cv));
+    }
+  }
+  for (size_t jp = 0; jp < key_pairs; ++jp) {
+    __m512i vv[kColVecs];
+#pragma GCC unroll 4
+    for (int cv = 0; cv < kColVecs; ++cv) {
+      vv[cv] = _mm512_loadu_si512(vp + jp * ldvp + c0 + 16 * cv);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const __m512i w = _mm512_set1_epi32(static_cast<int>(pp[jp * ldpp + r0 + r]));
+#pragma GCC unroll 4
+      for (int cv = 0; cv < kColVecs; ++cv) acc[r][cv] = Dot(acc[r][cv], w, vv[cv]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 4
+    for (int cv = 0; cv < kColVecs; ++cv) {
+      _mm512_storeu_ps(o + (r0 + r) * ldo + c0 + 16 * cv, acc[r][cv]);
+    }
+  }
+}
+
+// 16-bit lane indices that interleave: lane 2i <- a[first + i], 2i + 1 <-
+// b[first + i] (for permutex2var: b's lanes are numbered from 32).
+ATTNKIT_TARGET_BF16 inline __m512i InterleaveIndex(int first, int b_base) {
+  alignas(64) int16_t idx[32];
+  for (int i = 0; i < 16; ++i) {
+    idx[2 * i] = static_cast<int16_t>(first + i);
+    idx[2 * i + 1] = static_cast<int16_t>(b_base + first + i);
+  }
+  return _mm512_load_si512(idx);
+}
+
+}  // namespace
+
+ATTNKIT_TARGET_BF16 void BF16QDotK(const uint32_t* qp, size_t ldq, const uint16_t* k, size_t ldk,
+                                   size_t d, size_t rows, size_t keys, float scale, float* s,
+                                   size_t lds) {
+  const size_t pairs = d / 2;
+  for (size_t r0 = 0; r0 < rows; r0 += 32) {
+    size_t j = 0;
+    // 8 keys x 2 vectors: 16 accumulators cover the instruction's latency.
+    for (; j + 8 <= keys; j += 8) {
+      QDotKBlock<8>(qp + r0, ldq, k + j * ldk, ldk, pairs, scale, s + j * lds + r0, lds);
+    }
+    for (; j + 2 <= keys; j += 2) {
+      QDotKBlock<2>(qp + r0, ldq, k + j * ldk, ldk, pairs, scale, s + j * lds + r0, lds);
+    }
+    for (; j < keys; ++j) {
+      QDotKBlock<1>(qp + r0, ldq, k + j * ldk, ldk, pairs, scale, s + j * lds + r0, lds);
+    }
+  }
+}
+
+ATTNKIT_TARGET_BF16 void BF16PackWeights(const float* p, size_t ldp, size_t keys, size_t rows,
+                                         uint32_t* pp, size_t ldpp) {
+  const __m512i idx = InterleaveIndex(0, 16);  // within one vector: a = low, b = high half
+  for (size_t jp = 0; 2 * jp < keys; ++jp) {
+    const float* a = p + 2 * jp * ldp;
+    const bool has_b = 2 * jp + 1 < keys;
+    for (size_t r = 0; r < rows; r += 16) {
+      const __m512 va = _mm512_loadu_ps(a + r);
+      const __m512 vb = has_b ? _mm512_loadu_ps(a + ldp + r) : _mm512_setzero_ps();
+      // Low 16 lanes from va, high 16 from vb, each rounded to nearest even.
+      const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(vb, va);
+      _mm512_storeu_si512(pp + jp * ldpp + r, _mm512_permutexvar_epi16(idx, both));
+    }
+  }
+}
+
+ATTNKIT_TARGET_BF16 void BF16PackValues(const uint16_t* v, size_t ldv, size_t d, size_t dp,
+                                        size_t keys, const int32_t* zero_rows, size_t n_zero,
+                                        uint32_t* vp, size_t ldvp) {
+  const __m512i lo = InterleaveIndex(0, 32), hi = InterleaveIndex(16, 32);
+  size_t z = 0;
+  auto is_zero = [&](size_t j) {
+    if (j >= keys) return true;
+    if (z < n_zero && static_cast<size_t>(zero_rows[z]) == j) {
+      ++z;
+      return true;
+    }
+    return false;
+  };
+  for (size_t jp = 0; 2 * jp < keys; ++jp) {
+    const bool zero_a = is_zero(2 * jp), zero_b = is_zero(2 * jp + 1);
+    const uint16_t* a = v + 2 * jp * ldv;
+    uint32_t* out = vp + jp * ldvp;
+    for (size_t c0 = 0; c0 < dp; c0 += 32) {
+      const size_t n = c0 < d ? (d - c0 < 32 ? d - c0 : 32) : 0;
+      const __mmask32 m = n == 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
+      const __m512i va = zero_a ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi16(m, a + c0);
+      const __m512i vb =
+          zero_b ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi16(m, a + ldv + c0);
+      _mm512_storeu_si512(out + c0, _mm512_permutex2var_epi16(va, lo, vb));
+      if (c0 + 16 < dp) _mm512_storeu_si512(out + c0 + 16, _mm512_permutex2var_epi16(va, hi, vb));
+    }
+  }
+}
+
+ATTNKIT_TARGET_BF16 void BF16WeightedSumV(const uint32_t* pp, size_t ldpp, const uint32_t* vp,
+                                          size_t ldvp, size_t key_pairs, const float* alpha,
+                                          size_t rows, size_t dp, float* o, size_t ldo) {
+  for (size_t r0 = 0; r0 < rows; r0 += 4) {
+    size_t c0 = 0;
+    // 4 rows x 4 vectors: 16 accumulators, each broadcast weight pair feeds 4.
+    for (; c0 + 64 <= dp; c0 += 64) {
+      WeightedSumVTile<4>(pp, ldpp, vp, ldvp, key_pairs, alpha, r0, c0, o, ldo);
+    }
+    for (; c0 + 32 <= dp; c0 += 32) {
+      WeightedSumVTile<2>(pp, ldpp, vp, ldvp, key_pairs, alpha, r0, c0, o, ldo);
+    }
+    for (; c0 < dp; c0 += 16) {
+      WeightedSumVTile<1>(pp, ldpp, vp, ldvp, key_pairs, alpha, r0, c0, o, ldo);
+    }
+  }
+}
+
+bool HaveBF16Dot() {
+  static const bool have = __builtin_cpu_supports("avx512f") &&
+                           __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl") &&
+                           __builtin_cpu_supports("avx512dq") &&
+                           __builtin_cpu_supports("avx512bf16");
+  return have;
+}
+
+}  // namespace x86_dot
+}  // namespace attnkit
+
+#else  // not x86-64 with GCC or Clang: HaveBF16Dot() is false, so never called
+
+namespace attnkit {
+namespace x86_dot {
+
+bool HaveBF16Dot() { return false; }
+void BF16QDotK(const uint32_t*, size_t, const uint16_t*, size_t, size_t, size_t, size_t, float,
+               float*, size_t) {}
+void BF16PackWeights(const float*, size_t, size_t, size_t, uint32_t*, size_t) {}
+void BF16PackValues(const uint16_t*, size_t, size_t, size_t, size_t, const int32_t*, size_t,
+                    uint32_t*, size_t) {}
+void BF16WeightedSumV(const uint32_t*, size_t, const uint32_t*, size_t, size_t, const float*,
+                      size_t, size_t, float*, size_t) {}
+
+}  // namespace x86_dot
+}  // namespace attnkit
+
+#endif

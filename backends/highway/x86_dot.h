@@ -1,0 +1,79 @@
+// Dot-product kernels in the storage type, for x86 CPUs that have them:
+// AVX512_BF16 (vdpbf16ps: pairs of bf16 products, exact in f32, summed into
+// f32 lanes) and AVX512_VNNI (vpdpbusd: four u8 x s8 products summed into
+// int32 lanes, exact). Highway 1.0.3 has neither operation, so these are
+// written with intrinsics in their own translation units (x86_bf16_dot.cc,
+// x86_vnni_dot.cc), each function compiled for its ISA by a target
+// attribute, and called only when the CPU has it (Have*() below) and the
+// per-target flash loop runs at HWY_AVX3 or better (so a process's target
+// cap, or a forced target, turns them off). Every other target keeps the f32
+// kernels of microkernels-inl.h. Plain C++ interface: no Highway types.
+//
+// Layouts. A "pair" is one uint32: a bf16 in the low half (the even index)
+// and the next one in the high half, as vdpbf16ps multiplies them.
+#ifndef ATTNKIT_BACKENDS_HIGHWAY_X86_DOT_H_
+#define ATTNKIT_BACKENDS_HIGHWAY_X86_DOT_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace attnkit {
+namespace x86_dot {
+
+// The CPU has AVX512F/BW/VL/DQ and AVX512_BF16 (checked once, by CPUID).
+bool HaveBF16Dot();
+// The CPU has AVX512F/BW/VL and AVX512_VNNI.
+bool HaveVnni();
+
+// ---- bf16 (x86_bf16_dot.cc) ----
+
+// Q.K of a wide tile: s[j * lds + r] = scale * sum_{c < d} Q[r, c] K[j, c]
+// for r < rows (a multiple of 32) and j < keys; the f32 products are exact,
+// the sums f32 (each lane: two products per step, in column order).
+//   qp:  Q as pairs along the head dim, qp[(c / 2) * ldq + r] = (Q[r, c],
+//        Q[r, c + 1]), for c < d (d even).
+//   k:   bf16 rows k + j * ldk, d values each (storage, read as is).
+void BF16QDotK(const uint32_t* qp, size_t ldq, const uint16_t* k, size_t ldk, size_t d,
+               size_t rows, size_t keys, float scale, float* s, size_t lds);
+
+// P as pairs along the keys, rounded to bf16 (nearest even): pp[(j / 2) *
+// ldpp + r] = (P[j, r], P[j + 1, r]) for j < keys (a missing odd last key
+// is 0) and r < rows (a multiple of 16), from key-major f32 p[j * ldp + r].
+void BF16PackWeights(const float* p, size_t ldp, size_t keys, size_t rows, uint32_t* pp,
+                     size_t ldpp);
+
+// V as pairs along the keys: vp[(j / 2) * ldvp + c] = (V[j, c], V[j + 1, c])
+// for c < dp (columns d.. dp are 0), from bf16 rows v + j * ldv of d values.
+// Rows listed in zero_rows (sorted, n_zero of them: rows holding a NaN or
+// Inf, which only rows already flagged as poisoned see) and a missing odd
+// last row are packed as 0.
+void BF16PackValues(const uint16_t* v, size_t ldv, size_t d, size_t dp, size_t keys,
+                    const int32_t* zero_rows, size_t n_zero, uint32_t* vp, size_t ldvp);
+
+// O[r, c] = alpha[r] O[r, c] + sum_{j < 2 key_pairs} P[j, r] V[j, c] for r <
+// rows (a multiple of 4), c < dp (a multiple of 16); alpha null = 1. pp and
+// vp as the packers above give them.
+void BF16WeightedSumV(const uint32_t* pp, size_t ldpp, const uint32_t* vp, size_t ldvp,
+                      size_t key_pairs, const float* alpha, size_t rows, size_t dp, float* o,
+                      size_t ldo);
+
+// ---- int8 (x86_vnni_dot.cc) ----
+
+// Decode's Q.K for a group of 4 query rows against int8 keys:
+// s[j * lds + r] = row_scale[r] * sum_{c < d} Q[r, c] K[j, c] for r < 4,
+// j < keys, the integer sum exact (vpdpbusd on K + 128 as u8, less 128 *
+// sum_c Q[r, c]: q_sum128[r]).
+//   q:  int8 rows q + r * ldq (d values, d a multiple of 16).
+//   k:  int8 rows k + j * ldk (storage).
+// Also prefetches (into L2) the first `ahead` rows of pf_k and pf_v (rows
+// pf_k + j * ld_pf_k, pf_v + j * ld_pf_v), one K and one V row per key, to
+// overlap memory with this tile's products as the f32 kernels do.
+void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* q_sum128, const float* row_scale,
+                const int8_t* k, size_t ldk, size_t d, size_t keys, float* s, size_t lds,
+                const int8_t* pf_k, size_t ld_pf_k, const int8_t* pf_v, size_t ld_pf_v,
+                size_t ahead);
+
+}  // namespace x86_dot
+}  // namespace attnkit
+
+#endif  // ATTNKIT_BACKENDS_HIGHWAY_X86_DOT_H_

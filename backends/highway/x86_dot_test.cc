@@ -1,0 +1,136 @@
+// The storage-type dot-product kernels (x86_dot.h) against plain loops, on
+// shapes with every remainder the callers produce: odd key counts, a
+// missing last key pair, zeroed value rows, head dims that are not a
+// multiple of 64 bytes of int8. Exact where the kernels are exact (bf16
+// products and int8 dot products), within f32 summation error otherwise.
+// A CPU without the instructions skips, saying which.
+#include "backends/highway/x86_dot.h"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "gtest/gtest.h"
+
+namespace attnkit {
+namespace {
+
+std::vector<uint16_t> RandomBF16(size_t n, std::mt19937* rng) {
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<uint16_t> out(n);
+  for (uint16_t& x : out) x = BF16FromF32(u(*rng));
+  return out;
+}
+
+TEST(X86DotTest, BF16QDotKMatchesExactProducts) {
+  if (!x86_dot::HaveBF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937 rng(1);
+  for (size_t d : {16, 64, 128}) {
+    for (size_t keys : {1, 2, 7, 8, 13, 64}) {
+      const size_t rows = 64, ldk = d + 6;  // strided K rows
+      const std::vector<uint16_t> q = RandomBF16(rows * d, &rng);
+      const std::vector<uint16_t> k = RandomBF16(keys * ldk, &rng);
+      std::vector<uint32_t> qp(d / 2 * rows);
+      for (size_t r = 0; r < rows; ++r) {
+        for (size_t c = 0; c < d; c += 2) {
+          qp[c / 2 * rows + r] = q[r * d + c] | static_cast<uint32_t>(q[r * d + c + 1]) << 16;
+        }
+      }
+      std::vector<float> s(keys * rows, -1.0f);
+      const float scale = 0.125f;  // a power of two: the product is exact
+      x86_dot::BF16QDotK(qp.data(), rows, k.data(), ldk, d, rows, keys, scale, s.data(), rows);
+      for (size_t j = 0; j < keys; ++j) {
+        for (size_t r = 0; r < rows; ++r) {
+          double want = 0, abs_sum = 0;
+          for (size_t c = 0; c < d; ++c) {
+            const double x = double(F32FromBF16(q[r * d + c])) * F32FromBF16(k[j * ldk + c]);
+            want += x;
+            abs_sum += std::fabs(x);
+          }
+          // d f32 roundings of partial sums at most (the products are exact).
+          const double bound = scale * d * std::ldexp(abs_sum, -24);
+          ASSERT_NEAR(s[j * rows + r], scale * want, bound) << "d " << d << " key " << j << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST(X86DotTest, BF16WeightedSumVMatchesRoundedWeights) {
+  if (!x86_dot::HaveBF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> u01(0.0f, 1.0f);
+  for (size_t d : {16, 48, 80, 128}) {
+    for (size_t keys : {1, 2, 5, 33, 64}) {
+      const size_t rows = 32, ldv = d + 10;
+      std::vector<float> p(keys * rows);
+      for (float& x : p) x = u01(rng);
+      const std::vector<uint16_t> v = RandomBF16(keys * ldv, &rng);
+      std::vector<int32_t> zero_rows;
+      if (keys > 3) zero_rows = {1, static_cast<int32_t>(keys - 1)};  // incl. an odd last row
+      const size_t pairs = (keys + 1) / 2;
+      std::vector<uint32_t> pp(pairs * rows), vp(pairs * d);
+      x86_dot::BF16PackWeights(p.data(), rows, keys, rows, pp.data(), rows);
+      x86_dot::BF16PackValues(v.data(), ldv, d, d, keys, zero_rows.data(), zero_rows.size(),
+                              vp.data(), d);
+      std::vector<float> o(rows * d), alpha(rows);
+      for (size_t i = 0; i < o.size(); ++i) o[i] = u01(rng);
+      for (float& a : alpha) a = u01(rng);
+      const std::vector<float> o0 = o;
+      x86_dot::BF16WeightedSumV(pp.data(), rows, vp.data(), d, pairs, alpha.data(), rows, d,
+                                o.data(), d);
+      for (size_t r = 0; r < rows; ++r) {
+        for (size_t c = 0; c < d; ++c) {
+          double want = double(alpha[r]) * o0[r * d + c], abs_sum = std::fabs(want);
+          for (size_t j = 0; j < keys; ++j) {
+            bool zero = false;
+            for (int32_t z : zero_rows) zero = zero || static_cast<size_t>(z) == j;
+            if (zero) continue;
+            const double w = F32FromBF16(BF16FromF32(p[j * rows + r]));  // nearest even
+            want += w * F32FromBF16(v[j * ldv + c]);
+            abs_sum += std::fabs(w * F32FromBF16(v[j * ldv + c]));
+          }
+          const double bound = (keys + 2) * std::ldexp(abs_sum, -24);
+          ASSERT_NEAR(o[r * d + c], want, bound) << "d " << d << " keys " << keys << " row " << r
+                                                 << " col " << c;
+        }
+      }
+    }
+  }
+}
+
+TEST(X86DotTest, VnniQDotK4IsTheExactIntegerDotTimesTheRowScale) {
+  if (!x86_dot::HaveVnni()) GTEST_SKIP() << "this CPU has no AVX512_VNNI";
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> i8(-127, 127);
+  for (size_t d : {16, 48, 64, 80, 128, 1024}) {
+    const size_t ldq = (d + 63) / 64 * 64, keys = 19, ldk = d + 32;
+    std::vector<int8_t> q(4 * ldq, 0), k(keys * ldk);
+    std::vector<int32_t> sum128(4, 0);
+    for (size_t r = 0; r < 4; ++r) {
+      for (size_t c = 0; c < d; ++c) {
+        q[r * ldq + c] = static_cast<int8_t>(r == 3 ? 127 : i8(rng));  // a row at the extreme
+        sum128[r] += 128 * q[r * ldq + c];
+      }
+    }
+    for (int8_t& x : k) x = static_cast<int8_t>(i8(rng));
+    for (size_t c = 0; c < d; ++c) k[c] = -127;  // key 0 at the other extreme
+    const std::vector<float> row_scale = {1.0f, 0.5f, 0.25f, 2.0f};
+    std::vector<float> s(keys * 4, -1.0f);
+    x86_dot::VnniQDotK4(q.data(), ldq, sum128.data(), row_scale.data(), k.data(), ldk, d, keys,
+                        s.data(), 4, k.data(), ldk, k.data(), ldk, 3);
+    for (size_t j = 0; j < keys; ++j) {
+      for (size_t r = 0; r < 4; ++r) {
+        int64_t dot = 0;
+        for (size_t c = 0; c < d; ++c) dot += int64_t{q[r * ldq + c]} * k[j * ldk + c];
+        EXPECT_EQ(s[j * 4 + r], static_cast<float>(static_cast<float>(dot) * row_scale[r]))
+            << "d " << d << " key " << j << " row " << r;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attnkit
