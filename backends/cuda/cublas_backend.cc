@@ -61,6 +61,15 @@ bool Direct(const Strides4& s, ElemType t, ElemType compute, int64_t d) {
   return t == compute && s.c == 1 && s.t >= d && s.t <= std::numeric_limits<int>::max();
 }
 
+// The compute type of a GEMM over operands of type t, fp32 accumulation
+// both ways. f32 operands: _PEDANTIC, IEEE fp32 arithmetic whatever the
+// environment asks (NVIDIA_TF32_OVERRIDE, CUBLAS_EMULATE_SINGLE_PRECISION):
+// never TF32 or BF16x9 emulation, which would round the operands. 16-bit
+// operands: the tensor cores, whose products of two 16-bit values are exact.
+cublasComputeType_t ComputeTypeFor(ElemType t) {
+  return t == ElemType::kF32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+}
+
 class CublasBackend : public CudaBackendBase {
  public:
   explicit CublasBackend(std::string name) : name_(std::move(name)) {}
@@ -70,8 +79,10 @@ class CublasBackend : public CudaBackendBase {
 
   std::string Name() const override { return name_; }
   std::string Description() const override {
-    return "CUDA baseline: batched cuBLAS GEMMs (S = QK^T, O = PV, fp32 accumulation) with a "
-           "masked-softmax kernel between them, blocked over query rows";
+    return "CUDA baseline: batched cuBLAS GEMMs (S = QK^T, O = PV, fp32 accumulation, no TF32) "
+           "with a masked-softmax kernel between them, blocked over query rows; compute EXACT "
+           "keeps P in f32 (an f32 GEMM with V widened exactly), FAST stores P in V's 16-bit "
+           "type (Q rounded to K's)";
   }
 
   Capabilities Caps() const override {
@@ -81,6 +92,9 @@ class CublasBackend : public CudaBackendBase {
     c.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
     c.layouts = {Layout::kBHTD, Layout::kBTHD};
     c.lse = c.kv_lengths = c.blocked_mask = c.additive_bias = c.softcap = true;
+    // FAST (params.h CublasTypesFor): 16-bit K/V stores P in V's type for a
+    // 16-bit P.V GEMM, and Q in K's type for Q.K.
+    c.fast_kv_dtypes = {DType::kF16, DType::kBF16};
     // cuBLAS GEMMs on one stream are bitwise reproducible on one GPU model and
     // toolkit (cuBLAS docs, "Results reproducibility"); the softmax kernel
     // reduces each row in a fixed order.
@@ -96,18 +110,27 @@ class CublasBackend : public CudaBackendBase {
     ATTNKIT_ASSIGN_OR_RETURN(const cudaStream_t stream, Stream());
     if (handle_ == nullptr) {
       ATTNKIT_RETURN_IF_ERROR(CublasStatus(cublasCreate(&handle_), "cublasCreate"));
+      // No TF32 for f32 GEMMs, and every reduction in the fp32 accumulator.
+      ATTNKIT_RETURN_IF_ERROR(CublasStatus(
+          cublasSetMathMode(
+              handle_, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                                 CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+          "cublasSetMathMode"));
     }
     // Every call: the caller may have set another stream since the last one.
     ATTNKIT_RETURN_IF_ERROR(CublasStatus(cublasSetStream(handle_, stream), "cublasSetStream"));
-    const ElemType ct = static_cast<ElemType>(f.compute);  // same numbering
+    // Q and K in ct for S = Q K^T; P and V in pt for O = P V: f32 under
+    // EXACT (V widened exactly), V's 16-bit type under FAST (CublasTypesFor).
+    const CublasTypes types = CublasTypesFor(f);
+    const ElemType ct = types.qk, pt = types.pv;
     const int64_t B = f.batch, H = f.num_heads, G = f.num_kv_heads, group = f.group_size;
     const int64_t Tq = f.q_len, Tk = f.kv_len, d = f.head_dim;
-    const size_t esize = ElemBytes(ct);
+    const size_t esize = ElemBytes(ct), psize = ElemBytes(pt);
     const bool q_direct = Direct(f.q_stride, f.q_type, ct, d);
     const bool k_direct = Direct(f.k_stride, f.kv_type, ct, d);
-    const bool v_direct = Direct(f.v_stride, f.kv_type, ct, d);
+    const bool v_direct = Direct(f.v_stride, f.kv_type, pt, d);
     const int64_t nq_max =
-        CublasQueryBlock(Tq, CublasBytesPerQueryRow(G, Tk, d, esize), kBlockBudgetBytes);
+        CublasQueryBlock(Tq, CublasBytesPerQueryRow(G, Tk, d, psize), kBlockBudgetBytes);
 
     // V rows that hold a NaN or Inf (below each sequence's length): flagged
     // for the softmax (the rows that see one become NaN) and zeroed in a copy
@@ -134,11 +157,10 @@ class CublasBackend : public CudaBackendBase {
 
     // Workspace: converted operands of one batch entry, then the block buffers.
     const size_t q_bytes = q_direct ? 0 : Align256(H * Tq * d * esize);
-    const size_t kv_bytes = Align256(G * Tk * d * esize);
-    const size_t k_bytes = k_direct ? 0 : kv_bytes;
-    const size_t v_bytes = v_direct && !any_bad_v ? 0 : kv_bytes;
+    const size_t k_bytes = k_direct ? 0 : Align256(G * Tk * d * esize);
+    const size_t v_bytes = v_direct && !any_bad_v ? 0 : Align256(G * Tk * d * psize);
     const size_t s_bytes = Align256(G * nq_max * Tk * sizeof(float));
-    const size_t p_bytes = Align256(G * nq_max * Tk * esize);
+    const size_t p_bytes = Align256(G * nq_max * Tk * psize);
     const size_t acc_bytes = Align256(G * nq_max * d * sizeof(float));
     ATTNKIT_ASSIGN_OR_RETURN(
         void* ws_ptr, workspace_.Get(q_bytes + k_bytes + v_bytes + s_bytes + p_bytes + acc_bytes));
@@ -151,26 +173,27 @@ class CublasBackend : public CudaBackendBase {
     float* acc = reinterpret_cast<float*>(probs + p_bytes);
 
     const Strides4 packed_q{0, Tq * d, d, 1}, packed_kv{0, Tk * d, d, 1};
-    const cudaDataType cuda_ct = CudaTypeOf(ct);
+    const cudaDataType cuda_ct = CudaTypeOf(ct), cuda_pt = CudaTypeOf(pt);
     const float one = 1.0f, zero = 0.0f;
     for (int64_t b = 0; b < B; ++b) {
-      // Operands of batch b, converted to contiguous compute-type copies when
-      // their type or strides do not suit cuBLAS.
+      // Operands of batch b, converted to contiguous copies of type `to` when
+      // their type or strides do not suit cuBLAS (FAST: Q rounded to K's
+      // 16-bit type here, to nearest even; EXACT: conversions are exact).
       auto operand = [&](const void* data, const Strides4& s, ElemType type, bool direct,
-                         char* conv, int64_t heads, int64_t tokens,
+                         char* conv, ElemType to, int64_t heads, int64_t tokens,
                          const Strides4& packed) -> absl::StatusOr<Operand> {
         const char* batch = static_cast<const char*>(data) + b * s.b * int64_t(ElemBytes(type));
         if (direct) return Operand{batch, s, type};
         ATTNKIT_RETURN_IF_ERROR(CudaStatus(
             LaunchConvert(batch, type, s, static_cast<int>(heads), static_cast<int>(tokens),
-                          static_cast<int>(d), conv, ct, stream),
+                          static_cast<int>(d), conv, to, stream),
             "operand conversion"));
-        return Operand{conv, packed, ct};
+        return Operand{conv, packed, to};
       };
-      ATTNKIT_ASSIGN_OR_RETURN(
-          const Operand q, operand(f.q, f.q_stride, f.q_type, q_direct, conv_q, H, Tq, packed_q));
-      ATTNKIT_ASSIGN_OR_RETURN(
-          const Operand k, operand(f.k, f.k_stride, f.kv_type, k_direct, conv_k, G, Tk, packed_kv));
+      ATTNKIT_ASSIGN_OR_RETURN(const Operand q, operand(f.q, f.q_stride, f.q_type, q_direct, conv_q,
+                                                        ct, H, Tq, packed_q));
+      ATTNKIT_ASSIGN_OR_RETURN(const Operand k, operand(f.k, f.k_stride, f.kv_type, k_direct,
+                                                        conv_k, ct, G, Tk, packed_kv));
       const uint8_t* v_bad_b = v_bad + b * G * Tk;
       Operand v;
       if (bad_rows[b] > 0) {  // a copy with the flagged rows zeroed
@@ -178,12 +201,12 @@ class CublasBackend : public CudaBackendBase {
             static_cast<const char*>(f.v) + b * f.v_stride.b * int64_t(ElemBytes(f.kv_type));
         ATTNKIT_RETURN_IF_ERROR(CudaStatus(
             LaunchConvert(batch, f.kv_type, f.v_stride, static_cast<int>(G), static_cast<int>(Tk),
-                          static_cast<int>(d), conv_v, ct, stream, v_bad_b),
+                          static_cast<int>(d), conv_v, pt, stream, v_bad_b),
             "operand conversion"));
-        v = Operand{conv_v, packed_kv, ct};
+        v = Operand{conv_v, packed_kv, pt};
       } else {
         ATTNKIT_ASSIGN_OR_RETURN(
-            v, operand(f.v, f.v_stride, f.kv_type, v_direct, conv_v, G, Tk, packed_kv));
+            v, operand(f.v, f.v_stride, f.kv_type, v_direct, conv_v, pt, G, Tk, packed_kv));
       }
       // The GEMMs stop at this sequence's length: keys past it are never read.
       const int64_t keys = p.KvLength(b);
@@ -199,13 +222,13 @@ class CublasBackend : public CudaBackendBase {
                     static_cast<int>(d), &one, k.at(0, 0), cuda_ct, static_cast<int>(k.s.t), k.s.h,
                     q.at(j, i0), cuda_ct, static_cast<int>(q.s.t), group * q.s.h, &zero, scores,
                     CUDA_R_32F, static_cast<int>(Tk), nq * Tk, static_cast<int>(G),
-                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                    ComputeTypeFor(ct), CUBLAS_GEMM_DEFAULT),
                 "cuBLAS S = QK^T"));
           }
           SoftmaxParams sp;
           sp.scores = scores;
           sp.probs = probs;
-          sp.probs_type = ct;
+          sp.probs_type = pt;  // f32 (EXACT) or V's 16-bit type (FAST)
           sp.num_kv_heads = static_cast<int>(G);
           sp.nq = static_cast<int>(nq);
           sp.kv_len = static_cast<int>(Tk);
@@ -234,9 +257,9 @@ class CublasBackend : public CudaBackendBase {
             ATTNKIT_RETURN_IF_ERROR(CublasStatus(
                 cublasGemmStridedBatchedEx(
                     handle_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(d), static_cast<int>(nq),
-                    static_cast<int>(keys), &one, v.at(0, 0), cuda_ct, static_cast<int>(v.s.t),
-                    v.s.h, probs, cuda_ct, static_cast<int>(Tk), nq * Tk, &zero, acc, CUDA_R_32F,
-                    static_cast<int>(d), nq * d, static_cast<int>(G), CUBLAS_COMPUTE_32F,
+                    static_cast<int>(keys), &one, v.at(0, 0), cuda_pt, static_cast<int>(v.s.t),
+                    v.s.h, probs, cuda_pt, static_cast<int>(Tk), nq * Tk, &zero, acc, CUDA_R_32F,
+                    static_cast<int>(d), nq * d, static_cast<int>(G), ComputeTypeFor(pt),
                     CUBLAS_GEMM_DEFAULT),
                 "cuBLAS O = PV"));
           } else {
@@ -251,12 +274,15 @@ class CublasBackend : public CudaBackendBase {
         }
       }
     }
-    info->kernel = absl::StrFormat("cublas-gemm %s qblock=%d%s",
-                                   ct == ElemType::kF32   ? "f32"
-                                   : ct == ElemType::kF16 ? "f16"
-                                                          : "bf16",
-                                   nq_max, (q_direct && k_direct && v_direct) ? "" : " converted");
-    info->workspace_allocations = workspace_.allocations() + scan_.allocations();
+    if (info != nullptr) {
+      // "cublas-gemm bf16 p=f32 qblock=512": Q.K's operand type, then what
+      // the compute mode rounded (ComputeTag: P's type for P.V, and Q's
+      // rounding to K's type under FAST).
+      info->kernel =
+          absl::StrFormat("cublas-gemm %s %s qblock=%d%s", ElemTypeName(ct), ComputeTag(f), nq_max,
+                          (q_direct && k_direct && v_direct) ? "" : " converted");
+      info->workspace_allocations = workspace_.allocations() + scan_.allocations();
+    }
     return absl::OkStatus();
   }
 

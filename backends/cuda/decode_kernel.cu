@@ -3,6 +3,11 @@
 // type. Decode is bound by reading K and V once; a 64-row flash tile would
 // spend most of its warps on padding rows.
 //
+// Compute modes: P stays f32 in both (EXACT's arithmetic; FAST permits but
+// does not require rounding it). FAST with 16-bit K (p.round_q) rounds each
+// Q value to K's type as it is loaded, as the reference does
+// (core/fast_compute.h), so the scores are those of the rounded Q.
+//
 // Grid: (row tiles x key splits, KV heads, batch). A block owns kDecodeRows
 // packed rows r = i * group + (h mod group) of one KV head (the query heads
 // sharing that head, for each query), so every K/V row it reads serves all of
@@ -77,6 +82,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashDecodeKernel(const Fla
       const int64_t i = row / group, h = g * group + row % group;
       const Strides4& qs = p.q_stride;
       x = LoadElem(p.q, p.q_type, b * qs.b + h * qs.h + i * qs.t + c * qs.c);
+      if (p.round_q) x = RoundToStorage(x, p.kv_type);  // FAST: Q in K's type
     }
     sQ[idx] = x;
   }

@@ -56,6 +56,20 @@ __device__ __forceinline__ void StoreElem(void* p, ElemType t, int64_t i, float 
   }
 }
 
+// x rounded to storage type t and widened back (to nearest even; beyond
+// the type's range, +-Inf): FAST's rounding of a Q value to K's type
+// (core/fast_compute.h RoundQueryValue). f32 and i8: x.
+__device__ __forceinline__ float RoundToStorage(float x, ElemType t) {
+  switch (t) {
+    case ElemType::kF16:
+      return __half2float(__float2half_rn(x));
+    case ElemType::kBF16:
+      return __bfloat162float(__float2bfloat16_rn(x));
+    default:
+      return x;
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ T FromFloat(float x);
 template <>

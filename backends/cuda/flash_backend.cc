@@ -12,6 +12,7 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/flash_bwd_launch.h"
 #include "backends/cuda/flash_launch.h"
+#include "backends/cuda/flash_plan.h"
 #include "backends/cuda/kernel_traits.h"
 #include "backends/cuda/params.h"
 #include "core/status_macros.h"
@@ -20,99 +21,15 @@ namespace attnkit {
 namespace cuda {
 namespace {
 
-absl::string_view ComputeName(ComputeKind c) {
-  switch (c) {
-    case ComputeKind::kF16:
-      return "wmma-f16";
-    case ComputeKind::kBF16:
-      return "wmma-bf16";
-    default:
-      return "simt-f32";
-  }
-}
-
-// One kernel launch, planned on the host: its parameters (split count
-// included), the kernel and the split-K scratch it needs.
-struct LaunchPlan {
-  FlashParams params;
-  int bucket = 0;
-  bool decode = false;
-  KernelConfig config;
-  size_t partial_o_bytes = 0;  // split-K partial O, then partial LSE
-  size_t workspace_bytes = 0;  // 0 without split-K
-};
-
-absl::StatusOr<LaunchPlan> PlanLaunch(const FlashParams& params, int num_sms,
-                                      const std::string& backend) {
-  LaunchPlan plan;
-  plan.params = params;
-  plan.bucket = HeadDimBucket(params.head_dim);
-  plan.decode = UseDecodeKernel(params.rows_per_kv_head);
-  plan.config = plan.decode ? DecodeConfig(plan.bucket) : FlashConfig(plan.bucket, params.compute);
-  if (plan.config.head_dim == 0) {
-    return absl::UnimplementedError(
-        absl::StrFormat("head_dim %d is not compiled for %s; supported: 1..%d", params.head_dim,
-                        backend, kMaxHeadDim));
-  }
-  const KernelConfig& config = plan.config;
-  const int64_t tiles_m = (params.rows_per_kv_head + config.block_m - 1) / config.block_m;
-  const int64_t key_tiles = (params.kv_len + config.block_n - 1) / config.block_n;
-  const int64_t blocks = tiles_m * params.num_kv_heads * params.batch;
-  plan.params.num_splits = plan.decode ? ChooseDecodeSplits(blocks, key_tiles, num_sms)
-                                       : ChooseNumSplits(blocks, key_tiles, num_sms);
-  if (plan.params.num_splits > 1) {
-    // [splits, B, H, Tq, d] partial O and [splits, B, H, Tq] partial LSE.
-    const size_t rows = static_cast<size_t>(plan.params.num_splits) * params.batch *
-                        params.num_heads * params.q_len;
-    plan.partial_o_bytes = rows * params.head_dim * sizeof(float);
-    plan.workspace_bytes = plan.partial_o_bytes + rows * sizeof(float);
-  }
-  return plan;
-}
-
-// "flash-decode-f32 d128 rows8 w4 splits=4 kv=i8 paged=16": the kernel, its
-// configuration and the K/V storage it read.
-std::string KernelName(const LaunchPlan& plan) {
-  const FlashParams& f = plan.params;
-  const KernelConfig& c = plan.config;
-  std::string name =
-      plan.decode ? absl::StrFormat("flash-decode-f32 d%d rows%d w%d splits=%d", c.head_dim,
-                                    c.block_m, c.num_warps, f.num_splits)
-                  : absl::StrFormat("flash-%s d%d m%dn%dw%d splits=%d", ComputeName(f.compute),
-                                    c.head_dim, c.block_m, c.block_n, c.num_warps, f.num_splits);
-  if (f.kv_type == ElemType::kI8) name += " kv=i8";
-  if (f.block_table != nullptr) name += absl::StrFormat(" paged=%d", f.page_size);
-  return name;
-}
-
-// A ragged batch's launches in one line: "ragged seqs=3: 2x <kernel>; 1x
-// <kernel>", kernels in order of first use.
-std::string RaggedKernelName(const std::vector<LaunchPlan>& plans) {
-  std::vector<std::pair<std::string, int>> counts;
-  for (const LaunchPlan& plan : plans) {
-    const std::string name = KernelName(plan);
-    auto it = std::find_if(counts.begin(), counts.end(),
-                           [&](const std::pair<std::string, int>& c) { return c.first == name; });
-    if (it == counts.end()) {
-      counts.emplace_back(name, 1);
-    } else {
-      ++it->second;
-    }
-  }
-  std::string out = absl::StrFormat("ragged seqs=%d", plans.size());
-  for (size_t i = 0; i < counts.size(); ++i) {
-    absl::StrAppend(&out, i == 0 ? ": " : "; ", counts[i].second, "x ", counts[i].first);
-  }
-  return out;
-}
-
 class FlashBackend : public CudaBackendBase {
  public:
   explicit FlashBackend(std::string name) : name_(std::move(name)) {}
 
   std::string Name() const override { return name_; }
   std::string Description() const override {
-    return "CUDA flash attention: tiled online softmax, tensor cores (WMMA) for f16/bf16; "
+    return "CUDA flash attention: tiled online softmax, tensor cores (WMMA) for f16/bf16 Q.K "
+           "(exact products, f32 sums); P.V with f32 P on CUDA cores under compute EXACT, with "
+           "P rounded to V's 16-bit type on tensor cores under FAST (Q rounded to K's type); "
            "a decode kernel (rows = the query heads of one KV group) for Tq * group <= 16; "
            "split-K for small grids; head dims up to 256 (compiled 32/64/128/256, smaller "
            "padded); paged K/V through the block table, int8 K/V dequantized on load (f32 "
@@ -130,6 +47,10 @@ class FlashBackend : public CudaBackendBase {
     c.layouts = {Layout::kBHTD, Layout::kBTHD};
     c.lse = c.kv_lengths = c.blocked_mask = c.additive_bias = c.softcap = true;
     c.paged_kv = c.ragged = true;
+    // FAST (params.h ComputeKindFor, FlashParams::round_q/round_p): 16-bit
+    // K/V runs the tensor-core P.V with P in V's type and Q rounded to K's;
+    // int8 K/V runs EXACT only (the kernels do not quantize Q).
+    c.fast_kv_dtypes = {DType::kF16, DType::kBF16};
     // No atomics: each block owns its rows, and split-K partials are combined
     // in split order (split_combine.cu); the split count depends only on the
     // shape and the GPU's SM count, so one GPU model gives the same bits.

@@ -1,4 +1,5 @@
-// Flash-attention forward instances for bf16 tiles (head dims 32, 64, 128, 256).
+// Flash-attention forward instances for bf16 tiles (head dims 32, 64, 128, 256), each
+// with f32 P (EXACT) and with bf16 P on tensor cores (FAST).
 #include "backends/cuda/flash_fwd_kernel.cuh"
 #include "backends/cuda/flash_launch.h"
 

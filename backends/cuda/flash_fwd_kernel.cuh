@@ -5,9 +5,19 @@
 // One thread block per (query tile, key split) x KV head x batch. The block
 // owns kBlockM packed rows (query i, query head j of the group) of one KV
 // head, so every K/V tile it stages in shared memory serves all query heads
-// of the group. Each warp owns 16 rows: S = Q K^T and O += P V run on tensor
-// cores (WMMA, fp32 accumulation) for f16/bf16, on CUDA cores for f32; the
-// online softmax keeps the running max and sum of its rows in registers.
+// of the group. Each warp owns 16 rows: S = Q K^T runs on tensor cores
+// (WMMA, exact 16-bit products, fp32 accumulation) for f16/bf16 tiles, on
+// CUDA cores for f32; the online softmax keeps the running max and sum of
+// its rows in registers.
+//
+// The compute mode (FlashParams::round_q/round_p, kernel_traits.h kRoundP):
+// EXACT keeps P in f32 and runs O += P V on the CUDA cores (f32 P times V
+// widened exactly from its 16-bit tile, fp32 sums). FAST with 16-bit K/V
+// rounds P to the tiles' type and runs P V on tensor cores too; Q stored in
+// another type is rounded to K's on load (LoadTile's conversion to T, to
+// nearest even: core/fast_compute.h's RoundQueryValue). The row sum is of
+// the unrounded f32 weights in both modes.
+//
 // Key tiles the mask hides entirely are skipped (ClassifyTile); tiles it
 // shows entirely need no per-element mask test.
 //
@@ -29,6 +39,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/device_types.cuh"
 #include "backends/cuda/flash_params.h"
@@ -129,14 +140,16 @@ __device__ __forceinline__ void ComputeScores(const T* sQ, const T* sK, float* s
   }
 }
 
-// O[16 x kD] += P[16 x kBlockN] V[kBlockN x kD] for the warp's rows.
-template <class Traits, typename T>
-__device__ __forceinline__ void AccumulatePV(const T* sP, const T* sV, float* sO, int warp,
+// O[16 x kD] += P[16 x kBlockN] V[kBlockN x kD] for the warp's rows. P is
+// in T on the tensor-core path (FAST), in f32 on the CUDA-core path.
+template <class Traits, typename T, typename PT>
+__device__ __forceinline__ void AccumulatePV(const PT* sP, const T* sV, float* sO, int warp,
                                              int lane) {
   constexpr int kN = Traits::kBlockN, kD = Traits::kHeadDim, kLd = Traits::kLdQK;
-  const T* pw = sP + warp * kRowsPerWarp * Traits::kLdP;
+  const PT* pw = sP + warp * kRowsPerWarp * Traits::kLdP;
   float* o = sO + warp * kRowsPerWarp * Traits::kLdO;
-  if constexpr (Traits::kTensorCores) {
+  if constexpr (Traits::kTensorCoresPV) {
+    static_assert(sizeof(PT) == 2, "tensor-core P V multiplies 16-bit P");
     using namespace nvcuda;
 #pragma unroll
     for (int cb = 0; cb < kD / 16; ++cb) {
@@ -153,15 +166,26 @@ __device__ __forceinline__ void AccumulatePV(const T* sP, const T* sV, float* sO
       wmma::store_matrix_sync(o + cb * 16, acc, Traits::kLdO, wmma::mem_row_major);
     }
   } else {
+    // f32 P times V widened exactly (T is f32, or a 16-bit tile under
+    // EXACT): lane owns columns lane + 32u; each row's weights are read four
+    // at a time (a broadcast 16-byte load), summed in key order.
+    static_assert(sizeof(PT) == 4, "CUDA-core P V keeps P in f32");
+    static_assert(kN % 4 == 0 && Traits::kLdP % 4 == 0, "weights read as float4");
     for (int c = lane; c < kD; c += 32) {
       float acc[kRowsPerWarp];
 #pragma unroll
       for (int rr = 0; rr < kRowsPerWarp; ++rr) acc[rr] = o[rr * Traits::kLdO + c];
-      for (int j = 0; j < kN; ++j) {
-        const float vj = sV[j * kLd + c];
+      for (int j = 0; j < kN; j += 4) {
+        float v[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) v[k] = ToFloat(sV[(j + k) * kLd + c]);
 #pragma unroll
         for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-          acc[rr] = fmaf(pw[rr * Traits::kLdP + j], vj, acc[rr]);
+          const float4 pr = *reinterpret_cast<const float4*>(pw + rr * Traits::kLdP + j);
+          acc[rr] = fmaf(pr.x, v[0], acc[rr]);
+          acc[rr] = fmaf(pr.y, v[1], acc[rr]);
+          acc[rr] = fmaf(pr.z, v[2], acc[rr]);
+          acc[rr] = fmaf(pr.w, v[3], acc[rr]);
         }
       }
 #pragma unroll
@@ -189,6 +213,7 @@ __device__ __forceinline__ void FlagAndZeroNonFiniteRows(T* tile, int* vbad, int
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const FlashParams p) {
   using T = typename ComputeTypeOf<Traits::kCompute>::Type;
+  using PT = typename std::conditional<Traits::kTensorCoresPV, T, float>::type;  // sP
   constexpr int kM = Traits::kBlockM, kN = Traits::kBlockN, kD = Traits::kHeadDim;
   constexpr int kThreads = Traits::kNThreads;
   constexpr float kNegInf = -INFINITY;
@@ -197,7 +222,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
   T* sK = reinterpret_cast<T*>(smem + Traits::kOffK);
   T* sV = reinterpret_cast<T*>(smem + Traits::kOffV);
   float* sS = reinterpret_cast<float*>(smem + Traits::kOffS);
-  T* sP = reinterpret_cast<T*>(smem + Traits::kOffP);
+  PT* sP = reinterpret_cast<PT*>(smem + Traits::kOffP);
   float* sO = reinterpret_cast<float*>(smem + Traits::kOffO);
   int* sVBad = reinterpret_cast<int*>(smem + Traits::kOffVBad);
   int64_t* sKOff = reinterpret_cast<int64_t*>(smem + Traits::kOffKvRows);  // [kN]
@@ -327,8 +352,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
 #pragma unroll
       for (int u = 0; u < kN / 32; ++u) {
         const float pr = s[u] == kNegInf ? 0.0f : exp2f(s[u] - m_new);
-        psum += pr;
-        sP[r * Traits::kLdP + lane + 32 * u] = FromFloat<T>(pr);
+        psum += pr;  // the row sum of the unrounded weights
+        sP[r * Traits::kLdP + lane + 32 * u] = FromFloat<PT>(pr);  // rounded under FAST only
       }
       psum = WarpSum(psum);
       if (lane == rr) {
@@ -340,7 +365,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
       }
     }
     __syncwarp();
-    AccumulatePV<Traits>(sP, sV, sO, warp, lane);
+    AccumulatePV<Traits, T, PT>(sP, sV, sO, warp, lane);
     __syncwarp();
   }
 
@@ -380,19 +405,32 @@ cudaError_t LaunchFlashTraits(const FlashParams& p, cudaStream_t stream) {
 }
 
 // Launches the instance for head-dim `bucket` (one of kHeadDimBuckets).
-template <ComputeKind kCompute>
-cudaError_t LaunchFlashBucket(const FlashParams& p, int bucket, cudaStream_t stream) {
+template <ComputeKind kCompute, bool kRoundP>
+cudaError_t LaunchFlashBucketAs(const FlashParams& p, int bucket, cudaStream_t stream) {
   switch (bucket) {
     case 32:
-      return LaunchFlashTraits<FlashTraits<32, kCompute>>(p, stream);
+      return LaunchFlashTraits<FlashTraits<32, kCompute, kRoundP>>(p, stream);
     case 64:
-      return LaunchFlashTraits<FlashTraits<64, kCompute>>(p, stream);
+      return LaunchFlashTraits<FlashTraits<64, kCompute, kRoundP>>(p, stream);
     case 128:
-      return LaunchFlashTraits<FlashTraits<128, kCompute>>(p, stream);
+      return LaunchFlashTraits<FlashTraits<128, kCompute, kRoundP>>(p, stream);
     case 256:
-      return LaunchFlashTraits<FlashTraits<256, kCompute>>(p, stream);
+      return LaunchFlashTraits<FlashTraits<256, kCompute, kRoundP>>(p, stream);
     default:
       return cudaErrorInvalidValue;
+  }
+}
+
+// The instance for p.round_p: 16-bit P on tensor cores (FAST) or f32 P on
+// the CUDA cores (EXACT); f32 tiles have only the latter.
+template <ComputeKind kCompute>
+cudaError_t LaunchFlashBucket(const FlashParams& p, int bucket, cudaStream_t stream) {
+  if constexpr (kCompute == ComputeKind::kF32) {
+    if (p.round_p) return cudaErrorInvalidValue;  // MakeFlashParams never asks for it
+    return LaunchFlashBucketAs<kCompute, false>(p, bucket, stream);
+  } else {
+    return p.round_p ? LaunchFlashBucketAs<kCompute, true>(p, bucket, stream)
+                     : LaunchFlashBucketAs<kCompute, false>(p, bucket, stream);
   }
 }
 

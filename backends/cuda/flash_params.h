@@ -17,8 +17,10 @@ namespace cuda {
 // for K and V only (value = int8 * the row's f32 scale).
 enum class ElemType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kI8 = 3 };
 
-// Element type of the tiles the kernel multiplies: f16 and bf16 run on tensor
-// cores (fp32 accumulation); f32 runs on the CUDA cores in full precision.
+// Element type of the Q, K and V tiles the flash kernel multiplies: f16 and
+// bf16 run Q.K on tensor cores (exact products, fp32 accumulation), and P.V
+// there too only under FAST (FlashParams::round_p; EXACT keeps P in f32 on
+// the CUDA cores); f32 runs both on the CUDA cores in full precision.
 enum class ComputeKind : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
 
 // Element strides of a rank-4 view, [B, heads, T, d] or [B, H, Tq, Tk]. For
@@ -61,6 +63,16 @@ struct FlashParams {
   const float* v_scale = nullptr;
   Strides4 k_scale_stride, v_scale_stride;
   ComputeKind compute = ComputeKind::kF32;
+  // The compute mode (config.proto compute, core/fast_compute.h). EXACT
+  // leaves both false: Q, K and V enter the products as stored (exactly
+  // widened), and P stays f32 for P.V. FAST with 16-bit K/V sets both:
+  //  - round_q: Q is rounded to K's storage type (kv_type) on load, to
+  //    nearest even (a no-op when Q is stored in that type);
+  //  - round_p: P is rounded to the 16-bit compute type before P.V (tensor
+  //    cores), the row sum staying of the unrounded f32 weights.
+  // round_p implies a 16-bit `compute`; int8 K/V never runs FAST here.
+  bool round_q = false;
+  bool round_p = false;
 
   int batch = 1;
   int num_heads = 1;     // H

@@ -41,22 +41,31 @@ constexpr int BlockNFor(int head_dim, ComputeKind c) {
 
 constexpr int AlignUp(int x, int a) { return (x + a - 1) / a * a; }
 
-template <int kHeadDim_, ComputeKind kCompute_>
+// kRoundP (FlashParams::round_p, FAST only): P is rounded to the 16-bit
+// compute type and O += P V runs on tensor cores. Without it P stays f32 and
+// P V runs on the CUDA cores (V widened exactly from its tile), as EXACT
+// requires; Q K^T runs on tensor cores for f16/bf16 tiles either way (the
+// products of two 16-bit values are exact in its fp32 accumulation).
+template <int kHeadDim_, ComputeKind kCompute_, bool kRoundP_>
 struct FlashTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr ComputeKind kCompute = kCompute_;
-  static constexpr bool kTensorCores = kCompute != ComputeKind::kF32;
+  static constexpr bool kRoundP = kRoundP_;
+  static constexpr bool kTensorCores = kCompute != ComputeKind::kF32;  // Q K^T
+  static constexpr bool kTensorCoresPV = kTensorCores && kRoundP;      // P V
   static constexpr int kBlockM = BlockMFor(kHeadDim, kCompute);
   static constexpr int kBlockN = BlockNFor(kHeadDim, kCompute);
   static constexpr int kNWarps = kBlockM / kRowsPerWarp;
   static constexpr int kNThreads = kNWarps * 32;
-  static constexpr int kElemBytes = kTensorCores ? 2 : 4;
+  static constexpr int kElemBytes = kTensorCores ? 2 : 4;     // sQ, sK, sV
+  static constexpr int kPElemBytes = kTensorCoresPV ? 2 : 4;  // sP
   // Leading dims (elements) of the shared-memory tiles. WMMA needs multiples
   // of 16 bytes; the f32 path pads by one word so that lanes reading one
-  // column of K each hit a different bank.
+  // column of K each hit a different bank; f32 P rows stay 16-byte aligned
+  // (the CUDA-core P V reads four weights at a time).
   static constexpr int kLdQK = kHeadDim + (kTensorCores ? 8 : 1);  // sQ, sK, sV
   static constexpr int kLdS = kBlockN + 4;                         // scores, f32
-  static constexpr int kLdP = kBlockN + (kTensorCores ? 8 : 4);    // probabilities
+  static constexpr int kLdP = kBlockN + (kTensorCoresPV ? 8 : 4);  // probabilities
   static constexpr int kLdO = kHeadDim + 4;                        // output accumulator, f32
   // Byte offsets of the tiles in dynamic shared memory, 128-byte aligned.
   static constexpr int kOffQ = 0;
@@ -64,7 +73,7 @@ struct FlashTraits {
   static constexpr int kOffV = AlignUp(kOffK + kBlockN * kLdQK * kElemBytes, 128);
   static constexpr int kOffS = AlignUp(kOffV + kBlockN * kLdQK * kElemBytes, 128);
   static constexpr int kOffP = AlignUp(kOffS + kBlockM * kLdS * 4, 128);
-  static constexpr int kOffO = AlignUp(kOffP + kBlockM * kLdP * kElemBytes, 128);
+  static constexpr int kOffO = AlignUp(kOffP + kBlockM * kLdP * kPElemBytes, 128);
   // One flag per key of the V tile: its row holds a NaN or Inf.
   static constexpr int kOffVBad = AlignUp(kOffO + kBlockM * kLdO * 4, 128);
   // Per key of the K/V tile, found once per tile (a paged row reads the
@@ -76,6 +85,8 @@ struct FlashTraits {
   static_assert(kHeadDim % 32 == 0, "lanes stride over head-dim columns by 32");
   static_assert(kBlockN % 32 == 0, "lanes stride over key columns by 32");
   static_assert(kBlockM % kRowsPerWarp == 0, "whole warps per query tile");
+  static_assert(!kRoundP || kTensorCores, "16-bit P needs 16-bit tiles");
+  static_assert(kLdP * kPElemBytes % 16 == 0, "P rows 16-byte aligned");
   static_assert(kSmemBytes <= kMaxSmemBytes, "tiles exceed sm_80 shared memory");
 };
 
@@ -86,29 +97,43 @@ struct KernelConfig {
   int block_n = 0;
   int num_warps = 0;
   int smem_bytes = 0;
+  bool tensor_core_pv = false;  // P V on tensor cores with 16-bit P (FAST)
 };
 
 template <class Traits>
 constexpr KernelConfig ConfigOf() {
-  return KernelConfig{Traits::kHeadDim, Traits::kBlockM, Traits::kBlockN, Traits::kNWarps,
-                      Traits::kSmemBytes};
+  return KernelConfig{Traits::kHeadDim, Traits::kBlockM,    Traits::kBlockN,
+                      Traits::kNWarps,  Traits::kSmemBytes, Traits::kTensorCoresPV};
 }
 
-// The configuration compiled for (bucket, compute); head_dim 0 when the
-// bucket is not compiled.
-constexpr KernelConfig FlashConfig(int bucket, ComputeKind c) {
-#define ATTNKIT_CONFIG_CASE(D)                                                        \
-  if (bucket == D) {                                                                  \
-    return c == ComputeKind::kF32   ? ConfigOf<FlashTraits<D, ComputeKind::kF32>>()   \
-           : c == ComputeKind::kF16 ? ConfigOf<FlashTraits<D, ComputeKind::kF16>>()   \
-                                    : ConfigOf<FlashTraits<D, ComputeKind::kBF16>>(); \
+template <int D>
+constexpr KernelConfig FlashConfigOf(ComputeKind c, bool round_p) {
+  if (c == ComputeKind::kF32) {
+    return round_p ? KernelConfig{} : ConfigOf<FlashTraits<D, ComputeKind::kF32, false>>();
   }
-  ATTNKIT_CONFIG_CASE(32)
-  ATTNKIT_CONFIG_CASE(64)
-  ATTNKIT_CONFIG_CASE(128)
-  ATTNKIT_CONFIG_CASE(256)
-#undef ATTNKIT_CONFIG_CASE
-  return KernelConfig{};
+  if (c == ComputeKind::kF16) {
+    return round_p ? ConfigOf<FlashTraits<D, ComputeKind::kF16, true>>()
+                   : ConfigOf<FlashTraits<D, ComputeKind::kF16, false>>();
+  }
+  return round_p ? ConfigOf<FlashTraits<D, ComputeKind::kBF16, true>>()
+                 : ConfigOf<FlashTraits<D, ComputeKind::kBF16, false>>();
+}
+
+// The configuration compiled for (bucket, compute, round_p); head_dim 0 when
+// none is (a bucket not compiled, or round_p with f32 tiles).
+constexpr KernelConfig FlashConfig(int bucket, ComputeKind c, bool round_p) {
+  switch (bucket) {
+    case 32:
+      return FlashConfigOf<32>(c, round_p);
+    case 64:
+      return FlashConfigOf<64>(c, round_p);
+    case 128:
+      return FlashConfigOf<128>(c, round_p);
+    case 256:
+      return FlashConfigOf<256>(c, round_p);
+    default:
+      return KernelConfig{};
+  }
 }
 
 // Key splits for split-K: 1 when the grid already fills the GPU; otherwise

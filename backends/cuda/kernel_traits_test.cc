@@ -25,30 +25,61 @@ TEST(HeadDimBucketTest, SmallestCompiledBucketAtLeastD) {
 TEST(FlashConfigTest, EveryCompiledInstanceFitsSm80) {
   for (int bucket : kHeadDimBuckets) {
     for (ComputeKind c : {ComputeKind::kF32, ComputeKind::kF16, ComputeKind::kBF16}) {
-      const KernelConfig k = FlashConfig(bucket, c);
-      SCOPED_TRACE(testing::Message() << "bucket " << bucket << " compute " << int(c));
-      EXPECT_EQ(k.head_dim, bucket);
-      EXPECT_EQ(k.block_m, k.num_warps * kRowsPerWarp);
-      EXPECT_EQ(k.block_n % 32, 0);
-      EXPECT_GT(k.smem_bytes, 0);
-      EXPECT_LE(k.smem_bytes, kMaxSmemBytes);
+      for (bool round_p : {false, true}) {
+        SCOPED_TRACE(testing::Message()
+                     << "bucket " << bucket << " compute " << int(c) << " round_p " << round_p);
+        const KernelConfig k = FlashConfig(bucket, c, round_p);
+        if (c == ComputeKind::kF32 && round_p) {
+          EXPECT_EQ(k.head_dim, 0) << "f32 tiles have no 16-bit P instance";
+          continue;
+        }
+        EXPECT_EQ(k.head_dim, bucket);
+        EXPECT_EQ(k.block_m, k.num_warps * kRowsPerWarp);
+        EXPECT_EQ(k.block_n % 32, 0);
+        EXPECT_GT(k.smem_bytes, 0);
+        EXPECT_LE(k.smem_bytes, kMaxSmemBytes);
+        EXPECT_EQ(k.tensor_core_pv, round_p) << "P V on tensor cores exactly when P is 16-bit";
+      }
     }
   }
-  EXPECT_EQ(FlashConfig(48, ComputeKind::kF16).head_dim, 0) << "48 is not a compiled bucket";
+  EXPECT_EQ(FlashConfig(48, ComputeKind::kF16, false).head_dim, 0) << "48 is not compiled";
+}
+
+// EXACT keeps P in f32 for P V (the CUDA-core path) on 16-bit tiles; only
+// FAST (kRoundP) multiplies a 16-bit P on tensor cores. Both keep the tile
+// shape of their compute kind; f32 P costs shared memory, not tile size.
+TEST(FlashConfigTest, ExactKeepsPInF32) {
+  using Exact = FlashTraits<128, ComputeKind::kBF16, false>;
+  using Fast = FlashTraits<128, ComputeKind::kBF16, true>;
+  static_assert(Exact::kTensorCores && !Exact::kTensorCoresPV, "Q K^T on tensor cores, P V not");
+  static_assert(Fast::kTensorCores && Fast::kTensorCoresPV, "both on tensor cores");
+  static_assert(Exact::kPElemBytes == 4 && Fast::kPElemBytes == 2, "f32 P vs bf16 P");
+  static_assert(Exact::kBlockM == Fast::kBlockM && Exact::kBlockN == Fast::kBlockN, "same tiles");
+  static_assert(Exact::kLdP % 4 == 0, "f32 P rows are read as float4");
+  static_assert(Exact::kSmemBytes > Fast::kSmemBytes, "f32 P takes more shared memory");
+  using F32 = FlashTraits<64, ComputeKind::kF32, false>;
+  static_assert(!F32::kTensorCores && !F32::kTensorCoresPV && F32::kPElemBytes == 4, "f32");
+  using F16D256 = FlashTraits<256, ComputeKind::kF16, false>;
+  static_assert(F16D256::kSmemBytes <= kMaxSmemBytes, "the largest EXACT 16-bit instance fits");
+  EXPECT_FALSE(FlashConfig(128, ComputeKind::kBF16, false).tensor_core_pv);
+  EXPECT_TRUE(FlashConfig(128, ComputeKind::kBF16, true).tensor_core_pv);
+  EXPECT_GT(FlashConfig(256, ComputeKind::kF16, false).smem_bytes,
+            FlashConfig(256, ComputeKind::kF16, true).smem_bytes);
 }
 
 TEST(FlashConfigTest, TileShapes) {
-  using Bf16D128 = FlashTraits<128, ComputeKind::kBF16>;
+  using Bf16D128 = FlashTraits<128, ComputeKind::kBF16, true>;
   static_assert(Bf16D128::kBlockM == 64 && Bf16D128::kBlockN == 64 && Bf16D128::kNWarps == 4,
                 "the prefill configuration");
   static_assert(Bf16D128::kLdQK % 8 == 0 && Bf16D128::kLdP % 8 == 0,
                 "WMMA leading dims are multiples of 16 bytes");
   static_assert(Bf16D128::kOffK % 128 == 0 && Bf16D128::kOffO % 128 == 0, "aligned tiles");
-  using F32D256 = FlashTraits<256, ComputeKind::kF32>;
+  using F32D256 = FlashTraits<256, ComputeKind::kF32, false>;
   static_assert(F32D256::kBlockM == 32 && F32D256::kBlockN == 32, "smaller tiles for f32 d256");
   static_assert(F32D256::kLdQK % 2 == 1, "odd f32 leading dim avoids bank conflicts");
-  EXPECT_EQ(FlashConfig(256, ComputeKind::kBF16).block_m, 32);
-  EXPECT_EQ(FlashConfig(64, ComputeKind::kF32).block_m, 64);
+  EXPECT_EQ(FlashConfig(256, ComputeKind::kBF16, false).block_m, 32);
+  EXPECT_EQ(FlashConfig(256, ComputeKind::kBF16, true).block_m, 32);
+  EXPECT_EQ(FlashConfig(64, ComputeKind::kF32, false).block_m, 64);
 }
 
 TEST(ChooseNumSplitsTest, SplitsOnlyWhenTheGridIsSmall) {
@@ -113,6 +144,10 @@ TEST(CublasBlockingTest, QueryBlockFitsTheBudget) {
   EXPECT_GT((nq + 1) * row, budget);
   EXPECT_EQ(CublasQueryBlock(7, row, budget), 7);
   EXPECT_EQ(CublasQueryBlock(4096, budget * 2, budget), 1);
+  // EXACT keeps P in f32: 4 bytes a probability, so fewer rows a block.
+  const int64_t exact_row = CublasBytesPerQueryRow(32, 4096, 128, 4);
+  EXPECT_EQ(exact_row, 32 * (4096 * 8 + 512));
+  EXPECT_LT(CublasQueryBlock(4096, exact_row, budget), nq);
 }
 
 }  // namespace

@@ -66,10 +66,45 @@ absl::StatusOr<ElemType> ElemTypeOf(DType t) {
   }
 }
 
-ComputeKind ComputeKindFor(DType q, DType kv) {
+ComputeKind ComputeKindFor(DType q, DType kv, ComputeMode mode) {
+  // FAST rounds Q to K's type, so the tiles take K/V's 16-bit type.
+  if (mode == ComputeMode::kFast) q = kv;
   if (q == kv && q == DType::kF16) return ComputeKind::kF16;
   if (q == kv && q == DType::kBF16) return ComputeKind::kBF16;
   return ComputeKind::kF32;
+}
+
+ElemType ProbabilityType(const FlashParams& f) {
+  if (!f.round_p) return ElemType::kF32;
+  return f.compute == ComputeKind::kF16 ? ElemType::kF16 : ElemType::kBF16;
+}
+
+const char* ElemTypeName(ElemType t) {
+  switch (t) {
+    case ElemType::kF16:
+      return "f16";
+    case ElemType::kBF16:
+      return "bf16";
+    case ElemType::kI8:
+      return "i8";
+    default:
+      return "f32";
+  }
+}
+
+std::string ComputeTag(const FlashParams& f) {
+  std::string tag;
+  if (f.round_q && f.q_type != f.kv_type) {
+    tag = absl::StrFormat("q->%s ", ElemTypeName(f.kv_type));
+  }
+  return tag + "p=" + ElemTypeName(ProbabilityType(f));
+}
+
+CublasTypes CublasTypesFor(const FlashParams& f) {
+  CublasTypes t;
+  t.qk = static_cast<ElemType>(f.compute);  // the same numbering for the float types
+  t.pv = ProbabilityType(f);
+  return t;
 }
 
 bool VectorLoadable(const TensorView& t, ComputeKind compute, int64_t head_dim) {
@@ -112,7 +147,17 @@ absl::StatusOr<FlashParams> MakeFlashParams(const AttentionProblem& p, const Att
   if (!kv_type.ok()) return kv_type.status();
   f.q_type = *q_type;
   f.kv_type = *kv_type;
-  f.compute = ComputeKindFor(p.dtype, p.kv_dtype);
+  if (p.fast() && f.kv_type == ElemType::kI8) {
+    // Capabilities::fast_kv_dtypes leaves int8 out, so Supports() refuses it.
+    return absl::InvalidArgumentError(
+        "compute FAST with int8 K/V is not implemented by the CUDA kernels (they do not "
+        "quantize Q); run it EXACT");
+  }
+  f.compute = ComputeKindFor(p.dtype, p.kv_dtype, p.compute);
+  // FAST (core/fast_compute.h): only 16-bit K/V has something to round to.
+  const bool fast16 = p.fast() && (f.kv_type == ElemType::kF16 || f.kv_type == ElemType::kBF16);
+  f.round_q = fast16;
+  f.round_p = fast16;
 
   f.q = a.q.data;
   f.k = a.k.data;

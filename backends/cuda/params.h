@@ -4,6 +4,7 @@
 #ifndef ATTNKIT_BACKENDS_CUDA_PARAMS_H_
 #define ATTNKIT_BACKENDS_CUDA_PARAMS_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -18,9 +19,24 @@ namespace cuda {
 // InvalidArgument for the others.
 absl::StatusOr<ElemType> ElemTypeOf(DType t);
 
-// f16 or bf16 when Q and K/V share that type (tensor cores); f32 otherwise
-// (both f32, or mixed types and int8 K/V, converted to f32 on load).
-ComputeKind ComputeKindFor(DType q, DType kv);
+// The tiles' type. EXACT: f16 or bf16 when Q and K/V share that type (Q.K
+// on tensor cores); f32 otherwise (both f32, or mixed types and int8 K/V,
+// converted exactly to f32 on load). FAST with f16 or bf16 K/V: K/V's type
+// whatever Q's (Q is rounded to it on load, as FAST permits).
+ComputeKind ComputeKindFor(DType q, DType kv, ComputeMode mode);
+
+// The element type P is multiplied in for P.V: the 16-bit compute type when
+// f.round_p (FAST), else f32.
+ElemType ProbabilityType(const FlashParams& f);
+
+// "f32", "f16", "bf16", "i8".
+const char* ElemTypeName(ElemType t);
+
+// What the kernels round, for the run info (a report says which mode ran):
+// "p=f32" when P stays f32 (EXACT, or FAST with nothing to round), "p=bf16"
+// or "p=f16" when FAST rounds P; preceded by "q->bf16 " (or f16) when FAST
+// rounds a Q stored in another type.
+std::string ComputeTag(const FlashParams& f);
 
 // Fills every field except the split-K ones (num_splits = 1), for a batch
 // that is not ragged (paged and int8 K/V included). Errors are
@@ -43,9 +59,20 @@ absl::StatusOr<std::vector<FlashLaunch>> MakeFlashLaunches(const AttentionProble
 // True when `t` can be read in 16-byte vectors as type `compute`.
 bool VectorLoadable(const TensorView& t, ComputeKind compute, int64_t head_dim);
 
-// cuBLAS backend blocking: bytes of scores, probabilities and output
-// accumulators one query row costs over all G KV heads, and the query rows
-// per block that fit `budget_bytes` (at least 1, at most q_len).
+// The cuBLAS backend's GEMM operand types: Q and K in `qk` for S = Q K^T
+// (f.compute: Q and K converted to it when stored otherwise), P and V in
+// `pv` for O = P V: ProbabilityType(f), so f32 under EXACT (V widened
+// exactly, an f32 GEMM) and the 16-bit compute type under FAST.
+struct CublasTypes {
+  ElemType qk = ElemType::kF32;
+  ElemType pv = ElemType::kF32;
+};
+CublasTypes CublasTypesFor(const FlashParams& f);
+
+// cuBLAS backend blocking: bytes of scores, probabilities (elem_bytes each,
+// CublasTypes::pv) and output accumulators one query row costs over all G
+// KV heads, and the query rows per block that fit `budget_bytes` (at least
+// 1, at most q_len).
 int64_t CublasBytesPerQueryRow(int64_t num_kv_heads, int64_t kv_len, int64_t head_dim,
                                int64_t elem_bytes);
 int64_t CublasQueryBlock(int64_t q_len, int64_t bytes_per_row, int64_t budget_bytes);

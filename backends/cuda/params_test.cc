@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/kv_rows.h"
@@ -93,7 +94,8 @@ TEST(MakeFlashParamsTest, MixedTypesComputeInF32) {
   EXPECT_EQ(f->kv_type, ElemType::kBF16);
   EXPECT_TRUE(f->q_vec) << "f32 queries load as f32 vectors";
   EXPECT_FALSE(f->k_vec) << "bf16 keys convert element by element";
-  EXPECT_EQ(ComputeKindFor(DType::kF16, DType::kBF16), ComputeKind::kF32);
+  EXPECT_EQ(ComputeKindFor(DType::kF16, DType::kBF16, ComputeMode::kExact), ComputeKind::kF32);
+  EXPECT_FALSE(f->round_q || f->round_p) << "EXACT rounds nothing";
 }
 
 TEST(MakeFlashParamsTest, OptionalTensors) {
@@ -262,7 +264,7 @@ TEST(MakeFlashParamsTest, Int8ScalesDense) {
     EXPECT_EQ(s.c, 0);
     EXPECT_EQ(f->v_scale_stride.t, s.t);
   }
-  EXPECT_EQ(ComputeKindFor(DType::kF16, DType::kI8), ComputeKind::kF32);
+  EXPECT_EQ(ComputeKindFor(DType::kF16, DType::kI8, ComputeMode::kExact), ComputeKind::kF32);
 }
 
 // int8 pools: scales [num_pages, page_size, G] in the pool's roles.
@@ -283,6 +285,90 @@ TEST(MakeFlashParamsTest, Int8ScalesPaged) {
   EXPECT_EQ(f->k_scale_stride.h, 1);
   EXPECT_EQ(f->v_scale_stride.b, 32 * 2);
   EXPECT_EQ(f->page_shift, 5);
+}
+
+// Compute modes (config.proto compute): EXACT rounds nothing and keeps P in
+// f32; FAST with 16-bit K/V computes in K/V's type (Q rounded to it on load,
+// P rounded to it for a tensor-core / 16-bit-GEMM P.V); FAST with f32 K/V
+// has nothing to round; FAST with int8 K/V is refused (fast_kv_dtypes).
+TEST(MakeFlashParamsTest, ComputeModes) {
+  struct Case {
+    DType q, kv;
+    ComputeMode mode;
+    ComputeKind compute;
+    bool round;  // round_q and round_p
+    ElemType p_type;
+    const char* tag;
+  };
+  const ComputeMode kExact = ComputeMode::kExact, kFast = ComputeMode::kFast;
+  const ElemType f32 = ElemType::kF32, f16 = ElemType::kF16, bf16 = ElemType::kBF16;
+  const Case cases[] = {
+      {DType::kBF16, DType::kBF16, kExact, ComputeKind::kBF16, false, f32, "p=f32"},
+      {DType::kF16, DType::kF16, kExact, ComputeKind::kF16, false, f32, "p=f32"},
+      {DType::kF32, DType::kBF16, kExact, ComputeKind::kF32, false, f32, "p=f32"},
+      {DType::kF16, DType::kBF16, kExact, ComputeKind::kF32, false, f32, "p=f32"},
+      {DType::kF32, DType::kF32, kExact, ComputeKind::kF32, false, f32, "p=f32"},
+      {DType::kBF16, DType::kBF16, kFast, ComputeKind::kBF16, true, bf16, "p=bf16"},
+      {DType::kF16, DType::kF16, kFast, ComputeKind::kF16, true, f16, "p=f16"},
+      {DType::kF32, DType::kBF16, kFast, ComputeKind::kBF16, true, bf16, "q->bf16 p=bf16"},
+      {DType::kF32, DType::kF16, kFast, ComputeKind::kF16, true, f16, "q->f16 p=f16"},
+      {DType::kBF16, DType::kF16, kFast, ComputeKind::kF16, true, f16, "q->f16 p=f16"},
+      {DType::kF16, DType::kBF16, kFast, ComputeKind::kBF16, true, bf16, "q->bf16 p=bf16"},
+      {DType::kF32, DType::kF32, kFast, ComputeKind::kF32, false, f32, "p=f32"},
+      {DType::kBF16, DType::kF32, kFast, ComputeKind::kF32, false, f32, "p=f32"},
+  };
+  for (const Case& c : cases) {
+    AttentionProblem p = Gqa(Layout::kBHTD, c.q, c.kv);
+    p.compute = c.mode;
+    SCOPED_TRACE(testing::Message()
+                 << DTypeName(c.q) << "/" << DTypeName(c.kv) << " " << ComputeModeName(c.mode));
+    EXPECT_EQ(ComputeKindFor(c.q, c.kv, c.mode), c.compute);
+    auto data = ProblemData::Allocate(p);
+    ASSERT_TRUE(data.ok()) << data.status();
+    auto f = MakeFlashParams(p, data->args());
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(f->compute, c.compute);
+    EXPECT_EQ(f->round_q, c.round);
+    EXPECT_EQ(f->round_p, c.round);
+    EXPECT_EQ(ProbabilityType(*f), c.p_type);
+    EXPECT_EQ(ComputeTag(*f), c.tag);
+    // cuBLAS: Q.K in the compute type, P.V in P's type (f32 under EXACT).
+    const CublasTypes t = CublasTypesFor(*f);
+    EXPECT_EQ(t.qk, static_cast<ElemType>(c.compute));
+    EXPECT_EQ(t.pv, c.p_type);
+    // Q is vector-loaded only when stored in the tiles' type: a Q that FAST
+    // rounds converts element by element.
+    EXPECT_EQ(f->q_vec, DTypeName(c.q) == std::string(ElemTypeName(ElemType(c.compute))));
+  }
+  AttentionProblem int8 = Gqa(Layout::kBHTD, DType::kBF16, DType::kI8);
+  int8.compute = ComputeMode::kFast;
+  auto data = ProblemData::Allocate(int8);
+  ASSERT_TRUE(data.ok()) << data.status();
+  const auto refused = MakeFlashParams(int8, data->args());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  int8.compute = ComputeMode::kExact;
+  auto exact = MakeFlashParams(int8, data->args());
+  ASSERT_TRUE(exact.ok()) << exact.status();
+  EXPECT_EQ(ComputeTag(*exact), "p=f32");
+}
+
+// A ragged batch's launches keep the problem's compute mode.
+TEST(MakeFlashLaunchesTest, RaggedLaunchesKeepTheComputeMode) {
+  AttentionProblem p = Gqa(Layout::kBTHD, DType::kF16, DType::kF16);
+  p.batch = 2;
+  p.q_lengths = {5, 2};
+  p.kv_lengths = {9, 4};
+  p.compute = ComputeMode::kFast;
+  p.name = p.Id();
+  auto data = ProblemData::Allocate(p);
+  ASSERT_TRUE(data.ok()) << data.status();
+  auto launches = MakeFlashLaunches(p, data->args());
+  ASSERT_TRUE(launches.ok()) << launches.status();
+  ASSERT_EQ(launches->size(), 2u);
+  for (const FlashLaunch& l : *launches) {
+    EXPECT_TRUE(l.params.round_q && l.params.round_p);
+    EXPECT_EQ(ProbabilityType(l.params), ElemType::kF16);
+  }
 }
 
 TEST(MakeFlashParamsTest, QueriesMustBeFloat) {
