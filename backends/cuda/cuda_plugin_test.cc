@@ -1,11 +1,13 @@
 // The CUDA plugin through the registry's dlopen route. Without a usable GPU
 // every entry point must fail cleanly with the CUDA reason; with one, a small
-// GQA problem must match the fp64 reference on both backends, the serving
+// GQA problem must match the fp64 reference on both backends, 16-bit
+// problems in both compute modes (EXACT and FAST) on both, the serving
 // problems (paged, int8 and ragged) on "cuda", and the backward pass of
 // "cuda" the fp64 reference backward.
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -391,6 +393,150 @@ TEST_F(CudaPluginTest, ServingProblemsMatchReferenceOnGpu) {
     }
     if (p.kv_dtype == DType::kI8) {
       EXPECT_TRUE(absl::StrContains(info.kernel, "kv=i8")) << info.kernel;
+    }
+  }
+}
+
+// The compute modes (config.proto compute) on 16-bit problems: each runs
+// EXACT and FAST. EXACT must meet the oracle's fp32 bound (no rounding of P
+// granted), FAST the bound with P rounded to V's type and Q to K's; the run
+// info names what was rounded. Flash kernel (every head-dim bucket, masks,
+// extras, paged, ragged) and decode kernel (split-K), same and mixed types.
+std::vector<AttentionProblem> ComputeModeProblems() {
+  std::vector<AttentionProblem> out;
+  auto add = [&](AttentionProblem p) {
+    p.return_lse = true;
+    for (ComputeMode mode : {ComputeMode::kExact, ComputeMode::kFast}) {
+      p.compute = mode;
+      p.name = p.Id();
+      out.push_back(p);
+    }
+  };
+  const std::pair<DType, DType> kTypes[] = {
+      {DType::kBF16, DType::kBF16}, {DType::kF16, DType::kF16},  {DType::kF32, DType::kBF16},
+      {DType::kF32, DType::kF16},   {DType::kBF16, DType::kF16}, {DType::kF16, DType::kBF16}};
+  for (const auto& [q, kv] : kTypes) {
+    // Prefill, GQA 4, causal: the flash kernel with split-K.
+    AttentionProblem prefill = BasicProblem(2, 8, 2, 129, 257, 64);
+    prefill.dtype = q;
+    prefill.kv_dtype = kv;
+    prefill.mask = MaskKind::kCausal;
+    prefill.alignment = Alignment::kBottomRight;
+    add(prefill);
+    // Decode over a long cache: the decode kernel with split-K.
+    AttentionProblem decode = BasicProblem(1, 32, 8, 1, 4099, 128);
+    decode.dtype = q;
+    decode.kv_dtype = kv;
+    add(decode);
+  }
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    // Every head-dim bucket (16 and 80 padded), MHA and MQA.
+    for (int64_t d : {16, 80, 128, 256}) {
+      AttentionProblem p = BasicProblem(1, 12, d == 256 ? 2 : 12, 70, 300, d);
+      p.dtype = p.kv_dtype = t;
+      p.mask = d == 80 ? MaskKind::kSlidingWindow : MaskKind::kNone;
+      if (d == 80) p.window_left = 40;
+      p.alignment = Alignment::kBottomRight;
+      add(p);
+    }
+    // The extras: padding, dense mask, bias, softcap, NaN/Inf inputs, BTHD.
+    AttentionProblem extras = BasicProblem(2, 6, 2, 65, 200, 64);
+    extras.dtype = extras.kv_dtype = t;
+    extras.mask = MaskKind::kCausal;
+    extras.alignment = Alignment::kTopLeft;
+    extras.kv_lengths = {200, 77};
+    extras.additive_bias = extras.blocked_mask = true;
+    extras.softcap = 20.0f;
+    extras.nonfinite_inputs = 3;
+    extras.layout = Layout::kBTHD;
+    add(extras);
+  }
+  // Serving ("cuda" only): paged prefill, and a ragged batch mixing a
+  // prefill chunk (flash kernel) with decodes (decode kernel).
+  AttentionProblem paged = BasicProblem(2, 4, 2, 70, 300, 64);
+  paged.dtype = DType::kF32;
+  paged.kv_dtype = DType::kBF16;
+  paged.page_size = 32;
+  paged.num_pages = 12;
+  paged.kv_lengths = {300, 150};
+  paged.mask = MaskKind::kCausal;
+  paged.alignment = Alignment::kBottomRight;
+  add(paged);
+  AttentionProblem ragged = BasicProblem(4, 8, 2, 100, 600, 64);
+  ragged.dtype = ragged.kv_dtype = DType::kF16;
+  ragged.layout = Layout::kBTHD;
+  ragged.q_lengths = {100, 1, 0, 3};
+  ragged.kv_lengths = {300, 600, 7, 40};
+  ragged.mask = MaskKind::kCausal;
+  ragged.alignment = Alignment::kBottomRight;
+  add(ragged);
+  return out;
+}
+
+// Both backends compute FAST for 16-bit K/V and only there (int8 K/V runs
+// EXACT only on "cuda"). Runs without a GPU.
+TEST_F(CudaPluginTest, FastIsClaimedForSixteenBitKv) {
+  for (Backend* b : registry_.All()) {
+    const Capabilities caps = b->Caps();
+    EXPECT_EQ(caps.fast_kv_dtypes, (std::vector<DType>{DType::kF16, DType::kBF16})) << b->Name();
+    for (const AttentionProblem& p : ComputeModeProblems()) {
+      if (!CheckCapabilities(caps, p).ok()) {
+        EXPECT_TRUE(b->Name() == "cuda-cublas" && (p.is_paged() || p.is_ragged()))
+            << b->Name() << " " << p.name << ": " << CheckCapabilities(caps, p);
+      }
+    }
+    AttentionProblem f32 = SmallGqa(DType::kF32);
+    f32.compute = ComputeMode::kFast;
+    EXPECT_TRUE(CheckCapabilities(caps, f32).ok()) << "FAST is EXACT for f32 K/V";
+  }
+  auto flash = registry_.Find("cuda");
+  ASSERT_TRUE(flash.ok());
+  AttentionProblem int8 = SmallGqa(DType::kBF16);
+  int8.kv_dtype = DType::kI8;
+  EXPECT_TRUE(CheckCapabilities((*flash)->Caps(), int8).ok());
+  int8.compute = ComputeMode::kFast;
+  const absl::Status refused = CheckCapabilities((*flash)->Caps(), int8);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(absl::StrContains(refused.message(), "compute FAST")) << refused;
+}
+
+TEST_F(CudaPluginTest, ComputeModesMatchReferenceOnGpu) {
+  for (Backend* b : registry_.All()) {
+    if (!b->Available().ok()) {
+      ASSERT_TRUE(NotRequired(*b));
+      GTEST_SKIP() << b->Available();
+    }
+    const std::vector<AttentionProblem> problems = ComputeModeProblems();
+    for (size_t n = 0; n < problems.size(); ++n) {
+      const AttentionProblem& p = problems[n];
+      if (!CheckCapabilities(b->Caps(), p).ok()) continue;  // cuda-cublas: paged, ragged
+      ASSERT_TRUE(ValidateProblem(p).ok()) << p.name << ": " << ValidateProblem(p);
+      ASSERT_TRUE(b->Supports(p).ok()) << b->Name() << " " << p.name << ": " << b->Supports(p);
+      // The same inputs in both modes (problems come in EXACT, FAST pairs).
+      auto data = ProblemData::Random(p, 41 + static_cast<int>(n / 2));
+      ASSERT_TRUE(data.ok()) << data.status();
+      PoisonOutputs(*data);
+      RunInfo info;
+      const absl::Status run = RunOnBackend(b, p, *data, &info);
+      ASSERT_TRUE(run.ok()) << b->Name() << " " << p.name << ": " << run;
+      const Comparison c = CompareToReference(p, data->args(), ComputeReference(p, data->args()));
+      EXPECT_TRUE(c.ok()) << b->Name() << " [" << info.kernel << "] " << p.name << ": "
+                          << c.mismatches << " of " << c.checked << " outside the bound (error/"
+                          << "bound up to " << c.max_bound_fraction
+                          << "); first: " << c.first_failure;
+      // Provenance: EXACT never rounds P; FAST rounds P to V's type except in
+      // the decode kernel, and says when it rounded a Q of another type.
+      const std::string kv(DTypeName(p.kv_dtype));
+      const bool decode_only =
+          b->Name() == "cuda" && !p.is_ragged() && p.q_len * p.group_size() <= 16;
+      if (!p.fast()) {
+        EXPECT_TRUE(absl::StrContains(info.kernel, "p=f32")) << info.kernel;
+        EXPECT_FALSE(absl::StrContains(info.kernel, "q->")) << info.kernel;
+      } else {
+        EXPECT_TRUE(absl::StrContains(info.kernel, decode_only ? "p=f32" : "p=" + kv))
+            << info.kernel;
+        EXPECT_EQ(absl::StrContains(info.kernel, "q->" + kv), p.dtype != p.kv_dtype) << info.kernel;
+      }
     }
   }
 }
