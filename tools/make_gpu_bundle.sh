@@ -18,7 +18,8 @@ limit_mib=61
 
 tests=(//tests:conformance_test //tests:grad_conformance_test //tests:property_test
   //tests:diff_fuzz_test //tests:concurrency_test //backends/cuda:cuda_plugin_test
-  //backends/cuda:kernel_traits_test //backends/cuda:params_test //backends/cuda:tile_schedule_test)
+  //backends/cuda:kernel_traits_test //backends/cuda:params_test //backends/cuda:tile_schedule_test
+  //backends/cuda:flash_plan_test)
 others=(//tools:attnkit //benchmarks:cuda_bench //backends/cuda:libattnkit_cuda.so
   //backends/reference:libattnkit_reference_plugin.so //capi:libattnkit.so)
 # Linked as Bazel links the tests (our libraries as shared objects, copied

@@ -113,7 +113,7 @@ suite() {
     "$((SECONDS - t0))" "$verdict")")
 }
 
-suite cuda_unit 30 bash -c "'$here/bin/kernel_traits_test' && '$here/bin/params_test' && '$here/bin/tile_schedule_test'"
+suite cuda_unit 30 bash -c "'$here/bin/kernel_traits_test' && '$here/bin/params_test' && '$here/bin/tile_schedule_test' && '$here/bin/flash_plan_test'"
 suite cuda_plugin 60 "$here/bin/cuda_plugin_test" "$here/lib/libattnkit_cuda.so"
 # Case names: conformance .../<backend>_<problem>, property .../<backend>.
 suite conformance 150 "$here/bin/conformance_test" "${plugins[@]}" \
@@ -128,6 +128,25 @@ skip_flag=()
 ((allow_no_gpu)) && skip_flag=(--allow_skip)
 suite cli_check 30 "$here/bin/attnkit" check --plugins="$here/lib/libattnkit_cuda.so" \
   --backends=cuda,cuda-cublas,reference "${skip_flag[@]}"
+# Both compute modes on 16-bit problems, beside the conformance grid:
+# the default GQA causal prefill (flash kernel) and a split-K decode (decode
+# kernel), EXACT and FAST, same and mixed storage types. FAST's bound grants
+# P rounded to V's type and the reference rounds Q to K's; EXACT's grants
+# neither (fp32 arithmetic and O's rounding only). cuda_plugin_test's
+# ComputeModesMatchReferenceOnGpu runs more shapes in both modes.
+suite compute_modes 45 bash -c '
+  attnkit=$1 plugin=$2; shift 2; rc=0
+  for types in "BF16 BF16" "F16 F16" "F32 BF16" "BF16 F16"; do
+    read -r q kv <<< "$types"
+    for shape in "" "--config.q_len=1 --config.kv_len=4099"; do
+      for mode in EXACT FAST; do
+        echo "== check q=$q kv=$kv $mode ${shape:-prefill}"
+        "$attnkit" check --plugins="$plugin" --backends=cuda,cuda-cublas "$@" \
+          --config.dtype=$q --config.kv_dtype=$kv --config.compute=$mode $shape || rc=1
+      done
+    done
+  done
+  exit $rc' _ "$here/bin/attnkit" "$here/lib/libattnkit_cuda.so" "${skip_flag[@]}"
 # The Python package over the bundle's libattnkit.so (host part always; the
 # CUDA part with a GPU). Only CUDA's directories on the library path: the
 # package preloads the bundle's own libraries after torch has loaded its
