@@ -59,10 +59,12 @@ TEST(DiffFuzzTest, BoundedRunOverEveryBackendFindsNothing) {
   const FuzzReport report = FuzzBackends(GlobalRegistry().All(), options, [](const std::string& l) {
     std::printf("%s\n", l.c_str());
   });
-  std::printf("%lld problems, %lld runs, %lld unsupported\n", (long long)report.problems,
-              (long long)report.runs, (long long)report.unsupported);
+  std::printf("%lld problems (%lld compute fast), %lld runs, %lld unsupported\n",
+              (long long)report.problems, (long long)report.fast_problems, (long long)report.runs,
+              (long long)report.unsupported);
   EXPECT_EQ(report.problems, options.count);
   EXPECT_GT(report.runs, options.count);
+  EXPECT_GT(report.fast_problems, 0);
   ExpectEveryBackendRan(report, options.count);
   for (const FuzzFinding& f : report.findings) {
     ADD_FAILURE() << f.backend << ": " << f.message << "\n  " << f.command;
@@ -237,7 +239,125 @@ TEST(DiffFuzzTest, PlantedBugIsShrunkAndReproducedFromTheConfig) {
   EXPECT_EQ(config->page_size(), 0);
   EXPECT_EQ(config->q_lengths_size(), 0);
   EXPECT_NE(config->kv_dtype(), INT8);
+  EXPECT_NE(config->compute(), FAST);
   EXPECT_FALSE(CheckOnBackend(*config, &bug).ok());
+}
+
+// RandomConfig draws compute FAST for about a third of the problems with
+// 16-bit or int8 K/V, under every K/V type and serving feature, and never
+// where it would round nothing (f32 K/V).
+TEST(DiffFuzzTest, RandomConfigsDrawFastComputeWhereItCanRound) {
+  std::mt19937_64 rng(13);
+  std::set<DTypeProto> kv_types;
+  int could = 0, fast = 0, fast_paged = 0, fast_ragged = 0;
+  for (int n = 0; n < 600; ++n) {
+    const AttentionConfig c = RandomConfig(rng);
+    auto p = ProblemFromConfig(c);
+    ASSERT_TRUE(p.ok()) << p.status() << "\n" << ConfigToText(c);
+    could += p->kv_dtype != DType::kF32 ? 1 : 0;
+    if (!p->fast()) continue;
+    ++fast;
+    EXPECT_NE(p->kv_dtype, DType::kF32) << ConfigToText(c);
+    kv_types.insert(c.kv_dtype());
+    fast_paged += p->is_paged() ? 1 : 0;
+    fast_ragged += p->is_ragged() ? 1 : 0;
+  }
+  EXPECT_GT(fast, could / 5) << fast << " of " << could;
+  EXPECT_LT(fast, could / 2) << fast << " of " << could;
+  EXPECT_EQ(kv_types, (std::set<DTypeProto>{F16, BF16, INT8}));
+  EXPECT_GT(fast_paged, 0);
+  EXPECT_GT(fast_ragged, 0);
+}
+
+// The reference with no FAST K/V types in its capabilities (as blas): the
+// default Supports() refuses FAST over 16-bit and int8 K/V.
+class ExactOnlyBackend : public Backend {
+ public:
+  std::string Name() const override { return "exact-only"; }
+  std::string Description() const override { return "test double"; }
+  Capabilities Caps() const override {
+    Capabilities c = inner_->Caps();
+    c.fast_kv_dtypes.clear();
+    return c;
+  }
+
+ protected:
+  absl::Status ForwardImpl(const AttentionProblem& p, const AttentionArgs& a,
+                           RunInfo* info) override {
+    return inner_->Forward(p, a, info);
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_ = MakeReferenceBackend();
+};
+
+// A backend without FAST for a K/V type declines those problems through
+// Supports(): counted as unsupported, never as a mismatch; with f32 K/V
+// FAST is EXACT and it runs them.
+TEST(DiffFuzzTest, ABackendWithoutFastDeclinesItAsUnsupported) {
+  ExactOnlyBackend exact_only;
+  FuzzOptions options;
+  options.count = 40;
+  options.seed = 17;
+  options.repro_dir = TempDir();
+  options.compute = FuzzCompute::kFast;
+  const FuzzReport report = FuzzBackends({&exact_only}, options, nullptr);
+  EXPECT_EQ(report.fast_problems, 40);
+  ASSERT_EQ(report.per_backend.size(), 1u);
+  EXPECT_GT(report.per_backend[0].runs, 0);
+  EXPECT_GT(report.per_backend[0].unsupported, 0);
+  EXPECT_EQ(report.per_backend[0].mismatches, 0);
+  for (const FuzzFinding& f : report.findings) ADD_FAILURE() << f.message << "\n  " << f.command;
+  EXPECT_TRUE(RequireNamedBackendsRan(report, {"exact-only"}).ok());
+  options.compute = FuzzCompute::kExact;
+  const FuzzReport exact = FuzzBackends({&exact_only}, options, nullptr);
+  EXPECT_EQ(exact.fast_problems, 0);
+  EXPECT_EQ(exact.per_backend[0].unsupported, 0) << "it takes every EXACT problem";
+}
+
+// The reference, computing FAST (Q rounded to K's type) whatever it is
+// asked: right under FAST, wrong under EXACT where rounding Q changes it.
+class AlwaysFastBackend : public Backend {
+ public:
+  std::string Name() const override { return "always-fast"; }
+  std::string Description() const override { return "test double"; }
+  Capabilities Caps() const override { return inner_->Caps(); }
+
+ protected:
+  absl::Status ForwardImpl(const AttentionProblem& p, const AttentionArgs& a,
+                           RunInfo* info) override {
+    AttentionProblem fast = p;
+    fast.compute = ComputeMode::kFast;
+    return inner_->Forward(fast, a, info);
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_ = MakeReferenceBackend();
+};
+
+// EXACT is checked as EXACT: a backend that rounds Q regardless is found on
+// EXACT problems, and the shrunk reproduction keeps compute EXACT (unset),
+// under which it fails, and the K/V type that makes Q's rounding matter.
+TEST(DiffFuzzTest, RoundingQUnderExactIsFoundAndShrunk) {
+  AlwaysFastBackend bug;
+  FuzzOptions options;
+  options.count = 30;
+  options.seed = 19;
+  options.repro_dir = TempDir();
+  options.compute = FuzzCompute::kExact;
+  const FuzzReport report = FuzzBackends({&bug}, options, nullptr);
+  ASSERT_FALSE(report.findings.empty());
+  auto config = LoadConfigFile(report.findings[0].config_path);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_NE(config->compute(), FAST) << ConfigToText(*config);
+  EXPECT_NE(config->kv_dtype(), F32) << ConfigToText(*config);
+  EXPECT_FALSE(CheckOnBackend(*config, &bug).ok());
+  AttentionConfig fast = *config;
+  fast.set_compute(FAST);
+  EXPECT_TRUE(CheckOnBackend(fast, &bug).ok()) << "FAST permits the rounding";
+  // Every problem FAST: the same backend is right throughout.
+  options.compute = FuzzCompute::kFast;
+  EXPECT_TRUE(FuzzBackends({&bug}, options, nullptr).findings.empty());
 }
 
 // The reference behind a bug that only paged or int8 problems reach: it

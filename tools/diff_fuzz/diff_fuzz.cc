@@ -48,6 +48,7 @@ std::vector<AttentionConfig> Reductions(const AttentionConfig& c) {
     edit(r);
     if (r.SerializeAsString() != c.SerializeAsString()) out.push_back(r);
   };
+  add([](AttentionConfig& r) { r.clear_compute(); });  // EXACT
   add([](AttentionConfig& r) { r.set_nonfinite_inputs(0); });
   add([](AttentionConfig& r) { r.set_poison_blocked(false); });
   add([](AttentionConfig& r) { r.set_blocked_mask(false); });
@@ -178,7 +179,10 @@ FuzzReport RunFuzzCampaign(const std::vector<Backend*>& backends, const FuzzOpti
   for (int64_t n = 0; n < options.count; ++n) {
     AttentionConfig config = campaign.draw(rng);
     config.set_name(absl::StrFormat("%s-%d-%d", campaign.name_prefix, options.seed, n));
+    if (options.compute == FuzzCompute::kExact) config.clear_compute();
+    if (options.compute == FuzzCompute::kFast && !campaign.backward) config.set_compute(FAST);
     ++report.problems;
+    report.fast_problems += config.compute() == FAST ? 1 : 0;
     for (size_t bi = 0; bi < available.size(); ++bi) {
       Backend* b = available[bi];
       FuzzTally& tally = report.per_backend[bi];

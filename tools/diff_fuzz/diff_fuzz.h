@@ -31,10 +31,16 @@ AttentionConfig ShrinkWhile(const AttentionConfig& failing,
                             const std::function<bool(const AttentionConfig&)>& fails,
                             int max_steps = 400);
 
+// The compute mode of the problems: as drawn (RandomConfig), or every one
+// EXACT, or every one FAST (forward problems; f32 K/V included, where FAST
+// is EXACT and every backend must take it).
+enum class FuzzCompute { kDrawn, kExact, kFast };
+
 struct FuzzOptions {
   int64_t count = 100;             // problems to draw
   uint64_t seed = 1;               // the whole run follows from it
   std::string repro_dir = "/tmp";  // where shrunk configs are written
+  FuzzCompute compute = FuzzCompute::kDrawn;
 };
 
 struct FuzzFinding {
@@ -54,8 +60,9 @@ struct FuzzTally {
 
 struct FuzzReport {
   int64_t problems = 0;
-  int64_t runs = 0;         // (problem, backend) pairs that ran
-  int64_t unsupported = 0;  // pairs a working backend declined through Supports()
+  int64_t fast_problems = 0;  // of them, compute FAST
+  int64_t runs = 0;           // (problem, backend) pairs that ran
+  int64_t unsupported = 0;    // pairs a working backend declined through Supports()
   // The same per available backend, in the order given: a backend that
   // declines every problem shows here, where the sums above hide it.
   std::vector<FuzzTally> per_backend;
@@ -83,6 +90,7 @@ struct FuzzCampaign {
   std::string what;         // "" (forward) or "backward ", in messages
   std::string name_prefix;  // configs are named <prefix>-<seed>-<n>
   std::string check_flags;  // extra `attnkit check` flags of the repro line
+  bool backward = false;    // checks the backward pass, which is EXACT only
   std::function<AttentionConfig(std::mt19937_64& rng)> draw;
   // OK when the backend matches the reference or declines (*ran = false).
   std::function<absl::Status(const AttentionConfig&, Backend*, bool* ran)> check;

@@ -36,6 +36,7 @@ AttentionConfig RandomGradConfig(std::mt19937_64& rng, double max_work) {
     c.clear_q_lengths();
     c.set_return_lse(true);
     c.set_nonfinite_inputs(0);
+    c.clear_compute();  // the backward pass is EXACT
     // The edits keep a config valid but for rules on the dense form (none
     // today); draw again rather than hand the fuzzer an invalid one.
     if (ProblemFromConfig(c).ok()) return c;
@@ -85,6 +86,7 @@ FuzzReport FuzzBackendGradients(const std::vector<Backend*>& backends, const Fuz
   backward.what = "backward ";
   backward.name_prefix = "grad-fuzz";
   backward.check_flags = " --grad";
+  backward.backward = true;
   backward.draw = [](std::mt19937_64& rng) { return RandomGradConfig(rng); };
   backward.check = [](const AttentionConfig& c, Backend* b, bool* ran) {
     return CheckGradOnBackend(c, b, ran);
