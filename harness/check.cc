@@ -32,6 +32,7 @@ absl::StatusOr<CheckReport> RunCheck(const BackendRegistry& registry, const Atte
   CheckReport report;
   report.set_name(p.name);
   report.set_id(p.Id());
+  report.set_compute(std::string(ComputeModeName(p.compute)));
   *report.mutable_config() = ConfigForReport(config);
   report.set_seed(p.seed);
   report.mutable_attnkit()->set_version(AttnkitVersion());
@@ -95,7 +96,7 @@ absl::StatusOr<CheckReport> RunCheck(const BackendRegistry& registry, const Atte
 std::string FormatCheckTable(const CheckReport& report, bool wide) {
   std::string out =
       absl::StrCat("check ", report.id(), report.name().empty() ? "" : " (" + report.name() + ")",
-                   ", seed ", report.seed(), "\n");
+                   ", seed ", report.seed(), ", compute ", report.compute(), "\n");
   absl::StrAppendFormat(&out, "fp64 oracle computed in %.3f s", report.reference_s());
   const bool backward = report.config().backward();
   if (backward) {

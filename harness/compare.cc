@@ -248,6 +248,7 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
     ProblemResult* pr = report.add_problems();
     pr->set_name(p.name.empty() ? p.Id() : p.name);
     pr->set_id(p.Id());
+    pr->set_compute(std::string(ComputeModeName(p.compute)));
     *pr->mutable_config() = ConfigForReport(ConfigFromProblem(p));
     const CostReport cost = ComputeCost(p);
     pr->set_useful_flops(cost.useful_flops);

@@ -66,6 +66,10 @@ ABSL_FLAG(bool, grad, false,
           "check, compare, fuzz, ring: the backward pass too, as if the config said backward: true "
           "(check: gradients against the fp64 reference; compare: times the backward pass; "
           "fuzz: random dense problems' gradients)");
+ABSL_FLAG(std::string, compute, "",
+          "run, verify, check, compare, generate, fuzz: exact or fast, the config's compute "
+          "(fast: Q may be rounded to K's storage type and P to V's; fuzz: every problem in that "
+          "mode)");
 ABSL_FLAG(std::string, mask_convention, "attnkit",
           "run, verify: how --mask reads: attnkit (true = blocked) or torch (true = take part)");
 ABSL_FLAG(std::string, baseline, "", "compare: an earlier --json report; marks >10% slowdowns");
@@ -332,6 +336,7 @@ int main(int argc, char** argv) {
   options.html = absl::GetFlag(FLAGS_html);
   options.wide = absl::GetFlag(FLAGS_wide);
   options.grad = absl::GetFlag(FLAGS_grad);
+  options.compute = absl::GetFlag(FLAGS_compute);
   options.mask_convention = absl::GetFlag(FLAGS_mask_convention);
   options.baseline = absl::GetFlag(FLAGS_baseline);
   options.refresh = absl::GetFlag(FLAGS_refresh);

@@ -21,6 +21,9 @@ void WriteCaps(JsonWriter& w, const Capabilities& c) {
   w.Key("capabilities").BeginObject();
   NameArray(w, "dtypes", c.dtypes, DTypeName);
   NameArray(w, "kv_dtypes", c.kv_dtypes, DTypeName);
+  // compute FAST computes in the storage type for these K/V types; for the
+  // others (f32 too) a backend computes EXACT, and refuses FAST but for f32.
+  NameArray(w, "fast_kv_dtypes", c.fast_kv_dtypes, DTypeName);
   NameArray(w, "masks", c.masks, MaskKindName);
   NameArray(w, "alignments", c.alignments,
             [](Alignment a) { return a == Alignment::kTopLeft ? "top_left" : "bottom_right"; });

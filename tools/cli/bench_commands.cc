@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -136,6 +137,37 @@ absl::Status CompareCommand(const BackendRegistry& registry, const CliOptions& o
         }
       }
       problems = std::move(twins);
+    }
+    // --compute: every suite problem in that mode. One that cannot be (a
+    // training step under FAST), or that becomes another's twin (an EXACT
+    // problem and its FAST twin in the suite), is left out and said so.
+    ATTNKIT_ASSIGN_OR_RETURN(const std::optional<ComputeProto> mode,
+                             ParseComputeFlag(options.compute));
+    if (mode.has_value()) {
+      if (options.grad && mode == FAST) {
+        return absl::InvalidArgumentError(
+            "--compute=fast is for the forward pass; --grad times the backward pass, which is "
+            "exact");
+      }
+      std::vector<AttentionProblem> kept;
+      std::map<std::string, std::string> kept_ids;  // id -> the name kept
+      for (AttentionProblem p : problems) {
+        const std::string id = p.Id();
+        p.compute = mode == FAST ? ComputeMode::kFast : ComputeMode::kExact;
+        const absl::Status valid = ValidateProblem(p);
+        const auto twin = kept_ids.find(p.Id());
+        if (!valid.ok()) {
+          progress << "--compute=" << options.compute << ": " << id
+                   << " is left out: " << valid.message() << "\n";
+        } else if (twin != kept_ids.end()) {
+          progress << "--compute=" << options.compute << ": " << p.name
+                   << " is left out: it is now the same problem as " << twin->second << "\n";
+        } else {
+          kept_ids.emplace(p.Id(), p.name);
+          kept.push_back(std::move(p));
+        }
+      }
+      problems = std::move(kept);
     }
   }
   CompareReport baseline;

@@ -5,6 +5,7 @@
 #define ATTNKIT_TOOLS_CLI_COMMANDS_H_
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -37,6 +38,10 @@ struct CliOptions {
   std::string html;                   // compare: one self-contained page
   bool wide = false;                  // check, compare: tables at full width
   bool grad = false;  // check, compare, fuzz: the backward pass too (backward: true)
+  // run, verify, check, compare, generate: "exact" or "fast" (any case) sets
+  // the config's compute; fuzz: every problem in that mode; "" = the
+  // config's (fuzz: drawn).
+  std::string compute;
   std::string mask_convention = "attnkit";  // run: --mask true = blocked; "torch": true = take part
   std::string baseline;                     // compare: an earlier --json report
   bool refresh = false;                     // peak: re-measure instead of reading the cache
@@ -74,8 +79,14 @@ struct TrainOptions {
 };
 
 // The config of --config, or the built-in default when none is given, with
-// the --config.* flags applied in order (then --grad).
+// the --config.* flags applied in order (then --compute and --grad).
 absl::StatusOr<AttentionConfig> LoadCliConfig(const CliOptions& options);
+
+// --compute: "" (nullopt: leave the config's), "exact" or "fast" in any
+// case; InvalidArgument naming the flag, the value and both modes otherwise.
+absl::StatusOr<std::optional<ComputeProto>> ParseComputeFlag(const std::string& value);
+// Sets config's compute from options.compute (EXACT as unset, its default).
+absl::Status ApplyComputeFlag(const CliOptions& options, AttentionConfig* config);
 
 // check and fuzz: FailedPrecondition naming the backends `skipped` (each with
 // why) when --backends named them and --allow_skip was not given; `where`

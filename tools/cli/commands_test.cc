@@ -465,5 +465,211 @@ TEST(BackendsCommandTest, ListsCapabilities) {
   EXPECT_THAT(out.str(), HasSubstr("masks: none, causal, window"));
 }
 
+// --compute sets the config's compute over the file and the --config.*
+// flags (exact as unset, its default); --config.compute works as any field.
+TEST(LoadCliConfigTest, ComputeFlagSetsTheMode) {
+  CliOptions options;
+  options.config_flags = {{"dtype", "bf16", true}};
+  absl::StatusOr<AttentionConfig> c = LoadCliConfig(options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->compute(), COMPUTE_UNSPECIFIED);  // EXACT
+  for (const char* fast : {"fast", "FAST", "Fast"}) {
+    options.compute = fast;
+    c = LoadCliConfig(options);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->compute(), FAST) << fast;
+    EXPECT_THAT(ProblemFromConfig(*c)->Id(), ::testing::EndsWith("_bf16_fast"));
+  }
+  options.config_flags.push_back({"compute", "fast", true});
+  options.compute = "exact";  // after the --config.* flags
+  c = LoadCliConfig(options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->compute(), COMPUTE_UNSPECIFIED);
+  EXPECT_EQ(ProblemFromConfig(*c)->compute, ComputeMode::kExact);
+  options.compute.clear();  // --config.compute alone
+  c = LoadCliConfig(options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->compute(), FAST);
+
+  options.compute = "turbo";
+  const absl::Status bad = LoadCliConfig(options).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("--compute=turbo: use exact"));
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("or fast"));
+  // FAST is for the forward pass: a training step's check is refused.
+  options.compute = "fast";
+  options.grad = true;
+  options.backends = {"reference"};
+  std::ostringstream out;
+  EXPECT_THAT(std::string(CheckCommand(GlobalRegistry(), options, out).message()),
+              HasSubstr("compute (FAST) is for the forward pass only"));
+}
+
+// check --compute=fast: the id, the table's header and the JSON say which
+// mode ran; a backend that computes FAST passes, one that cannot refuses
+// ("unsupported", which --backends counts as not run).
+TEST(CheckCommandTest, ComputeFastIsReportedAndRefusedWhereUnsupported) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/check_fast.json";
+  CliOptions options;
+  options.config_flags = {{"dtype", "bf16", true}, {"q_len", "9", true}, {"kv_len", "40", true}};
+  options.backends = {"highway", "blas", "reference"};
+  options.compute = "fast";
+  options.json = path;
+  std::ostringstream out;
+  const absl::Status named = CheckCommand(GlobalRegistry(), options, out);
+  EXPECT_EQ(named.code(), absl::StatusCode::kFailedPrecondition) << named << out.str();
+  EXPECT_THAT(std::string(named.message()), HasSubstr("--backends named blas"));
+  EXPECT_THAT(out.str(),
+              HasSubstr("_bf16_fast (default-gqa-causal-prefill), seed 1, compute fast"));
+  EXPECT_THAT(out.str(), HasSubstr("unsupported: compute FAST with kv_dtype bf16"));
+
+  options.allow_skip = true;
+  out.str("");
+  const absl::Status s = CheckCommand(GlobalRegistry(), options, out);
+  ASSERT_TRUE(s.ok()) << s << out.str();
+  const absl::StatusOr<std::string> json = ReadFile(path);
+  ASSERT_TRUE(json.ok()) << json.status();
+  CheckReport report;
+  ASSERT_TRUE(ProtoFromJson(*json, path, &report).ok()) << *json;
+  EXPECT_EQ(report.compute(), "fast");
+  EXPECT_EQ(report.config().compute(), FAST);
+  EXPECT_THAT(report.id(), ::testing::EndsWith("_fast"));
+  ASSERT_EQ(report.results_size(), 3);
+  EXPECT_EQ(report.results(0).status(), "pass") << report.results(0).detail();
+  EXPECT_EQ(report.results(1).status(), "unsupported");
+  EXPECT_THAT(report.results(1).detail(), HasSubstr("supported: exact only"));
+  EXPECT_EQ(report.results(2).status(), "pass") << report.results(2).detail();
+
+  // The default is exact, and says so; blas runs it.
+  options.compute.clear();
+  out.str("");
+  ASSERT_TRUE(CheckCommand(GlobalRegistry(), options, out).ok()) << out.str();
+  EXPECT_THAT(out.str(), HasSubstr("seed 1, compute exact"));
+  ASSERT_TRUE(ProtoFromJson(*ReadFile(path), path, &report).ok());
+  EXPECT_EQ(report.compute(), "exact");
+  EXPECT_THAT(report.id(), ::testing::Not(::testing::EndsWith("_fast")));
+  EXPECT_EQ(report.results(1).status(), "pass") << report.results(1).detail();
+}
+
+// run --compute=fast reaches the backend: its output passes verify under
+// FAST's bound and not under EXACT's (Q was rounded to bf16 before Q.K).
+TEST_F(RunCommandTest, ComputeFastRunsAndVerifiesUnderItsBound) {
+  const AttentionProblem p = Prepare(
+      "num_heads: 4 num_kv_heads: 2 head_dim: 64 q_len: 9 kv_len: 33 kv_dtype: BF16 "
+      "mask { kind: CAUSAL } alignment: BOTTOM_RIGHT");
+  options_.backend = "highway";
+  options_.compute = "fast";
+  std::ostringstream out;
+  options_.json = "-";
+  ASSERT_TRUE(RunCommand(GlobalRegistry(), options_, out).ok()) << out.str();
+  EXPECT_THAT(out.str(), HasSubstr("\"id\": \"" + p.Id() + "_fast\""));
+  EXPECT_THAT(out.str(), HasSubstr("\"compute\": \"FAST\""));
+  options_.json.clear();
+  options_.o = Path("o.npy");
+  out.str("");
+  const absl::Status fast = VerifyCommand(options_, out);
+  EXPECT_TRUE(fast.ok()) << fast << out.str();
+  options_.compute = "exact";
+  const absl::Status exact = VerifyCommand(options_, out);
+  EXPECT_EQ(exact.code(), absl::StatusCode::kFailedPrecondition) << exact;
+
+  // A backend that computes only EXACT refuses FAST with bf16 K/V, by name.
+  options_.compute = "fast";
+  options_.backend = "blas";
+  const absl::Status blas = RunCommand(GlobalRegistry(), options_, out);
+  EXPECT_EQ(blas.code(), absl::StatusCode::kUnimplemented) << blas;
+  EXPECT_THAT(std::string(blas.message()), HasSubstr("compute FAST with kv_dtype bf16"));
+  options_.compute = "quick";
+  EXPECT_THAT(std::string(RunCommand(GlobalRegistry(), options_, out).message()),
+              HasSubstr("--compute=quick: use exact"));
+}
+
+// compare --compute=fast: the problem's record says the mode, and a backend
+// without FAST for the K/V type is not run ("unsupported").
+TEST(CompareCommandTest, ComputeFastIsInTheRecords) {
+  CliOptions options;
+  options.config_flags = {{"num_heads", "2", true}, {"num_kv_heads", "1", true},
+                          {"head_dim", "16", true}, {"q_len", "8", true},
+                          {"kv_len", "8", true},    {"dtype", "bf16", true}};
+  options.compute = "fast";
+  options.backends = {"highway", "blas"};
+  options.threads = 1;
+  options.json = "-";
+  std::ostringstream out, progress;
+  ASSERT_TRUE(CompareCommand(GlobalRegistry(), options, out, progress).ok()) << out.str();
+  CompareReport report;
+  ASSERT_TRUE(ProtoFromJson(out.str(), "compare", &report).ok()) << out.str();
+  ASSERT_EQ(report.problems_size(), 1);
+  const ProblemResult& p = report.problems(0);
+  EXPECT_EQ(p.compute(), "fast");
+  EXPECT_EQ(p.config().compute(), FAST);
+  EXPECT_THAT(p.id(), ::testing::EndsWith("_bf16_fast"));
+  for (const BackendResult& r : p.results()) {
+    EXPECT_EQ(r.status(), r.backend() == "blas" ? "unsupported" : "ok")
+        << r.backend() << ": " << r.detail();
+  }
+  options.grad = true;
+  options.config_flags.clear();  // the suite
+  EXPECT_THAT(std::string(CompareCommand(GlobalRegistry(), options, out, progress).message()),
+              HasSubstr("--compute=fast is for the forward pass"));
+}
+
+// fuzz: --compute fixes every problem's mode, else it is drawn; the JSON
+// counts the FAST problems. A backend without FAST for a K/V type declines
+// those problems (unsupported), which is no mismatch.
+TEST(FuzzCommandTest, ComputeModeIsDrawnOrFixed) {
+  CliOptions options;
+  options.backends = {"highway", "blas"};
+  options.count = 40;
+  options.seed = 5;
+  options.repro_dir = testing::TempDir();
+  options.json = "-";
+  const auto fuzz = [&options](std::string* json) {
+    std::ostringstream out;
+    const absl::Status s = FuzzCommand(GlobalRegistry(), options, out);
+    *json = out.str();
+    return s;
+  };
+  std::string json;
+  ASSERT_TRUE(fuzz(&json).ok()) << json;
+  EXPECT_THAT(json, HasSubstr("\"compute\": \"drawn\""));
+  EXPECT_THAT(json, ::testing::Not(HasSubstr("\"fast_problems\": 0,")));
+  EXPECT_THAT(json, ::testing::Not(HasSubstr("\"fast_problems\": 40,")));
+  EXPECT_THAT(json, HasSubstr("\"mismatches\": []"));
+  options.compute = "fast";
+  ASSERT_TRUE(fuzz(&json).ok()) << json;
+  EXPECT_THAT(json, HasSubstr("\"fast_problems\": 40,"));
+  EXPECT_THAT(json, HasSubstr("\"mismatches\": []"));
+  options.compute = "exact";
+  ASSERT_TRUE(fuzz(&json).ok()) << json;
+  EXPECT_THAT(json, HasSubstr("\"fast_problems\": 0,"));
+  options.compute = "fast";
+  options.grad = true;
+  EXPECT_THAT(std::string(fuzz(&json).message()),
+              HasSubstr("--compute=fast is for the forward pass"));
+  options.grad = false;
+  options.compute = "slow";
+  EXPECT_EQ(fuzz(&json).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Each backend's FAST K/V types, as text and as data.
+TEST(BackendsCommandTest, ListsTheComputeModes) {
+  std::ostringstream out;
+  CliOptions options;
+  ASSERT_TRUE(BackendsCommand(GlobalRegistry(), options, out).ok());
+  EXPECT_THAT(out.str(), HasSubstr("compute: exact; fast for kv dtypes f16, bf16, i8"));
+  const std::string text = out.str();
+  const size_t blas = text.find("blas: ");
+  ASSERT_NE(blas, std::string::npos) << text;
+  const size_t compute = text.find("  compute: ", blas);
+  ASSERT_NE(compute, std::string::npos) << text;
+  EXPECT_EQ(text.substr(compute, text.find('\n', compute) - compute), "  compute: exact");
+  options.json = "-";
+  out.str("");
+  ASSERT_TRUE(BackendsCommand(GlobalRegistry(), options, out).ok());
+  EXPECT_THAT(out.str(), HasSubstr("\"fast_kv_dtypes\": [\n"));
+  EXPECT_THAT(out.str(), HasSubstr("\"fast_kv_dtypes\": []"));
+}
+
 }  // namespace
 }  // namespace attnkit

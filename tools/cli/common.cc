@@ -1,3 +1,4 @@
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
@@ -14,8 +15,31 @@ absl::StatusOr<AttentionConfig> LoadCliConfig(const CliOptions& options) {
                                ? ParseConfigText(kDefaultConfigText, "<built-in default>")
                                : LoadConfigFile(options.config));
   ATTNKIT_RETURN_IF_ERROR(ApplyConfigFlags(options.config_flags, "", &config));
+  ATTNKIT_RETURN_IF_ERROR(ApplyComputeFlag(options, &config));
   if (options.grad) config.set_backward(true);
   return config;
+}
+
+absl::StatusOr<std::optional<ComputeProto>> ParseComputeFlag(const std::string& value) {
+  if (value.empty()) return std::nullopt;
+  const std::string mode = absl::AsciiStrToLower(value);
+  if (mode == "exact") return EXACT;
+  if (mode == "fast") return FAST;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--compute=", value,
+      ": use exact (products of exactly widened storage values) or fast (Q may be rounded to "
+      "K's storage type and P to V's; see config.proto compute)"));
+}
+
+absl::Status ApplyComputeFlag(const CliOptions& options, AttentionConfig* config) {
+  ATTNKIT_ASSIGN_OR_RETURN(const std::optional<ComputeProto> mode,
+                           ParseComputeFlag(options.compute));
+  if (mode == FAST) {
+    config->set_compute(FAST);
+  } else if (mode == EXACT) {
+    config->clear_compute();
+  }
+  return absl::OkStatus();
 }
 
 absl::Status EmitJson(const CliOptions& options, const std::string& json, std::ostream& out) {

@@ -16,10 +16,19 @@ absl::Status FuzzCommand(const BackendRegistry& registry, const CliOptions& opti
   if (options.count < 1) {
     return absl::InvalidArgumentError(absl::StrFormat("--count (%d) must be >= 1", options.count));
   }
+  ATTNKIT_ASSIGN_OR_RETURN(const std::optional<ComputeProto> mode,
+                           ParseComputeFlag(options.compute));
+  if (options.grad && mode == FAST) {
+    return absl::InvalidArgumentError(
+        "--compute=fast is for the forward pass; --grad fuzzes the backward pass, which is exact");
+  }
   FuzzOptions fuzz;
   fuzz.count = options.count;
   fuzz.seed = options.seed;
   fuzz.repro_dir = options.repro_dir;
+  fuzz.compute = !mode.has_value() ? FuzzCompute::kDrawn
+                 : *mode == FAST   ? FuzzCompute::kFast
+                                   : FuzzCompute::kExact;
   const auto start = std::chrono::steady_clock::now();
   const bool quiet = JsonToStdout(options);  // --json=-: the report alone
   const auto say = [&](const std::string& line) {
@@ -37,10 +46,12 @@ absl::Status FuzzCommand(const BackendRegistry& registry, const CliOptions& opti
   WriteBuildInfo(w);
   w.Field("seed", static_cast<int64_t>(options.seed)).Field("count", options.count);
   w.Field("pass", options.grad ? "backward" : "forward");
+  w.Field("compute", !mode.has_value() ? "drawn" : *mode == FAST ? "fast" : "exact");
   w.Key("backends").BeginArray();
   for (Backend* b : backends) w.String(b->Name());
   w.EndArray();
-  w.Field("problems", report.problems).Field("runs", report.runs);
+  w.Field("problems", report.problems).Field("fast_problems", report.fast_problems);
+  w.Field("runs", report.runs);
   w.Field("unsupported", report.unsupported);
   w.Key("per_backend").BeginArray();
   for (const FuzzTally& t : report.per_backend) {
@@ -66,10 +77,11 @@ absl::Status FuzzCommand(const BackendRegistry& registry, const CliOptions& opti
                              t.unsupported, t.mismatches);
     }
     out << absl::StrFormat(
-        "fuzz%s: %d problems (seed %d), %d backend runs, %d unsupported, %d unavailable "
-        "backends, %d mismatches, %.1f s\n",
-        options.grad ? " --grad" : "", report.problems, options.seed, report.runs,
-        report.unsupported, report.unavailable.size(), report.findings.size(), seconds);
+        "fuzz%s: %d problems (%d compute fast; seed %d), %d backend runs, %d unsupported, %d "
+        "unavailable backends, %d mismatches, %.1f s\n",
+        options.grad ? " --grad" : "", report.problems, report.fast_problems, options.seed,
+        report.runs, report.unsupported, report.unavailable.size(), report.findings.size(),
+        seconds);
   }
   if (!report.findings.empty()) {
     return absl::FailedPreconditionError(absl::StrFormat(

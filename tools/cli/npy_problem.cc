@@ -166,6 +166,7 @@ absl::StatusOr<NpyProblem> LoadNpyProblem(const CliOptions& options, bool want_l
   if (options.config.empty()) {
     ATTNKIT_ASSIGN_OR_RETURN(config, InferConfigFromArrays(options.q, options.k));
     ATTNKIT_RETURN_IF_ERROR(ApplyConfigFlags(options.config_flags, "", &config));
+    ATTNKIT_RETURN_IF_ERROR(ApplyComputeFlag(options, &config));
     inferred = ConfigToText(config);
   } else {
     ATTNKIT_ASSIGN_OR_RETURN(config, LoadCliConfig(options));
