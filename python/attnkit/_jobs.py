@@ -39,12 +39,13 @@ class CheckReport:
     "fail", "error", "unavailable", "unsupported"), detail, max_abs_err,
     max_rel_err, max_lse_err, max_bound, max_bound_fraction (the largest error
     as a fraction of the oracle's bound; 1 = at the limit), checked,
-    mismatches, time_ms)."""
+    mismatches, time_ms). compute: the mode checked, "exact" or "fast"."""
 
     def __init__(self, report):
         self.report = report  # the JSON report as a dict
         self.id = report["id"]
         self.name = report["name"]
+        self.compute = report.get("compute", "exact")
         self.seed = report["seed"]
         self.config = AttentionConfig.from_dict(report["config"])
         self.results = report["results"]
@@ -77,7 +78,8 @@ class CheckReport:
             )
         title = f"check {self.id}" + (f" ({self.name})" if self.name else "")
         header = ["backend", "kernel", "result", "max abs err", "err/bound", "ms", "detail"]
-        return f"**{title}**, seed {self.seed}\n\n" + _markdown_table(header, rows)
+        return (f"**{title}**, seed {self.seed}, compute {self.compute}\n\n" +
+                _markdown_table(header, rows))
 
     def __repr__(self):
         summary = ", ".join(f"{r['backend']}: {r['status']}" for r in self.results)
@@ -104,7 +106,8 @@ class CompareReport:
     """What attnkit.compare() measured: `report` is exactly the JSON of
     `attnkit compare --json` (machine fingerprint, limits measured in the same
     run, flop convention, per problem the results of every backend); records()
-    flattens it into one dict per (problem, backend)."""
+    flattens it into one dict per (problem, backend), with the problem's
+    compute mode ("exact" or "fast")."""
 
     def __init__(self, report):
         self.report = report
@@ -117,7 +120,8 @@ class CompareReport:
         for p in self.problems:
             for r in p["results"]:
                 rows.append(dict(r, problem=p["name"] or p["id"], id=p["id"],
-                                 memory_bound=p["memory_bound"]))
+                                 memory_bound=p["memory_bound"],
+                                 compute=p.get("compute", "exact")))
         return rows
 
     def to_json(self):

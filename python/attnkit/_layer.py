@@ -8,6 +8,7 @@ import numpy as np
 
 from . import _arrays
 from . import _capi
+from . import _ops
 from ._config import AttentionConfig
 
 _WEIGHTS = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo")
@@ -169,8 +170,12 @@ class MultiHeadAttention:
     wq [H*d, D], wk and wv [G*d, D], wo [D, H*d]; initialised from `seed` like
     nn.Linear, or loaded with load_state_dict(). causal=True or window=(left,
     right) masks the scores (bottom-right aligned with a cache). `config` (an
-    AttentionConfig) gives every option at once instead. One call at a time per
-    layer (its workspaces are reused): use a layer per thread.
+    AttentionConfig) gives every option at once instead. compute="fast" lets
+    the attention round the queries to the cache's storage type (and the
+    weights to the values'); it matters for an f16, bf16 or i8 cache, and a
+    backend that cannot (capabilities' fast_kv_dtypes) refuses those calls.
+    None: the config's compute, else "exact". One call at a time per layer
+    (its workspaces are reused): use a layer per thread.
     """
 
     def __init__(
@@ -186,8 +191,11 @@ class MultiHeadAttention:
         backend="auto",
         seed=0,
         config=None,
+        compute=None,
     ):
         self._handle = None
+        if compute is not None:
+            _ops.compute_code(compute)  # ValueError for anything but exact or fast
         if config is None:
             if model_dim is None or num_heads is None:
                 raise ValueError("give model_dim and num_heads, or config=AttentionConfig(...)")
@@ -214,6 +222,8 @@ class MultiHeadAttention:
                 mask={"kind": mask, "window_left": left, "window_right": right},
                 backend=backend,
             )
+        if compute is not None:
+            config = config.replace(compute=compute.upper())
         self.config = config
         self.model_dim = config.model_dim or config.num_heads * config.head_dim
         self.bias = bool(bias)
@@ -317,4 +327,5 @@ class MultiHeadAttention:
         c = self.config
         return (f"MultiHeadAttention(model_dim={self.model_dim}, num_heads={c.num_heads}, "
                 f"num_kv_heads={c.num_kv_heads or c.num_heads}, head_dim={c.head_dim}, "
-                f"mask={c.mask.kind}, backend={c.backend or 'auto'!r})")
+                f"mask={c.mask.kind}, backend={c.backend or 'auto'!r}, "
+                f"compute={'fast' if c.compute == 'FAST' else 'exact'!r})")

@@ -15,6 +15,18 @@ _last = threading.local()
 # attnkit dtype code -> torch dtype name, for the float tensors made here.
 _TORCH_DTYPES = {_capi.F32: "float32", _capi.F16: "float16", _capi.BF16: "bfloat16"}
 
+# compute= names -> ATTNKIT_COMPUTE_* (config.proto's EXACT and FAST).
+_COMPUTE_MODES = {"exact": _capi.COMPUTE_EXACT, "fast": _capi.COMPUTE_FAST}
+
+
+def compute_code(compute):
+    """The C API's code for compute= ("exact" or "fast", in any case);
+    ValueError naming the argument, the value and the allowed ones."""
+    code = _COMPUTE_MODES.get(compute.lower()) if isinstance(compute, str) else None
+    if code is None:
+        raise ValueError(f"compute must be 'exact' or 'fast'; got {compute!r}")
+    return code
+
 
 def last_run():
     """What the calling thread's last attnkit call ran: a dict with backend,
@@ -50,6 +62,9 @@ def _caps_dict(c):
         "deterministic": bool(c.deterministic),
         "paged_kv": bool(c.paged_kv),
         "ragged": bool(c.ragged),
+        # The K/V types for which compute="fast" computes in the storage type
+        # (for the others, and f32, it runs exact).
+        "fast_kv_dtypes": names(c.fast_kv_dtypes, _capi.DTYPE_NAMES),
         # What the backward pass (attnkit_backward) takes.
         "backward": {
             "supported": bool(c.bwd_supported),
@@ -244,7 +259,7 @@ class _Sdpa:
     lse and the gradients."""
 
     def __init__(self, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-                 backend):
+                 backend, compute="exact"):
         if dropout_p != 0.0:
             raise NotImplementedError(
                 f"dropout_p={dropout_p}: attnkit computes attention without dropout; pass "
@@ -252,6 +267,7 @@ class _Sdpa:
             )
         if attn_mask is not None and is_causal:
             raise ValueError("attn_mask and is_causal=True cannot be set together (as in PyTorch)")
+        compute = compute_code(compute)
         q, q4, qs = _operand4(query, "query")
         k, k4, ks = _operand4(key, "key")
         v, v4, vs = _operand4(value, "value")
@@ -288,6 +304,7 @@ class _Sdpa:
         if is_causal:
             p.mask = _capi.MASK_CAUSAL
             p.alignment = _capi.ALIGN_TOP_LEFT
+        p.compute = compute
         call.set("q", q, q4, qs)
         call.set("k", k, k4, ks)
         call.set("v", v, v4, vs)
@@ -390,6 +407,7 @@ class _Sdpa:
         q, k, v, call = self.q, self.k, self.v, self.call
         if mask_grad and not self.has_bias:
             raise ValueError("mask_grad needs a float attn_mask (an additive bias)")
+        call.problem.compute = _capi.COMPUTE_EXACT  # the backward pass is exact
         call.problem.return_lse = 1
         o, o_view = self._input_like(out, "out", q.shape, q.code, _as4)
         call.set("o", o, *o_view)
@@ -434,6 +452,7 @@ def scaled_dot_product_attention(
     *,
     backend="auto",
     return_lse=False,
+    compute="exact",
 ):
     """torch.nn.functional.scaled_dot_product_attention's semantics on numpy
     arrays or torch tensors, on any attnkit backend.
@@ -448,6 +467,14 @@ def scaled_dot_product_attention(
     row with no key), which scaled_dot_product_attention_backward takes.
     last_run() says what ran.
 
+    compute: "exact" (every product of exactly widened storage values) or
+    "fast", which lets the backend round the query to the keys' storage
+    type before Q.K, and the attention weights to the values' before P.V
+    (core/fast_compute.h); it changes nothing when key and value are f32,
+    and a backend that does not list the K/V dtype in its capabilities'
+    fast_kv_dtypes refuses it (NotImplementedError). "fast" is for the
+    forward pass: not with inputs that require grad.
+
     Differentiable: when a torch tensor among query, key, value (or a float
     attn_mask) requires grad and grad mode is on, the output is an autograd
     node whose backward runs attnkit's backward pass (attnkit_backward):
@@ -459,11 +486,17 @@ def scaled_dot_product_attention(
     backward pass has no derivative of its own.
     """
     if _wants_grad(query, key, value, attn_mask):
+        if compute_code(compute) != _capi.COMPUTE_EXACT:
+            raise ValueError(
+                "compute='fast' is for the forward pass only and an input requires grad: use "
+                "compute='exact', or call under torch.no_grad()"
+            )
         from . import _autograd
 
         return _autograd.sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale,
                               enable_gqa, backend, return_lse)
-    sdpa = _Sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, backend)
+    sdpa = _Sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, backend,
+                 compute)
     o, lse = sdpa.forward(return_lse)
     return (o, lse) if return_lse else o
 
@@ -537,6 +570,7 @@ def attention(
     layout="BHTD",
     return_lse=False,
     backend="auto",
+    compute="exact",
 ):
     """Everything the attnkit config can express.
 
@@ -548,13 +582,15 @@ def attention(
     blocked_mask: bool/uint8 broadcastable to [B, H, Tq, Tk], True = blocked
     (attnkit's convention; the SDPA function takes PyTorch's). bias: float,
     same shape, added to the scores. softcap > 0: s = softcap * tanh(s /
-    softcap). Returns o (q's dtype and kind), and lse [B, H, Tq] (float32)
-    with return_lse.
+    softcap). compute: "exact" or "fast" (q may be rounded to k's storage
+    type and the weights to v's; see scaled_dot_product_attention). Returns
+    o (q's dtype and kind), and lse [B, H, Tq] (float32) with return_lse.
     """
     if layout not in ("BHTD", "BTHD"):
         raise ValueError(f"layout must be 'BHTD' or 'BTHD'; got {layout!r}")
     if alignment not in ("bottom_right", "top_left"):
         raise ValueError(f"alignment must be 'bottom_right' or 'top_left'; got {alignment!r}")
+    compute = compute_code(compute)
     ops = [_arrays.as_operand(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
     for op, n in zip(ops, "qkv"):
         if op.ndim != 4:
@@ -577,6 +613,7 @@ def attention(
     p.alignment = _capi.ALIGN_BOTTOM_RIGHT if alignment == "bottom_right" else _capi.ALIGN_TOP_LEFT
     p.scale = 1.0 / math.sqrt(q4[3]) if scale is None else float(scale)
     p.softcap = float(softcap)
+    p.compute = compute
     if window is not None:
         if causal:
             raise ValueError("pass either causal=True or window=(left, right), not both")

@@ -105,6 +105,7 @@ class _Problem:
             kv_lengths=cfg.kv_lengths or None,
             softcap=cfg.softcap,
             scale=cfg.scale,
+            compute="fast" if cfg.compute == "FAST" else "exact",
         )
         self.torch_skip = None
         if torch is not None:

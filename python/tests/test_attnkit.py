@@ -5,6 +5,7 @@ are compared with torch's SDPA as well."""
 
 import ctypes
 import json
+import re
 import threading
 import time
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 import attnkit
-from attnkit import _capi, _ops
+from attnkit import _arrays, _capi, _ops
 
 RNG = np.random.default_rng(7)
 
@@ -298,3 +299,112 @@ def test_structs_are_built_from_the_library_layouts():
             cname.encode()
         )
     assert _capi.lib.attnkit_struct_layout(b"attnkit_nothing") is None
+
+
+# ---- compute modes -------------------------------------------------------------
+
+
+def bf16_codec(monkeypatch):
+    """(to_bf16, from_bf16): float32 arrays to arrays attnkit reads as bf16
+    and back. ml_dtypes.bfloat16 when it is installed; otherwise uint16
+    arrays holding bf16 bits, registered as attnkit's bf16 for this test
+    (numpy has no bfloat16 of its own)."""
+    if _arrays._NP_BF16 is not None:
+        return (lambda x: np.asarray(x, np.float32).astype(_arrays._NP_BF16),
+                lambda a: np.asarray(a).astype(np.float32))
+    u16 = np.dtype(np.uint16)
+    monkeypatch.setitem(_arrays._NP_CODES, u16.num, _capi.BF16)
+    monkeypatch.setitem(_arrays._NP_DTYPES, _capi.BF16, u16)
+
+    def to_bf16(x):  # round to nearest even, as the library does
+        u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+    def from_bf16(a):
+        return (np.asarray(a).astype(np.uint32) << 16).view(np.float32)
+
+    return to_bf16, from_bf16
+
+
+def test_fast_compute_bf16_on_highway_matches_fp64(monkeypatch):
+    to_bf16, from_bf16 = bf16_codec(monkeypatch)
+    q = rand(2, 8, 33, 64)
+    k, v = to_bf16(rand(2, 2, 70, 64)), to_bf16(rand(2, 2, 70, 64))
+    kf, vf = from_bf16(k), from_bf16(v)
+    want = ref_sdpa(q, kf, vf, is_causal=True)
+    # FAST may round Q to K's type before Q.K: against the reference of the
+    # rounded Q only P's rounding to bf16 is left (at most 2^-8 of a weight).
+    want_rounded_q = ref_sdpa(from_bf16(to_bf16(q)), kf, vf, is_causal=True)
+    # f32 queries over a bf16 cache.
+    fast = attnkit.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=True, backend="highway", compute="fast")
+    assert attnkit.last_run()["backend"] == "highway"
+    assert fast.dtype == np.float32
+    np.testing.assert_allclose(fast, want_rounded_q, atol=4e-3)
+    np.testing.assert_allclose(fast, want, atol=1.5e-2)
+    exact = attnkit.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=True, backend="highway", compute="exact")
+    np.testing.assert_allclose(exact, want, rtol=1e-4, atol=2e-5)
+    assert not np.array_equal(fast, exact), "compute='fast' did not reach the backend"
+    # Everything in bf16 (O too), through attention() as well.
+    qb = to_bf16(q)
+    for o in (
+        attnkit.scaled_dot_product_attention(qb, k, v, is_causal=True, enable_gqa=True,
+                                             backend="highway", compute="fast"),
+        attnkit.attention(qb, k, v, causal=True, alignment="top_left", backend="highway",
+                          compute="fast"),
+    ):
+        assert o.dtype == qb.dtype
+        np.testing.assert_allclose(from_bf16(o), want_rounded_q, atol=8e-3)
+        np.testing.assert_allclose(from_bf16(o), want, atol=1.5e-2)
+
+
+def test_fast_compute_is_refused_where_a_backend_cannot(monkeypatch):
+    to_bf16, _ = bf16_codec(monkeypatch)
+    q, k, v = rand(1, 2, 5, 16), to_bf16(rand(1, 2, 9, 16)), to_bf16(rand(1, 2, 9, 16))
+    caps = {b["name"]: b["capabilities"] for b in attnkit.backends()}
+    assert {"bf16", "f16", "i8"} <= set(caps["highway"]["fast_kv_dtypes"])
+    assert caps["blas"]["fast_kv_dtypes"] == []
+    with pytest.raises(NotImplementedError, match="compute FAST with kv_dtype bf16"):
+        attnkit.scaled_dot_product_attention(q, k, v, backend="blas", compute="fast")
+    # With f32 K/V there is nothing to round: FAST is EXACT and blas runs it.
+    kf = rand(1, 2, 9, 16)
+    o = attnkit.scaled_dot_product_attention(q, kf, kf, backend="blas", compute="fast")
+    np.testing.assert_allclose(o, ref_sdpa(q, kf, kf), rtol=1e-4, atol=2e-5)
+
+
+def test_compute_bad_values_are_refused_with_the_allowed_ones():
+    q = rand(1, 2, 4, 16)
+    for bad in ("quick", "", None, 1):
+        message = f"compute must be 'exact' or 'fast'; got {bad!r}"
+        with pytest.raises(ValueError, match=re.escape(message)):
+            attnkit.scaled_dot_product_attention(q, q, q, compute=bad)
+        with pytest.raises(ValueError, match=re.escape(message)):
+            attnkit.attention(q, q, q, compute=bad)
+    with pytest.raises(TypeError):  # keyword-only, as backend is
+        attnkit.scaled_dot_product_attention(q, q, q, None, 0.0, False, None, False, "fast")
+    with pytest.raises(ValueError, match="^compute must be one of COMPUTE_UNSPECIFIED, EXACT, FAST"):
+        attnkit.AttentionConfig(compute="quick")
+    # Either case, as for the config's enums.
+    np.testing.assert_array_equal(attnkit.attention(q, q, q, compute="FAST"),
+                                  attnkit.attention(q, q, q, compute="fast"))
+
+
+def test_compute_defaults_to_exact(monkeypatch):
+    import inspect
+
+    for fn in (attnkit.scaled_dot_product_attention, attnkit.attention):
+        param = inspect.signature(fn).parameters["compute"]
+        assert param.default == "exact" and param.kind == param.KEYWORD_ONLY
+    to_bf16, _ = bf16_codec(monkeypatch)
+    q, k, v = rand(1, 4, 17, 32), to_bf16(rand(1, 4, 40, 32)), to_bf16(rand(1, 4, 40, 32))
+    for backend in ("highway", "reference"):
+        default = attnkit.scaled_dot_product_attention(q, k, v, backend=backend)
+        exact = attnkit.scaled_dot_product_attention(q, k, v, backend=backend, compute="exact")
+        np.testing.assert_array_equal(default, exact)
+        np.testing.assert_array_equal(attnkit.attention(q, k, v, backend=backend), exact)
+    # blas computes only EXACT: the default runs there.
+    attnkit.scaled_dot_product_attention(q, k, v, backend="blas")
+    c = attnkit.AttentionConfig(num_heads=2, head_dim=16, q_len=4, dtype="bf16")
+    assert c.compute == "COMPUTE_UNSPECIFIED" and not c.id.endswith("_fast")
+    assert c.replace(compute="fast").id.endswith("_bf16_fast")

@@ -245,6 +245,60 @@ def test_layer_errors_say_what_is_wrong():
         attnkit.MultiHeadAttention(64, 8, backend="nope")
 
 
+def test_layer_compute_fast_over_a_bf16_cache():
+    x = rand(2, 12, 64)
+    exact = attnkit.MultiHeadAttention(64, 8, 2, causal=True, seed=4, backend="highway")
+    fast = attnkit.MultiHeadAttention(64, 8, 2, causal=True, seed=4, backend="highway",
+                                      compute="fast")
+    assert exact.config.compute == "COMPUTE_UNSPECIFIED" and fast.config.compute == "FAST"
+    assert "compute='fast'" in repr(fast) and "compute='exact'" in repr(exact)
+    want = ref_layer(x, exact.state_dict(), 8, 2, True)
+
+    def decode(layer):  # a 5-token prefill, then one token at a time, over bf16 K/V
+        cache = layer.new_cache(2, 12, dtype="bf16")
+        return np.concatenate([layer(x[:, :5], cache=cache)] +
+                              [layer(x[:, t : t + 1], cache=cache) for t in range(5, 12)], axis=1)
+
+    got_exact, got_fast = decode(exact), decode(fast)
+    # bf16 storage of K and V, and under FAST of the queries too: close to
+    # f64, not equal to each other.
+    np.testing.assert_allclose(got_exact, want, atol=0.02)
+    np.testing.assert_allclose(got_fast, want, atol=0.02)
+    assert not np.array_equal(got_fast, got_exact)
+    assert fast.last_run()["backend"] == "highway"
+    # f32 K/V: nothing to round, FAST is EXACT.
+    np.testing.assert_array_equal(fast(x), exact(x))
+    # From a config, and compute= over the config's.
+    cfg = fast.config
+    assert attnkit.MultiHeadAttention(config=cfg).config.compute == "FAST"
+    assert attnkit.MultiHeadAttention(config=cfg, compute="exact").config.compute == "EXACT"
+    # blas computes only EXACT: a bf16 cache under FAST is refused at the call.
+    blas = attnkit.MultiHeadAttention(64, 8, 2, causal=True, backend="blas", compute="fast")
+    with pytest.raises(NotImplementedError, match="compute FAST with kv_dtype bf16"):
+        blas(x[:, :5], cache=blas.new_cache(2, 12, dtype="bf16"))
+    with pytest.raises(ValueError, match="compute must be 'exact' or 'fast'; got 'turbo'"):
+        attnkit.MultiHeadAttention(64, 8, compute="turbo")
+
+
+def test_check_and_compare_report_the_compute_mode():
+    cfg = attnkit.AttentionConfig(num_heads=4, num_kv_heads=2, head_dim=32, q_len=9, kv_len=20,
+                                  mask="causal", alignment="BOTTOM_RIGHT", dtype="bf16",
+                                  compute="fast")
+    report = attnkit.check(cfg, backends=["highway", "blas", "reference"])
+    assert report.id.endswith("_bf16_fast") and report.compute == "fast"
+    assert report.config.compute == "FAST"
+    assert report["highway"]["status"] == "pass", report.to_markdown()
+    assert report["reference"]["status"] == "pass"
+    assert report["blas"]["status"] == "unsupported"
+    assert "compute FAST with kv_dtype bf16" in report["blas"]["detail"]
+    assert "compute fast" in report.to_markdown()
+    assert attnkit.check(cfg.replace(compute="EXACT"), backends="blas").compute == "exact"
+    tiny = cfg.replace(name="tiny", q_len=4, kv_len=4)
+    records = attnkit.compare(tiny, backends=["highway"], threads=1).records()
+    assert [r["compute"] for r in records] == ["fast", "fast"]  # highway, auto
+    assert records[0]["status"] == "ok" and records[0]["id"].endswith("_fast")
+
+
 # ---- memory placement --------------------------------------------------------
 
 
