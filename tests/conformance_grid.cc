@@ -292,6 +292,24 @@ void AppendServingCases(std::vector<AttentionProblem>* grid, std::set<std::strin
   }
 }
 
+// FAST twins (compute FAST, same inputs) of the problems with 16-bit or int8
+// K/V, where FAST may round: every one that mixes types (Q f32 over a 16-bit
+// cache, any Q over int8, where rounding Q changes it) and every decode
+// step; of the all-16-bit ones the smaller (B * H * Tq * Tk * d <= 2e6),
+// which keeps the suite's time within a fifth more.
+void AppendFastTwins(std::vector<AttentionProblem>* grid, std::set<std::string>* ids) {
+  const size_t exact_cases = grid->size();
+  for (size_t i = 0; i < exact_cases; ++i) {
+    AttentionProblem p = (*grid)[i];
+    if (p.kv_dtype == DType::kF32) continue;
+    const double work = double(p.batch) * p.num_heads * p.q_len * p.kv_len * p.head_dim;
+    if (p.dtype == p.kv_dtype && p.q_len > 1 && work > 2e6) continue;
+    p.compute = ComputeMode::kFast;
+    p.name = absl::StrCat(p.name, "_fast");
+    if (ids->insert(p.name).second) grid->push_back(std::move(p));
+  }
+}
+
 }  // namespace
 
 std::vector<AttentionProblem> ConformanceGrid() {
@@ -356,6 +374,7 @@ std::vector<AttentionProblem> ConformanceGrid() {
     }
   }
   AppendServingCases(&grid, &ids, &seed);
+  AppendFastTwins(&grid, &ids);
   return grid;
 }
 

@@ -10,6 +10,7 @@
 #include <set>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "backends/builtin.h"
 #include "gtest/gtest.h"
@@ -142,6 +143,7 @@ TEST(ConformanceGridTest, CoversPagingRaggedAndInt8) {
   int int8_dense = 0, int8_paged = 0, int8_ragged = 0, paged_prefill = 0, serving = 0;
   for (const AttentionProblem& p : Grid()) {
     if (!p.is_paged() && !p.is_ragged() && p.kv_dtype != DType::kI8) continue;
+    if (p.fast()) continue;  // the FAST twins: CoversFastCompute
     ++serving;
     if (p.is_paged()) {
       page_sizes.insert(p.page_size);
@@ -181,6 +183,64 @@ TEST(ConformanceGridTest, CoversPagingRaggedAndInt8) {
   EXPECT_EQ(int8_query_dtypes, (std::set<DType>{DType::kF32, DType::kF16, DType::kBF16}));
   EXPECT_GE(serving, 50);
   EXPECT_LE(serving, 80) << "the serving family runs on every backend and Highway target";
+}
+
+// FAST twins: each is an EXACT problem of the grid with compute FAST (same
+// inputs), over 16-bit or int8 K/V only (with f32 K/V FAST is EXACT), under
+// every query type, K/V type, mask and serving feature, decode over a long
+// cache included, so each backend runs every mode its capabilities claim.
+TEST(ConformanceGridTest, CoversFastCompute) {
+  std::map<std::string, const AttentionProblem*> exact;
+  for (const AttentionProblem& p : Grid()) {
+    if (!p.fast()) exact[p.name] = &p;
+  }
+  std::set<std::pair<DType, DType>> types;
+  std::set<MaskKind> masks;
+  int fast = 0, paged = 0, ragged = 0, padded = 0, dense = 0, bias = 0, softcap = 0, bthd = 0;
+  int64_t max_decode_kv = 0;
+  for (const AttentionProblem& p : Grid()) {
+    if (!p.fast()) continue;
+    ++fast;
+    EXPECT_NE(p.kv_dtype, DType::kF32) << p.name << ": FAST is EXACT over f32 K/V";
+    EXPECT_TRUE(absl::EndsWith(p.Id(), "_fast")) << p.Id();
+    const std::string twin = p.name.substr(0, p.name.size() - std::string("_fast").size());
+    ASSERT_TRUE(exact.count(twin)) << p.name << " has no EXACT twin";
+    AttentionProblem same = *exact[twin];
+    same.compute = ComputeMode::kFast;
+    same.name = p.name;
+    EXPECT_EQ(same.Id(), p.Id()) << "the twin differs only in compute";
+    EXPECT_EQ(same.seed, p.seed);
+    types.insert({p.dtype, p.kv_dtype});
+    masks.insert(p.mask);
+    paged += p.is_paged() ? 1 : 0;
+    ragged += p.is_ragged() ? 1 : 0;
+    padded += p.has_kv_lengths() && !p.is_ragged() ? 1 : 0;
+    dense += p.blocked_mask ? 1 : 0;
+    bias += p.additive_bias ? 1 : 0;
+    softcap += p.softcap > 0 ? 1 : 0;
+    bthd += p.layout == Layout::kBTHD ? 1 : 0;
+    if (p.q_len == 1) max_decode_kv = std::max(max_decode_kv, p.kv_len);
+  }
+  const DType kF32 = DType::kF32, kF16 = DType::kF16, kBF16 = DType::kBF16, kI8 = DType::kI8;
+  EXPECT_EQ(types, (std::set<std::pair<DType, DType>>{{kF16, kF16},
+                                                      {kBF16, kBF16},
+                                                      {kF32, kF16},
+                                                      {kF32, kBF16},
+                                                      {kF32, kI8},
+                                                      {kF16, kI8},
+                                                      {kBF16, kI8}}));
+  EXPECT_EQ(masks,
+            (std::set<MaskKind>{MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow}));
+  EXPECT_GT(paged, 0);
+  EXPECT_GT(ragged, 0);
+  EXPECT_GT(padded, 0);
+  EXPECT_GT(dense, 0);
+  EXPECT_GT(bias, 0);
+  EXPECT_GT(softcap, 0);
+  EXPECT_GT(bthd, 0);
+  EXPECT_GE(max_decode_kv, 4097) << "a FAST decode over a long cache (split-K)";
+  EXPECT_GE(fast, 150);
+  EXPECT_LE(fast, 340) << "FAST twins keep the suite's time within about a fifth more";
 }
 
 }  // namespace
