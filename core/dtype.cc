@@ -114,14 +114,5 @@ float F32FromF16(uint16_t h) {
   return f;
 }
 
-uint16_t BF16FromF32(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof(x));
-  if ((x & 0x7fffffffu) > 0x7f800000u) {
-    return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
-  }
-  const uint32_t lsb = (x >> 16) & 1u;
-  return static_cast<uint16_t>((x + 0x7fffu + lsb) >> 16);
-}
 
 }  // namespace attnkit

@@ -180,7 +180,7 @@ TEST(CompareTest, DefaultTableFitsATerminalAndWideDoesNot) {
 TEST(SuiteTest, StandardSuiteLoads) {
   auto suite = LoadSuite("standard");
   ASSERT_TRUE(suite.ok()) << suite.status();
-  EXPECT_EQ(suite->size(), 14u);
+  EXPECT_EQ(suite->size(), 20u);
   for (const AttentionProblem& p : *suite) EXPECT_FALSE(p.name.empty());
   // The serving problems: int8 K/V, paged K/V and a ragged mixed batch.
   int int8 = 0, paged = 0, ragged = 0;
@@ -189,9 +189,18 @@ TEST(SuiteTest, StandardSuiteLoads) {
     paged += p.is_paged();
     ragged += p.is_ragged();
   }
-  EXPECT_EQ(int8, 1);
+  EXPECT_EQ(int8, 2);  // exact and FAST
   EXPECT_EQ(paged, 2);
   EXPECT_EQ(ragged, 1);
+  // The compute modes: all-bf16 prefills in EXACT and FAST, decodes in FAST.
+  int fast = 0, bf16_prefill = 0;
+  for (const AttentionProblem& p : *suite) {
+    fast += p.fast();
+    EXPECT_EQ(p.fast(), absl::EndsWith(p.Id(), "_fast")) << p.Id();
+    bf16_prefill += p.dtype == DType::kBF16 && p.q_len > 1 && !p.backward;
+  }
+  EXPECT_EQ(fast, 4);
+  EXPECT_EQ(bf16_prefill, 4);
   // The training problems time their backward pass; their ids say so.
   int backward = 0;
   for (const AttentionProblem& p : *suite) {

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "backends/highway/flash_params.h"
 #include "backends/highway/microkernels-inl.h"
@@ -64,7 +65,13 @@ inline void LoadQueryPairs(const FlashParams& p, const Tiling& t, const Item& it
   const int64_t mp = t.rows_padded, pairs = p.head_dim / 2;
   const int64_t rows = it.nh * it.nq;
   for (int64_t r = 0; r < rows; ++r) {
-    LoadQueryRow(p, it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, 1.0f, row);
+    const int64_t h = it.h0 + r / it.nq, i = it.q0 + r % it.nq;
+    if (p.q.dtype == DType::kBF16 && p.q.strides[3] == 1) {  // the stored pairs as they are
+      const char* src = static_cast<const char*>(p.q.data) + p.q.Offset(it.b, h, i, 0) * 2;
+      for (int64_t c2 = 0; c2 < pairs; ++c2) std::memcpy(&qp[c2 * mp + r], src + 4 * c2, 4);
+      continue;
+    }
+    LoadQueryRow(p, it.b, h, i, 1.0f, row);
     for (int64_t c2 = 0; c2 < pairs; ++c2) {
       qp[c2 * mp + r] = static_cast<uint32_t>(BF16FromF32(row[2 * c2])) |
                         static_cast<uint32_t>(BF16FromF32(row[2 * c2 + 1])) << 16;
