@@ -49,6 +49,12 @@ struct FlashParams {
   // rounded to V's before P.V (fast).
   bool round_q = false;
   bool fast = false;
+  // V prepared once per call for the bf16 dot-product tiles (sdpa-inl.h,
+  // PrepareValues), or null: per (b, g), rows t of V at prepared_v +
+  // (b * G + g) * prepared_stride + t * dp as f32 (EXACT), or key pairs
+  // t / 2 as bf16 pairs (FAST).
+  const float* prepared_v = nullptr;
+  int64_t prepared_stride = 0;
 
   int64_t KvLength(int64_t b) const { return kv_lengths ? kv_lengths[b] : kv_len; }
   bool int8() const { return k_scale != nullptr; }

@@ -90,20 +90,28 @@ inline void AddBiasToUnblocked(const FlashParams& p, const Item& it, int64_t k0,
 // Only tiles where some row may not see some key need this; on the others a
 // non-finite V row reaches every row's accumulator, which the final check
 // catches. v [nk, ldv] of T: a converted tile or V storage (dp values).
-template <typename T>
-int64_t FlagNonFiniteValueRows(const T* HWY_RESTRICT v, size_t ldv, int64_t nk, int64_t dp,
-                               const float* HWY_RESTRICT s, const ScoreLayout& lay, int64_t rows,
-                               float* HWY_RESTRICT bad, int32_t* HWY_RESTRICT bad_keys) {
+// row_at(j): V row j of the tile (rows need not be evenly spaced: paged).
+template <typename T, class RowAt>
+int64_t FlagNonFiniteValueRowsAt(const RowAt& row_at, int64_t nk, int64_t dp,
+                                 const float* HWY_RESTRICT s, const ScoreLayout& lay, int64_t rows,
+                                 float* HWY_RESTRICT bad, int32_t* HWY_RESTRICT bad_keys) {
   const float kNegInf = -std::numeric_limits<float>::infinity();
   int64_t n = 0;
   for (int64_t j = 0; j < nk; ++j) {
-    if (AllFinite(v + j * ldv, static_cast<size_t>(dp))) continue;
+    if (AllFinite(static_cast<const T*>(row_at(j)), static_cast<size_t>(dp))) continue;
     bad_keys[n++] = static_cast<int32_t>(j);
     for (int64_t r = 0; r < rows; ++r) {
       if (s[lay.At(j, r)] != kNegInf) bad[r] = 1.0f;
     }
   }
   return n;
+}
+template <typename T>
+int64_t FlagNonFiniteValueRows(const T* HWY_RESTRICT v, size_t ldv, int64_t nk, int64_t dp,
+                               const float* HWY_RESTRICT s, const ScoreLayout& lay, int64_t rows,
+                               float* HWY_RESTRICT bad, int32_t* HWY_RESTRICT bad_keys) {
+  return FlagNonFiniteValueRowsAt<T>([v, ldv](int64_t j) { return v + j * ldv; }, nk, dp, s, lay,
+                                     rows, bad, bad_keys);
 }
 
 // Tile-relative visible key range [kb, ke) of every row; padded rows see all.

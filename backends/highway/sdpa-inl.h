@@ -72,13 +72,11 @@ struct DotChoice {
 inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
   DotChoice c;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  // K storage read in pairs along d: contiguous rows, an even d, and (the
-  // wide tiles' K rows not being copied) rows of one run: dense K/V. d a
+  // K storage read in pairs along d: contiguous rows and an even d. d a
   // multiple of Lanes keeps dp == d for the V rows read as storage.
   c.bf16_qk = !t.narrow && p.k.dtype == DType::kBF16 &&
               (p.q.dtype == DType::kBF16 || p.round_q) && p.k.strides[3] == 1 &&
-              p.head_dim % 16 == 0 && t.dp == p.head_dim && !p.kv_rows.paged() &&
-              x86_dot::HaveBF16Dot();
+              p.head_dim % 16 == 0 && t.dp == p.head_dim && x86_dot::HaveBF16Dot();
   c.bf16_pv = c.bf16_qk && p.fast && p.v.dtype == DType::kBF16 && p.v.strides[3] == 1;
   c.vnni_qk = t.packed && p.k.dtype == DType::kI8 && p.round_q && x86_dot::HaveVnni();
 #else
@@ -287,21 +285,26 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     const T* HWY_RESTRICT ktile = nullptr;
     const T* HWY_RESTRICT vtile = nullptr;
     size_t ldk = 0, ldv = 0;
-    // bf16 dot products read K (and under FAST V) storage as is.
-    const uint16_t* HWY_RESTRICT k16 = nullptr;
-    const uint16_t* HWY_RESTRICT v16 = nullptr;
+    bool prepared_vtile = false;  // vtile: p.prepared_v's rows (no zero rows past nk)
+    // bf16 dot products read K (and under FAST V) storage as is: row j of
+    // the tile (paged rows are evenly spaced within a run only).
+    auto k16_row = [&](int64_t j) {
+      return static_cast<const uint16_t*>(p.k.data) + p.kv_rows.Offset(p.k, it.b, it.g, k0 + j);
+    };
+    auto v16_row = [&](int64_t j) {
+      return static_cast<const uint16_t*>(p.v.data) + p.kv_rows.Offset(p.v, it.b, it.g, k0 + j);
+    };
     if constexpr (std::is_same<T, float>::value) {
       if (!t.direct) {
-        if (bf16_qk) {
-          k16 = static_cast<const uint16_t*>(p.k.data) + p.kv_rows.Offset(p.k, it.b, it.g, k0);
-          v16 = static_cast<const uint16_t*>(p.v.data) + p.kv_rows.Offset(p.v, it.b, it.g, k0);
-        }
-        if (!bf16_pv) {
-          LoadKeyValueTile(p, t, it, k0, nk, nkp, next_k0, next_nk, k, v, /*with_k=*/!bf16_qk);
-        }
         ktile = k;
         vtile = v;
         ldk = ldv = static_cast<size_t>(dp);
+        if (bf16_qk && !bf16_pv && p.prepared_v != nullptr) {  // f32 V converted once per call
+          vtile = p.prepared_v + (it.b * p.num_kv_heads + it.g) * p.prepared_stride + k0 * dp;
+          prepared_vtile = true;
+        } else if (!bf16_pv) {
+          LoadKeyValueTile(p, t, it, k0, nk, nkp, next_k0, next_nk, k, v, /*with_k=*/!bf16_qk);
+        }
       }
     }
     AheadRows<T> k_ahead, v_ahead;  // direct: rows t.ahead_keys past this tile's
@@ -335,10 +338,14 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
 #endif
     if (t.narrow) {
       QDotKRows(qrows, dp, ktile, ldk, dp, rows, mp, nkp, s, mp, k_ahead, v_ahead);
-    } else if (bf16_qk) {  // scale * Q.K from bf16 pairs; keys past nk get 0
-      x86_dot::BF16QDotK(qp, static_cast<size_t>(mp), k16, static_cast<size_t>(p.k_row_stride),
-                         static_cast<size_t>(d), static_cast<size_t>(mp), static_cast<size_t>(nk),
-                         p.scale, s, static_cast<size_t>(mp));
+    } else if (bf16_qk) {  // scale * Q.K from bf16 pairs, a run of rows at a time; 0 past nk
+      for (int64_t j = 0, len = 0; j < nk; j += len) {
+        len = std::min(nk - j, p.kv_rows.RunLength(k0 + j));
+        x86_dot::BF16QDotK(qp, static_cast<size_t>(mp), k16_row(j),
+                           static_cast<size_t>(p.k_row_stride), static_cast<size_t>(d),
+                           static_cast<size_t>(mp), static_cast<size_t>(len), p.scale, s + j * mp,
+                           static_cast<size_t>(mp));
+      }
       std::fill(s + nk * mp, s + nkp * mp, 0.0f);
     } else {
       QDotK<kWideKeys, kWideRowVecs>(qt, mp, k, dp, d, mp, nkp, s, mp);
@@ -366,9 +373,9 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     int32_t bad_keys[kMaxKeyTile];
     int64_t n_bad = 0;
     if (bf16_pv && (per_pair || structured)) {  // V storage itself (dp == d)
-      n_bad = FlagNonFiniteValueRows(reinterpret_cast<const hwy::bfloat16_t*>(v16),
-                                     static_cast<size_t>(p.v_row_stride), nk, dp, s, lay, rows,
-                                     bad, bad_keys);
+      n_bad = FlagNonFiniteValueRowsAt<hwy::bfloat16_t>(
+          [&](int64_t j) { return reinterpret_cast<const hwy::bfloat16_t*>(v16_row(j)); }, nk, dp,
+          s, lay, rows, bad, bad_keys);
     } else if (per_pair || structured) {
       n_bad = FlagNonFiniteValueRows(vtile, ldv, nk, dp, s, lay, rows, bad, bad_keys);
     }
@@ -376,10 +383,20 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     if (bf16_pv) {  // FAST: O = alpha O + bf16(P) . V, with V rows that hold a NaN as 0
       x86_dot::BF16PackWeights(s, static_cast<size_t>(mp), static_cast<size_t>(nk),
                                static_cast<size_t>(mp), pp, static_cast<size_t>(mp));
-      x86_dot::BF16PackValues(v16, static_cast<size_t>(p.v_row_stride), static_cast<size_t>(d),
-                              static_cast<size_t>(dp), static_cast<size_t>(nk), bad_keys,
-                              static_cast<size_t>(n_bad), vp, static_cast<size_t>(dp));
-      x86_dot::BF16WeightedSumV(pp, static_cast<size_t>(mp), vp, static_cast<size_t>(dp),
+      // The pairs prepared once per call serve tiles of whole pairs with no
+      // NaN row to leave out; others pack their own.
+      const uint32_t* vpairs = vp;
+      if (p.prepared_v != nullptr && k0 % 2 == 0 && nk % 2 == 0 && n_bad == 0) {
+        vpairs = reinterpret_cast<const uint32_t*>(p.prepared_v) +
+                 (it.b * p.num_kv_heads + it.g) * p.prepared_stride + k0 / 2 * dp;
+      } else {  // rows holding a NaN or Inf as zeros
+        const uint16_t* vrows[kMaxKeyTile];
+        for (int64_t j = 0; j < nk; ++j) vrows[j] = v16_row(j);
+        for (int64_t x = 0; x < n_bad; ++x) vrows[bad_keys[x]] = nullptr;
+        x86_dot::BF16PackValues(vrows, static_cast<size_t>(nk), static_cast<size_t>(d),
+                                static_cast<size_t>(dp), vp, static_cast<size_t>(dp));
+      }
+      x86_dot::BF16WeightedSumV(pp, static_cast<size_t>(mp), vpairs, static_cast<size_t>(dp),
                                 static_cast<size_t>((nk + 1) / 2), alpha,
                                 static_cast<size_t>(value_rows), static_cast<size_t>(dp), o,
                                 static_cast<size_t>(dp));
@@ -389,8 +406,10 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     if constexpr (kInt8) ScaleKeyColumns(s, mp, nk, mp, v_scales, /*keep_zero=*/true);
     const float* rescale = alpha;  // the first product applies it
     int64_t j0 = 0;
+    // Prepared V has no zero rows past nk: stop there (their P is 0 anyway).
+    const int64_t v_end = prepared_vtile ? nk : nkp;
     for (int64_t x = 0; x <= n_bad; ++x) {
-      const int64_t j1 = x < n_bad ? bad_keys[x] : nkp;
+      const int64_t j1 = x < n_bad ? bad_keys[x] : v_end;
       WeightedSumV(s + j0 * mp, mp, vtile + j0 * ldv, ldv, static_cast<size_t>(j1 - j0), rescale,
                    value_rows, dp, o, dp);
       rescale = nullptr;
@@ -534,12 +553,63 @@ inline void FillRunInfo(const FlashParams& p, const Tiling& t, int64_t items, in
 
 // Computes one problem (not ragged) on this target. The workspace grows on
 // first use only; the pool is reused.
-inline absl::Status FlashForwardOne(const FlashParams& p, ThreadPool* pool, Workspace* ws,
+// The bf16 tiles' V, once per call instead of once per item (each query
+// tile of a head re-read and re-converted every V tile it sees: 14 % of an
+// all-bf16 d64 prefill, 9 % packing pairs under FAST): per (b, g), V as f32
+// rows (EXACT) or bf16 key pairs (FAST), at `out` (PreparedValueFloats).
+inline int64_t PreparedRowsPerHead(const FlashParams& p, const DotChoice& dots) {
+  return dots.bf16_pv ? (p.kv_len + 1) / 2 : p.kv_len;
+}
+inline void PrepareValues(const FlashParams& p, const Tiling& t, const DotChoice& dots,
+                          ThreadPool* pool, float* out) {
+  constexpr int64_t kBlock = 256;  // keys per work item
+  const int64_t blocks = CeilDiv(p.kv_len, kBlock), dp = t.dp;
+  const int64_t stride = PreparedRowsPerHead(p, dots) * dp;
+  pool->Run(p.batch * p.num_kv_heads * blocks, [&](int64_t w, int) HWY_ATTR {
+    const int64_t bg = w / blocks, k0 = w % blocks * kBlock;
+    const int64_t b = bg / p.num_kv_heads, g = bg % p.num_kv_heads;
+    // Keys past the sequence's length are never read (a paged table need
+    // not hold pages for them).
+    const int64_t n = std::min(kBlock, p.KvLength(b) - k0);
+    if (n <= 0) return;
+    const uint16_t* rows[kBlock];  // dense or paged, row by row
+    for (int64_t j = 0; j < n; ++j) {
+      rows[j] = static_cast<const uint16_t*>(p.v.data) + p.kv_rows.Offset(p.v, b, g, k0 + j);
+    }
+    float* head = out + bg * stride;
+    if (dots.bf16_pv) {
+      x86_dot::BF16PackValues(rows, static_cast<size_t>(n), static_cast<size_t>(p.head_dim),
+                              static_cast<size_t>(dp),
+                              reinterpret_cast<uint32_t*>(head) + k0 / 2 * dp,
+                              static_cast<size_t>(dp));
+      return;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      LoadRowAsF32(rows[j], p.v.dtype, 1, static_cast<size_t>(p.head_dim),
+                   static_cast<size_t>(dp), head + (k0 + j) * dp);
+    }
+  });
+}
+
+inline absl::Status FlashForwardOne(const FlashParams& params, ThreadPool* pool, Workspace* ws,
                                     FlashRunInfo* info) {
-  const Tiling t = PlanTiling(p, KernelShapeOfTarget());
-  ATTNKIT_RETURN_IF_ERROR(ws->Reserve(pool->num_threads(), t.scratch_floats, t.partial_floats));
+  const Tiling t = PlanTiling(params, KernelShapeOfTarget());
+  const DotChoice dots = ChooseDots(params, t);
+  const size_t prepared_floats =
+      dots.bf16_qk ? static_cast<size_t>(params.batch * params.num_kv_heads *
+                                         PreparedRowsPerHead(params, dots) * t.dp)
+                   : 0;
+  ATTNKIT_RETURN_IF_ERROR(ws->Reserve(pool->num_threads(), t.scratch_floats,
+                                      t.partial_floats + prepared_floats));
   const int64_t items = t.base_items * t.splits;
   float* partials = ws->shared_area();
+  FlashParams p = params;
+  if (prepared_floats > 0) {
+    float* prepared = partials + t.partial_floats;
+    PrepareValues(p, t, dots, pool, prepared);
+    p.prepared_v = prepared;
+    p.prepared_stride = PreparedRowsPerHead(p, dots) * t.dp;
+  }
   // Largest work first: later query tiles see more keys under causal masks.
   // Decode items (one query tile) are all alike: walk them forward, so K/V
   // storage is read in address order (10% faster than backwards on Zen 3).

@@ -138,29 +138,18 @@ ATTNKIT_TARGET_BF16 void BF16PackWeights(const float* p, size_t ldp, size_t keys
   }
 }
 
-ATTNKIT_TARGET_BF16 void BF16PackValues(const uint16_t* v, size_t ldv, size_t d, size_t dp,
-                                        size_t keys, const int32_t* zero_rows, size_t n_zero,
-                                        uint32_t* vp, size_t ldvp) {
+ATTNKIT_TARGET_BF16 void BF16PackValues(const uint16_t* const* rows, size_t keys, size_t d,
+                                        size_t dp, uint32_t* vp, size_t ldvp) {
   const __m512i lo = InterleaveIndex(0, 32), hi = InterleaveIndex(16, 32);
-  size_t z = 0;
-  auto is_zero = [&](size_t j) {
-    if (j >= keys) return true;
-    if (z < n_zero && static_cast<size_t>(zero_rows[z]) == j) {
-      ++z;
-      return true;
-    }
-    return false;
-  };
   for (size_t jp = 0; 2 * jp < keys; ++jp) {
-    const bool zero_a = is_zero(2 * jp), zero_b = is_zero(2 * jp + 1);
-    const uint16_t* a = v + 2 * jp * ldv;
+    const uint16_t* a = rows[2 * jp];
+    const uint16_t* b = 2 * jp + 1 < keys ? rows[2 * jp + 1] : nullptr;
     uint32_t* out = vp + jp * ldvp;
     for (size_t c0 = 0; c0 < dp; c0 += 32) {
       const size_t n = c0 < d ? (d - c0 < 32 ? d - c0 : 32) : 0;
       const __mmask32 m = n == 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
-      const __m512i va = zero_a ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi16(m, a + c0);
-      const __m512i vb =
-          zero_b ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi16(m, a + ldv + c0);
+      const __m512i va = a == nullptr ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi16(m, a + c0);
+      const __m512i vb = b == nullptr ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi16(m, b + c0);
       _mm512_storeu_si512(out + c0, _mm512_permutex2var_epi16(va, lo, vb));
       if (c0 + 16 < dp) _mm512_storeu_si512(out + c0 + 16, _mm512_permutex2var_epi16(va, hi, vb));
     }
@@ -206,8 +195,7 @@ bool HaveBF16Dot() { return false; }
 void BF16QDotK(const uint32_t*, size_t, const uint16_t*, size_t, size_t, size_t, size_t, float,
                float*, size_t) {}
 void BF16PackWeights(const float*, size_t, size_t, size_t, uint32_t*, size_t) {}
-void BF16PackValues(const uint16_t*, size_t, size_t, size_t, size_t, const int32_t*, size_t,
-                    uint32_t*, size_t) {}
+void BF16PackValues(const uint16_t* const*, size_t, size_t, size_t, uint32_t*, size_t) {}
 void BF16WeightedSumV(const uint32_t*, size_t, const uint32_t*, size_t, size_t, const float*,
                       size_t, size_t, float*, size_t) {}
 

@@ -43,12 +43,12 @@ void BF16PackWeights(const float* p, size_t ldp, size_t keys, size_t rows, uint3
                      size_t ldpp);
 
 // V as pairs along the keys: vp[(j / 2) * ldvp + c] = (V[j, c], V[j + 1, c])
-// for c < dp (columns d.. dp are 0), from bf16 rows v + j * ldv of d values.
-// Rows listed in zero_rows (sorted, n_zero of them: rows holding a NaN or
-// Inf, which only rows already flagged as poisoned see) and a missing odd
-// last row are packed as 0.
-void BF16PackValues(const uint16_t* v, size_t ldv, size_t d, size_t dp, size_t keys,
-                    const int32_t* zero_rows, size_t n_zero, uint32_t* vp, size_t ldvp);
+// for c < dp (columns d.. dp are 0), j < keys, from the bf16 rows rows[j]
+// of d values each (paged rows need not be evenly spaced). A null row (one
+// holding a NaN or Inf, which only rows already flagged as poisoned see)
+// and a missing odd last row are packed as 0.
+void BF16PackValues(const uint16_t* const* rows, size_t keys, size_t d, size_t dp, uint32_t* vp,
+                    size_t ldvp);
 
 // O[r, c] = alpha[r] O[r, c] + sum_{j < 2 key_pairs} P[j, r] V[j, c] for r <
 // rows (a multiple of 4), c < dp (a multiple of 16); alpha null = 1. pp and

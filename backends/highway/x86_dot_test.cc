@@ -73,8 +73,10 @@ TEST(X86DotTest, BF16WeightedSumVMatchesRoundedWeights) {
       const size_t pairs = (keys + 1) / 2;
       std::vector<uint32_t> pp(pairs * rows), vp(pairs * d);
       x86_dot::BF16PackWeights(p.data(), rows, keys, rows, pp.data(), rows);
-      x86_dot::BF16PackValues(v.data(), ldv, d, d, keys, zero_rows.data(), zero_rows.size(),
-                              vp.data(), d);
+      std::vector<const uint16_t*> row_ptrs(keys);
+      for (size_t j = 0; j < keys; ++j) row_ptrs[j] = v.data() + j * ldv;
+      for (int32_t z : zero_rows) row_ptrs[z] = nullptr;
+      x86_dot::BF16PackValues(row_ptrs.data(), keys, d, d, vp.data(), d);
       std::vector<float> o(rows * d), alpha(rows);
       for (size_t i = 0; i < o.size(); ++i) o[i] = u01(rng);
       for (float& a : alpha) a = u01(rng);
