@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "backends/auto_select.h"
 #include "backends/reference/reference_backend.h"
+#include "core/fast_compute.h"
 #include "core/problem_config.h"
 #include "core/status_macros.h"
 #include "harness/execute.h"
@@ -207,15 +208,27 @@ BackendResult MeasureAuto(const BackendRegistry& registry, const AttentionProble
 }
 
 // GFLOP/s, GB/s and the % of the limit that applies, from the median.
+// compute_peak: the problem's compute limit (ComputeLimit).
 void SetRates(const CostReport& cost, const MachineLimits& limits, bool memory_bound,
-              BackendResult* r) {
+              double compute_peak, BackendResult* r) {
   r->set_gflops(cost.useful_flops / r->median_s() * 1e-9);
   r->set_gbps(double(cost.bytes_moved) / r->median_s() * 1e-9);
   if (memory_bound && limits.read_gbps() > 0) {
     r->set_pct_of_limit(100.0 * r->gbps() / limits.read_gbps());
-  } else if (limits.peak_fma_gflops() > 0) {
-    r->set_pct_of_limit(100.0 * r->gflops() / limits.peak_fma_gflops());
+  } else if (compute_peak > 0) {
+    r->set_pct_of_limit(100.0 * r->gflops() / compute_peak);
   }
+}
+
+// The compute limit of p's products: the bf16 dot-product peak where Q.K
+// may multiply bf16 (MayFlushBF16Products: bf16 K with bf16 Q, or FAST) and
+// the CPU has it (twice the f32 FMA's multiply-adds an instruction), else
+// the f32 FMA peak.
+double ComputeLimit(const AttentionProblem& p, const MachineLimits& limits) {
+  if (MayFlushBF16Products(p) && !p.backward && limits.peak_bf16_dot_gflops() > 0) {
+    return limits.peak_bf16_dot_gflops();
+  }
+  return limits.peak_fma_gflops();
 }
 
 }  // namespace
@@ -249,6 +262,9 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
     pr->set_name(p.name.empty() ? p.Id() : p.name);
     pr->set_id(p.Id());
     pr->set_compute(std::string(ComputeModeName(p.compute)));
+    pr->set_compute_limit(ComputeLimit(p, limits) == limits.peak_fma_gflops()
+                              ? "peak FMA"
+                              : "bf16 dot-product peak");
     *pr->mutable_config() = ConfigForReport(ConfigFromProblem(p));
     const CostReport cost = ComputeCost(p);
     pr->set_useful_flops(cost.useful_flops);
@@ -268,7 +284,9 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
     }
     for (Backend* b : backends) {
       BackendResult r = Measure(b, p, data, options, backward.get());
-      if (r.status() == "ok") SetRates(cost, limits, pr->memory_bound(), &r);
+      if (r.status() == "ok") {
+        SetRates(cost, limits, pr->memory_bound(), ComputeLimit(p, limits), &r);
+      }
       if (options.progress != nullptr) {
         *options.progress << absl::StrFormat(
             "[%d/%d] %-38s %-18s %s\n", index, problems.size(), pr->name(), r.backend(),
@@ -279,7 +297,9 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
     }
     if (options.auto_row && !p.backward) {  // auto selects forward backends
       BackendResult r = MeasureAuto(registry, p, data, options, *pr);
-      if (r.status() == "ok") SetRates(cost, limits, pr->memory_bound(), &r);
+      if (r.status() == "ok") {
+        SetRates(cost, limits, pr->memory_bound(), ComputeLimit(p, limits), &r);
+      }
       *pr->add_results() = r;
     }
     // Speed-ups against the reference and the best backend that passed
@@ -319,10 +339,15 @@ void ApplyBaseline(const CompareReport& baseline, CompareReport* report) {
 std::string FormatCompareTable(const CompareReport& report, bool wide) {
   const MachineLimits& l = report.limits();
   std::string out = WrapWords(
-      absl::StrFormat("machine: %s, %d threads; limits: peak FMA %.1f GFLOP/s (%s), read %.1f "
+      absl::StrFormat("machine: %s, %d threads; limits: peak FMA %.1f GFLOP/s (%s)%s, read %.1f "
                       "GB/s, OpenBLAS sgemm %.1f GFLOP/s (%s kernel)",
                       report.machine().cpu_model(), l.threads(), l.peak_fma_gflops(),
-                      l.best_target(), l.read_gbps(), l.sgemm_gflops(), l.openblas_core()),
+                      l.best_target(),
+                      l.peak_bf16_dot_gflops() > 0
+                          ? absl::StrFormat(", bf16 dot products %.1f GFLOP/s",
+                                            l.peak_bf16_dot_gflops())
+                          : "",
+                      l.read_gbps(), l.sgemm_gflops(), l.openblas_core()),
       kTerminalColumns);
   absl::StrAppend(&out,
                   WrapWords(absl::StrCat("FLOPs: ", report.flop_convention()), kTerminalColumns));
@@ -372,7 +397,8 @@ std::string FormatCompareTable(const CompareReport& report, bool wide) {
                           ? (p.fits_in_llc() ? "memory-bound: % of read bandwidth (but it fits "
                                                "in the last-level cache: warm calls may beat it)"
                                              : "memory-bound: % of read bandwidth")
-                          : "compute-bound: % of peak FMA"),
+                          : "compute-bound: % of " +
+                                (p.compute_limit().empty() ? "peak FMA" : p.compute_limit())),
                   kTerminalColumns));
     if (wide) {
       absl::StrAppendFormat(&out, "  %-*s %-*s %10s %10s %8s %7s %7s %8s %7s  %s\n", nw, "backend",

@@ -122,6 +122,12 @@ RowBound BoundForRow(const AttentionProblem& p, const RowErrorTerms& t) {
     constexpr double kMinNormal = 1.1754943508222875e-38;  // 2^-126
     const double floor = p.kv_dtype == DType::kF16 ? DTypeUlp(DType::kF16, 0) / 2 : kMinNormal;
     r.weight_floor = 1.01 * floor * t.sum_max_abs_v;
+    if (p.kv_dtype == DType::kBF16) {
+      // bf16 dot products also flush subnormal V values (at most 2^-126 per
+      // unit of weight, the weights summing to 1) and each partial sum
+      // (one per key pair, weights <= 1 over a row sum >= 1).
+      r.weight_floor += 1.01 * kMinNormal * (1 + (t.visible + 1) / 2);
+    }
   }
   return r;
 }

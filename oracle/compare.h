@@ -66,6 +66,10 @@ namespace attnkit {
 //   running maximum's weight 1, so at most that much of the final
 //   normalisation: sum_j max_c |v_jc| / sum_j exp(s_j - max_k s_k) of them,
 //   that floor times RowErrorTerms::sum_max_abs_v, absolute, per element.
+//   bf16 dot products for P.V (vdpbf16ps) also treat subnormal V values and
+//   partial sums as zero: 2^-126 per unit of weight (the weights sum to 1)
+//   plus 2^-126 per key pair (weights <= 1 over a row sum >= 1), so bf16
+//   V adds 2^-126 (1 + ceil(n / 2)) absolute.
 //   The LSE gains nothing: its sum must be of the unrounded f32 weights (as
 //   FlashAttention's row sum is), or the bound would grant u_p (bf16: 4e-3)
 //   and an LSE 1e-3 off would pass.

@@ -585,7 +585,7 @@ inline void PrepareValues(const FlashParams& p, const Tiling& t, const DotChoice
       return;
     }
     for (int64_t j = 0; j < n; ++j) {
-      LoadRowAsF32(rows[j], p.v.dtype, 1, static_cast<size_t>(p.head_dim),
+      LoadRowAsF32(rows[j], p.v.dtype, p.v.strides[3], static_cast<size_t>(p.head_dim),
                    static_cast<size_t>(dp), head + (k0 + j) * dp);
     }
   });
@@ -595,10 +595,15 @@ inline absl::Status FlashForwardOne(const FlashParams& params, ThreadPool* pool,
                                     FlashRunInfo* info) {
   const Tiling t = PlanTiling(params, KernelShapeOfTarget());
   const DotChoice dots = ChooseDots(params, t);
+  // Prepared V takes B G Tk d floats (f32 rows) or half that (pairs), kept
+  // by the workspace: beyond kMaxPreparedFloats tiles convert their own.
+  constexpr int64_t kMaxPreparedFloats = int64_t{32} << 20;  // 128 MiB
+  const int64_t want_prepared =
+      dots.bf16_qk
+          ? params.batch * params.num_kv_heads * PreparedRowsPerHead(params, dots) * t.dp
+          : 0;
   const size_t prepared_floats =
-      dots.bf16_qk ? static_cast<size_t>(params.batch * params.num_kv_heads *
-                                         PreparedRowsPerHead(params, dots) * t.dp)
-                   : 0;
+      want_prepared <= kMaxPreparedFloats ? static_cast<size_t>(want_prepared) : 0;
   ATTNKIT_RETURN_IF_ERROR(ws->Reserve(pool->num_threads(), t.scratch_floats,
                                       t.partial_floats + prepared_floats));
   const int64_t items = t.base_items * t.splits;

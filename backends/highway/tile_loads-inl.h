@@ -46,8 +46,10 @@ inline void LoadQueryRow(const FlashParams& p, int64_t b, int64_t h, int64_t i, 
   LoadQueryRowAsIs(p, b, h, i, out);
   if (p.round_q && p.k.dtype == DType::kI8) {
     int8_t qi[kProblemMaxHeadDim];
-    const float qs = QuantizeQueryRow(out, d, qi);
-    for (int64_t c = 0; c < d; ++c) out[c] = scale * (qi[c] * qs);
+    // One factor per row, as the VNNI kernels apply it (oracle/compare.h:
+    // the integer values are exact, then two multiplies per score).
+    const float factor = scale * QuantizeQueryRow(out, d, qi);
+    for (int64_t c = 0; c < d; ++c) out[c] = qi[c] * factor;
     return;
   }
   if (p.round_q) {

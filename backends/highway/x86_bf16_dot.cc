@@ -174,6 +174,25 @@ ATTNKIT_TARGET_BF16 void BF16WeightedSumV(const uint32_t* pp, size_t ldpp, const
   }
 }
 
+ATTNKIT_TARGET_BF16 double BF16DotPeakLoop(int64_t iterations) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512i a = _mm512_set1_epi32(0x3f803f80), b = _mm512_set1_epi32(0x00010001);  // 1, tiny
+  for (int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = Dot(acc[i], a, b);
+  }
+  float sum = 0;
+  alignas(64) float lanes[16];
+  for (int i = 0; i < 16; ++i) {
+    _mm512_store_ps(lanes, acc[i]);
+    sum += lanes[0];
+  }
+  volatile float sink = sum;
+  (void)sink;
+  return 64.0 * 16.0 * static_cast<double>(iterations);
+}
+
 bool HaveBF16Dot() {
   static const bool have = __builtin_cpu_supports("avx512f") &&
                            __builtin_cpu_supports("avx512bw") &&
@@ -192,6 +211,7 @@ namespace attnkit {
 namespace x86_dot {
 
 bool HaveBF16Dot() { return false; }
+double BF16DotPeakLoop(int64_t) { return 0; }
 void BF16QDotK(const uint32_t*, size_t, const uint16_t*, size_t, size_t, size_t, size_t, float,
                float*, size_t) {}
 void BF16PackWeights(const float*, size_t, size_t, size_t, uint32_t*, size_t) {}

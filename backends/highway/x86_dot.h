@@ -27,6 +27,11 @@ bool HaveVnni();
 
 // ---- bf16 (x86_bf16_dot.cc) ----
 
+// The machine limit of bf16 products (harness/machine.cc): `iterations`
+// rounds of 16 independent vdpbf16ps on registers; returns the FLOPs done
+// (64 per instruction: 32 multiply-adds), for the caller to time.
+double BF16DotPeakLoop(int64_t iterations);
+
 // Q.K of a wide tile: s[j * lds + r] = scale * sum_{c < d} Q[r, c] K[j, c]
 // for r < rows (a multiple of 32) and j < keys; the f32 products are exact,
 // the sums f32 (each lane: two products per step, in column order).

@@ -46,6 +46,10 @@ absl::Status PeakCommand(const CliOptions& options, std::ostream& json_out) {
       out << absl::StrFormat("  peak FMA %-8s %8.1f GFLOP/s\n", target, it->second);
     }
   }
+  if (l.peak_bf16_dot_gflops() > 0) {
+    out << absl::StrFormat("  bf16 dot products %7.1f GFLOP/s (vdpbf16ps)\n",
+                           l.peak_bf16_dot_gflops());
+  }
   out << absl::StrFormat(
       "  streaming read   %8.1f GB/s (median of %d passes, spread %.1f-%.1f, over %d MiB = "
       "%s)\n",
