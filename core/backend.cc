@@ -106,9 +106,9 @@ std::string Capabilities::Describe() const {
   if (ragged) extras.push_back("ragged");
   absl::StrAppend(&out, "extras: ", extras.empty() ? "none" : absl::StrJoin(extras, ", "), "\n");
   absl::StrAppend(&out, "compute: exact",
-                  fast_kv_dtypes.empty() ? std::string()
-                                         : absl::StrCat("; fast for kv dtypes ",
-                                                        DTypeList(fast_kv_dtypes)),
+                  fast_kv_dtypes.empty()
+                      ? std::string()
+                      : absl::StrCat("; fast for kv dtypes ", DTypeList(fast_kv_dtypes)),
                   "\n");
   absl::StrAppend(&out, "deterministic: ",
                   deterministic ? "yes (bitwise, for a fixed thread count)" : "no", "\n");

@@ -114,5 +114,4 @@ float F32FromF16(uint16_t h) {
   return f;
 }
 
-
 }  // namespace attnkit

@@ -4,9 +4,7 @@
 
 namespace attnkit {
 
-bool FastRoundsQuery(const AttentionProblem& p) {
-  return p.fast() && p.kv_dtype != DType::kF32;
-}
+bool FastRoundsQuery(const AttentionProblem& p) { return p.fast() && p.kv_dtype != DType::kF32; }
 
 float RoundQueryValue(float x, DType kv_dtype) {
   switch (kv_dtype) {

@@ -32,8 +32,8 @@ enum class Alignment { kTopLeft, kBottomRight };
 // rounding) and P to V's before P.V. kFast is a permission, not an order.
 enum class ComputeMode { kExact, kFast };
 
-absl::string_view MaskKindName(MaskKind kind);  // "none", "causal", "window"
-absl::string_view AlignmentName(Alignment a);   // "tl", "br"
+absl::string_view MaskKindName(MaskKind kind);     // "none", "causal", "window"
+absl::string_view AlignmentName(Alignment a);      // "tl", "br"
 absl::string_view ComputeModeName(ComputeMode m);  // "exact", "fast"
 
 struct AttentionProblem {

@@ -44,9 +44,8 @@ DTypeProto ToProto(DType t) {
 // converted by hand below. Every other row of ATTNKIT_PROBLEM_FIELDS
 // (attnkit/plugin.h) is an AttentionConfig field of the same name, copied
 // through protobuf reflection; problem_config_test holds the two to that.
-constexpr absl::string_view kConvertedByHand[] = {"dtype",     "kv_dtype",    "layout",      "mask",
-                                                  "alignment", "window_left", "window_right",
-                                                  "compute"};
+constexpr absl::string_view kConvertedByHand[] = {
+    "dtype", "kv_dtype", "layout", "mask", "alignment", "window_left", "window_right", "compute"};
 
 bool ConvertedByHand(absl::string_view name) {
   for (absl::string_view n : kConvertedByHand) {

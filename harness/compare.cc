@@ -262,9 +262,8 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
     pr->set_name(p.name.empty() ? p.Id() : p.name);
     pr->set_id(p.Id());
     pr->set_compute(std::string(ComputeModeName(p.compute)));
-    pr->set_compute_limit(ComputeLimit(p, limits) == limits.peak_fma_gflops()
-                              ? "peak FMA"
-                              : "bf16 dot-product peak");
+    pr->set_compute_limit(
+        ComputeLimit(p, limits) == limits.peak_fma_gflops() ? "peak FMA" : "bf16 dot-product peak");
     *pr->mutable_config() = ConfigForReport(ConfigFromProblem(p));
     const CostReport cost = ComputeCost(p);
     pr->set_useful_flops(cost.useful_flops);
@@ -339,15 +338,14 @@ void ApplyBaseline(const CompareReport& baseline, CompareReport* report) {
 std::string FormatCompareTable(const CompareReport& report, bool wide) {
   const MachineLimits& l = report.limits();
   std::string out = WrapWords(
-      absl::StrFormat("machine: %s, %d threads; limits: peak FMA %.1f GFLOP/s (%s)%s, read %.1f "
-                      "GB/s, OpenBLAS sgemm %.1f GFLOP/s (%s kernel)",
-                      report.machine().cpu_model(), l.threads(), l.peak_fma_gflops(),
-                      l.best_target(),
-                      l.peak_bf16_dot_gflops() > 0
-                          ? absl::StrFormat(", bf16 dot products %.1f GFLOP/s",
-                                            l.peak_bf16_dot_gflops())
-                          : "",
-                      l.read_gbps(), l.sgemm_gflops(), l.openblas_core()),
+      absl::StrFormat(
+          "machine: %s, %d threads; limits: peak FMA %.1f GFLOP/s (%s)%s, read %.1f "
+          "GB/s, OpenBLAS sgemm %.1f GFLOP/s (%s kernel)",
+          report.machine().cpu_model(), l.threads(), l.peak_fma_gflops(), l.best_target(),
+          l.peak_bf16_dot_gflops() > 0
+              ? absl::StrFormat(", bf16 dot products %.1f GFLOP/s", l.peak_bf16_dot_gflops())
+              : "",
+          l.read_gbps(), l.sgemm_gflops(), l.openblas_core()),
       kTerminalColumns);
   absl::StrAppend(&out,
                   WrapWords(absl::StrCat("FLOPs: ", report.flop_convention()), kTerminalColumns));

@@ -38,10 +38,10 @@ namespace attnkit {
 // What the error bound of oracle/compare.h needs from one row, in fp64 from the
 // same stored inputs; maxima over the row's visible keys j.
 struct RowErrorTerms {
-  int64_t visible = 0;       // n: keys with a finite score
-  double max_abs_dot = 0;    // scale * sum_c |q_c k_jc|
-  double max_abs_score = 0;  // |s_j| after softcap and bias
-  double max_abs_bias = 0;   // |bias_j|
+  int64_t visible = 0;         // n: keys with a finite score
+  double max_abs_dot = 0;      // scale * sum_c |q_c k_jc|
+  double max_abs_score = 0;    // |s_j| after softcap and bias
+  double max_abs_bias = 0;     // |bias_j|
   double max_abs_operand = 0;  // max(|q_c|, |k_jc|): flushed-subnormal products
   // sum_j max_c |v_jc| / sum_j exp(s_j - max s): weights rounded to f16 (FAST)
   // err by an absolute floor each, times their v row.

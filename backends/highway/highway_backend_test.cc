@@ -163,8 +163,8 @@ TEST(HighwayStrides, Bf16PrefillWithColumnStridedKOrVMatchesTheOracle) {
       RunInfo info;
       ASSERT_TRUE(backend->Forward(p, data->args(), &info).ok());
       const Comparison c = CompareToReference(p, data->args(), ComputeReference(p, data->args()));
-      EXPECT_TRUE(c.ok()) << p.Id() << " with " << strided << " column stride 2: "
-                          << c.first_failure << " kernel " << info.kernel;
+      EXPECT_TRUE(c.ok()) << p.Id() << " with " << strided
+                          << " column stride 2: " << c.first_failure << " kernel " << info.kernel;
     }
   }
 }

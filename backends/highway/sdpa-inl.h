@@ -74,9 +74,9 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   // K storage read in pairs along d: contiguous rows and an even d. d a
   // multiple of Lanes keeps dp == d for the V rows read as storage.
-  c.bf16_qk = !t.narrow && p.k.dtype == DType::kBF16 &&
-              (p.q.dtype == DType::kBF16 || p.round_q) && p.k.strides[3] == 1 &&
-              p.head_dim % 16 == 0 && t.dp == p.head_dim && x86_dot::HaveBF16Dot();
+  c.bf16_qk = !t.narrow && p.k.dtype == DType::kBF16 && (p.q.dtype == DType::kBF16 || p.round_q) &&
+              p.k.strides[3] == 1 && p.head_dim % 16 == 0 && t.dp == p.head_dim &&
+              x86_dot::HaveBF16Dot();
   c.bf16_pv = c.bf16_qk && p.fast && p.v.dtype == DType::kBF16 && p.v.strides[3] == 1;
   c.vnni_qk = t.packed && p.k.dtype == DType::kI8 && p.round_q && x86_dot::HaveVnni();
 #else
@@ -136,8 +136,8 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
       x86_dot::VnniQDotK4(q8 + g * kGroupRows * t.ldq8, static_cast<size_t>(t.ldq8),
                           qsum + g * kGroupRows, scratch + t.off_qscale + g * kGroupRows,
                           reinterpret_cast<const int8_t*>(ktile), ldk,
-                          static_cast<size_t>(p.head_dim), static_cast<size_t>(nk), sg,
-                          kGroupRows, reinterpret_cast<const int8_t*>(k_ahead.rows), k_ahead.ld,
+                          static_cast<size_t>(p.head_dim), static_cast<size_t>(nk), sg, kGroupRows,
+                          reinterpret_cast<const int8_t*>(k_ahead.rows), k_ahead.ld,
                           reinterpret_cast<const int8_t*>(v_ahead.rows), v_ahead.ld, ahead);
     } else {
       QDotKRows(qrows + g * kGroupRows * dp, static_cast<size_t>(dp), ktile, ldk,
@@ -458,7 +458,8 @@ void RunItem(const FlashParams& p, const Tiling& t, const Item& it, float* scrat
 // dst[c] = row[c] as bf16 for c < n, rounded to nearest even with NaN kept
 // quiet (BF16FromF32's rule, core/dtype.h), a vector at a time: bf16
 // outputs were converted one element per call, 4 % of an all-bf16 prefill.
-HWY_INLINE void StoreRowAsBF16(const float* HWY_RESTRICT row, size_t n, uint16_t* HWY_RESTRICT dst) {
+HWY_INLINE void StoreRowAsBF16(const float* HWY_RESTRICT row, size_t n,
+                               uint16_t* HWY_RESTRICT dst) {
   const DF df;
   const hn::RebindToUnsigned<DF> du;
   const hn::RebindToSigned<DF> di;
@@ -578,10 +579,9 @@ inline void PrepareValues(const FlashParams& p, const Tiling& t, const DotChoice
     }
     float* head = out + bg * stride;
     if (dots.bf16_pv) {
-      x86_dot::BF16PackValues(rows, static_cast<size_t>(n), static_cast<size_t>(p.head_dim),
-                              static_cast<size_t>(dp),
-                              reinterpret_cast<uint32_t*>(head) + k0 / 2 * dp,
-                              static_cast<size_t>(dp));
+      x86_dot::BF16PackValues(
+          rows, static_cast<size_t>(n), static_cast<size_t>(p.head_dim), static_cast<size_t>(dp),
+          reinterpret_cast<uint32_t*>(head) + k0 / 2 * dp, static_cast<size_t>(dp));
       return;
     }
     for (int64_t j = 0; j < n; ++j) {
@@ -599,13 +599,12 @@ inline absl::Status FlashForwardOne(const FlashParams& params, ThreadPool* pool,
   // by the workspace: beyond kMaxPreparedFloats tiles convert their own.
   constexpr int64_t kMaxPreparedFloats = int64_t{32} << 20;  // 128 MiB
   const int64_t want_prepared =
-      dots.bf16_qk
-          ? params.batch * params.num_kv_heads * PreparedRowsPerHead(params, dots) * t.dp
-          : 0;
+      dots.bf16_qk ? params.batch * params.num_kv_heads * PreparedRowsPerHead(params, dots) * t.dp
+                   : 0;
   const size_t prepared_floats =
       want_prepared <= kMaxPreparedFloats ? static_cast<size_t>(want_prepared) : 0;
-  ATTNKIT_RETURN_IF_ERROR(ws->Reserve(pool->num_threads(), t.scratch_floats,
-                                      t.partial_floats + prepared_floats));
+  ATTNKIT_RETURN_IF_ERROR(
+      ws->Reserve(pool->num_threads(), t.scratch_floats, t.partial_floats + prepared_floats));
   const int64_t items = t.base_items * t.splits;
   float* partials = ws->shared_area();
   FlashParams p = params;

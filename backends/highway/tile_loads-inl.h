@@ -34,7 +34,8 @@ using highway_plan::Tiling;
 inline void LoadQueryRowAsIs(const FlashParams& p, int64_t b, int64_t h, int64_t i,
                              float* HWY_RESTRICT out) {
   const int64_t base = p.q.Offset(b, h, i, 0), d = p.head_dim;
-  for (int64_t c = 0; c < d; ++c) out[c] = LoadAsF32(p.q.data, p.q.dtype, base + c * p.q.strides[3]);
+  for (int64_t c = 0; c < d; ++c)
+    out[c] = LoadAsF32(p.q.data, p.q.dtype, base + c * p.q.strides[3]);
 }
 
 // out[c] = scale * Q[b, h, i, c] for c < d, with Q rounded as FAST rounds

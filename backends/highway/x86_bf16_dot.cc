@@ -55,9 +55,9 @@ ATTNKIT_TARGET_BF16 inline void QDotKBlock(const uint32_t* qp, size_t ldq, const
 // kRows rows x kColVecs vectors of columns of O += P.V.
 template <int kColVecs>
 ATTNKIT_TARGET_BF16 inline void WeightedSumVTile(const uint32_t* pp, size_t ldpp,
-                                                 const uint32_t* vp, size_t ldvp,
-                                                 size_t key_pairs, const float* alpha, size_t r0,
-                                                 size_t c0, float* o, size_t ldo) {
+                                                 const uint32_t* vp, size_t ldvp, size_t key_pairs,
+                                                 const float* alpha, size_t r0, size_t c0, float* o,
+                                                 size_t ldo) {
   constexpr int kRows = 4;
   __m512 acc[kRows][kColVecs];
 #pragma GCC unroll 4
@@ -148,8 +148,10 @@ ATTNKIT_TARGET_BF16 void BF16PackValues(const uint16_t* const* rows, size_t keys
     for (size_t c0 = 0; c0 < dp; c0 += 32) {
       const size_t n = c0 < d ? (d - c0 < 32 ? d - c0 : 32) : 0;
       const __mmask32 m = n == 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
-      const __m512i va = a == nullptr ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi16(m, a + c0);
-      const __m512i vb = b == nullptr ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi16(m, b + c0);
+      const __m512i va =
+          a == nullptr ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi16(m, a + c0);
+      const __m512i vb =
+          b == nullptr ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi16(m, b + c0);
       _mm512_storeu_si512(out + c0, _mm512_permutex2var_epi16(va, lo, vb));
       if (c0 + 16 < dp) _mm512_storeu_si512(out + c0 + 16, _mm512_permutex2var_epi16(va, hi, vb));
     }
@@ -194,11 +196,10 @@ ATTNKIT_TARGET_BF16 double BF16DotPeakLoop(int64_t iterations) {
 }
 
 bool HaveBF16Dot() {
-  static const bool have = __builtin_cpu_supports("avx512f") &&
-                           __builtin_cpu_supports("avx512bw") &&
-                           __builtin_cpu_supports("avx512vl") &&
-                           __builtin_cpu_supports("avx512dq") &&
-                           __builtin_cpu_supports("avx512bf16");
+  static const bool have =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bf16");
   return have;
 }
 

@@ -38,8 +38,8 @@ double BF16DotPeakLoop(int64_t iterations);
 //   qp:  Q as pairs along the head dim, qp[(c / 2) * ldq + r] = (Q[r, c],
 //        Q[r, c + 1]), for c < d (d even).
 //   k:   bf16 rows k + j * ldk, d values each (storage, read as is).
-void BF16QDotK(const uint32_t* qp, size_t ldq, const uint16_t* k, size_t ldk, size_t d,
-               size_t rows, size_t keys, float scale, float* s, size_t lds);
+void BF16QDotK(const uint32_t* qp, size_t ldq, const uint16_t* k, size_t ldk, size_t d, size_t rows,
+               size_t keys, float scale, float* s, size_t lds);
 
 // P as pairs along the keys, rounded to bf16 (nearest even): pp[(j / 2) *
 // ldpp + r] = (P[j, r], P[j + 1, r]) for j < keys (a missing odd last key

@@ -51,7 +51,8 @@ TEST(X86DotTest, BF16QDotKMatchesExactProducts) {
           }
           // d f32 roundings of partial sums at most (the products are exact).
           const double bound = scale * d * std::ldexp(abs_sum, -24);
-          ASSERT_NEAR(s[j * rows + r], scale * want, bound) << "d " << d << " key " << j << " row " << r;
+          ASSERT_NEAR(s[j * rows + r], scale * want, bound)
+              << "d " << d << " key " << j << " row " << r;
         }
       }
     }
@@ -95,8 +96,8 @@ TEST(X86DotTest, BF16WeightedSumVMatchesRoundedWeights) {
             abs_sum += std::fabs(w * F32FromBF16(v[j * ldv + c]));
           }
           const double bound = (keys + 2) * std::ldexp(abs_sum, -24);
-          ASSERT_NEAR(o[r * d + c], want, bound) << "d " << d << " keys " << keys << " row " << r
-                                                 << " col " << c;
+          ASSERT_NEAR(o[r * d + c], want, bound)
+              << "d " << d << " keys " << keys << " row " << r << " col " << c;
         }
       }
     }

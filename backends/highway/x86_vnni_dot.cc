@@ -56,12 +56,12 @@ ATTNKIT_TARGET_VNNI void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* 
     if (rest != 0) Step(_mm512_maskz_loadu_epi8(rest_mask, kj + c), q, ldq, c, a);
     const __m512i a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
     // Lane sums of a0..a3 -> four int32 (each 128-bit block, then the blocks).
-    const __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1),
-                                         _mm512_unpackhi_epi32(a0, a1));
-    const __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3),
-                                         _mm512_unpackhi_epi32(a2, a3));
-    const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23),
-                                       _mm512_unpackhi_epi64(t01, t23));
+    const __m512i t01 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1), _mm512_unpackhi_epi32(a0, a1));
+    const __m512i t23 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3), _mm512_unpackhi_epi32(a2, a3));
+    const __m512i u =
+        _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
     const __m256i x = _mm256_add_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64(u, 1));
     const __m128i y = _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
     // Exact integer dot products (|sum| < 2^24 for d <= 1024), then one f32
@@ -72,10 +72,9 @@ ATTNKIT_TARGET_VNNI void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* 
 }
 
 bool HaveVnni() {
-  static const bool have = __builtin_cpu_supports("avx512f") &&
-                           __builtin_cpu_supports("avx512bw") &&
-                           __builtin_cpu_supports("avx512vl") &&
-                           __builtin_cpu_supports("avx512vnni");
+  static const bool have =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
   return have;
 }
 

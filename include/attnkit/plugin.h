@@ -169,37 +169,37 @@ typedef struct attnkit_args {
  * (attnkit::BackwardCapabilities), all 0 when the plugin has none.
  * head_dims: the only head dims, or NULL for any in range; owned by the
  * plugin, valid while it is loaded. */
-#define ATTNKIT_CAPS_FIELDS(X)                         \
-  X(DTYPE_SET, dtypes, dtypes)                         \
-  X(DTYPE_SET, kv_dtypes, kv_dtypes)                   \
-  X(MASK_SET, masks, masks)                            \
-  X(ALIGNMENT_SET, alignments, alignments)             \
-  X(LAYOUT_SET, layouts, layouts)                      \
-  X(I64, min_head_dim, min_head_dim)                   \
-  X(I64, max_head_dim, max_head_dim)                   \
-  X(I64_LIST, head_dims, head_dims)                    \
-  X(I64, max_group_size, max_group_size) /* 0 = any */ \
-  X(BOOL, lse, lse)                                    \
-  X(BOOL, kv_lengths, kv_lengths)                      \
-  X(BOOL, blocked_mask, blocked_mask)                  \
-  X(BOOL, additive_bias, additive_bias)                \
-  X(BOOL, softcap, softcap)                            \
-  X(BOOL, deterministic, deterministic)                \
-  X(BOOL, paged_kv, paged_kv) /* since 0.25 */         \
-  X(BOOL, ragged, ragged)                              \
-  /* Since 0.26: the backward pass. */                 \
-  X(BOOL, bwd_supported, backward.supported)           \
-  X(DTYPE_SET, bwd_dtypes, backward.dtypes)            \
-  X(DTYPE_SET, bwd_kv_dtypes, backward.kv_dtypes)      \
-  X(MASK_SET, bwd_masks, backward.masks)               \
-  X(BOOL, bwd_kv_lengths, backward.kv_lengths)         \
-  X(BOOL, bwd_blocked_mask, backward.blocked_mask)     \
-  X(BOOL, bwd_additive_bias, backward.additive_bias)   \
-  X(BOOL, bwd_bias_grad, backward.bias_grad)           \
-  X(BOOL, bwd_softcap, backward.softcap)               \
-  X(BOOL, bwd_ragged, backward.ragged)                 \
-  X(BOOL, bwd_deterministic, backward.deterministic)  \
-  /* Since 0.27: the K/V storage types for which FAST \
+#define ATTNKIT_CAPS_FIELDS(X)                           \
+  X(DTYPE_SET, dtypes, dtypes)                           \
+  X(DTYPE_SET, kv_dtypes, kv_dtypes)                     \
+  X(MASK_SET, masks, masks)                              \
+  X(ALIGNMENT_SET, alignments, alignments)               \
+  X(LAYOUT_SET, layouts, layouts)                        \
+  X(I64, min_head_dim, min_head_dim)                     \
+  X(I64, max_head_dim, max_head_dim)                     \
+  X(I64_LIST, head_dims, head_dims)                      \
+  X(I64, max_group_size, max_group_size) /* 0 = any */   \
+  X(BOOL, lse, lse)                                      \
+  X(BOOL, kv_lengths, kv_lengths)                        \
+  X(BOOL, blocked_mask, blocked_mask)                    \
+  X(BOOL, additive_bias, additive_bias)                  \
+  X(BOOL, softcap, softcap)                              \
+  X(BOOL, deterministic, deterministic)                  \
+  X(BOOL, paged_kv, paged_kv) /* since 0.25 */           \
+  X(BOOL, ragged, ragged)                                \
+  /* Since 0.26: the backward pass. */                   \
+  X(BOOL, bwd_supported, backward.supported)             \
+  X(DTYPE_SET, bwd_dtypes, backward.dtypes)              \
+  X(DTYPE_SET, bwd_kv_dtypes, backward.kv_dtypes)        \
+  X(MASK_SET, bwd_masks, backward.masks)                 \
+  X(BOOL, bwd_kv_lengths, backward.kv_lengths)           \
+  X(BOOL, bwd_blocked_mask, backward.blocked_mask)       \
+  X(BOOL, bwd_additive_bias, backward.additive_bias)     \
+  X(BOOL, bwd_bias_grad, backward.bias_grad)             \
+  X(BOOL, bwd_softcap, backward.softcap)                 \
+  X(BOOL, bwd_ragged, backward.ragged)                   \
+  X(BOOL, bwd_deterministic, backward.deterministic)     \
+  /* Since 0.27: the K/V storage types for which FAST    \
    * computes in the storage type (others run EXACT). */ \
   X(DTYPE_SET, fast_kv_dtypes, fast_kv_dtypes)
 
