@@ -208,7 +208,7 @@ BackendResult MeasureAuto(const BackendRegistry& registry, const AttentionProble
 }
 
 // GFLOP/s, GB/s and the % of the limit that applies, from the median.
-// compute_peak: the problem's compute limit (ComputeLimit).
+// compute_peak: the problem's compute limit (ComputeLimitOf).
 void SetRates(const CostReport& cost, const MachineLimits& limits, bool memory_bound,
               double compute_peak, BackendResult* r) {
   r->set_gflops(cost.useful_flops / r->median_s() * 1e-9);
@@ -224,11 +224,15 @@ void SetRates(const CostReport& cost, const MachineLimits& limits, bool memory_b
 // may multiply bf16 (MayFlushBF16Products: bf16 K with bf16 Q, or FAST) and
 // the CPU has it (twice the f32 FMA's multiply-adds an instruction), else
 // the f32 FMA peak.
-double ComputeLimit(const AttentionProblem& p, const MachineLimits& limits) {
+struct ComputeLimit {
+  double gflops;
+  const char* name;  // ProblemResult::compute_limit
+};
+ComputeLimit ComputeLimitOf(const AttentionProblem& p, const MachineLimits& limits) {
   if (MayFlushBF16Products(p) && !p.backward && limits.peak_bf16_dot_gflops() > 0) {
-    return limits.peak_bf16_dot_gflops();
+    return {limits.peak_bf16_dot_gflops(), "bf16 dot-product peak"};
   }
-  return limits.peak_fma_gflops();
+  return {limits.peak_fma_gflops(), "peak FMA"};
 }
 
 }  // namespace
@@ -262,8 +266,8 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
     pr->set_name(p.name.empty() ? p.Id() : p.name);
     pr->set_id(p.Id());
     pr->set_compute(std::string(ComputeModeName(p.compute)));
-    pr->set_compute_limit(
-        ComputeLimit(p, limits) == limits.peak_fma_gflops() ? "peak FMA" : "bf16 dot-product peak");
+    const ComputeLimit compute_limit = ComputeLimitOf(p, limits);
+    pr->set_compute_limit(compute_limit.name);
     *pr->mutable_config() = ConfigForReport(ConfigFromProblem(p));
     const CostReport cost = ComputeCost(p);
     pr->set_useful_flops(cost.useful_flops);
@@ -284,7 +288,7 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
     for (Backend* b : backends) {
       BackendResult r = Measure(b, p, data, options, backward.get());
       if (r.status() == "ok") {
-        SetRates(cost, limits, pr->memory_bound(), ComputeLimit(p, limits), &r);
+        SetRates(cost, limits, pr->memory_bound(), compute_limit.gflops, &r);
       }
       if (options.progress != nullptr) {
         *options.progress << absl::StrFormat(
@@ -297,7 +301,7 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
     if (options.auto_row && !p.backward) {  // auto selects forward backends
       BackendResult r = MeasureAuto(registry, p, data, options, *pr);
       if (r.status() == "ok") {
-        SetRates(cost, limits, pr->memory_bound(), ComputeLimit(p, limits), &r);
+        SetRates(cost, limits, pr->memory_bound(), compute_limit.gflops, &r);
       }
       *pr->add_results() = r;
     }

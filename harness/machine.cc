@@ -18,7 +18,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "backends/highway/x86_dot.h"
 #include "core/tensor.h"
 #include "google/protobuf/stubs/common.h"
 #include "google/protobuf/text_format.h"
@@ -129,30 +128,6 @@ MachineFingerprint Fingerprint(int threads) {
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   f.set_openblas_coretype_env(coretype != nullptr ? coretype : "(unset)");
   return f;
-}
-
-// The bf16 dot-product peak (x86_dot.h) on every thread at once, the best of
-// three trials; 0 without AVX512_BF16.
-static double MeasureBF16DotGflops(int threads) {
-  if (!x86_dot::HaveBF16Dot()) return 0;
-  constexpr int64_t kIterations = 10'000'000;
-  x86_dot::BF16DotPeakLoop(kIterations / 10);  // warm up
-  double best = 0;
-  for (int trial = 0; trial < 3; ++trial) {
-    std::vector<double> flops(threads);
-    const auto start = std::chrono::steady_clock::now();
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&flops, t] { flops[t] = x86_dot::BF16DotPeakLoop(kIterations); });
-    }
-    for (std::thread& th : pool) th.join();
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    double total = 0;
-    for (double f : flops) total += f;
-    best = std::max(best, total / seconds * 1e-9);
-  }
-  return best;
 }
 
 MachineLimits MeasureLimits(int threads) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <thread>
 
+#include "backends/highway/x86_dot.h"
 #include "platform/hwy_target_cap.h"
 
 // Compile machine_kernels-inl.h once per Highway target (order matters).
@@ -33,19 +34,19 @@ std::string DispatchedHighwayTarget() {
   return hwy::TargetName(HWY_DYNAMIC_DISPATCH(CurrentTarget)());
 }
 
-double MeasureFmaGflops(int64_t target, int threads, int trials) {
-  // Restrict dispatch to `target`, warm up on this thread (which also lets
-  // Highway update its chosen target), then run on every thread at once.
-  hwy::SetSupportedTargetsForTest(target);
-  constexpr int64_t kIterations = 20'000'000;
-  HWY_DYNAMIC_DISPATCH(FmaLoop)(kIterations / 10);
+namespace {
+
+// `loop` (which returns the FLOPs it did) on `threads` threads at once, the
+// best of `trials` runs, in GFLOP/s.
+template <class Loop>
+double BestGflopsOnThreads(int threads, int trials, const Loop& loop) {
   double best = 0;
   for (int trial = 0; trial < trials; ++trial) {
     std::vector<double> flops(threads);
     const auto start = std::chrono::steady_clock::now();
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&flops, t] { flops[t] = HWY_DYNAMIC_DISPATCH(FmaLoop)(kIterations); });
+      pool.emplace_back([&flops, &loop, t] { flops[t] = loop(); });
     }
     for (std::thread& th : pool) th.join();
     const double seconds =
@@ -54,8 +55,28 @@ double MeasureFmaGflops(int64_t target, int threads, int trials) {
     for (double f : flops) total += f;
     best = std::max(best, total / seconds * 1e-9);
   }
+  return best;
+}
+
+}  // namespace
+
+double MeasureFmaGflops(int64_t target, int threads, int trials) {
+  // Restrict dispatch to `target`, warm up on this thread (which also lets
+  // Highway update its chosen target), then run on every thread at once.
+  hwy::SetSupportedTargetsForTest(target);
+  constexpr int64_t kIterations = 20'000'000;
+  HWY_DYNAMIC_DISPATCH(FmaLoop)(kIterations / 10);
+  const double best = BestGflopsOnThreads(
+      threads, trials, [] { return HWY_DYNAMIC_DISPATCH(FmaLoop)(kIterations); });
   hwy::SetSupportedTargetsForTest(0);  // back to what the CPU supports
   return best;
+}
+
+double MeasureBF16DotGflops(int threads, int trials) {
+  if (!x86_dot::HaveBF16Dot()) return 0;
+  constexpr int64_t kIterations = 10'000'000;
+  x86_dot::BF16DotPeakLoop(kIterations / 10);  // warm up
+  return BestGflopsOnThreads(threads, trials, [] { return x86_dot::BF16DotPeakLoop(kIterations); });
 }
 
 float StreamingSum(const float* data, size_t n) { return HWY_DYNAMIC_DISPATCH(SumFloats)(data, n); }

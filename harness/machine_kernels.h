@@ -22,6 +22,10 @@ std::string DispatchedHighwayTarget();
 // GFLOP/s (2 FLOPs per lane per FMA). Not thread-safe (it switches targets).
 double MeasureFmaGflops(int64_t target, int threads, int trials = 3);
 
+// Peak bf16 dot-product throughput (x86 vdpbf16ps, x86_dot.h) measured the
+// same way; 0 where the CPU has no AVX512_BF16.
+double MeasureBF16DotGflops(int threads, int trials = 3);
+
 // Sums `n` floats with the best target (a streaming read); returns the sum
 // so the compiler cannot drop the reads.
 float StreamingSum(const float* data, size_t n);
