@@ -557,7 +557,8 @@ inline void FillRunInfo(const FlashParams& p, const Tiling& t, int64_t items, in
 // The bf16 tiles' V, once per call instead of once per item (each query
 // tile of a head re-read and re-converted every V tile it sees: 14 % of an
 // all-bf16 d64 prefill, 9 % packing pairs under FAST): per (b, g), V as f32
-// rows (EXACT) or bf16 key pairs (FAST), at `out` (PreparedValueFloats).
+// rows (EXACT) or bf16 key pairs (FAST), at `out` (PreparedRowsPerHead(p)
+// * dp floats per (b, g)).
 inline int64_t PreparedRowsPerHead(const FlashParams& p, const DotChoice& dots) {
   return dots.bf16_pv ? (p.kv_len + 1) / 2 : p.kv_len;
 }
