@@ -1,13 +1,14 @@
 // Dot-product kernels in the storage type, for x86 CPUs that have them:
 // AVX512_BF16 (vdpbf16ps: pairs of bf16 products, exact in f32, summed into
-// f32 lanes) and AVX512_VNNI (vpdpbusd: four u8 x s8 products summed into
-// int32 lanes, exact). Highway 1.0.3 has neither operation, so these are
-// written with intrinsics in their own translation units (x86_bf16_dot.cc,
-// x86_vnni_dot.cc), each function compiled for its ISA by a target
-// attribute, and called only when the CPU has it (Have*() below) and the
-// per-target flash loop runs at HWY_AVX3 or better (so a process's target
-// cap, or a forced target, turns them off). Every other target keeps the f32
-// kernels of microkernels-inl.h. Plain C++ interface: no Highway types.
+// f32 lanes) and AVX512_VNNI or AVX-VNNI (vpdpbusd, 512- or 256-bit: four
+// u8 x s8 products summed into int32 lanes, exact). Highway 1.0.3 has none
+// of these operations, so they are written with intrinsics in their own
+// translation units (x86_bf16_dot.cc, x86_vnni_dot.cc, x86_avxvnni_dot.cc),
+// each function compiled for its ISA by a target attribute, and called only
+// when the CPU has it (Have*() below) and the per-target flash loop runs at
+// HWY_AVX3 or better (AVX-VNNI: at HWY_AVX2), so a process's target cap, or
+// a forced target, turns them off. Every other target keeps the f32 kernels
+// of microkernels-inl.h. Plain C++ interface: no Highway types.
 //
 // Layouts. A "pair" is one uint32: a bf16 in the low half (the even index)
 // and the next one in the high half, as vdpbf16ps multiplies them.
@@ -24,6 +25,8 @@ namespace x86_dot {
 bool HaveBF16Dot();
 // The CPU has AVX512F/BW/VL and AVX512_VNNI.
 bool HaveVnni();
+// The CPU has AVX2 and AVX-VNNI (the VEX-encoded 256-bit vpdpbusd).
+bool HaveAvxVnni();
 
 // ---- bf16 (x86_bf16_dot.cc) ----
 
@@ -77,6 +80,16 @@ void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* q_sum128, const floa
                 const int8_t* k, size_t ldk, size_t d, size_t keys, float* s, size_t lds,
                 const int8_t* pf_k, size_t ld_pf_k, const int8_t* pf_v, size_t ld_pf_v,
                 size_t ahead);
+
+// ---- int8 (x86_avxvnni_dot.cc) ----
+
+// VnniQDotK4 with AVX-VNNI's 256-bit vpdpbusd, for AVX2 CPUs without
+// AVX-512: the same contract, results (bit for bit) and prefetches. Reads
+// no byte of a K or Q row past d (VnniQDotK4 reads Q to d rounded up to 64).
+void AvxVnniQDotK4(const int8_t* q, size_t ldq, const int32_t* q_sum128, const float* row_scale,
+                   const int8_t* k, size_t ldk, size_t d, size_t keys, float* s, size_t lds,
+                   const int8_t* pf_k, size_t ld_pf_k, const int8_t* pf_v, size_t ld_pf_v,
+                   size_t ahead);
 
 }  // namespace x86_dot
 }  // namespace attnkit

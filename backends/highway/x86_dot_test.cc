@@ -6,6 +6,9 @@
 // A CPU without the instructions skips, saying which.
 #include "backends/highway/x86_dot.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -130,6 +133,77 @@ TEST(X86DotTest, VnniQDotK4IsTheExactIntegerDotTimesTheRowScale) {
         for (size_t c = 0; c < d; ++c) dot += int64_t{q[r * ldq + c]} * k[j * ldk + c];
         EXPECT_EQ(s[j * 4 + r], static_cast<float>(static_cast<float>(dot) * row_scale[r]))
             << "d " << d << " key " << j << " row " << r;
+      }
+    }
+  }
+}
+
+// Bytes that end where an inaccessible page begins: a read past the last
+// one faults.
+class GuardedBytes {
+ public:
+  explicit GuardedBytes(size_t n) : page_(static_cast<size_t>(sysconf(_SC_PAGESIZE))) {
+    size_ = (n + page_ - 1) / page_ * page_ + page_;
+    void* m = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    base_ = m == MAP_FAILED ? nullptr : static_cast<int8_t*>(m);
+    if (base_ != nullptr && mprotect(base_ + size_ - page_, page_, PROT_NONE) != 0) {
+      munmap(base_, size_);
+      base_ = nullptr;
+    }
+    data_ = base_ == nullptr ? nullptr : base_ + size_ - page_ - n;
+  }
+  ~GuardedBytes() {
+    if (base_ != nullptr) munmap(base_, size_);
+  }
+  int8_t* data() { return data_; }
+
+ private:
+  size_t page_, size_ = 0;
+  int8_t* base_ = nullptr;
+  int8_t* data_ = nullptr;
+};
+
+// The 256-bit kernel: every 32-byte step with and without a 16-byte tail,
+// one key and odd key counts, K at both extremes (-128: K + 128 = 0; 127),
+// rows at lds > 4 (the gaps untouched), and the last K row ending at an
+// inaccessible page, so a load past a row's d bytes fails the test.
+TEST(X86DotTest, AvxVnniQDotK4IsTheExactIntegerDotTimesTheRowScale) {
+  if (!x86_dot::HaveAvxVnni()) GTEST_SKIP() << "this CPU has no AVX-VNNI (AVX2 + avxvnni)";
+  std::mt19937 rng(4);
+  std::uniform_int_distribution<int> q8(-127, 127), k8(-128, 127);
+  for (size_t d : {16, 32, 48, 64, 80, 128, 1024}) {
+    for (size_t keys : {1, 2, 7, 19}) {
+      const size_t ldq = (d + 63) / 64 * 64, ldk = d + 16, lds = 6;
+      std::vector<int8_t> q(4 * ldq, 0);
+      std::vector<int32_t> sum128(4, 0);
+      for (size_t r = 0; r < 4; ++r) {
+        for (size_t c = 0; c < d; ++c) {
+          // Rows 2 and 3 at the extremes of a quantized row.
+          q[r * ldq + c] = static_cast<int8_t>(r == 2 ? -127 : r == 3 ? 127 : q8(rng));
+          sum128[r] += 128 * q[r * ldq + c];
+        }
+      }
+      GuardedBytes guarded((keys - 1) * ldk + d);
+      int8_t* k = guarded.data();
+      ASSERT_NE(k, nullptr) << "mmap";
+      for (size_t j = 0; j < keys; ++j) {
+        for (size_t c = 0; c < d; ++c) {
+          k[j * ldk + c] = static_cast<int8_t>(j == 0 ? -128 : j == 1 ? 127 : k8(rng));
+        }
+      }
+      const std::vector<float> row_scale = {1.0f, 0.5f, 0.25f, 2.0f};
+      std::vector<float> s(keys * lds, -1.0f);
+      x86_dot::AvxVnniQDotK4(q.data(), ldq, sum128.data(), row_scale.data(), k, ldk, d, keys,
+                             s.data(), lds, k, ldk, k, ldk, 3);
+      for (size_t j = 0; j < keys; ++j) {
+        for (size_t r = 0; r < 4; ++r) {
+          int64_t dot = 0;
+          for (size_t c = 0; c < d; ++c) dot += int64_t{q[r * ldq + c]} * k[j * ldk + c];
+          EXPECT_EQ(s[j * lds + r], static_cast<float>(static_cast<float>(dot) * row_scale[r]))
+              << "d " << d << " keys " << keys << " key " << j << " row " << r;
+        }
+        EXPECT_EQ(s[j * lds + 4], -1.0f) << "d " << d << " key " << j << ": wrote past row 3";
+        EXPECT_EQ(s[j * lds + 5], -1.0f) << "d " << d << " key " << j << ": wrote past row 3";
       }
     }
   }
