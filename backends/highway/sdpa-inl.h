@@ -62,16 +62,27 @@ using highway_plan::Tiling;
 //            packed in key pairs (no V conversion).
 //   vnni_qk: direct (decode) int8 tiles under FAST: Q quantized per row,
 //            vpdpbusd against K storage.
-// Only on AVX-512 targets (a forced or capped lower target keeps the f32
-// kernels) and CPUs that have the instructions.
+//   vnni_256: vnni_qk by AVX-VNNI's 256-bit vpdpbusd (AvxVnniQDotK4), not
+//            AVX512_VNNI's (VnniQDotK4).
+// Only on CPUs that have the instructions, and on AVX-512 targets but for
+// vnni_qk, which the AVX2 target also takes with AVX-VNNI (the 256-bit
+// kernel; AVX-512 targets keep the 512-bit one where the CPU has both). A
+// forced or capped lower target keeps the f32 kernels.
 struct DotChoice {
   bool bf16_qk = false;
   bool bf16_pv = false;
   bool vnni_qk = false;
+  bool vnni_256 = false;
 };
 inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
   DotChoice c;
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+  // Direct tiles need only d % 8 == 0 here (8 f32 lanes); the kernel
+  // steps 16 bytes at least.
+  c.vnni_qk = t.packed && p.k.dtype == DType::kI8 && p.round_q && p.head_dim % 16 == 0 &&
+              x86_dot::HaveAvxVnni();
+  c.vnni_256 = c.vnni_qk;
+#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   // K storage read in pairs along d: contiguous rows and an even d. d a
   // multiple of Lanes keeps dp == d for the V rows read as storage.
   c.bf16_qk = !t.narrow && p.k.dtype == DType::kBF16 && (p.q.dtype == DType::kBF16 || p.round_q) &&
@@ -102,14 +113,15 @@ inline KernelShape KernelShapeOfTarget() {
 // packed_scores-inl.h): each row group's scores, then, as RunItemAs does for
 // row-per-lane tiles, the pair inputs, masks and NaN flags, the online
 // softmax and O = alpha * O + P.V. ktile, vtile: the tile's K and V storage
-// rows; k_scales, v_scales: int8 rows' scales (nk each); vnni: int8 Q.K by
-// x86_dot::VnniQDotK4 on the rows LoadQueryInt8 stored.
+// rows; k_scales, v_scales: int8 rows' scales (nk each); dots.vnni_qk: int8
+// Q.K by x86_dot::VnniQDotK4 (AvxVnniQDotK4 if dots.vnni_256) on the rows
+// LoadQueryInt8 stored.
 template <typename T>
 void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0, int64_t nk,
                       TileVisibility vis, const T* HWY_RESTRICT ktile, size_t ldk,
                       const T* HWY_RESTRICT vtile, size_t ldv, const AheadRows<T>& k_ahead,
                       const AheadRows<T>& v_ahead, const float* HWY_RESTRICT k_scales,
-                      const float* HWY_RESTRICT v_scales, bool vnni, float* scratch) {
+                      const float* HWY_RESTRICT v_scales, const DotChoice& dots, float* scratch) {
   const int64_t dp = t.dp, rows = it.nh * it.nq;
   const int64_t groups = CeilDiv(rows, kGroupRows);
   const int64_t nk4 = RoundUp(nk, static_cast<int64_t>(PackedKeysPerVec()));
@@ -129,16 +141,16 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   for (int64_t g = 0; g < groups; ++g) {
     float* HWY_RESTRICT sg = s + g * lay.group_stride;
     // The first group prefetches the rows ahead (the same rows for all).
-    if (kInt8 && vnni) {  // int8 Q rows (LoadQueryInt8): scale * q_scale * q8.k8
+    if (kInt8 && dots.vnni_qk) {  // int8 Q rows (LoadQueryInt8): scale * q_scale * q8.k8
       const int8_t* q8 = reinterpret_cast<const int8_t*>(scratch + t.off_q8);
       const int32_t* qsum = reinterpret_cast<const int32_t*>(scratch + t.off_qsum);
       const size_t ahead = g == 0 ? k_ahead.count : 0;
-      x86_dot::VnniQDotK4(q8 + g * kGroupRows * t.ldq8, static_cast<size_t>(t.ldq8),
-                          qsum + g * kGroupRows, scratch + t.off_qscale + g * kGroupRows,
-                          reinterpret_cast<const int8_t*>(ktile), ldk,
-                          static_cast<size_t>(p.head_dim), static_cast<size_t>(nk), sg, kGroupRows,
-                          reinterpret_cast<const int8_t*>(k_ahead.rows), k_ahead.ld,
-                          reinterpret_cast<const int8_t*>(v_ahead.rows), v_ahead.ld, ahead);
+      const auto qdotk4 = dots.vnni_256 ? &x86_dot::AvxVnniQDotK4 : &x86_dot::VnniQDotK4;
+      qdotk4(q8 + g * kGroupRows * t.ldq8, static_cast<size_t>(t.ldq8), qsum + g * kGroupRows,
+             scratch + t.off_qscale + g * kGroupRows, reinterpret_cast<const int8_t*>(ktile), ldk,
+             static_cast<size_t>(p.head_dim), static_cast<size_t>(nk), sg, kGroupRows,
+             reinterpret_cast<const int8_t*>(k_ahead.rows), k_ahead.ld,
+             reinterpret_cast<const int8_t*>(v_ahead.rows), v_ahead.ld, ahead);
     } else {
       QDotKRows(qrows + g * kGroupRows * dp, static_cast<size_t>(dp), ktile, ldk,
                 static_cast<size_t>(dp), kGroupRows, kGroupRows, static_cast<size_t>(nk), sg,
@@ -332,7 +344,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
 #if HWY_TARGET != HWY_SCALAR
     if (t.packed) {
       PackedTileUpdate<T>(p, t, it, k0, nk, vis, ktile, ldk, vtile, ldv, k_ahead, v_ahead, k_scales,
-                          v_scales, dots.vnni_qk, scratch);
+                          v_scales, dots, scratch);
       continue;
     }
 #endif
@@ -535,10 +547,11 @@ inline void MergeWorkItem(const FlashParams& p, const Tiling& t, int64_t base,
 inline void FillRunInfo(const FlashParams& p, const Tiling& t, int64_t items, int threads,
                         FlashRunInfo* info) {
   const DotChoice dots = ChooseDots(p, t);
-  info->products = dots.bf16_pv   ? "qk=bf16dot pv=bf16dot"
-                   : dots.bf16_qk ? "qk=bf16dot"
-                   : dots.vnni_qk ? "qk=int8vnni"
-                                  : "";
+  info->products = dots.bf16_pv    ? "qk=bf16dot pv=bf16dot"
+                   : dots.bf16_qk  ? "qk=bf16dot"
+                   : dots.vnni_256 ? "qk=int8avxvnni"
+                   : dots.vnni_qk  ? "qk=int8vnni"
+                                   : "";
   info->target = HWY_TARGET;
   info->q_rows = t.rows_padded;
   info->key_tile = t.key_tile;
