@@ -18,6 +18,7 @@
 #include "harness/grad_check.h"
 #include "harness/grad_data.h"
 #include "harness/machine.h"
+#include "harness/paired_read.h"
 #include "harness/problem_data.h"
 #include "harness/text_fit.h"
 #include "io/config_io.h"
@@ -45,8 +46,11 @@ double Median(std::vector<double> v) {
 
 // Checks then times one backend on one problem: the forward, or with
 // `backward` the backward pass (after a checked forward gives its O and lse).
+// With `read` (a memory-bound problem), each timed call is followed by a
+// pass of the read loop, whose median and spread become the limit.
 BackendResult Measure(Backend* backend, const AttentionProblem& p, const ProblemData& data,
-                      const CompareOptions& options, const BackwardInputs* backward = nullptr) {
+                      const CompareOptions& options, const BackwardInputs* backward = nullptr,
+                      PairedReadLoop* read = nullptr) {
   BackendResult r;
   r.set_backend(backend->Name());
   // "unavailable": the backend cannot run on this machine at all;
@@ -108,9 +112,10 @@ BackendResult Measure(Backend* backend, const AttentionProblem& p, const Problem
                  : RunBackwardOnBackend(backend, p, data, backward->grads, &info);
     };
   }
-  std::vector<double> samples;
+  std::vector<double> samples, reads;
   if (checked_seconds >= options.budget_seconds) {
     samples.push_back(checked_seconds);  // too slow to repeat within the budget
+    if (read != nullptr) reads.push_back(read->TimeOnePass());
   } else {
     const auto begin = Clock::now();
     while (static_cast<int>(samples.size()) < options.max_runs) {
@@ -122,6 +127,7 @@ BackendResult Measure(Backend* backend, const AttentionProblem& p, const Problem
         r.set_detail(std::string(s.message()));
         return r;
       }
+      if (read != nullptr) reads.push_back(read->TimeOnePass());
       const double elapsed = SecondsSince(begin);
       const bool enough =
           static_cast<int>(samples.size()) >= options.min_runs && elapsed >= options.min_seconds;
@@ -132,6 +138,14 @@ BackendResult Measure(Backend* backend, const AttentionProblem& p, const Problem
   r.set_runs(static_cast<int>(samples.size()));
   r.set_median_s(Median(samples));
   r.set_min_s(*std::min_element(samples.begin(), samples.end()));
+  r.set_max_s(*std::max_element(samples.begin(), samples.end()));
+  if (!reads.empty()) {  // GB/s of the read loop: median, slowest, fastest pass
+    const double gb = static_cast<double>(read->bytes()) * 1e-9;
+    r.set_paired_read(true);
+    r.set_limit_used(gb / Median(reads));
+    r.set_limit_min(gb / *std::max_element(reads.begin(), reads.end()));
+    r.set_limit_max(gb / *std::min_element(reads.begin(), reads.end()));
+  }
   return r;
 }
 
@@ -201,38 +215,62 @@ BackendResult MeasureAuto(const BackendRegistry& registry, const AttentionProble
   r.set_runs(static_cast<int>(via_auto.size()));
   r.set_median_s(base.median_s() * overhead);
   r.set_min_s(base.min_s() * overhead);
+  r.set_max_s(base.max_s() * overhead);
   r.set_max_abs_err(base.max_abs_err());
+  // Its limit: the chosen backend's (the paired read loop of its rounds).
+  r.set_paired_read(base.paired_read());
+  r.set_limit_used(base.limit_used());
+  r.set_limit_min(base.limit_min());
+  r.set_limit_max(base.limit_max());
   r.set_detail(absl::StrFormat("chose %s (per-call selection x%.3f over calling it directly)",
                                chosen->Name(), overhead));
   return r;
 }
 
-// GFLOP/s, GB/s and the % of the limit that applies, from the median.
-// compute_peak: the problem's compute limit (ComputeLimitOf).
-void SetRates(const CostReport& cost, const MachineLimits& limits, bool memory_bound,
-              double compute_peak, BackendResult* r) {
-  r->set_gflops(cost.useful_flops / r->median_s() * 1e-9);
-  r->set_gbps(double(cost.bytes_moved) / r->median_s() * 1e-9);
-  if (memory_bound && limits.read_gbps() > 0) {
-    r->set_pct_of_limit(100.0 * r->gbps() / limits.read_gbps());
-  } else if (compute_peak > 0) {
-    r->set_pct_of_limit(100.0 * r->gflops() / compute_peak);
-  }
-}
-
 // The compute limit of p's products: the bf16 dot-product peak where Q.K
 // may multiply bf16 (MayFlushBF16Products: bf16 K with bf16 Q, or FAST) and
 // the CPU has it (twice the f32 FMA's multiply-adds an instruction), else
-// the f32 FMA peak.
+// the f32 FMA peak; each with its lowest pass over the run.
 struct ComputeLimit {
   double gflops;
+  double min_gflops;
   const char* name;  // ProblemResult::compute_limit
 };
 ComputeLimit ComputeLimitOf(const AttentionProblem& p, const MachineLimits& limits) {
   if (MayFlushBF16Products(p) && !p.backward && limits.peak_bf16_dot_gflops() > 0) {
-    return {limits.peak_bf16_dot_gflops(), "bf16 dot-product peak"};
+    return {limits.peak_bf16_dot_gflops(), limits.peak_bf16_dot_min_gflops(),
+            "bf16 dot-product peak"};
   }
-  return {limits.peak_fma_gflops(), "peak FMA"};
+  return {limits.peak_fma_gflops(), limits.peak_fma_min_gflops(), "peak FMA"};
+}
+
+// GFLOP/s, GB/s and the % of the limit that applies, from the median, with
+// the range the limit's spread allows. Memory-bound: the paired read loop
+// (Measure), else the read bandwidth measured with the limits.
+void SetRates(const CostReport& cost, const MachineLimits& limits, bool memory_bound,
+              const ComputeLimit& compute, BackendResult* r) {
+  r->set_gflops(cost.useful_flops / r->median_s() * 1e-9);
+  r->set_gbps(double(cost.bytes_moved) / r->median_s() * 1e-9);
+  double rate = r->gflops();
+  if (memory_bound) {
+    rate = r->gbps();
+    if (!r->paired_read()) {
+      r->set_limit_used(limits.read_gbps());
+      r->set_limit_min(limits.read_gbps_min());
+      r->set_limit_max(limits.read_gbps_max());
+    }
+  } else {
+    r->set_limit_used(compute.gflops);
+    r->set_limit_min(compute.min_gflops);
+    r->set_limit_max(compute.gflops);
+  }
+  if (r->limit_used() <= 0) return;
+  r->set_pct_of_limit(100.0 * rate / r->limit_used());
+  // A missing spread (older cached limits) is no spread.
+  const double lo = r->limit_min() > 0 ? r->limit_min() : r->limit_used();
+  const double hi = r->limit_max() > 0 ? r->limit_max() : r->limit_used();
+  r->set_pct_of_limit_low(100.0 * rate / hi);
+  r->set_pct_of_limit_high(100.0 * rate / lo);
 }
 
 }  // namespace
@@ -258,22 +296,33 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
   report.mutable_attnkit()->set_version(AttnkitVersion());
   report.mutable_attnkit()->set_commit(AttnkitCommit());
   const double balance = limits.read_gbps() > 0 ? limits.peak_fma_gflops() / limits.read_gbps() : 0;
+  // The limits as the run goes: peak passes raise the peaks (maxima) and
+  // widen their spread; every result is rated against the final figures.
+  MachineLimits& run_limits = *report.mutable_limits();
+  std::unique_ptr<PairedReadLoop> read_loop;
+  if (options.paired_read) read_loop = std::make_unique<PairedReadLoop>(options.threads);
+  std::vector<CostReport> costs;
 
   int index = 0;
   for (const AttentionProblem& p : problems) {
     ++index;
+    if (options.peak_passes) AddPeakPass(options.threads, &run_limits);
     ProblemResult* pr = report.add_problems();
     pr->set_name(p.name.empty() ? p.Id() : p.name);
     pr->set_id(p.Id());
     pr->set_compute(std::string(ComputeModeName(p.compute)));
-    const ComputeLimit compute_limit = ComputeLimitOf(p, limits);
-    pr->set_compute_limit(compute_limit.name);
+    pr->set_compute_limit(ComputeLimitOf(p, run_limits).name);
     *pr->mutable_config() = ConfigForReport(ConfigFromProblem(p));
     const CostReport cost = ComputeCost(p);
+    costs.push_back(cost);
     pr->set_useful_flops(cost.useful_flops);
     pr->set_bytes(double(cost.bytes_moved));
     pr->set_memory_bound(cost.useful_flops / double(cost.bytes_moved) < balance);
     pr->set_fits_in_llc(limits.llc_bytes() > 0 && cost.bytes_moved <= limits.llc_bytes());
+    PairedReadLoop* read = nullptr;
+    if (pr->memory_bound() && read_loop != nullptr && read_loop->Resize(cost.bytes_moved)) {
+      read = read_loop.get();
+    }
     ATTNKIT_ASSIGN_OR_RETURN(const ProblemData data, ProblemData::Random(p, p.seed));
     std::unique_ptr<BackwardInputs> backward;
     if (p.backward) {
@@ -286,10 +335,7 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
       backward = std::make_unique<BackwardInputs>(std::move(inputs));
     }
     for (Backend* b : backends) {
-      BackendResult r = Measure(b, p, data, options, backward.get());
-      if (r.status() == "ok") {
-        SetRates(cost, limits, pr->memory_bound(), compute_limit.gflops, &r);
-      }
+      BackendResult r = Measure(b, p, data, options, backward.get(), read);
       if (options.progress != nullptr) {
         *options.progress << absl::StrFormat(
             "[%d/%d] %-38s %-18s %s\n", index, problems.size(), pr->name(), r.backend(),
@@ -299,11 +345,7 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
       *pr->add_results() = r;
     }
     if (options.auto_row && !p.backward) {  // auto selects forward backends
-      BackendResult r = MeasureAuto(registry, p, data, options, *pr);
-      if (r.status() == "ok") {
-        SetRates(cost, limits, pr->memory_bound(), compute_limit.gflops, &r);
-      }
-      *pr->add_results() = r;
+      *pr->add_results() = MeasureAuto(registry, p, data, options, *pr);
     }
     // Speed-ups against the reference and the best backend that passed
     // (auto is measured against the best, never counted as it).
@@ -317,6 +359,56 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
       if (r.status() != "ok") continue;
       r.set_speedup_vs_best(best / r.median_s());
       if (reference > 0) r.set_speedup_vs_reference(reference / r.median_s());
+    }
+  }
+  if (options.peak_passes) AddPeakPass(options.threads, &run_limits);
+  // Rates against the final limits. A compute-bound result over 100 % of its
+  // limit means the peak was measured low: take longer passes (up to three
+  // rounds) and rate again; what still exceeds it is reported with a note.
+  auto rate_all = [&]() -> bool {
+    bool over = false;
+    for (int i = 0; i < report.problems_size(); ++i) {
+      ProblemResult* pr = report.mutable_problems(i);
+      const ComputeLimit compute = ComputeLimitOf(problems[static_cast<size_t>(i)], run_limits);
+      for (BackendResult& r : *pr->mutable_results()) {
+        if (r.status() != "ok") continue;
+        SetRates(costs[static_cast<size_t>(i)], run_limits, pr->memory_bound(), compute, &r);
+        over = over || (!pr->memory_bound() && r.pct_of_limit() > 100.0);
+      }
+    }
+    return over;
+  };
+  bool over = rate_all();
+  for (int round = 0; over && options.peak_passes && round < 3; ++round) {
+    if (options.progress != nullptr) {
+      *options.progress << "a result exceeds its compute peak: measuring the peak again...\n";
+    }
+    AddPeakPass(options.threads, &run_limits, /*trials=*/4);
+    over = rate_all();
+  }
+  for (ProblemResult& pr : *report.mutable_problems()) {
+    for (BackendResult& r : *pr.mutable_results()) {
+      if (r.status() != "ok" || r.pct_of_limit() <= 100.0) continue;
+      if (pr.memory_bound()) {
+        r.set_limit_note(absl::StrFormat(
+            "faster than %s over the same %.3g MB: part of the data stayed in the caches "
+            "(last-level cache %.3g MB) between calls, or the kernel reads fewer bytes than the "
+            "count assumes",
+            r.paired_read() ? "a read loop timed in the same rounds" : "the machine's read loop",
+            pr.bytes() * 1e-6, static_cast<double>(run_limits.llc_bytes()) * 1e-6));
+      } else {
+        const std::string limit = pr.compute_limit().empty() ? "peak FMA" : pr.compute_limit();
+        r.set_limit_note(
+            options.peak_passes
+                ? absl::StrFormat(
+                      "over the %s re-measured after the run (%d passes, highest %.1f GFLOP/s): "
+                      "the kernel ran at a clock the peak loop never got (turbo with fewer busy "
+                      "units), or every pass of the loop met contention",
+                      limit, run_limits.peak_passes(), r.limit_used())
+                : absl::StrFormat("over the %s this comparison was given (%.1f GFLOP/s, not "
+                                  "re-measured): limits from another machine or moment",
+                                  limit, r.limit_used()));
+      }
     }
   }
   return report;
@@ -341,15 +433,27 @@ void ApplyBaseline(const CompareReport& baseline, CompareReport* report) {
 
 std::string FormatCompareTable(const CompareReport& report, bool wide) {
   const MachineLimits& l = report.limits();
+  // Peaks: the highest of the run's passes, the lowest after it.
+  const bool spread = l.peak_passes() > 1;
   std::string out = WrapWords(
       absl::StrFormat(
-          "machine: %s, %d threads; limits: peak FMA %.1f GFLOP/s (%s)%s, read %.1f "
-          "GB/s, OpenBLAS sgemm %.1f GFLOP/s (%s kernel)",
+          "machine: %s, %d threads; limits: peak FMA %.1f GFLOP/s (%s%s)%s, read %.1f "
+          "GB/s%s, OpenBLAS sgemm %.1f GFLOP/s (%s kernel)",
           report.machine().cpu_model(), l.threads(), l.peak_fma_gflops(), l.best_target(),
+          spread ? absl::StrFormat("; highest of %d passes over the run, lowest %.1f",
+                                   l.peak_passes(), l.peak_fma_min_gflops())
+                 : "",
           l.peak_bf16_dot_gflops() > 0
-              ? absl::StrFormat(", bf16 dot products %.1f GFLOP/s", l.peak_bf16_dot_gflops())
+              ? absl::StrFormat(
+                    ", bf16 dot products %.1f GFLOP/s%s", l.peak_bf16_dot_gflops(),
+                    spread ? absl::StrFormat(" (lowest pass %.1f)", l.peak_bf16_dot_min_gflops())
+                           : "")
               : "",
-          l.read_gbps(), l.sgemm_gflops(), l.openblas_core()),
+          l.read_gbps(),
+          l.read_passes() > 0
+              ? absl::StrFormat(" (passes %.1f-%.1f)", l.read_gbps_min(), l.read_gbps_max())
+              : "",
+          l.sgemm_gflops(), l.openblas_core()),
       kTerminalColumns);
   absl::StrAppend(&out,
                   WrapWords(absl::StrCat("FLOPs: ", report.flop_convention()), kTerminalColumns));
@@ -390,22 +494,37 @@ std::string FormatCompareTable(const CompareReport& report, bool wide) {
   const int kw = wide ? static_cast<int>(kernel_width)
                       : std::max(8, static_cast<int>(kTerminalColumns) - fixed);
   for (const ProblemResult& p : report.problems()) {
+    // Memory-bound with a paired read loop: its GB/s over the backends'
+    // rounds (the lowest slowest pass to the highest fastest one).
+    double read_lo = 0, read_hi = 0;
+    for (const BackendResult& r : p.results()) {
+      if (r.status() != "ok" || !r.paired_read()) continue;
+      read_lo = read_lo == 0 ? r.limit_min() : std::min(read_lo, r.limit_min());
+      read_hi = std::max(read_hi, r.limit_max());
+    }
+    const std::string memory_limit =
+        read_hi > 0 ? absl::StrFormat(
+                          "memory-bound: %% of a read loop over its bytes, one pass after each "
+                          "call (paired; %.1f-%.1f GB/s)",
+                          read_lo, read_hi)
+                    : "memory-bound: % of read bandwidth";
     absl::StrAppend(
         &out, "\n",
         WrapWords(absl::StrFormat(
                       "%s  [%s]  %.3g GFLOP useful, %.3g MB moved, %s", p.name(), p.id(),
                       p.useful_flops() * 1e-9, p.bytes() * 1e-6,
                       p.memory_bound()
-                          ? (p.fits_in_llc() ? "memory-bound: % of read bandwidth (but it fits "
-                                               "in the last-level cache: warm calls may beat it)"
-                                             : "memory-bound: % of read bandwidth")
+                          ? (p.fits_in_llc()
+                                 ? memory_limit + " (but it fits in the last-level cache: warm "
+                                                  "calls may beat it)"
+                                 : memory_limit)
                           : "compute-bound: % of " +
                                 (p.compute_limit().empty() ? "peak FMA" : p.compute_limit())),
                   kTerminalColumns));
     if (wide) {
-      absl::StrAppendFormat(&out, "  %-*s %-*s %10s %10s %8s %7s %7s %8s %7s  %s\n", nw, "backend",
-                            kw, "kernel", "median ms", "min ms", "GFLOP/s", "GB/s", "%limit",
-                            "vs ref", "vs best", "check");
+      absl::StrAppendFormat(&out, "  %-*s %-*s %10s %10s %8s %7s %7s %13s %8s %7s  %s\n", nw,
+                            "backend", kw, "kernel", "median ms", "min ms", "GFLOP/s", "GB/s",
+                            "%limit", "limit spread", "vs ref", "vs best", "check");
     } else {
       absl::StrAppendFormat(&out, "  %-*s %10s %8s %7s %8s %7s  %-12s %s\n", nw, "backend",
                             "median ms", "GFLOP/s", "%limit", "vs ref", "vs best", "check",
@@ -435,15 +554,23 @@ std::string FormatCompareTable(const CompareReport& report, bool wide) {
                                      : r.kernel();
       const std::string check = absl::StrFormat("ok (%.1e)", r.max_abs_err());
       if (wide) {
+        // The %limit the limit's spread allows (its fastest to slowest pass).
+        const std::string range =
+            absl::StrFormat("%.1f-%.1f%%", r.pct_of_limit_low(), r.pct_of_limit_high());
         absl::StrAppendFormat(
-            &out, "  %-*s %-*s %10.3f %10.3f %8.1f %7.1f %6.1f%% %8s %7.2f  %s%s\n", nw,
+            &out, "  %-*s %-*s %10.3f %10.3f %8.1f %7.1f %6.1f%% %13s %8s %7.2f  %s%s\n", nw,
             r.backend(), kw, kernel, r.median_s() * 1e3, r.min_s() * 1e3, r.gflops(), r.gbps(),
-            r.pct_of_limit(), vs_ref, r.speedup_vs_best(), check, flag);
+            r.pct_of_limit(), range, vs_ref, r.speedup_vs_best(), check, flag);
       } else {
         absl::StrAppendFormat(&out, "  %-*s %10.3f %8.1f %6.1f%% %8s %7.2f  %-12s %s%s\n", nw,
                               r.backend(), r.median_s() * 1e3, r.gflops(), r.pct_of_limit(), vs_ref,
                               r.speedup_vs_best(), check, FitWidth(kernel, static_cast<size_t>(kw)),
                               flag);
+      }
+      if (!r.limit_note().empty()) {
+        absl::StrAppend(
+            &out, WrapWords(absl::StrCat("    ", r.backend(), ": over 100 %: ", r.limit_note()),
+                            kTerminalColumns));
       }
     }
   }
@@ -459,7 +586,9 @@ absl::StatusOr<CompareReport> MeasureAndCompare(const BackendRegistry& registry,
   std::string how;
   const MachineLimits limits = LoadOrMeasureLimits(options.threads, /*refresh=*/true, &how);
   progress << "machine limits " << how << "\n";
-  return RunCompare(registry, problems, options, Fingerprint(options.threads), limits);
+  CompareOptions tracked = options;
+  tracked.peak_passes = true;
+  return RunCompare(registry, problems, tracked, Fingerprint(options.threads), limits);
 }
 
 absl::StatusOr<std::string> ReportToJson(const CompareReport& report) {

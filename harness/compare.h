@@ -35,6 +35,16 @@ struct CompareOptions {
   // its `vs best` is the choice times the per-call selection overhead, not
   // the noise between two separate measurements.
   bool auto_row = true;
+  // Memory-bound problems: after each timed call of a backend, one pass of a
+  // read loop over the problem's bytes on as many threads (paired_read.h);
+  // %limit is the backend's median GB/s over the loop's, from the same rounds.
+  bool paired_read = true;
+  // Short passes of the compute peaks before each problem and after the
+  // last (AddPeakPass): the report's peaks are the maxima over the run, with
+  // the lowest pass as their spread; a result over 100 % of its compute
+  // limit has the peak re-measured (longer passes) before it is reported,
+  // with a note if it still exceeds it. MeasureAndCompare turns it on.
+  bool peak_passes = false;
 };
 
 // Runs every problem on every selected backend. Figures use `limits`.

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "harness/compare.h"
+#include "harness/machine_kernels.h"
 #include "harness/report_svg.h"
 #include "harness/suite.h"
 #include "harness/text_fit.h"
@@ -175,6 +176,91 @@ TEST(CompareTest, DefaultTableFitsATerminalAndWideDoesNot) {
   }
   EXPECT_EQ(WrapWords("aa bb cc", 5), "aa bb\n  cc\n");
   EXPECT_THAT(FormatCompareTable(report, /*wide=*/true), HasSubstr(std::string(200, 'k')));
+}
+
+// A decode over 4 MB of K/V (memory-bound against FakeLimits' balance of
+// 10 FLOP/byte) has a read loop over its bytes timed after each call.
+AttentionProblem Decode() {
+  AttentionProblem p = BasicProblem(1, 8, 2, 1, 4096, 64);
+  p.name = "decode";
+  p.mask = MaskKind::kCausal;
+  p.alignment = Alignment::kBottomRight;
+  p.seed = 5;
+  return p;
+}
+
+TEST(CompareTest, MemoryBoundProblemsArePairedWithAReadLoop) {
+  BackendRegistry registry;
+  ASSERT_TRUE(registry.Register(MakeReferenceBackend()).ok());
+  CompareOptions options;
+  options.min_seconds = 0.01;
+  options.auto_row = false;
+  auto report = RunCompare(registry, {Decode()}, options, MachineFingerprint(), FakeLimits());
+  ASSERT_TRUE(report.ok()) << report.status();
+  const ProblemResult& p = report->problems(0);
+  ASSERT_TRUE(p.memory_bound());
+  const BackendResult& r = p.results(0);
+  ASSERT_EQ(r.status(), "ok");
+  EXPECT_TRUE(r.paired_read());
+  // The read loop's own figures (a real machine: well above 0.1 GB/s), not
+  // FakeLimits' 10 GB/s, ordered, and %limit is the ratio of the medians.
+  EXPECT_GT(r.limit_min(), 0.1);
+  EXPECT_LE(r.limit_min(), r.limit_used());
+  EXPECT_LE(r.limit_used(), r.limit_max());
+  EXPECT_NEAR(r.pct_of_limit(), 100.0 * r.gbps() / r.limit_used(), 1e-9);
+  EXPECT_LE(r.pct_of_limit_low(), r.pct_of_limit());
+  EXPECT_GE(r.pct_of_limit_high(), r.pct_of_limit());
+  EXPECT_GE(r.max_s(), r.median_s());
+  EXPECT_THAT(FormatCompareTable(*report), HasSubstr("(paired; "));
+  EXPECT_THAT(ReportToSvg(*report), HasSubstr("of the limit over its spread"));
+  auto json = ReportToJson(*report);
+  ASSERT_TRUE(json.ok());
+  EXPECT_THAT(*json, HasSubstr("\"paired_read\": true"));
+  EXPECT_THAT(*json, HasSubstr("\"limit_min\""));
+  // Unpaired: the limits' read bandwidth.
+  options.paired_read = false;
+  report = RunCompare(registry, {Decode()}, options, MachineFingerprint(), FakeLimits());
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_FALSE(report->problems(0).results(0).paired_read());
+  EXPECT_DOUBLE_EQ(report->problems(0).results(0).limit_used(), 10.0);
+}
+
+TEST(CompareTest, PeakPassesRaiseALowPeakAndOverHundredIsExplained) {
+  BackendRegistry registry;
+  ASSERT_TRUE(registry.Register(MakeReferenceBackend()).ok());
+  CompareOptions options;
+  options.min_seconds = 0.01;
+  options.auto_row = false;
+  options.paired_read = false;
+  // A peak of 0.001 GFLOP/s: every problem is compute-bound and over it.
+  MachineLimits low = FakeLimits();
+  low.set_peak_fma_gflops(0.001);
+  low.set_read_gbps(1000);
+  auto report = RunCompare(registry, {Small()}, options, MachineFingerprint(), low);
+  ASSERT_TRUE(report.ok()) << report.status();
+  const BackendResult& over = report->problems(0).results(0);
+  ASSERT_FALSE(report->problems(0).memory_bound());
+  EXPECT_GT(over.pct_of_limit(), 100.0);
+  EXPECT_THAT(over.limit_note(), HasSubstr("not re-measured"));
+  EXPECT_THAT(FormatCompareTable(*report), HasSubstr("over 100 %"));
+  // With peak passes (limits of this CPU: its best target named), the low
+  // peak is replaced by the highest pass and nothing exceeds it.
+  const std::vector<int64_t> targets = AvailableHighwayTargets();
+  ASSERT_FALSE(targets.empty());
+  low.set_best_target(HighwayTargetName(targets.front()));
+  options.peak_passes = true;
+  report = RunCompare(registry, {Small(), Small()}, options, MachineFingerprint(), low);
+  ASSERT_TRUE(report.ok()) << report.status();
+  const MachineLimits& l = report->limits();
+  EXPECT_GT(l.peak_fma_gflops(), 1.0);
+  EXPECT_GE(l.peak_passes(), 4);  // before each of two problems and after the last
+  EXPECT_LE(l.peak_fma_min_gflops(), l.peak_fma_gflops());
+  for (const ProblemResult& p : report->problems()) {
+    const BackendResult& r = p.results(0);
+    EXPECT_DOUBLE_EQ(r.limit_used(), l.peak_fma_gflops());
+    EXPECT_LT(r.pct_of_limit(), 100.0);
+    EXPECT_TRUE(r.limit_note().empty()) << r.limit_note();
+  }
 }
 
 TEST(SuiteTest, StandardSuiteLoads) {

@@ -29,6 +29,13 @@ ReadBandwidth MeasureReadBandwidth(int threads, int passes = 7);
 // Measures the limits now with `threads` threads (a few seconds).
 MachineLimits MeasureLimits(int threads);
 
+// One short pass of the compute peaks (the best target's FMA loop and the
+// bf16 dot-product loop, `trials` runs of about 10 ms each), folded into
+// `limits`: the peaks stay the maxima over every pass (contention can only
+// lower a pass), peak_*_min and peak_passes record the spread. Limits of
+// another CPU (no target named best_target here) are left as they are.
+void AddPeakPass(int threads, MachineLimits* limits, int trials = 1);
+
 // The cached limits for this CPU and thread count, or a fresh measurement
 // (saved to the cache) when there is none or `refresh` is set. `how` says
 // which ("cached in F", "measured now").

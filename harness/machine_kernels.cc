@@ -60,23 +60,22 @@ double BestGflopsOnThreads(int threads, int trials, const Loop& loop) {
 
 }  // namespace
 
-double MeasureFmaGflops(int64_t target, int threads, int trials) {
+double MeasureFmaGflops(int64_t target, int threads, int trials, int64_t iterations) {
   // Restrict dispatch to `target`, warm up on this thread (which also lets
   // Highway update its chosen target), then run on every thread at once.
   hwy::SetSupportedTargetsForTest(target);
-  constexpr int64_t kIterations = 20'000'000;
-  HWY_DYNAMIC_DISPATCH(FmaLoop)(kIterations / 10);
+  HWY_DYNAMIC_DISPATCH(FmaLoop)(iterations / 10);
   const double best = BestGflopsOnThreads(
-      threads, trials, [] { return HWY_DYNAMIC_DISPATCH(FmaLoop)(kIterations); });
+      threads, trials, [iterations] { return HWY_DYNAMIC_DISPATCH(FmaLoop)(iterations); });
   hwy::SetSupportedTargetsForTest(0);  // back to what the CPU supports
   return best;
 }
 
-double MeasureBF16DotGflops(int threads, int trials) {
+double MeasureBF16DotGflops(int threads, int trials, int64_t iterations) {
   if (!x86_dot::HaveBF16Dot()) return 0;
-  constexpr int64_t kIterations = 10'000'000;
-  x86_dot::BF16DotPeakLoop(kIterations / 10);  // warm up
-  return BestGflopsOnThreads(threads, trials, [] { return x86_dot::BF16DotPeakLoop(kIterations); });
+  x86_dot::BF16DotPeakLoop(iterations / 10);  // warm up
+  return BestGflopsOnThreads(threads, trials,
+                             [iterations] { return x86_dot::BF16DotPeakLoop(iterations); });
 }
 
 float StreamingSum(const float* data, size_t n) { return HWY_DYNAMIC_DISPATCH(SumFloats)(data, n); }

@@ -18,13 +18,19 @@ std::string HighwayTargetName(int64_t target);
 std::string DispatchedHighwayTarget();
 
 // Peak FMA throughput of `target` with `threads` threads, each running a
-// register-resident loop of independent FMAs: the best of `trials` runs, in
+// register-resident loop of `iterations` x 10 independent FMAs (the default:
+// about 25 ms a trial on one AVX-512 core): the best of `trials` runs, in
 // GFLOP/s (2 FLOPs per lane per FMA). Not thread-safe (it switches targets).
-double MeasureFmaGflops(int64_t target, int threads, int trials = 3);
+inline constexpr int64_t kFmaLoopIterations = 20'000'000;
+double MeasureFmaGflops(int64_t target, int threads, int trials = 3,
+                        int64_t iterations = kFmaLoopIterations);
 
 // Peak bf16 dot-product throughput (x86 vdpbf16ps, x86_dot.h) measured the
-// same way; 0 where the CPU has no AVX512_BF16.
-double MeasureBF16DotGflops(int threads, int trials = 3);
+// same way (`iterations` x 16 instructions); 0 where the CPU has no
+// AVX512_BF16.
+inline constexpr int64_t kBF16DotLoopIterations = 10'000'000;
+double MeasureBF16DotGflops(int threads, int trials = 3,
+                            int64_t iterations = kBF16DotLoopIterations);
 
 // Sums `n` floats with the best target (a streaming read); returns the sum
 // so the compiler cannot drop the reads.

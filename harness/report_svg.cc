@@ -95,7 +95,9 @@ std::string ReportToSvg(const CompareReport& report) {
   double top = 10;
   for (const ProblemResult& p : report.problems()) {
     for (const BackendResult& r : p.results()) {
-      if (r.status() == "ok") top = std::max(top, r.pct_of_limit());
+      if (r.status() == "ok") {
+        top = std::max({top, r.pct_of_limit(), r.pct_of_limit_high()});
+      }
     }
   }
   // Round gridlines: the smallest step of 10, 20, 25 or 50 that needs at
@@ -183,12 +185,29 @@ std::string ReportToSvg(const CompareReport& report) {
           "%.3f ms, %.1f GFLOP/s, %.1f GB/s, %.1f%% of %s (%s)</title></rect>\n",
           bx, base - h, bar - 3, h, kColors[i % 8], EscapeMarkup(r->backend()),
           EscapeMarkup(p.name()), r->median_s() * 1e3, r->gflops(), r->gbps(), r->pct_of_limit(),
-          p.memory_bound() ? "read bandwidth" : "peak FMA", EscapeMarkup(r->kernel()));
+          p.memory_bound() ? (r->paired_read() ? "a paired read loop" : "read bandwidth")
+                           : "peak FMA",
+          EscapeMarkup(r->kernel()));
+      // A whisker over the range the limit's spread allows (pct_of_limit_low
+      // to _high: the read loop's fastest to slowest pass, or the peak's
+      // highest to lowest).
+      int label_y = base - h - 4;
+      if (r->pct_of_limit_high() > r->pct_of_limit_low()) {
+        const int y_lo = base - static_cast<int>(plot_h * r->pct_of_limit_low() / top);
+        const int y_hi = base - static_cast<int>(plot_h * r->pct_of_limit_high() / top);
+        absl::StrAppendFormat(&svg,
+                              "<path d=\"M%d %dV%dM%d %dh6M%d %dh6\" stroke=\"#333\" "
+                              "fill=\"none\"><title>%.1f-%.1f%% of the limit over its "
+                              "spread</title></path>\n",
+                              cx, y_lo, y_hi, cx - 3, y_lo, cx - 3, y_hi, r->pct_of_limit_low(),
+                              r->pct_of_limit_high());
+        label_y = std::min(label_y, y_hi - 4);
+      }
       // The label, rotated, above the bar: "12.3 ms  54.8%".
       absl::StrAppendFormat(&svg,
                             "<text x=\"%d\" y=\"%d\" font-size=\"10\" "
                             "transform=\"rotate(-90 %d %d)\">%s  %.1f%%</text>\n",
-                            cx + 4, base - h - 4, cx + 4, base - h - 4, Milliseconds(r->median_s()),
+                            cx + 4, label_y, cx + 4, label_y, Milliseconds(r->median_s()),
                             r->pct_of_limit());
     }
     const int mid = x + (n_bars * bar) / 2;
@@ -207,6 +226,25 @@ std::string ReportToSvg(const CompareReport& report) {
   svg += "</svg>\n";
   return svg;
 }
+
+namespace {
+
+// The limit a result's %limit is of, with its figure and spread:
+// "paired read loop 38.1 GB/s (34.2-40.0)" or "peak FMA 452.0 GFLOP/s
+// (lowest pass 261.7)".
+std::string LimitCell(const ProblemResult& p, const BackendResult& r) {
+  const std::string name = p.memory_bound()
+                               ? (r.paired_read() ? "paired read loop" : "read bandwidth")
+                               : (p.compute_limit().empty() ? "peak FMA" : p.compute_limit());
+  if (r.status() != "ok" || r.limit_used() <= 0) return name;
+  if (p.memory_bound()) {
+    return absl::StrFormat("%s %.1f GB/s (%.1f-%.1f)", name, r.limit_used(), r.limit_min(),
+                           r.limit_max());
+  }
+  return absl::StrFormat("%s %.1f GFLOP/s (lowest pass %.1f)", name, r.limit_used(), r.limit_min());
+}
+
+}  // namespace
 
 std::string ReportToHtml(const CompareReport& report) {
   const MachineFingerprint& m = report.machine();
@@ -243,8 +281,7 @@ std::string ReportToHtml(const CompareReport& report) {
           ok ? absl::StrFormat("%.3f", r.median_s() * 1e3) : "",
           ok ? absl::StrFormat("%.1f", r.gflops()) : "",
           ok ? absl::StrFormat("%.1f", r.gbps()) : "",
-          ok ? absl::StrFormat("%.1f", r.pct_of_limit()) : "",
-          p.memory_bound() ? "read bandwidth" : "peak FMA",
+          ok ? absl::StrFormat("%.1f", r.pct_of_limit()) : "", EscapeMarkup(LimitCell(p, r)),
           ok ? absl::StrFormat("%.2f", r.speedup_vs_best()) : "",
           EscapeMarkup(ok ? (r.detail().empty() ? r.kernel()
                                                 : absl::StrCat(r.detail(), " [", r.kernel(), "]"))

@@ -40,6 +40,8 @@ absl::StatusOr<TuneRecord> RunTune(const BackendRegistry& registry, const Compar
   const std::vector<AttentionProblem> problems = TuneProblems();
   CompareOptions backends_only = options;
   backends_only.auto_row = false;  // tune decides what auto does; it does not time it
+  // It ranks backends by their times alone: no read loop between calls.
+  backends_only.paired_read = false;
   ATTNKIT_ASSIGN_OR_RETURN(const CompareReport report,
                            RunCompare(registry, problems, backends_only, machine, limits));
   TuneRecord record;
