@@ -106,8 +106,8 @@ class CublasBackend : public CudaBackendBase {
   absl::Status ForwardImpl(const AttentionProblem& p, const AttentionArgs& args,
                            RunInfo* info) override {
     ATTNKIT_ASSIGN_OR_RETURN(const FlashParams f, MakeFlashParams(p, args));
-    absl::MutexLock lock(&mu_);
-    ATTNKIT_ASSIGN_OR_RETURN(const cudaStream_t stream, Stream());
+    absl::MutexLock lock(&call_mu_);
+    ATTNKIT_ASSIGN_OR_RETURN(const cudaStream_t stream, ScratchStream());
     if (handle_ == nullptr) {
       ATTNKIT_RETURN_IF_ERROR(CublasStatus(cublasCreate(&handle_), "cublasCreate"));
       // No TF32 for f32 GEMMs, and every reduction in the fp32 accumulator.
@@ -288,10 +288,9 @@ class CublasBackend : public CudaBackendBase {
 
  private:
   const std::string name_;
-  absl::Mutex mu_;
-  cublasHandle_t handle_ ABSL_GUARDED_BY(mu_) = nullptr;
-  Workspace workspace_ ABSL_GUARDED_BY(mu_);
-  Workspace scan_ ABSL_GUARDED_BY(mu_);  // V's NaN/Inf row flags and counts
+  cublasHandle_t handle_ ABSL_GUARDED_BY(call_mu_) = nullptr;
+  Workspace workspace_ ABSL_GUARDED_BY(call_mu_);
+  Workspace scan_ ABSL_GUARDED_BY(call_mu_);  // V's NaN/Inf row flags and counts
 };
 
 }  // namespace

@@ -9,35 +9,30 @@ namespace attnkit {
 namespace cuda {
 namespace {
 
-// The oldest architecture with machine code in the plugin (sm_80); newer
-// majors run it or JIT the compute_90 PTX.
-constexpr int kMinMajor = 8;
-
-DeviceInfo Probe() {
-  DeviceInfo info;
+DeviceTable Probe() {
+  DeviceTable table;
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
-    info.available = CudaStatus(e, "no usable CUDA device");
-    return info;
+    table.probe = CudaStatus(e, "no usable CUDA device");
+    return table;
   }
-  if (count == 0) {
-    info.available = absl::FailedPreconditionError("no CUDA device is present");
-    return info;
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    DeviceInfo info;
+    info.ordinal = ordinal;
+    cudaDeviceProp prop;
+    info.usable = CudaStatus(cudaGetDeviceProperties(&prop, ordinal),
+                             absl::StrFormat("cudaGetDeviceProperties(%d)", ordinal));
+    if (info.usable.ok()) {
+      info.name = prop.name;
+      info.major = prop.major;
+      info.minor = prop.minor;
+      info.num_sms = prop.multiProcessorCount;
+      info.usable = CheckComputeCapability(info);
+    }
+    table.devices.push_back(std::move(info));
   }
-  cudaDeviceProp prop;
-  info.available = CudaStatus(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  if (!info.available.ok()) return info;
-  info.name = prop.name;
-  info.major = prop.major;
-  info.minor = prop.minor;
-  info.num_sms = prop.multiProcessorCount;
-  if (prop.major < kMinMajor) {
-    info.available = absl::FailedPreconditionError(
-        absl::StrFormat("%s has compute capability %d.%d; this build targets sm_80 and newer",
-                        prop.name, prop.major, prop.minor));
-  }
-  return info;
+  return table;
 }
 
 }  // namespace
@@ -62,13 +57,24 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
   }
 }
 
-const DeviceInfo& Device() {
-  static const DeviceInfo* info = new DeviceInfo(Probe());
-  return *info;
+const DeviceTable& Devices() {
+  static const DeviceTable* table = new DeviceTable(Probe());
+  return *table;
+}
+
+absl::StatusOr<const DeviceInfo*> CurrentDevice() {
+  const DeviceTable& table = Devices();
+  ATTNKIT_RETURN_IF_ERROR(table.probe);
+  int current = 0;
+  if (!table.devices.empty()) {
+    ATTNKIT_RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&current), "cudaGetDevice"));
+  }
+  ATTNKIT_RETURN_IF_ERROR(CheckCurrentDevice(table, current));
+  return &table.devices[current];
 }
 
 absl::StatusOr<std::unique_ptr<CudaBuffer>> CudaBuffer::Allocate(size_t bytes) {
-  ATTNKIT_RETURN_IF_ERROR(Device().available);
+  ATTNKIT_RETURN_IF_ERROR(CurrentDevice().status());
   // Never a null pointer: an empty view means "absent" to ValidateArgs.
   const size_t rounded = bytes == 0 ? 256 : (bytes + 255) / 256 * 256;
   void* data = nullptr;
@@ -81,12 +87,16 @@ CudaBuffer::~CudaBuffer() { cudaFree(data_); }
 
 absl::StatusOr<void*> Workspace::Get(size_t bytes) {
   if (buffer_ == nullptr || buffer_->size() < bytes) {
-    buffer_.reset();  // free first, so old and new need not fit together
+    // Free first, so old and new need not fit together; cudaFree waits for
+    // the device, so no queued kernel still reads the old buffer.
+    buffer_.reset();
     ATTNKIT_ASSIGN_OR_RETURN(buffer_, CudaBuffer::Allocate(bytes));
     ++allocations_;
   }
   return buffer_->data();
 }
+
+absl::Status CudaBackendBase::Available() const { return CurrentDevice().status(); }
 
 absl::StatusOr<std::unique_ptr<DeviceBuffer>> CudaBackendBase::Allocate(size_t bytes) {
   ATTNKIT_ASSIGN_OR_RETURN(std::unique_ptr<CudaBuffer> buffer, CudaBuffer::Allocate(bytes));
@@ -95,13 +105,14 @@ absl::StatusOr<std::unique_ptr<DeviceBuffer>> CudaBackendBase::Allocate(size_t b
 
 CudaBackendBase::~CudaBackendBase() {
   absl::MutexLock lock(&stream_mu_);
-  // Pending work still completes; the stream's resources go after it.
+  // Pending work still completes; the stream's and the event's resources go
+  // after it.
   if (owns_stream_) cudaStreamDestroy(stream_);
+  if (switch_event_ != nullptr) cudaEventDestroy(switch_event_);
 }
 
-absl::StatusOr<cudaStream_t> CudaBackendBase::Stream() {
-  ATTNKIT_RETURN_IF_ERROR(Device().available);
-  absl::MutexLock lock(&stream_mu_);
+absl::StatusOr<cudaStream_t> CudaBackendBase::StreamLocked() {
+  ATTNKIT_RETURN_IF_ERROR(CurrentDevice().status());
   if (!stream_chosen_) {
     cudaStream_t created = nullptr;
     ATTNKIT_RETURN_IF_ERROR(
@@ -112,17 +123,46 @@ absl::StatusOr<cudaStream_t> CudaBackendBase::Stream() {
   return stream_;
 }
 
-absl::Status CudaBackendBase::SetStream(void* stream) {
-  ATTNKIT_RETURN_IF_ERROR(Device().available);
+absl::StatusOr<cudaStream_t> CudaBackendBase::Stream() {
   absl::MutexLock lock(&stream_mu_);
+  return StreamLocked();
+}
+
+absl::StatusOr<cudaStream_t> CudaBackendBase::ScratchStream() {
+  absl::MutexLock lock(&stream_mu_);
+  ATTNKIT_ASSIGN_OR_RETURN(const cudaStream_t stream, StreamLocked());
+  if (order_.WaitBeforeUse(stream)) {
+    // The scratch was last used on another stream, which recorded the event
+    // when SetStream left it: this stream's next kernels wait for it.
+    ATTNKIT_RETURN_IF_ERROR(
+        CudaStatus(cudaStreamWaitEvent(stream, switch_event_, 0), "cudaStreamWaitEvent"));
+  }
+  return stream;
+}
+
+absl::Status CudaBackendBase::SetStream(void* stream) {
+  ATTNKIT_RETURN_IF_ERROR(CurrentDevice().status());
+  absl::MutexLock call_lock(&call_mu_);
+  absl::MutexLock lock(&stream_mu_);
+  const cudaStream_t next = static_cast<cudaStream_t>(stream);
+  if (stream_chosen_ && stream_ == next) return absl::OkStatus();
   if (owns_stream_) {
     // Work already queued on our own stream finishes before the caller's
     // stream takes over, so results are never read early.
     ATTNKIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "kernel execution"));
+    order_.Finished(stream_);
     cudaStreamDestroy(stream_);
     owns_stream_ = false;
+  } else if (stream_chosen_ && order_.RecordOnSwitch(stream_, next)) {
+    if (switch_event_ == nullptr) {
+      ATTNKIT_RETURN_IF_ERROR(CudaStatus(
+          cudaEventCreateWithFlags(&switch_event_, cudaEventDisableTiming), "cudaEventCreate"));
+    }
+    ATTNKIT_RETURN_IF_ERROR(
+        CudaStatus(cudaEventRecord(switch_event_, stream_), "cudaEventRecord on the old stream"));
+    order_.Recorded();
   }
-  stream_ = static_cast<cudaStream_t>(stream);
+  stream_ = next;
   stream_chosen_ = true;
   return absl::OkStatus();
 }
@@ -160,7 +200,10 @@ absl::Status CudaBackendBase::Download(const DeviceBuffer& src, void* host, size
 
 absl::Status CudaBackendBase::Synchronize() {
   ATTNKIT_ASSIGN_OR_RETURN(const cudaStream_t stream, Stream());
-  return CudaStatus(cudaStreamSynchronize(stream), "kernel execution");
+  ATTNKIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "kernel execution"));
+  absl::MutexLock lock(&stream_mu_);
+  order_.Finished(stream);
+  return absl::OkStatus();
 }
 
 }  // namespace cuda

@@ -1,9 +1,12 @@
 // The CUDA plugin through the registry's dlopen route. Without a usable GPU
 // every entry point must fail cleanly with the CUDA reason; with one, a small
-// GQA problem must match the fp64 reference on both backends, 16-bit
+// GQA problem must match the fp64 reference on both backends, calls
+// alternating between two streams must not share scratch in flight, 16-bit
 // problems in both compute modes (EXACT and FAST) on both, the serving
 // problems (paged, int8 and ragged) on "cuda", and the backward pass of
 // "cuda" the fp64 reference backward.
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -222,6 +225,75 @@ TEST_F(CudaPluginTest, WorkspaceIsReusedAcrossCalls) {
             << b->Name() << " [" << info.kernel << "] allocated again for " << p.Id();
       }
     }
+  }
+}
+
+// Calls alternating between two streams with no synchronisation between
+// them share each backend's scratch memory (split-K partials, cuBLAS's
+// score blocks) while the previous call may still run: every output must
+// still match the reference. Before issue 33 the second stream's kernels
+// could overwrite the first's partials; the stream switch now records an
+// event the next stream waits on (stream_order.h, emulated on the CPU by
+// stream_order_test).
+TEST_F(CudaPluginTest, TwoStreamsDoNotShareScratchInFlight) {
+  cudaStream_t streams[2] = {nullptr, nullptr};
+  for (Backend* b : registry_.All()) {
+    if (!b->Available().ok()) {
+      ASSERT_TRUE(NotRequired(*b));
+      GTEST_SKIP() << b->Available();
+    }
+    if (streams[0] == nullptr) {
+      for (cudaStream_t& s : streams) {
+        ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+      }
+    }
+    // Decode over many keys (few blocks, so the flash kernel splits K), and
+    // a prefill whose query blocks reuse cuBLAS's score buffer.
+    AttentionProblem decode = BasicProblem(1, 32, 8, 1, 8192, 128);
+    decode.dtype = decode.kv_dtype = DType::kBF16;
+    decode.return_lse = true;
+    AttentionProblem prefill = BasicProblem(2, 8, 2, 300, 1100, 64);
+    prefill.dtype = prefill.kv_dtype = DType::kF16;
+    prefill.mask = MaskKind::kCausal;
+    prefill.alignment = Alignment::kBottomRight;
+    for (AttentionProblem p : {decode, prefill}) {
+      p.name = p.Id();
+      constexpr int kCalls = 8;
+      std::vector<ProblemData> data;
+      std::vector<PlacedProblem> placed;
+      data.reserve(kCalls);
+      placed.reserve(kCalls);
+      for (int i = 0; i < kCalls; ++i) {
+        auto d = ProblemData::Random(p, 300 + i);  // other inputs for every call
+        ASSERT_TRUE(d.ok()) << d.status();
+        PoisonOutputs(*d);
+        data.push_back(std::move(*d));
+      }
+      for (int i = 0; i < kCalls; ++i) {
+        auto on_device = PlacedProblem::Place(b, data[i]);
+        ASSERT_TRUE(on_device.ok()) << on_device.status();
+        placed.push_back(std::move(*on_device));
+      }
+      RunInfo info;
+      for (int i = 0; i < kCalls; ++i) {
+        ASSERT_TRUE(b->SetStream(streams[i % 2]).ok());
+        const absl::Status run = placed[i].Forward(p, &info);
+        ASSERT_TRUE(run.ok()) << b->Name() << " " << p.name << " call " << i << ": " << run;
+      }
+      for (int i = 0; i < kCalls; ++i) {
+        ASSERT_TRUE(b->SetStream(streams[i % 2]).ok());
+        const absl::Status got = placed[i].DownloadOutputs(data[i]);
+        ASSERT_TRUE(got.ok()) << got;
+        const Comparison c =
+            CompareToReference(p, data[i].args(), ComputeReference(p, data[i].args()));
+        EXPECT_TRUE(c.ok()) << b->Name() << " [" << info.kernel << "] " << p.name << " call " << i
+                            << " on stream " << i % 2 << ": " << c.first_failure;
+      }
+    }
+    ASSERT_TRUE(b->SetStream(nullptr).ok());  // nothing of ours stays on the streams
+  }
+  for (cudaStream_t s : streams) {
+    if (s != nullptr) cudaStreamDestroy(s);
   }
 }
 

@@ -285,10 +285,10 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashDecodeKernel(const Fla
 template <int kD>
 cudaError_t LaunchDecode(const FlashParams& p, cudaStream_t stream) {
   using Traits = DecodeTraits<kD>;
-  // The shared-memory opt-in, once per instance and process (see
-  // LaunchFlashTraits).
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      FlashDecodeKernel<Traits>, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
+  // The shared-memory opt-in, once per instance and device.
+  static PerDeviceOnce smem_opt_in;
+  const cudaError_t attr =
+      OptInSharedMemory(smem_opt_in, FlashDecodeKernel<Traits>, Traits::kSmemBytes);
   if (attr != cudaSuccess) return attr;
   const int64_t row_tiles = (p.rows_per_kv_head + Traits::kRows - 1) / Traits::kRows;
   const int64_t blocks_x = row_tiles * p.num_splits;

@@ -4,10 +4,12 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "backends/cuda/flash_params.h"
+#include "backends/cuda/per_device.h"
 
 namespace attnkit {
 namespace cuda {
@@ -157,6 +159,20 @@ class RowOutput {
   int64_t index_ = 0;      // partial row, or O's element offset of the row
   int64_t lse_index_ = 0;  // LSE's element offset (no split)
 };
+
+// A kernel's dynamic shared-memory opt-in on the current device, once per
+// device and kernel instance (`once` is the launcher's function-local
+// static); the result is kept, so a failure is reported on every launch.
+template <class Kernel>
+cudaError_t OptInSharedMemory(PerDeviceOnce& once, Kernel* kernel, int bytes) {
+  int device = 0;
+  const cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  return static_cast<cudaError_t>(once.Get(device, [&] {
+    return static_cast<int>(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  }));
+}
 
 }  // namespace cuda
 }  // namespace attnkit

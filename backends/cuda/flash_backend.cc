@@ -74,17 +74,19 @@ class FlashBackend : public CudaBackendBase {
     // A dense batch is one launch; a ragged one, one per sequence with
     // queries, each a batch-1 problem over views of the packed tensors.
     ATTNKIT_ASSIGN_OR_RETURN(const std::vector<FlashLaunch> launches, MakeFlashLaunches(p, args));
+    // Split-K planning for the SMs of the device this call runs on.
+    ATTNKIT_ASSIGN_OR_RETURN(const DeviceInfo* device, CurrentDevice());
     std::vector<LaunchPlan> plans;
     plans.reserve(launches.size());
     size_t workspace_bytes = 0;
     for (const FlashLaunch& launch : launches) {
-      ATTNKIT_ASSIGN_OR_RETURN(LaunchPlan plan, PlanLaunch(launch.params, Device().num_sms, name_));
+      ATTNKIT_ASSIGN_OR_RETURN(LaunchPlan plan, PlanLaunch(launch.params, device->num_sms, name_));
       workspace_bytes = std::max(workspace_bytes, plan.workspace_bytes);
       plans.push_back(std::move(plan));
     }
 
-    absl::MutexLock lock(&mu_);
-    ATTNKIT_ASSIGN_OR_RETURN(const cudaStream_t stream, Stream());
+    absl::MutexLock lock(&call_mu_);
+    ATTNKIT_ASSIGN_OR_RETURN(const cudaStream_t stream, ScratchStream());
     // One scratch buffer, sized for the largest launch and taken before any
     // launch: the launches run in stream order, so each one's split-K
     // partials are merged before the next launch overwrites them.
@@ -127,8 +129,8 @@ class FlashBackend : public CudaBackendBase {
     ATTNKIT_ASSIGN_OR_RETURN(BwdParams params, MakeBwdParams(p, args, grads));
     ATTNKIT_ASSIGN_OR_RETURN(const BwdPlan plan, PlanBackward(params, kBwdWorkspaceBudgetBytes));
 
-    absl::MutexLock lock(&mu_);
-    ATTNKIT_ASSIGN_OR_RETURN(const cudaStream_t stream, Stream());
+    absl::MutexLock lock(&call_mu_);
+    ATTNKIT_ASSIGN_OR_RETURN(const cudaStream_t stream, ScratchStream());
     ATTNKIT_ASSIGN_OR_RETURN(void* ws, workspace_.Get(plan.workspace_bytes));
     ApplyBwdPlan(plan, ws, &params);
     ATTNKIT_RETURN_IF_ERROR(CudaStatus(LaunchBwdDot(params, stream), "backward D = rowsum(dO O)"));
@@ -153,8 +155,7 @@ class FlashBackend : public CudaBackendBase {
 
  private:
   const std::string name_;
-  absl::Mutex mu_;
-  Workspace workspace_ ABSL_GUARDED_BY(mu_);
+  Workspace workspace_ ABSL_GUARDED_BY(call_mu_);
 };
 
 }  // namespace

@@ -238,10 +238,9 @@ __global__ void __launch_bounds__(kBwdThreads) FlashBackwardKernel(const BwdPara
 template <int kD>
 cudaError_t LaunchFlashBackwardBucket(const BwdParams& p, cudaStream_t stream) {
   using Tr = BwdTraits<kD>;
-  // The shared-memory opt-in, once per instance and process (see the
-  // forward's LaunchFlashTraits).
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      FlashBackwardKernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+  // The shared-memory opt-in, once per instance and device.
+  static PerDeviceOnce smem_opt_in;
+  const cudaError_t attr = OptInSharedMemory(smem_opt_in, FlashBackwardKernel<kD>, Tr::kSmemBytes);
   if (attr != cudaSuccess) return attr;
   // The plan's tile shape is this instance's (BwdStepVisible reads it).
   if (p.block_m != Tr::kBlockM || p.block_n != Tr::kBlockN) return cudaErrorInvalidValue;

@@ -389,11 +389,10 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
 
 template <class Traits>
 cudaError_t LaunchFlashTraits(const FlashParams& p, cudaStream_t stream) {
-  // The shared-memory opt-in, once per kernel instance and process (a
-  // function-local static initialises once, thread-safely); its result is
-  // kept, so a failure is reported on every launch.
-  static const cudaError_t attr = cudaFuncSetAttribute(
-      FlashForwardKernel<Traits>, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
+  // The shared-memory opt-in, once per kernel instance and device.
+  static PerDeviceOnce smem_opt_in;
+  const cudaError_t attr =
+      OptInSharedMemory(smem_opt_in, FlashForwardKernel<Traits>, Traits::kSmemBytes);
   if (attr != cudaSuccess) return attr;
   const int64_t tiles_m = (p.rows_per_kv_head + Traits::kBlockM - 1) / Traits::kBlockM;
   const int64_t blocks_x = tiles_m * p.num_splits;
