@@ -128,14 +128,22 @@ class CublasBackend : public CudaBackendBase {
     const size_t esize = ElemBytes(ct), psize = ElemBytes(pt);
     const bool q_direct = Direct(f.q_stride, f.q_type, ct, d);
     const bool k_direct = Direct(f.k_stride, f.kv_type, ct, d);
-    const bool v_direct = Direct(f.v_stride, f.kv_type, pt, d);
+    // V as stored needs non-negative strides too: a guarded copy of it keeps
+    // its element offsets (LaunchGuardedOperand).
+    const bool v_direct = Direct(f.v_stride, f.kv_type, pt, d) && f.v_stride.h >= 0;
     const int64_t nq_max =
         CublasQueryBlock(Tq, CublasBytesPerQueryRow(G, Tk, d, psize), kBlockBudgetBytes);
+    const int64_t nq_tail = Tq % nq_max;
 
     // V rows that hold a NaN or Inf (below each sequence's length): flagged
     // for the softmax (the rows that see one become NaN) and zeroed in a copy
     // of V, since 0 * NaN inside the P.V GEMM would reach the rows that do
-    // not see them. One scan of V and one small copy back per call.
+    // not see them. Which V the GEMM reads is decided on the device from the
+    // flag counts, so the host never waits in the middle of a call (graph
+    // capture, and the caller's stream, stay intact): a converted V is
+    // always a copy (flagged rows zeroed as it is made); a V read as stored
+    // gets a copy at the same offsets only for batch entries with flagged
+    // rows, and reaches the P.V GEMM through a device pointer array.
     const size_t flag_bytes = Align256(B * G * Tk);
     ATTNKIT_ASSIGN_OR_RETURN(void* scan_ptr, scan_.Get(flag_bytes + Align256(B * sizeof(int))));
     uint8_t* v_bad = static_cast<uint8_t*>(scan_ptr);
@@ -147,23 +155,21 @@ class CublasBackend : public CudaBackendBase {
                                 static_cast<int>(G), static_cast<int>(Tk), static_cast<int>(d),
                                 f.kv_lengths, f.kv_lengths_stride, v_bad, bad_counts, stream),
         "V scan"));
-    std::vector<int> bad_rows(static_cast<size_t>(B));
-    ATTNKIT_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(bad_rows.data(), bad_counts, B * sizeof(int),
-                                                       cudaMemcpyDeviceToHost, stream),
-                                       "V scan"));
-    ATTNKIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "V scan"));
-    const bool any_bad_v =
-        std::any_of(bad_rows.begin(), bad_rows.end(), [](int n) { return n > 0; });
 
-    // Workspace: converted operands of one batch entry, then the block buffers.
+    // Workspace: converted operands of one batch entry, then the block
+    // buffers, then (V read as stored) the guarded copy and the pointer
+    // arrays of the P.V GEMM: V's, then P's and acc's for full and last blocks.
+    const size_t v_span = static_cast<size_t>((G - 1) * f.v_stride.h +
+                                              (std::max<int64_t>(Tk, 1) - 1) * f.v_stride.t + d);
     const size_t q_bytes = q_direct ? 0 : Align256(H * Tq * d * esize);
     const size_t k_bytes = k_direct ? 0 : Align256(G * Tk * d * esize);
-    const size_t v_bytes = v_direct && !any_bad_v ? 0 : Align256(G * Tk * d * psize);
+    const size_t v_bytes = Align256((v_direct ? v_span : G * Tk * d) * psize);
     const size_t s_bytes = Align256(G * nq_max * Tk * sizeof(float));
     const size_t p_bytes = Align256(G * nq_max * Tk * psize);
     const size_t acc_bytes = Align256(G * nq_max * d * sizeof(float));
-    ATTNKIT_ASSIGN_OR_RETURN(
-        void* ws_ptr, workspace_.Get(q_bytes + k_bytes + v_bytes + s_bytes + p_bytes + acc_bytes));
+    const size_t ptr_bytes = v_direct ? Align256(G * sizeof(void*)) : 0;
+    ATTNKIT_ASSIGN_OR_RETURN(void* ws_ptr, workspace_.Get(q_bytes + k_bytes + v_bytes + s_bytes +
+                                                          p_bytes + acc_bytes + 5 * ptr_bytes));
     char* ws = static_cast<char*>(ws_ptr);
     char* conv_q = ws;
     char* conv_k = conv_q + q_bytes;
@@ -171,6 +177,26 @@ class CublasBackend : public CudaBackendBase {
     float* scores = reinterpret_cast<float*>(conv_v + v_bytes);
     char* probs = reinterpret_cast<char*>(scores) + s_bytes;
     float* acc = reinterpret_cast<float*>(probs + p_bytes);
+    char* ptr_base = reinterpret_cast<char*>(acc) + acc_bytes;
+    const void** v_ptrs = reinterpret_cast<const void**>(ptr_base);
+    // P's and acc's, [0] of a full block of nq_max rows, [1] of the last.
+    void** more_ptrs = reinterpret_cast<void**>(ptr_base + ptr_bytes);
+    const size_t n_ptrs = ptr_bytes / sizeof(void*);
+    void** p_ptrs[2] = {more_ptrs, more_ptrs + 2 * n_ptrs};
+    void** acc_ptrs[2] = {more_ptrs + n_ptrs, more_ptrs + 3 * n_ptrs};
+    if (v_direct) {
+      const int64_t rows[2] = {nq_max, nq_tail > 0 ? nq_tail : nq_max};
+      for (int r = 0; r < 2; ++r) {
+        ATTNKIT_RETURN_IF_ERROR(
+            CudaStatus(LaunchStridedPointers(probs, rows[r] * Tk * static_cast<int64_t>(psize),
+                                             static_cast<int>(G), p_ptrs[r], stream),
+                       "P.V pointers"));
+        ATTNKIT_RETURN_IF_ERROR(
+            CudaStatus(LaunchStridedPointers(acc, rows[r] * d * static_cast<int64_t>(sizeof(float)),
+                                             static_cast<int>(G), acc_ptrs[r], stream),
+                       "P.V pointers"));
+      }
+    }
 
     const Strides4 packed_q{0, Tq * d, d, 1}, packed_kv{0, Tk * d, d, 1};
     const cudaDataType cuda_ct = CudaTypeOf(ct), cuda_pt = CudaTypeOf(pt);
@@ -195,18 +221,22 @@ class CublasBackend : public CudaBackendBase {
       ATTNKIT_ASSIGN_OR_RETURN(const Operand k, operand(f.k, f.k_stride, f.kv_type, k_direct,
                                                         conv_k, ct, G, Tk, packed_kv));
       const uint8_t* v_bad_b = v_bad + b * G * Tk;
+      const char* v_batch =
+          static_cast<const char*>(f.v) + b * f.v_stride.b * int64_t(ElemBytes(f.kv_type));
       Operand v;
-      if (bad_rows[b] > 0) {  // a copy with the flagged rows zeroed
-        const char* batch =
-            static_cast<const char*>(f.v) + b * f.v_stride.b * int64_t(ElemBytes(f.kv_type));
+      if (v_direct) {  // V as stored, or its guarded copy: chosen on the device
+        ATTNKIT_RETURN_IF_ERROR(
+            CudaStatus(LaunchGuardedOperand(v_batch, f.kv_type, f.v_stride, static_cast<int>(G),
+                                            static_cast<int>(Tk), static_cast<int>(d), v_bad_b,
+                                            bad_counts + b, conv_v, v_ptrs, stream),
+                       "V guard"));
+        v = Operand{v_batch, f.v_stride, pt};
+      } else {  // a converted copy with the flagged rows zeroed
         ATTNKIT_RETURN_IF_ERROR(CudaStatus(
-            LaunchConvert(batch, f.kv_type, f.v_stride, static_cast<int>(G), static_cast<int>(Tk),
+            LaunchConvert(v_batch, f.kv_type, f.v_stride, static_cast<int>(G), static_cast<int>(Tk),
                           static_cast<int>(d), conv_v, pt, stream, v_bad_b),
             "operand conversion"));
         v = Operand{conv_v, packed_kv, pt};
-      } else {
-        ATTNKIT_ASSIGN_OR_RETURN(
-            v, operand(f.v, f.v_stride, f.kv_type, v_direct, conv_v, pt, G, Tk, packed_kv));
       }
       // The GEMMs stop at this sequence's length: keys past it are never read.
       const int64_t keys = p.KvLength(b);
@@ -253,7 +283,17 @@ class CublasBackend : public CudaBackendBase {
           ATTNKIT_RETURN_IF_ERROR(CudaStatus(LaunchMaskedSoftmax(sp, stream), "masked softmax"));
           // acc[g] (nq x d, row-major) = P[g] (nq x keys) V[b, g] (keys x d); column-major
           // acc^T (d x nq) = V^T (d x keys) P^T (keys x nq). No keys: zeros.
-          if (keys > 0) {
+          if (keys > 0 && v_direct) {  // V's pointers from LaunchGuardedOperand
+            const int r = nq == nq_max ? 0 : 1;
+            ATTNKIT_RETURN_IF_ERROR(CublasStatus(
+                cublasGemmBatchedEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(d),
+                                    static_cast<int>(nq), static_cast<int>(keys), &one, v_ptrs,
+                                    cuda_pt, static_cast<int>(v.s.t), p_ptrs[r], cuda_pt,
+                                    static_cast<int>(Tk), &zero, acc_ptrs[r], CUDA_R_32F,
+                                    static_cast<int>(d), static_cast<int>(G), ComputeTypeFor(pt),
+                                    CUBLAS_GEMM_DEFAULT),
+                "cuBLAS O = PV"));
+          } else if (keys > 0) {
             ATTNKIT_RETURN_IF_ERROR(CublasStatus(
                 cublasGemmStridedBatchedEx(
                     handle_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(d), static_cast<int>(nq),

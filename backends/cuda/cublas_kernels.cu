@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -143,6 +144,31 @@ __global__ void StoreOutputKernel(const float* acc, int num_kv_heads, int nq, in
   }
 }
 
+__global__ void GuardedOperandKernel(const void* src, ElemType type, Strides4 s, int heads,
+                                     int tokens, int d, const uint8_t* flags, const int* count,
+                                     void* copy, const void** ptrs) {
+  const bool guarded = *count > 0;
+  const int64_t esize = type == ElemType::kF32 ? 4 : (type == ElemType::kI8 ? 1 : 2);
+  const char* base = static_cast<const char*>(guarded ? copy : src);
+  if (blockIdx.x == 0) {
+    for (int g = threadIdx.x; g < heads; g += blockDim.x) ptrs[g] = base + g * s.h * esize;
+  }
+  if (!guarded) return;
+  const int64_t n = int64_t{heads} * tokens * d;
+  for (int64_t idx = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; idx < n;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = idx % d, t = (idx / d) % tokens, h = idx / (int64_t{d} * tokens);
+    const int64_t off = h * s.h + t * s.t + c * s.c;
+    StoreElem(copy, type, off, flags[h * tokens + t] != 0 ? 0.0f : LoadElem(src, type, off));
+  }
+}
+
+__global__ void StridedPointersKernel(char* base, int64_t stride_bytes, int n, void** ptrs) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    ptrs[i] = base + i * stride_bytes;
+  }
+}
+
 unsigned GridFor(int64_t n, int threads) {
   const int64_t blocks = (n + threads - 1) / threads;
   return static_cast<unsigned>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
@@ -173,6 +199,26 @@ cudaError_t LaunchFlagNonFiniteRows(const void* src, ElemType type, Strides4 s, 
   const int64_t rows = int64_t{batch} * heads * tokens;
   FlagNonFiniteRowsKernel<<<GridFor(rows, kThreads / 32), kThreads, 0, stream>>>(
       src, type, s, batch, heads, tokens, d, lengths, lengths_stride, flags, counts);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGuardedOperand(const void* src, ElemType type, Strides4 s, int heads, int tokens,
+                                 int d, const uint8_t* flags, const int* count, void* copy,
+                                 const void** ptrs, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  // A grid-stride copy over at most 1024 blocks: without flagged rows every
+  // block returns at once, which costs a few microseconds per batch entry.
+  const unsigned grid = std::min(GridFor(int64_t{heads} * tokens * d, kThreads), 1024u);
+  GuardedOperandKernel<<<grid, kThreads, 0, stream>>>(src, type, s, heads, tokens, d, flags, count,
+                                                      copy, ptrs);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchStridedPointers(void* base, int64_t stride_bytes, int n, void** ptrs,
+                                  cudaStream_t stream) {
+  constexpr int kThreads = 128;
+  StridedPointersKernel<<<GridFor(n, kThreads), kThreads, 0, stream>>>(static_cast<char*>(base),
+                                                                       stride_bytes, n, ptrs);
   return cudaGetLastError();
 }
 

@@ -60,6 +60,22 @@ cudaError_t LaunchFlagNonFiniteRows(const void* src, ElemType type, Strides4 s, 
                                     int64_t lengths_stride, uint8_t* flags, int* counts,
                                     cudaStream_t stream);
 
+// The P.V operand of one batch entry when V is GEMM-ready as stored, chosen
+// on the device so that the host never waits for the NaN/Inf scan: when
+// *count > 0 (rows of this entry were flagged), its rows [heads, tokens, d]
+// are copied into `copy` at the same element offsets (strides s) with the
+// flagged rows (flags: [heads, tokens]) zeroed, and ptrs[g] = copy + g * s.h
+// elements; else ptrs[g] = src + g * s.h. `copy` holds the entry's span
+// ((heads - 1) s.h + (tokens - 1) s.t + (d - 1) s.c + 1 elements; strides
+// >= 0).
+cudaError_t LaunchGuardedOperand(const void* src, ElemType type, Strides4 s, int heads, int tokens,
+                                 int d, const uint8_t* flags, const int* count, void* copy,
+                                 const void** ptrs, cudaStream_t stream);
+
+// ptrs[i] = base + i * stride_bytes for i < n: a batched GEMM's pointer array.
+cudaError_t LaunchStridedPointers(void* base, int64_t stride_bytes, int n, void** ptrs,
+                                  cudaStream_t stream);
+
 // o[b, g * group + j, i0 + il, c] = acc[g, il, c] rounded to o_type.
 cudaError_t LaunchStoreOutput(const float* acc, int num_kv_heads, int nq, int d, void* o,
                               ElemType o_type, Strides4 os, int b, int j, int i0, int group_size,
