@@ -2,7 +2,7 @@
 # Builds the self-contained GPU check bundle: the CUDA-relevant test binaries,
 # the attnkit CLI and the backend plugins, optimised, with every shared
 # library they load that a bare GPU machine may lack, and the runner
-# (tools/gpu_bundle/run.sh, with tools/gpu_bundle/torch_compare.py). The GPU machine then needs
+# (tools/gpu_bundle/run.sh, with torch_compare.py and python_check.py). The GPU machine then needs
 # only glibc >= 2.36, the NVIDIA driver and CUDA 13's cuBLAS (the toolkit or
 # PyTorch's nvidia-cublas wheel, found by run.sh): no Bazel, no Debian
 # packages.
@@ -16,12 +16,12 @@ cd "$(dirname "$0")/.."
 out=${1:-out/gpu_bundle}
 limit_mib=61
 
-tests=(//tests:conformance_test //tests:grad_conformance_test //tests:property_test
-  //tests:diff_fuzz_test //tests:concurrency_test //backends/cuda:cuda_plugin_test
-  //backends/cuda:kernel_traits_test //backends/cuda:params_test //backends/cuda:tile_schedule_test
-  //backends/cuda:flash_plan_test)
+# What run.sh runs on the GPU (its SUITES): the host-only CUDA unit tests,
+# property_test, diff_fuzz_test and the reference plugin ran here and stay out.
+tests=(//tests:conformance_test //tests:grad_conformance_test //tests:concurrency_test
+  //backends/cuda:cuda_plugin_test)
 others=(//tools:attnkit //benchmarks:cuda_bench //backends/cuda:libattnkit_cuda.so
-  //backends/reference:libattnkit_reference_plugin.so //capi:libattnkit.so)
+  //capi:libattnkit.so)
 # Linked as Bazel links the tests (our libraries as shared objects, copied
 # below with Debian's). The plugins cross the C ABI and keep their own copy
 # of core/ local (plugin/plugin.bzl), so nothing relies on interposition.
@@ -37,8 +37,7 @@ for t in "${tests[@]}" //tools:attnkit //benchmarks:cuda_bench; do
   sources+=("$(path_of "$t")")
   install -m 755 "$(path_of "$t")" "$out/bin/"
 done
-for t in //backends/cuda:libattnkit_cuda.so //backends/reference:libattnkit_reference_plugin.so \
-  //capi:libattnkit.so; do
+for t in //backends/cuda:libattnkit_cuda.so //capi:libattnkit.so; do
   sources+=("$(path_of "$t")")
   install -m 755 "$(path_of "$t")" "$out/lib/"
 done

@@ -3,49 +3,123 @@
 # (copied there as run.sh). Needs glibc >= 2.36, the NVIDIA driver and CUDA
 # 13's cuBLAS on the machine; nothing else.
 #
-#   ./run.sh [--allow_no_gpu] [--budget_s=N]
+#   ./run.sh [--allow_no_gpu] [--budget_s=N] [--plan] [--fake=SPEC]
+#
+# The GPU machine gives a run about 15 minutes in all and brings back only
+# $OUT (at most 8 files of 16 MiB) and the last 12,000 characters of output.
+# So the suites run in order of value, each under its own cap, and the caps
+# with the set-up reserve fit in the default budget (SUITES below; --plan
+# prints them). $OUT gets at most six small files: summary.txt, results.json
+# (every suite's counts and times, the benchmark's numbers) and the trimmed
+# log of each failing suite (at most four, 256 KiB each). Full logs, inputs,
+# .npy files and benchmark output stay in a scratch folder removed at the
+# end. The output ends with a one-screen summary. Exit 0 only when every
+# suite passed.
 #
 # With a usable GPU every suite runs with ATTNKIT_REQUIRE_BACKENDS=cuda,
 # cuda-cublas, so a skipped CUDA case fails. Without one it stops at once
 # with one line naming why, unless --allow_no_gpu, which runs the same suites
-# with the CUDA cases skipped (the CPU part). The whole run stops at the
-# budget (default 360 s); a suite cut off by it fails. Logs and summary.txt go
-# to $OUT when set, else ./results. Exit 0 only when every suite passed.
+# with the CUDA cases skipped (the CPU part). --fake=SPEC runs stand-in
+# suites instead of the bundle's binaries (no GPU or bundle needed) on a
+# simulated clock, for the self-test of this script (run_test.sh): SPEC is a
+# comma-separated list of SUITE=BEHAVIOUR or *=BEHAVIOUR, where BEHAVIOUR is
+# pass, fail, overrun (uses its whole limit and is cut off), big (passes
+# after 20 MiB of log) or bigfail.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+
+# name:cap_s, in order of value. Left out of the GPU run (they ran on the
+# CPU before the bundle was made, or another suite covers them): the
+# reference plugin, the CUDA host unit tests, property_test, diff_fuzz_test,
+# the CLI check and compute-mode sweeps (the conformance grid's FAST twins
+# and cuda_plugin_test's ComputeModesMatchReferenceOnGpu run both modes).
+SUITES=(conformance:110 plugin:60 torch_sdpa:90 python:40 grad_conformance:50 concurrency:20)
+# Unpacking libraries, the GPU probe and the summary, before and after.
+RESERVE_S=30
+DEFAULT_BUDGET_S=400
+MAX_OUT_LOGS=4
+LOG_BYTES=262144
+
 allow_no_gpu=0
-budget=360
+budget=$DEFAULT_BUDGET_S
+plan=0
+fake=""
 for arg in "$@"; do
   case "$arg" in
     --allow_no_gpu) allow_no_gpu=1 ;;
     --budget_s=*) budget=${arg#--budget_s=} ;;
-    *) echo "run.sh: unknown argument '$arg' (known: --allow_no_gpu, --budget_s=N)" >&2; exit 2 ;;
+    --plan) plan=1 ;;
+    --fake=*) fake=${arg#--fake=} ;;
+    *)
+      echo "run.sh: unknown argument '$arg' (known: --allow_no_gpu, --budget_s=N, --plan, --fake=SPEC)" >&2
+      exit 2
+      ;;
   esac
 done
+if [[ ! $budget =~ ^[0-9]+$ ]]; then
+  echo "run.sh: --budget_s must be a whole number of seconds, not '$budget'" >&2
+  exit 2
+fi
+
+if ((plan)); then
+  sum=0
+  for s in "${SUITES[@]}"; do
+    echo "suite ${s%%:*} cap ${s##*:}"
+    sum=$((sum + ${s##*:}))
+  done
+  echo "caps $sum reserve $RESERVE_S budget $budget default $DEFAULT_BUDGET_S"
+  exit 0
+fi
+
 out=${OUT:-$here/results}
 mkdir -p "$out"
+# Only this run's files: an earlier run's into the same folder go first.
+for s in summary.txt results.json "${SUITES[@]%%:*}"; do
+  [[ $s == *.* ]] && rm -f "$out/$s" || rm -f "$out/$s.log"
+done
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/attnkit_gpu_bundle.XXXXXX") || exit 1
+trap 'rm -rf "$scratch"' EXIT
 start=$SECONDS
+virtual_s=0 # --fake: seconds the stand-in suites pretend to take
+elapsed() { echo $((SECONDS - start + virtual_s)); }
 
-# Libraries the bundle carries gzipped (make_gpu_bundle.sh), unpacked once.
-for gz in "$here"/lib/*.gz; do
-  [[ -e $gz ]] || continue
-  lib=${gz%.gz}
-  [[ -e $lib ]] && continue
-  if ! { gzip -dc "$gz" > "$lib.tmp" && mv "$lib.tmp" "$lib"; }; then
-    rm -f "$lib.tmp"
-    echo "run.sh: cannot unpack $gz into $lib (needs gzip and a writable bundle)" >&2
-    exit 1
-  fi
-done
+json_str() {
+  local s=$1
+  s=${s//\\/\\\\}
+  s=${s//\"/\\\"}
+  s=$(tr -d '\000-\010\013-\037' <<< "$s" | tr '\t\n' '  ')
+  printf '"%s"' "${s% }"
+}
 
-# cuBLAS from the CUDA toolkit, or from PyTorch's nvidia-cublas wheel.
-cuda_dirs=()
-for d in "${CUDA_PATH:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 \
-  /usr/lib/x86_64-linux-gnu; do
-  [[ -d $d ]] && cuda_dirs+=("$d")
-done
-if command -v python3 > /dev/null; then
-  while read -r d; do [[ -d $d ]] && cuda_dirs+=("$d"); done < <(python3 - 2> /dev/null << 'PY'
+commit=$(cat "$here/COMMIT" 2> /dev/null || echo unknown)
+gpu=""
+mode=gpu
+if [[ -n $fake ]]; then
+  mode=fake
+  virtual_s=20 # as if unpacking and the probe had taken that long
+  gpu="fake GPU (--fake=$fake)"
+  export ATTNKIT_REQUIRE_BACKENDS=cuda,cuda-cublas
+else
+  # Libraries the bundle carries gzipped (make_gpu_bundle.sh), unpacked once.
+  for gz in "$here"/lib/*.gz; do
+    [[ -e $gz ]] || continue
+    lib=${gz%.gz}
+    [[ -e $lib ]] && continue
+    if ! { gzip -dc "$gz" > "$lib.tmp" && mv "$lib.tmp" "$lib"; }; then
+      rm -f "$lib.tmp"
+      echo "run.sh: cannot unpack $gz into $lib (needs gzip and a writable bundle)" >&2
+      exit 1
+    fi
+  done
+
+  # cuBLAS from the CUDA toolkit, or from PyTorch's nvidia-cublas wheel.
+  cuda_dirs=()
+  for d in "${CUDA_PATH:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 \
+    /usr/lib/x86_64-linux-gnu; do
+    [[ -d $d ]] && cuda_dirs+=("$d")
+  done
+  if command -v python3 > /dev/null; then
+    while read -r d; do [[ -d $d ]] && cuda_dirs+=("$d"); done < <(python3 - 2> /dev/null << 'PY'
 import importlib
 for name in ("nvidia.cublas", "nvidia.cu13", "nvidia.cuda_runtime"):
     try:
@@ -55,51 +129,144 @@ for name in ("nvidia.cublas", "nvidia.cu13", "nvidia.cuda_runtime"):
     except Exception:
         pass
 PY
-  )
-fi
-lib_path="$here/lib"
-for d in "${cuda_dirs[@]}"; do lib_path="$lib_path:$d"; done
-export LD_LIBRARY_PATH="$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-plugins=(--plugin="$here/lib/libattnkit_cuda.so" --plugin="$here/lib/libattnkit_reference_plugin.so")
-
-# Is the GPU usable? The plugin's own probe says why not.
-probe=$("$here/bin/attnkit" backends --plugins="$here/lib/libattnkit_cuda.so" 2>&1)
-cuda_line=$(grep -m1 '^cuda:' <<< "$probe")
-if [[ $cuda_line != "cuda: available"* ]]; then
-  reason=${cuda_line#cuda: }
-  reason=${reason#unavailable: }
-  [[ -n $reason ]] || reason="the CUDA plugin did not load: $(tail -1 <<< "$probe")"
-  if ((!allow_no_gpu)); then
-    echo "gpu bundle: FAIL: no usable GPU: $reason (--allow_no_gpu runs the CPU part)"
-    exit 1
+    )
   fi
-  echo "gpu bundle: no usable GPU ($reason); --allow_no_gpu: CUDA cases skip"
-else
-  export ATTNKIT_REQUIRE_BACKENDS=cuda,cuda-cublas
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2> /dev/null |
-    sed 's/^/gpu: /'
+  lib_path="$here/lib"
+  for d in "${cuda_dirs[@]}"; do lib_path="$lib_path:$d"; done
+  export LD_LIBRARY_PATH="$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+  # Is the GPU usable? The plugin's own probe says why not.
+  probe=$("$here/bin/attnkit" backends --plugins="$here/lib/libattnkit_cuda.so" 2>&1)
+  cuda_line=$(grep -m1 '^cuda:' <<< "$probe")
+  if [[ $cuda_line != "cuda: available"* ]]; then
+    reason=${cuda_line#cuda: }
+    reason=${reason#unavailable: }
+    [[ -n $reason ]] || reason="the CUDA plugin did not load: $(tail -1 <<< "$probe")"
+    if ((!allow_no_gpu)); then
+      line="gpu bundle: FAIL: no usable GPU: $reason (--allow_no_gpu runs the CPU part)"
+      echo "$line" > "$out/summary.txt"
+      printf '{"commit": %s, "mode": "no_gpu", "verdict": "FAIL", "reason": %s, "suites": []}\n' \
+        "$(json_str "$commit")" "$(json_str "$reason")" > "$out/results.json"
+      echo "$line"
+      exit 1
+    fi
+    mode=no_gpu
+    gpu="none ($reason)"
+    echo "gpu bundle: no usable GPU ($reason); --allow_no_gpu: CUDA cases skip"
+  else
+    export ATTNKIT_REQUIRE_BACKENDS=cuda,cuda-cublas
+    gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
+      2> /dev/null | paste -sd ';' -)
+    gpu=${gpu:-"a usable GPU (nvidia-smi gave nothing)"}
+  fi
 fi
-echo "commit $(cat "$here/COMMIT" 2> /dev/null), budget ${budget} s"
+echo "gpu bundle: commit $commit, budget ${budget} s, $(elapsed) s of set-up; logs under $scratch"
 
 status=0
-rows=()
-# suite NAME CAP_S COMMAND...: runs under min(CAP_S, what is left of the budget).
+out_files=(summary.txt results.json)
+rows=()      # the summary table
+json_rows=() # results.json's suites
+excerpts=()  # a few failure lines per failing suite, for the screen
+kept_logs=0
+have_gpu() { [[ -n ${ATTNKIT_REQUIRE_BACKENDS:-} ]]; }
+
+cap_of() {
+  local s
+  for s in "${SUITES[@]}"; do [[ ${s%%:*} == "$1" ]] && echo "${s##*:}" && return; done
+  echo 0
+}
+
+# A stand-in suite for --fake: gtest-like output; overrun pretends to take
+# its whole limit and be cut off (exit 124).
+fake_behaviour() {
+  local name=$1 b=pass item
+  IFS=, read -ra items <<< "$fake"
+  for item in "${items[@]}"; do
+    [[ ${item%%=*} == "*" ]] && b=${item#*=}
+  done
+  for item in "${items[@]}"; do
+    [[ ${item%%=*} == "$name" ]] && b=${item#*=}
+  done
+  echo "$b"
+}
+fake_suite() {
+  local name=$1 behaviour=$2
+  echo "[==========] Running 3 tests from 1 test suite. ($name, fake)"
+  case "$behaviour" in
+    big | bigfail)
+      yes "[ RUN      ] Fake.Padding: a line of log that a real suite might print" |
+        head -c $((20 << 20))
+      echo
+      ;;
+  esac
+  case "$behaviour" in
+    pass | big)
+      echo "[       OK ] Fake/Case.Run/cuda_gqa_d64 (1 ms)"
+      echo "[       OK ] Fake/Case.Run/cuda_gqa_d64_fast (1 ms)"
+      echo "[       OK ] Fake/Case.Run/cuda_cublas_gqa_d64 (1 ms)"
+      echo "[  PASSED  ] 3 tests."
+      return 0
+      ;;
+    fail | bigfail)
+      echo "fake_test.cc:12: Failure"
+      echo "Expected equality of these values: $name's output and the reference"
+      echo "[  FAILED  ] Fake.Case1"
+      echo "[  PASSED  ] 1 test."
+      echo "[  FAILED  ] 2 tests, listed below:"
+      return 1
+      ;;
+    overrun)
+      echo "[ RUN      ] Fake.Slow"
+      return 124
+      ;;
+    *)
+      echo "fake: unknown behaviour '$behaviour'"
+      return 2
+      ;;
+  esac
+}
+
+# The trimmed copy of a failing suite's log that goes to $OUT: the failure
+# lines with a little context, then the end of the log.
+trim_log() {
+  local log=$1 lines
+  lines=$(wc -l < "$log")
+  {
+    echo "== $(basename "$log" .log): $lines lines; failure lines first, then the last 150 lines"
+    grep -n -m 150 -A 3 -e 'Failure' -e '\[  FAILED  \]' -e 'FAIL' -e 'rror' "$log" | cut -c1-400
+    echo "== last 150 lines"
+    tail -n 150 "$log" | cut -c1-400
+  } | head -c "$LOG_BYTES"
+}
+
+# suite NAME COMMAND...: runs under min(cap, what is left of the budget),
+# its whole log in the scratch folder.
 suite() {
-  local name=$1 cap=$2
-  shift 2
-  local left=$((budget - (SECONDS - start)))
+  local name=$1 cap
+  shift
+  cap=$(cap_of "$name")
+  local left=$((budget - $(elapsed)))
   local limit=$((cap < left ? cap : left))
-  local t0=$SECONDS rc=0
+  local log="$scratch/$name.log" t0 rc=0
+  t0=$(elapsed)
   if ((limit <= 0)); then
-    rows+=("$(printf '%-20s %8s %8s %8s %7s  %s' "$name" - - - 0 'NOT RUN (budget spent)')")
+    record "$name" "$cap" 0 0 - - - 'NOT RUN (budget spent)' ""
     status=1
     return
   fi
-  timeout "$limit" "$@" > "$out/$name.log" 2>&1 || rc=$?
+  if [[ -n $fake ]]; then
+    local behaviour
+    behaviour=$(fake_behaviour "$name")
+    fake_suite "$name" "$behaviour" > "$log" 2>&1 || rc=$?
+    if ((rc == 124)); then virtual_s=$((virtual_s + limit)); else virtual_s=$((virtual_s + 1)); fi
+  else
+    timeout -k 10 "$limit" "$@" > "$log" 2>&1 || rc=$?
+    ((rc == 137)) && rc=124 # killed 10 s after the TERM
+  fi
   local passed failed skipped verdict
-  passed=$(grep -m1 -oP '^\[  PASSED  \] \K[0-9]+' "$out/$name.log" || echo 0)
-  failed=$(grep -m1 -oP '^\[  FAILED  \] \K[0-9]+(?= tests?,)' "$out/$name.log" || echo 0)
-  skipped=$(grep -m1 -oP '^\[  SKIPPED \] \K[0-9]+' "$out/$name.log" || echo 0)
+  passed=$(grep -m1 -aoP '^\[  PASSED  \] \K[0-9]+' "$log" || echo 0)
+  failed=$(grep -m1 -aoP '^\[  FAILED  \] \K[0-9]+(?= tests?,)' "$log" || echo 0)
+  skipped=$(grep -m1 -aoP '^\[  SKIPPED \] \K[0-9]+' "$log" || echo 0)
   if ((rc == 0)); then
     verdict=pass
   elif ((rc == 124)); then
@@ -109,76 +276,140 @@ suite() {
     verdict="FAIL (exit $rc)"
     status=1
   fi
-  rows+=("$(printf '%-20s %8s %8s %8s %7s  %s' "$name" "$passed" "$failed" "$skipped" \
-    "$((SECONDS - t0))" "$verdict")")
+  local kept=""
+  if ((rc != 0)); then
+    if ((kept_logs < MAX_OUT_LOGS)); then
+      trim_log "$log" > "$out/$name.log"
+      kept="$name.log"
+      kept_logs=$((kept_logs + 1))
+      out_files+=("$kept")
+    fi
+    local lines
+    lines=$(grep -a -m 4 -e 'Failure' -e '\[  FAILED  \]' -e 'FAIL' -e 'rror' "$log" | cut -c1-200)
+    [[ -n $lines ]] || lines=$(tail -n 3 "$log" | cut -c1-200)
+    excerpts+=("[$name] ${kept:-log not kept (only $MAX_OUT_LOGS are)}" "$(sed 's/^/    /' <<< "$lines")")
+  fi
+  local detail=""
+  if [[ $name == conformance ]]; then
+    # Both compute modes: the grid's FAST twins end in _fast.
+    local fast exact
+    fast=$(grep -ac '^\[       OK \] .*_fast ' "$log")
+    exact=$(($(grep -ac '^\[       OK \] ' "$log") - fast))
+    detail="passed: exact $exact, fast $fast"
+  fi
+  record "$name" "$cap" "$limit" $(($(elapsed) - t0)) "$passed" "$failed" "$skipped" "$verdict" \
+    "$kept" "$detail"
+  echo "[$name] $(($(elapsed) - t0)) s: $verdict (passed $passed, failed $failed, skipped $skipped)"
 }
 
-suite cuda_unit 30 bash -c "'$here/bin/kernel_traits_test' && '$here/bin/params_test' && '$here/bin/tile_schedule_test' && '$here/bin/flash_plan_test'"
-suite cuda_plugin 60 "$here/bin/cuda_plugin_test" "$here/lib/libattnkit_cuda.so"
-# Case names: conformance .../<backend>_<problem>, property .../<backend>.
-suite conformance 150 "$here/bin/conformance_test" "${plugins[@]}" \
-  '--gtest_filter=*/cuda_*:*/reference_plugin_*'
-suite grad_conformance 90 "$here/bin/grad_conformance_test" "${plugins[@]}" \
-  '--gtest_filter=*/cuda_*:*/reference_plugin_*'
-suite property 60 "$here/bin/property_test" "${plugins[@]}" \
-  '--gtest_filter=*/cuda:*/cuda_cublas:*/reference_plugin'
-suite diff_fuzz 60 env DIFF_FUZZ_COUNT=200 "$here/bin/diff_fuzz_test" "${plugins[@]}"
-suite concurrency 30 "$here/bin/concurrency_test" "${plugins[@]}"
-skip_flag=()
-((allow_no_gpu)) && skip_flag=(--allow_skip)
-suite cli_check 30 "$here/bin/attnkit" check --plugins="$here/lib/libattnkit_cuda.so" \
-  --backends=cuda,cuda-cublas,reference "${skip_flag[@]}"
-# Both compute modes on 16-bit problems, beside the conformance grid:
-# the default GQA causal prefill (flash kernel) and a split-K decode (decode
-# kernel), EXACT and FAST, same and mixed storage types. FAST's bound grants
-# P rounded to V's type and the reference rounds Q to K's; EXACT's grants
-# neither (fp32 arithmetic and O's rounding only). cuda_plugin_test's
-# ComputeModesMatchReferenceOnGpu runs more shapes in both modes.
-suite compute_modes 45 bash -c '
-  attnkit=$1 plugin=$2; shift 2; rc=0
-  for types in "BF16 BF16" "F16 F16" "F32 BF16" "BF16 F16"; do
-    read -r q kv <<< "$types"
-    for shape in "" "--config.q_len=1 --config.kv_len=4099"; do
-      for mode in EXACT FAST; do
-        echo "== check q=$q kv=$kv $mode ${shape:-prefill}"
-        "$attnkit" check --plugins="$plugin" --backends=cuda,cuda-cublas "$@" \
-          --config.dtype=$q --config.kv_dtype=$kv --config.compute=$mode $shape || rc=1
-      done
-    done
-  done
-  exit $rc' _ "$here/bin/attnkit" "$here/lib/libattnkit_cuda.so" "${skip_flag[@]}"
-# The Python package over the bundle's libattnkit.so (host part always; the
-# CUDA part with a GPU). Only CUDA's directories on the library path: the
-# package preloads the bundle's own libraries after torch has loaded its
-# libstdc++.
-if python3 -c 'import numpy' 2> /dev/null; then
-  cuda_path=$(IFS=:; echo "${cuda_dirs[*]}")
-  suite python 90 env LD_LIBRARY_PATH="$cuda_path" PYTHONPATH="$here/python" \
-    ATTNKIT_LIBRARY="$here/lib/libattnkit.so" ATTNKIT_DEPS_DIR="$here/lib" \
-    ATTNKIT_PLUGIN_PATH="$here/lib/libattnkit_cuda.so" python3 "$here/python_check.py"
+json_num() { [[ $1 =~ ^[0-9]+$ ]] && echo "$1" || echo null; }
+
+# record NAME CAP LIMIT TIME PASSED FAILED SKIPPED RESULT LOG [DETAIL]
+record() {
+  rows+=("$(printf '%-17s %7s %7s %7s %6s %5s  %s' "$1" "$5" "$6" "$7" "$4" "$2" "$8${10:+; ${10}}")")
+  json_rows+=("$(printf '{"name": %s, "cap_s": %s, "limit_s": %s, "time_s": %s, "passed": %s, "failed": %s, "skipped": %s, "result": %s, "log": %s, "detail": %s}' \
+    "$(json_str "$1")" "$2" "$3" "$4" "$(json_num "$5")" "$(json_num "$6")" "$(json_num "$7")" \
+    "$(json_str "$8")" \
+    "$([[ -n $9 ]] && json_str "$9" || echo null)" "$(json_str "${10:-}")")")
+}
+
+not_run() {
+  record "$1" "$(cap_of "$1")" 0 0 - - - "not run ($2)" ""
+}
+
+bin=$here/bin
+cuda_so=$here/lib/libattnkit_cuda.so
+has_torch=0
+has_numpy=0
+if [[ -n $fake ]]; then
+  has_torch=1
+  has_numpy=1
 else
-  rows+=("$(printf '%-20s %8s %8s %8s %7s  %s' python - - - 0 'not run (python3 has no numpy)')")
+  python3 -c 'import torch' 2> /dev/null && has_torch=1
+  python3 -c 'import numpy' 2> /dev/null && has_numpy=1
 fi
-not_run() { rows+=("$(printf '%-20s %8s %8s %8s %7s  %s' "$1" - - - 0 "not run ($2)")"); }
-if [[ -n ${ATTNKIT_REQUIRE_BACKENDS:-} ]]; then
-  suite cuda_bench 90 "$here/bin/cuda_bench" --plugin="$here/lib/libattnkit_cuda.so" \
-    --benchmark_min_time=0.3 \
-    --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json
-  # PyTorch's SDPA on the same problems, when this Python has torch.
-  if python3 -c 'import torch' 2> /dev/null; then
-    suite torch_compare 150 python3 "$here/torch_compare.py" --attnkit="$here/bin/attnkit" \
-      --plugin="$here/lib/libattnkit_cuda.so" --out="$out/torch"
-  else
-    not_run torch_compare "python3 has no torch"
-  fi
+bench_json=$scratch/bench.json
+
+# 1. The conformance grid on both CUDA backends, every third case (problems
+# spread over the grid, EXACT and their FAST twins alike).
+# Case names: .../<backend>_<problem>[_fast].
+GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=0 suite conformance "$bin/conformance_test" \
+  --plugin="$cuda_so" '--gtest_filter=*/cuda_*'
+# 2. The plugin's own GPU tests: small problems, decode and split-K, two
+# streams, serving (paged, int8, ragged), both compute modes, backward.
+suite plugin "$bin/cuda_plugin_test" "$cuda_so"
+# 3. The benchmark against PyTorch's SDPA (torch_compare.py: same inputs,
+# torch's output verified by the oracle, times side by side), or without
+# torch the Google Benchmark suite alone.
+if ! have_gpu; then
+  not_run torch_sdpa "no GPU"
+elif ((has_torch)); then
+  suite torch_sdpa python3 "$here/torch_compare.py" --attnkit="$bin/attnkit" --plugin="$cuda_so" \
+    --out="$scratch/torch" --json="$bench_json"
 else
-  not_run cuda_bench "no GPU"
-  not_run torch_compare "no GPU"
+  suite torch_sdpa "$bin/cuda_bench" --plugin="$cuda_so" --benchmark_min_time=0.3 \
+    --benchmark_out="$scratch/cuda_bench.json" --benchmark_out_format=json
+fi
+# 4. The Python package over the bundle's libattnkit.so (host part always;
+# the CUDA part with a GPU), outputs checked by `attnkit verify`. Only CUDA's
+# directories on the library path: the package preloads the bundle's own
+# libraries after torch has loaded its libstdc++.
+if ((has_numpy)); then
+  cuda_path=$(IFS=:; echo "${cuda_dirs[*]:-}")
+  suite python env LD_LIBRARY_PATH="$cuda_path" PYTHONPATH="$here/python" \
+    ATTNKIT_LIBRARY="$here/lib/libattnkit.so" ATTNKIT_DEPS_DIR="$here/lib" \
+    ATTNKIT_PLUGIN_PATH="$cuda_so" ATTNKIT_CLI="$bin/attnkit" TMPDIR="$scratch" \
+    python3 "$here/python_check.py"
+else
+  not_run python "python3 has no numpy"
+fi
+# 5. The backward pass on the gradient grid (only "cuda" has one).
+suite grad_conformance "$bin/grad_conformance_test" --plugin="$cuda_so" '--gtest_filter=*/cuda_*'
+# 6. Threads sharing the CUDA backends (the registry's own concurrency test
+# needs the reference plugin and ran here).
+suite concurrency "$bin/concurrency_test" --plugin="$cuda_so" '--gtest_filter=*/cuda*'
+
+# The benchmark's numbers for results.json: torch_compare's JSON, or
+# cuda_bench's reduced to name, time and counters.
+bench="null"
+if [[ -s $bench_json ]]; then
+  bench=$(head -c 1048576 "$bench_json")
+elif [[ -s $scratch/cuda_bench.json ]] && command -v python3 > /dev/null; then
+  bench=$(python3 - "$scratch/cuda_bench.json" << 'PY' 2> /dev/null || echo null
+import json, sys
+d = json.load(open(sys.argv[1]))
+keep = ("name", "real_time", "time_unit", "error_occurred", "error_message", "label")
+rows = [{k: v for k, v in b.items() if k in keep or k[:1].isupper() or k.endswith("_per_second")}
+        for b in d.get("benchmarks", [])]
+print(json.dumps({"source": "cuda_bench", "benchmarks": rows}))
+PY
+  )
 fi
 
+verdict=$([[ $status -eq 0 ]] && echo PASS || echo FAIL)
+total=$(elapsed)
 {
-  printf '%-20s %8s %8s %8s %7s  %s\n' suite passed failed skipped 'time s' result
+  printf '{"commit": %s, "mode": "%s", "gpu": %s, "budget_s": %s, "total_s": %s, "verdict": "%s",\n' \
+    "$(json_str "$commit")" "$mode" "$(json_str "$gpu")" "$budget" "$total" "$verdict"
+  echo ' "suites": ['
+  for i in "${!json_rows[@]}"; do
+    printf '  %s%s\n' "${json_rows[$i]}" "$([[ $i -lt $((${#json_rows[@]} - 1)) ]] && echo ,)"
+  done
+  echo ' ],'
+  printf ' "benchmark": %s}\n' "${bench:-null}"
+} > "$out/results.json"
+
+# The one-screen summary: the last thing printed, and summary.txt.
+{
+  echo "==== gpu bundle: $verdict ($mode), commit $commit"
+  echo "gpu: $gpu"
+  printf '%-17s %7s %7s %7s %6s %5s  %s\n' suite passed failed skipped time cap result
   printf '%s\n' "${rows[@]}"
-  echo "total $((SECONDS - start)) s of ${budget}: $([[ $status -eq 0 ]] && echo PASS || echo FAIL)"
-} | tee "$out/summary.txt"
+  echo "total $total s of ${budget}: $verdict"
+  if ((${#excerpts[@]} > 0)); then
+    echo "failures (first lines; trimmed logs in \$OUT):"
+    printf '%s\n' "${excerpts[@]}"
+  fi
+  echo "\$OUT ($out): ${out_files[*]}"
+} | head -n 60 | cut -c1-220 | tee "$out/summary.txt"
 exit $status

@@ -17,7 +17,11 @@ attnkit backend's time to torch's.
 
 Needs torch only (no numpy): .npy files are read and written here.
   python3 torch_compare.py --attnkit=bin/attnkit --plugin=lib/libattnkit_cuda.so --out=DIR
-  [--device=cpu] runs the same steps on the CPU (a check of this script).
+  [--json=FILE] [--keep] [--device=cpu]
+DIR is scratch: each problem's inputs and outputs (hundreds of MiB) are
+removed once it is done unless --keep. --json writes the numbers (a few KiB)
+for run.sh's results.json. --device=cpu runs the same steps on the CPU (a
+check of this script).
 """
 
 import argparse
@@ -25,6 +29,7 @@ import ast
 import ctypes
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -135,6 +140,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--json", default="")
+    ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     device = args.device
     if device == "cuda" and not torch.cuda.is_available():
@@ -200,6 +207,8 @@ def main():
             pairs = B * H * (Tq * (Tq + 1) // 2 if causal and Tq == Tk else Tq * Tk)
             flops = 4 * d * pairs
             rows.append((tag, torch_ms, ours, flops, verdict))
+            if not args.keep:
+                shutil.rmtree(work, ignore_errors=True)
     print(f"\n{'problem':40} {'backend':12} {'ms':>9} {'TFLOP/s':>8} {'%peak':>6} "
           f"{'speedup vs torch':>16}")
     for tag, torch_ms, ours, flops, verdict in rows:
@@ -209,6 +218,18 @@ def main():
                   f"{torch_ms / ms:15.2f}x")
         print(f"{'':40} torch output: {verdict}")
     print(f"\ntorch_compare: {len(rows)} problems, {failures} failure(s)")
+    print(f"[  PASSED  ] {max(len(rows) - failures, 0)} tests.")  # for run.sh's summary
+    if failures:
+        print(f"[  FAILED  ] {failures} tests, listed above")
+    if args.json:
+        problems = [{"problem": tag, "torch_ms": round(torch_ms, 4), "torch_output": verdict,
+                     "attnkit_ms": {b: round(ms, 4) for b, ms in sorted(ours.items())},
+                     "useful_tflop": flops / 1e12}
+                    for tag, torch_ms, ours, flops, verdict in rows]
+        with open(args.json, "w") as f:
+            json.dump({"source": "torch_compare", "torch": torch.__version__, "device": name,
+                       "bf16_gemm_tflops": round(peak, 2), "copy_gbps": round(bandwidth, 1),
+                       "failures": failures, "problems": problems}, f)
     return 1 if failures else 0
 
 
