@@ -150,7 +150,7 @@ absl::Status CudaBackendBase::SetStream(void* stream) {
     // Work already queued on our own stream finishes before the caller's
     // stream takes over, so results are never read early.
     ATTNKIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "kernel execution"));
-    order_.Finished(stream_);
+    order_.Finished(stream_, order_.uses());
     cudaStreamDestroy(stream_);
     owns_stream_ = false;
   } else if (stream_chosen_ && order_.RecordOnSwitch(stream_, next)) {
@@ -199,10 +199,16 @@ absl::Status CudaBackendBase::Download(const DeviceBuffer& src, void* host, size
 }
 
 absl::Status CudaBackendBase::Synchronize() {
-  ATTNKIT_ASSIGN_OR_RETURN(const cudaStream_t stream, Stream());
+  cudaStream_t stream = nullptr;
+  long long uses = 0;
+  {
+    absl::MutexLock lock(&stream_mu_);
+    ATTNKIT_ASSIGN_OR_RETURN(stream, StreamLocked());
+    uses = order_.uses();
+  }
   ATTNKIT_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "kernel execution"));
   absl::MutexLock lock(&stream_mu_);
-  order_.Finished(stream);
+  order_.Finished(stream, uses);
   return absl::OkStatus();
 }
 

@@ -12,14 +12,15 @@ bool ScratchOrder::WaitBeforeUse(StreamHandle stream) {
   // last user records the event (RecordOnSwitch), so a use on another stream
   // finds the event holding the last user's work.
   const bool wait = used_ && last_user_ != stream;
+  ++uses_;
   used_ = true;
   last_user_ = stream;
   recorded_ = false;  // this use comes after any earlier record
   return wait;
 }
 
-void ScratchOrder::Finished(StreamHandle stream) {
-  if (used_ && last_user_ == stream) {
+void ScratchOrder::Finished(StreamHandle stream, long long uses) {
+  if (used_ && last_user_ == stream && uses_ == uses) {
     used_ = false;
     recorded_ = false;
   }

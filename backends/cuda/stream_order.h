@@ -31,12 +31,18 @@ class ScratchOrder {
   // stream, whose work up to the switch the event holds).
   bool WaitBeforeUse(StreamHandle stream);
 
-  // Every call queued on `stream` has finished (Synchronize, or the
-  // backend's own stream synchronized before it is destroyed): when it was
-  // the scratch's last user, nothing is left to wait for.
-  void Finished(StreamHandle stream);
+  // Uses so far; Synchronize reads it before it waits.
+  long long uses() const { return uses_; }
+
+  // Every call queued on `stream` up to `uses` uses has finished
+  // (Synchronize, or the backend's own stream synchronized before it is
+  // destroyed): when `stream` was the scratch's last user and no call used
+  // the scratch since (another thread may have queued one meanwhile),
+  // nothing is left to wait for.
+  void Finished(StreamHandle stream, long long uses);
 
  private:
+  long long uses_ = 0;
   bool used_ = false;  // some call used the scratch since the last Finished
   StreamHandle last_user_ = nullptr;
   bool recorded_ = false;  // the event holds last_user_'s work up to its last use

@@ -73,11 +73,22 @@ TEST(ScratchOrderTest, AFailedRecordIsNotTakenForOne) {
 TEST(ScratchOrderTest, FinishedWorkNeedsNoWait) {
   ScratchOrder order;
   order.WaitBeforeUse(S(0));
-  order.Finished(S(1));  // not the last user: changes nothing
+  order.Finished(S(1), order.uses());  // not the last user: changes nothing
   EXPECT_TRUE(order.RecordOnSwitch(S(0), S(1)));
-  order.Finished(S(0));
+  order.Finished(S(0), order.uses());
   EXPECT_FALSE(order.RecordOnSwitch(S(0), S(1)));
   EXPECT_FALSE(order.WaitBeforeUse(S(1)));
+}
+
+// Synchronize on one thread while another queues a call: the sync waited
+// only for the uses before it, so the new one still counts.
+TEST(ScratchOrderTest, AUseDuringSynchronizeStillCounts) {
+  ScratchOrder order;
+  order.WaitBeforeUse(S(0));
+  const long long before = order.uses();  // Synchronize starts waiting
+  order.WaitBeforeUse(S(0));              // another thread queues a call
+  order.Finished(S(0), before);           // the wait returns
+  EXPECT_TRUE(order.RecordOnSwitch(S(0), S(1)));
 }
 
 // The backends before issue 33: no order at all.
@@ -85,7 +96,8 @@ struct NoOrder {
   bool RecordOnSwitch(StreamHandle, StreamHandle) const { return false; }
   void Recorded() {}
   bool WaitBeforeUse(StreamHandle) { return false; }
-  void Finished(StreamHandle) {}
+  long long uses() const { return 0; }
+  void Finished(StreamHandle, long long) {}
 };
 
 // A planted bug: a use after the record does not make the record stale.
@@ -101,7 +113,8 @@ struct StaleRecord {
     last = s;
     return wait;
   }
-  void Finished(StreamHandle s) {
+  long long uses() const { return 0; }
+  void Finished(StreamHandle s, long long) {
     if (last == s) used = recorded = false;
   }
   bool used = false, recorded = false;
@@ -141,7 +154,7 @@ class Emulation {
   // Backend::Synchronize on the current stream.
   void Synchronize() {
     while (!queues_[current_].empty()) Step(/*prefer=*/current_);
-    order_.Finished(S(current_));
+    order_.Finished(S(current_), order_.uses());
   }
   // The device runs up to n queued operations, any runnable stream first.
   void Run(int n) {
