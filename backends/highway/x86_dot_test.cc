@@ -124,15 +124,23 @@ TEST(X86DotTest, VnniQDotK4IsTheExactIntegerDotTimesTheRowScale) {
     for (int8_t& x : k) x = static_cast<int8_t>(i8(rng));
     for (size_t c = 0; c < d; ++c) k[c] = -127;  // key 0 at the other extreme
     const std::vector<float> row_scale = {1.0f, 0.5f, 0.25f, 2.0f};
-    std::vector<float> s(keys * 4, -1.0f);
-    x86_dot::VnniQDotK4(q.data(), ldq, sum128.data(), row_scale.data(), k.data(), ldk, d, keys,
-                        s.data(), 4, k.data(), ldk, k.data(), ldk, 3);
-    for (size_t j = 0; j < keys; ++j) {
-      for (size_t r = 0; r < 4; ++r) {
-        int64_t dot = 0;
-        for (size_t c = 0; c < d; ++c) dot += int64_t{q[r * ldq + c]} * k[j * ldk + c];
-        EXPECT_EQ(s[j * 4 + r], static_cast<float>(static_cast<float>(dot) * row_scale[r]))
-            << "d " << d << " key " << j << " row " << r;
+    // lds 4: the packed layout (four keys stored at once); 6: rows with gaps
+    // (left untouched). 19 keys: four blocks of four, then three alone.
+    for (size_t lds : {4, 6}) {
+      std::vector<float> s(keys * lds, -1.0f);
+      x86_dot::VnniQDotK4(q.data(), ldq, sum128.data(), row_scale.data(), k.data(), ldk, d, keys,
+                          s.data(), lds, k.data(), ldk, k.data(), ldk, 3);
+      for (size_t j = 0; j < keys; ++j) {
+        for (size_t r = 0; r < lds; ++r) {
+          if (r >= 4) {
+            EXPECT_EQ(s[j * lds + r], -1.0f) << "gap written: d " << d << " key " << j;
+            continue;
+          }
+          int64_t dot = 0;
+          for (size_t c = 0; c < d; ++c) dot += int64_t{q[r * ldq + c]} * k[j * ldk + c];
+          EXPECT_EQ(s[j * lds + r], static_cast<float>(static_cast<float>(dot) * row_scale[r]))
+              << "d " << d << " lds " << lds << " key " << j << " row " << r;
+        }
       }
     }
   }
