@@ -26,6 +26,7 @@
 #include "backends/highway/masking-inl.h"
 #include "backends/highway/microkernels-inl.h"
 #include "backends/highway/packed_scores-inl.h"
+#include "backends/highway/phase_timing.h"
 #include "backends/highway/ragged_schedule.h"
 #include "backends/highway/tile_loads-inl.h"
 #include "backends/highway/tiling.h"
@@ -33,6 +34,7 @@
 #include "backends/highway/x86_dot.h"
 #include "core/mask.h"
 #include "core/status_macros.h"
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "platform/thread_pool.h"
 
@@ -233,8 +235,15 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   const int key_step = t.narrow ? kNarrowKeys : kWideKeys;
   const ScoreLayout lay{mp, 4};  // row-per-lane score tiles
   constexpr bool kF32Tiles = std::is_same<T, float>::value;
+  ATTNKIT_PHASE_TIMER(phase_timer);  // benchmark builds only (phase_timing.h)
   const DotChoice dots = ChooseDots(p, t);
   const bool bf16_qk = kF32Tiles && dots.bf16_qk, bf16_pv = kF32Tiles && dots.bf16_pv;
+  // Wide tiles of f32 K and V with contiguous rows of dp floats need no
+  // conversion: whole tiles are read in place (rows of one run of the cache).
+  const bool f32_in_place = kF32Tiles && !t.direct && !t.narrow && p.k.dtype == DType::kF32 &&
+                            p.v.dtype == DType::kF32 && p.k.strides[3] == 1 &&
+                            p.v.strides[3] == 1 && dp == d && p.k_row_stride > 0 &&
+                            p.v_row_stride > 0;
   // The bf16 tiles: Q pairs in qt's space, P pairs at off_pp, V pairs in v's.
   uint32_t* HWY_RESTRICT qp = reinterpret_cast<uint32_t*>(qt);
   uint32_t* HWY_RESTRICT pp = reinterpret_cast<uint32_t*>(scratch + t.off_pp);
@@ -276,6 +285,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     }
   }
 
+  ATTNKIT_PHASE_MARK(phase_timer, kQuery);
   const int64_t kv_length = p.KvLength(it.b);
   if (t.direct) {  // the rows the kernels below do not prefetch
     PrefetchKeyValueRows(p, it, it.k_begin, std::min(t.ahead_keys, it.k_end - it.k_begin));
@@ -314,6 +324,15 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
         if (bf16_qk && !bf16_pv && p.prepared_v != nullptr) {  // f32 V converted once per call
           vtile = p.prepared_v + (it.b * p.num_kv_heads + it.g) * p.prepared_stride + k0 * dp;
           prepared_vtile = true;
+        } else if (f32_in_place && nk == nkp && p.kv_rows.RunLength(k0) >= nk) {
+          // Whole f32 tiles are read where they lie (a copy was 10-14 % of
+          // an f32 prefill on Zen 5): the next tile's rows are prefetched as
+          // LoadKeyValueTile would.
+          ktile = static_cast<const T*>(p.k.data) + p.kv_rows.Offset(p.k, it.b, it.g, k0);
+          vtile = static_cast<const T*>(p.v.data) + p.kv_rows.Offset(p.v, it.b, it.g, k0);
+          ldk = static_cast<size_t>(p.k_row_stride);
+          ldv = static_cast<size_t>(p.v_row_stride);
+          PrefetchKeyValueRows(p, it, next_k0, next_nk);
         } else if (!bf16_pv) {
           LoadKeyValueTile(p, t, it, k0, nk, nkp, next_k0, next_nk, k, v, /*with_k=*/!bf16_qk);
         }
@@ -341,10 +360,12 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
         GatherRowScales(p, p.v_scale, p.v_scale_view, it, k0, nk, v_scales);
       }
     }
+    ATTNKIT_PHASE_MARK(phase_timer, kKvLoad);
 #if HWY_TARGET != HWY_SCALAR
     if (t.packed) {
       PackedTileUpdate<T>(p, t, it, k0, nk, vis, ktile, ldk, vtile, ldv, k_ahead, v_ahead, k_scales,
                           v_scales, dots, scratch);
+      ATTNKIT_PHASE_MARK(phase_timer, kDecodeTile);
       continue;
     }
 #endif
@@ -360,10 +381,15 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       }
       std::fill(s + nk * mp, s + nkp * mp, 0.0f);
     } else {
-      QDotK<kWideKeys, kWideRowVecs>(qt, mp, k, dp, d, mp, nkp, s, mp);
+      if constexpr (kF32Tiles) {  // K converted (ktile = k) or in place
+        QDotK<kWideKeys, kWideRowVecs>(qt, mp, ktile, ldk, d, mp, nkp, s, mp);
+      } else {
+        QDotK<kWideKeys, kWideRowVecs>(qt, mp, k, dp, d, mp, nkp, s, mp);
+      }
     }
     // int8 direct: integer dot products times the key scales (nkp == nk).
     if constexpr (kInt8) ScaleKeyColumns(s, mp, nk, mp, k_scales, /*keep_zero=*/false);
+    ATTNKIT_PHASE_MARK(phase_timer, kQK);
     // Raw scores: flag non-finite ones of visible pairs, then mask. Fully
     // visible tiles skip the per-element structured mask.
     const bool per_pair = p.bias != nullptr || p.blocked != nullptr;
@@ -391,7 +417,9 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     } else if (per_pair || structured) {
       n_bad = FlagNonFiniteValueRows(vtile, ldv, nk, dp, s, lay, rows, bad, bad_keys);
     }
+    ATTNKIT_PHASE_MARK(phase_timer, kMask);
     OnlineSoftmaxUpdate(s, mp, nkp, mp, m, l, alpha);
+    ATTNKIT_PHASE_MARK(phase_timer, kSoftmax);
     if (bf16_pv) {  // FAST: O = alpha O + bf16(P) . V, with V rows that hold a NaN as 0
       x86_dot::BF16PackWeights(s, static_cast<size_t>(mp), static_cast<size_t>(nk),
                                static_cast<size_t>(mp), pp, static_cast<size_t>(mp));
@@ -412,6 +440,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
                                 static_cast<size_t>((nk + 1) / 2), alpha,
                                 static_cast<size_t>(value_rows), static_cast<size_t>(dp), o,
                                 static_cast<size_t>(dp));
+      ATTNKIT_PHASE_MARK(phase_timer, kPV);
       continue;
     }
     // int8 direct: P times the value scales, after l has summed P itself.
@@ -427,6 +456,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       rescale = nullptr;
       j0 = j1 + 1;
     }
+    ATTNKIT_PHASE_MARK(phase_timer, kPV);
   }
 
   for (int64_t r = 0; r < rows; ++r) {
@@ -449,6 +479,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     }
     store_row(r, orow, lse);
   }
+  ATTNKIT_PHASE_MARK(phase_timer, kFinish);
 }
 // Runs one item (see RunItemAs), choosing how K and V are read.
 template <class StoreRow>
@@ -491,6 +522,15 @@ HWY_INLINE void StoreRowAsBF16(const float* HWY_RESTRICT row, size_t n,
   for (; c < n; ++c) dst[c] = BF16FromF32(row[c]);
 }
 
+// f32 outputs of at least this many bytes are written with non-temporal
+// stores (past the caches: O is not read again by the call, and a store that
+// misses first reads its line from memory; 5 % of a GQA d128 prefill).
+constexpr int64_t kStreamOutputBytes = int64_t{8} << 20;
+inline bool StreamsOutput(const FlashParams& p) {
+  return p.o.dtype == DType::kF32 && p.o.strides[3] == 1 && p.head_dim % 16 == 0 &&
+         p.batch * p.num_heads * p.q_len * p.head_dim * 4 >= kStreamOutputBytes;
+}
+
 // Writes one finished row of `it` to O (and lse), converting to O's dtype.
 inline void StoreOutputRow(const FlashParams& p, const Item& it, int64_t r,
                            const float* HWY_RESTRICT row, float lse) {
@@ -498,7 +538,16 @@ inline void StoreOutputRow(const FlashParams& p, const Item& it, int64_t r,
   const int64_t base = p.o.Offset(it.b, h, i, 0);
   const int64_t cs = p.o.strides[3];
   if (p.o.dtype == DType::kF32 && cs == 1) {
-    std::copy(row, row + p.head_dim, static_cast<float*>(p.o.data) + base);
+    float* o32 = static_cast<float*>(p.o.data) + base;
+    if (StreamsOutput(p) && reinterpret_cast<uintptr_t>(o32) % 64 == 0) {
+      const DF df;
+      const size_t N = hn::Lanes(df);  // divides 16, so head_dim
+      for (size_t c = 0; c < static_cast<size_t>(p.head_dim); c += N) {
+        hn::Stream(hn::LoadU(df, row + c), df, o32 + c);
+      }
+    } else {
+      std::copy(row, row + p.head_dim, o32);
+    }
   } else if (p.o.dtype == DType::kBF16 && cs == 1) {
     StoreRowAsBF16(row, static_cast<size_t>(p.head_dim), static_cast<uint16_t*>(p.o.data) + base);
   } else {
@@ -517,6 +566,7 @@ inline void RunWorkItem(const FlashParams& p, const Tiling& t, int64_t base, int
   if (t.splits == 1) {
     RunItem(p, t, it, scratch,
             [&](int64_t r, const float* row, float lse) { StoreOutputRow(p, it, r, row, lse); });
+    if (StreamsOutput(p)) hwy::FlushStream();  // this thread's stores before the pool's join
     return;
   }
   const int64_t mp = t.rows_padded, dp = t.dp;
@@ -542,6 +592,7 @@ inline void MergeWorkItem(const FlashParams& p, const Tiling& t, int64_t base,
     const float lse = MergeLsePartials(first + r * dp, stride, lses, t.splits, dp, merged);
     StoreOutputRow(p, it, r, merged, lse);
   }
+  if (StreamsOutput(p)) hwy::FlushStream();
 }
 
 inline void FillRunInfo(const FlashParams& p, const Tiling& t, int64_t items, int threads,

@@ -1,0 +1,116 @@
+// Where the Highway forward spends its time, phase by phase (issue 34): the
+// standard suite's forward problems on the phase-timed build of the backend
+// (backends/highway/phase_timing.h), each phase as a share of the threads'
+// time and, for Q.K and P.V, the rate it reaches while it runs as a
+// fraction of the FMA peak measured in the same run.
+//   bazel run //benchmarks:phase_bench -- [filter] [threads] [seconds]
+// filter: a substring of the problem names (default: every f32 prefill,
+// "prefill"); threads: default 2; seconds: timed per problem (default 1).
+// The marks cost a few ns per phase per tile: the printed wall time is a
+// little above an untimed build's (compare it with `attnkit compare`).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "backends/highway/highway_backend.h"
+#include "backends/highway/phase_timing.h"
+#include "core/problem.h"
+#include "harness/machine_kernels.h"
+#include "harness/problem_data.h"
+#include "harness/suite.h"
+
+namespace attnkit {
+namespace {
+
+namespace pt = phase_timing;
+
+int Main(int argc, char** argv) {
+  const std::string filter = argc > 1 ? argv[1] : "prefill";
+  const int threads = argc > 2 ? std::atoi(argv[2]) : 2;
+  const double seconds = argc > 3 ? std::atof(argv[3]) : 1.0;
+  if (threads < 1 || seconds <= 0) {
+    std::fprintf(stderr, "usage: phase_bench [filter] [threads >= 1] [seconds > 0]\n");
+    return 2;
+  }
+  auto suite = LoadSuite("standard");
+  if (!suite.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(suite.status().message()).c_str());
+    return 1;
+  }
+  auto backend = MakeHighwayBackend({threads});
+  const std::vector<int64_t> targets = AvailableHighwayTargets();
+  const double tps = pt::TicksPerSecond();
+  std::printf("phase_bench: %d threads, %s, %.0f MHz time-stamp counter\n", threads,
+              HighwayTargetName(targets.front()).c_str(), tps * 1e-6);
+  for (const AttentionProblem& p : *suite) {
+    if (p.backward || !absl::StrContains(p.name, filter)) continue;
+    auto data = ProblemData::Random(p, p.seed);
+    if (!data.ok()) {
+      std::fprintf(stderr, "%s: %s\n", p.name.c_str(),
+                   std::string(data.status().message()).c_str());
+      return 1;
+    }
+    RunInfo info;
+    if (auto s = backend->Forward(p, data->args(), &info); !s.ok()) {  // warm-up
+      std::printf("%s: %s\n", p.name.c_str(), std::string(s.message()).c_str());
+      continue;
+    }
+    // The peak just before: the highest of three short passes.
+    const double peak = MeasureFmaGflops(targets.front(), threads, 3, kFmaLoopIterations / 4);
+    pt::Take();
+    std::vector<double> times;
+    const auto begin = std::chrono::steady_clock::now();
+    double elapsed = 0;
+    while (times.size() < 3 || elapsed < seconds) {
+      const auto start = std::chrono::steady_clock::now();
+      if (!backend->Forward(p, data->args(), &info).ok()) return 1;
+      const auto end = std::chrono::steady_clock::now();
+      times.push_back(std::chrono::duration<double>(end - start).count());
+      elapsed = std::chrono::duration<double>(end - begin).count();
+    }
+    const pt::Totals totals = pt::Take();
+    const double calls = static_cast<double>(times.size());
+    double wall = 0;
+    for (double t : times) wall += t;
+    std::sort(times.begin(), times.end());
+    const double flops = UsefulFlops(p);
+    std::printf("\n%s  [%s]\n  %s\n  median %.3f ms, %.1f GFLOP/s = %.1f %% of peak FMA %.1f\n",
+                p.name.c_str(), p.Id().c_str(), info.kernel.c_str(), times[times.size() / 2] * 1e3,
+                flops / times[times.size() / 2] * 1e-9,
+                100.0 * flops / times[times.size() / 2] * 1e-9 / peak, peak);
+    // Thread-seconds per call of each phase; the threads' time is wall * threads.
+    const double thread_seconds = wall * threads / calls;
+    double accounted = 0;
+    std::printf("  %-12s %9s %8s  %s\n", "phase", "ms/call", "% time", "rate while running");
+    for (int i = 0; i < pt::kPhases; ++i) {
+      const double s = static_cast<double>(totals.ticks[i]) / tps / calls;  // thread-seconds
+      if (s <= 0) continue;
+      accounted += s;
+      std::string rate;
+      if (i == pt::kQK || i == pt::kPV) {
+        // Half the useful FLOPs each, on one thread's share of the peak.
+        const double gflops = 0.5 * flops / s * 1e-9;
+        rate = absl::StrFormat("%.1f GFLOP/s per thread = %.1f %% of a thread's peak", gflops,
+                               100.0 * gflops / (peak / threads));
+      }
+      std::printf("  %-12s %9.3f %7.1f%%  %s\n", pt::PhaseName(i), s / threads * 1e3,
+                  100.0 * s / thread_seconds, rate.c_str());
+    }
+    std::printf(
+        "  %-12s %9.3f %7.1f%%  (outside items: V prepared once per call, merges, the "
+        "pool's hand-offs and idle threads)\n",
+        "other", (thread_seconds - accounted) / threads * 1e3,
+        100.0 * (thread_seconds - accounted) / thread_seconds);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace attnkit
+
+int main(int argc, char** argv) { return attnkit::Main(argc, argv); }
