@@ -178,8 +178,8 @@ TEST(CompareTest, DefaultTableFitsATerminalAndWideDoesNot) {
   EXPECT_THAT(FormatCompareTable(report, /*wide=*/true), HasSubstr(std::string(200, 'k')));
 }
 
-// A decode over 4 MB of K/V (memory-bound against FakeLimits' balance of
-// 10 FLOP/byte) has a read loop over its bytes timed after each call.
+// A decode over 4 MB of K/V (2 FLOP/byte) has a read loop over its bytes
+// timed after each call.
 AttentionProblem Decode() {
   AttentionProblem p = BasicProblem(1, 8, 2, 1, 4096, 64);
   p.name = "decode";
@@ -195,7 +195,11 @@ TEST(CompareTest, MemoryBoundProblemsArePairedWithAReadLoop) {
   CompareOptions options;
   options.min_seconds = 0.01;
   options.auto_row = false;
-  auto report = RunCompare(registry, {Decode()}, options, MachineFingerprint(), FakeLimits());
+  // A peak of 1000 GFLOP/s keeps the decode (2 FLOP/byte) memory-bound
+  // against any read loop under 500 GB/s.
+  MachineLimits limits = FakeLimits();
+  limits.set_peak_fma_gflops(1000);
+  auto report = RunCompare(registry, {Decode()}, options, MachineFingerprint(), limits);
   ASSERT_TRUE(report.ok()) << report.status();
   const ProblemResult& p = report->problems(0);
   ASSERT_TRUE(p.memory_bound());
@@ -211,6 +215,8 @@ TEST(CompareTest, MemoryBoundProblemsArePairedWithAReadLoop) {
   EXPECT_LE(r.pct_of_limit_low(), r.pct_of_limit());
   EXPECT_GE(r.pct_of_limit_high(), r.pct_of_limit());
   EXPECT_GE(r.max_s(), r.median_s());
+  EXPECT_EQ(r.read_loop_gbps(), r.limit_used());
+  EXPECT_DOUBLE_EQ(r.pct_of_read_loop(), r.pct_of_limit());
   EXPECT_THAT(FormatCompareTable(*report), HasSubstr("(paired; "));
   EXPECT_THAT(ReportToSvg(*report), HasSubstr("of the limit over its spread"));
   auto json = ReportToJson(*report);
@@ -219,7 +225,7 @@ TEST(CompareTest, MemoryBoundProblemsArePairedWithAReadLoop) {
   EXPECT_THAT(*json, HasSubstr("\"limit_min\""));
   // Unpaired: the limits' read bandwidth.
   options.paired_read = false;
-  report = RunCompare(registry, {Decode()}, options, MachineFingerprint(), FakeLimits());
+  report = RunCompare(registry, {Decode()}, options, MachineFingerprint(), limits);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_FALSE(report->problems(0).results(0).paired_read());
   EXPECT_DOUBLE_EQ(report->problems(0).results(0).limit_used(), 10.0);
