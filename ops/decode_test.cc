@@ -23,7 +23,7 @@ using layer_test::MaxAbsDiff;
 using layer_test::RandomActivations;
 using layer_test::TokenSlice;
 
-class DecodeTest : public ::testing::TestWithParam<std::string> {
+class DecodeTest : public testing_env::BackendParamTest<std::string> {
  protected:
   // The layer on this test's backend, or null (skip_ set) when the backend
   // does not run a decode step over a Tk-token cache.

@@ -27,7 +27,7 @@ using layer_test::MaxAbsDiff;
 using layer_test::RandomActivations;
 using ::testing::HasSubstr;
 
-class LayerTest : public ::testing::TestWithParam<std::string> {
+class LayerTest : public testing_env::BackendParamTest<std::string> {
  protected:
   // The layer on this test's backend, or null (skip_ set) when the backend
   // does not run the layer's attention problem for these shapes.

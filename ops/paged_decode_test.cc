@@ -86,7 +86,7 @@ double PagedVsDense(MultiHeadAttention* layer, DType kv_dtype) {
   return worst;
 }
 
-class PagedDecodeTest : public ::testing::TestWithParam<std::string> {
+class PagedDecodeTest : public testing_env::BackendParamTest<std::string> {
  protected:
   // The layer on this test's backend, or null (skip_ set) when the backend
   // does not run a paged (int8) decode step.

@@ -68,11 +68,28 @@ absl::Status CheckRunnable(const Backend& b, const AttentionProblem& p) {
     ADD_FAILURE() << b.Name() << " is named in ATTNKIT_REQUIRE_BACKENDS but skips " << p.Id()
                   << ", unavailable: " << supported.message();
   }
-  if (b.Available().ok() && CheckCapabilities(b.Caps(), p).ok()) {
+  const absl::Status claimed = CheckCapabilities(b.Caps(), p);
+  if (!claimed.ok()) {
+    NoteUnclaimedCase(claimed);
+  } else if (b.Available().ok()) {
     ADD_FAILURE() << b.Name() << " refuses " << p.Id()
                   << " although its capabilities cover it: " << supported;
   }
   return supported;
+}
+
+namespace {
+constexpr char kBackendProperty[] = "backend";
+constexpr char kUnclaimedProperty[] = "unclaimed_case";
+}  // namespace
+
+void RecordTestBackend(const std::string& backend) {
+  ::testing::Test::RecordProperty(kBackendProperty, backend);
+}
+
+void NoteUnclaimedCase(const absl::Status& why) {
+  ::testing::Test::RecordProperty(kUnclaimedProperty,
+                                  why.message().empty() ? "unclaimed" : std::string(why.message()));
 }
 
 void RecordBoundFraction(const std::string& backend, double fraction) {
@@ -135,20 +152,40 @@ bool LoadPluginsFromArgs(int* argc, char** argv) {
 
 namespace {
 
-// Fails the run when a test whose parameter is a required backend ends
-// skipped, whatever skip site it took (CheckRunnable already fails the case
-// itself; this catches the suites' own GTEST_SKIPs).
+// The value of test property `key` in `r`; "" when it has none.
+std::string Property(const ::testing::TestResult& r, const char* key) {
+  for (int i = 0; i < r.test_property_count(); ++i) {
+    if (std::strcmp(r.GetTestProperty(i).key(), key) == 0) return r.GetTestProperty(i).value();
+  }
+  return "";
+}
+
+// The backend a test exercises: its "backend" property (BackendParamTest),
+// else its parameter when that is a plain string (a suite over names that
+// does not derive from BackendParamTest); "" for neither.
+std::string TestBackend(const ::testing::TestInfo& info) {
+  std::string backend = Property(*info.result(), kBackendProperty);
+  if (!backend.empty() || info.value_param() == nullptr) return backend;
+  const std::string param = info.value_param();
+  if (param.size() >= 2 && param.front() == '"' && param.back() == '"') {
+    return param.substr(1, param.size() - 2);
+  }
+  return "";
+}
+
+// Fails the run when a test of a required backend ends skipped, whatever
+// skip site it took (CheckRunnable already fails the case itself when the
+// backend is unavailable; this catches the suites' own GTEST_SKIPs). A test
+// that noted a case its backend's capabilities do not claim may skip.
 class RequiredSkipListener : public ::testing::EmptyTestEventListener {
  public:
   void OnTestEnd(const ::testing::TestInfo& info) override {
-    if (info.value_param() == nullptr || !info.result()->Skipped()) return;
-    std::string param = info.value_param();
-    if (param.size() >= 2 && param.front() == '"' && param.back() == '"') {
-      param = param.substr(1, param.size() - 2);
-    }
-    if (!IsRequired(param)) return;
+    if (!info.result()->Skipped()) return;
+    const std::string backend = TestBackend(info);
+    if (backend.empty() || !IsRequired(backend)) return;
+    if (!Property(*info.result(), kUnclaimedProperty).empty()) return;
     std::fprintf(stderr, "FAILED: %s.%s skipped required backend %s\n", info.test_suite_name(),
-                 info.name(), param.c_str());
+                 info.name(), backend.c_str());
     ++required_skips_;
   }
   int required_skips() const { return required_skips_; }

@@ -6,11 +6,13 @@
 #define ATTNKIT_TESTS_BACKEND_TEST_ENV_H_
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "core/backend.h"
 #include "core/problem.h"
+#include "gtest/gtest.h"
 #include "tests/required_backends.h"
 
 namespace attnkit {
@@ -31,8 +33,35 @@ void RecordBoundFraction(const std::string& backend, double fraction);
 
 // Returns OK when the test should run `p` on `b`. Otherwise returns the
 // reason to skip, after adding a test failure if `b` refuses a case that its
-// Caps() claim to cover while it is available, or if `b` is required.
+// Caps() claim to cover while it is available, or if `b` is required; a
+// refusal of a case the Caps() do not claim is noted (NoteUnclaimedCase).
 absl::Status CheckRunnable(const Backend& b, const AttentionProblem& p);
+
+// Names the backend the current test exercises: the test property "backend"
+// (also in the XML report), which the required-skip listener reads.
+void RecordTestBackend(const std::string& backend);
+// Notes on the current test (property "unclaimed_case") that its backend
+// refused a case its capabilities do not claim, for `why`: a skip a backend
+// named in $ATTNKIT_REQUIRE_BACKENDS may take.
+void NoteUnclaimedCase(const absl::Status& why);
+
+// The backend of a suite's parameter: the name itself, or a tuple's first
+// element. A suite over another type declares BackendOfParam(const Type&)
+// in the namespace of Type (found by argument-dependent lookup).
+inline const std::string& BackendOfParam(const std::string& name) { return name; }
+template <typename... Rest>
+const std::string& BackendOfParam(const std::tuple<std::string, Rest...>& param) {
+  return std::get<0>(param);
+}
+
+// Base of every suite parameterised over backends: records the test's
+// backend (RecordTestBackend) in the constructor, before SetUp and the body,
+// so whichever skip a test takes, the listener knows whose it was.
+template <typename Param>
+class BackendParamTest : public ::testing::TestWithParam<Param> {
+ protected:
+  BackendParamTest() { RecordTestBackend(BackendOfParam(this->GetParam())); }
+};
 
 // CheckRunnable for the backend named `backend`; when it refuses, records
 // the skip and stores the reason in *skip_reason. True when the test runs.
@@ -48,8 +77,10 @@ bool LoadPluginsFromArgs(int* argc, char** argv);
 const std::vector<std::string>& PluginPaths();
 void PrintSummary();
 
-// After InitGoogleTest: counts tests of a required backend that ended skipped
-// through any GTEST_SKIP; main() fails the run when RequiredSkips() > 0.
+// After InitGoogleTest: counts tests of a required backend (the "backend"
+// property of a BackendParamTest, or a plain backend-name parameter) that
+// ended skipped through any GTEST_SKIP, unless the test noted an unclaimed
+// case (NoteUnclaimedCase); main() fails the run when RequiredSkips() > 0.
 void InstallRequiredSkipListener();
 int RequiredSkips();
 

@@ -62,7 +62,7 @@ void ExpectSameBitsOnRerun(Backend* backend, const AttentionProblem& p, const Pr
       << " gave different bits";
 }
 
-class ConformanceTest : public ::testing::TestWithParam<std::tuple<std::string, size_t>> {};
+class ConformanceTest : public testing_env::BackendParamTest<std::tuple<std::string, size_t>> {};
 
 TEST_P(ConformanceTest, MatchesReference) {
   const std::string& backend_name = std::get<0>(GetParam());

@@ -13,7 +13,8 @@
 //    one claims none);
 //  - a backend with one must not refuse (SupportsBackward) a case its
 //    Caps().backward covers; a refusal it may make is a skip with its reason,
-//    and a failure when ATTNKIT_REQUIRE_BACKENDS names it;
+//    and a failure when ATTNKIT_REQUIRE_BACKENDS names it and it is
+//    unavailable (a case the capabilities do not claim may be skipped);
 //  - one claiming backward.deterministic must give the same bits when run
 //    again; rows that see no key must give exactly 0 in dQ.
 #include <limits>
@@ -70,15 +71,20 @@ absl::Status CheckBackwardRunnable(const Backend& b, const AttentionProblem& p) 
   const Capabilities caps = b.Caps();
   if (!caps.backward.supported) {
     const absl::Status available = b.Available();
-    return absl::UnimplementedError(
+    const absl::Status none = absl::UnimplementedError(
         absl::StrCat("no backward pass (Caps().backward.supported is false)",
                      available.ok() ? "" : "; unavailable: ", available.message()));
+    testing_env::NoteUnclaimedCase(none);
+    return none;
   }
   if (testing_env::IsRequired(b.Name()) && !b.Available().ok()) {
     ADD_FAILURE() << b.Name() << " is named in ATTNKIT_REQUIRE_BACKENDS but skips the backward of "
                   << p.Id() << ", unavailable: " << supported.message();
   }
-  if (b.Available().ok() && CheckBackwardCapabilities(caps, p).ok()) {
+  const absl::Status claimed = CheckBackwardCapabilities(caps, p);
+  if (!claimed.ok()) {
+    testing_env::NoteUnclaimedCase(claimed);
+  } else if (b.Available().ok()) {
     ADD_FAILURE() << b.Name() << " refuses the backward of " << p.Id()
                   << " although its capabilities cover it: " << supported;
   }
@@ -147,7 +153,8 @@ void ExpectSameBitsOnRerun(Backend* backend, const AttentionProblem& p, const Pr
       << " gave different bits";
 }
 
-class GradConformanceTest : public ::testing::TestWithParam<std::tuple<std::string, size_t>> {};
+class GradConformanceTest : public testing_env::BackendParamTest<std::tuple<std::string, size_t>> {
+};
 
 TEST_P(GradConformanceTest, MatchesReferenceBackward) {
   const std::string& backend_name = std::get<0>(GetParam());

@@ -19,7 +19,7 @@ namespace {
 
 using testing_env::Outcome;
 
-class PropertyTest : public ::testing::TestWithParam<std::string> {
+class PropertyTest : public testing_env::BackendParamTest<std::string> {
  protected:
   Backend* backend() {
     auto b = GlobalRegistry().Find(GetParam());
