@@ -1,5 +1,6 @@
 // Concurrency: Forward on one backend from 8 threads at once, each on its own
-// problem, gives the bits that serial calls give; the registry and plugin
+// problem, gives the bits that serial calls give, and the serial calls meet
+// the fp64 oracle (so a bug both share fails too); the registry and plugin
 // loading can be used from several threads at once.
 #include <atomic>
 #include <thread>
@@ -11,6 +12,8 @@
 #include "gtest/gtest.h"
 #include "harness/execute.h"
 #include "harness/problem_data.h"
+#include "oracle/compare.h"
+#include "oracle/reference.h"
 #include "plugin/registry.h"
 #include "tests/backend_test_env.h"
 
@@ -42,7 +45,7 @@ std::string OutputBytes(const ProblemData& d) {
   return out;
 }
 
-class ConcurrencyTest : public ::testing::TestWithParam<std::string> {};
+class ConcurrencyTest : public testing_env::BackendParamTest<std::string> {};
 
 TEST_P(ConcurrencyTest, EightThreadsGiveTheSerialResults) {
   auto found = GlobalRegistry().Find(GetParam());
@@ -53,11 +56,16 @@ TEST_P(ConcurrencyTest, EightThreadsGiveTheSerialResults) {
   std::vector<std::string> serial;
   for (int t = 0; t < kThreads; ++t) {
     AttentionProblem p = ProblemFor(t);
-    if (!backend->Supports(p).ok()) continue;
+    if (!testing_env::CheckRunnable(*backend, p).ok()) continue;
     auto d = ProblemData::Random(p, p.seed);
     ASSERT_TRUE(d.ok()) << d.status();
     PoisonOutputs(*d);
     ASSERT_TRUE(RunOnBackend(backend, p, *d, nullptr).ok());
+    const Comparison c = CompareToReference(p, d->args(), ComputeReference(p, d->args()));
+    EXPECT_TRUE(c.ok()) << GetParam() << ": serial result of " << p.Id()
+                        << " misses the oracle: " << c.mismatches << " of " << c.checked
+                        << " outside the bound" << (c.non_finite ? ", non-finite output" : "")
+                        << "; first: " << c.first_failure;
     serial.push_back(OutputBytes(*d));
     problems.push_back(p);
     data.push_back(std::move(*d));

@@ -4,11 +4,13 @@
 //   gathered into [B, G, Tk, d], or packed [total_k, G, d] for a ragged
 //   batch; int8 scales likewise). Bitwise equality is asked of backends
 //   whose Caps() claim determinism; the others may reorder sums from call to
-//   call and are held to the oracle on both runs.
+//   call.
 // - each sequence of a ragged batch matches the sequence run alone as a
 //   dense batch-1 problem: bit for bit, or (a backend that plans the batch
 //   as a whole, e.g. split-K against the batch's total work) within the
 //   oracle of the sequence alone, with the differing bits printed.
+// Every paged, dense and ragged run is also held to the fp64 oracle, so a
+// bug the two paths share fails although their bits agree.
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -86,7 +88,7 @@ std::string FirstDifference(const std::string& what, const TensorView& a, int64_
   return absl::StrFormat("%s: %.9g vs %.9g", what, a.LoadF32(a_off), b.LoadF32(b_off));
 }
 
-class PagedEquivalenceTest : public ::testing::TestWithParam<std::string> {
+class PagedEquivalenceTest : public testing_env::BackendParamTest<std::string> {
  protected:
   Backend* backend() { return GlobalRegistry().Find(GetParam()).value(); }
   bool Runs(const AttentionProblem& p) {
@@ -98,10 +100,13 @@ class PagedEquivalenceTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(s.ok()) << p.name << ": " << s;
   }
   bool Bitwise() { return backend()->Caps().deterministic; }
-  // For a backend without the determinism claim: both runs within the oracle.
-  void ExpectWithinOracle(const AttentionProblem& p, const ProblemData& data) {
+  // The run's O and LSE against the fp64 reference of `p`.
+  void ExpectWithinOracle(const AttentionProblem& p, const ProblemData& data, const RunInfo& info) {
     const Comparison c = CompareToReference(p, data.args(), ComputeReference(p, data.args()));
-    EXPECT_TRUE(c.ok()) << GetParam() << " on " << p.name << ": " << c.first_failure;
+    EXPECT_TRUE(c.ok()) << GetParam() << " [" << info.kernel << "] on " << p.name
+                        << " misses the oracle: " << c.mismatches << " of " << c.checked
+                        << " outside the bound" << (c.non_finite ? ", non-finite output" : "")
+                        << "; first: " << c.first_failure;
   }
   // Failures so far in this test (gtest keeps only failed and skipped parts).
   static int Failures() {
@@ -217,9 +222,9 @@ TEST_P(PagedEquivalenceTest, PagedEqualsDenseBitwise) {
     Run(p, *paged_data, &paged_info);
     Run(dense, *dense_data, &dense_info);
     if (HasFatalFailure()) return;
+    ExpectWithinOracle(p, *paged_data, paged_info);
+    ExpectWithinOracle(dense, *dense_data, dense_info);
     if (!Bitwise()) {
-      ExpectWithinOracle(p, *paged_data);
-      ExpectWithinOracle(dense, *dense_data);
       std::printf("%s on %s: paged and dense O %s bitwise\n", GetParam().c_str(), p.name.c_str(),
                   Bytes(paged_data->o) == Bytes(dense_data->o) ? "agree" : "differ");
       Record(failures_before);
@@ -304,6 +309,7 @@ TEST_P(PagedEquivalenceTest, RaggedMatchesPerSequenceRuns) {
     RunInfo ragged_info;
     Run(p, *data, &ragged_info);
     if (HasFatalFailure()) return;
+    ExpectWithinOracle(p, *data, ragged_info);
     int64_t sequences = 0;
     std::vector<std::string> differing;
     for (const SequenceCall& s : RaggedSequences(p, data->args())) {
