@@ -35,7 +35,7 @@ ABSL_FLAG(std::string, backends, "",
           "check, compare, fuzz: comma-separated backends to run (default: all)");
 ABSL_FLAG(bool, allow_skip, false,
           "check, fuzz: accept a backend named in --backends that is unavailable (check: or "
-          "refuses the problem)");
+          "refuses the problem); refused without --backends, where no skip is an error");
 ABSL_FLAG(std::string, q, "", "run: queries .npy, [B, H, Tq, d] (BTHD layout: [B, Tq, H, d])");
 ABSL_FLAG(std::string, k, "", "run: keys .npy, [B, Hkv, Tk, d] (BTHD layout: [B, Tk, Hkv, d])");
 ABSL_FLAG(std::string, v, "", "run: values .npy, same shape as keys");

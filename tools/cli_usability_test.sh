@@ -51,6 +51,9 @@ $bin cost --prompt_len=5 2> "$tmp/err.txt"; rc=$?
 grep -q -- '--prompt_len is not a flag of cost' "$tmp/err.txt" || fail "$(cat "$tmp/err.txt")"
 [[ $(wc -l < "$tmp/err.txt") -eq 1 ]] || fail "want one line: $(cat "$tmp/err.txt")"
 $bin check --noallow_skip --backends=reference > /dev/null || fail "--noallow_skip refused"
+$bin check --allow_skip > /dev/null 2> "$tmp/err.txt" && fail "--allow_skip without --backends passed"
+grep -q -- '--allow_skip only applies to the backends --backends names' "$tmp/err.txt" ||
+  fail "$(cat "$tmp/err.txt")"
 
 cat > "$tmp/small.textproto" <<'PB'
 name: "small gqa" num_heads: 4 num_kv_heads: 2 head_dim: 16 q_len: 9 mask { kind: CAUSAL }

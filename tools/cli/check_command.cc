@@ -9,6 +9,7 @@ namespace attnkit {
 
 absl::Status CheckCommand(const BackendRegistry& registry, const CliOptions& options,
                           std::ostream& out) {
+  ATTNKIT_RETURN_IF_ERROR(CheckAllowSkipHasBackends(options));
   ATTNKIT_ASSIGN_OR_RETURN(const AttentionConfig config, LoadCliConfig(options));
   ATTNKIT_ASSIGN_OR_RETURN(const CheckReport report, RunCheck(registry, config, options.backends));
   if (!JsonToStdout(options)) out << FormatCheckTable(report, options.wide);

@@ -93,6 +93,9 @@ absl::Status ApplyComputeFlag(const CliOptions& options, AttentionConfig* config
 // ("" or " on <problem>") says what they did not run.
 absl::Status RefuseNamedSkips(const CliOptions& options, const std::vector<std::string>& skipped,
                               const std::string& where);
+// check and fuzz: InvalidArgument for --allow_skip without --backends, where
+// it would change nothing (no backend's skip fails the command then).
+absl::Status CheckAllowSkipHasBackends(const CliOptions& options);
 
 // `attnkit backends`: each backend, available or why not, and capabilities
 // (--json: the capabilities as data).

@@ -458,6 +458,27 @@ TEST(FuzzCommandTest, NamedBackendThatCannotRunFailsUnlessSkipsAreAllowed) {
   EXPECT_TRUE(FuzzCommand(registry, options, out).ok());
 }
 
+// --allow_skip only matters for backends --backends names: without it, the
+// flag would change nothing, so check and fuzz refuse it before running.
+TEST(CheckCommandTest, AllowSkipWithoutBackendsIsRefused) {
+  CliOptions options;
+  options.allow_skip = true;
+  options.count = 3;
+  options.repro_dir = testing::TempDir();
+  for (const bool fuzz : {false, true}) {
+    std::ostringstream out;
+    const absl::Status s = fuzz ? FuzzCommand(GlobalRegistry(), options, out)
+                                : CheckCommand(GlobalRegistry(), options, out);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("--allow_skip only applies to the backends --backends names"));
+    EXPECT_EQ(out.str(), "") << "nothing runs";
+  }
+  options.backends = {"reference"};
+  std::ostringstream out;
+  EXPECT_TRUE(CheckCommand(GlobalRegistry(), options, out).ok()) << out.str();
+}
+
 TEST(BackendsCommandTest, ListsCapabilities) {
   std::ostringstream out;
   ASSERT_TRUE(BackendsCommand(GlobalRegistry(), CliOptions(), out).ok());

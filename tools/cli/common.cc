@@ -53,6 +53,14 @@ absl::Status EmitJson(const CliOptions& options, const std::string& json, std::o
   return absl::OkStatus();
 }
 
+absl::Status CheckAllowSkipHasBackends(const CliOptions& options) {
+  if (!options.allow_skip || !options.backends.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "--allow_skip only applies to the backends --backends names (one that cannot run fails "
+      "the command unless --allow_skip); without --backends every backend runs and one that "
+      "cannot is reported, never an error: name the backends, or drop --allow_skip");
+}
+
 absl::Status RefuseNamedSkips(const CliOptions& options, const std::vector<std::string>& skipped,
                               const std::string& where) {
   if (skipped.empty() || options.backends.empty() || options.allow_skip) return absl::OkStatus();

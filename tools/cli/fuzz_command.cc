@@ -11,6 +11,7 @@ namespace attnkit {
 
 absl::Status FuzzCommand(const BackendRegistry& registry, const CliOptions& options,
                          std::ostream& out) {
+  ATTNKIT_RETURN_IF_ERROR(CheckAllowSkipHasBackends(options));
   ATTNKIT_ASSIGN_OR_RETURN(const std::vector<Backend*> backends,
                            registry.FindAll(options.backends));
   if (options.count < 1) {
