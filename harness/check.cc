@@ -7,7 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "core/problem_config.h"
 #include "core/status_macros.h"
-#include "harness/execute.h"
+#include "harness/checked_run.h"
 #include "harness/grad_check.h"
 #include "harness/problem_data.h"
 #include "harness/text_fit.h"
@@ -58,18 +58,16 @@ absl::StatusOr<CheckReport> RunCheck(const BackendRegistry& registry, const Atte
       r->set_detail(std::string(supported.message()));
       continue;
     }
-    PoisonOutputs(data);
-    RunInfo info;
-    const auto start = std::chrono::steady_clock::now();
-    const absl::Status run = RunOnBackend(b, p, data, &info);
-    r->set_time_ms(1e3 * SecondsSince(start));
-    r->set_kernel(info.kernel);
-    if (!run.ok()) {
+    // Twice where a row must come out NaN (harness/checked_run.h).
+    const CheckedRun run = RunAndCompare(b, p, data, ref);
+    r->set_time_ms(1e3 * run.seconds);
+    r->set_kernel(run.info.kernel);
+    if (!run.run.ok()) {
       r->set_status("error");
-      r->set_detail(std::string(run.message()));
+      r->set_detail(std::string(run.run.message()));
       continue;
     }
-    const Comparison c = CompareToReference(p, data.args(), ref);
+    const Comparison& c = run.comparison;
     r->set_status(c.ok() ? "pass" : "fail");
     r->set_detail(c.first_failure);
     r->set_max_abs_err(c.max_abs_err);

@@ -102,22 +102,28 @@ absl::Status RunBackwardOnBackend(Backend* backend, const AttentionProblem& p,
   return absl::OkStatus();
 }
 
-void PoisonGradients(const GradData& grads) {
-  const float nan = std::numeric_limits<float>::quiet_NaN();
+void FillGradients(const GradData& grads, float value) {
   for (const Tensor* t : {&grads.dq, &grads.dk, &grads.dv, &grads.dbias}) {
     if (t->view().empty()) continue;
     ForEachOffset(t->view(),
-                  [&](int64_t off) { StoreFromF32(t->data(), t->view().dtype, off, nan); });
+                  [&](int64_t off) { StoreFromF32(t->data(), t->view().dtype, off, value); });
+  }
+}
+
+void PoisonGradients(const GradData& grads) {
+  FillGradients(grads, std::numeric_limits<float>::quiet_NaN());
+}
+
+void FillOutputs(const ProblemData& data, float value) {
+  for (const Tensor* t : {&data.o, &data.lse}) {
+    if (t->view().empty()) continue;
+    ForEachOffset(t->view(),
+                  [&](int64_t off) { StoreFromF32(t->data(), t->view().dtype, off, value); });
   }
 }
 
 void PoisonOutputs(const ProblemData& data) {
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (const Tensor* t : {&data.o, &data.lse}) {
-    if (t->view().empty()) continue;
-    ForEachOffset(t->view(),
-                  [&](int64_t off) { StoreFromF32(t->data(), t->view().dtype, off, nan); });
-  }
+  FillOutputs(data, std::numeric_limits<float>::quiet_NaN());
 }
 
 }  // namespace attnkit

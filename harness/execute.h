@@ -42,6 +42,8 @@ absl::Status RunOnBackend(Backend* backend, const AttentionProblem& p, const Pro
 // Sets every element of the float outputs (o, lse) to NaN, so an element a
 // backend forgets to write cannot pass for a result.
 void PoisonOutputs(const ProblemData& data);
+// Sets every element of o and lse to `value` (stored rounded in o's dtype).
+void FillOutputs(const ProblemData& data, float value);
 
 // Backward on `backend` from host data: host.q, k, v, o and lse (the
 // forward's outputs, e.g. from RunOnBackend) and the optional inputs, plus
@@ -55,6 +57,8 @@ absl::Status RunBackwardOnBackend(Backend* backend, const AttentionProblem& p,
 // Sets every element of dq, dk, dv (and dbias) to NaN: a backend must write
 // each of them (zeros for keys no query sees and rows with no visible key).
 void PoisonGradients(const GradData& grads);
+// Sets every element of dq, dk, dv (and dbias) to `value`.
+void FillGradients(const GradData& grads, float value);
 
 }  // namespace attnkit
 

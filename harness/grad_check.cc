@@ -1,10 +1,7 @@
 #include "harness/grad_check.h"
 
-#include <chrono>
-
 #include "core/status_macros.h"
-#include "harness/execute.h"
-#include "oracle/compare_grad.h"
+#include "harness/checked_run.h"
 
 namespace attnkit {
 
@@ -26,18 +23,16 @@ GradCheck CheckBackward(Backend* backend, const AttentionProblem& p, const Probl
     r.detail = std::string(supported.message());
     return r;
   }
-  PoisonGradients(grads);
-  RunInfo info;
-  const auto start = std::chrono::steady_clock::now();
-  const absl::Status run = RunBackwardOnBackend(backend, p, data, grads, &info);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  r.kernel = info.kernel;
-  if (!run.ok()) {
-    r.status = run.code() == absl::StatusCode::kUnimplemented ? "unsupported" : "error";
-    r.detail = std::string(run.message());
+  // Twice where a gradient must come out NaN (harness/checked_run.h).
+  const CheckedRun run = RunBackwardAndCompare(backend, p, data, grads, backward.ref);
+  r.seconds = run.seconds;
+  r.kernel = run.info.kernel;
+  if (!run.run.ok()) {
+    r.status = run.run.code() == absl::StatusCode::kUnimplemented ? "unsupported" : "error";
+    r.detail = std::string(run.run.message());
     return r;
   }
-  r.comparison = CompareGradients(p, grads.args(), backward.ref);
+  r.comparison = run.comparison;
   r.status = r.comparison.ok() ? "pass" : "fail";
   r.detail = r.comparison.first_failure;
   return r;

@@ -292,6 +292,48 @@ void AppendServingCases(std::vector<AttentionProblem>* grid, std::set<std::strin
   }
 }
 
+// NaN and Inf at random input elements (config.proto nonfinite_inputs): the
+// rows that read one must come out NaN, the others as without them. Each
+// case has both kinds of row (conformance_test checks), so a backend runs
+// it twice, from NaN-poisoned and from finite-filled outputs
+// (harness/checked_run.h), and a row it leaves unwritten fails.
+void AppendNonFiniteCases(std::vector<AttentionProblem>* grid, std::set<std::string>* ids,
+                          uint64_t* seed) {
+  struct Case {
+    Shape shape;
+    DType dtype, kv_dtype;
+    MaskKind mask;
+    bool extras;    // sliding window, bias and softcap (or a dense mask in decode)
+    int64_t count;  // values drawn: in decode one poisons every head of its KV group
+  };
+  const Case cases[] = {
+      {{1, 4, 2, 33, 33, 64}, DType::kF32, DType::kF32, MaskKind::kCausal, false, 4},
+      {{2, 6, 2, 129, 257, 16}, DType::kF16, DType::kF16, MaskKind::kSlidingWindow, true, 4},
+      {{1, 8, 2, 1, 5000, 128}, DType::kBF16, DType::kBF16, MaskKind::kNone, false, 1},  // split-K
+      {{2, 4, 1, 1, 300, 64}, DType::kF32, DType::kBF16, MaskKind::kNone, true, 1},
+  };
+  for (const Case& c : cases) {
+    const Shape& s = c.shape;
+    AttentionProblem p = BasicProblem(s.batch, s.heads, s.kv_heads, s.q_len, s.kv_len, s.head_dim);
+    p.dtype = c.dtype;
+    p.kv_dtype = c.kv_dtype;
+    p.mask = c.mask;
+    p.alignment = Alignment::kBottomRight;
+    if (c.mask == MaskKind::kSlidingWindow) p.window_left = s.kv_len / 4 + 1;
+    if (c.extras && c.mask == MaskKind::kSlidingWindow) {
+      p.additive_bias = true;
+      p.softcap = 1.5f;
+    } else if (c.extras) {
+      p.blocked_mask = true;
+    }
+    p.nonfinite_inputs = c.count;
+    p.return_lse = true;
+    p.seed = (*seed)++;
+    p.name = absl::StrCat(p.Id(), "_nonfinite");
+    if (ids->insert(p.name).second) grid->push_back(p);
+  }
+}
+
 // FAST twins (compute FAST, same inputs) of the problems with 16-bit or int8
 // K/V, where FAST may round: every one that mixes types (Q f32 over a 16-bit
 // cache, any Q over int8, where rounding Q changes it) and every decode
@@ -374,6 +416,7 @@ std::vector<AttentionProblem> ConformanceGrid() {
     }
   }
   AppendServingCases(&grid, &ids, &seed);
+  AppendNonFiniteCases(&grid, &ids, &seed);
   AppendFastTwins(&grid, &ids);
   return grid;
 }

@@ -5,6 +5,7 @@
 // skipped, counted and reported, and refusing a case its Caps() cover is a
 // failure.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <set>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "backends/builtin.h"
 #include "gtest/gtest.h"
+#include "harness/checked_run.h"
 #include "harness/execute.h"
 #include "harness/problem_data.h"
 #include "oracle/compare.h"
@@ -78,16 +80,16 @@ TEST_P(ConformanceTest, MatchesReference) {
   }
   auto data = ProblemData::Random(p, p.seed);
   ASSERT_TRUE(data.ok()) << data.status();
-  PoisonOutputs(*data);
-  RunInfo info;
-  const absl::Status run = RunOnBackend(*backend, p, *data, &info);
-  if (!run.ok()) {
+  // Twice when a row must come out NaN (harness/checked_run.h).
+  const CheckedRun run = RunAndCompare(*backend, p, *data, Oracle(index, *data));
+  if (!run.run.ok()) {
     testing_env::Record(backend_name, Outcome::kFailed);
-    FAIL() << backend_name << " failed on " << p.name << ": " << run;
+    FAIL() << backend_name << " failed on " << p.name
+           << (run.sentinel_run ? " (run from the sentinel)" : "") << ": " << run.run;
   }
-  const Comparison c = CompareToReference(p, data->args(), Oracle(index, *data));
+  const Comparison& c = run.comparison;
   testing_env::Record(backend_name, c.ok() ? Outcome::kPassed : Outcome::kFailed);
-  EXPECT_TRUE(c.ok()) << backend_name << " [" << info.kernel << "] on " << p.name << ": "
+  EXPECT_TRUE(c.ok()) << backend_name << " [" << run.info.kernel << "] on " << p.name << ": "
                       << c.mismatches << " of " << c.checked << " outside the bound (largest "
                       << c.max_bound << ", error/bound up to " << c.max_bound_fraction << ")"
                       << (c.non_finite ? ", non-finite output" : "") << "; max abs error "
@@ -241,6 +243,27 @@ TEST(ConformanceGridTest, CoversFastCompute) {
   EXPECT_GE(max_decode_kv, 4097) << "a FAST decode over a long cache (split-K)";
   EXPECT_GE(fast, 150);
   EXPECT_LE(fast, 340) << "FAST twins keep the suite's time within about a fifth more";
+}
+
+// NaN and Inf inputs: each such case has rows that read one (so it runs
+// twice, harness/checked_run.h) and rows that do not, under every dtype.
+TEST(ConformanceGridTest, CoversNonFiniteInputs) {
+  std::set<DType> dtypes;
+  int cases = 0;
+  for (const AttentionProblem& p : Grid()) {
+    if (p.nonfinite_inputs == 0) continue;
+    ++cases;
+    dtypes.insert(p.kv_dtype);
+    auto data = ProblemData::Random(p, p.seed);
+    ASSERT_TRUE(data.ok()) << data.status();
+    const ReferenceResult ref = ComputeReference(p, data->args());
+    int64_t nan_rows = 0;
+    for (double lse : ref.lse) nan_rows += std::isnan(lse) ? 1 : 0;
+    EXPECT_TRUE(HasNaNRows(ref)) << p.name << ": no row reads a NaN or Inf";
+    EXPECT_LT(nan_rows, static_cast<int64_t>(ref.lse.size())) << p.name << ": every row does";
+  }
+  EXPECT_GE(cases, 4);
+  EXPECT_EQ(dtypes, (std::set<DType>{DType::kF32, DType::kF16, DType::kBF16}));
 }
 
 }  // namespace
