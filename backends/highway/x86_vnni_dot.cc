@@ -45,9 +45,12 @@ ATTNKIT_TARGET_VNNI inline void StepFourKeys(const int8_t* q, size_t ldq, const 
                                              __m512i (*a)[4]) {
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512i qv[4];
+#pragma GCC unroll 4
   for (int r = 0; r < 4; ++r) qv[r] = _mm512_loadu_si512(q + r * ldq + c);
+#pragma GCC unroll 4
   for (int key = 0; key < 4; ++key) {
     const __m512i ku = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, k + key * ldk + c), flip);
+#pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) a[key][r] = _mm512_dpbusd_epi32(a[key][r], ku, qv[r]);
   }
 }
@@ -89,7 +92,9 @@ ATTNKIT_TARGET_VNNI void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* 
         PrefetchRows(pf_k, ld_pf_k, pf_v, ld_pf_v, x, d);
       }
       __m512i a[4][4];
+#pragma GCC unroll 4
       for (int key = 0; key < 4; ++key) {
+#pragma GCC unroll 4
         for (int r = 0; r < 4; ++r) a[key][r] = _mm512_setzero_si512();
       }
       size_t c = 0;
@@ -98,6 +103,7 @@ ATTNKIT_TARGET_VNNI void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* 
       // masked load leaves 0 (read as 128) add nothing.
       if (rest != 0) StepFourKeys(q, ldq, k + j * ldk, ldk, c, rest_mask, a);
       __m512i u[4];
+#pragma GCC unroll 4
       for (int key = 0; key < 4; ++key) {
         u[key] = QuadSums(PairSums32(a[key][0], a[key][1]), PairSums32(a[key][2], a[key][3]));
       }
