@@ -25,8 +25,6 @@ double FastWeightRoundoff(const AttentionProblem& p) {
     case DType::kBF16:
     case DType::kF16:
       return DTypeEpsilon(p.kv_dtype) / 2;
-    case DType::kI8:  // the weights (times the value scales) rounded to bf16
-      return DTypeEpsilon(DType::kBF16) / 2;
     default:
       return 0.0;
   }

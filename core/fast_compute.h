@@ -31,9 +31,8 @@ float QuantizeQueryRow(const float* q, int64_t d, int8_t* out);
 
 // The relative error FAST may add to each softmax weight by rounding P to
 // V's storage type before P.V: the type's unit roundoff (bf16 2^-8, f16
-// 2^-11) under FAST with 16-bit V; with int8 V, bf16's (the weights times
-// the value scales rounded to bf16, V's int8 values exact in it); else 0
-// (f32 V has nothing to round to).
+// 2^-11) under FAST with 16-bit V, else 0 (f32 V has nothing to round to;
+// no backend multiplies P in int8, so int8 V grants nothing).
 double FastWeightRoundoff(const AttentionProblem& p);
 
 // Whether a backend may multiply Q.K with bf16 dot-product instructions

@@ -122,12 +122,6 @@ RowBound BoundForRow(const AttentionProblem& p, const RowErrorTerms& t) {
     constexpr double kMinNormal = 1.1754943508222875e-38;  // 2^-126
     const double floor = p.kv_dtype == DType::kF16 ? DTypeUlp(DType::kF16, 0) / 2 : kMinNormal;
     r.weight_floor = 1.01 * floor * t.sum_max_abs_v;
-    if (p.kv_dtype == DType::kI8) {
-      // int8 V: the rounded weight is P times the value scale, so a flushed
-      // one loses at most 2^-126 times an int8 value (|V| <= 128) whatever
-      // the scale; and each key pair's partial sum may flush.
-      r.weight_floor = 1.01 * kMinNormal * (128.0 * t.visible + 1 + (t.visible + 1) / 2);
-    }
     if (p.kv_dtype == DType::kBF16) {
       // bf16 dot products also flush subnormal V values (at most 2^-126 per
       // unit of weight, the weights summing to 1) and each partial sum

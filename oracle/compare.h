@@ -70,11 +70,6 @@ namespace attnkit {
 //   partial sums as zero: 2^-126 per unit of weight (the weights sum to 1)
 //   plus 2^-126 per key pair (weights <= 1 over a row sum >= 1), so bf16
 //   V adds 2^-126 (1 + ceil(n / 2)) absolute.
-// - FAST with int8 V: the same with bf16's u_p, the rounded weights being P
-//   times the value scales (V's int8 values are exact in bf16): o_c moves
-//   by sum_j p_j delta_j v_jc again, at most u_p A_c. A weight flushed below
-//   2^-126 loses at most 2^-126 * 128 (an int8 value) whatever the scale,
-//   and each key pair's partial sum 2^-126: 2^-126 (128 n + 1 + ceil(n/2)).
 //   The LSE gains nothing: its sum must be of the unrounded f32 weights (as
 //   FlashAttention's row sum is), or the bound would grant u_p (bf16: 4e-3)
 //   and an LSE 1e-3 off would pass.

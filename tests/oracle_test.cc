@@ -90,13 +90,7 @@ void RoundedWeightsOutput(const AttentionProblem& p, const ProblemData& in,
           if (s[j] == -INFINITY) continue;
           const double e = std::exp(s[j] - max_s);
           l += e;
-          // int8 V: the weight rounded is e times the key's value scale,
-          // against V's int8 values (as the kernels multiply them).
-          const double v_scale = p.kv_dtype == DType::kI8
-                                     ? double(static_cast<const float*>(
-                                           a.v_scale.data)[a.v_scale.Offset(b, p.KvHead(h), j)])
-                                     : 1.0;
-          const double w = round_weight(e * v_scale);
+          const double w = round_weight(e);
           for (int64_t c = 0; c < d; ++c) {
             const double v = a.v.LoadF32(a.v.Offset(b, p.KvHead(h), j, c));
             acc[c] = round_sum(acc[c] + w * v);
@@ -244,18 +238,6 @@ std::vector<Mutant> Mutants() {
   summed.fast_only = true;
   summed.applies = v16;
   m.push_back(summed);
-  // int8 V: the weights (times the value scales) rounded to bf16 as FAST
-  // permits, but every partial sum of P.V rounded to bf16 too.
-  Mutant summed8{"P.V summed in bf16 (int8 V)", keep,
-                 [](const AttentionProblem& p, const ProblemData& in, ReferenceResult* r) {
-                   const DType t = DType::kBF16;
-                   RoundedWeightsOutput(
-                       p, in, [t](double e) { return RoundToStorage(e, t); },
-                       [t](double x) { return RoundToStorage(x, t); }, r);
-                 }};
-  summed8.fast_only = true;
-  summed8.applies = [](const AttentionProblem& p) { return p.kv_dtype == DType::kI8; };
-  m.push_back(summed8);
   // int8 K: Q quantized with a scale 2 % too large.
   Mutant wrong_scale{"Q quantized, scale x 1.02",
                      [](AttentionProblem* p, ProblemData* in) {
@@ -341,11 +323,8 @@ TEST_P(OracleTest, CatchesEveryPlantedBugAndPassesEveryBackend) {
 
       if (FastWeightRoundoff(p) > 0) {  // a legal FAST computation passes
         ReferenceResult r = ref;
-        // P rounded as FAST permits: to V's 16-bit type, or to bf16 for
-        // int8 V (P times the value scales).
-        const DType weight_type = p.kv_dtype == DType::kI8 ? DType::kBF16 : p.kv_dtype;
         RoundedWeightsOutput(
-            p, *data, [&](double e) { return RoundToStorage(e, weight_type); },
+            p, *data, [&](double e) { return RoundToStorage(e, p.kv_dtype); },
             [](double x) { return x; }, &r);
         StoreOutputs(p, r, *data);
         const Comparison c = CompareToReference(p, data->args(), ref);

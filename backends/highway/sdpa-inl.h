@@ -66,9 +66,6 @@ using highway_plan::Tiling;
 //            vpdpbusd against K storage.
 //   vnni_256: vnni_qk by AVX-VNNI's 256-bit vpdpbusd (AvxVnniQDotK4), not
 //            AVX512_VNNI's (VnniQDotK4).
-//   bf16_pv_int8: direct (decode) int8 tiles under FAST: P times the value
-//            scales rounded to bf16, vdpbf16ps against V storage widened to
-//            bf16 pairs (exact), half the f32 kernel's FMAs.
 // Only on CPUs that have the instructions, and on AVX-512 targets but for
 // vnni_qk, which the AVX2 target also takes with AVX-VNNI (the 256-bit
 // kernel; AVX-512 targets keep the 512-bit one where the CPU has both). A
@@ -78,7 +75,6 @@ struct DotChoice {
   bool bf16_pv = false;
   bool vnni_qk = false;
   bool vnni_256 = false;
-  bool bf16_pv_int8 = false;
 };
 inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
   DotChoice c;
@@ -96,8 +92,6 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
               x86_dot::HaveBF16Dot();
   c.bf16_pv = c.bf16_qk && p.fast && p.v.dtype == DType::kBF16 && p.v.strides[3] == 1;
   c.vnni_qk = t.packed && p.k.dtype == DType::kI8 && p.round_q && x86_dot::HaveVnni();
-  c.bf16_pv_int8 = t.packed && p.fast && p.v.dtype == DType::kI8 && p.head_dim % 16 == 0 &&
-                   x86_dot::HaveBF16Dot();
 #else
   (void)p;
   (void)t;
@@ -205,16 +199,9 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     int64_t j0 = 0;
     for (int64_t x = 0; x <= n_bad; ++x) {
       const int64_t j1 = x < n_bad ? bad_keys[x] : nk;
-      if (kInt8 && dots.bf16_pv_int8) {  // P rounded to bf16 (FAST), V widened exactly
-        x86_dot::BF16WeightedSumVInt8(sg + j0 * kGroupRows, static_cast<size_t>(j1 - j0),
-                                      reinterpret_cast<const int8_t*>(vtile) + j0 * ldv, ldv,
-                                      static_cast<size_t>(dp), rescale, o + r0 * dp,
-                                      static_cast<size_t>(dp));
-      } else {
-        WeightedSumV(sg + j0 * kGroupRows, kGroupRows, vtile + j0 * ldv, ldv,
-                     static_cast<size_t>(j1 - j0), rescale, kGroupRows, static_cast<size_t>(dp),
-                     o + r0 * dp, static_cast<size_t>(dp));
-      }
+      WeightedSumV(sg + j0 * kGroupRows, kGroupRows, vtile + j0 * ldv, ldv,
+                   static_cast<size_t>(j1 - j0), rescale, kGroupRows, static_cast<size_t>(dp),
+                   o + r0 * dp, static_cast<size_t>(dp));
       rescale = nullptr;
       j0 = j1 + 1;
     }
@@ -611,12 +598,11 @@ inline void MergeWorkItem(const FlashParams& p, const Tiling& t, int64_t base,
 inline void FillRunInfo(const FlashParams& p, const Tiling& t, int64_t items, int threads,
                         FlashRunInfo* info) {
   const DotChoice dots = ChooseDots(p, t);
-  info->products = dots.bf16_pv        ? "qk=bf16dot pv=bf16dot"
-                   : dots.bf16_qk      ? "qk=bf16dot"
-                   : dots.vnni_256     ? "qk=int8avxvnni"
-                   : dots.bf16_pv_int8 ? (dots.vnni_qk ? "qk=int8vnni pv=bf16dot" : "pv=bf16dot")
-                   : dots.vnni_qk      ? "qk=int8vnni"
-                                       : "";
+  info->products = dots.bf16_pv    ? "qk=bf16dot pv=bf16dot"
+                   : dots.bf16_qk  ? "qk=bf16dot"
+                   : dots.vnni_256 ? "qk=int8avxvnni"
+                   : dots.vnni_qk  ? "qk=int8vnni"
+                                   : "";
   info->target = HWY_TARGET;
   info->q_rows = t.rows_padded;
   info->key_tile = t.key_tile;

@@ -176,78 +176,6 @@ ATTNKIT_TARGET_BF16 void BF16WeightedSumV(const uint32_t* pp, size_t ldpp, const
   }
 }
 
-// Decode's P.V against int8 V (x86_dot.h). The weights of four keys (16
-// floats, key-major) become eight pairs in one conversion and one word
-// permutation: pair (p, r) = (w[2p][r], w[2p + 1][r]).
-ATTNKIT_TARGET_BF16 inline void PackFourKeys(const float* w, uint32_t* pairs) {
-  // Word i of the result: key 2 (i / 8) + i % 2, row (i % 8) / 2.
-  alignas(32) static constexpr uint16_t kIndex[16] = {0, 4,  1, 5,  2,  6,  3,  7,
-                                                      8, 12, 9, 13, 10, 14, 11, 15};
-  const __m256i bf = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(w));
-  _mm256_storeu_si256(
-      reinterpret_cast<__m256i*>(pairs),
-      _mm256_permutexvar_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(kIndex)), bf));
-}
-
-// 16 int8 values of rows a and b (b null: zeros) as bf16 pairs (a[c], b[c]):
-// int8 -> f32 is exact and leaves the low 16 bits 0, so the bf16 is the
-// high half of the f32.
-ATTNKIT_TARGET_BF16 inline __m512i Int8Pairs(const int8_t* a, const int8_t* b) {
-  const __m512i fa = _mm512_castps_si512(_mm512_cvtepi32_ps(
-      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)))));
-  const __m512i fb = b == nullptr ? _mm512_setzero_si512()
-                                  : _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)))));
-  return _mm512_mask_blend_epi16(0xAAAAAAAA, _mm512_srli_epi32(fa, 16), fb);
-}
-
-// Rows 0-3, columns [c0, c0 + 16 kVecs) of the int8 P.V.
-template <int kVecs>
-ATTNKIT_TARGET_BF16 inline void Int8WeightedSumVTile(const uint32_t* pairs, size_t keys,
-                                                     const int8_t* v, size_t ldv,
-                                                     const float* alpha, size_t c0, float* o,
-                                                     size_t ldo) {
-  __m512 acc[4][kVecs];
-  for (int r = 0; r < 4; ++r) {
-    const __m512 a = _mm512_set1_ps(alpha != nullptr ? alpha[r] : 1.0f);
-    for (int x = 0; x < kVecs; ++x)
-      acc[r][x] = _mm512_mul_ps(a, _mm512_loadu_ps(o + r * ldo + c0 + 16 * x));
-  }
-  for (size_t j = 0; j < keys; j += 2) {
-    const int8_t* a = v + j * ldv + c0;
-    const int8_t* b = j + 1 < keys ? a + ldv : nullptr;  // an odd last key pairs with 0
-    __m512i vv[kVecs];
-    for (int x = 0; x < kVecs; ++x)
-      vv[x] = Int8Pairs(a + 16 * x, b == nullptr ? nullptr : b + 16 * x);
-    for (int r = 0; r < 4; ++r) {
-      const __m512i w = _mm512_set1_epi32(static_cast<int>(pairs[j / 2 * 4 + r]));
-      for (int x = 0; x < kVecs; ++x) acc[r][x] = Dot(acc[r][x], vv[x], w);
-    }
-  }
-  for (int r = 0; r < 4; ++r) {
-    for (int x = 0; x < kVecs; ++x) _mm512_storeu_ps(o + r * ldo + c0 + 16 * x, acc[r][x]);
-  }
-}
-
-ATTNKIT_TARGET_BF16 void BF16WeightedSumVInt8(const float* w, size_t keys, const int8_t* v,
-                                              size_t ldv, size_t d, const float* alpha, float* o,
-                                              size_t ldo) {
-  // Pairs of up to kMaxKeys keys (the weights past `keys`, up to a multiple
-  // of 4, are read and must be finite; their pairs are never used).
-  constexpr size_t kMaxKeys = 64;
-  alignas(64) uint32_t pairs[kMaxKeys / 2 * 4 + 8];
-  for (size_t j0 = 0; j0 < keys; j0 += kMaxKeys) {
-    const size_t n = keys - j0 < kMaxKeys ? keys - j0 : kMaxKeys;
-    for (size_t j = 0; j < n; j += 4) PackFourKeys(w + (j0 + j) * 4, pairs + j / 2 * 4);
-    const int8_t* vj = v + j0 * ldv;
-    const float* a = j0 == 0 ? alpha : nullptr;  // the first block applies alpha
-    size_t c0 = 0;
-    for (; c0 + 64 <= d; c0 += 64) Int8WeightedSumVTile<4>(pairs, n, vj, ldv, a, c0, o, ldo);
-    for (; c0 + 32 <= d; c0 += 32) Int8WeightedSumVTile<2>(pairs, n, vj, ldv, a, c0, o, ldo);
-    for (; c0 < d; c0 += 16) Int8WeightedSumVTile<1>(pairs, n, vj, ldv, a, c0, o, ldo);
-  }
-}
-
 ATTNKIT_TARGET_BF16 double BF16DotPeakLoop(int64_t iterations) {
   __m512 acc[16];
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
@@ -291,8 +219,6 @@ void BF16PackWeights(const float*, size_t, size_t, size_t, uint32_t*, size_t) {}
 void BF16PackValues(const uint16_t* const*, size_t, size_t, size_t, uint32_t*, size_t) {}
 void BF16WeightedSumV(const uint32_t*, size_t, const uint32_t*, size_t, size_t, const float*,
                       size_t, size_t, float*, size_t) {}
-void BF16WeightedSumVInt8(const float*, size_t, const int8_t*, size_t, size_t, const float*, float*,
-                          size_t) {}
 
 }  // namespace x86_dot
 }  // namespace attnkit

@@ -65,16 +65,6 @@ void BF16WeightedSumV(const uint32_t* pp, size_t ldpp, const uint32_t* vp, size_
                       size_t key_pairs, const float* alpha, size_t rows, size_t dp, float* o,
                       size_t ldo);
 
-// Decode's P.V for a group of 4 query rows against int8 V, under FAST:
-// o[r * ldo + c] = alpha[r] o[r * ldo + c] + sum_{j < keys} bf16(w[j * 4 + r])
-// V[j, c] for r < 4 and c < d (a multiple of 16); alpha null = 1. w: the
-// weights key-major (P times the value scales), readable and finite up to
-// keys rounded up to 4; v: int8 rows v + j * ldv. int8 values are exact in
-// bf16; the weights round to bf16 (nearest even; subnormals flush to 0),
-// then vdpbf16ps (products exact in f32, f32 sums).
-void BF16WeightedSumVInt8(const float* w, size_t keys, const int8_t* v, size_t ldv, size_t d,
-                          const float* alpha, float* o, size_t ldo);
-
 // ---- int8 (x86_vnni_dot.cc) ----
 
 // Decode's Q.K for a group of 4 query rows against int8 keys:

@@ -146,63 +146,6 @@ TEST(X86DotTest, VnniQDotK4IsTheExactIntegerDotTimesTheRowScale) {
   }
 }
 
-// int8 P.V with bf16 weights: each weight rounded to bf16 (nearest even),
-// V exact, f32 sums; odd key counts pair the last key with zeros; alpha
-// rescales O first. One key: a single product, so exactly bf16(w) * V.
-TEST(X86DotTest, BF16WeightedSumVInt8RoundsTheWeightsAndWidensVExactly) {
-  if (!x86_dot::HaveBF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
-  std::mt19937 rng(11);
-  std::uniform_real_distribution<float> uw(0.0f, 1.0f), uo(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> i8(-128, 127);
-  for (size_t d : {16, 48, 64, 128}) {
-    for (size_t keys : {1, 2, 5, 17, 64, 70}) {
-      for (bool with_alpha : {false, true}) {
-        const size_t ldv = d + 16, ldo = d + 8, kr = (keys + 3) / 4 * 4;
-        std::vector<int8_t> v(keys * ldv);
-        for (int8_t& x : v) x = static_cast<int8_t>(i8(rng));
-        std::vector<float> w(kr * 4, 0.0f);
-        for (size_t j = 0; j < keys * 4; ++j) w[j] = uw(rng);
-        w[0] = 1.0f + 1.0f / 512;  // rounds to 1 in bf16
-        std::vector<float> o(4 * ldo), want(4 * ldo), bound(4 * ldo, 0.0);
-        for (float& x : o) x = uo(rng);
-        const std::vector<float> alpha = {0.5f, 1.0f, 0.25f, 2.0f};
-        for (size_t r = 0; r < 4; ++r) {
-          for (size_t c = 0; c < d; ++c) {
-            double acc = (with_alpha ? alpha[r] : 1.0f) * o[r * ldo + c], mag = std::fabs(acc);
-            for (size_t j = 0; j < keys; ++j) {
-              const double t = F32FromBF16(BF16FromF32(w[j * 4 + r])) * v[j * ldv + c];
-              acc += t;
-              mag += std::fabs(t);
-            }
-            want[r * ldo + c] = static_cast<float>(acc);
-            bound[r * ldo + c] = static_cast<float>(mag * 2 * keys * 6e-8);
-          }
-        }
-        std::vector<float> got = o;
-        x86_dot::BF16WeightedSumVInt8(w.data(), keys, v.data(), ldv, d,
-                                      with_alpha ? alpha.data() : nullptr, got.data(), ldo);
-        for (size_t r = 0; r < 4; ++r) {
-          for (size_t c = 0; c < ldo; ++c) {
-            const size_t at = r * ldo + c;
-            if (c >= d) {
-              EXPECT_EQ(got[at], o[at]) << "column past d written";
-              continue;
-            }
-            if (keys == 1 && !with_alpha) {  // o + bf16(w) v: one product, one sum
-              EXPECT_EQ(got[at], static_cast<float>(o[at] + F32FromBF16(BF16FromF32(w[r])) *
-                                                                static_cast<float>(v[c])))
-                  << "d " << d << " row " << r << " col " << c;
-            } else {
-              EXPECT_NEAR(got[at], want[at], bound[at])
-                  << "d " << d << " keys " << keys << " row " << r << " col " << c;
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
 // Bytes that end where an inaccessible page begins: a read past the last
 // one faults.
 class GuardedBytes {
