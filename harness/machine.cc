@@ -44,26 +44,14 @@ ReadBandwidth MeasureReadBandwidth(int threads, int passes) {
   // least 256 MiB and at most 2 GiB.
   const size_t bytes =
       std::clamp<size_t>(4 * static_cast<size_t>(r.llc_bytes), size_t{256} << 20, size_t{2} << 30);
-  ReadBuffer buffer(bytes);
-  if (buffer.data() == nullptr) return r;
-  const size_t floats = bytes / sizeof(float);
-  std::fill(buffer.data(), buffer.data() + floats, 1.0f);  // first touch, outside the timing
-  r.buffer_bytes = static_cast<int64_t>(bytes);
-  const size_t chunk = floats / static_cast<size_t>(threads);
+  // The loop compare pairs with memory-bound problems (paired_read.h).
+  PairedReadLoop loop(threads);
+  if (!loop.Resize(static_cast<int64_t>(bytes))) return r;
+  r.buffer_bytes = loop.bytes();
+  const double gb = static_cast<double>(loop.bytes()) * 1e-9;
+  loop.TimeOnePass();  // warm-up
   std::vector<double> rates;
-  std::vector<float> sums(threads);
-  for (int pass = -1; pass < passes; ++pass) {  // pass -1 warms up
-    const auto start = std::chrono::steady_clock::now();
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back(
-          [&, t] { sums[t] += StreamingSumFourStreams(buffer.data() + t * chunk, chunk); });
-    }
-    for (std::thread& th : pool) th.join();
-    if (pass >= 0) rates.push_back(double(chunk) * threads * sizeof(float) / Seconds(start) * 1e-9);
-  }
-  volatile float sink = sums[0];
-  (void)sink;
+  for (int pass = 0; pass < passes; ++pass) rates.push_back(gb / loop.TimeOnePass());
   std::sort(rates.begin(), rates.end());
   r.passes = passes;
   r.min_gbps = rates.front();

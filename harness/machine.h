@@ -16,8 +16,9 @@ MachineFingerprint Fingerprint(int threads);
 
 // Streaming read bandwidth with `threads` threads: `passes` timed passes
 // (after one warm-up) over a buffer of four times the last-level cache (at
-// least 256 MiB, at most 2 GiB), each thread summing its slice as four
-// interleaved streams of the widest vectors; the median pass and the spread.
+// least 256 MiB, at most 2 GiB) by compare's PairedReadLoop (chunks summed
+// as four interleaved streams of the widest vectors); the median pass and
+// the spread.
 struct ReadBandwidth {
   double median_gbps = 0, min_gbps = 0, max_gbps = 0;
   int passes = 0;
