@@ -274,7 +274,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     } else if (bf16_qk) {
       LoadQueryPairs(p, t, it, qp, scratch + t.off_qrow);
     } else {
-      LoadQueryTile(p, t, it, qt, scratch + t.off_qrow);
+      LoadQueryTile(p, t, it, qt);
     }
     if (kPairs) {
       for (int64_t r = 0; r < rows; ++r) {

@@ -112,14 +112,12 @@ inline void LoadQueryInt8(const FlashParams& p, const Tiling& t, const Item& it,
 }
 
 // Qt[c, r] = scale * Q[b, h0 + r / nq, q0 + r % nq, c]; padded rows are 0.
-// row: scratch of head_dim floats.
 // Blocks of kBlock rows are loaded row-major, then written column by
 // column, kBlock consecutive floats of qt each: a row at a time, the writes
 // strode mp floats and touched every line of qt per row (10 % of a GQA d128
 // prefill on Zen 5, with qt, O and the K/V tiles sharing L1).
 inline void LoadQueryTile(const FlashParams& p, const Tiling& t, const Item& it,
-                          float* HWY_RESTRICT qt, float* HWY_RESTRICT row) {
-  (void)row;
+                          float* HWY_RESTRICT qt) {
   constexpr int64_t kBlock = 16;
   const int64_t mp = t.rows_padded, d = p.head_dim;
   const int64_t rows = it.nh * it.nq;

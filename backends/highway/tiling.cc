@@ -86,7 +86,7 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
   t.off_ke = take(mp);
   t.off_bad = take(mp);
   t.off_row = take(t.bf16_pairs ? t.dp : 0);
-  t.off_qrow = take(d);  // LoadQueryTile's, LoadQueryPairs' and LoadQueryInt8's row
+  t.off_qrow = take(d);  // LoadQueryPairs' and LoadQueryInt8's row
   // bf16 dot products (wide tiles): P as bf16 pairs, [key_tile / 2, mp].
   t.off_pp = take(t.narrow ? 0 : RoundUp(kt, 2) / 2 * mp);
   // VNNI decode (direct int8 tiles, FAST): int8 Q rows [mp, ldq8] (ldq8 =
