@@ -62,6 +62,14 @@ MachineLimits FakeLimits() {
   return l;
 }
 
+// Short timings, backend rows only (no auto row).
+CompareOptions QuickBackendRows() {
+  CompareOptions options;
+  options.min_seconds = 0.01;
+  options.auto_row = false;
+  return options;
+}
+
 CompareReport RunSmall() {
   static BackendRegistry* registry = [] {
     auto* r = new BackendRegistry;
@@ -151,9 +159,7 @@ TEST(CompareTest, HtmlHasTheChartTheTableAndTheMachine) {
 TEST(CompareTest, ProblemsThatFitInTheLastLevelCacheAreMarked) {
   BackendRegistry registry;
   ASSERT_TRUE(registry.Register(MakeReferenceBackend()).ok());
-  CompareOptions options;
-  options.min_seconds = 0.01;
-  options.auto_row = false;
+  CompareOptions options = QuickBackendRows();
   MachineLimits limits = FakeLimits();
   limits.set_llc_bytes(int64_t{1} << 30);
   auto report = RunCompare(registry, {Small()}, options, MachineFingerprint(), limits);
@@ -192,9 +198,7 @@ AttentionProblem Decode() {
 TEST(CompareTest, MemoryBoundProblemsArePairedWithAReadLoop) {
   BackendRegistry registry;
   ASSERT_TRUE(registry.Register(MakeReferenceBackend()).ok());
-  CompareOptions options;
-  options.min_seconds = 0.01;
-  options.auto_row = false;
+  CompareOptions options = QuickBackendRows();
   // A peak of 1000 GFLOP/s keeps the decode (2 FLOP/byte) memory-bound
   // against any read loop under 500 GB/s.
   MachineLimits limits = FakeLimits();
@@ -234,9 +238,7 @@ TEST(CompareTest, MemoryBoundProblemsArePairedWithAReadLoop) {
 TEST(CompareTest, PeakPassesRaiseALowPeakAndOverHundredIsExplained) {
   BackendRegistry registry;
   ASSERT_TRUE(registry.Register(MakeReferenceBackend()).ok());
-  CompareOptions options;
-  options.min_seconds = 0.01;
-  options.auto_row = false;
+  CompareOptions options = QuickBackendRows();
   options.paired_read = false;
   // A peak of 0.001 GFLOP/s: every problem is compute-bound and over it.
   MachineLimits low = FakeLimits();
