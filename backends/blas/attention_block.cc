@@ -1,7 +1,5 @@
 #include "backends/blas/attention_block.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -282,9 +280,8 @@ void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const Operan
   } else {
     k = {static_cast<const float*>(a.k.data) + a.k.Offset(c.b, c.g, k0, 0), a.k.strides[2]};
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(kn),
-              static_cast<int>(d), p.scale, q.data + r0 * q.ld, static_cast<int>(q.ld), k.data,
-              static_cast<int>(k.ld), 0.0f, w.s, static_cast<int>(kn));
+  ctx.engine->Sgemm(false, true, n, kn, d, p.scale, q.data + r0 * q.ld, q.ld, k.data, k.ld, 0.0f,
+                    w.s, kn);
   for (int64_t r = r0; r < r0 + n; ++r) {
     SoftmaxChunkRow(ctx, c.b, c.h0 + r % c.num_heads, c.i0 + r / c.num_heads, kv_length, k0, kn,
                     w.s + (r - r0) * kn, w.o + r * d, w.row_max + r, w.row_sum + r, w.row_bad + r);
@@ -312,10 +309,8 @@ void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const Operan
       }
     }
     if (j > j0) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n),
-                  static_cast<int>(d), static_cast<int>(j - j0), 1.0f, w.s + j0,
-                  static_cast<int>(kn), v.data + j0 * v.ld, static_cast<int>(v.ld), beta,
-                  w.o + r0 * d, static_cast<int>(d));
+      ctx.engine->Sgemm(false, false, n, d, j - j0, 1.0f, w.s + j0, kn, v.data + j0 * v.ld, v.ld,
+                        beta, w.o + r0 * d, d);
       beta = 1.0f;
     }
     j0 = j + 1;

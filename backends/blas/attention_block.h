@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backends/blas/block_plan.h"
+#include "backends/blas/gemm_engine.h"
 #include "core/backend.h"
 #include "core/kv_rows.h"
 #include "core/mask.h"
@@ -19,6 +20,7 @@ namespace blas {
 struct BlockContext {
   const AttentionProblem* problem = nullptr;
   const AttentionArgs* args = nullptr;
+  GemmEngine* engine = nullptr;  // the library that multiplies (thread-safe)
   BlockPlan plan;
   MaskParams mask;
   KvRows kv_rows;  // where K/V row t of (b, g) lives: dense or through the block table

@@ -1,7 +1,5 @@
 #include "backends/blas/backward.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -87,6 +85,7 @@ struct Context {
   const BackwardPlan& plan;
   MaskParams mask;
   int64_t d;
+  GemmEngine* engine;
 };
 
 // A query block: positions [i0, i0 + tokens) of the query heads of kv head g
@@ -308,10 +307,10 @@ void Tile(const Context& c, const Block& k, const BackwardScratch& w, int64_t k0
   const float scale = c.p.scale;
   const float* kf = w.kf + (k0 - kv_base) * d;
   const float* vf = w.vf + (k0 - kv_base) * d;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, N, D, scale, w.q, D, kf, D, 0.0f, w.s, N);
+  GemmEngine& e = *c.engine;
+  e.Sgemm(false, true, R, N, D, scale, w.q, D, kf, D, 0.0f, w.s, N);
   for (int64_t r = 0; r < k.rows; ++r) ProbabilityRow(c, k, w, r, k0, kn);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, N, D, 1.0f, w.d_o, D, vf, D, 0.0f, w.dp,
-              N);
+  e.Sgemm(false, true, R, N, D, 1.0f, w.d_o, D, vf, D, 0.0f, w.dp, N);
   const bool write_dbias = (outputs & kQueryGrads) != 0 && !c.g.dbias.empty();
   for (int64_t r = 0; r < k.rows; ++r) ScoreGradRow(c, k, w, r, k0, kn, write_dbias);
   if ((outputs & kKeyGrads) != 0) {
@@ -319,14 +318,11 @@ void Tile(const Context& c, const Block& k, const BackwardScratch& w, int64_t k0
     float* dk = w.dk + (k0 - kv_base) * d;
     // dV [kn, d] += P^T dO;  dK [kn, d] += scale dX^T Q: sums over the rows,
     // i.e. over the block's positions and the group's heads.
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, D, R, 1.0f, w.s, N, w.d_o, D, 1.0f, dv,
-                D);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, D, R, scale, w.dp, N, w.q, D, 1.0f, dk,
-                D);
+    e.Sgemm(true, false, N, D, R, 1.0f, w.s, N, w.d_o, D, 1.0f, dv, D);
+    e.Sgemm(true, false, N, D, R, scale, w.dp, N, w.q, D, 1.0f, dk, D);
   }
   if ((outputs & kQueryGrads) != 0) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, D, N, scale, w.dp, N, kf, D, 1.0f,
-                w.dq, D);
+    e.Sgemm(false, false, R, D, N, scale, w.dp, N, kf, D, 1.0f, w.dq, D);
   }
 }
 
@@ -520,8 +516,8 @@ std::string DescribeBackwardPlan(const BackwardPlan& plan) {
 
 void ComputeBackwardItem(const AttentionProblem& p, const AttentionArgs& args,
                          const GradArgs& grads, const BackwardPlan& plan, int phase, int64_t item,
-                         void* workspace, int worker) {
-  const Context c{p, args, grads, plan, p.mask_params(), p.head_dim};
+                         GemmEngine* engine, void* workspace, int worker) {
+  const Context c{p, args, grads, plan, p.mask_params(), p.head_dim, engine};
   char* base = static_cast<char*>(workspace);
   char* partials = base + plan.worker_bytes * static_cast<size_t>(plan.workers);
   BackwardScratch w = Carve(plan, p.head_dim, base + plan.worker_bytes * worker);

@@ -36,6 +36,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "backends/blas/gemm_engine.h"
 #include "core/backend.h"
 #include "core/problem.h"
 
@@ -89,13 +90,14 @@ absl::StatusOr<BackwardPlan> MakeBackwardPlan(const AttentionProblem& p,
 std::string DescribeBackwardPlan(const BackwardPlan& plan);
 
 // Runs item `item` (in [0, plan.NumItems(p, phase))) of `phase` on the
-// thread of `worker` (in [0, plan.workers)), whose region of `workspace`
+// thread of `worker` (in [0, plan.workers)), multiplying with `engine`,
+// whose region of `workspace`
 // (plan.total_bytes(), 64-byte aligned) it uses as scratch. p, args and
 // grads must have passed ValidateGradArgs; the problem is dense (not paged,
 // not ragged) with return_lse.
 void ComputeBackwardItem(const AttentionProblem& p, const AttentionArgs& args,
                          const GradArgs& grads, const BackwardPlan& plan, int phase, int64_t item,
-                         void* workspace, int worker);
+                         GemmEngine* engine, void* workspace, int worker);
 
 }  // namespace blas
 }  // namespace attnkit

@@ -1,7 +1,5 @@
 #include "backends/blas/blas_backend.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <thread>
 
@@ -9,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "backends/blas/attention_block.h"
 #include "backends/blas/backward.h"
+#include "backends/blas/openblas_engine.h"
 #include "backends/blas/row_ops.h"
 #include "core/full_capabilities.h"
 #include "core/ragged.h"
@@ -32,22 +31,6 @@ namespace attnkit {
 // threads can use the other cores, so kAuto switches to kBlas there.
 namespace {
 
-// Restores OpenBLAS's global thread count when the call ends.
-class ScopedBlasThreads {
- public:
-  explicit ScopedBlasThreads(int n) : saved_(openblas_get_num_threads()) {
-    if (n != saved_) openblas_set_num_threads(n);
-  }
-  ~ScopedBlasThreads() {
-    if (openblas_get_num_threads() != saved_) openblas_set_num_threads(saved_);
-  }
-  ScopedBlasThreads(const ScopedBlasThreads&) = delete;
-  ScopedBlasThreads& operator=(const ScopedBlasThreads&) = delete;
-
- private:
-  int saved_;
-};
-
 int ResolveThreads(int requested) {
   if (requested > 0) return requested;
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -56,7 +39,10 @@ int ResolveThreads(int requested) {
 }  // namespace
 
 BlasBackend::BlasBackend(const BlasOptions& options)
-    : options_(options), num_threads_(ResolveThreads(options.num_threads)) {
+    : engine_(options.engine != nullptr ? options.engine : blas::MakeOpenBlasEngine()),
+      options_(options),
+      num_threads_(ResolveThreads(options.num_threads)) {
+  options_.engine = nullptr;  // engine_ holds it
   options_.memory_budget_bytes = std::max(options_.memory_budget_bytes, kMinBlasBudgetBytes);
   pool_ = std::make_unique<ThreadPool>(num_threads_);
   blas::RowOpsTarget();  // picks the Highway target once, before any worker runs
@@ -64,9 +50,8 @@ BlasBackend::BlasBackend(const BlasOptions& options)
 
 std::string BlasBackend::Description() const {
   return absl::StrFormat(
-      "OpenBLAS (%s) cblas_sgemm over blocks of stacked query rows, Highway softmax; "
-      "scratch <= %d MiB",
-      openblas_get_corename(), memory_budget() >> 20);
+      "%s GEMMs over blocks of stacked query rows, Highway softmax; scratch <= %d MiB",
+      engine_->Library(), memory_budget() >> 20);
 }
 
 Capabilities BlasBackend::Caps() const {
@@ -172,8 +157,8 @@ absl::Status BlasBackend::Plan(absl::Span<blas::BlockContext> segments, bool* us
 std::string BlasBackend::KernelName(const blas::BlockPlan& plan, bool use_items,
                                     size_t sequences) const {
   return absl::StrFormat(
-      "sgemm/%s %s x%d; rows %dx%d keys<=%d panel %d; %s; softmax/%s%s%s", openblas_get_corename(),
-      use_items ? "blocks-over-threads (1-thread BLAS)" : "openblas-threads", num_threads_,
+      "%s %s x%d; rows %dx%d keys<=%d panel %d; %s; softmax/%s%s%s", engine_->KernelTag(),
+      use_items ? "blocks-over-threads (1-thread GEMMs)" : "library-threads", num_threads_,
       plan.head_block, plan.token_block, plan.key_chunk, plan.panel_tokens,
       options_.stack_group_heads ? "gqa-stacked" : "per-head", blas::RowOpsTarget(),
       plan.stage_kv ? "; kv staged to f32" : "",
@@ -198,10 +183,10 @@ void BlasBackend::RunSegments(bool use_items) {
   };
   const int64_t items = ends.empty() ? 0 : ends.back();
   if (use_items) {
-    ScopedBlasThreads blas_threads(1);
+    blas::ScopedGemmThreads gemm_threads(engine_.get(), 1);
     pool_->Run(items, run);
   } else {
-    ScopedBlasThreads blas_threads(num_threads_);
+    blas::ScopedGemmThreads gemm_threads(engine_.get(), num_threads_);
     for (int64_t item = 0; item < items; ++item) run(item, 0);
   }
 }
@@ -213,6 +198,7 @@ void BlasBackend::SetSegments(const AttentionProblem& p, const AttentionArgs& ar
     blas::BlockContext ctx;
     ctx.problem = &sp;
     ctx.args = &sa;
+    ctx.engine = engine_.get();
     ctx.mask = sp.mask_params();
     ctx.kv_rows = KvRows(sp, sa);
     ctx.q_in_place = sa.q.dtype == DType::kF32 && sa.q.strides[3] == 1;
@@ -286,20 +272,21 @@ absl::Status BlasBackend::BackwardImpl(const AttentionProblem& p, const Attentio
   void* workspace = workspace_.data();
   for (int phase = 0; phase < 2; ++phase) {  // phase 1: kPartitioned's merge
     auto run = [&](int64_t item, int worker) {
-      blas::ComputeBackwardItem(p, args, grads, plan, phase, item, workspace, worker);
+      blas::ComputeBackwardItem(p, args, grads, plan, phase, item, engine_.get(), workspace,
+                                worker);
     };
     const int64_t items = plan.NumItems(p, phase);
     if (use_items) {
-      ScopedBlasThreads blas_threads(1);
+      blas::ScopedGemmThreads gemm_threads(engine_.get(), 1);
       pool_->Run(items, run);
     } else {
-      ScopedBlasThreads blas_threads(num_threads_);
+      blas::ScopedGemmThreads gemm_threads(engine_.get(), num_threads_);
       for (int64_t item = 0; item < items; ++item) run(item, 0);
     }
   }
   info->kernel =
-      absl::StrFormat("backward sgemm/%s %s x%d; %s", openblas_get_corename(),
-                      use_items ? "items-over-threads (1-thread BLAS)" : "openblas-threads",
+      absl::StrFormat("backward %s %s x%d; %s", engine_->KernelTag(),
+                      use_items ? "items-over-threads (1-thread GEMMs)" : "library-threads",
                       num_threads_, blas::DescribeBackwardPlan(plan));
   return absl::OkStatus();
 }

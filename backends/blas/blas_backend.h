@@ -1,6 +1,7 @@
-// The "blas" backend: attention as two cblas_sgemm calls per block of query
-// rows (S = scale * Q K^T, O = P V) around a vectorised, max-subtracted
-// softmax, on OpenBLAS. See block_plan.h for the blocking and
+// The "blas" backend: attention as two GEMMs per block of query rows
+// (S = scale * Q K^T, O = P V) around a vectorised, max-subtracted softmax,
+// on OpenBLAS; the same class with oneDNN's matmul as its GEMM library is the
+// "onednn" backend (BlasOptions::engine, backends/onednn/). See block_plan.h for the blocking and
 // attention_block.h for one block. Paged and int8 K/V are gathered and
 // dequantized into the f32 chunks the GEMMs read; a ragged batch runs as
 // its sequences (core/ragged.h), whose blocks share one work list.
@@ -20,6 +21,7 @@
 #include "absl/types/span.h"
 #include "backends/blas/attention_block.h"
 #include "backends/blas/block_plan.h"
+#include "backends/blas/gemm_engine.h"
 #include "core/backend.h"
 #include "core/ragged.h"
 #include "core/tensor.h"
@@ -33,10 +35,10 @@ enum class BlasThreading {
   // single-threaded BLAS; falls back to kBlas when there are fewer items than
   // threads (e.g. decode with one kv head). The default: see blas_backend.cc.
   kAuto,
-  // Always items over threads, single-threaded BLAS. OpenBLAS's thread count
-  // is process-wide: it is 1 during the call and restored after it.
+  // Always items over threads, single-threaded GEMMs. The library's thread
+  // count (process-wide for OpenBLAS) is 1 during the call, restored after.
   kItems,
-  kBlas,  // items in sequence on the caller, OpenBLAS's own threads in each GEMM
+  kBlas,  // items in sequence on the caller, the library's own threads in each GEMM
 };
 
 struct BlasOptions {
@@ -51,6 +53,9 @@ struct BlasOptions {
   int64_t target_rows = 256;  // stacked query rows per GEMM (block_plan.h)
   int64_t max_key_chunk = 0;  // 0 = as many keys per S block as fit
   int64_t panel_rows = 64;    // query rows per causal-diagonal panel, 0 = none
+  // The GEMM library, which also names the backend (gemm_engine.h); null =
+  // OpenBLAS ("blas").
+  std::shared_ptr<blas::GemmEngine> engine;
 };
 
 constexpr size_t kMinBlasBudgetBytes = size_t{1} << 20;
@@ -59,13 +64,13 @@ class BlasBackend : public Backend {
  public:
   explicit BlasBackend(const BlasOptions& options = {});
 
-  std::string Name() const override { return "blas"; }
+  std::string Name() const override { return engine_->BackendName(); }
   std::string Description() const override;
   Capabilities Caps() const override;
   // Caps, plus ResourceExhausted when the memory budget cannot hold even the
   // smallest block of `p`.
   absl::Status Supports(const AttentionProblem& p) const override;
-  // Threads of the next Forward (ours, or OpenBLAS's in kBlas mode).
+  // Threads of the next Forward (ours, or the library's in kBlas mode).
   absl::Status SetNumThreads(int n) override;
   int NumThreads() const override;
 
@@ -90,7 +95,7 @@ class BlasBackend : public Backend {
 
  private:
   // Plans every segment (ctx.problem, ctx.args) for the threading mode;
-  // *use_items: blocks over our threads, else OpenBLAS's threads.
+  // *use_items: blocks over our threads, else the library's threads.
   absl::Status Plan(absl::Span<blas::BlockContext> segments, bool* use_items) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Sets each segment's plan for `workers` scratch regions; returns the work
@@ -115,6 +120,7 @@ class BlasBackend : public Backend {
   void UpdateKernelName(const blas::BlockPlan& plan, bool use_items, size_t sequences)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const std::shared_ptr<blas::GemmEngine> engine_;  // set once, thread-safe
   mutable absl::Mutex mu_;
   BlasOptions options_ ABSL_GUARDED_BY(mu_);
   int num_threads_ ABSL_GUARDED_BY(mu_);

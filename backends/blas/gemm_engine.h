@@ -1,0 +1,73 @@
+// The GEMM library under the block-GEMM backends (blas_backend.h): OpenBLAS
+// for "blas" (openblas_engine.h), oneDNN's matmul for "onednn"
+// (backends/onednn/). The blocking, the softmax rows, the NaN rule and the
+// backward pass's five products are written once (attention_block.cc,
+// backward.cc) and call the library only through this interface.
+#ifndef ATTNKIT_BACKENDS_BLAS_GEMM_ENGINE_H_
+#define ATTNKIT_BACKENDS_BLAS_GEMM_ENGINE_H_
+
+#include <cstdint>
+#include <string>
+
+namespace attnkit {
+namespace blas {
+
+class GemmEngine {
+ public:
+  virtual ~GemmEngine() = default;
+
+  // The backend's registered name: "blas", "onednn".
+  virtual std::string BackendName() const = 0;
+  // The library and the kernel family it runs on this CPU, for
+  // Backend::Description, e.g. "OpenBLAS 0.3.21 (Zen)", "oneDNN 2.6.3 (avx2)".
+  virtual std::string Library() const = 0;
+  // A short tag for RunInfo::kernel, e.g. "sgemm/Zen", "onednn/avx2".
+  virtual std::string KernelTag() const = 0;
+
+  // Threads each following GEMM may use when called from a thread that is
+  // not running other GEMMs at the same time: 1 while the backend spreads
+  // blocks over its own threads, its thread count when the library's own
+  // threads split each GEMM. Called on the backend's calling thread, between
+  // calls; the value applies to GEMMs made from any thread afterwards.
+  virtual void SetGemmThreads(int n) = 0;
+  virtual int GemmThreads() const = 0;
+
+  // Row-major f32 GEMM on the calling thread (and the library's threads):
+  //   c [m, n] = alpha * op(a) . op(b) + beta * c,
+  // op(a) [m, k] is a (trans_a false, a row-major [m, k] with row stride
+  // lda) or a^T (a [k, m]); op(b) [k, n] likewise. beta 0 ignores c's values
+  // (NaN included). Safe to call from several threads at once.
+  virtual void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                     int64_t ldc) = 0;
+
+  // Whether Int8DotTransB exists (an integer GEMM with exact int32 sums).
+  virtual bool HasInt8Dot() const { return false; }
+  // c [m, n] (int32, row stride ldc) = a [m, k] . b [n, k]^T, exactly:
+  // int8 values, int32 sums (|sum| <= 127^2 k, exact for k < 2^17). Only
+  // when HasInt8Dot(). Safe to call from several threads at once.
+  virtual void Int8DotTransB(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
+                             const int8_t* b, int64_t ldb, int32_t* c, int64_t ldc) {}
+};
+
+// Sets the engine's GEMM thread count for a scope and restores it after.
+class ScopedGemmThreads {
+ public:
+  ScopedGemmThreads(GemmEngine* engine, int n) : engine_(engine), saved_(engine->GemmThreads()) {
+    if (n != saved_) engine_->SetGemmThreads(n);
+  }
+  ~ScopedGemmThreads() {
+    if (engine_->GemmThreads() != saved_) engine_->SetGemmThreads(saved_);
+  }
+  ScopedGemmThreads(const ScopedGemmThreads&) = delete;
+  ScopedGemmThreads& operator=(const ScopedGemmThreads&) = delete;
+
+ private:
+  GemmEngine* engine_;
+  int saved_;
+};
+
+}  // namespace blas
+}  // namespace attnkit
+
+#endif  // ATTNKIT_BACKENDS_BLAS_GEMM_ENGINE_H_
