@@ -35,6 +35,7 @@ const char* const kBuilt[] = {
     "backends/reference/libattnkit_reference_plugin.so",
     "backends/plugins/libattnkit_highway.so",
     "backends/plugins/libattnkit_blas.so",
+    "backends/plugins/libattnkit_onednn.so",
     "tests/abi/libattnkit_libcxx_plugin.so",
     "tests/testdata/libnot_a_plugin.so",
     "tests/testdata/libolder_table_plugin.so",

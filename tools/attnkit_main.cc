@@ -129,7 +129,8 @@ namespace {
 // `attnkit backends` says so and where it looked.
 constexpr const char* kBundledPlugins[] = {
     "backends/plugins/libattnkit_highway.so", "backends/plugins/libattnkit_blas.so",
-    "backends/plugins/libattnkit_reference.so", "backends/cuda/libattnkit_cuda.so"};
+    "backends/plugins/libattnkit_onednn.so", "backends/plugins/libattnkit_reference.so",
+    "backends/cuda/libattnkit_cuda.so"};
 
 std::string RealPath(const std::string& path) {
   char buffer[PATH_MAX];

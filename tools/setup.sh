@@ -9,7 +9,7 @@ set -euo pipefail
 PACKAGES=(
   bazel-bootstrap bazel-platforms default-jdk-headless
   g++ libabsl-dev libhwy-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libprotobuf-dev protobuf-compiler libopenblas-dev libopenmpi-dev openmpi-bin
+  libprotobuf-dev protobuf-compiler libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin
   clang-14 libclang-rt-14-dev libc++-14-dev libc++abi-14-dev
   python3-numpy python3-pytest python3-venv
   chromium librsvg2-bin

@@ -49,9 +49,10 @@ BlasBackend::BlasBackend(const BlasOptions& options)
 }
 
 std::string BlasBackend::Description() const {
+  const std::string remarks = engine_->Remarks();
   return absl::StrFormat(
-      "%s GEMMs over blocks of stacked query rows, Highway softmax; scratch <= %d MiB",
-      engine_->Library(), memory_budget() >> 20);
+      "%s GEMMs over blocks of stacked query rows, Highway softmax; scratch <= %d MiB%s%s",
+      engine_->Library(), memory_budget() >> 20, remarks.empty() ? "" : "; ", remarks);
 }
 
 Capabilities BlasBackend::Caps() const {
@@ -248,6 +249,7 @@ absl::Status BlasBackend::ForwardImpl(const AttentionProblem& p, const Attention
   ATTNKIT_RETURN_IF_ERROR(Plan(absl::MakeSpan(segments_), &use_items));
   ATTNKIT_ASSIGN_OR_RETURN(const blas::BlockPlan* largest, PrepareWorkspace());
   RunSegments(use_items);
+  ATTNKIT_RETURN_IF_ERROR(engine_->TakeError());
   if (largest != nullptr) UpdateKernelName(*largest, use_items, sequences.size());
   info->kernel = kernel_name_;
   return absl::OkStatus();
@@ -283,6 +285,7 @@ absl::Status BlasBackend::BackwardImpl(const AttentionProblem& p, const Attentio
       blas::ScopedGemmThreads gemm_threads(engine_.get(), num_threads_);
       for (int64_t item = 0; item < items; ++item) run(item, 0);
     }
+    ATTNKIT_RETURN_IF_ERROR(engine_->TakeError());
   }
   info->kernel =
       absl::StrFormat("backward %s %s x%d; %s", engine_->KernelTag(),

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace attnkit {
 namespace blas {
 
@@ -23,6 +25,9 @@ class GemmEngine {
   virtual std::string Library() const = 0;
   // A short tag for RunInfo::kernel, e.g. "sgemm/Zen", "onednn/avx2".
   virtual std::string KernelTag() const = 0;
+  // What the library cannot do here and why, for Backend::Description; ""
+  // when nothing.
+  virtual std::string Remarks() const { return {}; }
 
   // Threads each following GEMM may use when called from a thread that is
   // not running other GEMMs at the same time: 1 while the backend spreads
@@ -48,6 +53,11 @@ class GemmEngine {
   // when HasInt8Dot(). Safe to call from several threads at once.
   virtual void Int8DotTransB(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
                              const int8_t* b, int64_t ldb, int32_t* c, int64_t ldc) {}
+
+  // The first error a GEMM met since the last call (a primitive the library
+  // could not create, say), cleared by the call; the backend returns it
+  // after its blocks have run. OpenBLAS's cblas_sgemm cannot fail.
+  virtual absl::Status TakeError() { return absl::OkStatus(); }
 };
 
 // Sets the engine's GEMM thread count for a scope and restores it after.

@@ -1,0 +1,354 @@
+#include "backends/onednn/onednn_engine.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace attnkit {
+namespace onednn {
+namespace {
+
+using dt = dnnl::memory::data_type;
+
+const char* IsaName(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic:
+      return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops:
+      return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "unknown";
+  }
+}
+
+// One GEMM as a matmul: its shape, operand layouts, types and the two
+// scalars (baked into the primitive: alpha as an output scale, beta as a sum
+// post-op).
+struct Key {
+  int64_t m, n, k, lda, ldb, ldc;
+  bool trans_a, trans_b;
+  dt a_type, c_type;
+  uint32_t alpha_bits, beta_bits;
+
+  template <typename H>
+  friend H AbslHashValue(H h, const Key& x) {
+    return H::combine(std::move(h), x.m, x.n, x.k, x.lda, x.ldb, x.ldc, x.trans_a, x.trans_b,
+                      static_cast<int>(x.a_type), static_cast<int>(x.c_type), x.alpha_bits,
+                      x.beta_bits);
+  }
+  friend bool operator==(const Key& x, const Key& y) {
+    return x.m == y.m && x.n == y.n && x.k == y.k && x.lda == y.lda && x.ldb == y.ldb &&
+           x.ldc == y.ldc && x.trans_a == y.trans_a && x.trans_b == y.trans_b &&
+           x.a_type == y.a_type && x.c_type == y.c_type && x.alpha_bits == y.alpha_bits &&
+           x.beta_bits == y.beta_bits;
+  }
+};
+
+uint32_t Bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  return u;
+}
+
+struct Entry {
+  dnnl::matmul primitive;
+  dnnl::memory::desc a, b, c, scratchpad;
+  size_t scratchpad_bytes = 0;
+  std::atomic<int64_t> last_use{0};
+};
+
+// Row-major [rows, cols] with row stride ld, or its transpose (stored
+// [cols, rows]) when `trans`.
+dnnl::memory::desc Matrix(int64_t rows, int64_t cols, int64_t ld, bool trans, dt type) {
+  return dnnl::memory::desc({rows, cols}, type,
+                            trans ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1});
+}
+
+const dnnl::engine& CpuEngine() {
+  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+// What one calling thread keeps between GEMMs: its stream, its scratchpad
+// and the OpenMP thread count it last set.
+struct ThreadState {
+  std::unique_ptr<dnnl::stream> stream;
+  std::vector<char> scratchpad;
+  int omp_threads = -1;
+};
+
+ThreadState& ThisThread() {
+  thread_local ThreadState state;
+  if (state.stream == nullptr) state.stream = std::make_unique<dnnl::stream>(CpuEngine());
+  return state;
+}
+
+}  // namespace
+
+struct OneDnnEngine::State {
+  EngineOptions options;
+  std::atomic<int> gemm_threads{1};
+  bool int8_exact = false;
+  std::string int8_note;
+
+  mutable absl::Mutex mu;
+  absl::flat_hash_map<Key, std::shared_ptr<Entry>, absl::Hash<Key>> cache ABSL_GUARDED_BY(mu);
+  std::atomic<int64_t> clock{0};
+  CacheStats stats ABSL_GUARDED_BY(mu);
+  absl::Status error ABSL_GUARDED_BY(mu);
+
+  void RecordError(const std::string& what) {
+    absl::MutexLock lock(&mu);
+    if (error.ok()) error = absl::InternalError(what);
+  }
+
+  // The cached primitive for `key`, created on a miss; null (and the error
+  // recorded) when oneDNN cannot create it.
+  std::shared_ptr<Entry> Get(const Key& key, dt b_type) {
+    const int64_t now = clock.fetch_add(1, std::memory_order_relaxed);
+    {
+      absl::MutexLock lock(&mu);
+      auto it = cache.find(key);
+      if (it != cache.end()) {
+        ++stats.hits;
+        it->second->last_use.store(now, std::memory_order_relaxed);
+        return it->second;
+      }
+    }
+    // Created outside the lock: two threads may both create a new shape's
+    // primitive; the second one's is dropped.
+    const auto start = std::chrono::steady_clock::now();
+    auto entry = std::make_shared<Entry>();
+    try {
+      entry->a = Matrix(key.m, key.k, key.lda, key.trans_a, key.a_type);
+      entry->b = Matrix(key.k, key.n, key.ldb, key.trans_b, b_type);
+      entry->c = Matrix(key.m, key.n, key.ldc, false, key.c_type);
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      float alpha, beta;
+      std::memcpy(&alpha, &key.alpha_bits, sizeof(alpha));
+      std::memcpy(&beta, &key.beta_bits, sizeof(beta));
+      if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+      if (beta != 0.0f) {
+        dnnl::post_ops ops;
+        ops.append_sum(beta);
+        attr.set_post_ops(ops);
+      }
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(entry->a, entry->b, entry->c), attr,
+                                      CpuEngine());
+      entry->scratchpad = pd.scratchpad_desc();
+      entry->scratchpad_bytes = entry->scratchpad.get_size();
+      entry->primitive = dnnl::matmul(pd);
+    } catch (const dnnl::error& e) {
+      RecordError(absl::StrFormat("oneDNN could not create a %dx%dx%d matmul: %s", key.m, key.n,
+                                  key.k, e.what()));
+      return nullptr;
+    }
+    entry->last_use.store(now, std::memory_order_relaxed);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    absl::MutexLock lock(&mu);
+    ++stats.misses;
+    stats.create_seconds += seconds;
+    auto [it, inserted] = cache.emplace(key, entry);
+    if (!inserted) return it->second;
+    if (cache.size() > options.max_cached_primitives) {
+      auto oldest = cache.begin();
+      for (auto i = cache.begin(); i != cache.end(); ++i) {
+        if (i->second->last_use.load(std::memory_order_relaxed) <
+            oldest->second->last_use.load(std::memory_order_relaxed)) {
+          oldest = i;
+        }
+      }
+      if (oldest->second != entry) {  // users keep their shared_ptr alive
+        cache.erase(oldest);
+        ++stats.evictions;
+      }
+    }
+    return entry;
+  }
+
+  // Runs `entry` on the calling thread with its stream and scratchpad.
+  void Execute(const Entry& entry, const void* a, const void* b, void* c) {
+    ThreadState& t = ThisThread();
+    const int threads = gemm_threads.load(std::memory_order_relaxed);
+    if (t.omp_threads != threads) {
+      omp_set_num_threads(threads);
+      t.omp_threads = threads;
+    }
+    if (t.scratchpad.size() < entry.scratchpad_bytes) t.scratchpad.resize(entry.scratchpad_bytes);
+    try {
+      const dnnl::engine& e = CpuEngine();
+      dnnl::memory am(entry.a, e, const_cast<void*>(a));
+      dnnl::memory bm(entry.b, e, const_cast<void*>(b));
+      dnnl::memory cm(entry.c, e, c);
+      dnnl::memory sm(entry.scratchpad, e, t.scratchpad.data());
+      entry.primitive.execute(*t.stream, {{DNNL_ARG_SRC, am},
+                                          {DNNL_ARG_WEIGHTS, bm},
+                                          {DNNL_ARG_DST, cm},
+                                          {DNNL_ARG_SCRATCHPAD, sm}});
+      t.stream->wait();
+    } catch (const dnnl::error& err) {
+      RecordError(absl::StrFormat("oneDNN matmul failed: %s", err.what()));
+    }
+  }
+
+  // Whether the s8 x s8 -> s32 GEMM sums exactly here, on operands at the
+  // ends of the int8 range (see HasInt8Dot in the header).
+  void ProbeInt8() {
+    constexpr int64_t kM = 4, kN = 8, kK = 128;
+    std::vector<int8_t> a(kM * kK), b(kN * kK);
+    for (int64_t i = 0; i < kM * kK; ++i) a[i] = (i / kK) % 2 == 0 ? 127 : -127;
+    for (int64_t i = 0; i < kN * kK; ++i) b[i] = (i / kK) % 3 == 0 ? -128 : 127;
+    std::vector<int32_t> c(kM * kN, 0);
+    Key key{kM, kN, kK, kK, kK, kN, false, true, dt::s8, dt::s32, Bits(1.0f), Bits(0.0f)};
+    std::shared_ptr<Entry> entry = Get(key, dt::s8);
+    if (entry == nullptr) {
+      absl::MutexLock lock(&mu);
+      int8_note = absl::StrFormat("oneDNN has no s8 x s8 -> s32 matmul here (%s)", error.message());
+      error = absl::OkStatus();
+      return;
+    }
+    Execute(*entry, a.data(), b.data(), c.data());
+    for (int64_t i = 0; i < kM; ++i) {
+      for (int64_t j = 0; j < kN; ++j) {
+        int64_t want = 0;
+        for (int64_t x = 0; x < kK; ++x) want += int64_t{a[i * kK + x]} * b[j * kK + x];
+        if (want != c[i * kN + j]) {
+          int8_note = absl::StrFormat(
+              "oneDNN's int8 GEMM is not exact on this CPU (%s: a %d-term dot product of "
+              "%d and %d gave %d, not %d; x86 int8 kernels without VNNI sum products in "
+              "saturating 16-bit lanes)",
+              IsaName(dnnl::get_effective_cpu_isa()), kK, a[i * kK], b[j * kK], c[i * kN + j],
+              want);
+          return;
+        }
+      }
+    }
+    int8_exact = true;
+  }
+};
+
+absl::StatusOr<std::unique_ptr<OneDnnEngine>> OneDnnEngine::Create(const EngineOptions& options) {
+  auto state = std::make_unique<State>();
+  state->options = options;
+  state->options.max_cached_primitives = std::max<size_t>(options.max_cached_primitives, 1);
+  try {
+    CpuEngine();
+  } catch (const dnnl::error& e) {
+    return absl::UnavailableError(absl::StrFormat("oneDNN has no CPU engine: %s", e.what()));
+  }
+  std::unique_ptr<OneDnnEngine> engine(new OneDnnEngine(std::move(state)));
+  // One small f32 product: a library that cannot create it is unusable.
+  float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {0, 0, 0, 0};
+  engine->Sgemm(false, false, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+  if (absl::Status s = engine->TakeError(); !s.ok()) {
+    return absl::UnavailableError(s.message());
+  }
+  if (c[0] != 1 || c[1] != 2 || c[2] != 3 || c[3] != 4) {
+    return absl::UnavailableError("oneDNN's f32 matmul gave a wrong product in its self-test");
+  }
+  engine->state_->ProbeInt8();
+  return engine;
+}
+
+OneDnnEngine::OneDnnEngine(std::unique_ptr<State> state) : state_(std::move(state)) {}
+OneDnnEngine::~OneDnnEngine() = default;
+
+std::string OneDnnEngine::Isa() const { return IsaName(dnnl::get_effective_cpu_isa()); }
+
+std::string OneDnnEngine::Library() const {
+  const dnnl_version_t* v = dnnl::version();
+  return absl::StrFormat("oneDNN %d.%d.%d (%s)", v->major, v->minor, v->patch, Isa());
+}
+
+std::string OneDnnEngine::KernelTag() const { return absl::StrFormat("onednn/%s", Isa()); }
+
+std::string OneDnnEngine::Remarks() const {
+  if (state_->int8_exact) return "int8 Q.K as s8 GEMMs under FAST";
+  return absl::StrFormat("int8 K/V dequantized to f32: %s", state_->int8_note);
+}
+
+void OneDnnEngine::SetGemmThreads(int n) {
+  state_->gemm_threads.store(std::max(1, n), std::memory_order_relaxed);
+}
+
+int OneDnnEngine::GemmThreads() const {
+  return state_->gemm_threads.load(std::memory_order_relaxed);
+}
+
+void OneDnnEngine::Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                         const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                         float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // an empty sum: c = beta * c (beta 0 overwrites NaN too)
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    }
+    return;
+  }
+  const Key key{m,       n,       k,       lda,     ldb,         ldc,
+                trans_a, trans_b, dt::f32, dt::f32, Bits(alpha), Bits(beta)};
+  std::shared_ptr<Entry> entry = state_->Get(key, dt::f32);
+  if (entry != nullptr) state_->Execute(*entry, a, b, c);
+}
+
+bool OneDnnEngine::HasInt8Dot() const { return state_->int8_exact; }
+
+std::string OneDnnEngine::Int8Note() const { return state_->int8_note; }
+
+void OneDnnEngine::Int8DotTransB(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
+                                 const int8_t* b, int64_t ldb, int32_t* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0);
+    return;
+  }
+  const Key key{m, n, k, lda, ldb, ldc, false, true, dt::s8, dt::s32, Bits(1.0f), Bits(0.0f)};
+  std::shared_ptr<Entry> entry = state_->Get(key, dt::s8);
+  if (entry != nullptr) state_->Execute(*entry, a, b, c);
+}
+
+absl::Status OneDnnEngine::TakeError() {
+  absl::MutexLock lock(&state_->mu);
+  absl::Status s = std::move(state_->error);
+  state_->error = absl::OkStatus();
+  return s;
+}
+
+CacheStats OneDnnEngine::Stats() const {
+  absl::MutexLock lock(&state_->mu);
+  CacheStats s = state_->stats;
+  s.entries = static_cast<int64_t>(state_->cache.size());
+  return s;
+}
+
+}  // namespace onednn
+}  // namespace attnkit

@@ -1,0 +1,83 @@
+// The "onednn" backend's GEMM library: oneDNN's matmul primitive (Debian 12:
+// libdnnl 2.6, the CPU primitives library under PyTorch and ONNX Runtime),
+// behind blas::GemmEngine so that the block-GEMM backend (blas_backend.h)
+// runs on it unchanged.
+//
+// Primitives are created once per shape and kept (a primitive descriptor and
+// its JIT kernel cost 15-200 us to create here, more than a small block's
+// product): a bounded, thread-safe cache keyed by the GEMM's shape, leading
+// dimensions, transpositions, types, alpha and beta. Each calling thread has
+// its own stream and scratchpad (scratchpad_mode::user), so blocks on
+// several threads execute primitives at the same time.
+//
+// Threads: the Debian build uses OpenMP. SetGemmThreads(n) takes effect on
+// each calling thread before its next GEMM (omp_set_num_threads sets that
+// thread's own ICV): 1 while the backend spreads blocks over its threads.
+#ifndef ATTNKIT_BACKENDS_ONEDNN_ONEDNN_ENGINE_H_
+#define ATTNKIT_BACKENDS_ONEDNN_ONEDNN_ENGINE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "backends/blas/gemm_engine.h"
+
+namespace attnkit {
+namespace onednn {
+
+struct CacheStats {
+  int64_t hits = 0;
+  int64_t misses = 0;         // primitives created
+  double create_seconds = 0;  // spent creating them
+  int64_t evictions = 0;
+  int64_t entries = 0;  // held now
+};
+
+struct EngineOptions {
+  size_t max_cached_primitives = 1024;  // least recently used go first
+};
+
+class OneDnnEngine : public blas::GemmEngine {
+ public:
+  // Fails (Unavailable, with oneDNN's message) when oneDNN cannot create an
+  // f32 matmul on this CPU. Probes once whether the int8 GEMM is exact here
+  // (HasInt8Dot): without VNNI, oneDNN's x86 int8 kernels sum pairs of
+  // products in saturating 16-bit lanes (vpmaddubsw), so 127 * 127 * 128
+  // comes out as 16320 on AVX2; such an engine has no int8 dot.
+  static absl::StatusOr<std::unique_ptr<OneDnnEngine>> Create(const EngineOptions& options = {});
+  ~OneDnnEngine() override;
+
+  std::string BackendName() const override { return "onednn"; }
+  std::string Library() const override;
+  std::string KernelTag() const override;
+  std::string Remarks() const override;
+  void SetGemmThreads(int n) override;
+  int GemmThreads() const override;
+  void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+             const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+             int64_t ldc) override;
+  bool HasInt8Dot() const override;
+  void Int8DotTransB(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
+                     int64_t ldb, int32_t* c, int64_t ldc) override;
+  absl::Status TakeError() override;
+
+  // The ISA oneDNN dispatches to here, as oneDNN names it (e.g. "avx2",
+  // "avx512_core_bf16", "avx512_core_amx").
+  std::string Isa() const;
+  // Why HasInt8Dot is false, or "" when it is true.
+  std::string Int8Note() const;
+  CacheStats Stats() const;
+
+ private:
+  struct State;
+  explicit OneDnnEngine(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace onednn
+}  // namespace attnkit
+
+#endif  // ATTNKIT_BACKENDS_ONEDNN_ONEDNN_ENGINE_H_

@@ -1,0 +1,167 @@
+// OneDnnEngine against a plain triple loop: every transposition, alpha and
+// beta, leading dimensions wider than the rows, beta 0 over NaN, the
+// primitive cache, concurrent callers and the int8 dot.
+#include "backends/onednn/onednn_engine.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace attnkit {
+namespace onednn {
+namespace {
+
+std::unique_ptr<OneDnnEngine> NewEngine(EngineOptions options = {}) {
+  absl::StatusOr<std::unique_ptr<OneDnnEngine>> e = OneDnnEngine::Create(options);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? *std::move(e) : nullptr;
+}
+
+// c = alpha op(a) op(b) + beta c in double, as the engine's contract says.
+void NaiveSgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                const std::vector<float>& a, int64_t lda, const std::vector<float>& b, int64_t ldb,
+                float beta, std::vector<float>& c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t x = 0; x < k; ++x) {
+        const float av = ta ? a[x * lda + i] : a[i * lda + x];
+        const float bv = tb ? b[j * ldb + x] : b[x * ldb + j];
+        sum += static_cast<double>(av) * bv;
+      }
+      const double old = beta == 0.0f ? 0.0 : beta * static_cast<double>(c[i * ldc + j]);
+      c[i * ldc + j] = static_cast<float>(alpha * sum + old);
+    }
+  }
+}
+
+TEST(OneDnnEngineTest, SgemmMatchesTripleLoopForEveryTransposition) {
+  std::unique_ptr<OneDnnEngine> e = NewEngine();
+  ASSERT_NE(e, nullptr);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const int64_t m = 13, n = 21, k = 37;
+  for (int ta = 0; ta < 2; ++ta) {
+    for (int tb = 0; tb < 2; ++tb) {
+      for (float beta : {0.0f, 1.0f, 0.5f}) {
+        const int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+        std::vector<float> a((ta ? k : m) * lda), b((tb ? n : k) * ldb), c(m * ldc);
+        for (float& x : a) x = u(rng);
+        for (float& x : b) x = u(rng);
+        for (float& x : c) x = beta == 0.0f ? std::numeric_limits<float>::quiet_NaN() : u(rng);
+        std::vector<float> want = c;
+        NaiveSgemm(ta, tb, m, n, k, 0.25f, a, lda, b, ldb, beta, want, ldc);
+        e->Sgemm(ta, tb, m, n, k, 0.25f, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+        ASSERT_TRUE(e->TakeError().ok());
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            ASSERT_NEAR(c[i * ldc + j], want[i * ldc + j], 1e-5)
+                << "ta " << ta << " tb " << tb << " beta " << beta << " at " << i << "," << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(OneDnnEngineTest, EmptySumScalesOrClearsC) {
+  std::unique_ptr<OneDnnEngine> e = NewEngine();
+  ASSERT_NE(e, nullptr);
+  std::vector<float> c = {std::numeric_limits<float>::quiet_NaN(), 2.0f};
+  e->Sgemm(false, false, 1, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 0.0f, c.data(), 2);
+  EXPECT_EQ(c[0], 0.0f);
+  EXPECT_EQ(c[1], 0.0f);
+}
+
+TEST(OneDnnEngineTest, CachesOnePrimitivePerShapeAndEvictsTheLeastRecentlyUsed) {
+  EngineOptions options;
+  options.max_cached_primitives = 3;
+  std::unique_ptr<OneDnnEngine> e = NewEngine(options);
+  ASSERT_NE(e, nullptr);
+  const CacheStats before = e->Stats();
+  std::vector<float> a(64, 1.0f), b(64, 1.0f), c(64);
+  for (int round = 0; round < 3; ++round) {
+    e->Sgemm(false, false, 4, 4, 4, 1.0f, a.data(), 4, b.data(), 4, 0.0f, c.data(), 4);
+  }
+  CacheStats s = e->Stats();
+  EXPECT_EQ(s.misses - before.misses, 1);
+  EXPECT_EQ(s.hits - before.hits, 2);
+  EXPECT_EQ(c[0], 4.0f);
+  for (int64_t k = 1; k <= 6; ++k) {  // six new shapes through a cache of three
+    e->Sgemm(false, false, 2, 2, k, 1.0f, a.data(), k, b.data(), 2, 0.0f, c.data(), 2);
+    EXPECT_EQ(c[0], static_cast<float>(k));
+  }
+  s = e->Stats();
+  EXPECT_EQ(s.entries, 3);
+  EXPECT_GE(s.evictions, 4);
+  EXPECT_GT(s.create_seconds, 0);
+}
+
+TEST(OneDnnEngineTest, ThreadsCallAtOnce) {
+  std::unique_ptr<OneDnnEngine> e = NewEngine();
+  ASSERT_NE(e, nullptr);
+  e->SetGemmThreads(1);
+  constexpr int kThreads = 4;
+  std::vector<std::thread> threads;
+  std::vector<int> wrong(kThreads, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const int64_t n = 32 + t;  // shapes of their own and one shared one
+      std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n);
+      for (int round = 0; round < 50; ++round) {
+        const int64_t size = round % 2 == 0 ? n : 32;
+        e->Sgemm(false, true, size, size, size, 1.0f, a.data(), size, b.data(), size, 0.0f,
+                 c.data(), size);
+        for (int64_t i = 0; i < size * size; ++i) wrong[t] += c[i] != 0.5f * size;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(wrong[t], 0) << "thread " << t;
+  EXPECT_TRUE(e->TakeError().ok());
+}
+
+TEST(OneDnnEngineTest, Int8DotIsExactOrSaysWhyNot) {
+  std::unique_ptr<OneDnnEngine> e = NewEngine();
+  ASSERT_NE(e, nullptr);
+  if (!e->HasInt8Dot()) {
+    EXPECT_FALSE(e->Int8Note().empty());
+    EXPECT_NE(e->Remarks().find("dequantized"), std::string::npos) << e->Remarks();
+    GTEST_SKIP() << "no exact int8 GEMM on " << e->Isa() << ": " << e->Int8Note();
+  }
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> u(-128, 127);
+  const int64_t m = 5, n = 70, k = 576, lda = k + 16, ldb = k + 8, ldc = n + 3;
+  std::vector<int8_t> a(m * lda), b(n * ldb);
+  for (int8_t& x : a) x = static_cast<int8_t>(u(rng) == -128 ? -127 : u(rng));
+  for (int64_t j = 0; j < n * ldb; ++j) b[j] = static_cast<int8_t>(j % 7 == 0 ? -128 : u(rng));
+  for (int64_t x = 0; x < k; ++x) a[x] = 127, b[x] = 127;  // row 0 . key 0 at the range's end
+  std::vector<int32_t> c(m * ldc, -1);
+  e->Int8DotTransB(m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc);
+  ASSERT_TRUE(e->TakeError().ok());
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t want = 0;
+      for (int64_t x = 0; x < k; ++x) want += int64_t{a[i * lda + x]} * b[j * ldb + x];
+      ASSERT_EQ(c[i * ldc + j], want) << i << "," << j;
+    }
+  }
+}
+
+TEST(OneDnnEngineTest, NamesTheLibraryAndIsa) {
+  std::unique_ptr<OneDnnEngine> e = NewEngine();
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->BackendName(), "onednn");
+  EXPECT_NE(e->Library().find("oneDNN "), std::string::npos) << e->Library();
+  EXPECT_NE(e->Library().find(e->Isa()), std::string::npos) << e->Library();
+  EXPECT_NE(e->Isa(), "unknown");
+}
+
+}  // namespace
+}  // namespace onednn
+}  // namespace attnkit
