@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "backends/blas/blas_backend.h"
+#include "backends/blas/scalar_engine.h"
 #include "backends/builtin.h"
 #include "backends/highway/highway_backend.h"
 #include "backends/highway/sdpa.h"
@@ -15,16 +17,16 @@ namespace attnkit {
 namespace testing_env {
 
 std::vector<std::tuple<std::string, size_t>> BackendGridCases(size_t grid_size) {
-  const std::set<std::string>& per_target = HighwayTargetBackends();
+  const std::set<std::string>& reduced = ReducedGridBackends();
   std::vector<std::tuple<std::string, size_t>> cases;
   for (const std::string& name : BackendNames()) {
-    const size_t stride = per_target.count(name) != 0 ? kReducedStride : 1;
+    const size_t stride = reduced.count(name) != 0 ? kReducedStride : 1;
     for (size_t i = 0; i < grid_size; i += stride) cases.emplace_back(name, i);
   }
   return cases;
 }
 
-const std::set<std::string>& HighwayTargetBackends() {
+const std::set<std::string>& ReducedGridBackends() {
   static const auto* names = [] {
     auto* added = new std::set<std::string>;
     const std::vector<int64_t> targets = AvailableFlashTargets();
@@ -39,6 +41,14 @@ const std::set<std::string>& HighwayTargetBackends() {
       } else {
         ADD_FAILURE() << s;
       }
+    }
+    BlasOptions scalar;
+    scalar.engine = blas::MakeScalarEngine();
+    const absl::Status s = GlobalRegistry().Register(LinkedThroughCAbi(MakeBlasBackend(scalar)));
+    if (s.ok()) {
+      added->insert("blas-scalar");
+    } else {
+      ADD_FAILURE() << s;
     }
     return added;
   }();

@@ -6,6 +6,8 @@
 #include <limits>
 
 #include "backends/blas/row_ops.h"
+#include "core/dtype.h"
+#include "core/fast_compute.h"
 
 namespace attnkit {
 namespace blas {
@@ -61,6 +63,101 @@ void StageRows(const BlockContext& ctx, const TensorView& t, const TensorView& s
       StageRow(t, first + r * row_stride, s, d, dst + (j - j0) * d);
     }
   }
+}
+
+// A product operand in its own type: `ld` elements of that type between rows.
+struct RawOperand {
+  const void* data;
+  int64_t ld;
+};
+
+// K or V rows [j0, j0 + n) of head (b, g) in their storage type (16-bit or
+// int8 bits as stored): in place when the tensor is dense with unit stride
+// along d (rows ld = strides[2] apart), else gathered a run at a time into
+// dst [n, d]. For int8, scales[0, n) receives the rows' scales from `scale`.
+RawOperand StoredRows(const BlockContext& ctx, const TensorView& t, const TensorView& scale,
+                      int64_t b, int64_t g, int64_t j0, int64_t n, void* dst, float* scales) {
+  const KvRows& rows = ctx.kv_rows;
+  const int64_t d = ctx.problem->head_dim;
+  const bool int8 = t.dtype == DType::kI8;
+  const size_t size = DTypeSize(t.dtype);
+  const int64_t row_stride = KvRows::RowStride(t, rows.paged());
+  const int64_t scale_stride = int8 ? KvRows::RowStride(scale, rows.paged()) : 0;
+  const bool in_place = !rows.paged() && t.strides[3] == 1;
+  char* out = static_cast<char*>(dst);
+  for (int64_t j = j0; j < j0 + n;) {
+    const int64_t run = std::min(rows.RunLength(j), j0 + n - j);
+    const int64_t first = rows.Offset(t, b, g, j);
+    if (int8) {
+      const float* src = static_cast<const float*>(scale.data) + rows.ScaleOffset(scale, b, g, j);
+      for (int64_t r = 0; r < run; ++r) scales[j - j0 + r] = src[r * scale_stride];
+    }
+    if (!in_place) {
+      for (int64_t r = 0; r < run; ++r) {
+        const char* src = static_cast<const char*>(t.data) + (first + r * row_stride) * size;
+        char* row = out + (j - j0 + r) * d * size;
+        if (t.strides[3] == 1) {
+          std::memcpy(row, src, static_cast<size_t>(d) * size);
+        } else {
+          for (int64_t c = 0; c < d; ++c) {
+            std::memcpy(row + c * size, src + c * t.strides[3] * size, size);
+          }
+        }
+      }
+    }
+    j += run;
+  }
+  if (in_place) {
+    return {static_cast<const char*>(t.data) + t.Offset(b, g, j0, 0) * size, t.strides[2]};
+  }
+  return {dst, d};
+}
+
+// True when the 16-bit row x[0, d) of `type` holds no NaN and no Inf (all
+// exponent bits set).
+bool AllFinite16(const uint16_t* x, int64_t d, DType type) {
+  const uint16_t exponent = type == DType::kBF16 ? 0x7f80 : 0x7c00;
+  for (int64_t c = 0; c < d; ++c) {
+    if ((x[c] & exponent) == exponent) return false;
+  }
+  return true;
+}
+
+// The block's query rows as the Q.K product's operand (ctx.qk_type is not
+// kF32), stacked position-major into scratch like QueryRows: 16-bit values
+// as stored, or as FAST rounds them (RoundQueryValue, the values the
+// reference consumes); int8: each row quantized (QuantizeQueryRow) with
+// p.scale times its scale in w.q_scale (o is free then and holds the f32
+// row on the way).
+RawOperand LowPrecisionQueryRows(const BlockContext& ctx, const BlockCoords& c,
+                                 const WorkerScratch& w) {
+  const TensorView& q = ctx.args->q;
+  const int64_t d = ctx.problem->head_dim;
+  const DType type = ctx.qk_type;
+  for (int64_t t = 0; t < c.num_tokens; ++t) {
+    for (int64_t hh = 0; hh < c.num_heads; ++hh) {
+      const int64_t r = t * c.num_heads + hh;
+      const int64_t src = q.Offset(c.b, c.h0 + hh, c.i0 + t, 0);
+      const int64_t stride = q.strides[3];
+      if (type == DType::kI8) {
+        float* row = w.o + r * d;
+        for (int64_t k = 0; k < d; ++k) row[k] = q.LoadF32(src + k * stride);
+        w.q_scale[r] =
+            ctx.problem->scale * QuantizeQueryRow(row, d, reinterpret_cast<int8_t*>(w.q) + r * d);
+        continue;
+      }
+      uint16_t* dst = reinterpret_cast<uint16_t*>(w.q) + r * d;
+      if (q.dtype == type && stride == 1) {
+        std::memcpy(dst, static_cast<const uint16_t*>(q.data) + src, d * sizeof(uint16_t));
+        continue;
+      }
+      for (int64_t k = 0; k < d; ++k) {
+        const float x = RoundQueryValue(q.LoadF32(src + k * stride), type);  // exact in `type`
+        dst[k] = type == DType::kBF16 ? BF16FromF32(x) : F16FromF32(x);
+      }
+    }
+  }
+  return {w.q, d};
 }
 
 // The block's query rows, stacked position-major: row r is position
@@ -203,6 +300,29 @@ void StoreRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, float* a
 
 }  // namespace
 
+void ChooseOperandTypes(BlockContext* ctx) {
+  const AttentionProblem& p = *ctx->problem;
+  const GemmEngine& e = *ctx->engine;
+  ctx->qk_type = ctx->pv_type = DType::kF32;
+  const DType kv = p.kv_dtype;
+  if (kv == DType::kI8) {
+    if (p.fast() && e.HasInt8Dot()) ctx->qk_type = DType::kI8;
+    return;  // V dequantized: no backend multiplies P in int8 (fast_compute.h)
+  }
+  if ((kv != DType::kBF16 && kv != DType::kF16) || !e.HasGemm16(kv)) return;
+  if (p.dtype == kv || p.fast()) ctx->qk_type = kv;
+  if (p.fast()) ctx->pv_type = kv;
+}
+
+std::vector<DType> FastKvTypes(const GemmEngine& engine) {
+  std::vector<DType> types;
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    if (engine.HasGemm16(t)) types.push_back(t);
+  }
+  if (engine.HasInt8Dot()) types.push_back(DType::kI8);
+  return types;
+}
+
 bool BlasCompatible(const TensorView& t, int64_t head_dim) {
   return t.dtype == DType::kF32 && t.strides[3] == 1 && t.strides[2] >= head_dim;
 }
@@ -268,29 +388,67 @@ namespace {
 // Rows [r0, r0 + n) of block `c` (position-major) against keys [k0, k0 + kn):
 //   S [n, kn] = scale * Q [n, d] . K [kn, d]^T, online softmax per row,
 //   O [n, d] (+)= P [n, kn] . V [kn, d]; `first` overwrites O instead.
-void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const Operand& q, int64_t r0,
+void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const RawOperand& q, int64_t r0,
                      int64_t n, int64_t k0, int64_t kn, bool first, const WorkerScratch& w) {
   const AttentionProblem& p = *ctx.problem;
   const AttentionArgs& a = *ctx.args;
   const int64_t d = p.head_dim;
   const int64_t kv_length = p.KvLength(c.b);
-  Operand k{w.k, d}, v{w.v, d};
-  if (ctx.plan.stage_kv) {
-    StageRows(ctx, a.k, a.k_scale, c.b, c.g, k0, kn, w.k);
+  GemmEngine& e = *ctx.engine;
+  Operand v{w.v, d};
+  if (ctx.qk_type == DType::kI8) {  // exact int32 sums, then each row's and key's factor
+    const RawOperand k = StoredRows(ctx, a.k, a.k_scale, c.b, c.g, k0, kn, w.k, w.k_scale);
+    int32_t* sums = reinterpret_cast<int32_t*>(w.s);
+    e.Int8DotTransB(n, kn, d, static_cast<const int8_t*>(q.data) + r0 * q.ld, q.ld,
+                    static_cast<const int8_t*>(k.data), k.ld, sums, kn);
+    for (int64_t r = 0; r < n; ++r) {
+      ScaleIntRow(sums + r * kn, kn, w.q_scale[r0 + r], w.k_scale, w.s + r * kn);
+    }
+  } else if (ctx.qk_type != DType::kF32) {
+    const RawOperand k = StoredRows(ctx, a.k, a.k_scale, c.b, c.g, k0, kn, w.k, nullptr);
+    e.Gemm16(ctx.qk_type, true, n, kn, d, p.scale, static_cast<const uint16_t*>(q.data) + r0 * q.ld,
+             q.ld, static_cast<const uint16_t*>(k.data), k.ld, 0.0f, w.s, kn);
   } else {
-    k = {static_cast<const float*>(a.k.data) + a.k.Offset(c.b, c.g, k0, 0), a.k.strides[2]};
+    Operand k{w.k, d};
+    if (ctx.plan.stage_kv) {
+      StageRows(ctx, a.k, a.k_scale, c.b, c.g, k0, kn, w.k);
+    } else {
+      k = {static_cast<const float*>(a.k.data) + a.k.Offset(c.b, c.g, k0, 0), a.k.strides[2]};
+    }
+    e.Sgemm(false, true, n, kn, d, p.scale, static_cast<const float*>(q.data) + r0 * q.ld, q.ld,
+            k.data, k.ld, 0.0f, w.s, kn);
   }
-  ctx.engine->Sgemm(false, true, n, kn, d, p.scale, q.data + r0 * q.ld, q.ld, k.data, k.ld, 0.0f,
-                    w.s, kn);
   for (int64_t r = r0; r < r0 + n; ++r) {
     SoftmaxChunkRow(ctx, c.b, c.h0 + r % c.num_heads, c.i0 + r / c.num_heads, kv_length, k0, kn,
                     w.s + (r - r0) * kn, w.o + r * d, w.row_max + r, w.row_sum + r, w.row_bad + r);
   }
-  if (ctx.plan.stage_kv) {
+  // V as P.V's operand: 16-bit as stored with P rounded to it in place (each
+  // row's kn floats then hold its 2 kn 16-bit weights, kn of them used), or f32.
+  const bool narrow = ctx.pv_type != DType::kF32;
+  RawOperand v16{nullptr, 0};
+  if (narrow) {
+    v16 = StoredRows(ctx, a.v, a.v_scale, c.b, c.g, k0, kn, w.v, nullptr);
+    for (int64_t r = 0; r < n; ++r) NarrowRow(w.s + r * kn, kn, ctx.pv_type);
+  } else if (ctx.plan.stage_kv) {
     StageRows(ctx, a.v, a.v_scale, c.b, c.g, k0, kn, w.v);
   } else {
     v = {static_cast<const float*>(a.v.data) + a.v.Offset(c.b, c.g, k0, 0), a.v.strides[2]};
   }
+  auto v_row_finite = [&](int64_t j) {
+    return narrow ? AllFinite16(static_cast<const uint16_t*>(v16.data) + j * v16.ld, d, ctx.pv_type)
+                  : AllFinite(v.data + j * v.ld, d);
+  };
+  // O (+)= P [.., j0:j1) . V [j0:j1, ..].
+  auto multiply = [&](int64_t j0, int64_t j1, float beta) {
+    if (narrow) {
+      e.Gemm16(ctx.pv_type, false, n, d, j1 - j0, 1.0f, reinterpret_cast<const uint16_t*>(w.s) + j0,
+               2 * kn, static_cast<const uint16_t*>(v16.data) + j0 * v16.ld, v16.ld, beta,
+               w.o + r0 * d, d);
+    } else {
+      e.Sgemm(false, false, n, d, j1 - j0, 1.0f, w.s + j0, kn, v.data + j0 * v.ld, v.ld, beta,
+              w.o + r0 * d, d);
+    }
+  };
   // O += P.V, one GEMM per run of keys between V rows that hold a NaN or Inf
   // when some row may not see some key: such a row is flagged for the rows
   // that see it and left out (0 * NaN is NaN, and a key no row sees, padding
@@ -299,7 +457,7 @@ void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const Operan
   float beta = first ? 0.0f : 1.0f;
   int64_t j0 = 0;
   for (int64_t j = 0; j <= kn; ++j) {
-    if (j < kn && (!check_rows || AllFinite(v.data + j * v.ld, d))) continue;
+    if (j < kn && (!check_rows || v_row_finite(j))) continue;
     if (j < kn) {  // V row j is bad
       for (int64_t r = r0; r < r0 + n; ++r) {
         if (PairVisible(ctx, c.b, c.h0 + r % c.num_heads, c.i0 + r / c.num_heads, k0 + j,
@@ -309,8 +467,7 @@ void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const Operan
       }
     }
     if (j > j0) {
-      ctx.engine->Sgemm(false, false, n, d, j - j0, 1.0f, w.s + j0, kn, v.data + j0 * v.ld, v.ld,
-                        beta, w.o + r0 * d, d);
+      multiply(j0, j, beta);
       beta = 1.0f;
     }
     j0 = j + 1;
@@ -340,7 +497,13 @@ void ComputeBlock(const BlockContext& ctx, int64_t item, const WorkerScratch& w)
   std::fill(w.row_bad, w.row_bad + rows, 0.0f);
 
   if (k_begin < k_end) {
-    const Operand q = QueryRows(ctx, c, w.q);
+    RawOperand q;
+    if (ctx.qk_type == DType::kF32) {
+      const Operand f = QueryRows(ctx, c, w.q);
+      q = {f.data, f.ld};
+    } else {
+      q = LowPrecisionQueryRows(ctx, c, w);
+    }
     // Keys [k_begin, split) are within reach of every row: one GEMM pair per
     // chunk over all rows. Past split (the causal diagonal) each panel of
     // plan.panel_tokens positions takes only the keys its last row can see,

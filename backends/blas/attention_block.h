@@ -4,6 +4,7 @@
 #define ATTNKIT_BACKENDS_BLAS_ATTENTION_BLOCK_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "backends/blas/block_plan.h"
 #include "backends/blas/gemm_engine.h"
@@ -24,10 +25,28 @@ struct BlockContext {
   BlockPlan plan;
   MaskParams mask;
   KvRows kv_rows;  // where K/V row t of (b, g) lives: dense or through the block table
+  // The operand types of the two products (ChooseOperandTypes). qk_type:
+  // kF32 (Q and K as f32), kBF16 or kF16 (K's storage type, Q stored in it
+  // or rounded to it under FAST), kI8 (FAST: each Q row quantized, int8 K,
+  // exact int32 sums, GemmEngine::Int8DotTransB). pv_type: kF32, or V's
+  // 16-bit type under FAST (P rounded to it before P.V).
+  DType qk_type = DType::kF32;
+  DType pv_type = DType::kF32;
   // Q rows may be handed to BLAS in place (f32, unit stride along d) when they
   // form one strided matrix; otherwise they are gathered into scratch.
   bool q_in_place = false;
 };
+
+// Sets ctx->qk_type and pv_type from ctx->problem and what ctx->engine
+// multiplies: the storage types wherever the engine has the product and the
+// compute mode allows it (16-bit Q.K in EXACT needs Q stored in K's type, as
+// products of two 16-bit values are exact in f32), else f32.
+void ChooseOperandTypes(BlockContext* ctx);
+
+// The K/V types for which `engine` computes FAST in the storage type
+// (Capabilities::fast_kv_dtypes): kI8 with an int8 dot, kBF16 and kF16
+// with their 16-bit GEMMs.
+std::vector<DType> FastKvTypes(const GemmEngine& engine);
 
 // True when `t` ([.., T, d]) can be a BLAS operand with leading dimension
 // t.strides[2]: f32, unit stride along d, rows at least d apart.

@@ -57,6 +57,7 @@ std::string BlasBackend::Description() const {
 
 Capabilities BlasBackend::Caps() const {
   Capabilities c = FullCapabilities();
+  c.fast_kv_dtypes = blas::FastKvTypes(*engine_);
   BackwardCapabilities& b = c.backward;  // backward.h; dense K/V in a float type
   b.supported = true;
   b.dtypes = {DType::kF32, DType::kF16, DType::kBF16};
@@ -200,6 +201,7 @@ void BlasBackend::SetSegments(const AttentionProblem& p, const AttentionArgs& ar
     ctx.problem = &sp;
     ctx.args = &sa;
     ctx.engine = engine_.get();
+    blas::ChooseOperandTypes(&ctx);
     ctx.mask = sp.mask_params();
     ctx.kv_rows = KvRows(sp, sa);
     ctx.q_in_place = sa.q.dtype == DType::kF32 && sa.q.strides[3] == 1;

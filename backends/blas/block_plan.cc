@@ -32,7 +32,8 @@ int64_t BlockPlan::NumItems(const AttentionProblem& p) const {
 size_t WorkerBytes(int64_t rows, int64_t key_chunk, int64_t head_dim, bool stage_kv) {
   size_t bytes = 2 * AlignedFloats(rows * head_dim)  // q, o
                  + AlignedFloats(rows * key_chunk)   // s
-                 + 3 * AlignedFloats(rows);          // row_max, row_sum, row_bad
+                 + 4 * AlignedFloats(rows)           // row_max, row_sum, row_bad, q_scale
+                 + AlignedFloats(key_chunk);         // k_scale
   if (stage_kv) bytes += 2 * AlignedFloats(key_chunk * head_dim);
   return bytes;
 }
@@ -52,6 +53,8 @@ WorkerScratch CarveScratch(const BlockPlan& plan, int64_t head_dim, void* region
   s.row_max = take(rows);
   s.row_sum = take(rows);
   s.row_bad = take(rows);
+  s.q_scale = take(rows);
+  s.k_scale = take(plan.key_chunk);
   if (plan.stage_kv) {
     s.k = take(plan.key_chunk * head_dim);
     s.v = take(plan.key_chunk * head_dim);

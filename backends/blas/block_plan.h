@@ -60,7 +60,10 @@ struct BlockPlan {
 // One worker's scratch, carved from its region. Sizes in floats:
 //   q [rows, d] (gathered Q), s [rows, key_chunk], o [rows, d] (accumulator),
 //   row_max [rows], row_sum [rows], row_bad [rows] (1: the row reads a NaN or
-//   Inf), k and v [key_chunk, d] (only when staged).
+//   Inf), q_scale [rows] and k_scale [key_chunk] (int8 Q.K: each row's and
+//   key's factor), k and v [key_chunk, d] (only when staged). q, k and v
+//   hold 16-bit or int8 operands in place of f32 when the products take them
+//   (BlockContext::qk_type, pv_type), in the same bytes.
 struct WorkerScratch {
   float* q = nullptr;
   float* s = nullptr;
@@ -68,6 +71,8 @@ struct WorkerScratch {
   float* row_max = nullptr;
   float* row_sum = nullptr;
   float* row_bad = nullptr;
+  float* q_scale = nullptr;
+  float* k_scale = nullptr;
   float* k = nullptr;
   float* v = nullptr;
 };

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/dtype.h"
 
 namespace attnkit {
 namespace blas {
@@ -53,6 +54,19 @@ class GemmEngine {
   // when HasInt8Dot(). Safe to call from several threads at once.
   virtual void Int8DotTransB(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
                              const int8_t* b, int64_t ldb, int32_t* c, int64_t ldc) {}
+
+  // Whether Gemm16 takes operands of `type` (kBF16 or kF16), multiplying
+  // their exact products and summing in f32.
+  virtual bool HasGemm16(DType type) const { return false; }
+  // Row-major GEMM on 16-bit operands of `type` (raw bits), f32 result:
+  //   c [m, n] = alpha * a [m, k] . op(b) + beta * c,
+  // op(b) = b [k, n] (trans_b false) or b^T (b [n, k]). Every product of
+  // two 16-bit values is exact in f32; the sums are f32. The bf16 dot
+  // instructions (vdpbf16ps) may flush subnormal inputs and products to 0
+  // (core/fast_compute.h MayFlushBF16Products). Only when HasGemm16(type).
+  virtual void Gemm16(DType type, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                      float* c, int64_t ldc) {}
 
   // The first error a GEMM met since the last call (a primitive the library
   // could not create, say), cleared by the call; the backend returns it

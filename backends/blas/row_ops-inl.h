@@ -140,6 +140,41 @@ HWY_INLINE void DequantizeRowImpl(const int8_t* HWY_RESTRICT src, int64_t n, flo
   for (; j < n; ++j) dst[j] = static_cast<float>(src[j]) * scale;
 }
 
+HWY_INLINE void ScaleIntRowImpl(const int32_t* sums, int64_t n, float row_factor,
+                                const float* HWY_RESTRICT col_factors, float* out) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto vrow = hn::Set(df, row_factor);
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {  // load before store: out may be sums
+    const auto x = hn::ConvertTo(df, hn::LoadU(di, sums + j));
+    hn::StoreU(hn::Mul(hn::Mul(x, vrow), hn::LoadU(df, col_factors + j)), df, out + j);
+  }
+  for (; j < n; ++j) out[j] = static_cast<float>(sums[j]) * row_factor * col_factors[j];
+}
+
+// bf16 bits of x[j] rounded to nearest even (BF16FromF32 without its NaN
+// case), written over the row's first 2n bytes. Each vector is loaded before
+// the narrower store, which only reaches floats already loaded.
+HWY_INLINE void NarrowRowBF16Impl(float* x, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint16_t, decltype(df)> d16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  uint16_t* out = reinterpret_cast<uint16_t*>(x);
+  const auto half = hn::Set(di, 0x7fff);
+  const auto one = hn::Set(di, 1);
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto bits = hn::BitCast(di, hn::LoadU(df, x + j));  // P >= 0: the sign bit is 0
+    const auto lsb = hn::And(hn::ShiftRight<16>(bits), one);
+    const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(bits, half), lsb));
+    hn::StoreU(hn::DemoteTo(d16, rounded), d16, out + j);
+  }
+  for (; j < n; ++j) out[j] = BF16FromF32(x[j]);
+}
+
 // Wrappers with the exported signatures (HWY_EXPORT needs plain functions).
 void SoftcapRowT(float* s, int64_t n, float cap) { SoftcapRowImpl(s, n, cap); }
 float RowMaxT(const float* s, int64_t n) { return RowMaxImpl(s, n); }
@@ -152,6 +187,11 @@ void WidenRowT(const void* src, DType type, int64_t n, float* dst) {
 void DequantizeRowT(const int8_t* src, int64_t n, float scale, float* dst) {
   DequantizeRowImpl(src, n, scale, dst);
 }
+void ScaleIntRowT(const int32_t* sums, int64_t n, float row_factor, const float* col_factors,
+                  float* out) {
+  ScaleIntRowImpl(sums, n, row_factor, col_factors, out);
+}
+void NarrowRowBF16T(float* x, int64_t n) { NarrowRowBF16Impl(x, n); }
 int64_t TargetT() { return HWY_TARGET; }
 
 }  // namespace HWY_NAMESPACE

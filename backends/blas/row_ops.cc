@@ -21,6 +21,8 @@ HWY_EXPORT(ScaleRowT);
 HWY_EXPORT(AllFiniteT);
 HWY_EXPORT(WidenRowT);
 HWY_EXPORT(DequantizeRowT);
+HWY_EXPORT(ScaleIntRowT);
+HWY_EXPORT(NarrowRowBF16T);
 HWY_EXPORT(TargetT);
 
 void SoftcapRow(float* s, int64_t n, float cap) { HWY_DYNAMIC_DISPATCH(SoftcapRowT)(s, n, cap); }
@@ -35,6 +37,18 @@ void WidenRow(const void* src, DType type, int64_t n, float* dst) {
 }
 void DequantizeRow(const int8_t* src, int64_t n, float scale, float* dst) {
   HWY_DYNAMIC_DISPATCH(DequantizeRowT)(src, n, scale, dst);
+}
+void ScaleIntRow(const int32_t* sums, int64_t n, float row_factor, const float* col_factors,
+                 float* out) {
+  HWY_DYNAMIC_DISPATCH(ScaleIntRowT)(sums, n, row_factor, col_factors, out);
+}
+void NarrowRow(float* x, int64_t n, DType type) {
+  if (type == DType::kBF16) {
+    HWY_DYNAMIC_DISPATCH(NarrowRowBF16T)(x, n);
+    return;
+  }
+  uint16_t* out = reinterpret_cast<uint16_t*>(x);  // f16: in order, each read before its write
+  for (int64_t j = 0; j < n; ++j) out[j] = F16FromF32(x[j]);
 }
 const char* RowOpsTarget() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetT)()); }
 

@@ -37,6 +37,17 @@ void WidenRow(const void* src, DType type, int64_t n, float* dst);
 // the scalar product.
 void DequantizeRow(const int8_t* src, int64_t n, float scale, float* dst);
 
+// out[j] = float(sums[j]) * row_factor * col_factors[j] over [0, n): an
+// int8 Q.K row's exact sums times the row's and each key's factor. out may
+// be sums (in place: the same bytes).
+void ScaleIntRow(const int32_t* sums, int64_t n, float row_factor, const float* col_factors,
+                 float* out);
+
+// Rounds x[0, n) (softmax weights, >= 0) to `type` (kBF16 or kF16), to
+// nearest even, and writes the 16-bit values over the row's first 2n bytes:
+// P as a 16-bit P.V operand in P's own scratch.
+void NarrowRow(float* x, int64_t n, DType type);
+
 // The Highway target these functions dispatch to on this CPU, e.g. "AVX2".
 const char* RowOpsTarget();
 

@@ -175,6 +175,54 @@ TEST_P(RowOpsTest, AllBlockedRowHasMaxNegInf) {
   EXPECT_EQ(RowMax(x.data(), 13), kNegInf);
 }
 
+// P rounded to 16 bits in its own row: every length and offset, weights
+// across [0, 1] (ties, subnormals and 1.0 included), each value the scalar
+// round-to-nearest-even conversion, the floats past 2n bytes untouched.
+TEST_P(RowOpsTest, NarrowingRoundsToNearestEvenInPlace) {
+  SCOPED_TRACE(RowOpsTarget());
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (DType type : {DType::kBF16, DType::kF16}) {
+    for (int64_t n = 0; n <= 70; ++n) {
+      for (int64_t offset : {0, 1, 3}) {
+        std::vector<float> row(static_cast<size_t>(n + offset) + 4);
+        for (float& v : row) v = unit(rng);
+        for (int64_t j = 0; j < n; j += 5) row[offset + j] = 1.0f + 1.0f / 256;  // a bf16 tie
+        if (n > 2) row[offset + 1] = 1e-40f, row[offset + 2] = 1.0f;
+        const std::vector<float> before = row;
+        NarrowRow(row.data() + offset, n, type);
+        const uint16_t* out = reinterpret_cast<const uint16_t*>(row.data() + offset);
+        for (int64_t j = 0; j < n; ++j) {
+          const float x = before[offset + j];
+          ASSERT_EQ(out[j], type == DType::kBF16 ? BF16FromF32(x) : F16FromF32(x))
+              << DTypeName(type) << " n " << n << " j " << j << " x " << x;
+        }
+        for (size_t j = offset + n; j < row.size(); ++j) ASSERT_EQ(row[j], before[j]);
+      }
+    }
+  }
+}
+
+TEST_P(RowOpsTest, IntegerScoresTimesRowAndKeyFactors) {
+  SCOPED_TRACE(RowOpsTarget());
+  std::mt19937 rng(12);
+  std::uniform_int_distribution<int32_t> sums(-2000000, 2000000);
+  std::uniform_real_distribution<float> factor(0.001f, 0.1f);
+  for (int64_t n = 0; n <= 70; ++n) {
+    std::vector<int32_t> in(n);
+    std::vector<float> cols(n), out(n);
+    for (int64_t j = 0; j < n; ++j) in[j] = sums(rng), cols[j] = factor(rng);
+    ScaleIntRow(in.data(), n, 0.37f, cols.data(), out.data());
+    for (int64_t j = 0; j < n; ++j) {
+      ASSERT_EQ(out[j], static_cast<float>(in[j]) * 0.37f * cols[j]) << "n " << n << " j " << j;
+    }
+    // In place: the sums' own bytes.
+    std::vector<int32_t> again = in;
+    ScaleIntRow(again.data(), n, 0.37f, cols.data(), reinterpret_cast<float*>(again.data()));
+    ASSERT_EQ(std::memcmp(again.data(), out.data(), n * sizeof(float)), 0);
+  }
+}
+
 }  // namespace
 }  // namespace blas
 }  // namespace attnkit

@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -117,6 +118,8 @@ struct OneDnnEngine::State {
   std::atomic<int> gemm_threads{1};
   bool int8_exact = false;
   std::string int8_note;
+  bool bf16 = false;
+  std::string bf16_note;
 
   mutable absl::Mutex mu;
   absl::flat_hash_map<Key, std::shared_ptr<Entry>, absl::Hash<Key>> cache ABSL_GUARDED_BY(mu);
@@ -256,6 +259,44 @@ struct OneDnnEngine::State {
   }
 };
 
+namespace {
+
+// bf16 operands of small integers (exact in bf16 and in any f32 sum).
+uint16_t SmallBf16(int64_t i) { return BF16FromF32(static_cast<float>(i % 7) - 3.0f); }
+
+}  // namespace
+
+void OneDnnEngine::ProbeBf16() {
+  State& s = *state_;
+  constexpr int64_t kM = 3, kN = 5, kK = 64;
+  std::vector<uint16_t> a(kM * kK), b(kN * kK);
+  for (int64_t i = 0; i < kM * kK; ++i) a[i] = SmallBf16(i);
+  for (int64_t i = 0; i < kN * kK; ++i) b[i] = SmallBf16(3 * i + 1);
+  std::vector<float> c(kM * kN, 0.0f);
+  const Key key{kM, kN, kK, kK, kK, kN, false, true, dt::bf16, dt::f32, Bits(1.0f), Bits(0.0f)};
+  std::shared_ptr<Entry> entry = s.Get(key, dt::bf16);
+  if (entry == nullptr) {
+    absl::MutexLock lock(&s.mu);
+    s.bf16_note = absl::StrFormat("oneDNN %s has no bf16 matmul on %s", Version(), Isa());
+    s.error = absl::OkStatus();
+    return;
+  }
+  s.Execute(*entry, a.data(), b.data(), c.data());
+  for (int64_t i = 0; i < kM; ++i) {
+    for (int64_t j = 0; j < kN; ++j) {
+      float want = 0;
+      for (int64_t x = 0; x < kK; ++x)
+        want += F32FromBF16(a[i * kK + x]) * F32FromBF16(b[j * kK + x]);
+      if (c[i * kN + j] != want) {
+        s.bf16_note = absl::StrFormat("oneDNN's bf16 matmul gave %g, not %g, in its self-test",
+                                      c[i * kN + j], want);
+        return;
+      }
+    }
+  }
+  s.bf16 = true;
+}
+
 absl::StatusOr<std::unique_ptr<OneDnnEngine>> OneDnnEngine::Create(const EngineOptions& options) {
   auto state = std::make_unique<State>();
   state->options = options;
@@ -276,6 +317,7 @@ absl::StatusOr<std::unique_ptr<OneDnnEngine>> OneDnnEngine::Create(const EngineO
     return absl::UnavailableError("oneDNN's f32 matmul gave a wrong product in its self-test");
   }
   engine->state_->ProbeInt8();
+  engine->ProbeBf16();
   return engine;
 }
 
@@ -284,16 +326,46 @@ OneDnnEngine::~OneDnnEngine() = default;
 
 std::string OneDnnEngine::Isa() const { return IsaName(dnnl::get_effective_cpu_isa()); }
 
-std::string OneDnnEngine::Library() const {
+std::string OneDnnEngine::Version() {
   const dnnl_version_t* v = dnnl::version();
-  return absl::StrFormat("oneDNN %d.%d.%d (%s)", v->major, v->minor, v->patch, Isa());
+  return absl::StrFormat("%d.%d.%d", v->major, v->minor, v->patch);
+}
+
+std::string OneDnnEngine::Library() const {
+  return absl::StrFormat("oneDNN %s (%s)", Version(), Isa());
 }
 
 std::string OneDnnEngine::KernelTag() const { return absl::StrFormat("onednn/%s", Isa()); }
 
 std::string OneDnnEngine::Remarks() const {
-  if (state_->int8_exact) return "int8 Q.K as s8 GEMMs under FAST";
-  return absl::StrFormat("int8 K/V dequantized to f32: %s", state_->int8_note);
+  const State& s = *state_;
+  return absl::StrCat(s.bf16 ? "bf16 products in bf16 (Q.K when Q is bf16 or FAST; P.V under FAST)"
+                             : absl::StrCat("bf16 K/V widened to f32: ", s.bf16_note),
+                      "; f16 K/V widened to f32 (oneDNN 2.6's f16 matmul is not used)",
+                      s.int8_exact ? "; int8 Q.K as exact s8 GEMMs under FAST"
+                                   : absl::StrCat("; int8 K/V dequantized to f32: ", s.int8_note));
+}
+
+bool OneDnnEngine::HasGemm16(DType type) const { return type == DType::kBF16 && state_->bf16; }
+
+std::string OneDnnEngine::Bf16Note() const { return state_->bf16_note; }
+
+void OneDnnEngine::Gemm16(DType type, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                          const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
+                          float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    Sgemm(false, false, m, n, 0, alpha, nullptr, 1, nullptr, 1, beta, c, ldc);
+    return;
+  }
+  if (type != DType::kBF16 || !state_->bf16) {
+    state_->RecordError(
+        absl::StrFormat("Gemm16 asked for %s, which this engine does not take", DTypeName(type)));
+    return;
+  }
+  const Key key{m, n, k, lda, ldb, ldc, false, trans_b, dt::bf16, dt::f32, Bits(alpha), Bits(beta)};
+  std::shared_ptr<Entry> entry = state_->Get(key, dt::bf16);
+  if (entry != nullptr) state_->Execute(*entry, a, b, c);
 }
 
 void OneDnnEngine::SetGemmThreads(int n) {

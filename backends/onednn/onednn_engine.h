@@ -44,7 +44,8 @@ class OneDnnEngine : public blas::GemmEngine {
  public:
   // Fails (Unavailable, with oneDNN's message) when oneDNN cannot create an
   // f32 matmul on this CPU. Probes once whether the int8 GEMM is exact here
-  // (HasInt8Dot): without VNNI, oneDNN's x86 int8 kernels sum pairs of
+  // (HasInt8Dot) and whether it has a bf16 matmul (HasGemm16; f16 is not
+  // used). Without VNNI, oneDNN's x86 int8 kernels sum pairs of
   // products in saturating 16-bit lanes (vpmaddubsw), so 127 * 127 * 128
   // comes out as 16320 on AVX2; such an engine has no int8 dot.
   static absl::StatusOr<std::unique_ptr<OneDnnEngine>> Create(const EngineOptions& options = {});
@@ -62,6 +63,10 @@ class OneDnnEngine : public blas::GemmEngine {
   bool HasInt8Dot() const override;
   void Int8DotTransB(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
                      int64_t ldb, int32_t* c, int64_t ldc) override;
+  bool HasGemm16(DType type) const override;
+  void Gemm16(DType type, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+              int64_t ldc) override;
   absl::Status TakeError() override;
 
   // The ISA oneDNN dispatches to here, as oneDNN names it (e.g. "avx2",
@@ -69,11 +74,18 @@ class OneDnnEngine : public blas::GemmEngine {
   std::string Isa() const;
   // Why HasInt8Dot is false, or "" when it is true.
   std::string Int8Note() const;
+  // Why HasGemm16(kBF16) is false (oneDNN 2.6 multiplies bf16 on
+  // avx512_core and above), or "".
+  std::string Bf16Note() const;
+  // oneDNN's version, e.g. "2.6.3".
+  static std::string Version();
   CacheStats Stats() const;
 
  private:
   struct State;
   explicit OneDnnEngine(std::unique_ptr<State> state);
+  // Whether the bf16 matmul exists and sums small integers exactly.
+  void ProbeBf16();
   std::unique_ptr<State> state_;
 };
 

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/dtype.h"
 #include "gtest/gtest.h"
 
 namespace attnkit {
@@ -149,6 +150,42 @@ TEST(OneDnnEngineTest, Int8DotIsExactOrSaysWhyNot) {
       int64_t want = 0;
       for (int64_t x = 0; x < k; ++x) want += int64_t{a[i * lda + x]} * b[j * ldb + x];
       ASSERT_EQ(c[i * ldc + j], want) << i << "," << j;
+    }
+  }
+}
+
+TEST(OneDnnEngineTest, Bf16GemmSumsExactProductsOrSaysWhyNot) {
+  std::unique_ptr<OneDnnEngine> e = NewEngine();
+  ASSERT_NE(e, nullptr);
+  EXPECT_FALSE(e->HasGemm16(DType::kF16));
+  if (!e->HasGemm16(DType::kBF16)) {
+    EXPECT_FALSE(e->Bf16Note().empty());
+    EXPECT_NE(e->Remarks().find("bf16 K/V widened to f32"), std::string::npos) << e->Remarks();
+    GTEST_SKIP() << "no bf16 matmul on " << e->Isa() << ": " << e->Bf16Note();
+  }
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const int64_t m = 9, n = 40, k = 100;
+  for (int tb = 0; tb < 2; ++tb) {
+    for (float beta : {0.0f, 1.0f}) {
+      const int64_t lda = k + 4, ldb = (tb ? k : n) + 6, ldc = n + 1;
+      std::vector<uint16_t> a(m * lda), b((tb ? n : k) * ldb);
+      for (uint16_t& x : a) x = BF16FromF32(u(rng));
+      for (uint16_t& x : b) x = BF16FromF32(u(rng));
+      std::vector<float> c(m * ldc, beta == 0.0f ? std::numeric_limits<float>::quiet_NaN() : 0.5f);
+      e->Gemm16(DType::kBF16, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+      ASSERT_TRUE(e->TakeError().ok());
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double want = 0;
+          for (int64_t x = 0; x < k; ++x) {
+            want += double{F32FromBF16(a[i * lda + x])} *
+                    F32FromBF16(tb ? b[j * ldb + x] : b[x * ldb + j]);
+          }
+          want = 0.5 * want + (beta == 0.0f ? 0.0 : 0.5);
+          ASSERT_NEAR(c[i * ldc + j], want, 1e-4) << "tb " << tb << " at " << i << "," << j;
+        }
+      }
     }
   }
 }
