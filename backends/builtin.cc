@@ -33,7 +33,7 @@ void RegisterBuiltinBackends(BackendRegistry* registry) {
 
 const std::vector<std::string>& DefaultAutoOrder() {
   static const std::vector<std::string>* order =
-      new std::vector<std::string>{"cuda", "highway", "blas", "reference"};
+      new std::vector<std::string>{"cuda", "highway", "blas", "onednn", "reference"};
   return *order;
 }
 

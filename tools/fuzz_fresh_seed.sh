@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seed=${1:-$(( $(date +%s%N) % 1000000007 ))}
 bin=bazel-bin/tools/attnkit
-backends=highway,blas,reference
+backends=highway,blas,onednn,reference
 repro=$(mktemp -d)
 echo "fuzz_fresh_seed: seed $seed; replay: tools/fuzz_fresh_seed.sh $seed"
 "$bin" fuzz --count=2000 --seed="$seed" --backends=$backends --repro_dir="$repro"

@@ -122,7 +122,8 @@ const std::vector<CommandSpec>& Commands() {
         "attnkit train --task=reverse --backend=blas --steps=400 --json=curve.json",
         "attnkit train --backend=reference --dim=32 --batch=8 --steps=150   (the slow one)"},
        {{"layers", "2"},
-        {"backend", "auto: the first of cuda, highway, blas, reference that trains on the host"},
+        {"backend",
+         "auto: the first of cuda, highway, blas, onednn, reference that trains on the host"},
         {"log_every", "about 20 lines per run"}}},
       {"ring",
        "one problem sharded over the ranks of an MPI job (mpirun -np N attnkit ring): ring or "

@@ -1,0 +1,137 @@
+// The oneDNN backend's two choices, measured on this machine:
+//  1. what the first call costs: a fresh backend's first Forward (primitive
+//     creation for every block shape) against its warm median, with the
+//     primitives created and the seconds spent creating them;
+//  2. threading: blocks over the backend's threads with 1-thread oneDNN
+//     GEMMs (kItems) against items in sequence with oneDNN's OpenMP threads
+//     in each GEMM (kBlas), alternated round by round (the host is shared).
+// Usage: onednn_bench [threads=2] [rounds=5]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/blas/blas_backend.h"
+#include "backends/onednn/onednn_engine.h"
+#include "core/backend.h"
+#include "harness/problem_data.h"
+
+namespace attnkit {
+namespace {
+
+AttentionProblem Problem(const char* name, int64_t b, int64_t h, int64_t g, int64_t tq, int64_t tk,
+                         int64_t d, MaskKind mask) {
+  AttentionProblem p;
+  p.name = name;
+  p.batch = b;
+  p.num_heads = h;
+  p.num_kv_heads = g;
+  p.q_len = tq;
+  p.kv_len = tk;
+  p.head_dim = d;
+  p.model_dim = h * d;
+  p.mask = mask;
+  p.alignment = Alignment::kBottomRight;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  return p;
+}
+
+double Seconds(BlasBackend& backend, const AttentionProblem& p, const AttentionArgs& args) {
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Status s = backend.Forward(p, args);
+  const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", p.name.c_str(), std::string(s.message()).c_str());
+    std::exit(1);
+  }
+  return t;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::shared_ptr<onednn::OneDnnEngine> NewEngine() {
+  auto engine = onednn::OneDnnEngine::Create();
+  if (!engine.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(engine.status().message()).c_str());
+    std::exit(1);
+  }
+  return std::shared_ptr<onednn::OneDnnEngine>(std::move(*engine));
+}
+
+int Main(int threads, int rounds) {
+  const std::vector<AttentionProblem> problems = {
+      Problem("mha_h16_t2048_d64_causal", 1, 16, 16, 2048, 2048, 64, MaskKind::kCausal),
+      Problem("gqa_h32_g8_t1024_d128_causal", 1, 32, 8, 1024, 1024, 128, MaskKind::kCausal),
+      Problem("cross_h16_q256_k2048_d64", 1, 16, 16, 256, 2048, 64, MaskKind::kNone),
+      Problem("decode_b8_h32_g8_k4096_d128", 8, 32, 8, 1, 4096, 128, MaskKind::kNone),
+      Problem("decode_b1_h32_g8_k4096_d128", 1, 32, 8, 1, 4096, 128, MaskKind::kNone),
+  };
+  std::printf("oneDNN %s, %s; %d threads, %d rounds\n\n", onednn::OneDnnEngine::Version().c_str(),
+              NewEngine()->Isa().c_str(), threads, rounds);
+  std::printf("%-30s %12s %12s %10s %12s\n", "first call", "first ms", "warm ms", "created",
+              "create ms");
+  for (const AttentionProblem& p : problems) {
+    auto data = ProblemData::Random(p, 1);
+    if (!data.ok()) return 1;
+    const AttentionArgs args = data->args();
+    std::shared_ptr<onednn::OneDnnEngine> engine = NewEngine();
+    const onednn::CacheStats before = engine->Stats();
+    BlasOptions o;
+    o.num_threads = threads;
+    o.engine = engine;
+    BlasBackend backend(o);
+    const double first = Seconds(backend, p, args);
+    const onednn::CacheStats after = engine->Stats();
+    std::vector<double> warm;
+    for (int r = 0; r < rounds; ++r) warm.push_back(Seconds(backend, p, args));
+    std::printf("%-30s %12.3f %12.3f %10lld %12.3f\n", p.name.c_str(), first * 1e3,
+                Median(warm) * 1e3, static_cast<long long>(after.misses - before.misses),
+                (after.create_seconds - before.create_seconds) * 1e3);
+  }
+  std::printf("\n%-30s %12s %12s %10s\n", "threading (median ms)", "items", "onednn-omp",
+              "omp/items");
+  for (const AttentionProblem& p : problems) {
+    auto data = ProblemData::Random(p, 1);
+    if (!data.ok()) return 1;
+    const AttentionArgs args = data->args();
+    std::unique_ptr<BlasBackend> backends[2];
+    const BlasThreading modes[2] = {BlasThreading::kItems, BlasThreading::kBlas};
+    for (int m = 0; m < 2; ++m) {
+      BlasOptions o;
+      o.num_threads = threads;
+      o.threading = modes[m];
+      o.engine = NewEngine();
+      backends[m] = std::make_unique<BlasBackend>(o);
+      Seconds(*backends[m], p, args);  // warm: primitives and workspace
+    }
+    std::vector<double> t[2];
+    for (int r = 0; r < rounds; ++r) {
+      for (int m = 0; m < 2; ++m) t[m].push_back(Seconds(*backends[(m + r) % 2], p, args));
+    }
+    // t[m] holds mode (m + r) % 2 at round r: regroup by mode.
+    std::vector<double> by_mode[2];
+    for (int r = 0; r < rounds; ++r) {
+      for (int m = 0; m < 2; ++m) by_mode[(m + r) % 2].push_back(t[m][r]);
+    }
+    const double items = Median(by_mode[0]), omp = Median(by_mode[1]);
+    std::printf("%-30s %12.3f %12.3f %10.2f\n", p.name.c_str(), items * 1e3, omp * 1e3,
+                omp / items);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace attnkit
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
+  return attnkit::Main(std::max(1, threads), std::max(1, rounds));
+}
