@@ -97,19 +97,15 @@ const dnnl::engine& CpuEngine() {
   return *engine;
 }
 
-// What one calling thread keeps between GEMMs: its stream, its scratchpad
-// and the OpenMP thread count it last set.
-struct ThreadState {
+// A stream and a scratchpad for one GEMM at a time: taken from the engine's
+// free list by a calling thread for one GEMM and handed back after it, so
+// the list holds as many as GEMMs ever ran at once and their scratchpads are
+// touched once and reused. (Not thread_local: LeakSanitizer's tracer faults
+// on the dynamic TLS of a dlopen'ed plugin's pool threads at exit.)
+struct Slot {
   std::unique_ptr<dnnl::stream> stream;
   std::vector<char> scratchpad;
-  int omp_threads = -1;
 };
-
-ThreadState& ThisThread() {
-  thread_local ThreadState state;
-  if (state.stream == nullptr) state.stream = std::make_unique<dnnl::stream>(CpuEngine());
-  return state;
-}
 
 }  // namespace
 
@@ -126,6 +122,27 @@ struct OneDnnEngine::State {
   std::atomic<int64_t> clock{0};
   CacheStats stats ABSL_GUARDED_BY(mu);
   absl::Status error ABSL_GUARDED_BY(mu);
+  absl::Mutex slots_mu;
+  std::vector<std::unique_ptr<Slot>> free_slots ABSL_GUARDED_BY(slots_mu);
+
+  std::unique_ptr<Slot> TakeSlot() {
+    {
+      absl::MutexLock lock(&slots_mu);
+      if (!free_slots.empty()) {
+        std::unique_ptr<Slot> slot = std::move(free_slots.back());
+        free_slots.pop_back();
+        return slot;
+      }
+    }
+    auto slot = std::make_unique<Slot>();
+    slot->stream = std::make_unique<dnnl::stream>(CpuEngine());
+    return slot;
+  }
+
+  void ReturnSlot(std::unique_ptr<Slot> slot) {
+    absl::MutexLock lock(&slots_mu);
+    free_slots.push_back(std::move(slot));
+  }
 
   void RecordError(const std::string& what) {
     absl::MutexLock lock(&mu);
@@ -198,29 +215,31 @@ struct OneDnnEngine::State {
     return entry;
   }
 
-  // Runs `entry` on the calling thread with its stream and scratchpad.
+  // Runs `entry` on the calling thread, with a slot's stream and scratchpad
+  // and `gemm_threads` OpenMP threads (omp_set_num_threads sets the calling
+  // thread's own ICV; setting it each time costs a store).
   void Execute(const Entry& entry, const void* a, const void* b, void* c) {
-    ThreadState& t = ThisThread();
-    const int threads = gemm_threads.load(std::memory_order_relaxed);
-    if (t.omp_threads != threads) {
-      omp_set_num_threads(threads);
-      t.omp_threads = threads;
-    }
-    if (t.scratchpad.size() < entry.scratchpad_bytes) t.scratchpad.resize(entry.scratchpad_bytes);
+    omp_set_num_threads(gemm_threads.load(std::memory_order_relaxed));
+    std::unique_ptr<Slot> t;
     try {
+      t = TakeSlot();
+      if (t->scratchpad.size() < entry.scratchpad_bytes) {
+        t->scratchpad.resize(entry.scratchpad_bytes);
+      }
       const dnnl::engine& e = CpuEngine();
       dnnl::memory am(entry.a, e, const_cast<void*>(a));
       dnnl::memory bm(entry.b, e, const_cast<void*>(b));
       dnnl::memory cm(entry.c, e, c);
-      dnnl::memory sm(entry.scratchpad, e, t.scratchpad.data());
-      entry.primitive.execute(*t.stream, {{DNNL_ARG_SRC, am},
-                                          {DNNL_ARG_WEIGHTS, bm},
-                                          {DNNL_ARG_DST, cm},
-                                          {DNNL_ARG_SCRATCHPAD, sm}});
-      t.stream->wait();
+      dnnl::memory sm(entry.scratchpad, e, t->scratchpad.data());
+      entry.primitive.execute(*t->stream, {{DNNL_ARG_SRC, am},
+                                           {DNNL_ARG_WEIGHTS, bm},
+                                           {DNNL_ARG_DST, cm},
+                                           {DNNL_ARG_SCRATCHPAD, sm}});
+      t->stream->wait();
     } catch (const dnnl::error& err) {
       RecordError(absl::StrFormat("oneDNN matmul failed: %s", err.what()));
     }
+    if (t != nullptr) ReturnSlot(std::move(t));
   }
 
   // Whether the s8 x s8 -> s32 GEMM sums exactly here, on operands at the

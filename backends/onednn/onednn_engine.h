@@ -6,13 +6,14 @@
 // Primitives are created once per shape and kept (a primitive descriptor and
 // its JIT kernel cost 15-200 us to create here, more than a small block's
 // product): a bounded, thread-safe cache keyed by the GEMM's shape, leading
-// dimensions, transpositions, types, alpha and beta. Each calling thread has
-// its own stream and scratchpad (scratchpad_mode::user), so blocks on
-// several threads execute primitives at the same time.
+// dimensions, transpositions, types, alpha and beta. Each GEMM in flight
+// takes a stream and a scratchpad (scratchpad_mode::user) from the engine's
+// free list, so blocks on several threads execute primitives at the same
+// time and scratchpads are allocated once.
 //
-// Threads: the Debian build uses OpenMP. SetGemmThreads(n) takes effect on
-// each calling thread before its next GEMM (omp_set_num_threads sets that
-// thread's own ICV): 1 while the backend spreads blocks over its threads.
+// Threads: the Debian build uses OpenMP. Each GEMM first sets its calling
+// thread's OpenMP thread count (an ICV of that thread) to SetGemmThreads's
+// value: 1 while the backend spreads blocks over its threads.
 #ifndef ATTNKIT_BACKENDS_ONEDNN_ONEDNN_ENGINE_H_
 #define ATTNKIT_BACKENDS_ONEDNN_ONEDNN_ENGINE_H_
 
