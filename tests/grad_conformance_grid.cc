@@ -186,6 +186,37 @@ std::vector<GradCase> GradConformanceGrid() {
     c.problem.name = absl::StrCat(c.problem.Id(), "_", sc.tag);
     grid.push_back(std::move(c));
   }
+  // NaN and Inf at random elements of Q, K, V (and the bias): a row that
+  // reads one has NaN gradients, as have the keys it sees, and nothing else:
+  // 0 * NaN must not reach the dQ of a row that does not see a poisoned K or
+  // V row, nor the dK of a key that a poisoned Q row does not see. Causal
+  // masks make most poisoned keys seen by some rows and not by others.
+  struct NonFinite {
+    int64_t heads, kv_heads, len, d;
+    MaskKind mask;
+    bool bias, blocked;
+    int64_t count;
+  };
+  const NonFinite nonfinite[] = {
+      {4, 2, 97, 64, MaskKind::kCausal, false, false, 4},
+      {4, 1, 70, 40, MaskKind::kSlidingWindow, true, false, 4},
+      {2, 2, 65, 16, MaskKind::kCausal, false, true, 3},
+  };
+  for (const NonFinite& n : nonfinite) {
+    GradCase c;
+    c.problem = BasicProblem(1, n.heads, n.kv_heads, n.len, n.len, n.d);
+    c.problem.mask = n.mask;
+    c.problem.alignment = Alignment::kBottomRight;
+    if (n.mask == MaskKind::kSlidingWindow) c.problem.window_left = n.len / 3;
+    c.problem.additive_bias = n.bias;
+    c.problem.blocked_mask = n.blocked;
+    c.with_dbias = n.bias;
+    c.problem.nonfinite_inputs = n.count;
+    c.problem.return_lse = true;
+    c.problem.seed = seed++;
+    c.problem.name = absl::StrCat(c.problem.Id(), "_nonfinite");
+    grid.push_back(std::move(c));
+  }
   return grid;
 }
 

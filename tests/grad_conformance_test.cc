@@ -279,6 +279,9 @@ TEST(GradConformanceGridTest, IsSmallAndVaried) {
     }
   }
   EXPECT_EQ(group_sizes, (std::set<int64_t>{1, 2, 4}));
+  int nonfinite = 0;
+  for (const GradCase& c : grid) nonfinite += c.problem.nonfinite_inputs > 0;
+  EXPECT_GE(nonfinite, 3) << "NaN/Inf inputs under causal, windowed+bias and dense masks";
   EXPECT_EQ(head_dims, (std::set<int64_t>{16, 23, 40, 64, 80, 128}));
   for (int64_t t : {1, 37, 101, 300}) EXPECT_TRUE(q_lens.count(t)) << "Tq " << t;
   for (int64_t t : {1, 37, 101, 300}) EXPECT_TRUE(kv_lens.count(t)) << "Tk " << t;

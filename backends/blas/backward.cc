@@ -163,30 +163,21 @@ bool DenseBlocked(const Context& c, int64_t b, int64_t h, int64_t i, int64_t j) 
          static_cast<const float*>(c.a.bias.data)[c.a.bias.Offset(b, h, i, j)] == kNegInf;
 }
 
-// True when some query row of kv head g sees key j. Asked only for a K row
-// holding a NaN or Inf, so the O(H/G * Tq) scan is rare.
-bool KeySeen(const Context& c, int64_t b, int64_t g, int64_t j) {
-  const int64_t kv_length = c.p.KvLength(b);
-  for (int64_t h = g * c.plan.heads; h < (g + 1) * c.plan.heads; ++h) {
-    for (int64_t i = 0; i < c.p.q_len; ++i) {
-      const KeyRange vis = VisibleKeys(c.mask, i, kv_length);
-      if (j >= vis.begin && j < vis.end && !DenseBlocked(c, b, h, i, j)) return true;
-    }
-  }
-  return false;
-}
-
-// kf, vf [n, d] = K and V rows [j0, j0 + n) of (b, g) as f32. A K row no
-// query of the group sees may hold anything (padding): when it is not finite
-// it is zeroed, as dQ += dX K would turn its dX of 0 into 0 * NaN. V rows
-// need no care: dS is 0 wherever P is, whatever dP holds (SoftmaxGradRow).
+// kf, vf [n, d] = K and V rows [j0, j0 + n) of (b, g) as f32, rows holding a
+// NaN or Inf zeroed (see below).
 void StageKv(const Context& c, int64_t b, int64_t g, int64_t j0, int64_t n, float* kf, float* vf) {
   const int64_t d = c.d;
   for (int64_t j = j0; j < j0 + n; ++j) {
     float* krow = kf + (j - j0) * d;
     LoadRow(c.a.k, c.a.k.Offset(b, g, j, 0), d, krow);
-    LoadRow(c.a.v, c.a.v.Offset(b, g, j, 0), d, vf + (j - j0) * d);
-    if (!AllFinite(krow, d) && !KeySeen(c, b, g, j)) std::fill(krow, krow + d, 0.0f);
+    float* vrow = vf + (j - j0) * d;
+    LoadRow(c.a.v, c.a.v.Offset(b, g, j, 0), d, vrow);
+    // A K or V row with a NaN or Inf is zeroed: a row that sees it is a NaN
+    // row (lse NaN; ProbabilityRow makes its P NaN wherever it sees a key),
+    // and a row that does not see it must not get 0 * NaN in dQ = dX K or
+    // dP = dO V^T.
+    if (!AllFinite(krow, d)) std::fill(krow, krow + d, 0.0f);
+    if (!AllFinite(vrow, d)) std::fill(vrow, vrow + d, 0.0f);
   }
 }
 
@@ -209,6 +200,16 @@ void LoadBlock(const Context& c, const Block& k, const BackwardScratch& w) {
     }
     LoadRow(c.a.q, c.a.q.Offset(k.b, h, i, 0), d, q);
     LoadRow(c.g.d_o, c.g.d_o.Offset(k.b, h, i, 0), d, d_o);
+    if (std::isnan(lse)) {
+      // A row that read a NaN or Inf: P is NaN wherever it sees a key
+      // (ProbabilityRow), 0 where blocked. Q zeroed (0 * NaN must not reach
+      // the dK of keys it does not see) and D = 0 (a NaN D would reach its
+      // blocked pairs' dS).
+      std::fill(q, q + d, 0.0f);
+      w.lse[r] = lse;
+      w.row_d[r] = 0.0f;
+      continue;
+    }
     float* o = w.dq + r * d;  // dq is free until the first tile
     LoadRow(c.a.o, c.a.o.Offset(k.b, h, i, 0), d, o);
     double sum = 0;
@@ -273,6 +274,10 @@ void ProbabilityRow(const Context& c, const Block& k, const BackwardScratch& w, 
     for (int64_t j = 0; j < n; ++j) {
       if (y[j] != kNegInf) y[j] += bias[j * stride];
     }
+  }
+  if (std::isnan(w.lse[r])) {  // a NaN row (LoadBlock)
+    for (int64_t j = 0; j < n; ++j) y[j] = y[j] == kNegInf ? 0.0f : w.lse[r];
+    return;
   }
   ExpSubtractSum(y, n, w.lse[r]);  // exp(-inf - lse) = 0
 }

@@ -30,7 +30,9 @@ void SoftmaxGradRowT(const float* HWY_RESTRICT p, float* HWY_RESTRICT dp, int64_
   for (; j + N <= n; j += N) {
     const auto vp = hn::LoadU(df, p + j);
     const auto ds = hn::Mul(vp, hn::Sub(hn::LoadU(df, dp + j), vd));
-    hn::StoreU(hn::IfThenElseZero(hn::Ne(vp, zero), ds), df, dp + j);
+    // Zero where P is 0 (dP may be NaN there), NaN where P is (a NaN row):
+    // Ne(NaN, 0) is false (an ordered compare), Eq(NaN, 0) too.
+    hn::StoreU(hn::IfThenZeroElse(hn::Eq(vp, zero), ds), df, dp + j);
   }
   for (; j < n; ++j) dp[j] = p[j] == 0.0f ? 0.0f : p[j] * (dp[j] - row_d);
 }

@@ -15,6 +15,7 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -236,12 +237,13 @@ inline void LoadKeyBlock(const TensorView& v, int64_t b, int64_t g, int64_t k0, 
   }
 }
 
-// Keys of the block [k0, k0 + nk) that no query of any head of kv head g
-// sees (outside every row's structured range, or dense-blocked for every
-// row): the forward never reads their K and V rows, which may hold anything
-// (NaN included; harness/poison_blocked.h draws such inputs), so their f32
-// copies (rows and transposed columns) are zeroed here: 0 * NaN must not
-// reach dQ = dX K or dP = dO V^T.
+// Zeroes the f32 copies (rows and transposed columns) of the block's K and V
+// rows [k0, k0 + nk) that no query of any head of kv head g sees (outside
+// every row's structured range, or dense-blocked for every row: the forward
+// never reads them, and they may hold anything, NaN included;
+// harness/poison_blocked.h draws such inputs) and of those that hold a NaN
+// or Inf: 0 * NaN must not reach dQ = dX K or dP = dO V^T of a row that does
+// not see the key.
 inline void ZeroUnseenKeys(const FlashParams& p, int64_t b, int64_t g, int64_t k0, int64_t nk,
                            int64_t kv_length, const KeyRange& seen_by_mask, int64_t dp, int64_t ldt,
                            float* HWY_RESTRICT k_rows, float* HWY_RESTRICT k_cols,
@@ -261,11 +263,27 @@ inline void ZeroUnseenKeys(const FlashParams& p, int64_t b, int64_t g, int64_t k
       }
     }
   }
+  auto finite = [dp](const float* row) {
+    for (int64_t c = 0; c < dp; ++c) {
+      if (!std::isfinite(row[c])) return false;
+    }
+    return true;
+  };
   for (int64_t j = 0; j < nk; ++j) {
-    if (seen[j]) continue;
-    std::fill(k_rows + j * dp, k_rows + (j + 1) * dp, 0.0f);
-    std::fill(v_rows + j * dp, v_rows + (j + 1) * dp, 0.0f);
-    for (int64_t c = 0; c < dp; ++c) k_cols[c * ldt + j] = v_cols[c * ldt + j] = 0.0f;
+    // A K or V row some query sees but that holds a NaN or Inf is zeroed too:
+    // every row that sees it is a NaN row (its lse is NaN, so its P and dS
+    // are NaN wherever it sees a key, with or without this row's values),
+    // and the rows that do not see it must not get 0 * NaN.
+    const bool zero_k = !seen[j] || !finite(k_rows + j * dp);
+    const bool zero_v = !seen[j] || !finite(v_rows + j * dp);
+    if (zero_k) {
+      std::fill(k_rows + j * dp, k_rows + (j + 1) * dp, 0.0f);
+      for (int64_t c = 0; c < dp; ++c) k_cols[c * ldt + j] = 0.0f;
+    }
+    if (zero_v) {
+      std::fill(v_rows + j * dp, v_rows + (j + 1) * dp, 0.0f);
+      for (int64_t c = 0; c < dp; ++c) v_cols[c * ldt + j] = 0.0f;
+    }
   }
 }
 
@@ -307,10 +325,17 @@ inline void BackwardStep(const FlashParams& p, const FlashGradParams& g, const B
   // hold anything: it is zeroed, so 0 * NaN cannot reach dK.
   const float kNoKeys = -std::numeric_limits<float>::infinity();
   for (int64_t r = 0; r < nq; ++r) {
+    float* qr = q + r * dp;
     if (p.lse[p.lse_view.Offset(b, h, q0 + r)] == kNoKeys) {
-      std::fill(q + r * dp, q + (r + 1) * dp, 0.0f);
+      std::fill(qr, qr + dp, 0.0f);
     } else {
-      LoadGradRow(p.q, b, h, q0 + r, d, dp, p.scale, q + r * dp);
+      LoadGradRow(p.q, b, h, q0 + r, d, dp, p.scale, qr);
+      // A Q row with a NaN or Inf is a NaN row (lse NaN: its P is NaN where
+      // it sees a key); zeroed, so that 0 * NaN cannot reach the dK of keys
+      // it does not see.
+      if (!std::all_of(qr, qr + dp, [](float x) { return std::isfinite(x); })) {
+        std::fill(qr, qr + dp, 0.0f);
+      }
     }
     LoadGradRow(g.d_o, b, h, q0 + r, d, dp, 1.0f, d_o + r * dp);
   }

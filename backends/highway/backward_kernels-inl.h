@@ -20,6 +20,7 @@
 #define ATTNKIT_BACKENDS_HIGHWAY_BACKWARD_KERNELS_INL_H_
 #endif
 
+#include <cmath>
 #include <cstddef>
 #include <limits>
 
@@ -137,8 +138,9 @@ struct GradRow {
 
 // One row of a step, in place over cols (a multiple of Lanes) keys:
 //   s = x (or c tanh(x / c) with softcap c > 0) + add,   x = S[j] on entry
-//   P = exp(s - lse) on visible keys, 0 elsewhere (never NaN: masked lanes
-//       are selected away, whatever lse, S or dP hold there)
+//   P = exp(s - lse) on visible keys (NaN there when lse is NaN), 0
+//       elsewhere (masked lanes are selected away, whatever lse, S or dP
+//       hold there)
 //   dS = P (dP - D);  dX = dS sech^2(x / c)  (dS without softcap); both 0
 //       on masked lanes
 // Leaves P in s and dX in dp; with ds != null also stores dS there (dbias).
@@ -154,6 +156,8 @@ HWY_INLINE void SoftmaxGradRow(float* HWY_RESTRICT s, float* HWY_RESTRICT dp, si
   const VF inv_cap = hn::Set(df, softcap > 0.0f ? 1.0f / softcap : 0.0f);
   const VF one = hn::Set(df, 1.0f);
   const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  const bool nan_row = std::isnan(row.lse);
+  const VF nan = hn::Set(df, std::numeric_limits<float>::quiet_NaN());
   VF jj = hn::Iota(df, 0.0f);
   const VF step = hn::Set(df, static_cast<float>(N));
   for (size_t j = 0; j < cols; j += N, jj = hn::Add(jj, step)) {
@@ -170,7 +174,11 @@ HWY_INLINE void SoftmaxGradRow(float* HWY_RESTRICT s, float* HWY_RESTRICT dp, si
       visible = hn::And(visible, hn::Ne(add, neg_inf));
       x = hn::Add(x, add);
     }
-    const VF p = hn::IfThenElseZero(visible, ExpWithSubnormals(df, hn::Sub(x, lse)));
+    // A NaN row (lse NaN: it read a NaN or Inf) has P = NaN wherever it sees
+    // a key, as the definition has; the exp polynomial's clamps would not
+    // keep a NaN.
+    const VF e = nan_row ? nan : ExpWithSubnormals(df, hn::Sub(x, lse));
+    const VF p = hn::IfThenElseZero(visible, e);
     // A masked lane's S or dP may be NaN (a K or V row the forward never
     // reads): 0 * NaN must not reach dS.
     VF dx = hn::IfThenElseZero(visible, hn::Mul(p, hn::Sub(hn::Load(df, dp + j), dsum)));
