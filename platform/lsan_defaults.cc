@@ -1,0 +1,24 @@
+// LeakSanitizer defaults for the binaries that load backend plugins (the
+// attnkit CLI and the backend suites); only ASan builds read them.
+//
+// The oneDNN plugin sets the OpenMP thread count on the backend's pool
+// threads before each GEMM (backends/onednn/onednn_engine.cc); libgomp then
+// keeps that thread's settings in a block it mallocs and points to only from
+// its own thread-local storage, which arrives with the dlopen'ed plugin as
+// dynamic TLS. Scanning that TLS at exit makes LSan's tracer fault ("Tracer
+// caught signal 11"), so these binaries run with use_tls=0 (LSAN_OPTIONS,
+// set by .bazelrc, still adds its own keys), which leaves libgomp's block
+// looking unreachable, as is glibc's per-thread dlerror() message (a failed
+// dlopen or dlsym, e.g. a plugin probing for an optional entry point): both
+// are suppressed by the function that allocated them, and nothing else is.
+extern "C" {
+
+const char* __lsan_default_options() { return "use_tls=0"; }
+
+const char* __lsan_default_suppressions() {
+  return "leak:libgomp.so\n"
+         "leak:_dlerror_run\n"
+         "leak:_dl_exception_create\n";
+}
+
+}  // extern "C"
