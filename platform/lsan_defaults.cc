@@ -13,7 +13,8 @@
 // are suppressed by the function that allocated them, and nothing else is.
 extern "C" {
 
-const char* __lsan_default_options() { return "use_tls=0"; }
+// print_suppressions=0: the CLI's stderr stays its own (tests read it).
+const char* __lsan_default_options() { return "use_tls=0:print_suppressions=0"; }
 
 const char* __lsan_default_suppressions() {
   return "leak:libgomp.so\n"
