@@ -156,14 +156,19 @@ absl::Status BlasBackend::Plan(absl::Span<blas::BlockContext> segments, bool* us
   return absl::OkStatus();
 }
 
-std::string BlasBackend::KernelName(const blas::BlockPlan& plan, bool use_items,
-                                    size_t sequences) const {
+std::string BlasBackend::KernelName(const blas::BlockPlan& plan, bool use_items, size_t sequences,
+                                    DType qk, DType pv) const {
+  // The products' operand types when either is not f32 (K/V then read in
+  // their storage type), else whether K/V are widened into f32 chunks.
+  const std::string operands =
+      qk != DType::kF32 || pv != DType::kF32
+          ? absl::StrFormat("; products qk=%s pv=%s", DTypeName(qk), DTypeName(pv))
+          : (plan.stage_kv ? "; kv staged to f32" : "");
   return absl::StrFormat(
       "%s %s x%d; rows %dx%d keys<=%d panel %d; %s; softmax/%s%s%s", engine_->KernelTag(),
       use_items ? "blocks-over-threads (1-thread GEMMs)" : "library-threads", num_threads_,
       plan.head_block, plan.token_block, plan.key_chunk, plan.panel_tokens,
-      options_.stack_group_heads ? "gqa-stacked" : "per-head", blas::RowOpsTarget(),
-      plan.stage_kv ? "; kv staged to f32" : "",
+      options_.stack_group_heads ? "gqa-stacked" : "per-head", blas::RowOpsTarget(), operands,
       sequences > 0 ? absl::StrFormat("; ragged, %d sequences in one work list", sequences) : "");
 }
 
@@ -252,7 +257,10 @@ absl::Status BlasBackend::ForwardImpl(const AttentionProblem& p, const Attention
   ATTNKIT_ASSIGN_OR_RETURN(const blas::BlockPlan* largest, PrepareWorkspace());
   RunSegments(use_items);
   ATTNKIT_RETURN_IF_ERROR(engine_->TakeError());
-  if (largest != nullptr) UpdateKernelName(*largest, use_items, sequences.size());
+  if (largest != nullptr) {
+    UpdateKernelName(*largest, use_items, sequences.size(), segments_.front().qk_type,
+                     segments_.front().pv_type);
+  }
   info->kernel = kernel_name_;
   return absl::OkStatus();
 }
@@ -296,14 +304,17 @@ absl::Status BlasBackend::BackwardImpl(const AttentionProblem& p, const Attentio
   return absl::OkStatus();
 }
 
-void BlasBackend::UpdateKernelName(const blas::BlockPlan& plan, bool use_items, size_t sequences) {
+void BlasBackend::UpdateKernelName(const blas::BlockPlan& plan, bool use_items, size_t sequences,
+                                   DType qk, DType pv) {
   const blas::BlockPlan& k = kernel_plan_;
   if (kernel_name_.empty() || use_items != kernel_use_items_ || sequences != kernel_sequences_ ||
-      plan.head_block != k.head_block || plan.token_block != k.token_block ||
-      plan.key_chunk != k.key_chunk || plan.panel_tokens != k.panel_tokens ||
-      plan.stage_kv != k.stage_kv) {
-    kernel_name_ = KernelName(plan, use_items, sequences);
+      qk != kernel_qk_ || pv != kernel_pv_ || plan.head_block != k.head_block ||
+      plan.token_block != k.token_block || plan.key_chunk != k.key_chunk ||
+      plan.panel_tokens != k.panel_tokens || plan.stage_kv != k.stage_kv) {
+    kernel_name_ = KernelName(plan, use_items, sequences, qk, pv);
     kernel_plan_ = plan;
+    kernel_qk_ = qk;
+    kernel_pv_ = pv;
     kernel_use_items_ = use_items;
     kernel_sequences_ = sequences;
   }

@@ -113,12 +113,13 @@ class BlasBackend : public Backend {
   // Runs the blocks of segments_ (planned), items numbered segment by segment.
   void RunSegments(bool use_items) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `sequences`: those of a ragged batch, 0 for a batch of equal lengths.
-  std::string KernelName(const blas::BlockPlan& plan, bool use_items, size_t sequences) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // qk, pv: the products' operand types (BlockContext::qk_type, pv_type).
+  std::string KernelName(const blas::BlockPlan& plan, bool use_items, size_t sequences, DType qk,
+                         DType pv) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Rebuilds kernel_name_ only when the plan, the threading or the
   // sequence count changed.
-  void UpdateKernelName(const blas::BlockPlan& plan, bool use_items, size_t sequences)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateKernelName(const blas::BlockPlan& plan, bool use_items, size_t sequences, DType qk,
+                        DType pv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::shared_ptr<blas::GemmEngine> engine_;  // set once, thread-safe
   mutable absl::Mutex mu_;
@@ -136,6 +137,8 @@ class BlasBackend : public Backend {
   blas::BlockPlan kernel_plan_ ABSL_GUARDED_BY(mu_);
   bool kernel_use_items_ ABSL_GUARDED_BY(mu_) = false;
   size_t kernel_sequences_ ABSL_GUARDED_BY(mu_) = 0;
+  DType kernel_qk_ ABSL_GUARDED_BY(mu_) = DType::kF32;
+  DType kernel_pv_ ABSL_GUARDED_BY(mu_) = DType::kF32;
 };
 
 std::unique_ptr<Backend> MakeBlasBackend(const BlasOptions& options = {});

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "backends/blas/scalar_engine.h"
 #include "core/kv_rows.h"
 #include "core/ragged.h"
 #include "gtest/gtest.h"
@@ -225,6 +226,45 @@ AttentionProblem SmallProblem() {
   p.scale = 0.3f;
   p.return_lse = true;
   return p;
+}
+
+// An engine with every product type multiplies in the storage type where the
+// compute mode allows it, matches the reference, and the kernel name says so.
+TEST(BlasBackendTest, ProductsInTheStorageTypeAreNamedInTheKernel) {
+  BlasOptions o;
+  o.engine = blas::MakeScalarEngine();
+  BlasBackend backend(o);
+  struct Want {
+    DType dtype, kv_dtype;
+    ComputeMode compute;
+    const char* products;  // nullptr: f32 products
+  };
+  const Want wants[] = {
+      {DType::kF32, DType::kI8, ComputeMode::kFast, "products qk=i8 pv=f32"},
+      {DType::kF32, DType::kI8, ComputeMode::kExact, nullptr},
+      {DType::kBF16, DType::kBF16, ComputeMode::kExact, "products qk=bf16 pv=f32"},
+      {DType::kF32, DType::kBF16, ComputeMode::kExact, nullptr},
+      {DType::kF32, DType::kF16, ComputeMode::kFast, "products qk=f16 pv=f16"},
+  };
+  for (const Want& w : wants) {
+    AttentionProblem p = SmallProblem();
+    p.dtype = w.dtype;
+    p.kv_dtype = w.kv_dtype;
+    p.compute = w.compute;
+    auto data = ProblemData::Random(p, 3);
+    ASSERT_TRUE(data.ok()) << data.status();
+    const AttentionArgs args = data->args();
+    RunInfo info;
+    ASSERT_TRUE(backend.Forward(p, args, &info).ok()) << p.Id();
+    if (w.products != nullptr) {
+      EXPECT_NE(info.kernel.find(w.products), std::string::npos) << p.Id() << ": " << info.kernel;
+    } else {
+      EXPECT_EQ(info.kernel.find("products"), std::string::npos) << p.Id() << ": " << info.kernel;
+    }
+    // The oracle's bound (FAST's rounding of P is a term of it).
+    const Comparison c = CompareToReference(p, args, ComputeReference(p, args));
+    EXPECT_TRUE(c.ok()) << p.Id() << ": " << c.first_failure;
+  }
 }
 
 TEST(BlasBackendTest, DenseMaskBlockingAWholeRowGivesZerosAndNegInfLse) {
