@@ -25,18 +25,10 @@ namespace {
 
 AttentionProblem Problem(const char* name, int64_t b, int64_t h, int64_t g, int64_t tq, int64_t tk,
                          int64_t d, MaskKind mask) {
-  AttentionProblem p;
+  AttentionProblem p = BasicProblem(b, h, g, tq, tk, d);
   p.name = name;
-  p.batch = b;
-  p.num_heads = h;
-  p.num_kv_heads = g;
-  p.q_len = tq;
-  p.kv_len = tk;
-  p.head_dim = d;
-  p.model_dim = h * d;
   p.mask = mask;
   p.alignment = Alignment::kBottomRight;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(d));
   return p;
 }
 

@@ -1,6 +1,9 @@
 #include "tests/highway_target_backends.h"
 
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -29,27 +32,25 @@ std::vector<std::tuple<std::string, size_t>> BackendGridCases(size_t grid_size) 
 const std::set<std::string>& ReducedGridBackends() {
   static const auto* names = [] {
     auto* added = new std::set<std::string>;
+    auto add = [added](std::unique_ptr<Backend> backend) {
+      const std::string name = backend->Name();
+      const absl::Status s = GlobalRegistry().Register(LinkedThroughCAbi(std::move(backend)));
+      if (s.ok()) {
+        added->insert(name);
+      } else {
+        ADD_FAILURE() << s;
+      }
+    };
     const std::vector<int64_t> targets = AvailableFlashTargets();
     for (size_t t = 1; t < targets.size(); ++t) {  // targets[0] is the dispatched one
       HighwayOptions options;
       options.target = hwy::TargetName(targets[t]);
       options.name = absl::StrCat("highway-", options.target);
-      const absl::Status s =
-          GlobalRegistry().Register(LinkedThroughCAbi(MakeHighwayBackend(options)));
-      if (s.ok()) {
-        added->insert(options.name);
-      } else {
-        ADD_FAILURE() << s;
-      }
+      add(MakeHighwayBackend(options));
     }
     BlasOptions scalar;
     scalar.engine = blas::MakeScalarEngine();
-    const absl::Status s = GlobalRegistry().Register(LinkedThroughCAbi(MakeBlasBackend(scalar)));
-    if (s.ok()) {
-      added->insert("blas-scalar");
-    } else {
-      ADD_FAILURE() << s;
-    }
+    add(MakeBlasBackend(scalar));
     return added;
   }();
   return *names;

@@ -41,15 +41,15 @@ void StageRow(const TensorView& t, int64_t offset, float scale, int64_t d, float
   }
 }
 
-// Copies K or V rows [j0, j0 + n) of head (b, g) to dst [n, d] as f32 (the
-// staged chunk, see StagesKv); `scale` is k_scale or v_scale for int8 K/V.
-// Rows are found through ctx.kv_rows a run at a time (one page, or all of a
-// dense tensor), so a paged pool and its dense layout stage the same values
-// into the same places, and the GEMMs that follow give the same bits.
-void StageRows(const BlockContext& ctx, const TensorView& t, const TensorView& scale, int64_t b,
-               int64_t g, int64_t j0, int64_t n, float* dst) {
+// Calls fn(r, offset, scale) for K or V rows [j0, j0 + n) of head (b, g),
+// r = 0 .. n-1: the row's element offset in `t` and, for int8, its scale
+// from `scale` (else 1). Rows are found through ctx.kv_rows a run at a time
+// (one page, or all of a dense tensor), so a paged pool and its dense layout
+// visit the same values in the same order.
+template <typename Fn>
+void ForEachKvRow(const BlockContext& ctx, const TensorView& t, const TensorView& scale, int64_t b,
+                  int64_t g, int64_t j0, int64_t n, Fn fn) {
   const KvRows& rows = ctx.kv_rows;
-  const int64_t d = ctx.problem->head_dim;
   const bool int8 = t.dtype == DType::kI8;
   const int64_t row_stride = KvRows::RowStride(t, rows.paged());
   const int64_t scale_stride = int8 ? KvRows::RowStride(scale, rows.paged()) : 0;
@@ -59,10 +59,20 @@ void StageRows(const BlockContext& ctx, const TensorView& t, const TensorView& s
     const int64_t first = rows.Offset(t, b, g, j);
     const int64_t first_scale = int8 ? rows.ScaleOffset(scale, b, g, j) : 0;
     for (int64_t r = 0; r < run; ++r, ++j) {
-      const float s = int8 ? scales[first_scale + r * scale_stride] : 1.0f;
-      StageRow(t, first + r * row_stride, s, d, dst + (j - j0) * d);
+      fn(j - j0, first + r * row_stride, int8 ? scales[first_scale + r * scale_stride] : 1.0f);
     }
   }
+}
+
+// Copies K or V rows [j0, j0 + n) of head (b, g) to dst [n, d] as f32 (the
+// staged chunk, see StagesKv); `scale` is k_scale or v_scale for int8 K/V.
+// A paged pool and its dense layout stage the same values into the same
+// places (ForEachKvRow), and the GEMMs that follow give the same bits.
+void StageRows(const BlockContext& ctx, const TensorView& t, const TensorView& scale, int64_t b,
+               int64_t g, int64_t j0, int64_t n, float* dst) {
+  const int64_t d = ctx.problem->head_dim;
+  ForEachKvRow(ctx, t, scale, b, g, j0, n,
+               [&](int64_t r, int64_t offset, float s) { StageRow(t, offset, s, d, dst + r * d); });
 }
 
 // A product operand in its own type: `ld` elements of that type between rows.
@@ -77,35 +87,23 @@ struct RawOperand {
 // dst [n, d]. For int8, scales[0, n) receives the rows' scales from `scale`.
 RawOperand StoredRows(const BlockContext& ctx, const TensorView& t, const TensorView& scale,
                       int64_t b, int64_t g, int64_t j0, int64_t n, void* dst, float* scales) {
-  const KvRows& rows = ctx.kv_rows;
   const int64_t d = ctx.problem->head_dim;
-  const bool int8 = t.dtype == DType::kI8;
   const size_t size = DTypeSize(t.dtype);
-  const int64_t row_stride = KvRows::RowStride(t, rows.paged());
-  const int64_t scale_stride = int8 ? KvRows::RowStride(scale, rows.paged()) : 0;
-  const bool in_place = !rows.paged() && t.strides[3] == 1;
-  char* out = static_cast<char*>(dst);
-  for (int64_t j = j0; j < j0 + n;) {
-    const int64_t run = std::min(rows.RunLength(j), j0 + n - j);
-    const int64_t first = rows.Offset(t, b, g, j);
-    if (int8) {
-      const float* src = static_cast<const float*>(scale.data) + rows.ScaleOffset(scale, b, g, j);
-      for (int64_t r = 0; r < run; ++r) scales[j - j0 + r] = src[r * scale_stride];
-    }
-    if (!in_place) {
-      for (int64_t r = 0; r < run; ++r) {
-        const char* src = static_cast<const char*>(t.data) + (first + r * row_stride) * size;
-        char* row = out + (j - j0 + r) * d * size;
-        if (t.strides[3] == 1) {
-          std::memcpy(row, src, static_cast<size_t>(d) * size);
-        } else {
-          for (int64_t c = 0; c < d; ++c) {
-            std::memcpy(row + c * size, src + c * t.strides[3] * size, size);
-          }
-        }
+  const int64_t stride = t.strides[3];
+  const bool in_place = !ctx.kv_rows.paged() && stride == 1;
+  if (!in_place || scales != nullptr) {  // rows to gather, or int8 scales
+    char* out = static_cast<char*>(dst);
+    ForEachKvRow(ctx, t, scale, b, g, j0, n, [&](int64_t r, int64_t offset, float s) {
+      if (scales != nullptr) scales[r] = s;
+      if (in_place) return;
+      const char* src = static_cast<const char*>(t.data) + offset * size;
+      char* row = out + r * d * size;
+      if (stride == 1) {
+        std::memcpy(row, src, static_cast<size_t>(d) * size);
+      } else {
+        for (int64_t c = 0; c < d; ++c) std::memcpy(row + c * size, src + c * stride * size, size);
       }
-    }
-    j += run;
+    });
   }
   if (in_place) {
     return {static_cast<const char*>(t.data) + t.Offset(b, g, j0, 0) * size, t.strides[2]};
@@ -151,9 +149,8 @@ RawOperand LowPrecisionQueryRows(const BlockContext& ctx, const BlockCoords& c,
         std::memcpy(dst, static_cast<const uint16_t*>(q.data) + src, d * sizeof(uint16_t));
         continue;
       }
-      for (int64_t k = 0; k < d; ++k) {
-        const float x = RoundQueryValue(q.LoadF32(src + k * stride), type);  // exact in `type`
-        dst[k] = type == DType::kBF16 ? BF16FromF32(x) : F16FromF32(x);
+      for (int64_t k = 0; k < d; ++k) {  // rounded once, then stored exactly
+        StoreFromF32(dst, type, k, RoundQueryValue(q.LoadF32(src + k * stride), type));
       }
     }
   }
