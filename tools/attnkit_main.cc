@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "backends/builtin.h"
 #include "platform/version.h"
+#include "tools/cli/bare_json_flag.h"
 #include "tools/cli/command_table.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/config_flags.h"
@@ -54,8 +55,8 @@ ABSL_FLAG(int, threads, 0,
           "worker threads of the CPU backends, and the thread count auto's tuning record is "
           "read for (0 = every core)");
 ABSL_FLAG(std::string, json, "",
-          "write the command's report as JSON to this file, or to stdout with --json=- (then "
-          "nothing else is printed there); int64 fields are numbers");
+          "write the command's report as JSON to this file, or to stdout with --json=- or a "
+          "bare --json (then nothing else is printed there); int64 fields are numbers");
 ABSL_FLAG(std::string, svg, "",
           "compare: write a bar chart (% of the machine limit per problem and backend), and a "
           "PNG twin beside it when rsvg-convert is installed");
@@ -223,6 +224,8 @@ int main(int argc, char** argv) {
   // --config.FIELD=VALUE flags follow the config's descriptor, not Abseil's
   // registry (which would refuse them): they are taken out before it parses.
   attnkit::SplitArgs split = attnkit::SplitConfigFlags(argc, argv);
+  attnkit::ExpandBareJsonFlag(
+      &split.rest, [](const std::string& word) { return attnkit::FindCommand(word) != nullptr; });
   std::vector<char*> args = absl::ParseCommandLine(split.rest_argc(), split.rest.data());
   if (args.size() < 2) {
     std::fprintf(stderr, "attnkit: expected a command\n\n%s", attnkit::Overview().c_str());

@@ -71,7 +71,9 @@ grep -q 'threads=1' "$tmp/gen.txt" || fail "generate ignored --threads: $(cat "$
 # ---- --json everywhere --------------------------------------------------------
 $bin backends --json=- > "$tmp/backends.json" || fail "backends --json exited $?"
 json "$tmp/backends.json" "j['attnkit']['version'] == '$version' and any(b['name'] == 'highway' and 'f32' in b['capabilities']['dtypes'] for b in j['backends'])" > /dev/null || fail "backends json: $(head -c 600 "$tmp/backends.json")"
-$bin check --config="$tmp/small.textproto" --backends=highway --json=- > "$tmp/check.json" || fail "check --json"
+$bin backends --json > "$tmp/backends_bare.json" || fail "backends --json (bare) exited $?"
+cmp -s "$tmp/backends.json" "$tmp/backends_bare.json" || fail "a bare --json printed other than --json=-: $(head -c 300 "$tmp/backends_bare.json")"
+$bin check --config="$tmp/small.textproto" --backends=highway --json > "$tmp/check.json" || fail "check --json"
 json "$tmp/check.json" "j['results'][0]['status'] == 'pass' and j['config']['num_heads'] == 4 and j['config']['memory_budget_bytes'] == 16 << 30" > /dev/null || fail "check json: $(head -c 600 "$tmp/check.json")"
 $bin cost --config="$tmp/small.textproto" --json="$tmp/cost.json" > "$tmp/cost.txt" || fail "cost --json"
 grep -q "wrote $tmp/cost.json" "$tmp/cost.txt" || fail "cost did not say it wrote the file"
