@@ -86,8 +86,9 @@ def main():
     wheel = out / f"attnkit-{version}-{tag}.whl"
     dist_info = f"attnkit-{version}.dist-info"
     files = {}
-    for py in sorted((ROOT / "python" / "attnkit").glob("*.py")):
-        files[f"attnkit/{py.name}"] = py.read_bytes()
+    package = ROOT / "python" / "attnkit"
+    for py in sorted(package.rglob("*.py")):  # the package and its subpackages
+        files[f"attnkit/{py.relative_to(package).as_posix()}"] = py.read_bytes()
     files["attnkit/_lib/libattnkit.so"] = pathlib.Path(library).read_bytes()
     for plugin in plugins:
         files[f"attnkit/_lib/plugins/{pathlib.Path(plugin).name}"] = pathlib.Path(

@@ -259,7 +259,7 @@ class _Sdpa:
     lse and the gradients."""
 
     def __init__(self, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-                 backend, compute="exact"):
+                 backend, compute="exact", softcap=0.0):
         if dropout_p != 0.0:
             raise NotImplementedError(
                 f"dropout_p={dropout_p}: attnkit computes attention without dropout; pass "
@@ -301,6 +301,9 @@ class _Sdpa:
         p.dtype, p.kv_dtype = q.code, k.code
         p.layout = _capi.LAYOUT_BTHD if qs[1] < qs[2] else _capi.LAYOUT_BHTD
         p.scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+        # Not an SDPA argument: the torch op and the Transformers backend
+        # (Gemma 2's logit softcapping) set it; s = softcap * tanh(s / softcap).
+        p.softcap = float(softcap or 0.0)
         if is_causal:
             p.mask = _capi.MASK_CAUSAL
             p.alignment = _capi.ALIGN_TOP_LEFT

@@ -32,5 +32,8 @@ deps = attnkit.__file__.rsplit("/", 1)[0] + "/_lib/deps/"
 for lib in ("libprotobuf.so", "libhwy.so", "libabsl_status"):
     paths = {line.split()[-1] for line in maps if lib in line}
     assert paths and all(p.startswith(deps) for p in paths), (lib, paths)
+# Subpackages travel too (the Transformers backend; importing it needs torch).
+import importlib.util
+assert importlib.util.find_spec("attnkit.integrations.transformers") is not None
 print("wheel ok:", attnkit.__file__, attnkit.last_run()["backend"])
 PY

@@ -1,0 +1,115 @@
+"""attnkit's attention as PyTorch operators (torch.library): `attnkit::sdpa`
+and `attnkit::sdpa_backward`, with fake (meta) implementations for tracing
+and an autograd formula, so torch.compile(..., fullgraph=True) and
+torch.export see one opaque node instead of a graph break at a ctypes call.
+
+    out, lse = torch.ops.attnkit.sdpa(q, k, v, attn_mask, is_causal, scale,
+                                      softcap, enable_gqa, backend)
+
+q [..., Hq, L, E], k and v [..., Hkv, S, E] (Hkv divides Hq with
+enable_gqa); attn_mask None or broadcastable to [..., Hq, L, S], bool (True =
+take part) or float (added to the scores), a constant: it gets no gradient,
+and one that requires grad is refused. is_causal is top-left, as PyTorch's;
+scale None means 1/sqrt(E); softcap 0 means none (else s = softcap *
+tanh(s / softcap) before the mask); backend a name or "auto". out is q's
+shape and dtype, lse [..., Hq, L] float32 (-inf for a row that sees no key).
+The backward recomputes the weights from lse (attnkit_backward) and returns
+dq, dk, dv in the inputs' dtypes, dk and dv summed over each KV head's query
+heads. A second derivative (create_graph=True) is refused: attnkit's
+backward has no derivative of its own.
+
+Imported by attnkit.integrations.transformers, or directly; needs torch.
+"""
+
+from typing import Optional, Tuple
+
+import torch
+
+from . import _autograd
+from . import _ops
+
+Tensor = torch.Tensor
+
+
+@torch.library.custom_op("attnkit::sdpa", mutates_args=())
+def sdpa(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Optional[Tensor],
+    is_causal: bool,
+    scale: Optional[float],
+    softcap: float,
+    enable_gqa: bool,
+    backend: str,
+) -> Tuple[Tensor, Tensor]:
+    call = _ops._Sdpa(query.detach(), key.detach(), value.detach(),
+                      None if attn_mask is None else attn_mask.detach(), 0.0, is_causal, scale,
+                      enable_gqa, backend, softcap=softcap)
+    return call.forward(return_lse=True)
+
+
+@sdpa.register_fake
+def _sdpa_fake(query, key, value, attn_mask, is_causal, scale, softcap, enable_gqa, backend):
+    out = query.new_empty(tuple(query.shape[:-1]) + (value.shape[-1],))
+    lse = query.new_empty(tuple(query.shape[:-1]), dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.custom_op("attnkit::sdpa_backward", mutates_args=())
+def sdpa_backward(
+    grad_out: Tensor,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    attn_mask: Optional[Tensor],
+    is_causal: bool,
+    scale: Optional[float],
+    softcap: float,
+    enable_gqa: bool,
+    backend: str,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    call = _ops._Sdpa(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, backend,
+                      softcap=softcap)
+    dq, dk, dv, _ = call.backward(out, lse, grad_out, mask_grad=False)
+    return dq, dk, dv
+
+
+@sdpa_backward.register_fake
+def _sdpa_backward_fake(grad_out, query, key, value, out, lse, attn_mask, is_causal, scale,
+                        softcap, enable_gqa, backend):
+    return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
+
+
+def _setup_context(ctx, inputs, output):
+    query, key, value, attn_mask, is_causal, scale, softcap, enable_gqa, backend = inputs
+    if attn_mask is not None and attn_mask.requires_grad:
+        raise NotImplementedError(
+            "attnkit::sdpa takes attn_mask as a constant and it requires grad: use "
+            "attnkit.scaled_dot_product_attention for a float mask's gradient"
+        )
+    if any(x.requires_grad for x in (query, key, value)):
+        _autograd._has_backward(backend)  # refused now, not at backward time
+    out, lse = output
+    ctx.save_for_backward(query, key, value, out, lse, attn_mask)
+    ctx.options = (is_causal, scale, softcap, enable_gqa, backend)
+    ctx.set_materialize_grads(False)  # so a gradient reaching lse can be told apart
+
+
+def _backward(ctx, grad_out, grad_lse):
+    if grad_lse is not None:
+        raise NotImplementedError(
+            "attnkit::sdpa has no gradient through its lse output: differentiate through out only"
+        )
+    query, key, value, out, lse, attn_mask = ctx.saved_tensors
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    is_causal, scale, softcap, enable_gqa, backend = ctx.options
+    dq, dk, dv = sdpa_backward(grad_out, query, key, value, out, lse, attn_mask, is_causal,
+                               scale, softcap, enable_gqa, backend)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+sdpa.register_autograd(_backward, setup_context=_setup_context)
