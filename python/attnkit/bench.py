@@ -4,6 +4,7 @@
     python -m attnkit.bench --vs torch    # and torch's SDPA beside them
     python -m attnkit.bench --config F    # a text-format config instead of the suite
     python -m attnkit.bench --overhead    # what the Python layer adds per call
+    python -m attnkit.bench --model       # end to end: a 0.5B Llama-style model generating
 
 The machine's limits (peak FMA, read bandwidth, OpenBLAS sgemm) are measured
 at the start of the same run. Each figure is the median of warm calls on the
@@ -228,7 +229,20 @@ def main():
     parser.add_argument("--with_reference", action="store_true", help="time the fp64 reference")
     parser.add_argument("--overhead", action="store_true", help="the Python layer's cost")
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--model", nargs="?", const="0.5b", choices=["0.5b", "tiny"],
+                        help="end to end: a random Llama-style model generating with "
+                        "Transformers, attention by attnkit, sdpa and eager (needs torch and "
+                        "transformers; attnkit.model_bench)")
+    parser.add_argument("--prompt", type=int, default=1024, help="--model: prompt tokens")
+    parser.add_argument("--new_tokens", type=int, default=128, help="--model: tokens generated")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                        help="--model: the model's dtype")
     args = parser.parse_args()
+    if args.model:
+        from . import model_bench
+
+        model_bench.run(args.model, args.prompt, args.new_tokens, args.dtype, args.threads)
+        return
     if args.overhead:
         overhead(max(args.reps, 5000))
         return
