@@ -260,7 +260,9 @@ TEST(CompareTest, PeakPassesRaiseALowPeakAndOverHundredIsExplained) {
   report = RunCompare(registry, {Small(), Small()}, options, MachineFingerprint(), low);
   ASSERT_TRUE(report.ok()) << report.status();
   const MachineLimits& l = report->limits();
-  EXPECT_GT(l.peak_fma_gflops(), 1.0);
+  // Measured, so far above the fake 0.001 (under ASan+UBSan on a loaded
+  // 2-core host a pass has measured below 1 GFLOP/s: no absolute floor).
+  EXPECT_GT(l.peak_fma_gflops(), 0.01);
   EXPECT_GE(l.peak_passes(), 4);  // before each of two problems and after the last
   EXPECT_LE(l.peak_fma_min_gflops(), l.peak_fma_gflops());
   for (const ProblemResult& p : report->problems()) {
