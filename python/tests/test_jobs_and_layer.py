@@ -4,6 +4,7 @@ here."""
 
 import dataclasses
 import json
+import os
 
 import numpy as np
 import pytest
@@ -428,8 +429,9 @@ def test_bench_gives_torch_the_same_problem():
 
 
 def test_versions_agree():
-    # The VERSION file, the package and the library it loaded.
-    with open("VERSION") as f:
+    # The VERSION file (the checkout's, whatever the working directory), the
+    # package and the library it loaded.
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "VERSION")) as f:
         version = f.read().strip()
     assert attnkit.__version__ == version
     assert attnkit.library_version().startswith(f"attnkit {version} (commit ")
