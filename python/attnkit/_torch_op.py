@@ -31,6 +31,12 @@ from . import _ops
 Tensor = torch.Tensor
 
 
+def _call(query, key, value, attn_mask, is_causal, scale, softcap, enable_gqa, backend):
+    """The library call both operators make (no dropout; the mask a constant)."""
+    return _ops._Sdpa(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, backend,
+                      softcap=softcap)
+
+
 @torch.library.custom_op("attnkit::sdpa", mutates_args=())
 def sdpa(
     query: Tensor,
@@ -43,10 +49,8 @@ def sdpa(
     enable_gqa: bool,
     backend: str,
 ) -> Tuple[Tensor, Tensor]:
-    call = _ops._Sdpa(query.detach(), key.detach(), value.detach(),
-                      None if attn_mask is None else attn_mask.detach(), 0.0, is_causal, scale,
-                      enable_gqa, backend, softcap=softcap)
-    return call.forward(return_lse=True)
+    return _call(query, key, value, attn_mask, is_causal, scale, softcap, enable_gqa,
+                 backend).forward(return_lse=True)
 
 
 @sdpa.register_fake
@@ -71,8 +75,7 @@ def sdpa_backward(
     enable_gqa: bool,
     backend: str,
 ) -> Tuple[Tensor, Tensor, Tensor]:
-    call = _ops._Sdpa(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, backend,
-                      softcap=softcap)
+    call = _call(query, key, value, attn_mask, is_causal, scale, softcap, enable_gqa, backend)
     dq, dk, dv, _ = call.backward(out, lse, grad_out, mask_grad=False)
     return dq, dk, dv
 

@@ -9,6 +9,7 @@ from Debian's packages (tools/setup.sh installs them).
 ATTNKIT_JOBS sets Bazel's --jobs (default 2), as for tools/build_wheel.sh.
 """
 
+import io
 import os
 import pathlib
 import shutil
@@ -68,7 +69,5 @@ def build_sdist(sdist_directory, config_settings=None):
         pkg_info = tarfile.TarInfo(f"{name}/PKG-INFO")
         data = f"Metadata-Version: 2.1\nName: attnkit\nVersion: {_version()}\n".encode()
         pkg_info.size = len(data)
-        import io
-
         tar.addfile(pkg_info, io.BytesIO(data))
     return target.name
