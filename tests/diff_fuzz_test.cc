@@ -503,7 +503,9 @@ TEST(DiffFuzzTest, BoundedGradientRunOverEveryBackendFindsNothing) {
                 (long long)t.runs, (long long)t.unsupported, (long long)t.mismatches);
     // A backend with a backward pass must run some of the dense problems.
     Backend* b = GlobalRegistry().Find(t.backend).value();
-    if (b->Caps().backward.supported) EXPECT_GT(t.runs, 0) << t.backend;
+    if (b->Caps().backward.supported) {
+      EXPECT_GT(t.runs, 0) << t.backend;
+    }
   }
   for (const FuzzFinding& f : report.findings) {
     ADD_FAILURE() << f.backend << ": " << f.message << "\n  " << f.command;
