@@ -102,6 +102,12 @@ def run(cmd, what, **kw):
         sys.exit(f"readme_examples: FAILED ({result.returncode}): {what}")
 
 
+def run_sh(block, cwd, env=None):
+    """A shell block as one bash -euo pipefail script in cwd."""
+    run(["bash", "-euo", "pipefail", "-c", block.text],
+        f"sh block at README line {block.line} in {cwd}:\n{block.text.rstrip()}", cwd=cwd, env=env)
+
+
 def run_python(blocks, python, cwd):
     """One interpreter, one namespace: each block exec'd in turn, the README
     line of a failure named."""
@@ -157,8 +163,7 @@ def run_bazel_group(blocks, attnkit, src, cwd):
             run([attnkit, "cost", f"--config={path}"], f"textproto at README line {b.line}",
                 cwd=work, env=env, stdout=subprocess.DEVNULL)
         elif b.lang == "sh":
-            run(["bash", "-euo", "pipefail", "-c", b.text], f"sh block at README line {b.line}:\n"
-                + b.text.rstrip(), cwd=work, env=env)
+            run_sh(b, work, env)
 
 
 def main():
@@ -191,8 +196,7 @@ def main():
             run_python(mine, args.python, cwd)
         elif args.group == "pip":
             for b in mine:
-                run(["bash", "-euo", "pipefail", "-c", b.text],
-                    f"sh block at README line {b.line} in {cwd}:\n{b.text.rstrip()}", cwd=cwd)
+                run_sh(b, cwd)
         elif args.group == "ci":
             ci = pathlib.Path(args.src, ".ci", "run").read_text().splitlines()
             for b in mine:
