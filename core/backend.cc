@@ -104,6 +104,7 @@ std::string Capabilities::Describe() const {
   if (softcap) extras.push_back("softcap");
   if (paged_kv) extras.push_back("paged_kv");
   if (ragged) extras.push_back("ragged");
+  if (sinks) extras.push_back("sinks");
   absl::StrAppend(&out, "extras: ", extras.empty() ? "none" : absl::StrJoin(extras, ", "), "\n");
   absl::StrAppend(&out, "compute: exact",
                   fast_kv_dtypes.empty()
@@ -185,6 +186,7 @@ absl::Status CheckCapabilities(const Capabilities& c, const AttentionProblem& p)
   ATTNKIT_RETURN_IF_ERROR(extra(p.softcap > 0, c.softcap, "softcap"));
   ATTNKIT_RETURN_IF_ERROR(extra(p.is_paged(), c.paged_kv, "paged K/V (page_size)"));
   ATTNKIT_RETURN_IF_ERROR(extra(p.is_ragged(), c.ragged, "ragged batches (q_lengths)"));
+  ATTNKIT_RETURN_IF_ERROR(extra(p.sinks, c.sinks, "sinks (attention sinks)"));
   return absl::OkStatus();
 }
 
@@ -221,6 +223,10 @@ absl::Status CheckBackwardCapabilities(const Capabilities& c, const AttentionPro
   ATTNKIT_RETURN_IF_ERROR(extra(p.additive_bias, b.additive_bias, "additive_bias"));
   ATTNKIT_RETURN_IF_ERROR(extra(p.softcap > 0, b.softcap, "softcap"));
   ATTNKIT_RETURN_IF_ERROR(extra(p.is_ragged(), b.ragged, "ragged batches (q_lengths)"));
+  if (p.sinks) {
+    return absl::UnimplementedError(
+        "backward with sinks (attention sinks) is not supported: sinks are forward only");
+  }
   return absl::OkStatus();
 }
 
@@ -290,10 +296,15 @@ absl::Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& a) {
     ATTNKIT_RETURN_IF_ERROR(
         CheckAbsent("cu_seqlens_k", a.cu_seqlens_k, "q_lengths with packed (not paged) K/V"));
   }
+  if (p.sinks) {
+    ATTNKIT_RETURN_IF_ERROR(CheckTensor("sinks", a.sinks, DType::kF32, {H}));
+  } else {
+    ATTNKIT_RETURN_IF_ERROR(CheckAbsent("sinks", a.sinks, "sinks"));
+  }
   for (const TensorView* out : {&a.o, &a.lse}) {
     for (const TensorView* in :
          {&a.q, &a.k, &a.v, &a.kv_lengths, &a.blocked_mask, &a.bias, &a.k_scale, &a.v_scale,
-          &a.block_table, &a.cu_seqlens_q, &a.cu_seqlens_k}) {
+          &a.block_table, &a.cu_seqlens_q, &a.cu_seqlens_k, &a.sinks}) {
       if (Overlaps(*out, *in)) {
         return absl::InvalidArgumentError("an output tensor (o or lse) overlaps an input");
       }

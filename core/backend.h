@@ -64,6 +64,7 @@ struct Capabilities {
   // ComputeMode::kFast, computes in the storage type (rounds Q to K's type,
   // P to V's). FAST is a permission: for every other type it runs EXACT.
   std::vector<DType> fast_kv_dtypes;
+  bool sinks = false;  // AttentionProblem::sinks (forward)
 
   // One line per property, for `attnkit backends`.
   std::string Describe() const;
@@ -81,6 +82,8 @@ absl::Status CheckCapabilities(const Capabilities& caps, const AttentionProblem&
 //   bias: f32 [B, H, Tq, Tk], added to the scores; stride 0 broadcasts
 //   k_scale, v_scale: f32, K's shape without d ([B, G, Tk]), only when
 //     problem.kv_dtype is i8: key t of head g is k[.., t, g, :] * k_scale[..]
+//   sinks: f32 [H], only when problem.sinks: query head h's sink logit
+//     (config.proto sinks gives the rule; core/sinks.h folds it into a row)
 // Paged K/V (problem.is_paged()): k, v (and the scales) are pools
 //   [num_pages, page_size, G, d] ([num_pages, page_size, G]); block_table is
 //   i32 [B, max_pages]: sequence b's key t is row t % page_size of page
@@ -102,6 +105,7 @@ struct AttentionArgs {
   TensorView k_scale, v_scale;
   TensorView block_table;
   TensorView cu_seqlens_q, cu_seqlens_k;
+  TensorView sinks;
 };
 
 // Checks that `args` matches `p`: shapes, dtypes, present/absent optional

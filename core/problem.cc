@@ -155,6 +155,7 @@ std::string AttentionProblem::Id() const {
   if (blocked_mask) absl::StrAppend(&id, "_dense");
   if (additive_bias) absl::StrAppend(&id, "_bias");
   if (softcap > 0) absl::StrAppend(&id, "_cap");
+  if (sinks) absl::StrAppend(&id, "_sinks");
   if (layout == Layout::kBTHD) absl::StrAppend(&id, "_bthd");
   if (return_lse) absl::StrAppend(&id, "_lse");
   absl::StrAppend(&id, "_", DTypeName(dtype));
@@ -241,6 +242,10 @@ absl::Status ValidateProblem(const AttentionProblem& p) {
       return absl::InvalidArgumentError(
           "compute (FAST) is for the forward pass only; backward (true) needs EXACT");
     }
+    if (p.sinks) {
+      return absl::InvalidArgumentError(
+          "backward (true) with sinks (true): attention sinks are forward only");
+    }
   }
   if (p.nonfinite_inputs < 0 || p.nonfinite_inputs > kMaxNonfiniteInputs) {
     return absl::InvalidArgumentError(absl::StrFormat("nonfinite_inputs (%d) must be in [0, %d]",
@@ -293,6 +298,7 @@ absl::StatusOr<int64_t> ProblemBytes(const AttentionProblem& p) {
   if (p.kv_dtype == DType::kI8) ATTNKIT_RETURN_IF_ERROR(add(kv_rows, 2 * 4, "int8 scale bytes"));
   if (p.return_lse) ATTNKIT_RETURN_IF_ERROR(add(rows, 4, "LSE bytes"));
   if (p.has_kv_lengths()) ATTNKIT_RETURN_IF_ERROR(add(p.batch, 4, "kv_lengths bytes"));
+  if (p.sinks) ATTNKIT_RETURN_IF_ERROR(add(p.num_heads, 4, "sinks bytes"));
   if (p.is_paged()) ATTNKIT_RETURN_IF_ERROR(add(p.batch, p.max_pages() * 4, "block table bytes"));
   if (p.is_ragged()) {  // cu_seqlens_q, and cu_seqlens_k unless K/V are paged
     ATTNKIT_RETURN_IF_ERROR(add(p.batch + 1, (p.is_paged() ? 1 : 2) * 4, "cu_seqlens bytes"));

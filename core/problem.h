@@ -76,6 +76,9 @@ struct AttentionProblem {
   bool backward = false;
   // config.proto compute: EXACT (the default) or FAST.
   ComputeMode compute = ComputeMode::kExact;
+  // Attention sinks (config.proto sinks): AttentionArgs::sinks holds one
+  // logit per query head that joins each row's softmax denominator.
+  bool sinks = false;
   bool fast() const { return compute == ComputeMode::kFast; }
 
   int64_t group_size() const { return num_heads / num_kv_heads; }  // H / G

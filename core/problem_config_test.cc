@@ -93,6 +93,7 @@ constexpr const char* kServingConfig = R"pb(
   page_size: 16
   num_pages: 9
   memory_budget_bytes: 123456789
+  sinks: true
 )pb";
 constexpr const char* kPoisonedConfig = R"pb(
   num_heads: 2

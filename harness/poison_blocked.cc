@@ -80,11 +80,12 @@ void PoisonRandomInputs(const AttentionProblem& p, const AttentionArgs& a, int64
   std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
   std::vector<const TensorView*> targets = {&a.q, &a.k, &a.v};
   if (p.additive_bias) targets.push_back(&a.bias);
+  if (p.sinks) targets.push_back(&a.sinks);  // NaN, +inf: the head's rows NaN; -inf: none
   for (int64_t n = 0; n < count; ++n) {
     const TensorView& t = *targets[rng() % targets.size()];
-    // A uniform element of the logical [d0, d1, d2, d3] tensor, through its strides.
+    // A uniform element of the tensor (rank 4, or 1 for sinks), through its strides.
     int64_t offset = 0;
-    for (int axis = 0; axis < 4; ++axis) {
+    for (int axis = 0; axis < t.rank; ++axis) {
       offset += static_cast<int64_t>(rng() % static_cast<uint64_t>(t.dim(axis))) * t.strides[axis];
     }
     StoreFromF32(t.data, t.dtype, offset, poison.Next());

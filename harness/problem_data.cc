@@ -1,6 +1,7 @@
 #include "harness/problem_data.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <random>
 #include <vector>
@@ -170,6 +171,9 @@ absl::StatusOr<ProblemData> ProblemData::Allocate(const AttentionProblem& p) {
   if (p.additive_bias) {
     ATTNKIT_ASSIGN_OR_RETURN(data.bias, Tensor::Contiguous(DType::kF32, {B, H, p.q_len, p.kv_len}));
   }
+  if (p.sinks) {
+    ATTNKIT_ASSIGN_OR_RETURN(data.sinks, Tensor::Contiguous(DType::kF32, {H}));
+  }
   return data;
 }
 
@@ -187,6 +191,12 @@ absl::StatusOr<ProblemData> ProblemData::Random(const AttentionProblem& p, uint6
     FillUniform(data.v.view(), seed * 4 + 3, -1.0f, 1.0f);
   }
   if (p.additive_bias) FillUniform(data.bias.view(), seed * 4 + 4, -1.0f, 1.0f);
+  if (p.sinks) {
+    // Random scores here are small, so a row's keys hold about log(Tk) of
+    // softmax mass: sinks around it take from 5 % to 95 % of each row.
+    const float center = static_cast<float>(std::log(static_cast<double>(p.kv_len)));
+    FillUniform(data.sinks.view(), seed * 4 + 9, center - 3.0f, center + 3.0f);
+  }
   if (p.blocked_mask) {
     std::mt19937_64 rng(seed * 4 + 5);
     auto* m = static_cast<uint8_t*>(data.blocked_mask.data());
@@ -217,6 +227,7 @@ AttentionArgs ProblemData::args() const {
   a.block_table = block_table.view();
   a.cu_seqlens_q = cu_seqlens_q.view();
   a.cu_seqlens_k = cu_seqlens_k.view();
+  a.sinks = sinks.view();
   return a;
 }
 

@@ -39,6 +39,7 @@ class ProblemData {
   AttentionArgs args() const;
 
   Tensor q, k, v, o, lse, kv_lengths, blocked_mask, bias;
+  Tensor sinks;  // f32 [H], problem.sinks
   Tensor k_scale, v_scale, block_table, cu_seqlens_q, cu_seqlens_k;
 };
 

@@ -39,6 +39,7 @@ absl::Status ValidateForLayer(const AttentionProblem& p) {
   } unsupported[] = {{p.has_kv_lengths(), "kv_lengths"},
                      {p.blocked_mask, "blocked_mask"},
                      {p.additive_bias, "additive_bias"},
+                     {p.sinks, "sinks"},
                      {p.return_lse, "return_lse"}};
   for (const auto& u : unsupported) {
     if (u.on) {

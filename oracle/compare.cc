@@ -114,6 +114,18 @@ RowBound BoundForRow(const AttentionProblem& p, const RowErrorTerms& t) {
   RowBound r;
   r.f32_scale = 1.01 * (2 * e + (3 * growth + 20) * kU);
   r.lse = 1.01 * (e + (growth + 12) * kU);
+  if (p.sinks) {
+    // The sink's fold (core/sinks.h) rescales the finished row by
+    // f = exp(L) / (exp(L) + exp(sink)), computed in f32 from the keys' lse
+    // L (error at most r.lse, moving f by that relative amount or less), two
+    // exps of differences (u |L - L'| + 8 u, the sink's term weighted by its
+    // share: under u), a sum and a divide: relative error r.lse + (|L' - L| +
+    // 20) u, which times A_c (the weights with the sink) adds to f32_c. The
+    // lse L' = max + log(total) gains the sum and exps inside the log
+    // (9 u), the log itself (2 u) and the final add (u |L'|).
+    r.f32_scale += 1.01 * (r.lse + (t.sink_shift + 20) * kU);
+    r.lse += 1.01 * (12 + t.sink_abs_lse) * kU;
+  }
   r.weight_roundoff = 1.01 * FastWeightRoundoff(p);
   if (r.weight_roundoff > 0) {
     // The absolute error of a weight below the type's normal range: half

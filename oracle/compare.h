@@ -74,7 +74,15 @@ namespace attnkit {
 //   FlashAttention's row sum is), or the bound would grant u_p (bf16: 4e-3)
 //   and an LSE 1e-3 off would pass.
 //
-// A fully blocked row must give exactly 0 and an LSE of -inf. A row that
+// Sinks (config.proto sinks) are folded into a finished row (core/sinks.h):
+// o times f = exp(L) / (exp(L) + exp(sink)) from the keys' f32 lse L, which
+// errs by at most the lse bound above; A_c is then taken over the weights
+// with the sink (f times the keys' A_c), so every term above scales with f,
+// and f itself errs by lse + (|L' - L| + 20) u relative (BoundForRow gives
+// the steps); L' gains (12 + |L'|) u.
+//
+// A fully blocked row must give exactly 0 and an LSE of -inf (with a sink:
+// 0 within the floor, and an LSE of the sink). A row that
 // reads a NaN or Inf (the rule in reference.h; the reference gives NaN) must
 // give NaN in every element and its LSE. Any NaN or Inf where the reference
 // is finite fails at once.

@@ -90,6 +90,12 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
     }
   }
 
+  // The head's sink (config.proto sinks): -inf is none; NaN or +inf poisons.
+  double sink = kNegInf;
+  if (p.sinks) {
+    sink = double(static_cast<const float*>(a.sinks.data)[a.sinks.Offset(h)]);
+    if (!(sink < std::numeric_limits<double>::infinity())) poisoned = true;
+  }
   if (poisoned) {
     const double kNaN = std::numeric_limits<double>::quiet_NaN();
     for (int64_t c = 0; c < d; ++c) o_row[c] = kNaN;
@@ -103,7 +109,10 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
   if (abs_o_row != nullptr) {
     for (int64_t c = 0; c < d; ++c) abs_o_row[c] = 0;
   }
-  if (max_score == kNegInf) return kNegInf;  // fully blocked row
+  if (max_score == kNegInf) {  // fully blocked row: 0, and the sink's lse if any
+    if (terms != nullptr && sink > kNegInf) terms->sink_abs_lse = std::fabs(sink);
+    return sink;
+  }
   double sum = 0, sum_max_abs_v = 0;
   for (int64_t j = range.begin; j < range.end; ++j) {
     if (s[j] == kNegInf) continue;  // blocked: v_j is never read
@@ -121,11 +130,25 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
     sum_max_abs_v += max_abs_v;
   }
   if (terms != nullptr) terms->sum_max_abs_v = sum_max_abs_v / sum;
-  for (int64_t c = 0; c < d; ++c) o_row[c] /= sum;
-  if (abs_o_row != nullptr) {
-    for (int64_t c = 0; c < d; ++c) abs_o_row[c] /= sum;
+  // The sink joins the denominator only: sum_j w_j + exp(sink - max_score),
+  // taken from the larger of the two maxima so that nothing overflows.
+  const double keys_lse = max_score + std::log(sum);
+  double norm = 1 / sum, lse = keys_lse;
+  if (sink > kNegInf) {
+    const double m = std::max(max_score, sink);
+    const double total = sum * std::exp(max_score - m) + std::exp(sink - m);
+    norm = std::exp(max_score - m) / total;
+    lse = m + std::log(total);
+    if (terms != nullptr) {
+      terms->sink_shift = lse - keys_lse;
+      terms->sink_abs_lse = std::fabs(lse);
+    }
   }
-  return max_score + std::log(sum);
+  for (int64_t c = 0; c < d; ++c) o_row[c] *= norm;
+  if (abs_o_row != nullptr) {
+    for (int64_t c = 0; c < d; ++c) abs_o_row[c] *= norm;
+  }
+  return lse;
 }
 
 ReferenceResult ComputeReference(const AttentionProblem& p, const AttentionArgs& a) {

@@ -46,6 +46,11 @@ struct RowErrorTerms {
   // sum_j max_c |v_jc| / sum_j exp(s_j - max s): weights rounded to f16 (FAST)
   // err by an absolute floor each, times their v row.
   double sum_max_abs_v = 0;
+  // Sinks (config.proto sinks): the row's lse with the sink minus its keys'
+  // lse (>= 0; the fold's rescale is exp of minus this), and |lse| with the
+  // sink. Both 0 without a sink.
+  double sink_shift = 0;
+  double sink_abs_lse = 0;
 };
 
 // When `abs_o_row` is given it receives sum_j p_j |v_jc| (head_dim values),

@@ -334,6 +334,54 @@ void AppendNonFiniteCases(std::vector<AttentionProblem>* grid, std::set<std::str
   }
 }
 
+// Attention sinks (config.proto sinks), on each path that finishes a row:
+// gpt-oss's shape (GQA, d 64, a sliding window over a causal prefill), a
+// split-K decode (the sink folded in after the merge), padding with an empty
+// sequence (rows that see no key: 0 and an lse of the sink), a ragged paged
+// int8 batch, and NaN/Inf inputs, sinks among them.
+void AppendSinkCases(std::vector<AttentionProblem>* grid, std::set<std::string>* ids,
+                     uint64_t* seed) {
+  auto add = [&](AttentionProblem p) {
+    p.sinks = true;
+    p.return_lse = true;
+    p.alignment = Alignment::kBottomRight;
+    p.seed = (*seed)++;
+    p.name = p.Id();
+    if (ids->insert(p.name).second) grid->push_back(std::move(p));
+  };
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    AttentionProblem p = BasicProblem(1, 8, 2, 129, 129, 64);
+    p.dtype = p.kv_dtype = t;
+    p.mask = MaskKind::kSlidingWindow;
+    p.window_left = 32;
+    add(p);
+    p.mask = MaskKind::kCausal;
+    p.window_left = 0;
+    add(p);
+  }
+  AttentionProblem decode = BasicProblem(1, 8, 2, 1, 5000, 128);
+  decode.kv_dtype = DType::kBF16;
+  add(decode);
+  AttentionProblem padded = BasicProblem(3, 4, 2, 17, 65, 32);
+  padded.dtype = padded.kv_dtype = DType::kF16;
+  padded.mask = MaskKind::kCausal;
+  padded.kv_lengths = {33, 0, 65};
+  add(padded);
+  AttentionProblem serving = BasicProblem(3, 8, 2, 5, 600, 64);
+  serving.kv_dtype = DType::kI8;
+  serving.layout = Layout::kBTHD;
+  serving.mask = MaskKind::kCausal;
+  serving.q_lengths = {5, 1, 1};
+  serving.kv_lengths = {100, 600, 0};
+  serving.page_size = 16;
+  serving.num_pages = 3 * serving.max_pages();
+  add(serving);
+  AttentionProblem poisoned = BasicProblem(1, 4, 2, 33, 33, 64);
+  poisoned.mask = MaskKind::kCausal;
+  poisoned.nonfinite_inputs = 4;
+  add(poisoned);
+}
+
 // FAST twins (compute FAST, same inputs) of the problems with 16-bit or int8
 // K/V, where FAST may round: every one that mixes types (Q f32 over a 16-bit
 // cache, any Q over int8, where rounding Q changes it) and every decode
@@ -417,6 +465,7 @@ std::vector<AttentionProblem> ConformanceGrid() {
   }
   AppendServingCases(&grid, &ids, &seed);
   AppendNonFiniteCases(&grid, &ids, &seed);
+  AppendSinkCases(&grid, &ids, &seed);
   AppendFastTwins(&grid, &ids);
   return grid;
 }

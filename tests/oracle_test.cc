@@ -393,6 +393,79 @@ TEST_P(OracleTest, CatchesEveryPlantedBugAndPassesEveryBackend) {
   }
 }
 
+// Sinks (config.proto sinks): the grid with a sink per head. Every backend
+// that claims sinks passes, and each sink bug is caught in every cell: the
+// sink left out, scaled like a score, counted in the lse but not in O, and
+// read from the next head.
+TEST(OracleSinksTest, CatchesEverySinkBugAndPassesEveryBackend) {
+  using Bug = std::function<void(const AttentionProblem& p, const ReferenceResult& ref,
+                                 ReferenceResult* r)>;
+  // Recomputes the reference on inputs (or a problem) rewritten by `edit`.
+  auto rerun = [](std::function<void(AttentionProblem*, float* sinks)> edit) -> Bug {
+    return [edit](const AttentionProblem& p, const ReferenceResult&, ReferenceResult* r) {
+      AttentionProblem mp = p;
+      ProblemData in = std::move(*GridData(p));
+      edit(&mp, static_cast<float*>(in.sinks.data()));
+      *r = ComputeReference(mp, in.args());
+    };
+  };
+  const std::vector<std::pair<std::string, Bug>> bugs = {
+      {"sink ignored", rerun([](AttentionProblem* p, float*) { p->sinks = false; })},
+      {"sink scaled like a score", rerun([](AttentionProblem* p, float* s) {
+         for (int64_t h = 0; h < p->num_heads; ++h) s[h] *= p->scale;
+       })},
+      {"sink in the lse, not in O",
+       [](const AttentionProblem& p, const ReferenceResult& ref, ReferenceResult* r) {
+         AttentionProblem mp = p;
+         mp.sinks = false;
+         ProblemData in = std::move(*GridData(p));
+         *r = ComputeReference(mp, in.args());
+         r->lse = ref.lse;
+       }},
+      {"sink of the next head", rerun([](AttentionProblem* p, float* s) {
+         const float first = s[0];
+         for (int64_t h = 0; h + 1 < p->num_heads; ++h) s[h] = s[h + 1];
+         s[p->num_heads - 1] = first;
+       })},
+  };
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    for (int64_t d : {16, 128}) {
+      for (int64_t tk : {17, 257, 4096}) {
+        AttentionProblem p = GridProblem(t, t, d, tk, ComputeMode::kExact);
+        p.sinks = true;
+        p.name += "_sinks";
+        absl::StatusOr<ProblemData> data = GridData(p);
+        ASSERT_TRUE(data.ok()) << data.status();
+        const ReferenceResult ref = ComputeReference(p, data->args());
+        for (const auto& [name, bug] : bugs) {
+          ReferenceResult r;
+          bug(p, ref, &r);
+          StoreOutputs(p, r, *data);
+          EXPECT_FALSE(CompareToReference(p, data->args(), ref).ok())
+              << "the oracle missed '" << name << "' on " << p.name;
+        }
+        int ran = 0;
+        for (const std::string& name : GlobalRegistry().Names()) {
+          Backend* b = *GlobalRegistry().Find(name);
+          if (!b->Caps().sinks) {
+            EXPECT_FALSE(b->Supports(p).ok()) << name << " claims no sinks yet accepts them";
+            continue;
+          }
+          if (!b->Supports(p).ok()) continue;
+          PoisonOutputs(*data);
+          RunInfo info;
+          ASSERT_TRUE(RunOnBackend(b, p, *data, &info).ok()) << name << " on " << p.name;
+          const Comparison c = CompareToReference(p, data->args(), ref);
+          EXPECT_TRUE(c.ok()) << name << " [" << info.kernel << "] fails the oracle on " << p.name
+                              << ": " << c.first_failure;
+          ++ran;
+        }
+        EXPECT_GE(ran, 3) << "highway, blas and reference take sinks";
+      }
+    }
+  }
+}
+
 std::vector<std::tuple<DType, DType, ComputeMode>> DTypePairs() {
   std::vector<std::tuple<DType, DType, ComputeMode>> pairs;
   for (DType q : {DType::kF32, DType::kF16, DType::kBF16}) {

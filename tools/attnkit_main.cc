@@ -43,6 +43,9 @@ ABSL_FLAG(std::string, v, "", "run: values .npy, same shape as keys");
 ABSL_FLAG(std::string, kv_lengths, "", "run: int32/int64 .npy [B] of valid keys per sequence");
 ABSL_FLAG(std::string, mask, "", "run: bool/uint8 .npy [B|1, H|1, Tq, Tk], true = blocked");
 ABSL_FLAG(std::string, bias, "", "run: float32 .npy [B|1, H|1, Tq, Tk] added to the scores");
+ABSL_FLAG(std::string, sinks, "",
+          "run, verify: float32 .npy [H], one attention-sink logit per query head (config.proto "
+          "sinks)");
 ABSL_FLAG(std::string, out, "", "run: output .npy, same shape as q");
 ABSL_FLAG(std::string, lse_out, "", "run: optional log-sum-exp output .npy [B, H, Tq]");
 ABSL_FLAG(std::string, o, "", "verify: the output .npy to check, same shape as q");
@@ -327,6 +330,7 @@ int main(int argc, char** argv) {
   options.kv_lengths = absl::GetFlag(FLAGS_kv_lengths);
   options.mask = absl::GetFlag(FLAGS_mask);
   options.bias = absl::GetFlag(FLAGS_bias);
+  options.sinks = absl::GetFlag(FLAGS_sinks);
   options.out = absl::GetFlag(FLAGS_out);
   options.lse_out = absl::GetFlag(FLAGS_lse_out);
   options.o = absl::GetFlag(FLAGS_o);

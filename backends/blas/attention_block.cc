@@ -8,6 +8,7 @@
 #include "backends/blas/row_ops.h"
 #include "core/dtype.h"
 #include "core/fast_compute.h"
+#include "core/sinks.h"
 
 namespace attnkit {
 namespace blas {
@@ -260,20 +261,33 @@ void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, i
 
 // o = acc / sum and lse = max + log(sum) for one row; zeros and -inf when the
 // row saw no key; NaN and NaN when it read a NaN or Inf (`bad`, or a V row's
-// in its accumulator). acc [d] is scratch and may be overwritten.
+// in its accumulator). The head's sink, if any, is folded in (core/sinks.h).
+// acc [d] is scratch and may be overwritten.
 void StoreRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, float* acc, float max,
               float sum, bool bad) {
   const AttentionArgs& a = *ctx.args;
   const int64_t d = ctx.problem->head_dim;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
   // acc holds a product only when the row saw a key (sum > 0).
-  const bool poisoned = bad || (sum > 0 && !AllFinite(acc, d));
+  bool poisoned = bad || (sum > 0 && !AllFinite(acc, d));
   if (poisoned) {
-    const float nan = std::numeric_limits<float>::quiet_NaN();
     std::fill(acc, acc + d, nan);
     max = sum = nan;
   }
-  const bool blocked = !poisoned && !(sum > 0);
-  const float inv = blocked ? 0.0f : 1.0f / sum;
+  bool blocked = !poisoned && !(sum > 0);
+  float inv = blocked ? 0.0f : 1.0f / sum;              // NaN when poisoned
+  float lse = blocked ? kNegInf : max + std::log(sum);  // NaN when poisoned
+  if (ctx.problem->sinks) {
+    const SinkFold fold = FoldSink(lse, static_cast<const float*>(a.sinks.data)[a.sinks.Offset(h)]);
+    lse = fold.lse;
+    if (std::isnan(fold.scale) && !poisoned) {  // a NaN or +inf sink
+      std::fill(acc, acc + d, nan);
+      poisoned = true;
+      blocked = false;
+    } else if (!blocked) {
+      inv *= fold.scale;
+    }
+  }
   const int64_t base = a.o.Offset(b, h, i, 0);
   const int64_t stride = a.o.strides[3];
   if (a.o.dtype == DType::kF32 && stride == 1) {
@@ -289,10 +303,7 @@ void StoreRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, float* a
       StoreFromF32(a.o.data, a.o.dtype, base + c * stride, blocked ? 0.0f : acc[c] * inv);
     }
   }
-  if (ctx.problem->return_lse) {
-    static_cast<float*>(a.lse.data)[a.lse.Offset(b, h, i)] =
-        blocked ? kNegInf : max + std::log(sum);  // NaN when poisoned
-  }
+  if (ctx.problem->return_lse) static_cast<float*>(a.lse.data)[a.lse.Offset(b, h, i)] = lse;
 }
 
 }  // namespace

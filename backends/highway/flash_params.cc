@@ -40,6 +40,10 @@ FlashParams MakeFlashParams(const AttentionProblem& p, const AttentionArgs& a) {
     f.bias = static_cast<const float*>(a.bias.data);
     f.bias_view = a.bias;
   }
+  if (p.sinks) {
+    f.sinks = static_cast<const float*>(a.sinks.data);
+    f.sinks_view = a.sinks;
+  }
   if (p.has_kv_lengths()) f.kv_lengths = p.kv_lengths.data();
   f.mask = p.mask_params();
   f.scale = p.scale;

@@ -40,6 +40,8 @@ struct FlashParams {
   TensorView blocked_view;
   const float* bias = nullptr;  // [B, H, Tq, Tk], added to scores
   TensorView bias_view;
+  const float* sinks = nullptr;  // [H] sink logits (core/sinks.h), or null
+  TensorView sinks_view;
   const int64_t* kv_lengths = nullptr;  // [B] or null (all Tk)
   MaskParams mask;
   float scale = 1.0f;

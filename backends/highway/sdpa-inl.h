@@ -33,6 +33,7 @@
 #include "backends/highway/workspace.h"
 #include "backends/highway/x86_dot.h"
 #include "core/mask.h"
+#include "core/sinks.h"
 #include "core/status_macros.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -531,10 +532,18 @@ inline bool StreamsOutput(const FlashParams& p) {
          p.batch * p.num_heads * p.q_len * p.head_dim * 4 >= kStreamOutputBytes;
 }
 
-// Writes one finished row of `it` to O (and lse), converting to O's dtype.
-inline void StoreOutputRow(const FlashParams& p, const Item& it, int64_t r,
-                           const float* HWY_RESTRICT row, float lse) {
+// Writes one finished row of `it` to O (and lse), converting to O's dtype;
+// folds the head's sink in first (core/sinks.h), in place in `row`.
+inline void StoreOutputRow(const FlashParams& p, const Item& it, int64_t r, float* HWY_RESTRICT row,
+                           float lse) {
   const int64_t h = it.h0 + r / it.nq, i = it.q0 + r % it.nq;
+  if (p.sinks != nullptr) {
+    const SinkFold fold = FoldSink(lse, p.sinks[p.sinks_view.Offset(h)]);
+    if (fold.scale != 1.0f) {
+      for (int64_t c = 0; c < p.head_dim; ++c) row[c] *= fold.scale;
+    }
+    lse = fold.lse;
+  }
   const int64_t base = p.o.Offset(it.b, h, i, 0);
   const int64_t cs = p.o.strides[3];
   if (p.o.dtype == DType::kF32 && cs == 1) {
@@ -565,7 +574,7 @@ inline void RunWorkItem(const FlashParams& p, const Tiling& t, int64_t base, int
   const Item it = DecodeItem(p, t, base, split);
   if (t.splits == 1) {
     RunItem(p, t, it, scratch,
-            [&](int64_t r, const float* row, float lse) { StoreOutputRow(p, it, r, row, lse); });
+            [&](int64_t r, float* row, float lse) { StoreOutputRow(p, it, r, row, lse); });
     if (StreamsOutput(p)) hwy::FlushStream();  // this thread's stores before the pool's join
     return;
   }

@@ -119,7 +119,9 @@ enum { ATTNKIT_COMPUTE_EXACT = 0, ATTNKIT_COMPUTE_FAST = 1 };
   /* Since 0.26: a training step's problem (config.proto backward). */ \
   X(BOOL, backward)                                                    \
   /* Since 0.27: the compute mode (ATTNKIT_COMPUTE_*; 0 = exact). */   \
-  X(COMPUTE, compute)
+  X(COMPUTE, compute)                                                  \
+  /* Since 0.28: attention sinks (args.sinks, one logit per head). */  \
+  X(BOOL, sinks)
 
 typedef struct attnkit_problem {
   uint32_t struct_size;
@@ -155,7 +157,9 @@ typedef struct attnkit_tensor {
   X(TENSOR, v_scale)                                            \
   X(TENSOR, block_table)                                        \
   X(TENSOR, cu_seqlens_q)                                       \
-  X(TENSOR, cu_seqlens_k)
+  X(TENSOR, cu_seqlens_k)                                       \
+  /* Since 0.28: the sink logits, f32 [H]. */                   \
+  X(TENSOR, sinks)
 
 typedef struct attnkit_args {
   uint32_t struct_size;
@@ -201,7 +205,9 @@ typedef struct attnkit_args {
   X(BOOL, bwd_deterministic, backward.deterministic)     \
   /* Since 0.27: the K/V storage types for which FAST    \
    * computes in the storage type (others run EXACT). */ \
-  X(DTYPE_SET, fast_kv_dtypes, fast_kv_dtypes)
+  X(DTYPE_SET, fast_kv_dtypes, fast_kv_dtypes)           \
+  /* Since 0.28: attention sinks (problem.sinks). */     \
+  X(BOOL, sinks, sinks)
 
 typedef struct attnkit_caps {
   uint32_t struct_size;

@@ -181,6 +181,12 @@ absl::StatusOr<NpyProblem> LoadNpyProblem(const CliOptions& options, bool want_l
         "the config sets additive_bias: true, so the bias is an input: pass --bias=FILE "
         "(float32 [B|1, H|1, Tq, Tk]), or drop additive_bias from the config");
   }
+  if (config.sinks() && options.sinks.empty()) {
+    return absl::InvalidArgumentError(
+        "the config sets sinks: true, so the sinks are an input: pass --sinks=FILE (float32 "
+        "[H]), or drop sinks from the config");
+  }
+  if (!options.sinks.empty()) config.set_sinks(true);
   if (!options.backend.empty()) config.set_backend(options.backend);
   if (want_lse) config.set_return_lse(true);
   if (!options.mask.empty()) config.set_blocked_mask(true);
@@ -237,6 +243,17 @@ absl::StatusOr<NpyProblem> LoadNpyProblem(const CliOptions& options, bool want_l
   }
   if (p.additive_bias) {
     ATTNKIT_ASSIGN_OR_RETURN(data.bias, LoadPairTensor("bias", options.bias, DType::kF32, p));
+  }
+  if (p.sinks) {
+    ATTNKIT_ASSIGN_OR_RETURN(NpyArray sinks, ReadNpy(options.sinks));
+    if (sinks.shape != std::vector<int64_t>{H} || sinks.tensor.view().dtype != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--sinks=%s must be a float32 array of shape (%d,), one logit per query head; it has "
+          "%s shape (%s)",
+          options.sinks, H, DTypeName(sinks.tensor.view().dtype),
+          absl::StrJoin(sinks.shape, ", ")));
+    }
+    data.sinks = std::move(sinks.tensor);
   }
   ATTNKIT_ASSIGN_OR_RETURN(data.o, Tensor::Attention(p.dtype, p.layout, B, H, p.q_len, d));
   if (p.return_lse) {
