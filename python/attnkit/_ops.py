@@ -62,6 +62,7 @@ def _caps_dict(c):
         "deterministic": bool(c.deterministic),
         "paged_kv": bool(c.paged_kv),
         "ragged": bool(c.ragged),
+        "sinks": bool(c.sinks),
         # The K/V types for which compute="fast" computes in the storage type
         # (for the others, and f32, it runs exact).
         "fast_kv_dtypes": names(c.fast_kv_dtypes, _capi.DTYPE_NAMES),
@@ -259,7 +260,7 @@ class _Sdpa:
     lse and the gradients."""
 
     def __init__(self, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-                 backend, compute="exact", softcap=0.0):
+                 backend, compute="exact", softcap=0.0, sinks=None):
         if dropout_p != 0.0:
             raise NotImplementedError(
                 f"dropout_p={dropout_p}: attnkit computes attention without dropout; pass "
@@ -316,6 +317,9 @@ class _Sdpa:
         self.has_bias = False
         if attn_mask is not None:
             self._set_mask(attn_mask)
+        # Not an SDPA argument either: gpt-oss's sinks (attention()'s rule).
+        if sinks is not None:
+            _set_sinks(call, sinks, q, heads)
 
     def _set_mask(self, attn_mask):
         q, call = self.q, self.call
@@ -570,6 +574,7 @@ def attention(
     bias=None,
     softcap=0.0,
     scale=None,
+    sinks=None,
     layout="BHTD",
     return_lse=False,
     backend="auto",
@@ -585,9 +590,13 @@ def attention(
     blocked_mask: bool/uint8 broadcastable to [B, H, Tq, Tk], True = blocked
     (attnkit's convention; the SDPA function takes PyTorch's). bias: float,
     same shape, added to the scores. softcap > 0: s = softcap * tanh(s /
-    softcap). compute: "exact" or "fast" (q may be rounded to k's storage
-    type and the weights to v's; see scaled_dot_product_attention). Returns
-    o (q's dtype and kind), and lse [B, H, Tq] (float32) with return_lse.
+    softcap). sinks: one logit per query head [H] (gpt-oss's attention
+    sinks) that joins each row's softmax denominator and carries no value:
+    o = sum_j e^s_j v_j / (sum_j e^s_j + e^sink); not scaled or masked; a
+    row that sees no key gives 0 and an lse of its sink (forward only).
+    compute: "exact" or "fast" (q may be rounded to k's storage type and
+    the weights to v's; see scaled_dot_product_attention). Returns o (q's
+    dtype and kind), and lse [B, H, Tq] (float32) with return_lse.
     """
     if layout not in ("BHTD", "BTHD"):
         raise ValueError(f"layout must be 'BHTD' or 'BTHD'; got {layout!r}")
@@ -655,5 +664,20 @@ def attention(
                                  "bias")
         p.additive_bias = 1
         call.set("bias", op, b4, bs)
+    if sinks is not None:
+        _set_sinks(call, sinks, qo, q4[1])
     call.run(backend)
     return (o.owner, lse.owner) if return_lse else o.owner
+
+
+def _set_sinks(call, sinks, q, heads):
+    """The sink logits (float32 [heads], where q lives) into call."""
+    if _arrays.is_torch(sinks):
+        sinks = sinks.detach()
+    op = _arrays.as_operand(_like(sinks, q, np.float32, "float32"), "sinks")
+    if tuple(op.shape) != (heads,):
+        raise ValueError(
+            f"sinks must hold one logit per query head, shape ({heads},); got {tuple(op.shape)}"
+        )
+    call.problem.sinks = 1
+    call.set("sinks", op, op.shape, op.strides)

@@ -4,14 +4,16 @@ and an autograd formula, so torch.compile(..., fullgraph=True) and
 torch.export see one opaque node instead of a graph break at a ctypes call.
 
     out, lse = torch.ops.attnkit.sdpa(q, k, v, attn_mask, is_causal, scale,
-                                      softcap, enable_gqa, backend)
+                                      softcap, enable_gqa, backend, sinks)
 
 q [..., Hq, L, E], k and v [..., Hkv, S, E] (Hkv divides Hq with
 enable_gqa); attn_mask None or broadcastable to [..., Hq, L, S], bool (True =
 take part) or float (added to the scores), a constant: it gets no gradient,
 and one that requires grad is refused. is_causal is top-left, as PyTorch's;
 scale None means 1/sqrt(E); softcap 0 means none (else s = softcap *
-tanh(s / softcap) before the mask); backend a name or "auto". out is q's
+tanh(s / softcap) before the mask); backend a name or "auto"; sinks None or
+one logit per query head [Hq] (attnkit.attention()'s rule; forward only:
+inputs that require grad are refused with sinks). out is q's
 shape and dtype, lse [..., Hq, L] float32 (-inf for a row that sees no key).
 The backward recomputes the weights from lse (attnkit_backward) and returns
 dq, dk, dv in the inputs' dtypes, dk and dv summed over each KV head's query
@@ -31,10 +33,11 @@ from . import _ops
 Tensor = torch.Tensor
 
 
-def _call(query, key, value, attn_mask, is_causal, scale, softcap, enable_gqa, backend):
+def _call(query, key, value, attn_mask, is_causal, scale, softcap, enable_gqa, backend,
+          sinks=None):
     """The library call both operators make (no dropout; the mask a constant)."""
     return _ops._Sdpa(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, backend,
-                      softcap=softcap)
+                      softcap=softcap, sinks=sinks)
 
 
 @torch.library.custom_op("attnkit::sdpa", mutates_args=())
@@ -48,13 +51,15 @@ def sdpa(
     softcap: float,
     enable_gqa: bool,
     backend: str,
+    sinks: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
     return _call(query, key, value, attn_mask, is_causal, scale, softcap, enable_gqa,
-                 backend).forward(return_lse=True)
+                 backend, sinks).forward(return_lse=True)
 
 
 @sdpa.register_fake
-def _sdpa_fake(query, key, value, attn_mask, is_causal, scale, softcap, enable_gqa, backend):
+def _sdpa_fake(query, key, value, attn_mask, is_causal, scale, softcap, enable_gqa, backend,
+               sinks=None):
     out = query.new_empty(tuple(query.shape[:-1]) + (value.shape[-1],))
     lse = query.new_empty(tuple(query.shape[:-1]), dtype=torch.float32)
     return out, lse
@@ -87,7 +92,14 @@ def _sdpa_backward_fake(grad_out, query, key, value, out, lse, attn_mask, is_cau
 
 
 def _setup_context(ctx, inputs, output):
-    query, key, value, attn_mask, is_causal, scale, softcap, enable_gqa, backend = inputs
+    query, key, value, attn_mask, is_causal, scale, softcap, enable_gqa, backend, sinks = inputs
+    if sinks is not None and any(
+        x is not None and x.requires_grad for x in (query, key, value, sinks)
+    ):
+        raise NotImplementedError(
+            "attnkit::sdpa with sinks is forward only and an input requires grad: run it under "
+            "torch.no_grad() (inference), or train with attn_implementation='eager'"
+        )
     if attn_mask is not None and attn_mask.requires_grad:
         raise NotImplementedError(
             "attnkit::sdpa takes attn_mask as a constant and it requires grad: use "
@@ -112,7 +124,7 @@ def _backward(ctx, grad_out, grad_lse):
     is_causal, scale, softcap, enable_gqa, backend = ctx.options
     dq, dk, dv = sdpa_backward(grad_out, query, key, value, out, lse, attn_mask, is_causal,
                                scale, softcap, enable_gqa, backend)
-    return dq, dk, dv, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None
 
 
 sdpa.register_autograd(_backward, setup_context=_setup_context)

@@ -176,6 +176,33 @@ def test_attention_full_operator():
     np.testing.assert_allclose(lse, want_lse, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("backend", ["highway", "blas", "reference"])
+def test_attention_sinks_join_the_denominator(backend):
+    """gpt-oss's sinks: o = sum_j e^s_j v_j / (sum_j e^s_j + e^sink_h), the
+    lse with the sink in it; a sequence without keys gives 0 and the sink."""
+    B, H, G, Tq, Tk, d = 2, 4, 2, 5, 40, 32
+    q, k, v = rand(B, H, Tq, d), rand(B, G, Tk, d), rand(B, G, Tk, d)
+    sinks = np.array([0.5, 3.0, 4.5, -1.0], dtype=np.float32)
+    o, lse = attnkit.attention(q, k, v, causal=True, kv_lengths=[40, 0], sinks=sinks,
+                               return_lse=True, backend=backend)
+    k64, v64 = (np.repeat(x, H // G, axis=1).astype(np.float64) for x in (k, v))
+    s = q.astype(np.float64) @ np.swapaxes(k64, -1, -2) / np.sqrt(d)
+    s = np.where(np.arange(Tk)[None, :] <= np.arange(Tq)[:, None] + Tk - Tq, s, -np.inf)
+    s = np.concatenate([s, np.broadcast_to(sinks[None, :, None, None], (B, H, Tq, 1))], -1)
+    s[1, :, :, :Tk] = -np.inf  # sequence 1 has no keys
+    w = softmax_rows(s)
+    np.testing.assert_allclose(o, w[..., :Tk] @ v64, rtol=1e-4, atol=2e-5)
+    m = np.max(s, axis=-1)
+    want_lse = m + np.log(np.exp(s - m[..., None]).sum(-1))
+    np.testing.assert_allclose(lse, want_lse, rtol=1e-5, atol=1e-5)
+    assert np.all(o[1] == 0) and np.all(lse[1] == sinks[None, :, None])
+    without = attnkit.attention(q, k, v, causal=True, kv_lengths=[40, 0], backend=backend)
+    assert np.abs(without[0] - o[0]).max() > 1e-2, "the sinks change nothing"
+    with pytest.raises(ValueError, match=r"one logit per query head, shape \(4,\)"):
+        attnkit.attention(q, k, v, sinks=sinks[:2], backend=backend)
+    assert next(b for b in attnkit.backends() if b["name"] == backend)["capabilities"]["sinks"]
+
+
 def test_errors_say_what_is_wrong():
     q, k, v = rand(1, 4, 8, 16), rand(1, 2, 8, 16), rand(1, 2, 8, 16)
     with pytest.raises(ValueError, match="enable_gqa=True"):

@@ -19,11 +19,13 @@ attnkit's backward pass for training. What it takes, as the models pass it:
   - `scaling`, and Gemma 2's `softcap` (attn_logit_softcapping);
   - the KV cache of generate(): decode steps are one query row against the
     cache, whatever its length;
+  - gpt-oss's attention sinks (`s_aux`, one logit per head), at inference;
   - f32, bf16 and f16 models.
 
 What it refuses, with attnkit's message rather than a silent difference:
-dropout while training (attention_dropout > 0), attention sinks (gpt-oss's
-`s_aux`), T5-style position_bias on a mask, and output_attentions.
+dropout while training (attention_dropout > 0), training through attention
+sinks (forward only), T5-style position_bias on a mask, and
+output_attentions.
 """
 
 import torch
@@ -46,11 +48,10 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
             f"attention dropout {dropout}: attnkit computes attention without dropout; set the "
             "config's attention_dropout to 0.0 or train with attn_implementation='sdpa'"
         )
-    if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
-        raise NotImplementedError(
-            "attention sinks (s_aux): attnkit does not take a sink logit yet; use "
-            "attn_implementation='eager' for this model"
-        )
+    # gpt-oss passes its per-head sink logits as s_aux (forward only).
+    sinks = kwargs.get("s_aux")
+    if sinks is None:
+        sinks = kwargs.get("sinks")
     if kwargs.get("position_bias") is not None:
         raise NotImplementedError(
             "position_bias: pass the bias as a float attention mask; attnkit's Transformers "
@@ -70,7 +71,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     causal = bool(q_len > 1 and attention_mask is None and causal)
     enable_gqa = query.shape[1] != key.shape[1]
     out, _ = _torch_op.sdpa(query, key, value, attention_mask, causal, scaling,
-                            float(softcap or 0.0), enable_gqa, backend)
+                            float(softcap or 0.0), enable_gqa, backend, sinks)
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -228,14 +228,48 @@ def test_attention_dropout_in_training_is_refused():
     model(input_ids=_ids())
 
 
-def test_attention_sinks_are_refused():
+def _gpt_oss():
     cfg_class = getattr(transformers, "GptOssConfig", None)
     if cfg_class is None:
         pytest.skip(f"transformers {transformers.__version__} has no gpt-oss")
     torch.manual_seed(0)
-    cfg = cfg_class(vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
+    cfg = cfg_class(vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
                     num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                    num_local_experts=2, num_experts_per_tok=1, sliding_window=8)
+                    num_local_experts=2, num_experts_per_tok=1, sliding_window=8,
+                    pad_token_id=0, bos_token_id=1, eos_token_id=2)
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="attnkit")
+    with torch.no_grad():  # sinks that take a real share of each row (init gives ~0)
+        for layer in model.model.layers:
+            layer.self_attn.sinks.uniform_(0.0, 3.0)
+    return model.eval()
+
+
+def test_gpt_oss_attention_sinks_match_eager():
+    """gpt-oss's per-head sinks (s_aux): logits and greedy tokens as eager's,
+    alternating sliding-window and full layers; a model whose sinks are -inf
+    (none) differs, so the sinks are really applied."""
+    model = _gpt_oss()
+    ids = _ids()
+    with torch.no_grad():
+        got = model(input_ids=ids).logits
+        model.set_attn_implementation("eager")
+        want = model(input_ids=ids).logits
+        want_tokens = model.generate(ids, attention_mask=torch.ones_like(ids),
+                                     max_new_tokens=16, do_sample=False)
+        for layer in model.model.layers:
+            layer.self_attn.sinks.fill_(float("-inf"))
+        model.set_attn_implementation("attnkit")
+        without = model(input_ids=ids).logits
+    assert (got - want).abs().max().item() < 1e-4
+    assert (without - want).abs().max().item() > 1e-2, "the sinks change nothing: a weak test"
+    model = _gpt_oss()
+    with torch.no_grad():
+        tokens = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16,
+                                do_sample=False)
+    assert torch.equal(tokens, want_tokens)
+
+
+def test_gpt_oss_training_is_refused():
+    model = _gpt_oss().train()
     with pytest.raises(NotImplementedError, match="sinks"):
         model(input_ids=_ids())
