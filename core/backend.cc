@@ -105,6 +105,7 @@ std::string Capabilities::Describe() const {
   if (paged_kv) extras.push_back("paged_kv");
   if (ragged) extras.push_back("ragged");
   if (sinks) extras.push_back("sinks");
+  if (alibi) extras.push_back("alibi");
   absl::StrAppend(&out, "extras: ", extras.empty() ? "none" : absl::StrJoin(extras, ", "), "\n");
   absl::StrAppend(&out, "compute: exact",
                   fast_kv_dtypes.empty()
@@ -124,6 +125,7 @@ std::string Capabilities::Describe() const {
   if (backward.bias_grad) bwd.push_back("dbias");
   if (backward.softcap) bwd.push_back("softcap");
   if (backward.ragged) bwd.push_back("ragged");
+  if (backward.alibi) bwd.push_back("alibi");
   absl::StrAppend(
       &out, "backward: dtypes: ", DTypeList(backward.dtypes),
       "; kv dtypes: ", DTypeList(backward.kv_dtypes), "; masks: ",
@@ -187,6 +189,7 @@ absl::Status CheckCapabilities(const Capabilities& c, const AttentionProblem& p)
   ATTNKIT_RETURN_IF_ERROR(extra(p.is_paged(), c.paged_kv, "paged K/V (page_size)"));
   ATTNKIT_RETURN_IF_ERROR(extra(p.is_ragged(), c.ragged, "ragged batches (q_lengths)"));
   ATTNKIT_RETURN_IF_ERROR(extra(p.sinks, c.sinks, "sinks (attention sinks)"));
+  ATTNKIT_RETURN_IF_ERROR(extra(p.alibi, c.alibi, "alibi (ALiBi slopes)"));
   return absl::OkStatus();
 }
 
@@ -223,6 +226,7 @@ absl::Status CheckBackwardCapabilities(const Capabilities& c, const AttentionPro
   ATTNKIT_RETURN_IF_ERROR(extra(p.additive_bias, b.additive_bias, "additive_bias"));
   ATTNKIT_RETURN_IF_ERROR(extra(p.softcap > 0, b.softcap, "softcap"));
   ATTNKIT_RETURN_IF_ERROR(extra(p.is_ragged(), b.ragged, "ragged batches (q_lengths)"));
+  ATTNKIT_RETURN_IF_ERROR(extra(p.alibi, b.alibi, "alibi (ALiBi slopes)"));
   if (p.sinks) {
     return absl::UnimplementedError(
         "backward with sinks (attention sinks) is not supported: sinks are forward only");
@@ -301,10 +305,16 @@ absl::Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& a) {
   } else {
     ATTNKIT_RETURN_IF_ERROR(CheckAbsent("sinks", a.sinks, "sinks"));
   }
+  if (p.alibi) {
+    ATTNKIT_RETURN_IF_ERROR(CheckTensor("alibi_slopes", a.alibi_slopes, DType::kF32, {H}));
+  } else {
+    ATTNKIT_RETURN_IF_ERROR(CheckAbsent("alibi_slopes", a.alibi_slopes, "alibi"));
+  }
   for (const TensorView* out : {&a.o, &a.lse}) {
     for (const TensorView* in :
          {&a.q, &a.k, &a.v, &a.kv_lengths, &a.blocked_mask, &a.bias, &a.k_scale, &a.v_scale,
-          &a.block_table, &a.cu_seqlens_q, &a.cu_seqlens_k, &a.sinks}) {
+          &a.block_table, &a.cu_seqlens_q, &a.cu_seqlens_k, &a.sinks,
+          &a.alibi_slopes}) {
       if (Overlaps(*out, *in)) {
         return absl::InvalidArgumentError("an output tensor (o or lse) overlaps an input");
       }

@@ -30,6 +30,7 @@ struct BackwardCapabilities {
   bool bias_grad = false;      // and dBias itself (GradArgs::dbias)
   bool softcap = false;
   bool ragged = false;
+  bool alibi = false;  // gradients through ALiBi scores (the slopes get none)
   // Two calls with the same inputs and thread count give bitwise equal
   // gradients (dQ partials merged in a fixed order, no atomics).
   bool deterministic = false;
@@ -65,6 +66,7 @@ struct Capabilities {
   // P to V's). FAST is a permission: for every other type it runs EXACT.
   std::vector<DType> fast_kv_dtypes;
   bool sinks = false;  // AttentionProblem::sinks (forward)
+  bool alibi = false;  // AttentionProblem::alibi (forward; backward.alibi for the backward pass)
 
   // One line per property, for `attnkit backends`.
   std::string Describe() const;
@@ -84,6 +86,8 @@ absl::Status CheckCapabilities(const Capabilities& caps, const AttentionProblem&
 //     problem.kv_dtype is i8: key t of head g is k[.., t, g, :] * k_scale[..]
 //   sinks: f32 [H], only when problem.sinks: query head h's sink logit
 //     (config.proto sinks gives the rule; core/sinks.h folds it into a row)
+//   alibi_slopes: f32 [H], only when problem.alibi: query head h's ALiBi
+//     slope (config.proto alibi; core/alibi.h gives the term)
 // Paged K/V (problem.is_paged()): k, v (and the scales) are pools
 //   [num_pages, page_size, G, d] ([num_pages, page_size, G]); block_table is
 //   i32 [B, max_pages]: sequence b's key t is row t % page_size of page
@@ -106,6 +110,7 @@ struct AttentionArgs {
   TensorView block_table;
   TensorView cu_seqlens_q, cu_seqlens_k;
   TensorView sinks;
+  TensorView alibi_slopes;
 };
 
 // Checks that `args` matches `p`: shapes, dtypes, present/absent optional

@@ -35,8 +35,13 @@ struct KeyRange {
   ATTNKIT_HOST_DEVICE int64_t size() const { return begin >= end ? 0 : end - begin; }
 };
 
+// The key on query i's diagonal (i + offset above); ALiBi measures from it.
+ATTNKIT_HOST_DEVICE inline int64_t Diagonal(const MaskParams& m, int64_t i, int64_t kv_length) {
+  return i + (m.bottom_right ? kv_length - m.q_len : 0);
+}
+
 ATTNKIT_HOST_DEVICE inline KeyRange VisibleKeys(const MaskParams& m, int64_t i, int64_t kv_length) {
-  const int64_t diag = i + (m.bottom_right ? kv_length - m.q_len : 0);
+  const int64_t diag = Diagonal(m, i, kv_length);
   int64_t begin = 0;
   int64_t end = kv_length;
   if (m.left >= 0 && diag - m.left > begin) begin = diag - m.left;

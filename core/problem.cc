@@ -145,7 +145,8 @@ std::string AttentionProblem::Id() const {
   if (mask == MaskKind::kSlidingWindow) {
     absl::StrAppend(&id, window_left, "x", window_right);
   }
-  if (mask != MaskKind::kNone) absl::StrAppend(&id, "_", AlignmentName(alignment));
+  // The alignment places the diagonal, which masks and ALiBi measure from.
+  if (mask != MaskKind::kNone || alibi) absl::StrAppend(&id, "_", AlignmentName(alignment));
   if (is_ragged()) {
     absl::StrAppend(&id, "_ragged");
   } else if (has_kv_lengths()) {
@@ -156,6 +157,7 @@ std::string AttentionProblem::Id() const {
   if (additive_bias) absl::StrAppend(&id, "_bias");
   if (softcap > 0) absl::StrAppend(&id, "_cap");
   if (sinks) absl::StrAppend(&id, "_sinks");
+  if (alibi) absl::StrAppend(&id, "_alibi");
   if (layout == Layout::kBTHD) absl::StrAppend(&id, "_bthd");
   if (return_lse) absl::StrAppend(&id, "_lse");
   absl::StrAppend(&id, "_", DTypeName(dtype));
@@ -299,6 +301,7 @@ absl::StatusOr<int64_t> ProblemBytes(const AttentionProblem& p) {
   if (p.return_lse) ATTNKIT_RETURN_IF_ERROR(add(rows, 4, "LSE bytes"));
   if (p.has_kv_lengths()) ATTNKIT_RETURN_IF_ERROR(add(p.batch, 4, "kv_lengths bytes"));
   if (p.sinks) ATTNKIT_RETURN_IF_ERROR(add(p.num_heads, 4, "sinks bytes"));
+  if (p.alibi) ATTNKIT_RETURN_IF_ERROR(add(p.num_heads, 4, "alibi_slopes bytes"));
   if (p.is_paged()) ATTNKIT_RETURN_IF_ERROR(add(p.batch, p.max_pages() * 4, "block table bytes"));
   if (p.is_ragged()) {  // cu_seqlens_q, and cu_seqlens_k unless K/V are paged
     ATTNKIT_RETURN_IF_ERROR(add(p.batch + 1, (p.is_paged() ? 1 : 2) * 4, "cu_seqlens bytes"));

@@ -79,6 +79,9 @@ struct AttentionProblem {
   // Attention sinks (config.proto sinks): AttentionArgs::sinks holds one
   // logit per query head that joins each row's softmax denominator.
   bool sinks = false;
+  // ALiBi (config.proto alibi): AttentionArgs::alibi_slopes holds one slope
+  // per query head; core/alibi.h gives the term it adds to a score.
+  bool alibi = false;
   bool fast() const { return compute == ComputeMode::kFast; }
 
   int64_t group_size() const { return num_heads / num_kv_heads; }  // H / G

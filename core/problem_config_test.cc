@@ -94,6 +94,7 @@ constexpr const char* kServingConfig = R"pb(
   num_pages: 9
   memory_budget_bytes: 123456789
   sinks: true
+  alibi: true
 )pb";
 constexpr const char* kPoisonedConfig = R"pb(
   num_heads: 2

@@ -55,6 +55,7 @@ std::vector<SequenceCall> RaggedSequences(const AttentionProblem& p, const Atten
       if (nk == 0) s.kv_lengths = {0};
       AttentionArgs& sa = c.args;
       sa.sinks = a.sinks;  // [H]: every sequence's
+      sa.alibi_slopes = a.alibi_slopes;
       sa.q = SequenceView(a.q, q_offset, nq);
       sa.o = SequenceView(a.o, q_offset, nq);
       if (p.return_lse) {  // [H, total_q] -> [1, H, nq]

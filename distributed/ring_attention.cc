@@ -107,6 +107,7 @@ absl::Status DistSupports(const AttentionProblem& p, int ranks, Strategy s, Back
   if (p.blocked_mask) return Refuse("a dense blocked_mask is not sharded");
   if (p.additive_bias) return Refuse("an additive bias is not sharded");
   if (p.sinks) return Refuse("attention sinks are not sharded");
+  if (p.alibi) return Refuse("ALiBi is not sharded");
   if (backward && !p.return_lse) {
     return absl::InvalidArgumentError("the distributed backward pass needs return_lse");
   }

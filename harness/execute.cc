@@ -32,7 +32,8 @@ absl::StatusOr<PlacedProblem> PlacedProblem::Place(Backend* backend, const Probl
                          &placed.args_.block_table,
                          &placed.args_.cu_seqlens_q,
                          &placed.args_.cu_seqlens_k,
-                         &placed.args_.sinks};
+                         &placed.args_.sinks,
+                         &placed.args_.alibi_slopes};
   for (TensorView* view : views) {
     if (view->empty()) continue;
     const size_t bytes = SpanBytes(*view);

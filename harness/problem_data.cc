@@ -174,6 +174,9 @@ absl::StatusOr<ProblemData> ProblemData::Allocate(const AttentionProblem& p) {
   if (p.sinks) {
     ATTNKIT_ASSIGN_OR_RETURN(data.sinks, Tensor::Contiguous(DType::kF32, {H}));
   }
+  if (p.alibi) {
+    ATTNKIT_ASSIGN_OR_RETURN(data.alibi_slopes, Tensor::Contiguous(DType::kF32, {H}));
+  }
   return data;
 }
 
@@ -197,6 +200,9 @@ absl::StatusOr<ProblemData> ProblemData::Random(const AttentionProblem& p, uint6
     const float center = static_cast<float>(std::log(static_cast<double>(p.kv_len)));
     FillUniform(data.sinks.view(), seed * 4 + 9, center - 3.0f, center + 3.0f);
   }
+  // ALiBi slopes as BLOOM's span them (2^-8 to 2^-1 for 8 heads); a slope of
+  // 0.5 leaves about 20 keys of weight around the diagonal.
+  if (p.alibi) FillUniform(data.alibi_slopes.view(), seed * 4 + 10, 1.0f / 256, 0.5f);
   if (p.blocked_mask) {
     std::mt19937_64 rng(seed * 4 + 5);
     auto* m = static_cast<uint8_t*>(data.blocked_mask.data());
@@ -228,6 +234,7 @@ AttentionArgs ProblemData::args() const {
   a.cu_seqlens_q = cu_seqlens_q.view();
   a.cu_seqlens_k = cu_seqlens_k.view();
   a.sinks = sinks.view();
+  a.alibi_slopes = alibi_slopes.view();
   return a;
 }
 

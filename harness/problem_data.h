@@ -39,7 +39,8 @@ class ProblemData {
   AttentionArgs args() const;
 
   Tensor q, k, v, o, lse, kv_lengths, blocked_mask, bias;
-  Tensor sinks;  // f32 [H], problem.sinks
+  Tensor sinks;         // f32 [H], problem.sinks
+  Tensor alibi_slopes;  // f32 [H], problem.alibi
   Tensor k_scale, v_scale, block_table, cu_seqlens_q, cu_seqlens_k;
 };
 

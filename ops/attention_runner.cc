@@ -129,6 +129,7 @@ absl::Status AttentionRunner::RunStaged(const AttentionProblem& p, const Attenti
   ATTNKIT_RETURN_IF_ERROR(Stage(9, true, &dev.cu_seqlens_q));
   ATTNKIT_RETURN_IF_ERROR(Stage(10, true, &dev.cu_seqlens_k));
   ATTNKIT_RETURN_IF_ERROR(Stage(13, true, &dev.sinks));
+  ATTNKIT_RETURN_IF_ERROR(Stage(14, true, &dev.alibi_slopes));
   ATTNKIT_RETURN_IF_ERROR(backend_->Forward(p, dev, info));
   ATTNKIT_RETURN_IF_ERROR(backend_->Synchronize());
   ATTNKIT_RETURN_IF_ERROR(backend_->Download(*buffers_[3], host.o.data, SpanBytes(host.o)));

@@ -53,8 +53,8 @@ class AttentionRunner {
   Backend* backend_;
   // Slots: 0 q, 1 k, 2 v, 3 o, 4 lse, 5 kv_lengths, 6 blocked_mask, 7 bias,
   // 8 block_table, 9 cu_seqlens_q, 10 cu_seqlens_k, 11 k_scale, 12 v_scale,
-  // 13 sinks.
-  std::array<std::unique_ptr<DeviceBuffer>, 14> buffers_;
+  // 13 sinks, 14 alibi_slopes.
+  std::array<std::unique_ptr<DeviceBuffer>, 15> buffers_;
   struct Mirror {
     uint64_t cache_id = 0;  // KVCache::id() it mirrors; 0 = none
     std::unique_ptr<DeviceBuffer> k, v;

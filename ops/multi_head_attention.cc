@@ -40,6 +40,7 @@ absl::Status ValidateForLayer(const AttentionProblem& p) {
                      {p.blocked_mask, "blocked_mask"},
                      {p.additive_bias, "additive_bias"},
                      {p.sinks, "sinks"},
+                     {p.alibi, "alibi"},
                      {p.return_lse, "return_lse"}};
   for (const auto& u : unsupported) {
     if (u.on) {

@@ -104,15 +104,22 @@ void CheckRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b, int6
 
 RowBound BoundForRow(const AttentionProblem& p, const RowErrorTerms& t) {
   const bool int8_q = FastRoundsQuery(p) && p.kv_dtype == DType::kI8;
-  double e = kU * (SumGrowth(p.head_dim) * t.max_abs_dot + (int8_q ? 10 : 8) * t.max_abs_score +
-                   2 * t.max_abs_bias);
+  const double score_ops = int8_q ? 10 : 8;
+  double e = p.alibi ? kU * (SumGrowth(p.head_dim) * t.weighted_abs_dot +
+                             score_ops * t.weighted_abs_score + 2 * t.weighted_abs_bias +
+                             3 * t.weighted_abs_alibi + t.abs_max_score)
+                     : kU * (SumGrowth(p.head_dim) * t.max_abs_dot + score_ops * t.max_abs_score +
+                             2 * t.max_abs_bias);
   if (MayFlushBF16Products(p)) {
     constexpr double kMinNormal = 1.1754943508222875e-38;  // 2^-126
     e += double(p.scale) * 2 * double(p.head_dim) * kMinNormal * (1 + t.max_abs_operand);
   }
   const double growth = SumGrowth(std::max<int64_t>(t.visible, 1));
   RowBound r;
-  r.f32_scale = 1.01 * (2 * e + (3 * growth + 20) * kU);
+  // Score errors: 2 E A_c from maxima; from the weighted E (ALiBi),
+  // E (A_c + max |v| f) (oracle/compare.h).
+  r.f32_scale = 1.01 * ((p.alibi ? 1 : 2) * e + (3 * growth + 20) * kU);
+  if (p.alibi) r.score_abs = 1.01 * e * t.max_abs_v_folded;
   r.lse = 1.01 * (e + (growth + 12) * kU);
   if (p.sinks) {
     // The sink's fold (core/sinks.h) rescales the finished row by
@@ -146,7 +153,8 @@ RowBound BoundForRow(const AttentionProblem& p, const RowErrorTerms& t) {
 
 double ElementBound(DType out, const RowBound& row, double want, double abs_weighted_v) {
   const double f32 = row.f32_scale * abs_weighted_v +
-                     row.weight_roundoff * (abs_weighted_v + std::fabs(want)) + row.weight_floor;
+                     row.weight_roundoff * (abs_weighted_v + std::fabs(want)) + row.weight_floor +
+                     row.score_abs;
   // The last term is the floor: half the dtype's smallest subnormal.
   return f32 + 0.5 * DTypeUlp(out, std::fabs(want) + f32) + 0.5 * DTypeUlp(out, 0);
 }

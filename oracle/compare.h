@@ -74,6 +74,21 @@ namespace attnkit {
 //   FlashAttention's row sum is), or the bound would grant u_p (bf16: 4e-3)
 //   and an LSE 1e-3 off would pass.
 //
+// ALiBi (config.proto alibi): the reference adds a_j = -slope |diag - j|
+// exactly; a backend converts the distance to f32 (a relative error of u
+// beyond 2^24), multiplies (u), and adds the term to the bias (u |b_j| with
+// b_j = bias_j + a_j): key j's score errs by at most
+//   e_j = u (g(d) scale sum_c |q_c k_jc| + 8 |s_j| + 2 |b_j| + 3 |a_j| + |m|),
+// where |m| (the row's largest score) completes the subtraction of the
+// running max m' (m' >= s_j and m' <= m, so |s_j - m'| <= |s_j| + |m|).
+// Terms reach thousands at long range, so the maxima above would grant
+// 50x more than the errors that matter: far keys' weights are negligible.
+// ALiBi rows therefore weight each key's error by its weight. With
+// E = sum_j p_j e_j, o_c moves by sum_j p_j (ds_j - sum_k p_k ds_k) v_jc, at
+// most sum_j p_j e_j |v_jc| + E A_c <= E (max_jc |v_jc| + A_c), and the lse
+// by at most E. So for ALiBi rows 2 E A_c above becomes E A_c plus the
+// absolute E max |v| (times the sink's fold factor f when there is a sink).
+//
 // Sinks (config.proto sinks) are folded into a finished row (core/sinks.h):
 // o times f = exp(L) / (exp(L) + exp(sink)) from the keys' f32 lse L, which
 // errs by at most the lse bound above; A_c is then taken over the weights
@@ -91,6 +106,7 @@ struct RowBound {
   double lse = 0;
   double weight_roundoff = 0;  // FAST: u_p, times (A_c + |o_c|) per element
   double weight_floor = 0;     // FAST f16 V: the absolute subnormal floor term
+  double score_abs = 0;        // ALiBi: the weighted E times max |v| f, absolute
 };
 RowBound BoundForRow(const AttentionProblem& p, const RowErrorTerms& t);
 // bound_c for one element given the reference value and A_c.

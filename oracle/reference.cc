@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
+#include "core/alibi.h"
 #include "core/fast_compute.h"
 #include "core/kv_rows.h"
 #include "core/ragged.h"
@@ -17,6 +19,9 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
   const int64_t g = p.KvHead(h);
   const int64_t kv_length = p.KvLength(b);
   const KeyRange range = VisibleKeys(p.mask_params(b), i, kv_length);
+  const int64_t diag = Diagonal(p.mask_params(b), i, kv_length);  // ALiBi's origin
+  const float slope =
+      p.alibi ? static_cast<const float*>(a.alibi_slopes.data)[a.alibi_slopes.Offset(h)] : 0.0f;
   // K/V row j of (b, g), dense or paged; int8 rows times their scale.
   const KvRows rows(p, a);
   const bool int8 = p.kv_dtype == DType::kI8;
@@ -45,6 +50,13 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
 
   double max_score = kNegInf;
   bool poisoned = false;  // the row reads a NaN or Inf (see reference.h)
+  // ALiBi rows: each key's scale sum_c |q_c k_jc| and |bias_j + alibi_j|, to
+  // be weighted by p_j below (terms->weighted_*).
+  std::vector<double> key_abs_dot, key_abs_add;
+  if (p.alibi && terms != nullptr) {
+    key_abs_dot.assign(static_cast<size_t>(p.kv_len), 0.0);
+    key_abs_add.assign(static_cast<size_t>(p.kv_len), 0.0);
+  }
   for (int64_t j = range.begin; j < range.end; ++j) {
     s[j] = kNegInf;
     if (p.blocked_mask &&
@@ -56,6 +68,13 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
       bias = double(static_cast<const float*>(a.bias.data)[a.bias.Offset(b, h, i, j)]);
       if (bias == kNegInf) continue;  // -inf blocks the pair: k_j, v_j not read
       if (!(bias < std::numeric_limits<double>::infinity())) poisoned = true;  // NaN, +inf
+    }
+    // ALiBi: exact here; a term that is not finite in f32 (the backends'
+    // arithmetic, core/alibi.h) poisons the row like a NaN bias.
+    double alibi = 0;
+    if (p.alibi) {
+      if (!std::isfinite(AlibiTerm(slope, diag, j))) poisoned = true;
+      alibi = -double(slope) * double(std::llabs(diag - j));
     }
     double dot = 0, abs_dot = 0, max_abs_k = 0;
     const int64_t k_row = rows.Offset(a.k, b, g, j);
@@ -78,14 +97,19 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
     if (poisoned) continue;
     double score = double(p.scale) * dot;
     if (p.softcap > 0) score = double(p.softcap) * std::tanh(score / double(p.softcap));
-    score += bias;
+    score += bias + alibi;
     s[j] = score;
     if (score > max_score) max_score = score;
     if (terms != nullptr) {
       ++terms->visible;
       terms->max_abs_dot = std::max(terms->max_abs_dot, double(p.scale) * abs_dot);
       terms->max_abs_score = std::max(terms->max_abs_score, std::fabs(score));
-      terms->max_abs_bias = std::max(terms->max_abs_bias, std::fabs(bias));
+      terms->max_abs_bias = std::max(terms->max_abs_bias, std::fabs(bias + alibi));
+      terms->max_abs_alibi = std::max(terms->max_abs_alibi, std::fabs(alibi));
+      if (!key_abs_dot.empty()) {
+        key_abs_dot[j] = double(p.scale) * abs_dot;
+        key_abs_add[j] = std::fabs(bias + alibi);
+      }
       terms->max_abs_operand = std::max({terms->max_abs_operand, max_abs_q, max_abs_k});
     }
   }
@@ -113,11 +137,18 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
     if (terms != nullptr && sink > kNegInf) terms->sink_abs_lse = std::fabs(sink);
     return sink;
   }
-  double sum = 0, sum_max_abs_v = 0;
+  double sum = 0, sum_max_abs_v = 0, all_max_abs_v = 0;
+  RowErrorTerms weighted;  // ALiBi rows: the weighted_* sums, unnormalised
   for (int64_t j = range.begin; j < range.end; ++j) {
     if (s[j] == kNegInf) continue;  // blocked: v_j is never read
     const double w = std::exp(s[j] - max_score);
     sum += w;
+    if (!key_abs_dot.empty()) {
+      weighted.weighted_abs_dot += w * key_abs_dot[j];
+      weighted.weighted_abs_score += w * std::fabs(s[j]);
+      weighted.weighted_abs_bias += w * key_abs_add[j];
+      weighted.weighted_abs_alibi += w * double(slope) * double(std::llabs(diag - j));
+    }
     const int64_t v_row = rows.Offset(a.v, b, g, j);
     const double v_scale = scale_of(a.v_scale, j);
     double max_abs_v = 0;
@@ -128,8 +159,17 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
       max_abs_v = std::max(max_abs_v, std::fabs(v));
     }
     sum_max_abs_v += max_abs_v;
+    all_max_abs_v = std::max(all_max_abs_v, max_abs_v);
   }
   if (terms != nullptr) terms->sum_max_abs_v = sum_max_abs_v / sum;
+  if (!key_abs_dot.empty()) {
+    terms->weighted_abs_dot = weighted.weighted_abs_dot / sum;
+    terms->weighted_abs_score = weighted.weighted_abs_score / sum;
+    terms->weighted_abs_bias = weighted.weighted_abs_bias / sum;
+    terms->weighted_abs_alibi = std::fabs(weighted.weighted_abs_alibi) / sum;
+    terms->abs_max_score = std::fabs(max_score);
+    terms->max_abs_v_folded = all_max_abs_v;  // times the sink's factor below
+  }
   // The sink joins the denominator only: sum_j w_j + exp(sink - max_score),
   // taken from the larger of the two maxima so that nothing overflows.
   const double keys_lse = max_score + std::log(sum);
@@ -144,6 +184,7 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
       terms->sink_abs_lse = std::fabs(lse);
     }
   }
+  if (!key_abs_dot.empty()) terms->max_abs_v_folded *= norm * sum;  // f = 1 without a sink
   for (int64_t c = 0; c < d; ++c) o_row[c] *= norm;
   if (abs_o_row != nullptr) {
     for (int64_t c = 0; c < d; ++c) abs_o_row[c] *= norm;

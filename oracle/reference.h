@@ -41,7 +41,8 @@ struct RowErrorTerms {
   int64_t visible = 0;         // n: keys with a finite score
   double max_abs_dot = 0;      // scale * sum_c |q_c k_jc|
   double max_abs_score = 0;    // |s_j| after softcap and bias
-  double max_abs_bias = 0;     // |bias_j|
+  double max_abs_bias = 0;     // |bias_j + alibi_j|: all that is added to the score
+  double max_abs_alibi = 0;    // |alibi_j| (config.proto alibi)
   double max_abs_operand = 0;  // max(|q_c|, |k_jc|): flushed-subnormal products
   // sum_j max_c |v_jc| / sum_j exp(s_j - max s): weights rounded to f16 (FAST)
   // err by an absolute floor each, times their v row.
@@ -51,6 +52,16 @@ struct RowErrorTerms {
   // sink. Both 0 without a sink.
   double sink_shift = 0;
   double sink_abs_lse = 0;
+  // ALiBi rows (config.proto alibi) weight each key's score error by its
+  // softmax weight p_j (oracle/compare.h): sum_j p_j of scale sum_c |q_c
+  // k_jc|, |s_j|, |bias_j + alibi_j| and |alibi_j|; |max_j s_j|; and max_jc
+  // |v_jc| times the sink's fold factor (1 without a sink).
+  double weighted_abs_dot = 0;
+  double weighted_abs_score = 0;
+  double weighted_abs_bias = 0;
+  double weighted_abs_alibi = 0;
+  double abs_max_score = 0;
+  double max_abs_v_folded = 0;
 };
 
 // When `abs_o_row` is given it receives sum_j p_j |v_jc| (head_dim values),

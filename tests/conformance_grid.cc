@@ -382,6 +382,59 @@ void AppendSinkCases(std::vector<AttentionProblem>* grid, std::set<std::string>*
   add(poisoned);
 }
 
+// ALiBi (config.proto alibi): both alignments with keys on both sides of the
+// diagonal, with softcap and a bias (the term comes after the cap), padding,
+// a long decode (terms in the thousands), serving layouts and poisoned slopes.
+void AppendAlibiCases(std::vector<AttentionProblem>* grid, std::set<std::string>* ids,
+                      uint64_t* seed) {
+  auto add = [&](AttentionProblem p) {
+    p.alibi = true;
+    p.return_lse = true;
+    p.seed = (*seed)++;
+    p.name = p.Id();
+    if (ids->insert(p.name).second) grid->push_back(std::move(p));
+  };
+  for (Alignment al : {Alignment::kBottomRight, Alignment::kTopLeft}) {
+    AttentionProblem p = BasicProblem(2, 4, 2, 40, 97, 64);
+    p.alignment = al;
+    add(p);
+  }
+  AttentionProblem capped = BasicProblem(1, 8, 8, 129, 129, 64);
+  capped.dtype = capped.kv_dtype = DType::kBF16;
+  capped.alignment = Alignment::kBottomRight;
+  capped.mask = MaskKind::kCausal;
+  capped.softcap = 20.0f;
+  capped.additive_bias = true;
+  add(capped);
+  AttentionProblem window = BasicProblem(1, 8, 2, 64, 300, 32);
+  window.alignment = Alignment::kBottomRight;
+  window.mask = MaskKind::kSlidingWindow;
+  window.window_left = 50;
+  window.window_right = 10;
+  window.kv_lengths = {250};
+  add(window);
+  AttentionProblem decode = BasicProblem(2, 8, 1, 1, 4100, 128);
+  decode.alignment = Alignment::kBottomRight;
+  decode.kv_dtype = DType::kF16;
+  decode.kv_lengths = {4100, 1000};
+  add(decode);
+  AttentionProblem serving = BasicProblem(3, 8, 2, 5, 600, 64);
+  serving.kv_dtype = DType::kI8;
+  serving.layout = Layout::kBTHD;
+  serving.alignment = Alignment::kBottomRight;
+  serving.mask = MaskKind::kCausal;
+  serving.q_lengths = {5, 1, 1};
+  serving.kv_lengths = {100, 600, 0};
+  serving.page_size = 16;
+  serving.num_pages = 3 * serving.max_pages();
+  add(serving);
+  AttentionProblem poisoned = BasicProblem(1, 4, 2, 33, 33, 64);
+  poisoned.alignment = Alignment::kBottomRight;
+  poisoned.mask = MaskKind::kCausal;
+  poisoned.nonfinite_inputs = 4;
+  add(poisoned);
+}
+
 // FAST twins (compute FAST, same inputs) of the problems with 16-bit or int8
 // K/V, where FAST may round: every one that mixes types (Q f32 over a 16-bit
 // cache, any Q over int8, where rounding Q changes it) and every decode
@@ -466,6 +519,7 @@ std::vector<AttentionProblem> ConformanceGrid() {
   AppendServingCases(&grid, &ids, &seed);
   AppendNonFiniteCases(&grid, &ids, &seed);
   AppendSinkCases(&grid, &ids, &seed);
+  AppendAlibiCases(&grid, &ids, &seed);
   AppendFastTwins(&grid, &ids);
   return grid;
 }

@@ -15,6 +15,7 @@
 // correct rounding may already be off) is within the fp32 accumulation
 // bound; that is every f32 output (4 ulp of f32 is ~3e-7 relative, the
 // accumulation bound ~1e-5), decided per element with ElementBound.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -461,6 +462,97 @@ TEST(OracleSinksTest, CatchesEverySinkBugAndPassesEveryBackend) {
           ++ran;
         }
         EXPECT_GE(ran, 3) << "highway, blas and reference take sinks";
+      }
+    }
+  }
+}
+
+// ALiBi (config.proto alibi): the grid with a slope per head and keys on both
+// sides of the diagonal. Every backend that claims ALiBi passes, and each
+// ALiBi bug is caught in every cell. A bug is the reference run without ALiBi
+// and its (wrong) term added to the grid's bias: the sign flipped, the
+// distance one-sided, the diagonal one key off, measured from the top-left
+// corner, the slope of the next head, the term scaled like a score.
+TEST(OracleAlibiTest, CatchesEveryAlibiBugAndPassesEveryBackend) {
+  // term(p, slope of head h, slope of head h + 1, diagonal, key): the bug's
+  // ALiBi term for one pair.
+  using Term = std::function<double(const AttentionProblem& p, double slope, double next_slope,
+                                    int64_t diag, int64_t i, int64_t j)>;
+  auto dist = [](int64_t a, int64_t b) { return static_cast<double>(a > b ? a - b : b - a); };
+  const std::vector<std::pair<std::string, Term>> bugs = {
+      {"slope sign flipped",
+       [&](const AttentionProblem&, double s, double, int64_t diag, int64_t, int64_t j) {
+         return s * dist(diag, j);
+       }},
+      {"distance one-sided",
+       [&](const AttentionProblem&, double s, double, int64_t diag, int64_t, int64_t j) {
+         return -s * static_cast<double>(std::max<int64_t>(diag - j, 0));
+       }},
+      {"diagonal one key off",
+       [&](const AttentionProblem&, double s, double, int64_t diag, int64_t, int64_t j) {
+         return -s * dist(diag + 1, j);
+       }},
+      {"distance from the top-left corner",
+       [&](const AttentionProblem&, double s, double, int64_t, int64_t i, int64_t j) {
+         return -s * dist(i, j);
+       }},
+      {"slope of the next head",
+       [&](const AttentionProblem&, double, double next, int64_t diag, int64_t, int64_t j) {
+         return -next * dist(diag, j);
+       }},
+      {"term scaled like a score",
+       [&](const AttentionProblem& p, double s, double, int64_t diag, int64_t, int64_t j) {
+         return -s * double(p.scale) * dist(diag, j);
+       }},
+  };
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    for (int64_t d : {16, 128}) {
+      for (int64_t tk : {17, 257, 4096}) {
+        AttentionProblem p = GridProblem(t, t, d, tk, ComputeMode::kExact);
+        p.alibi = true;
+        p.window_right = 5;  // keys after the diagonal too
+        p.name += "_alibi";
+        absl::StatusOr<ProblemData> data = GridData(p);
+        ASSERT_TRUE(data.ok()) << data.status();
+        const ReferenceResult ref = ComputeReference(p, data->args());
+        const auto* slopes = static_cast<const float*>(data->alibi_slopes.data());
+        for (const auto& [name, term] : bugs) {
+          AttentionProblem mp = p;
+          mp.alibi = false;
+          ProblemData in = std::move(*GridData(p));
+          auto* bias = static_cast<float*>(in.bias.data());
+          const TensorView bv = in.bias.view();
+          for (int64_t h = 0; h < p.num_heads; ++h) {
+            for (int64_t i = 0; i < p.q_len; ++i) {
+              const int64_t diag = Diagonal(p.mask_params(0), i, p.kv_len);
+              for (int64_t j = 0; j < p.kv_len; ++j) {
+                bias[bv.Offset(0, h, i, j)] += static_cast<float>(
+                    term(p, slopes[h], slopes[(h + 1) % p.num_heads], diag, i, j));
+              }
+            }
+          }
+          ReferenceResult r = ComputeReference(mp, in.args());
+          StoreOutputs(p, r, *data);
+          EXPECT_FALSE(CompareToReference(p, data->args(), ref).ok())
+              << "the oracle missed '" << name << "' on " << p.name;
+        }
+        int ran = 0;
+        for (const std::string& name : GlobalRegistry().Names()) {
+          Backend* b = *GlobalRegistry().Find(name);
+          if (!b->Caps().alibi) {
+            EXPECT_FALSE(b->Supports(p).ok()) << name << " claims no ALiBi yet accepts it";
+            continue;
+          }
+          if (!b->Supports(p).ok()) continue;
+          PoisonOutputs(*data);
+          RunInfo info;
+          ASSERT_TRUE(RunOnBackend(b, p, *data, &info).ok()) << name << " on " << p.name;
+          const Comparison c = CompareToReference(p, data->args(), ref);
+          EXPECT_TRUE(c.ok()) << name << " [" << info.kernel << "] fails the oracle on " << p.name
+                              << ": " << c.first_failure;
+          ++ran;
+        }
+        EXPECT_GE(ran, 3) << "highway, blas and reference take ALiBi";
       }
     }
   }

@@ -46,6 +46,8 @@ ABSL_FLAG(std::string, bias, "", "run: float32 .npy [B|1, H|1, Tq, Tk] added to 
 ABSL_FLAG(std::string, sinks, "",
           "run, verify: float32 .npy [H], one attention-sink logit per query head (config.proto "
           "sinks)");
+ABSL_FLAG(std::string, alibi_slopes, "",
+          "run, verify: float32 .npy [H], one ALiBi slope per query head (config.proto alibi)");
 ABSL_FLAG(std::string, out, "", "run: output .npy, same shape as q");
 ABSL_FLAG(std::string, lse_out, "", "run: optional log-sum-exp output .npy [B, H, Tq]");
 ABSL_FLAG(std::string, o, "", "verify: the output .npy to check, same shape as q");
@@ -331,6 +333,7 @@ int main(int argc, char** argv) {
   options.mask = absl::GetFlag(FLAGS_mask);
   options.bias = absl::GetFlag(FLAGS_bias);
   options.sinks = absl::GetFlag(FLAGS_sinks);
+  options.alibi_slopes = absl::GetFlag(FLAGS_alibi_slopes);
   options.out = absl::GetFlag(FLAGS_out);
   options.lse_out = absl::GetFlag(FLAGS_lse_out);
   options.o = absl::GetFlag(FLAGS_o);

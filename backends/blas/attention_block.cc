@@ -8,6 +8,7 @@
 #include "backends/blas/row_ops.h"
 #include "core/dtype.h"
 #include "core/fast_compute.h"
+#include "core/alibi.h"
 #include "core/sinks.h"
 
 namespace attnkit {
@@ -190,8 +191,10 @@ Operand QueryRows(const BlockContext& ctx, const BlockCoords& c, float* scratch)
 // and rescaling its output accumulator `o` [d] when the max grows. Keys the
 // row cannot see get probability 0: outside the structured mask, blocked by
 // the dense mask, or with a bias of -inf. A raw score of a visible pair that
-// is NaN or Inf (a NaN or Inf in Q or K), or a NaN or +inf bias, sets
-// *row_bad (oracle/reference.h: the row's output becomes NaN).
+// is NaN or Inf (a NaN or Inf in Q or K), a NaN or +inf bias, or a
+// non-finite ALiBi term sets *row_bad (oracle/reference.h: the row's output
+// becomes NaN). The bias and the ALiBi term (core/alibi.h) are added after
+// the softcap.
 void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, int64_t kv_length,
                      int64_t k0, int64_t kn, float* s, float* o, float* row_max, float* row_sum,
                      float* row_bad) {
@@ -235,13 +238,23 @@ void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, i
   } else {
     bad = !AllFinite(x, n);
   }
-  if (bad) *row_bad = 1.0f;
   if (p.softcap > 0) SoftcapRow(x, n, p.softcap);  // keeps -inf
   if (bias != nullptr) {
     for (int64_t j = 0; j < n; ++j) {
       if (x[j] != kNegInf) x[j] += bias[j * bias_stride];
     }
   }
+  if (p.alibi) {
+    const float slope = static_cast<const float*>(a.alibi_slopes.data)[a.alibi_slopes.Offset(h)];
+    const int64_t diag = Diagonal(ctx.mask, i, kv_length);
+    for (int64_t j = 0; j < n; ++j) {
+      if (x[j] == kNegInf) continue;  // blocked: the term is never read
+      const float term = AlibiTerm(slope, diag, k0 + lo + j);
+      bad = bad || !std::isfinite(term);
+      x[j] += term;
+    }
+  }
+  if (bad) *row_bad = 1.0f;
   const float chunk_max = RowMax(x, n);
   if (chunk_max == kNegInf) {  // every visible key here is blocked
     std::fill(x, x + n, 0.0f);

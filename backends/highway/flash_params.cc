@@ -44,6 +44,10 @@ FlashParams MakeFlashParams(const AttentionProblem& p, const AttentionArgs& a) {
     f.sinks = static_cast<const float*>(a.sinks.data);
     f.sinks_view = a.sinks;
   }
+  if (p.alibi) {
+    f.alibi_slopes = static_cast<const float*>(a.alibi_slopes.data);
+    f.alibi_view = a.alibi_slopes;
+  }
   if (p.has_kv_lengths()) f.kv_lengths = p.kv_lengths.data();
   f.mask = p.mask_params();
   f.scale = p.scale;

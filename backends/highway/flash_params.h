@@ -42,6 +42,8 @@ struct FlashParams {
   TensorView bias_view;
   const float* sinks = nullptr;  // [H] sink logits (core/sinks.h), or null
   TensorView sinks_view;
+  const float* alibi_slopes = nullptr;  // [H] ALiBi slopes (core/alibi.h), or null
+  TensorView alibi_view;
   const int64_t* kv_lengths = nullptr;  // [B] or null (all Tk)
   MaskParams mask;
   float scale = 1.0f;
@@ -60,6 +62,11 @@ struct FlashParams {
 
   int64_t KvLength(int64_t b) const { return kv_lengths ? kv_lengths[b] : kv_len; }
   bool int8() const { return k_scale != nullptr; }
+  // Inputs per (head, query, key) pair, applied by scalar code (masking-inl.h).
+  bool per_pair() const { return bias != nullptr || blocked != nullptr || alibi_slopes != nullptr; }
+  // What is added to a score after softcap: the bias and the ALiBi term.
+  bool adds_to_scores() const { return bias != nullptr || alibi_slopes != nullptr; }
+  float AlibiSlope(int64_t h) const { return alibi_slopes[alibi_view.Offset(h)]; }
 };
 
 // `p` and `a` must have passed ValidateArgs; `p` must not be ragged (pass

@@ -1,5 +1,5 @@
-// Per-target masking of score tiles: the dense mask and bias per pair, the
-// bias after soft-capping, V rows with a NaN or Inf that some row must not
+// Per-target masking of score tiles: the dense mask, bias and ALiBi per pair,
+// the bias and ALiBi after soft-capping, V rows with a NaN or Inf that some row must not
 // see, and each row's visible key range. Included once per target (toggle guard).
 
 #if defined(ATTNKIT_BACKENDS_HIGHWAY_MASKING_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -19,6 +19,7 @@
 #include "backends/highway/microkernels-inl.h"
 #include "backends/highway/packed_scores-inl.h"
 #include "backends/highway/tiling.h"
+#include "core/alibi.h"
 #include "core/mask.h"
 #include "hwy/highway.h"
 
@@ -33,9 +34,10 @@ using highway_plan::Tiling;
 // (before soft-capping): a pair the dense mask blocks, or whose bias is -inf,
 // becomes -inf (its K and V rows are not read for that row). Of the other
 // pairs the structured mask lets through, a non-finite raw score (NaN or Inf
-// in Q or K) or a NaN or +inf bias sets bad[r]. With add_bias (no softcap)
-// the bias is added here; otherwise AddBiasToUnblocked adds it after the cap.
-// Scalar: these inputs are per (h, i, j).
+// in Q or K), a NaN or +inf bias or a non-finite ALiBi term sets bad[r]. With
+// add_bias (no softcap) the bias and ALiBi term are added here; otherwise
+// AddBiasToUnblocked adds them after the cap. Scalar: these inputs are per
+// (h, i, j).
 inline void ApplyPairInputs(const FlashParams& p, const Item& it, int64_t k0, int64_t nk,
                             bool add_bias, const ScoreLayout& lay, float* HWY_RESTRICT s,
                             float* HWY_RESTRICT bad) {
@@ -44,6 +46,8 @@ inline void ApplyPairInputs(const FlashParams& p, const Item& it, int64_t k0, in
   for (int64_t r = 0; r < it.nh * it.nq; ++r) {
     const int64_t h = it.h0 + r / it.nq, i = it.q0 + r % it.nq;
     const KeyRange range = VisibleKeys(p.mask, i, kv_length);
+    const int64_t diag = Diagonal(p.mask, i, kv_length);
+    const float slope = p.alibi_slopes != nullptr ? p.AlibiSlope(h) : 0.0f;
     const float* bias = p.bias != nullptr ? p.bias + p.bias_view.Offset(it.b, h, i, k0) : nullptr;
     const int64_t bs = p.bias != nullptr ? p.bias_view.strides[3] : 0;
     const uint8_t* blocked =
@@ -58,25 +62,31 @@ inline void ApplyPairInputs(const FlashParams& p, const Item& it, int64_t k0, in
         continue;
       }
       const bool visible = k0 + j >= range.begin && k0 + j < range.end;
-      row_bad = row_bad || (visible && (!std::isfinite(x) || !(b < kInf)));
-      if (add_bias) x += b;
+      const float alibi = p.alibi_slopes != nullptr ? AlibiTerm(slope, diag, k0 + j) : 0.0f;
+      row_bad = row_bad || (visible && (!std::isfinite(x) || !(b < kInf) || !std::isfinite(alibi)));
+      if (add_bias) x += b + alibi;
     }
     if (row_bad) bad[r] = 1.0f;
   }
 }
 
-// s += bias on tile [k0, k0 + nk) where s is not -inf (blocked or masked):
-// the bias after soft-capping.
+// s += bias + ALiBi term on tile [k0, k0 + nk) where s is not -inf (blocked
+// or masked): after soft-capping.
 inline void AddBiasToUnblocked(const FlashParams& p, const Item& it, int64_t k0, int64_t nk,
                                const ScoreLayout& lay, float* HWY_RESTRICT s) {
   const float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t kv_length = p.KvLength(it.b);
   for (int64_t r = 0; r < it.nh * it.nq; ++r) {
     const int64_t h = it.h0 + r / it.nq, i = it.q0 + r % it.nq;
-    const float* bias = p.bias + p.bias_view.Offset(it.b, h, i, k0);
-    const int64_t bs = p.bias_view.strides[3];
+    const float* bias = p.bias != nullptr ? p.bias + p.bias_view.Offset(it.b, h, i, k0) : nullptr;
+    const int64_t bs = p.bias != nullptr ? p.bias_view.strides[3] : 0;
+    const int64_t diag = Diagonal(p.mask, i, kv_length);
+    const float slope = p.alibi_slopes != nullptr ? p.AlibiSlope(h) : 0.0f;
     for (int64_t j = 0; j < nk; ++j) {
       float& x = s[lay.At(j, r)];
-      if (x != kNegInf) x += bias[j * bs];
+      if (x == kNegInf) continue;
+      const float b = bias != nullptr ? bias[j * bs] : 0.0f;
+      x += p.alibi_slopes != nullptr ? b + AlibiTerm(slope, diag, k0 + j) : b;
     }
   }
 }

@@ -167,7 +167,7 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
                   /*keep_zero=*/false);
     }
   }
-  const bool per_pair = p.bias != nullptr || p.blocked != nullptr;
+  const bool per_pair = p.per_pair();
   const bool structured = vis != TileVisibility::kVisible || nk4 != nk;
   if (structured) RowKeyRanges(p, t, it, k0, nk, kb, ke);
   if (per_pair) ApplyPairInputs(p, it, k0, nk, /*add_bias=*/p.softcap == 0.0f, lay, s, bad);
@@ -182,7 +182,7 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     }
     if (p.softcap > 0.0f) SoftCap(sg, n, p.softcap);
   }
-  if (p.softcap > 0.0f && p.bias != nullptr) AddBiasToUnblocked(p, it, k0, nk, lay, s);
+  if (p.softcap > 0.0f && p.adds_to_scores()) AddBiasToUnblocked(p, it, k0, nk, lay, s);
   // Keys some row may not see: V rows with a NaN or Inf are left out.
   int32_t bad_keys[kMaxKeyTile];
   const int64_t n_bad = per_pair || structured ? FlagNonFiniteValueRows(vtile, ldv, nk, dp, s, lay,
@@ -393,7 +393,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     ATTNKIT_PHASE_MARK(phase_timer, kQK);
     // Raw scores: flag non-finite ones of visible pairs, then mask. Fully
     // visible tiles skip the per-element structured mask.
-    const bool per_pair = p.bias != nullptr || p.blocked != nullptr;
+    const bool per_pair = p.per_pair();
     const bool structured = vis != TileVisibility::kVisible || nkp != nk;
     if (structured) RowKeyRanges(p, t, it, k0, nk, kb, ke);
     if (per_pair) {
@@ -406,7 +406,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     }
     if (p.softcap > 0.0f) {
       SoftCap(s, static_cast<size_t>(nkp * mp), p.softcap);
-      if (p.bias != nullptr) AddBiasToUnblocked(p, it, k0, nk, lay, s);
+      if (p.adds_to_scores()) AddBiasToUnblocked(p, it, k0, nk, lay, s);
     }
     // Keys some row may not see: V rows with a NaN or Inf are left out.
     int32_t bad_keys[kMaxKeyTile];

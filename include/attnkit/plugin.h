@@ -121,7 +121,9 @@ enum { ATTNKIT_COMPUTE_EXACT = 0, ATTNKIT_COMPUTE_FAST = 1 };
   /* Since 0.27: the compute mode (ATTNKIT_COMPUTE_*; 0 = exact). */   \
   X(COMPUTE, compute)                                                  \
   /* Since 0.28: attention sinks (args.sinks, one logit per head). */  \
-  X(BOOL, sinks)
+  X(BOOL, sinks)                                                       \
+  /* Since 0.28: ALiBi (args.alibi_slopes, one slope per head). */      \
+  X(BOOL, alibi)
 
 typedef struct attnkit_problem {
   uint32_t struct_size;
@@ -159,7 +161,9 @@ typedef struct attnkit_tensor {
   X(TENSOR, cu_seqlens_q)                                       \
   X(TENSOR, cu_seqlens_k)                                       \
   /* Since 0.28: the sink logits, f32 [H]. */                   \
-  X(TENSOR, sinks)
+  X(TENSOR, sinks)                                              \
+  /* Since 0.28: the ALiBi slopes, f32 [H]. */                  \
+  X(TENSOR, alibi_slopes)
 
 typedef struct attnkit_args {
   uint32_t struct_size;
@@ -207,7 +211,10 @@ typedef struct attnkit_args {
    * computes in the storage type (others run EXACT). */ \
   X(DTYPE_SET, fast_kv_dtypes, fast_kv_dtypes)           \
   /* Since 0.28: attention sinks (problem.sinks). */     \
-  X(BOOL, sinks, sinks)
+  X(BOOL, sinks, sinks)                                  \
+  /* Since 0.28: ALiBi (problem.alibi). */                \
+  X(BOOL, alibi, alibi)                                  \
+  X(BOOL, bwd_alibi, backward.alibi)
 
 typedef struct attnkit_caps {
   uint32_t struct_size;

@@ -63,6 +63,7 @@ def _caps_dict(c):
         "paged_kv": bool(c.paged_kv),
         "ragged": bool(c.ragged),
         "sinks": bool(c.sinks),
+        "alibi": bool(c.alibi),
         # The K/V types for which compute="fast" computes in the storage type
         # (for the others, and f32, it runs exact).
         "fast_kv_dtypes": names(c.fast_kv_dtypes, _capi.DTYPE_NAMES),
@@ -78,6 +79,7 @@ def _caps_dict(c):
             "bias_grad": bool(c.bwd_bias_grad),
             "softcap": bool(c.bwd_softcap),
             "ragged": bool(c.bwd_ragged),
+            "alibi": bool(c.bwd_alibi),
             "deterministic": bool(c.bwd_deterministic),
         },
     }
@@ -319,7 +321,7 @@ class _Sdpa:
             self._set_mask(attn_mask)
         # Not an SDPA argument either: gpt-oss's sinks (attention()'s rule).
         if sinks is not None:
-            _set_sinks(call, sinks, q, heads)
+            _set_per_head(call, "sinks", sinks, q, heads, "logit")
 
     def _set_mask(self, attn_mask):
         q, call = self.q, self.call
@@ -575,6 +577,7 @@ def attention(
     softcap=0.0,
     scale=None,
     sinks=None,
+    alibi_slopes=None,
     layout="BHTD",
     return_lse=False,
     backend="auto",
@@ -594,6 +597,9 @@ def attention(
     sinks) that joins each row's softmax denominator and carries no value:
     o = sum_j e^s_j v_j / (sum_j e^s_j + e^sink); not scaled or masked; a
     row that sees no key gives 0 and an lse of its sink (forward only).
+    alibi_slopes: one slope per query head [H] (ALiBi, as BLOOM and MPT
+    use it; FlashAttention's alibi_slopes): adds -slope * |i + Tk - Tq - j|
+    (bottom_right; |i - j| for top_left) to each score, after softcap.
     compute: "exact" or "fast" (q may be rounded to k's storage type and
     the weights to v's; see scaled_dot_product_attention). Returns o (q's
     dtype and kind), and lse [B, H, Tq] (float32) with return_lse.
@@ -665,19 +671,23 @@ def attention(
         p.additive_bias = 1
         call.set("bias", op, b4, bs)
     if sinks is not None:
-        _set_sinks(call, sinks, qo, q4[1])
+        _set_per_head(call, "sinks", sinks, qo, q4[1], "logit")
+    if alibi_slopes is not None:
+        _set_per_head(call, "alibi_slopes", alibi_slopes, qo, q4[1], "slope")
     call.run(backend)
     return (o.owner, lse.owner) if return_lse else o.owner
 
 
-def _set_sinks(call, sinks, q, heads):
-    """The sink logits (float32 [heads], where q lives) into call."""
-    if _arrays.is_torch(sinks):
-        sinks = sinks.detach()
-    op = _arrays.as_operand(_like(sinks, q, np.float32, "float32"), "sinks")
+def _set_per_head(call, name, values, q, heads, what):
+    """One float32 value per query head (sinks, alibi_slopes), where q
+    lives, into call; its problem flag is the argument's name (alibi for
+    alibi_slopes)."""
+    if _arrays.is_torch(values):
+        values = values.detach()
+    op = _arrays.as_operand(_like(values, q, np.float32, "float32"), name)
     if tuple(op.shape) != (heads,):
         raise ValueError(
-            f"sinks must hold one logit per query head, shape ({heads},); got {tuple(op.shape)}"
+            f"{name} must hold one {what} per query head, shape ({heads},); got {tuple(op.shape)}"
         )
-    call.problem.sinks = 1
-    call.set("sinks", op, op.shape, op.strides)
+    setattr(call.problem, "sinks" if name == "sinks" else "alibi", 1)
+    call.set(name, op, op.shape, op.strides)

@@ -203,6 +203,38 @@ def test_attention_sinks_join_the_denominator(backend):
     assert next(b for b in attnkit.backends() if b["name"] == backend)["capabilities"]["sinks"]
 
 
+@pytest.mark.parametrize("backend", ["highway", "blas", "reference"])
+@pytest.mark.parametrize("alignment", ["bottom_right", "top_left"])
+def test_alibi_biases_by_distance_from_the_diagonal(backend, alignment):
+    """ALiBi: -slope_h * |i + offset - j| added after softcap, keys on both
+    sides of the diagonal (no causal mask), per-sequence kv_lengths."""
+    B, H, G, Tq, Tk, d = 2, 4, 2, 6, 37, 16
+    q, k, v = rand(B, H, Tq, d), rand(B, G, Tk, d), rand(B, G, Tk, d)
+    slopes = np.array([0.5, 0.25, 0.0625, 0.0], dtype=np.float32)
+    lengths = [37, 20]
+    o, lse = attnkit.attention(q, k, v, kv_lengths=lengths, alibi_slopes=slopes, softcap=4.0,
+                               alignment=alignment, return_lse=True, backend=backend)
+    k64, v64 = (np.repeat(x, H // G, axis=1).astype(np.float64) for x in (k, v))
+    s = q.astype(np.float64) @ np.swapaxes(k64, -1, -2) / np.sqrt(d)
+    s = 4.0 * np.tanh(s / 4.0)
+    i, j = np.arange(Tq)[:, None], np.arange(Tk)[None, :]
+    for b, n in enumerate(lengths):
+        diag = i + (n - Tq if alignment == "bottom_right" else 0)
+        s[b] -= slopes[:, None, None].astype(np.float64) * np.abs(diag - j)[None]
+        s[b] = np.where(j < n, s[b], -np.inf)
+    np.testing.assert_allclose(o, softmax_rows(s) @ v64, rtol=1e-4, atol=2e-5)
+    m = np.max(s, axis=-1)
+    np.testing.assert_allclose(lse, m + np.log(np.exp(s - m[..., None]).sum(-1)), rtol=1e-5,
+                               atol=1e-5)
+    flipped = attnkit.attention(q, k, v, kv_lengths=lengths, alibi_slopes=-slopes, softcap=4.0,
+                                alignment=alignment, backend=backend)
+    assert np.abs(flipped - o)[:, :3].max() > 1e-2, "the slopes' sign changes nothing"
+    with pytest.raises(ValueError, match=r"one slope per query head, shape \(4,\)"):
+        attnkit.attention(q, k, v, alibi_slopes=slopes[:3], backend=backend)
+    caps = next(b for b in attnkit.backends() if b["name"] == backend)["capabilities"]
+    assert caps["alibi"] and not caps["backward"]["alibi"]
+
+
 def test_errors_say_what_is_wrong():
     q, k, v = rand(1, 4, 8, 16), rand(1, 2, 8, 16), rand(1, 2, 8, 16)
     with pytest.raises(ValueError, match="enable_gqa=True"):

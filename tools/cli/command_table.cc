@@ -26,7 +26,7 @@ const std::vector<CommandSpec>& Commands() {
        "written whole or not at all",
        {"q", "k", "v", "out"},
        {"config", "backend", "compute", "kv_lengths", "mask", "mask_convention", "bias", "sinks",
-        "lse_out", "threads", "json", "plugins"},
+        "alibi_slopes", "lse_out", "threads", "json", "plugins"},
        {"attnkit run --q=q.npy --k=k.npy --v=v.npy --out=o.npy   (shapes from the arrays)",
         "attnkit run --config=gqa.textproto --q=q.npy --k=k.npy --v=v.npy --out=o.npy "
         "--mask=m.npy --mask_convention=torch --backend=blas"},
@@ -49,7 +49,7 @@ const std::vector<CommandSpec>& Commands() {
        "oracle",
        {"q", "k", "v", "o"},
        {"config", "compute", "lse", "sample_rows", "kv_lengths", "mask", "mask_convention", "bias",
-        "sinks", "json"},
+        "sinks", "alibi_slopes", "json"},
        {"attnkit verify --config=gqa.textproto --q=q.npy --k=k.npy --v=v.npy --o=torch_o.npy",
         "attnkit verify --config=bf16.textproto --compute=fast --q=q.npy --k=k.npy --v=v.npy "
         "--o=fast_kernel_o.npy   (the bound of a kernel that rounds Q and P)"},

@@ -28,6 +28,7 @@ struct CliOptions {
   std::string mask;                   // run: optional bool/uint8 [B|1, H|1, Tq, Tk], true = blocked
   std::string bias;                   // run: optional float32 [B|1, H|1, Tq, Tk]
   std::string sinks;                  // run, verify: optional float32 [H]
+  std::string alibi_slopes;           // run, verify: optional float32 [H]
   std::string out, lse_out;           // run: outputs
   std::string o, lse;                 // verify: the output (and lse) .npy to check
   int64_t sample_rows = 0;            // verify: check this many rows spread evenly; 0 = all

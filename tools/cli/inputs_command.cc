@@ -44,6 +44,9 @@ absl::Status InputsCommand(const CliOptions& options, std::ostream& out) {
   if (p.blocked_mask) ATTNKIT_RETURN_IF_ERROR(add("mask", SerializeNpy(data.blocked_mask.view())));
   if (p.additive_bias) ATTNKIT_RETURN_IF_ERROR(add("bias", SerializeNpy(data.bias.view())));
   if (p.sinks) ATTNKIT_RETURN_IF_ERROR(add("sinks", SerializeNpy(data.sinks.view())));
+  if (p.alibi) {
+    ATTNKIT_RETURN_IF_ERROR(add("alibi_slopes", SerializeNpy(data.alibi_slopes.view())));
+  }
   ATTNKIT_RETURN_IF_ERROR(WriteFilesAtomically(files));
   out << "wrote the inputs of " << p.Id() << " (seed " << p.seed << ") to " << options.dir << ":";
   for (const auto& f : files) out << " " << f.first.substr(options.dir.size() + 1);

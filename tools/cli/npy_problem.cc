@@ -187,6 +187,12 @@ absl::StatusOr<NpyProblem> LoadNpyProblem(const CliOptions& options, bool want_l
         "[H]), or drop sinks from the config");
   }
   if (!options.sinks.empty()) config.set_sinks(true);
+  if (config.alibi() && options.alibi_slopes.empty()) {
+    return absl::InvalidArgumentError(
+        "the config sets alibi: true, so the slopes are an input: pass --alibi_slopes=FILE "
+        "(float32 [H]), or drop alibi from the config");
+  }
+  if (!options.alibi_slopes.empty()) config.set_alibi(true);
   if (!options.backend.empty()) config.set_backend(options.backend);
   if (want_lse) config.set_return_lse(true);
   if (!options.mask.empty()) config.set_blocked_mask(true);
@@ -244,16 +250,24 @@ absl::StatusOr<NpyProblem> LoadNpyProblem(const CliOptions& options, bool want_l
   if (p.additive_bias) {
     ATTNKIT_ASSIGN_OR_RETURN(data.bias, LoadPairTensor("bias", options.bias, DType::kF32, p));
   }
-  if (p.sinks) {
-    ATTNKIT_ASSIGN_OR_RETURN(NpyArray sinks, ReadNpy(options.sinks));
-    if (sinks.shape != std::vector<int64_t>{H} || sinks.tensor.view().dtype != DType::kF32) {
+  // One float32 value per query head: --sinks, --alibi_slopes.
+  auto per_head = [H](absl::string_view flag, const std::string& path,
+                      absl::string_view what) -> absl::StatusOr<Tensor> {
+    ATTNKIT_ASSIGN_OR_RETURN(NpyArray a, ReadNpy(path));
+    if (a.shape != std::vector<int64_t>{H} || a.tensor.view().dtype != DType::kF32) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "--sinks=%s must be a float32 array of shape (%d,), one logit per query head; it has "
-          "%s shape (%s)",
-          options.sinks, H, DTypeName(sinks.tensor.view().dtype),
-          absl::StrJoin(sinks.shape, ", ")));
+          "--%s=%s must be a float32 array of shape (%d,), one %s per query head; it has %s "
+          "shape (%s)",
+          flag, path, H, what, DTypeName(a.tensor.view().dtype), absl::StrJoin(a.shape, ", ")));
     }
-    data.sinks = std::move(sinks.tensor);
+    return std::move(a.tensor);
+  };
+  if (p.sinks) {
+    ATTNKIT_ASSIGN_OR_RETURN(data.sinks, per_head("sinks", options.sinks, "logit"));
+  }
+  if (p.alibi) {
+    ATTNKIT_ASSIGN_OR_RETURN(data.alibi_slopes,
+                             per_head("alibi_slopes", options.alibi_slopes, "slope"));
   }
   ATTNKIT_ASSIGN_OR_RETURN(data.o, Tensor::Attention(p.dtype, p.layout, B, H, p.q_len, d));
   if (p.return_lse) {
