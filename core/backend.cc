@@ -126,6 +126,7 @@ std::string Capabilities::Describe() const {
   if (backward.softcap) bwd.push_back("softcap");
   if (backward.ragged) bwd.push_back("ragged");
   if (backward.alibi) bwd.push_back("alibi");
+  if (backward.sinks) bwd.push_back("sinks");
   absl::StrAppend(
       &out, "backward: dtypes: ", DTypeList(backward.dtypes),
       "; kv dtypes: ", DTypeList(backward.kv_dtypes), "; masks: ",
@@ -227,10 +228,7 @@ absl::Status CheckBackwardCapabilities(const Capabilities& c, const AttentionPro
   ATTNKIT_RETURN_IF_ERROR(extra(p.softcap > 0, b.softcap, "softcap"));
   ATTNKIT_RETURN_IF_ERROR(extra(p.is_ragged(), b.ragged, "ragged batches (q_lengths)"));
   ATTNKIT_RETURN_IF_ERROR(extra(p.alibi, b.alibi, "alibi (ALiBi slopes)"));
-  if (p.sinks) {
-    return absl::UnimplementedError(
-        "backward with sinks (attention sinks) is not supported: sinks are forward only");
-  }
+  ATTNKIT_RETURN_IF_ERROR(extra(p.sinks, b.sinks, "sinks (attention sinks)"));
   return absl::OkStatus();
 }
 
@@ -400,14 +398,21 @@ absl::Status ValidateGradArgs(const AttentionProblem& p, const AttentionArgs& a,
       }
     }
   }
-  const std::vector<const TensorView*> outputs = {&g.dq, &g.dk, &g.dv, &g.dbias};
+  if (!g.dsinks.empty()) {
+    if (!p.sinks) {
+      return absl::InvalidArgumentError("dsinks was given but the problem has sinks off");
+    }
+    ATTNKIT_RETURN_IF_ERROR(CheckTensor("dsinks", g.dsinks, DType::kF32, {p.num_heads}));
+  }
+  const std::vector<const TensorView*> outputs = {&g.dq, &g.dk, &g.dv, &g.dbias, &g.dsinks};
   for (const TensorView* out : outputs) {
     for (const TensorView* in :
          {&a.q, &a.k, &a.v, &a.o, &a.lse, &a.kv_lengths, &a.blocked_mask, &a.bias, &a.k_scale,
-          &a.v_scale, &a.block_table, &a.cu_seqlens_q, &a.cu_seqlens_k, &g.d_o}) {
+          &a.v_scale, &a.block_table, &a.cu_seqlens_q, &a.cu_seqlens_k, &a.sinks,
+          &a.alibi_slopes, &g.d_o}) {
       if (Overlaps(*out, *in)) {
         return absl::InvalidArgumentError(
-            "a gradient output (dq, dk, dv or dbias) overlaps an input");
+            "a gradient output (dq, dk, dv, dbias or dsinks) overlaps an input");
       }
     }
   }

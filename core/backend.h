@@ -31,6 +31,7 @@ struct BackwardCapabilities {
   bool softcap = false;
   bool ragged = false;
   bool alibi = false;  // gradients through ALiBi scores (the slopes get none)
+  bool sinks = false;  // gradients through sinks, and dsinks (GradArgs::dsinks)
   // Two calls with the same inputs and thread count give bitwise equal
   // gradients (dQ partials merged in a fixed order, no atomics).
   bool deterministic = false;
@@ -130,6 +131,8 @@ absl::Status CheckBackwardCapabilities(const Capabilities& caps, const Attention
 //   dbias: optional f32 [B, H, Tq, Tk], dL/dbias for a problem with
 //     additive_bias, written for every pair (0 where blocked); no stride-0
 //     broadcast (sum it yourself over the dims the bias broadcasts)
+//   dsinks: optional f32 [H], dL/dsinks for a problem with sinks:
+//     -sum over b, i of exp(sink_h - lse_bhi) dO_bhi . O_bhi (core/sinks_grad.h)
 // A row with no visible key contributes nothing: its dq row is 0. Gradients
 // are accumulated in f32 and stored in their tensors' dtypes. Outputs may not
 // overlap inputs or each other.
@@ -137,6 +140,7 @@ struct GradArgs {
   TensorView d_o;
   TensorView dq, dk, dv;
   TensorView dbias;
+  TensorView dsinks;
 };
 
 // ValidateArgs(p, args) plus the rules above for `grads`.

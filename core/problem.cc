@@ -244,10 +244,6 @@ absl::Status ValidateProblem(const AttentionProblem& p) {
       return absl::InvalidArgumentError(
           "compute (FAST) is for the forward pass only; backward (true) needs EXACT");
     }
-    if (p.sinks) {
-      return absl::InvalidArgumentError(
-          "backward (true) with sinks (true): attention sinks are forward only");
-    }
   }
   if (p.nonfinite_inputs < 0 || p.nonfinite_inputs > kMaxNonfiniteInputs) {
     return absl::InvalidArgumentError(absl::StrFormat("nonfinite_inputs (%d) must be in [0, %d]",

@@ -58,7 +58,7 @@ bool HasNaNRows(const ReferenceResult& ref) {
 
 bool HasNonFiniteGradients(const ReferenceGradients& ref) {
   return AnyNonFinite(ref.dq) || AnyNonFinite(ref.dk) || AnyNonFinite(ref.dv) ||
-         AnyNonFinite(ref.dbias);
+         AnyNonFinite(ref.dbias) || AnyNonFinite(ref.dsinks);
 }
 
 CheckedRun RunAndCompare(Backend* backend, const AttentionProblem& p, const ProblemData& data,

@@ -86,7 +86,8 @@ absl::Status RunBackwardOnBackend(Backend* backend, const AttentionProblem& p,
                                                          {&args.dq, &grads.dq},
                                                          {&args.dk, &grads.dk},
                                                          {&args.dv, &grads.dv},
-                                                         {&args.dbias, &grads.dbias}};
+                                                         {&args.dbias, &grads.dbias},
+                                                         {&args.dsinks, &grads.dsinks}};
   for (const auto& [view, tensor] : views) {
     if (view->empty()) continue;
     const size_t bytes = SpanBytes(*view);
@@ -105,7 +106,7 @@ absl::Status RunBackwardOnBackend(Backend* backend, const AttentionProblem& p,
 }
 
 void FillGradients(const GradData& grads, float value) {
-  for (const Tensor* t : {&grads.dq, &grads.dk, &grads.dv, &grads.dbias}) {
+  for (const Tensor* t : {&grads.dq, &grads.dk, &grads.dv, &grads.dbias, &grads.dsinks}) {
     if (t->view().empty()) continue;
     ForEachOffset(t->view(),
                   [&](int64_t off) { StoreFromF32(t->data(), t->view().dtype, off, value); });

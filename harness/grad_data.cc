@@ -30,6 +30,9 @@ absl::StatusOr<int64_t> GradBytes(const AttentionProblem& p, bool with_dbias) {
   ATTNKIT_ASSIGN_OR_RETURN(const int64_t kv_bytes,
                            CheckedMul(kv_rows, 2 * p.head_dim * kv_size, "dK + dV bytes"));
   ATTNKIT_ASSIGN_OR_RETURN(int64_t total, CheckedAdd(q_bytes, kv_bytes, "gradient bytes"));
+  if (p.sinks) {  // dsinks
+    ATTNKIT_ASSIGN_OR_RETURN(total, CheckedAdd(total, 4 * p.num_heads, "gradient bytes"));
+  }
   if (with_dbias) {
     ATTNKIT_ASSIGN_OR_RETURN(const int64_t pairs,
                              CheckedMul(p.batch * p.num_heads, p.q_len, "dbias rows"));
@@ -77,6 +80,9 @@ absl::StatusOr<GradData> GradData::Random(const AttentionProblem& p, uint64_t se
   if (with_dbias) {
     ATTNKIT_ASSIGN_OR_RETURN(g.dbias, Tensor::Contiguous(DType::kF32, {B, H, p.q_len, p.kv_len}));
   }
+  if (p.sinks) {
+    ATTNKIT_ASSIGN_OR_RETURN(g.dsinks, Tensor::Contiguous(DType::kF32, {H}));
+  }
   FillUniform(g.d_o.view(), seed ^ kGradSeedSalt, -1.0f, 1.0f);
   return g;
 }
@@ -88,6 +94,7 @@ GradArgs GradData::args() const {
   a.dk = dk.view();
   a.dv = dv.view();
   a.dbias = dbias.view();
+  a.dsinks = dsinks.view();
   return a;
 }
 

@@ -18,13 +18,14 @@ class GradData {
  public:
   // d_o uniform in [-1, 1] (rounded to the problem's dtype) from `seed`;
   // dq, dk, dv (and dbias when `with_dbias`, which needs additive_bias)
-  // zero-filled. InvalidArgument for a problem without a backward pass
+  // zero-filled, and dsinks with sinks. InvalidArgument for a problem without a backward pass
   // (paged, or without return_lse); ResourceExhausted past the budget.
   static absl::StatusOr<GradData> Random(const AttentionProblem& p, uint64_t seed, bool with_dbias);
 
   GradArgs args() const;
 
   Tensor d_o, dq, dk, dv, dbias;
+  Tensor dsinks;  // f32 [H] with sinks (dL/dsinks)
 };
 
 // The bytes GradData::Random allocates for `p` (dO, dQ, dK, dV and, with

@@ -47,6 +47,12 @@ namespace {
 //           terms: 1.01 (max_rows eps_X + (g(m) + 2) u) dk_abs
 //   dV_j  = sum_{h,i} P_ij dO_i: 1.01 (max_rows dP_rel + (g(m) + 2) u) dv_abs
 //   dBias = dS (f32): 1.01 eps_S dbias_abs
+// Sinks: the lse and O carry the fold's terms of the forward bound
+// (compare.h: L gains (12 + |lse|) u, O's factor L + (shift + 20) u), and
+//   dSink_h = -sum_{b,i} P_sink D_i with P_sink = exp(sink - lse_i) erring
+//         like any weight (dP_rel) and D by eps_D, over m = B Tq rows:
+//         1.01 (max_rows (dP_rel + eps_D) + (g(m) + 2) u) dsinks_abs,
+//         dsinks_abs = sum P_sink D_abs.
 // Underflow: a weight P_ij below fp32's normal range (a score hundreds below
 // the row's lse) may come out as a subnormal or, with flush-to-zero, as 0:
 // an absolute error up to 2^-126 per weight, not relative to P. The
@@ -71,17 +77,24 @@ struct RowEps {
   double s = 0;   // eps_S
   double x = 0;   // eps_X
   double dq = 0;  // dQ's final factor
+  double d = 0;   // eps_D
 };
 
 RowEps EpsForRow(const AttentionProblem& p, const RowErrorTerms& t) {
   const int64_t n = std::max<int64_t>(t.visible, 1);
   const double gd = Growth(p.head_dim), gn = Growth(n);
   const double e = kU * (gd * t.max_abs_dot + 8 * t.max_abs_score + 2 * t.max_abs_bias);
-  const double lse = e + (gn + 12) * kU + kU * (t.max_abs_score + std::log(double(n)));
+  double lse = e + (gn + 12) * kU + kU * (t.max_abs_score + std::log(double(n)));
+  double o_f32 = 2 * e + (3 * gn + 20) * kU;
+  if (p.sinks) {  // the fold (compare.h)
+    o_f32 += lse + (t.sink_shift + 20) * kU;
+    lse += (12 + t.sink_abs_lse) * kU;
+  }
   const double u_o = DTypeEpsilon(p.dtype) / 2;
   RowEps r;
   r.p = e + lse + 10 * kU;
-  const double eps_d = 1.01 * (2 * e + (3 * gn + 20) * kU) + u_o + (gd + 2) * kU;
+  const double eps_d = 1.01 * o_f32 + u_o + (gd + 2) * kU;
+  r.d = eps_d;
   r.s = r.p + eps_d + (gd + 3) * kU;
   r.x = r.s + (p.softcap > 0 ? 2 * e / double(p.softcap) + 4 * kU : 0.0);
   r.dq = 1.01 * (r.x + (gn + 2) * kU);
@@ -163,6 +176,13 @@ Comparison CompareGradients(const AttentionProblem& p, const GradArgs& grads,
     return c;
   }
   const bool with_dbias = !grads.dbias.empty();
+  const bool with_dsinks = !grads.dsinks.empty();
+  if (with_dsinks && ref.dsinks.size() != static_cast<size_t>(H)) {
+    ++c.mismatches;
+    check.Note(absl::StrFormat("%s: dsinks given but the reference has none (sinks off)", p.Id()));
+    return c;
+  }
+  std::vector<double> head_eps(static_cast<size_t>(H), 0.0);  // dsinks: max_rows (dP_rel + eps_D)
   if (with_dbias && ref.dbias.size() != rows * Tk) {
     ++c.mismatches;
     check.Note(
@@ -183,6 +203,7 @@ Comparison CompareGradients(const AttentionProblem& p, const GradArgs& grads,
         if (!blocked) {
           group_x[group] = std::max(group_x[group], eps.x);
           group_p[group] = std::max(group_p[group], eps.p);
+          head_eps[h] = std::max(head_eps[h], eps.p + eps.d);
         }
         for (int64_t x = 0; x < d; ++x) {
           const size_t at = row * d + x;
@@ -198,6 +219,15 @@ Comparison CompareGradients(const AttentionProblem& p, const GradArgs& grads,
                       ref.dbias_abs[at], 1.01 * eps.s, DType::kF32, false);
         }
       }
+    }
+  }
+  if (with_dsinks) {
+    const double grow = Growth(B * Tq);
+    for (int64_t h = 0; h < H; ++h) {
+      check.Check([&] { return absl::StrFormat("dsinks[%d]", h); },
+                  double(static_cast<const float*>(grads.dsinks.data)[grads.dsinks.Offset(h)]),
+                  ref.dsinks[h], ref.dsinks_abs[h], 1.01 * (head_eps[h] + (grow + 2) * kU),
+                  DType::kF32, false);
     }
   }
   const double gm = Growth(p.group_size() * Tq);

@@ -93,6 +93,10 @@ void RowForward::Compute(const AttentionProblem& p, const F64Inputs& in, int64_t
     terms.max_abs_score = std::max(terms.max_abs_score, std::fabs(s));
     terms.max_abs_bias = std::max(terms.max_abs_bias, std::fabs(bias));
   }
+  // The head's sink (oracle/reference.h's rule): -inf is none; NaN or +inf
+  // poisons the row.
+  const double sink = in.sinks.empty() ? -kInf : in.sinks[static_cast<size_t>(h)];
+  if (!(sink < kInf)) poisoned = true;
   if (poisoned) {
     lse = kNaN;
     terms = RowErrorTerms{};
@@ -100,14 +104,23 @@ void RowForward::Compute(const AttentionProblem& p, const F64Inputs& in, int64_t
     return;
   }
   if (visible == 0) {
-    lse = -kInf;
+    lse = sink;  // -inf without a sink
     return;
   }
-  double sum = 0;
+  const double m = std::max(max_score, sink);
+  double sum = sink > -kInf ? std::exp(sink - m) : 0.0;
   for (int64_t j = range.begin; j < range.end; ++j) {
-    if (allowed[j]) sum += std::exp(prob[j] - max_score);
+    if (allowed[j]) sum += std::exp(prob[j] - m);
   }
-  lse = max_score + std::log(sum);
+  lse = m + std::log(sum);
+  if (sink > -kInf) {  // the forward bound's fold terms (oracle/compare.h)
+    double keys = 0;
+    for (int64_t j = range.begin; j < range.end; ++j) {
+      if (allowed[j]) keys += std::exp(prob[j] - m);
+    }
+    terms.sink_shift = lse - (m + std::log(keys));
+    terms.sink_abs_lse = std::fabs(lse);
+  }
   for (int64_t j = range.begin; j < range.end; ++j) {
     if (allowed[j]) prob[j] = std::exp(prob[j] - lse);
   }
@@ -158,6 +171,10 @@ F64Inputs LoadF64Inputs(const AttentionProblem& p, const AttentionArgs& a, const
         for (int64_t i = 0; i < Tq; ++i)
           for (int64_t j = 0; j < Tk; ++j) in.bias[x++] = double(bias[a.bias.Offset(b, h, i, j)]);
   }
+  if (p.sinks) {
+    const auto* sinks = static_cast<const float*>(a.sinks.data);
+    for (int64_t h = 0; h < H; ++h) in.sinks.push_back(double(sinks[a.sinks.Offset(h)]));
+  }
   return in;
 }
 
@@ -205,6 +222,10 @@ ReferenceGradients BackwardF64(const AttentionProblem& p, const F64Inputs& in) {
     r.dbias.assign(static_cast<size_t>(B * H * Tq * Tk), 0.0);
     r.dbias_abs.assign(r.dbias.size(), 0.0);
   }
+  if (!in.sinks.empty()) {
+    r.dsinks.assign(static_cast<size_t>(H), 0.0);
+    r.dsinks_abs.assign(r.dsinks.size(), 0.0);
+  }
   r.visible.assign(static_cast<size_t>(B * H * Tq), 0);
   r.terms.assign(r.visible.size(), RowErrorTerms{});
 
@@ -236,6 +257,11 @@ ReferenceGradients BackwardF64(const AttentionProblem& p, const F64Inputs& in) {
         for (int64_t c = 0; c < d; ++c) {
           D += d_o[c] * o[c];
           D_abs += std::fabs(d_o[c]) * std::max(abs_o[c], o_floor);
+        }
+        if (!in.sinks.empty() && in.sinks[h] > -kInf) {  // dSink_h = -sum P_sink D
+          const double p_sink = std::exp(in.sinks[h] - f.lse);
+          r.dsinks[h] -= p_sink * D;
+          r.dsinks_abs[h] += std::max(p_sink, kWeightMagnitudeFloor) * D_abs;
         }
         double* dq = &r.dq[row * d];
         double* dq_abs = &r.dq_abs[row * d];

@@ -8,12 +8,14 @@
 //   x_ij  = scale q_i . k_j
 //   s_ij  = softcap tanh(x_ij / softcap) + bias_ij   (x_ij + bias_ij without softcap)
 //   P_ij  = exp(s_ij - lse_i),  O_i = sum_j P_ij v_j
+//           (with sinks, lse_i includes exp(sink_h): core/sinks_grad.h)
 //   dP_ij = dO_i . v_j,  D_i = dO_i . O_i
 //   dS_ij = P_ij (dP_ij - D_i)            dBias_ij = dS_ij (0 where blocked)
 //   dX_ij = dS_ij (1 - tanh^2(x_ij / softcap))   (dS_ij without softcap)
 //   dQ_i  = scale sum_j dX_ij k_j
 //   dK_j  = scale sum_{h in group g} sum_i dX_ij q_i
 //   dV_j  = sum_{h in group g} sum_i P_ij dO_i
+//   dSink_h = -sum_{b, i} exp(sink_h - lse_i) D_i
 // Blocked pairs (structured mask, padding, blocked_mask, a -inf bias)
 // contribute nothing; a row with no visible key has dQ_i = 0. int8 K/V are
 // not differentiable (Backward refuses them); paged and ragged problems are
@@ -47,6 +49,7 @@ struct ReferenceGradients {
   std::vector<double> dk, dk_abs;        // [B, G, Tk, d]
   std::vector<double> dv, dv_abs;        // [B, G, Tk, d]
   std::vector<double> dbias, dbias_abs;  // [B, H, Tq, Tk]; empty without additive_bias
+  std::vector<double> dsinks, dsinks_abs;  // [H]; empty without sinks
   // Per (b, h, i) row: keys visible (n) and the longest sum any element of
   // the row's gradients has (for the growth factor of the bound).
   std::vector<int64_t> visible;  // [B, H, Tq]

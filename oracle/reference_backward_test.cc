@@ -44,6 +44,9 @@ F64Inputs RandomInputs(const AttentionProblem& p, uint64_t seed, double q_gain =
   if (p.additive_bias) {
     for (size_t x = 0; x < pairs; ++x) in.bias.push_back(u(rng) < -0.8 ? -kInf : 1.5 * u(rng));
   }
+  if (p.sinks) {  // about as heavy as the keys: a real share of each row
+    for (int64_t h = 0; h < p.num_heads; ++h) in.sinks.push_back(1.0 + 1.5 * u(rng));
+  }
   return in;
 }
 
@@ -164,6 +167,14 @@ std::vector<Case> Cases() {
     p.softcap = 2.0f;
     c.push_back({"mqa_3_1", p});
   }
+  {  // sinks, with an empty sequence (its rows see only the sink)
+    AttentionProblem p = Small(2, 4, 2, 4, 6, 4);
+    p.kv_lengths = {6, 0};
+    p.mask = MaskKind::kCausal;
+    p.alignment = Alignment::kBottomRight;
+    p.sinks = true;
+    c.push_back({"sinks_gqa", p});
+  }
   return c;
 }
 
@@ -182,6 +193,7 @@ TEST_P(FiniteDifferenceTest, ClosedFormMatchesFiniteDifferences) {
   CheckField(p, in, &F64Inputs::k, r.dk, r.dk_abs, "dk", &stats);
   CheckField(p, in, &F64Inputs::v, r.dv, r.dv_abs, "dv", &stats);
   if (p.additive_bias) CheckField(p, in, &F64Inputs::bias, r.dbias, r.dbias_abs, "dbias", &stats);
+  if (p.sinks) CheckField(p, in, &F64Inputs::sinks, r.dsinks, r.dsinks_abs, "dsinks", &stats);
   // (kv_lengths_zero_and_padding has a whole sequence of zeros by design.)
   EXPECT_GT(stats.nonzero, stats.checked / 3) << "mostly zero gradients: a vacuous check";
   std::printf("%-28s %4d elements, largest |fd - closed| / magnitude %.2e\n",

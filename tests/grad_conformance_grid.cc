@@ -49,10 +49,11 @@ struct Variant {
   bool block_last_row = false;
   bool dbias = false;
   bool dbias_on_even_shapes = false;  // dBias asked on every other shape only
+  bool sinks = false;                 // attention sinks: dsinks too
 };
 
 std::vector<Variant> Variants() {
-  std::vector<Variant> v(12);
+  std::vector<Variant> v(13);
   v[0].tag = "plain";
   v[1] = {"causal_tl", MaskKind::kCausal, Alignment::kTopLeft};
   v[2] = {"causal_br", MaskKind::kCausal, Alignment::kBottomRight};
@@ -82,6 +83,9 @@ std::vector<Variant> Variants() {
   v[11].layout = Layout::kBTHD;
   v[11].broadcast = Broadcast::kHeads;
   v[11].block_last_row = v[11].dbias = true;
+  // Sinks (gpt-oss): padding leaves rows with no key (their lse is the sink).
+  v[12] = {"sinks", MaskKind::kCausal, Alignment::kBottomRight};
+  v[12].padding = v[12].sinks = true;
   return v;
 }
 
@@ -114,6 +118,7 @@ AttentionProblem MakeProblem(const Shape& s, const Variant& v, DType dtype, DTyp
   p.blocked_mask = v.dense;
   p.additive_bias = v.bias;
   p.softcap = v.softcap ? 1.5f : 0.0f;
+  p.sinks = v.sinks;
   if (v.custom_scale) p.scale = 0.3f;
   p.return_lse = true;
   return p;

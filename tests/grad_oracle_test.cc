@@ -9,6 +9,7 @@
 // lse. The test prints the catch matrix and each backend's largest error /
 // bound; two more problems hold the backends to long sums and to weights
 // that underflow fp32.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -431,6 +432,58 @@ TEST(GradOracleTest, EveryBackendPassesUnderflowingWeights) {
     absl::StatusOr<GradData> grads = GradData::Random(p, 8, /*with_dbias=*/true);
     ASSERT_TRUE(grads.ok()) << grads.status();
     ExpectEveryBackwardPasses(p, *data, *grads);
+  }
+}
+
+// Sinks: every backend's gradients pass (ExpectEveryBackwardPasses), and the
+// oracle catches each sink gradient bug: dsinks left 0, its sign flipped,
+// taken from the next head's sum; and dQ, dK, dV from weights whose lse
+// leaves the sink out.
+TEST(GradOracleSinksTest, CatchesSinkGradientBugsAndPassesEveryBackend) {
+  Backend* reference = *GlobalRegistry().Find("reference");
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    for (int64_t tk : {17, 257}) {
+      AttentionProblem p = GridProblem(t, t, 64, tk);
+      p.sinks = true;
+      p.name += "_sinks";
+      absl::StatusOr<ProblemData> data = GridData(p);
+      ASSERT_TRUE(data.ok()) << data.status();
+      absl::StatusOr<GradData> grads = GradData::Random(p, 31 + tk, /*with_dbias=*/true);
+      ASSERT_TRUE(grads.ok()) << grads.status();
+      ExpectEveryBackwardPasses(p, *data, *grads);
+      const ReferenceGradients ref = ComputeReferenceBackward(p, data->args(), grads->d_o.view());
+      ASSERT_TRUE(RunOnBackend(reference, p, *data, nullptr).ok());
+      ASSERT_TRUE(RunBackwardOnBackend(reference, p, *data, *grads, nullptr).ok());
+      ASSERT_TRUE(CompareGradients(p, grads->args(), ref).ok()) << p.name;
+      auto* dsinks = static_cast<float*>(grads->dsinks.data());
+      const std::vector<float> good(dsinks, dsinks + p.num_heads);
+      auto expect_caught = [&](const std::string& bug) {
+        EXPECT_FALSE(CompareGradients(p, grads->args(), ref).ok())
+            << "the gradient oracle missed '" << bug << "' on " << p.name;
+        std::copy(good.begin(), good.end(), dsinks);
+      };
+      std::fill(dsinks, dsinks + p.num_heads, 0.0f);
+      expect_caught("dsinks left 0");
+      for (int64_t h = 0; h < p.num_heads; ++h) dsinks[h] = -good[h];
+      expect_caught("dsinks sign flipped");
+      for (int64_t h = 0; h < p.num_heads; ++h) dsinks[h] = good[(h + 1) % p.num_heads];
+      expect_caught("dsinks of the next head");
+      // dQ, dK, dV of a kernel that leaves the sink out of P (the same
+      // inputs without sinks: weights with the keys' lse alone).
+      AttentionProblem mp = p;
+      mp.sinks = false;
+      mp.name += "_plain";
+      absl::StatusOr<ProblemData> plain = GridData(mp);
+      ASSERT_TRUE(plain.ok()) << plain.status();
+      ASSERT_TRUE(RunOnBackend(reference, mp, *plain, nullptr).ok());
+      absl::StatusOr<GradData> plain_grads = GradData::Random(mp, 31 + tk, /*with_dbias=*/true);
+      ASSERT_TRUE(plain_grads.ok()) << plain_grads.status();
+      ASSERT_TRUE(RunBackwardOnBackend(reference, mp, *plain, *plain_grads, nullptr).ok());
+      GradArgs mixed = plain_grads->args();
+      mixed.dsinks = grads->dsinks.view();
+      EXPECT_FALSE(CompareGradients(p, mixed, ref).ok())
+          << "the gradient oracle missed 'P without the sink' on " << p.name;
+    }
   }
 }
 

@@ -200,6 +200,10 @@ void LoadBlock(const Context& c, const Block& k, const BackwardScratch& w) {
     }
     LoadRow(c.a.q, c.a.q.Offset(k.b, h, i, 0), d, q);
     LoadRow(c.g.d_o, c.g.d_o.Offset(k.b, h, i, 0), d, d_o);
+    // A Q row with a NaN or Inf and a finite lse sees no key (the forward
+    // would have made it a NaN row), which with sinks the lse (the sink's)
+    // does not say: its Q is never read, and 0 * NaN must not reach dK.
+    if (!AllFinite(q, d)) std::fill(q, q + d, 0.0f);
     if (std::isnan(lse)) {
       // A row that read a NaN or Inf: P is NaN wherever it sees a key
       // (ProbabilityRow), 0 where blocked. Q zeroed (0 * NaN must not reach

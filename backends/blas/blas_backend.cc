@@ -10,6 +10,7 @@
 #include "backends/blas/openblas_engine.h"
 #include "backends/blas/row_ops.h"
 #include "core/full_capabilities.h"
+#include "core/sinks_grad.h"
 #include "core/ragged.h"
 #include "core/status_macros.h"
 
@@ -64,6 +65,7 @@ Capabilities BlasBackend::Caps() const {
   b.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
   b.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
   b.kv_lengths = b.blocked_mask = b.additive_bias = b.bias_grad = b.softcap = true;
+  b.sinks = true;  // P from the forward's lse, which holds the sink; core/sinks_grad.h
   b.deterministic = true;  // items own disjoint outputs; their order is fixed by the shape
   return c;
 }
@@ -297,6 +299,7 @@ absl::Status BlasBackend::BackwardImpl(const AttentionProblem& p, const Attentio
     }
     ATTNKIT_RETURN_IF_ERROR(engine_->TakeError());
   }
+  ATTNKIT_RETURN_IF_ERROR(SinkGradient(p, args, grads));  // dsinks, when asked for
   info->kernel =
       absl::StrFormat("backward %s %s x%d; %s", engine_->KernelTag(),
                       use_items ? "items-over-threads (1-thread GEMMs)" : "library-threads",

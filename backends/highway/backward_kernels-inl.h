@@ -171,7 +171,9 @@ HWY_INLINE void SoftmaxGradRow(float* HWY_RESTRICT s, float* HWY_RESTRICT dp, si
     }
     if (row.add != nullptr) {
       const VF add = hn::Load(df, row.add + j);
-      visible = hn::And(visible, hn::Ne(add, neg_inf));
+      // Ne is an ordered compare on x86 (false for NaN): a NaN bias must
+      // leave its pair visible (a NaN row), so test for -inf instead.
+      visible = hn::AndNot(hn::Eq(add, neg_inf), visible);
       x = hn::Add(x, add);
     }
     // A NaN row (lse NaN: it read a NaN or Inf) has P = NaN wherever it sees

@@ -10,6 +10,7 @@
 #include "backends/highway/sdpa.h"
 #include "backends/highway/workspace.h"
 #include "core/full_capabilities.h"
+#include "core/sinks_grad.h"
 #include "core/ragged.h"
 #include "core/status_macros.h"
 #include "hwy/targets.h"
@@ -74,6 +75,9 @@ class HighwayBackend : public Backend {
     bw.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
     bw.kv_lengths = bw.blocked_mask = bw.additive_bias = bw.bias_grad = bw.softcap = true;
     bw.ragged = false;
+    // Sinks: P from the forward's lse (which holds the sink) is all dQ, dK
+    // and dV need; dsinks from O, dO and lse (core/sinks_grad.h).
+    bw.sinks = true;
     bw.deterministic = true;
     return c;
   }
@@ -120,6 +124,7 @@ class HighwayBackend : public Backend {
     BackwardRunInfo run;
     ATTNKIT_RETURN_IF_ERROR(FlashAttentionBackward(params, MakeFlashGradParams(g), forced_target_,
                                                    pool_.get(), &workspace_, &run));
+    ATTNKIT_RETURN_IF_ERROR(SinkGradient(p, a, g));  // dsinks, when asked for
     info->kernel = run.Describe();
     return absl::OkStatus();
   }

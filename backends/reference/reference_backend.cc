@@ -33,7 +33,7 @@ class ReferenceBackend : public Backend {
     bwd.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
     bwd.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
     bwd.kv_lengths = bwd.blocked_mask = bwd.additive_bias = bwd.bias_grad = true;
-    bwd.softcap = bwd.deterministic = true;
+    bwd.softcap = bwd.deterministic = bwd.sinks = true;
     bwd.ragged = false;
     return c;
   }
@@ -100,6 +100,11 @@ class ReferenceBackend : public Backend {
               static_cast<float*>(g.dbias.data)[g.dbias.Offset(b, h, i, j)] =
                   static_cast<float>(r.dbias[x++]);
             }
+    }
+    if (!g.dsinks.empty()) {
+      for (int64_t h = 0; h < p.num_heads; ++h) {
+        static_cast<float*>(g.dsinks.data)[g.dsinks.Offset(h)] = static_cast<float>(r.dsinks[h]);
+      }
     }
     return absl::OkStatus();
   }

@@ -214,7 +214,8 @@ typedef struct attnkit_args {
   X(BOOL, sinks, sinks)                                  \
   /* Since 0.28: ALiBi (problem.alibi). */                \
   X(BOOL, alibi, alibi)                                  \
-  X(BOOL, bwd_alibi, backward.alibi)
+  X(BOOL, bwd_alibi, backward.alibi)                    \
+  X(BOOL, bwd_sinks, backward.sinks)
 
 typedef struct attnkit_caps {
   uint32_t struct_size;
@@ -228,7 +229,9 @@ typedef struct attnkit_caps {
   X(TENSOR, dq)                 \
   X(TENSOR, dk)                 \
   X(TENSOR, dv)                 \
-  X(TENSOR, dbias)
+  X(TENSOR, dbias)              \
+  /* Since 0.28: dL/dsinks, f32 [H]; data NULL: not asked for. */ \
+  X(TENSOR, dsinks)
 
 typedef struct attnkit_grads {
   uint32_t struct_size;

@@ -73,7 +73,7 @@ class _SdpaFunction(torch.autograd.Function):
         mask_grad = bool(want[3])
         sdpa = _ops._Sdpa(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa,
                           backend)
-        dq, dk, dv, dbias = sdpa.backward(out, lse, grad_out, mask_grad)
+        dq, dk, dv, dbias, _ = sdpa.backward(out, lse, grad_out, mask_grad)
         dmask = None
         if mask_grad:
             dmask = _ops._sum_to_shape(dbias, attn_mask.shape).to(attn_mask.dtype)

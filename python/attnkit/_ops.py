@@ -409,10 +409,11 @@ class _Sdpa:
             v = view(op, name)
         return op, v
 
-    def backward(self, out, lse, grad_out, mask_grad):
+    def backward(self, out, lse, grad_out, mask_grad, sinks_grad=False):
         """Runs the backward from the forward's out and lse and dL/dout:
-        (dq, dk, dv, dbias) in q's, k's, v's dtypes and kind, dbias f32
-        [..., Hq, L, S] when mask_grad (else None)."""
+        (dq, dk, dv, dbias, dsinks) in q's, k's, v's dtypes and kind, dbias
+        f32 [..., Hq, L, S] when mask_grad (else None), dsinks f32 [Hq] when
+        sinks_grad (the call has sinks; else None)."""
         q, k, v, call = self.q, self.k, self.v, self.call
         if mask_grad and not self.has_bias:
             raise ValueError("mask_grad needs a float attn_mask (an additive bias)")
@@ -429,14 +430,20 @@ class _Sdpa:
         grads["dv"] = _arrays.empty_like_kind(v, v.shape, v.code)
         if mask_grad:
             grads["dbias"] = _arrays.empty_like_kind(q, self.pair_shape, _capi.F32)
+        if sinks_grad:
+            if not call.problem.sinks:
+                raise ValueError("sinks_grad needs sinks")
+            grads["dsinks"] = _arrays.empty_like_kind(q, (call.problem.num_heads,), _capi.F32)
         g = _capi.Grads()
         g.struct_size = ctypes.sizeof(g)
         for field, op in grads.items():
             call.keep.append(op)
-            setattr(g, field, _arrays.tensor(op, *_as4(op, field)))
+            view = (op.shape, op.strides) if field == "dsinks" else _as4(op, field)
+            setattr(g, field, _arrays.tensor(op, *view))
         call.run(self.backend, grads=g)
         dbias = grads["dbias"].owner if mask_grad else None
-        return grads["dq"].owner, grads["dk"].owner, grads["dv"].owner, dbias
+        dsinks = grads["dsinks"].owner if sinks_grad else None
+        return grads["dq"].owner, grads["dk"].owner, grads["dv"].owner, dbias, dsinks
 
 
 def _wants_grad(*xs):
@@ -545,7 +552,7 @@ def scaled_dot_product_attention_backward(
     has a backward for the problem.
     """
     sdpa = _Sdpa(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, backend)
-    dq, dk, dv, dbias = sdpa.backward(out, lse, grad_out, mask_grad)
+    dq, dk, dv, dbias, _ = sdpa.backward(out, lse, grad_out, mask_grad)
     if not mask_grad:
         return dq, dk, dv
     return dq, dk, dv, _sum_to_shape(dbias, np.shape(attn_mask))

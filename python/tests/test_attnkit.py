@@ -204,6 +204,34 @@ def test_attention_sinks_join_the_denominator(backend):
 
 
 @pytest.mark.parametrize("backend", ["highway", "blas", "reference"])
+def test_sink_gradient_is_minus_p_sink_times_d(backend):
+    """The backward with sinks (what the torch operator calls): dq, dk, dv
+    from the lse with the sink, and dsinks_h = -sum_i exp(sink_h - lse_i)
+    dO_i . O_i, against numpy in float64."""
+    from attnkit import _ops
+    B, H, G, T, d = 1, 4, 2, 9, 16
+    q, k, v, d_o = rand(B, H, T, d), rand(B, G, T, d), rand(B, G, T, d), rand(B, H, T, d)
+    sinks = np.array([0.5, 2.0, 1.0, -0.5], dtype=np.float32)
+    args = (q, k, v, None, 0.0, True, None, True, backend)
+    out, lse = _ops._Sdpa(*args, sinks=sinks).forward(return_lse=True)
+    dq, dk, dv, dbias, dsinks = _ops._Sdpa(*args, sinks=sinks).backward(
+        out, lse, d_o, mask_grad=False, sinks_grad=True)
+    assert dbias is None and dsinks.shape == (H,)
+    D = (d_o.astype(np.float64) * out).sum(-1)  # [B, H, T]
+    want = -(np.exp(sinks[None, :, None].astype(np.float64) - lse) * D).sum(axis=(0, 2))
+    np.testing.assert_allclose(dsinks, want, rtol=1e-4, atol=1e-6)
+    assert np.abs(want).min() > 1e-3, "a weak check: the sinks take no share of the rows"
+    # dQ against numpy's closed form with the sink in the weights.
+    k64, v64 = (np.repeat(x, H // G, axis=1).astype(np.float64) for x in (k, v))
+    s = q.astype(np.float64) @ np.swapaxes(k64, -1, -2) / np.sqrt(d)
+    s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+    p = np.exp(s - lse[..., None].astype(np.float64))
+    dp = d_o.astype(np.float64) @ np.swapaxes(v64, -1, -2)
+    ds = p * (dp - D[..., None])
+    np.testing.assert_allclose(dq, ds @ k64 / np.sqrt(d), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["highway", "blas", "reference"])
 @pytest.mark.parametrize("alignment", ["bottom_right", "top_left"])
 def test_alibi_biases_by_distance_from_the_diagonal(backend, alignment):
     """ALiBi: -slope_h * |i + offset - j| added after softcap, keys on both

@@ -19,13 +19,13 @@ attnkit's backward pass for training. What it takes, as the models pass it:
   - `scaling`, and Gemma 2's `softcap` (attn_logit_softcapping);
   - the KV cache of generate(): decode steps are one query row against the
     cache, whatever its length;
-  - gpt-oss's attention sinks (`s_aux`, one logit per head), at inference;
+  - gpt-oss's attention sinks (`s_aux`, one logit per head), with their
+    gradient when training;
   - f32, bf16 and f16 models.
 
 What it refuses, with attnkit's message rather than a silent difference:
-dropout while training (attention_dropout > 0), training through attention
-sinks (forward only), T5-style position_bias on a mask, and
-output_attentions.
+dropout while training (attention_dropout > 0), T5-style position_bias on a
+mask, and output_attentions.
 """
 
 import torch
@@ -48,7 +48,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
             f"attention dropout {dropout}: attnkit computes attention without dropout; set the "
             "config's attention_dropout to 0.0 or train with attn_implementation='sdpa'"
         )
-    # gpt-oss passes its per-head sink logits as s_aux (forward only).
+    # gpt-oss passes its per-head sink logits as s_aux.
     sinks = kwargs.get("s_aux")
     if sinks is None:
         sinks = kwargs.get("sinks")
