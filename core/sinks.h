@@ -33,6 +33,24 @@ inline SinkFold FoldSink(float lse, float sink) {
   return {keys / total, m + std::log(total)};
 }
 
+// The same fold taken before the row is normalised, from its running max m
+// and sum l > 0 of exp(s - m) (an online-softmax row): {1 / total-ish scale
+// applied to the unnormalised row, lse}. Two exps and a log, where
+// normalising and then FoldSink take three and a log more.
+struct SinkNorm {
+  float inv;  // multiplies the unnormalised row (NaN: the row must be NaN)
+  float lse;
+};
+inline SinkNorm NormalizeWithSink(float m, float l, float sink) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  if (std::isnan(sink) || sink == kInf) return {nan, nan};
+  if (sink == -kInf) return {1.0f / l, m + std::log(l)};
+  const float top = std::max(m, sink);
+  const float keys = l * std::exp(m - top), total = keys + std::exp(sink - top);
+  return {std::exp(m - top) / total, top + std::log(total)};
+}
+
 }  // namespace attnkit
 
 #endif  // ATTNKIT_CORE_SINKS_H_

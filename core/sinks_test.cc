@@ -51,5 +51,23 @@ TEST(FoldSinkTest, NaNOrPlusInfinityPoisonsTheRow) {
   EXPECT_TRUE(std::isnan(FoldSink(kNaN, 0.0f).lse)) << "a NaN row stays NaN";
 }
 
+// Folding into the running (max, sum) agrees with normalising then folding,
+// on both sides of the sink (which of the two maxima is larger) and far out.
+TEST(NormalizeWithSinkTest, AgreesWithFoldSink) {
+  for (float m : {-80.0f, -2.0f, 0.0f, 3.0f, 85.0f}) {
+    for (float l : {1.0f, 7.5f, 300.0f}) {
+      for (float sink : {-kInf, -90.0f, -1.0f, 0.5f, 4.0f, 88.0f}) {
+        const SinkNorm n = NormalizeWithSink(m, l, sink);
+        const SinkFold f = FoldSink(m + std::log(l), sink);
+        EXPECT_NEAR(n.inv * l, f.scale, 4e-6f * std::max(1.0f, f.scale))
+            << m << " " << l << " " << sink;
+        EXPECT_NEAR(n.lse, f.lse, 4e-6f * std::max(1.0f, std::fabs(f.lse)));
+      }
+    }
+  }
+  EXPECT_TRUE(std::isnan(NormalizeWithSink(0.0f, 1.0f, kNaN).inv));
+  EXPECT_TRUE(std::isnan(NormalizeWithSink(0.0f, 1.0f, kInf).lse));
+}
+
 }  // namespace
 }  // namespace attnkit

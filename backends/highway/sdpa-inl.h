@@ -460,19 +460,26 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     ATTNKIT_PHASE_MARK(phase_timer, kPV);
   }
 
+  // Without split-K the head's sink joins each row's sum here (core/sinks.h);
+  // split-K partials keep their keys' lse and MergeWorkItem folds it.
+  const bool fold_sink = p.sinks != nullptr && t.splits == 1;
   for (int64_t r = 0; r < rows; ++r) {
     float* orow = o + r * dp;
     float lse = kNegInf;
-    if (bad[r] != 0.0f || !AllFinite(orow, static_cast<size_t>(dp))) {
-      // The row read a NaN or Inf (a V row's reaches its accumulator).
+    const float sink = fold_sink ? p.sinks[p.sinks_view.Offset(it.h0 + r / it.nq)] : kNegInf;
+    if (bad[r] != 0.0f || !AllFinite(orow, static_cast<size_t>(dp)) || std::isnan(sink) ||
+        sink == -kNegInf) {
+      // The row read a NaN or Inf (a V row's reaches its accumulator), or
+      // its head's sink is NaN or +inf.
       lse = std::numeric_limits<float>::quiet_NaN();
       std::fill(orow, orow + dp, lse);
     } else if (l[r] > 0.0f) {
-      const float inv = 1.0f / l[r];
-      for (int64_t c = 0; c < dp; ++c) orow[c] *= inv;
-      lse = m[r] + std::log(l[r]);
+      const SinkNorm norm = NormalizeWithSink(m[r], l[r], sink);
+      for (int64_t c = 0; c < dp; ++c) orow[c] *= norm.inv;
+      lse = norm.lse;
     } else {
       std::fill(orow, orow + dp, 0.0f);
+      lse = sink;  // -inf without a sink
     }
     if (kPairs) {  // back to column order
       for (int64_t c = 0; c < dp; ++c) row[column_at(c)] = orow[c];
@@ -533,11 +540,12 @@ inline bool StreamsOutput(const FlashParams& p) {
 }
 
 // Writes one finished row of `it` to O (and lse), converting to O's dtype;
-// folds the head's sink in first (core/sinks.h), in place in `row`.
+// with fold_sink, folds the head's sink in first (core/sinks.h), in place in
+// `row` (merged split-K rows; RunItem folds it into the others).
 inline void StoreOutputRow(const FlashParams& p, const Item& it, int64_t r, float* HWY_RESTRICT row,
-                           float lse) {
+                           float lse, bool fold_sink) {
   const int64_t h = it.h0 + r / it.nq, i = it.q0 + r % it.nq;
-  if (p.sinks != nullptr) {
+  if (fold_sink && p.sinks != nullptr) {
     const SinkFold fold = FoldSink(lse, p.sinks[p.sinks_view.Offset(h)]);
     if (fold.scale != 1.0f) {
       for (int64_t c = 0; c < p.head_dim; ++c) row[c] *= fold.scale;
@@ -574,7 +582,7 @@ inline void RunWorkItem(const FlashParams& p, const Tiling& t, int64_t base, int
   const Item it = DecodeItem(p, t, base, split);
   if (t.splits == 1) {
     RunItem(p, t, it, scratch,
-            [&](int64_t r, float* row, float lse) { StoreOutputRow(p, it, r, row, lse); });
+            [&](int64_t r, float* row, float lse) { StoreOutputRow(p, it, r, row, lse, false); });
     if (StreamsOutput(p)) hwy::FlushStream();  // this thread's stores before the pool's join
     return;
   }
@@ -599,7 +607,7 @@ inline void MergeWorkItem(const FlashParams& p, const Tiling& t, int64_t base,
   for (int64_t r = 0; r < it.nh * it.nq; ++r) {
     for (int64_t s = 0; s < t.splits; ++s) lses[s] = first[s * stride + mp * dp + r];
     const float lse = MergeLsePartials(first + r * dp, stride, lses, t.splits, dp, merged);
-    StoreOutputRow(p, it, r, merged, lse);
+    StoreOutputRow(p, it, r, merged, lse, /*fold_sink=*/true);
   }
   if (StreamsOutput(p)) hwy::FlushStream();
 }
