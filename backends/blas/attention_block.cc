@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
 #include "backends/blas/row_ops.h"
+#include "core/alibi.h"
 #include "core/dtype.h"
 #include "core/fast_compute.h"
-#include "core/alibi.h"
 #include "core/sinks.h"
 
 namespace attnkit {
@@ -247,11 +248,20 @@ void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, i
   if (p.alibi) {
     const float slope = static_cast<const float*>(a.alibi_slopes.data)[a.alibi_slopes.Offset(h)];
     const int64_t diag = Diagonal(ctx.mask, i, kv_length);
-    for (int64_t j = 0; j < n; ++j) {
-      if (x[j] == kNegInf) continue;  // blocked: the term is never read
-      const float term = AlibiTerm(slope, diag, k0 + lo + j);
-      bad = bad || !std::isfinite(term);
-      x[j] += term;
+    const int64_t first = k0 + lo;  // x[0]'s key
+    // Vector code when every term of the row is finite and the distances
+    // exact in f32; scalar (AlibiTerm, with the NaN rule) otherwise.
+    const int64_t far = std::max(std::llabs(diag - first), std::llabs(diag - (first + n)));
+    if (std::isfinite(slope) && far < (int64_t{1} << 24) &&
+        std::fabs(slope) * static_cast<float>(far) < 1e37f) {
+      AddAlibiRow(x, n, slope, static_cast<float>(diag - first));
+    } else {
+      for (int64_t j = 0; j < n; ++j) {
+        if (x[j] == kNegInf) continue;  // blocked: the term is never read
+        const float term = AlibiTerm(slope, diag, first + j);
+        bad = bad || !std::isfinite(term);
+        x[j] += term;
+      }
     }
   }
   if (bad) *row_bad = 1.0f;

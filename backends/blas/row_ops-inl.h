@@ -114,6 +114,19 @@ HWY_INLINE void ScaleRowImpl(float* HWY_RESTRICT x, int64_t n, float f) {
   TransformRow(x, n, [&](decltype(vf) v) { return hn::Mul(v, vf); });
 }
 
+HWY_INLINE void AddAlibiRowImpl(float* HWY_RESTRICT x, int64_t n, float slope, float diag) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto neg = hn::Set(df, -slope);
+  auto dist = hn::Sub(hn::Set(df, diag), hn::Iota(df, 0.0f));  // diag - j, exact below 2^24
+  const auto step = hn::Set(df, static_cast<float>(N));
+  int64_t j = 0;
+  for (; j + N <= n; j += N, dist = hn::Sub(dist, step)) {
+    hn::StoreU(hn::MulAdd(neg, hn::Abs(dist), hn::LoadU(df, x + j)), df, x + j);
+  }
+  for (; j < n; ++j) x[j] += -slope * std::fabs(diag - static_cast<float>(j));
+}
+
 HWY_INLINE bool AllFiniteImpl(const float* HWY_RESTRICT x, int64_t n) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -180,6 +193,9 @@ void SoftcapRowT(float* s, int64_t n, float cap) { SoftcapRowImpl(s, n, cap); }
 float RowMaxT(const float* s, int64_t n) { return RowMaxImpl(s, n); }
 float ExpSubtractSumT(float* s, int64_t n, float max) { return ExpSubtractSumImpl(s, n, max); }
 void ScaleRowT(float* x, int64_t n, float f) { ScaleRowImpl(x, n, f); }
+void AddAlibiRowT(float* x, int64_t n, float slope, float diag) {
+  AddAlibiRowImpl(x, n, slope, diag);
+}
 bool AllFiniteT(const float* x, int64_t n) { return AllFiniteImpl(x, n); }
 void WidenRowT(const void* src, DType type, int64_t n, float* dst) {
   WidenRowToF32(src, type, static_cast<size_t>(n), dst);

@@ -18,6 +18,7 @@ HWY_EXPORT(SoftcapRowT);
 HWY_EXPORT(RowMaxT);
 HWY_EXPORT(ExpSubtractSumT);
 HWY_EXPORT(ScaleRowT);
+HWY_EXPORT(AddAlibiRowT);
 HWY_EXPORT(AllFiniteT);
 HWY_EXPORT(WidenRowT);
 HWY_EXPORT(DequantizeRowT);
@@ -31,6 +32,9 @@ float ExpSubtractSum(float* s, int64_t n, float max) {
   return HWY_DYNAMIC_DISPATCH(ExpSubtractSumT)(s, n, max);
 }
 void ScaleRow(float* x, int64_t n, float f) { HWY_DYNAMIC_DISPATCH(ScaleRowT)(x, n, f); }
+void AddAlibiRow(float* x, int64_t n, float slope, float diag) {
+  HWY_DYNAMIC_DISPATCH(AddAlibiRowT)(x, n, slope, diag);
+}
 bool AllFinite(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(AllFiniteT)(x, n); }
 void WidenRow(const void* src, DType type, int64_t n, float* dst) {
   HWY_DYNAMIC_DISPATCH(WidenRowT)(src, type, n, dst);

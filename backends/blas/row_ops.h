@@ -16,6 +16,11 @@ namespace blas {
 // pair) as it is. cap > 0.
 void SoftcapRow(float* s, int64_t n, float cap);
 
+// x[j] += -slope |diag - j| over x[0, n) (core/alibi.h's term for keys
+// measured from the row's first key; -inf stays -inf). Every term must be
+// finite, and diag and diag - n exact in f32 (below 2^24 in magnitude).
+void AddAlibiRow(float* x, int64_t n, float slope, float diag);
+
 // max(s[0, n)); -inf when n == 0 or every entry is -inf.
 float RowMax(const float* s, int64_t n);
 

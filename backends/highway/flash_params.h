@@ -44,6 +44,10 @@ struct FlashParams {
   TensorView sinks_view;
   const float* alibi_slopes = nullptr;  // [H] ALiBi slopes (core/alibi.h), or null
   TensorView alibi_view;
+  // Every ALiBi term is finite (finite slopes whose products with the
+  // longest distance stay in range): AddAlibi adds them to whole tiles with
+  // vector code. Otherwise the scalar per-pair code applies the NaN rules.
+  bool alibi_vector = false;
   const int64_t* kv_lengths = nullptr;  // [B] or null (all Tk)
   MaskParams mask;
   float scale = 1.0f;
@@ -63,9 +67,11 @@ struct FlashParams {
   int64_t KvLength(int64_t b) const { return kv_lengths ? kv_lengths[b] : kv_len; }
   bool int8() const { return k_scale != nullptr; }
   // Inputs per (head, query, key) pair, applied by scalar code (masking-inl.h).
-  bool per_pair() const { return bias != nullptr || blocked != nullptr || alibi_slopes != nullptr; }
-  // What is added to a score after softcap: the bias and the ALiBi term.
-  bool adds_to_scores() const { return bias != nullptr || alibi_slopes != nullptr; }
+  bool per_pair() const { return bias != nullptr || blocked != nullptr || alibi_scalar(); }
+  bool alibi_scalar() const { return alibi_slopes != nullptr && !alibi_vector; }
+  // What the scalar code adds to a score after softcap: the bias and the
+  // ALiBi term.
+  bool adds_to_scores() const { return bias != nullptr || alibi_scalar(); }
   float AlibiSlope(int64_t h) const { return alibi_slopes[alibi_view.Offset(h)]; }
 };
 

@@ -62,7 +62,7 @@ inline void ApplyPairInputs(const FlashParams& p, const Item& it, int64_t k0, in
         continue;
       }
       const bool visible = k0 + j >= range.begin && k0 + j < range.end;
-      const float alibi = p.alibi_slopes != nullptr ? AlibiTerm(slope, diag, k0 + j) : 0.0f;
+      const float alibi = p.alibi_scalar() ? AlibiTerm(slope, diag, k0 + j) : 0.0f;
       row_bad = row_bad || (visible && (!std::isfinite(x) || !(b < kInf) || !std::isfinite(alibi)));
       if (add_bias) x += b + alibi;
     }
@@ -86,7 +86,44 @@ inline void AddBiasToUnblocked(const FlashParams& p, const Item& it, int64_t k0,
       float& x = s[lay.At(j, r)];
       if (x == kNegInf) continue;
       const float b = bias != nullptr ? bias[j * bs] : 0.0f;
-      x += p.alibi_slopes != nullptr ? b + AlibiTerm(slope, diag, k0 + j) : b;
+      x += p.alibi_scalar() ? b + AlibiTerm(slope, diag, k0 + j) : b;
+    }
+  }
+}
+
+// s += -slope |diag - j| (core/alibi.h) on tile [k0, k0 + nk) for every row
+// of `it` when every term is finite (p.alibi_vector): blocked and masked
+// scores stay -inf, so no check. Row-per-lane tiles (key_stride == rows'
+// count, rows contiguous) run a vector over rows; packed decode tiles run
+// the same arithmetic per element. diag - j is a difference of integers
+// below 2^24 in f32, exact, as AlibiTerm's distance.
+inline void AddAlibi(const FlashParams& p, const Item& it, int64_t k0, int64_t nk,
+                     const ScoreLayout& lay, float* HWY_RESTRICT s, float* HWY_RESTRICT row_slope,
+                     float* HWY_RESTRICT row_diag) {
+  const int64_t kv_length = p.KvLength(it.b);
+  const int64_t rows = it.nh * it.nq;
+  for (int64_t r = 0; r < rows; ++r) {
+    row_slope[r] = -p.AlibiSlope(it.h0 + r / it.nq);
+    row_diag[r] = static_cast<float>(Diagonal(p.mask, it.q0 + r % it.nq, kv_length) - k0);
+  }
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const bool rows_contiguous = lay.group_stride == 4;
+  for (int64_t j = 0; j < nk; ++j) {
+    const float jf = static_cast<float>(j);
+    int64_t r = 0;
+    if (rows_contiguous) {
+      float* HWY_RESTRICT col = s + lay.At(j, 0);
+      const auto vj = hn::Set(df, jf);
+      for (; r + N <= rows; r += N) {
+        const auto dist = hn::Abs(hn::Sub(hn::LoadU(df, row_diag + r), vj));
+        hn::StoreU(hn::MulAdd(hn::LoadU(df, row_slope + r), dist, hn::LoadU(df, col + r)), df,
+                   col + r);
+      }
+    }
+    for (; r < rows; ++r) {
+      float& x = s[lay.At(j, r)];
+      x += row_slope[r] * std::fabs(row_diag[r] - jf);
     }
   }
 }

@@ -183,6 +183,9 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     if (p.softcap > 0.0f) SoftCap(sg, n, p.softcap);
   }
   if (p.softcap > 0.0f && p.adds_to_scores()) AddBiasToUnblocked(p, it, k0, nk, lay, s);
+  if (p.alibi_vector) {
+    AddAlibi(p, it, k0, nk, lay, s, scratch + t.off_alibi_slope, scratch + t.off_alibi_diag);
+  }
   // Keys some row may not see: V rows with a NaN or Inf are left out.
   int32_t bad_keys[kMaxKeyTile];
   const int64_t n_bad = per_pair || structured ? FlagNonFiniteValueRows(vtile, ldv, nk, dp, s, lay,
@@ -407,6 +410,9 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     if (p.softcap > 0.0f) {
       SoftCap(s, static_cast<size_t>(nkp * mp), p.softcap);
       if (p.adds_to_scores()) AddBiasToUnblocked(p, it, k0, nk, lay, s);
+    }
+    if (p.alibi_vector) {
+      AddAlibi(p, it, k0, nk, lay, s, scratch + t.off_alibi_slope, scratch + t.off_alibi_diag);
     }
     // Keys some row may not see: V rows with a NaN or Inf are left out.
     int32_t bad_keys[kMaxKeyTile];

@@ -85,6 +85,8 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
   t.off_kb = take(mp);
   t.off_ke = take(mp);
   t.off_bad = take(mp);
+  t.off_alibi_slope = take(p.alibi_vector ? mp : 0);  // AddAlibi's per-row slope and diagonal
+  t.off_alibi_diag = take(p.alibi_vector ? mp : 0);
   t.off_row = take(t.bf16_pairs ? t.dp : 0);
   t.off_qrow = take(d);  // LoadQueryPairs' and LoadQueryInt8's row
   // bf16 dot products (wide tiles): P as bf16 pairs, [key_tile / 2, mp].

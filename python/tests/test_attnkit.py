@@ -220,7 +220,7 @@ def test_sink_gradient_is_minus_p_sink_times_d(backend):
     D = (d_o.astype(np.float64) * out).sum(-1)  # [B, H, T]
     want = -(np.exp(sinks[None, :, None].astype(np.float64) - lse) * D).sum(axis=(0, 2))
     np.testing.assert_allclose(dsinks, want, rtol=1e-4, atol=1e-6)
-    assert np.abs(want).min() > 1e-3, "a weak check: the sinks take no share of the rows"
+    assert np.abs(want).max() > 1e-2, "a weak check: the sinks take no share of the rows"
     # dQ against numpy's closed form with the sink in the weights.
     k64, v64 = (np.repeat(x, H // G, axis=1).astype(np.float64) for x in (k, v))
     s = q.astype(np.float64) @ np.swapaxes(k64, -1, -2) / np.sqrt(d)
