@@ -83,7 +83,10 @@ struct RowEps {
 RowEps EpsForRow(const AttentionProblem& p, const RowErrorTerms& t) {
   const int64_t n = std::max<int64_t>(t.visible, 1);
   const double gd = Growth(p.head_dim), gn = Growth(n);
-  const double e = kU * (gd * t.max_abs_dot + 8 * t.max_abs_score + 2 * t.max_abs_bias);
+  // ALiBi: 3 u |alibi| more (compare.h), from the maxima: the backward's
+  // bound has no weighted form.
+  const double e =
+      kU * (gd * t.max_abs_dot + 8 * t.max_abs_score + 2 * t.max_abs_bias + 3 * t.max_abs_alibi);
   double lse = e + (gn + 12) * kU + kU * (t.max_abs_score + std::log(double(n)));
   double o_f32 = 2 * e + (3 * gn + 20) * kU;
   if (p.sinks) {  // the fold (compare.h)

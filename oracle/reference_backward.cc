@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
+#include "core/alibi.h"
 #include "core/mask.h"
 #include "oracle/reference_f64.h"
 
@@ -57,6 +59,7 @@ void RowForward::Compute(const AttentionProblem& p, const F64Inputs& in, int64_t
   const double* q = &in.q[row * d];
   const double scale = p.scale, softcap = p.softcap;
   range = VisibleKeys(p.mask_params(b), i, p.KvLength(b));
+  const int64_t diag = Diagonal(p.mask_params(b), i, p.KvLength(b));
   visible = 0;
   poisoned = false;
   terms = RowErrorTerms{};
@@ -85,13 +88,20 @@ void RowForward::Compute(const AttentionProblem& p, const F64Inputs& in, int64_t
       t[j] = std::tanh(x[j] / softcap);
       s = softcap * t[j];
     }
-    s += bias;
+    double alibi = 0;  // exact; a term not finite in f32 poisons (reference.h)
+    if (!in.alibi_slopes.empty()) {
+      const float slope = in.alibi_slopes[static_cast<size_t>(h)];
+      if (!std::isfinite(AlibiTerm(slope, diag, j))) poisoned = true;
+      alibi = -double(slope) * double(std::llabs(diag - j));
+    }
+    s += bias + alibi;
     prob[j] = s;  // the score, until the exponentials below
     if (s > max_score) max_score = s;
     terms.visible = visible;
     terms.max_abs_dot = std::max(terms.max_abs_dot, scale * abs_dot);
     terms.max_abs_score = std::max(terms.max_abs_score, std::fabs(s));
-    terms.max_abs_bias = std::max(terms.max_abs_bias, std::fabs(bias));
+    terms.max_abs_bias = std::max(terms.max_abs_bias, std::fabs(bias + alibi));
+    terms.max_abs_alibi = std::max(terms.max_abs_alibi, std::fabs(alibi));
   }
   // The head's sink (oracle/reference.h's rule): -inf is none; NaN or +inf
   // poisons the row.
@@ -170,6 +180,10 @@ F64Inputs LoadF64Inputs(const AttentionProblem& p, const AttentionArgs& a, const
       for (int64_t h = 0; h < H; ++h)
         for (int64_t i = 0; i < Tq; ++i)
           for (int64_t j = 0; j < Tk; ++j) in.bias[x++] = double(bias[a.bias.Offset(b, h, i, j)]);
+  }
+  if (p.alibi) {
+    const auto* slopes = static_cast<const float*>(a.alibi_slopes.data);
+    for (int64_t h = 0; h < H; ++h) in.alibi_slopes.push_back(slopes[a.alibi_slopes.Offset(h)]);
   }
   if (p.sinks) {
     const auto* sinks = static_cast<const float*>(a.sinks.data);

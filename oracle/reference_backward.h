@@ -7,6 +7,7 @@
 // forward recomputed in double (never the backend's O or lse):
 //   x_ij  = scale q_i . k_j
 //   s_ij  = softcap tanh(x_ij / softcap) + bias_ij   (x_ij + bias_ij without softcap)
+//           (+ the ALiBi term -slope_h |diag_i - j|, a constant)
 //   P_ij  = exp(s_ij - lse_i),  O_i = sum_j P_ij v_j
 //           (with sinks, lse_i includes exp(sink_h): core/sinks_grad.h)
 //   dP_ij = dO_i . v_j,  D_i = dO_i . O_i

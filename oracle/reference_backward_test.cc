@@ -44,6 +44,11 @@ F64Inputs RandomInputs(const AttentionProblem& p, uint64_t seed, double q_gain =
   if (p.additive_bias) {
     for (size_t x = 0; x < pairs; ++x) in.bias.push_back(u(rng) < -0.8 ? -kInf : 1.5 * u(rng));
   }
+  if (p.alibi) {  // BLOOM's range of slopes
+    for (int64_t h = 0; h < p.num_heads; ++h) {
+      in.alibi_slopes.push_back(static_cast<float>(0.25 + 0.2 * u(rng)));
+    }
+  }
   if (p.sinks) {  // about as heavy as the keys: a real share of each row
     for (int64_t h = 0; h < p.num_heads; ++h) in.sinks.push_back(1.0 + 1.5 * u(rng));
   }
@@ -174,6 +179,17 @@ std::vector<Case> Cases() {
     p.alignment = Alignment::kBottomRight;
     p.sinks = true;
     c.push_back({"sinks_gqa", p});
+  }
+  {  // ALiBi on both sides of the diagonal, with softcap and a bias
+    AttentionProblem p = Small(1, 2, 1, 5, 8, 4);
+    p.mask = MaskKind::kSlidingWindow;
+    p.window_left = 4;
+    p.window_right = 2;
+    p.alignment = Alignment::kBottomRight;
+    p.softcap = 2.0f;
+    p.additive_bias = true;
+    p.alibi = true;
+    c.push_back({"alibi_window", p});
   }
   return c;
 }

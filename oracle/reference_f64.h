@@ -24,6 +24,7 @@ struct F64Inputs {
   std::vector<uint8_t> blocked;  // [B, H, Tq, Tk], 1 = blocked; empty without blocked_mask
   std::vector<double> bias;      // [B, H, Tq, Tk]; empty without additive_bias
   std::vector<double> sinks;     // [H]; empty without sinks
+  std::vector<float> alibi_slopes;  // [H]; empty without alibi
 };
 
 // Reads q, k, v, d_o (and the mask and bias, broadcasts expanded) of a dense

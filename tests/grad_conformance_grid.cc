@@ -50,10 +50,13 @@ struct Variant {
   bool dbias = false;
   bool dbias_on_even_shapes = false;  // dBias asked on every other shape only
   bool sinks = false;                 // attention sinks: dsinks too
+  bool alibi = false;                 // ALiBi slopes (constants)
+  bool shapes_of_parity = false;      // on every other shape only (parity below)
+  size_t parity = 0;
 };
 
 std::vector<Variant> Variants() {
-  std::vector<Variant> v(13);
+  std::vector<Variant> v(14);
   v[0].tag = "plain";
   v[1] = {"causal_tl", MaskKind::kCausal, Alignment::kTopLeft};
   v[2] = {"causal_br", MaskKind::kCausal, Alignment::kBottomRight};
@@ -86,6 +89,14 @@ std::vector<Variant> Variants() {
   // Sinks (gpt-oss): padding leaves rows with no key (their lse is the sink).
   v[12] = {"sinks", MaskKind::kCausal, Alignment::kBottomRight};
   v[12].padding = v[12].sinks = true;
+  v[12].shapes_of_parity = true;  // the even shapes (the suite stays small)
+  v[12].parity = 0;
+  // ALiBi with softcap and a bias (the term comes after the cap, with it),
+  // keys on both sides of the diagonal.
+  v[13] = {"alibi", MaskKind::kSlidingWindow, Alignment::kBottomRight, 3};
+  v[13].alibi = v[13].softcap = v[13].bias = v[13].dbias = true;
+  v[13].shapes_of_parity = true;  // the odd shapes
+  v[13].parity = 1;
   return v;
 }
 
@@ -119,6 +130,7 @@ AttentionProblem MakeProblem(const Shape& s, const Variant& v, DType dtype, DTyp
   p.additive_bias = v.bias;
   p.softcap = v.softcap ? 1.5f : 0.0f;
   p.sinks = v.sinks;
+  p.alibi = v.alibi;
   if (v.custom_scale) p.scale = 0.3f;
   p.return_lse = true;
   return p;
@@ -159,6 +171,7 @@ std::vector<GradCase> GradConformanceGrid() {
   for (size_t si = 0; si < sizeof(kShapes) / sizeof(kShapes[0]); ++si) {
     for (size_t vi = 0; vi < variants.size(); ++vi) {
       const Variant& v = variants[vi];
+      if (v.shapes_of_parity && si % 2 != v.parity) continue;
       std::vector<std::pair<DType, DType>> dtypes = {kDTypes[(si + vi) % kNumDTypes]};
       if (si == kF32TwinShape && dtypes[0].first != DType::kF32) {
         dtypes.push_back({DType::kF32, DType::kF32});

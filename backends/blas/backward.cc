@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "backends/blas/grad_row_ops.h"
 #include "backends/blas/row_ops.h"
+#include "core/alibi.h"
 #include "core/mask.h"
 
 namespace attnkit {
@@ -277,6 +278,16 @@ void ProbabilityRow(const Context& c, const Block& k, const BackwardScratch& w, 
     const int64_t stride = c.a.bias.strides[3];
     for (int64_t j = 0; j < n; ++j) {
       if (y[j] != kNegInf) y[j] += bias[j * stride];
+    }
+  }
+  if (p.alibi) {  // the forward's term (core/alibi.h); a non-finite one: NaN
+    const float slope =
+        static_cast<const float*>(c.a.alibi_slopes.data)[c.a.alibi_slopes.Offset(h)];
+    const int64_t diag = Diagonal(c.mask, i, k.kv_length);
+    for (int64_t j = 0; j < n; ++j) {
+      if (y[j] == kNegInf) continue;
+      const float term = AlibiTerm(slope, diag, k0 + rng.begin + j);
+      y[j] = std::isfinite(term) ? y[j] + term : std::numeric_limits<float>::quiet_NaN();
     }
   }
   if (std::isnan(w.lse[r])) {  // a NaN row (LoadBlock)

@@ -66,6 +66,7 @@ Capabilities BlasBackend::Caps() const {
   b.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
   b.kv_lengths = b.blocked_mask = b.additive_bias = b.bias_grad = b.softcap = true;
   b.sinks = true;  // P from the forward's lse, which holds the sink; core/sinks_grad.h
+  b.alibi = true;  // the term added with the bias (backward.cc ProbabilityRow)
   b.deterministic = true;  // items own disjoint outputs; their order is fixed by the shape
   return c;
 }

@@ -27,6 +27,7 @@
 #include "backends/highway/flash_params.h"
 #include "backends/highway/microkernels-inl.h"
 #include "backends/highway/workspace.h"
+#include "core/alibi.h"
 #include "core/mask.h"
 #include "core/status_macros.h"
 #include "hwy/highway.h"
@@ -207,8 +208,10 @@ inline void RowDotPass(const FlashParams& p, const FlashGradParams& g, const Bwd
   }
 }
 
-// add[j] = bias (or 0), -inf where the pair (b, h, i, k0 + j) is blocked, for
-// j < nk; 0 up to nkp (masked by the key range anyway).
+// add[j] = bias (or 0) plus the ALiBi term, -inf where the pair (b, h, i,
+// k0 + j) is blocked, for j < nk; 0 up to nkp (masked by the key range
+// anyway). A non-finite ALiBi term gives NaN (the row is a NaN row; the
+// pair stays visible, as the forward's rule has it).
 inline void PairInputs(const FlashParams& p, int64_t b, int64_t h, int64_t i, int64_t k0,
                        int64_t nk, int64_t nkp, float* HWY_RESTRICT add) {
   const float kNegInf = -std::numeric_limits<float>::infinity();
@@ -217,8 +220,14 @@ inline void PairInputs(const FlashParams& p, int64_t b, int64_t h, int64_t i, in
   const uint8_t* blocked =
       p.blocked != nullptr ? p.blocked + p.blocked_view.Offset(b, h, i, k0) : nullptr;
   const int64_t ms = p.blocked != nullptr ? p.blocked_view.strides[3] : 0;
+  const int64_t diag = Diagonal(p.mask, i, p.KvLength(b));
+  const float slope = p.alibi_slopes != nullptr ? p.AlibiSlope(h) : 0.0f;
   for (int64_t j = 0; j < nk; ++j) {
-    const float x = bias != nullptr ? bias[j * bs] : 0.0f;
+    float x = bias != nullptr ? bias[j * bs] : 0.0f;
+    if (p.alibi_slopes != nullptr && x != kNegInf) {
+      const float term = AlibiTerm(slope, diag, k0 + j);
+      x = std::isfinite(term) ? x + term : std::numeric_limits<float>::quiet_NaN();
+    }
     add[j] = blocked != nullptr && blocked[j * ms] != 0 ? kNegInf : x;
   }
   for (int64_t j = nk; j < nkp; ++j) add[j] = 0.0f;
@@ -347,7 +356,7 @@ inline void BackwardStep(const FlashParams& p, const FlashGradParams& g, const B
   BroadcastMatMul(d_o, udp, 1, vt, uld, static_cast<size_t>(d), static_cast<size_t>(nqp),
                   static_cast<size_t>(nkp), dps, uld, /*accumulate=*/false);
   const int64_t kv_length = p.KvLength(b);
-  const bool per_pair = p.bias != nullptr || p.blocked != nullptr;
+  const bool per_pair = p.bias != nullptr || p.blocked != nullptr || p.alibi_slopes != nullptr;
   const float kNegInf = -std::numeric_limits<float>::infinity();
   for (int64_t r = 0; r < nqp; ++r) {
     GradRow row{0.0f, 0.0f, 0.0f, 0.0f, nullptr};

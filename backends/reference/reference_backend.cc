@@ -33,7 +33,7 @@ class ReferenceBackend : public Backend {
     bwd.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
     bwd.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
     bwd.kv_lengths = bwd.blocked_mask = bwd.additive_bias = bwd.bias_grad = true;
-    bwd.softcap = bwd.deterministic = bwd.sinks = true;
+    bwd.softcap = bwd.deterministic = bwd.sinks = bwd.alibi = true;
     bwd.ragged = false;
     return c;
   }

@@ -37,7 +37,6 @@ AttentionConfig RandomGradConfig(std::mt19937_64& rng, double max_work) {
     c.set_return_lse(true);
     c.set_nonfinite_inputs(0);
     c.clear_compute();   // the backward pass is EXACT
-    c.set_alibi(false);  // no backward pass takes ALiBi yet
     // The edits keep a config valid but for rules on the dense form (none
     // today); draw again rather than hand the fuzzer an invalid one.
     if (ProblemFromConfig(c).ok()) return c;

@@ -146,9 +146,8 @@ AttentionConfig RandomConfig(std::mt19937_64& rng, double max_work) {
   if (!c.backward() && std::mt19937_64(c.seed() ^ 0x5bd1e9955bd1e995ull)() % 4 == 0) {
     c.set_sinks(true);
   }
-  // ALiBi one time in four, independently (forward: no backend's backward
-  // pass takes it yet).
-  if (!c.backward() && std::mt19937_64(c.seed() ^ 0x2545f4914f6cdd1dull)() % 4 == 0) {
+  // ALiBi one time in four, independently.
+  if (std::mt19937_64(c.seed() ^ 0x2545f4914f6cdd1dull)() % 4 == 0) {
     c.set_alibi(true);
   }
   return c;
