@@ -238,7 +238,12 @@ int32_t attnkit_backward(attnkit_context* ctx, const char* backend, const attnki
         grads->struct_size, offsetof(attnkit_grads, dbias) + sizeof(attnkit_tensor),
         "attnkit_grads"));
     ATTNKIT_RETURN_IF_ERROR(CheckRunResult(result));
-    ATTNKIT_ASSIGN_OR_RETURN(const attnkit::GradArgs g, attnkit::GradsFromC(*grads));
+    // A caller built before dsinks (0.28) passes a shorter struct: the
+    // fields past its struct_size are absent, never read.
+    attnkit_grads cg;
+    std::memset(&cg, 0, sizeof(cg));
+    std::memcpy(&cg, grads, std::min<size_t>(grads->struct_size, sizeof(cg)));
+    ATTNKIT_ASSIGN_OR_RETURN(const attnkit::GradArgs g, attnkit::GradsFromC(cg));
     const std::string name = backend != nullptr ? backend : problem.backend;
     ATTNKIT_ASSIGN_OR_RETURN(const attnkit::Selection selection,
                              SelectBackwardBackend(ctx->registry, name, problem,

@@ -6,7 +6,9 @@
 #ifndef ATTNKIT_CORE_ALIBI_H_
 #define ATTNKIT_CORE_ALIBI_H_
 
+#include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "core/mask.h"
 
@@ -15,6 +17,20 @@ namespace attnkit {
 ATTNKIT_HOST_DEVICE inline float AlibiTerm(float slope, int64_t diag, int64_t j) {
   const int64_t distance = diag >= j ? diag - j : j - diag;
   return -(slope * static_cast<float>(distance));
+}
+
+// The slopes of the ALiBi paper (and BLOOM's build_alibi_tensor) for
+// `heads` heads: for n a power of two, 2^(-8 i / n), i = 1..n; otherwise
+// those of the largest power of two n below, then every other slope of 2n.
+inline std::vector<float> DefaultAlibiSlopes(int64_t heads) {
+  std::vector<float> slopes;
+  int64_t n = 1;
+  while (n * 2 <= heads) n *= 2;
+  for (int64_t i = 1; i <= n; ++i) slopes.push_back(std::exp2(-8.0f * i / n));
+  for (int64_t i = 1; static_cast<int64_t>(slopes.size()) < heads; i += 2) {
+    slopes.push_back(std::exp2(-8.0f * i / (2 * n)));
+  }
+  return slopes;
 }
 
 }  // namespace attnkit

@@ -32,5 +32,19 @@ TEST(AlibiTest, NonFiniteSlopesGiveNonFiniteTerms) {
   EXPECT_EQ(AlibiTerm(3e38f, 0, 100), -inf);  // the f32 product overflows
 }
 
+TEST(AlibiTest, DefaultSlopesAreThePapers) {
+  // 8 heads: 1/2, 1/4, ..., 1/256.
+  const std::vector<float> eight = DefaultAlibiSlopes(8);
+  ASSERT_EQ(eight.size(), 8u);
+  for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(eight[i], std::exp2(-(i + 1.0f)));
+  // 12 heads (not a power of two): the 8-head slopes, then 2^-0.5, 2^-1.5,
+  // 2^-2.5, 2^-3.5 (every other slope of 16 heads).
+  const std::vector<float> twelve = DefaultAlibiSlopes(12);
+  ASSERT_EQ(twelve.size(), 12u);
+  EXPECT_FLOAT_EQ(twelve[7], 1.0f / 256);
+  EXPECT_FLOAT_EQ(twelve[8], std::exp2(-0.5f));
+  EXPECT_FLOAT_EQ(twelve[11], std::exp2(-3.5f));
+}
+
 }  // namespace
 }  // namespace attnkit

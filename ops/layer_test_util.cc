@@ -29,9 +29,13 @@ std::vector<double> Slice(const float* in, int64_t T, int64_t D, const Tensor& w
 }
 
 // Softmax attention of one head: q [Tq, d], k, v [Tk, d] -> o [Tq, d].
+// One head's attention in double; with the layer's sink (sink > -inf) and
+// ALiBi slope (`slope` != 0) of that head.
 std::vector<double> Attend(const AttentionProblem& p, int64_t Tq, int64_t Tk,
                            const std::vector<double>& q, const std::vector<double>& k,
-                           const std::vector<double>& v) {
+                           const std::vector<double>& v,
+                           double sink = -std::numeric_limits<double>::infinity(),
+                           double slope = 0) {
   const int64_t d = p.head_dim;
   MaskParams m = p.mask_params();
   m.q_len = Tq;
@@ -43,9 +47,11 @@ std::vector<double> Attend(const AttentionProblem& p, int64_t Tq, int64_t Tk,
       s[j] = 0;
       for (int64_t c = 0; c < d; ++c) s[j] += q[i * d + c] * k[j * d + c];
       s[j] *= p.scale;
+      s[j] -= slope * std::fabs(static_cast<double>(Diagonal(m, i, Tk) - j));
       mx = std::max(mx, s[j]);
     }
-    double sum = 0;
+    mx = std::max(mx, sink);
+    double sum = std::exp(sink - mx);  // 0 without a sink
     for (int64_t j = keys.begin; j < keys.end; ++j) sum += (s[j] = std::exp(s[j] - mx));
     for (int64_t j = keys.begin; j < keys.end; ++j) {
       for (int64_t c = 0; c < d; ++c) o[i * d + c] += s[j] / sum * v[j * d + c];
@@ -88,7 +94,10 @@ std::vector<double> SlowLayer(const MultiHeadAttention& layer, const float* x, i
       const std::vector<double> q = Slice(xb, Tq, D, w.wq, w.bq, h * d, d);
       const std::vector<double> k = Slice(cb, Tk, D, w.wk, w.bk, g * d, d);
       const std::vector<double> v = Slice(cb, Tk, D, w.wv, w.bv, g * d, d);
-      const std::vector<double> o = Attend(p, Tq, Tk, q, k, v);
+      const double sink =
+          w.sinks.view().empty() ? -std::numeric_limits<double>::infinity() : F(w.sinks)[h];
+      const double slope = w.alibi_slopes.view().empty() ? 0.0 : F(w.alibi_slopes)[h];
+      const std::vector<double> o = Attend(p, Tq, Tk, q, k, v, sink, slope);
       for (int64_t t = 0; t < Tq; ++t) {
         for (int64_t r = 0; r < D; ++r) {
           double s = 0;

@@ -1,12 +1,16 @@
 #include "ops/multi_head_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "backends/auto_select.h"
+#include "core/alibi.h"
 #include "core/problem_config.h"
 #include "core/status_macros.h"
 #include "core/tensor.h"
@@ -39,8 +43,6 @@ absl::Status ValidateForLayer(const AttentionProblem& p) {
   } unsupported[] = {{p.has_kv_lengths(), "kv_lengths"},
                      {p.blocked_mask, "blocked_mask"},
                      {p.additive_bias, "additive_bias"},
-                     {p.sinks, "sinks"},
-                     {p.alibi, "alibi"},
                      {p.return_lse, "return_lse"}};
   for (const auto& u : unsupported) {
     if (u.on) {
@@ -121,6 +123,14 @@ absl::StatusOr<std::unique_ptr<MultiHeadAttention>> MultiHeadAttention::Create(
     ATTNKIT_ASSIGN_OR_RETURN(w.bv, Tensor::Contiguous(DType::kF32, {Gd}));
     ATTNKIT_ASSIGN_OR_RETURN(w.bo, Tensor::Contiguous(DType::kF32, {D}));
   }
+  if (p.sinks) {  // zero-filled: each sink starts at logit 0
+    ATTNKIT_ASSIGN_OR_RETURN(w.sinks, Tensor::Contiguous(DType::kF32, {p.num_heads}));
+  }
+  if (p.alibi) {
+    ATTNKIT_ASSIGN_OR_RETURN(w.alibi_slopes, Tensor::Contiguous(DType::kF32, {p.num_heads}));
+    const std::vector<float> slopes = DefaultAlibiSlopes(p.num_heads);
+    std::copy(slopes.begin(), slopes.end(), static_cast<float*>(w.alibi_slopes.data()));
+  }
   // nn.Linear's default: U(-1/sqrt(in), 1/sqrt(in)) for weights and biases.
   const uint64_t s = options.seed * 16;
   const float in_q = 1.0f / std::sqrt(float(D)), in_o = 1.0f / std::sqrt(float(Hd));
@@ -147,13 +157,18 @@ absl::Status MultiHeadAttention::SetWeight(const std::string& name, const Tensor
       {"bk", &weights_.bk, "[num_kv_heads * head_dim]"},
       {"bv", &weights_.bv, "[num_kv_heads * head_dim]"},
       {"bo", &weights_.bo, "[model_dim]"},
+      {"sinks", &weights_.sinks, "[num_heads]"},
+      {"alibi_slopes", &weights_.alibi_slopes, "[num_heads]"},
   };
   for (const auto& slot : slots) {
     if (name != slot.name) continue;
     const TensorView& dst = slot.tensor->view();
     if (dst.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " given but the layer has no bias (LayerOptions.bias is off)"));
+      const bool per_head = name == "sinks" || name == "alibi_slopes";
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " given but ",
+          per_head ? absl::StrCat("the config has ", name == "sinks" ? "sinks" : "alibi", " off")
+                   : "the layer has no bias (LayerOptions.bias is off)"));
     }
     bool same = value.rank == dst.rank;
     for (int i = 0; same && i < dst.rank; ++i) same = value.shape[i] == dst.shape[i];
@@ -172,12 +187,18 @@ absl::Status MultiHeadAttention::SetWeight(const std::string& name, const Tensor
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown weight '", name, "'; expected wq, wk, wv, wo, bq, bk, bv or bo"));
+      absl::StrCat("unknown weight '", name,
+                   "'; expected wq, wk, wv, wo, bq, bk, bv, bo, sinks or alibi_slopes"));
 }
 
 absl::Status MultiHeadAttention::LoadNpy(const std::string& dir) {
   std::vector<std::string> names = {"wq", "wk", "wv", "wo"};
   if (options_.bias) names.insert(names.end(), {"bq", "bk", "bv", "bo"});
+  if (problem_.sinks) names.push_back("sinks");  // learned: always part of the weights
+  // ALiBi slopes are usually the paper's (the default): loaded when present.
+  if (problem_.alibi && std::filesystem::exists(absl::StrCat(dir, "/alibi_slopes.npy"))) {
+    names.push_back("alibi_slopes");
+  }
   for (const std::string& name : names) {
     const std::string path = absl::StrCat(dir, "/", name, ".npy");
     ATTNKIT_ASSIGN_OR_RETURN(NpyArray array, ReadNpy(path));
@@ -190,7 +211,7 @@ absl::Status MultiHeadAttention::LoadNpy(const std::string& dir) {
 int64_t MultiHeadAttention::NumParameters() const {
   int64_t n = 0;
   for (const Tensor* t : {&weights_.wq, &weights_.wk, &weights_.wv, &weights_.wo, &weights_.bq,
-                          &weights_.bk, &weights_.bv, &weights_.bo}) {
+                          &weights_.bk, &weights_.bv, &weights_.bo, &weights_.sinks}) {
     if (!t->view().empty()) n += t->view().NumElements();
   }
   return n;
@@ -250,6 +271,8 @@ absl::Status MultiHeadAttention::AttendAndMerge(float* q, int64_t batch, int64_t
   // [B*T, H*d] rows read as [B, H, T, d]: the head split without a copy.
   args.q = AttentionView(q, DType::kF32, Layout::kBTHD, batch, p.num_heads, q_len, p.head_dim);
   args.o = AttentionView(o, DType::kF32, Layout::kBTHD, batch, p.num_heads, q_len, p.head_dim);
+  args.sinks = weights_.sinks.view();
+  args.alibi_slopes = weights_.alibi_slopes.view();
   ATTNKIT_RETURN_IF_ERROR(cache != nullptr ? runner_->RunWithCache(p, args, cache, &last_run_)
                                            : runner_->Run(p, args, &last_run_));
   // O [B*T, H*d] is already the merged heads; y = O Wo^T.
@@ -398,11 +421,11 @@ float* Data(const Tensor& t) { return t.view().empty() ? nullptr : static_cast<f
 
 absl::Status MultiHeadAttention::EnsureGradients() {
   if (!grads_.wq.view().empty()) return absl::OkStatus();
-  const Tensor* w[] = {&weights_.wq, &weights_.wk, &weights_.wv, &weights_.wo,
-                       &weights_.bq, &weights_.bk, &weights_.bv, &weights_.bo};
-  Tensor* g[] = {&grads_.wq, &grads_.wk, &grads_.wv, &grads_.wo,
-                 &grads_.bq, &grads_.bk, &grads_.bv, &grads_.bo};
-  for (int i = 0; i < 8; ++i) {
+  const Tensor* w[] = {&weights_.wq, &weights_.wk, &weights_.wv, &weights_.wo,   &weights_.bq,
+                       &weights_.bk, &weights_.bv, &weights_.bo, &weights_.sinks};
+  Tensor* g[] = {&grads_.wq, &grads_.wk, &grads_.wv, &grads_.wo,   &grads_.bq,
+                 &grads_.bk, &grads_.bv, &grads_.bo, &grads_.sinks};
+  for (int i = 0; i < 9; ++i) {
     if (w[i]->view().empty()) continue;
     const TensorView& v = w[i]->view();
     // Allocation zero-fills: the gradients start at 0.
@@ -415,7 +438,7 @@ absl::Status MultiHeadAttention::EnsureGradients() {
 absl::Status MultiHeadAttention::ZeroGradients() {
   ATTNKIT_RETURN_IF_ERROR(EnsureGradients());
   for (Tensor* g : {&grads_.wq, &grads_.wk, &grads_.wv, &grads_.wo, &grads_.bq, &grads_.bk,
-                    &grads_.bv, &grads_.bo}) {
+                    &grads_.bv, &grads_.bo, &grads_.sinks}) {
     if (g->view().empty()) continue;
     std::memset(g->data(), 0, static_cast<size_t>(g->view().NumElements()) * sizeof(float));
   }
@@ -428,10 +451,11 @@ absl::StatusOr<std::vector<ParamRef>> MultiHeadAttention::Parameters(const std::
     const char* name;
     const Tensor* value;
     const Tensor* grad;
-  } slots[] = {{"wq", &weights_.wq, &grads_.wq}, {"wk", &weights_.wk, &grads_.wk},
-               {"wv", &weights_.wv, &grads_.wv}, {"wo", &weights_.wo, &grads_.wo},
-               {"bq", &weights_.bq, &grads_.bq}, {"bk", &weights_.bk, &grads_.bk},
-               {"bv", &weights_.bv, &grads_.bv}, {"bo", &weights_.bo, &grads_.bo}};
+  } slots[] = {{"wq", &weights_.wq, &grads_.wq},         {"wk", &weights_.wk, &grads_.wk},
+               {"wv", &weights_.wv, &grads_.wv},         {"wo", &weights_.wo, &grads_.wo},
+               {"bq", &weights_.bq, &grads_.bq},         {"bk", &weights_.bk, &grads_.bk},
+               {"bv", &weights_.bv, &grads_.bv},         {"bo", &weights_.bo, &grads_.bo},
+               {"sinks", &weights_.sinks, &grads_.sinks}};
   std::vector<ParamRef> out;
   for (const auto& s : slots) {
     if (s.value->view().empty()) continue;
@@ -498,6 +522,8 @@ absl::Status MultiHeadAttention::ForwardTrain(const TensorView& x, const TensorV
   args.v = AttentionView(tv, DType::kF32, Layout::kBTHD, B, G, T, d);
   args.o = AttentionView(to, DType::kF32, Layout::kBTHD, B, H, T, d);
   args.lse = ContiguousView(tlse, DType::kF32, {B, H, T});
+  args.sinks = weights_.sinks.view();
+  args.alibi_slopes = weights_.alibi_slopes.view();
   ATTNKIT_RETURN_IF_ERROR(runner_->Run(tp, args, &last_run_));
   Linear(ContiguousView(to, DType::kF32, {B, T, Hd}), weights_.wo, weights_.bo,
          static_cast<float*>(y.data), &y);
@@ -558,13 +584,25 @@ absl::Status MultiHeadAttention::Backward(const TensorView& dy, const TensorView
   args.v = AttentionView(tv, DType::kF32, Layout::kBTHD, B, G, T, d);
   args.o = AttentionView(to, DType::kF32, Layout::kBTHD, B, H, T, d);
   args.lse = ContiguousView(tlse, DType::kF32, {B, H, T});
+  args.sinks = weights_.sinks.view();
+  args.alibi_slopes = weights_.alibi_slopes.view();
   GradArgs grads;
   grads.d_o = AttentionView(g_o, DType::kF32, Layout::kBTHD, B, H, T, d);
   grads.dq = AttentionView(g_q, DType::kF32, Layout::kBTHD, B, H, T, d);
   grads.dk = AttentionView(g_k, DType::kF32, Layout::kBTHD, B, G, T, d);
   grads.dv = AttentionView(g_v, DType::kF32, Layout::kBTHD, B, G, T, d);
+  // dsinks: written by the backend, then added to the accumulated gradient.
+  float* dsinks = nullptr;
+  if (tp.sinks) {
+    ATTNKIT_ASSIGN_OR_RETURN(dsinks, dsinks_ws_.Get(H));
+    grads.dsinks = ContiguousView(dsinks, DType::kF32, {H});
+  }
   ATTNKIT_RETURN_IF_ERROR(train_backend_->Backward(tp, args, grads, &last_backward_run_));
   ATTNKIT_RETURN_IF_ERROR(train_backend_->Synchronize());
+  if (tp.sinks) {
+    float* acc = Data(grads_.sinks);
+    for (int64_t h = 0; h < H; ++h) acc[h] += dsinks[h];
+  }
 
   // Q = x Wq^T + bq (K, V likewise): dW += dQ^T x, dx = dQ Wq + dK Wk + dV Wv.
   mm.LinearGradWeight(g_q, Hd, tx, D, M, Hd, D, Data(grads_.wq), Data(grads_.bq));

@@ -47,6 +47,12 @@ struct LayerOptions {
 struct AttentionWeights {
   Tensor wq, wk, wv, wo;  // [H*d, D], [Hkv*d, D], [Hkv*d, D], [D, H*d]
   Tensor bq, bk, bv, bo;  // [H*d], [Hkv*d], [Hkv*d], [D]; empty without bias
+  // [H] with config sinks: the learned sink logits (gpt-oss's `sinks`),
+  // initially 0; a parameter with a gradient.
+  Tensor sinks;
+  // [H] with config alibi: the ALiBi slopes, initially DefaultAlibiSlopes
+  // (core/alibi.h); constants (no gradient), replaceable by SetWeight.
+  Tensor alibi_slopes;
 };
 
 class MultiHeadAttention {
@@ -179,6 +185,7 @@ class MultiHeadAttention {
   bool has_train_state_ = false;
   FloatWorkspace tx_ws_, tq_ws_, tk_ws_, tv_ws_, to_ws_, tlse_ws_;
   FloatWorkspace dy_ws_, do_ws_, dq_ws_, dk_ws_, dv_ws_, dx_ws_;  // Backward's scratch
+  FloatWorkspace dsinks_ws_;
   RunInfo last_backward_run_;
 };
 

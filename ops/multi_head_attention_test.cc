@@ -79,6 +79,60 @@ TEST_P(LayerTest, EqualsPerHeadLoopAndCatchesReshapeBug) {
   }
 }
 
+// gpt-oss's sinks and ALiBi in the layer: y equals the per-head loop with
+// them, a decode step through the KV cache gives the full forward's last
+// row, and each of the two changes y (the check can fail).
+TEST_P(LayerTest, SinksAndAlibiEqualPerHeadLoop) {
+  const int64_t B = 2, T = 9, H = 4;
+  AttentionConfig c = LayerConfig(H, 2, 8, /*causal=*/true, "");
+  c.set_sinks(true);
+  c.set_alibi(true);
+  LayerOptions options;
+  options.seed = 7;
+  auto layer = Make(c, B, T, T, options);
+  if (layer == nullptr) GTEST_SKIP() << skip_;
+  float sinks[H] = {0.5f, 2.0f, -1.0f, 1.0f};
+  ASSERT_TRUE(layer->SetWeight("sinks", ContiguousView(sinks, DType::kF32, {H})).ok());
+  const int64_t D = layer->problem().model_dim;
+  const std::vector<float> x = RandomActivations(B, T, D, 11);
+  std::vector<float> y(B * T * D);
+  ASSERT_TRUE(
+      layer->Forward(ActivationView(x.data(), B, T, D), ActivationView(y.data(), B, T, D)).ok());
+  const std::vector<double> slow = layer_test::SlowLayer(*layer, x.data(), B, T, x.data(), T);
+  EXPECT_LE(MaxAbsDiff(y, slow), 1e-5);
+  // The last token again, as a decode step after a prefill of the others.
+  auto cache = layer->NewCache(B, T);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  std::vector<float> y_prefill(B * (T - 1) * D), y_step(B * D);
+  ASSERT_TRUE(layer
+                  ->ForwardCached(layer_test::TokenSlice(x.data(), B, T, D, 0, T - 1), &*cache,
+                                  ActivationView(y_prefill.data(), B, T - 1, D))
+                  .ok());
+  ASSERT_TRUE(layer
+                  ->ForwardCached(layer_test::TokenSlice(x.data(), B, T, D, T - 1, 1), &*cache,
+                                  ActivationView(y_step.data(), B, 1, D))
+                  .ok());
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t r = 0; r < D; ++r) {
+      EXPECT_NEAR(y_step[b * D + r], y[(b * T + T - 1) * D + r], 1e-5) << b << " " << r;
+    }
+  }
+  // Without the sinks, and without ALiBi: y moves.
+  float none[H] = {-1e30f, -1e30f, -1e30f, -1e30f}, flat[H] = {0, 0, 0, 0};
+  std::vector<float> other(y.size());
+  ASSERT_TRUE(layer->SetWeight("sinks", ContiguousView(none, DType::kF32, {H})).ok());
+  ASSERT_TRUE(
+      layer->Forward(ActivationView(x.data(), B, T, D), ActivationView(other.data(), B, T, D))
+          .ok());
+  EXPECT_GT(MaxAbsDiff(other, slow), 1e-3) << "the sinks change nothing";
+  ASSERT_TRUE(layer->SetWeight("sinks", ContiguousView(sinks, DType::kF32, {H})).ok());
+  ASSERT_TRUE(layer->SetWeight("alibi_slopes", ContiguousView(flat, DType::kF32, {H})).ok());
+  ASSERT_TRUE(
+      layer->Forward(ActivationView(x.data(), B, T, D), ActivationView(other.data(), B, T, D))
+          .ok());
+  EXPECT_GT(MaxAbsDiff(other, slow), 1e-3) << "ALiBi changes nothing";
+}
+
 // Keys and values from a second input of another length: the score matrix is
 // Tq x Tk and the values match the per-head reference.
 TEST_P(LayerTest, CrossAttentionWithTqNotTk) {
