@@ -3,6 +3,7 @@
 // reference gradients by the gradient oracle (oracle/compare_grad.h); and the
 // errors a caller meets (dO missing, return_lse off, paged K/V, short
 // structs), each a status code with a message naming the cause.
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -127,6 +128,18 @@ TEST_F(CApiBackwardTest, BadCallsAreErrorsThatSayWhy) {
     EXPECT_EQ(attnkit_backward(ctx_, backend, &cp, &ca, &no_do, nullptr, err_, sizeof(err_)),
               ATTNKIT_INVALID_ARGUMENT);
     EXPECT_THAT(err_, HasSubstr("d_o is missing"));
+  }
+  // A caller built before dsinks (0.28): struct_size ends at dbias, and
+  // whatever follows in its memory is never read as dsinks.
+  {
+    std::vector<unsigned char> memory(sizeof(attnkit_grads), 0xAB);  // garbage past dbias
+    const size_t old_size = offsetof(attnkit_grads, dbias) + sizeof(attnkit_tensor);
+    std::memcpy(memory.data(), &cg, old_size);
+    auto* old = reinterpret_cast<attnkit_grads*>(memory.data());
+    old->struct_size = static_cast<uint32_t>(old_size);
+    EXPECT_EQ(attnkit_backward(ctx_, "auto", &cp, &ca, old, nullptr, err_, sizeof(err_)),
+              ATTNKIT_OK)
+        << err_;
   }
   // A gradient whose shape differs from its input's.
   attnkit_grads bad_dk = cg;

@@ -311,8 +311,7 @@ absl::Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& a) {
   for (const TensorView* out : {&a.o, &a.lse}) {
     for (const TensorView* in :
          {&a.q, &a.k, &a.v, &a.kv_lengths, &a.blocked_mask, &a.bias, &a.k_scale, &a.v_scale,
-          &a.block_table, &a.cu_seqlens_q, &a.cu_seqlens_k, &a.sinks,
-          &a.alibi_slopes}) {
+          &a.block_table, &a.cu_seqlens_q, &a.cu_seqlens_k, &a.sinks, &a.alibi_slopes}) {
       if (Overlaps(*out, *in)) {
         return absl::InvalidArgumentError("an output tensor (o or lse) overlaps an input");
       }
@@ -403,13 +402,17 @@ absl::Status ValidateGradArgs(const AttentionProblem& p, const AttentionArgs& a,
       return absl::InvalidArgumentError("dsinks was given but the problem has sinks off");
     }
     ATTNKIT_RETURN_IF_ERROR(CheckTensor("dsinks", g.dsinks, DType::kF32, {p.num_heads}));
+    if (p.num_heads > 1 && g.dsinks.strides[0] == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("dsinks has stride 0 (%s): gradients are written whole, never broadcast",
+                          g.dsinks.DebugString()));
+    }
   }
   const std::vector<const TensorView*> outputs = {&g.dq, &g.dk, &g.dv, &g.dbias, &g.dsinks};
   for (const TensorView* out : outputs) {
-    for (const TensorView* in :
-         {&a.q, &a.k, &a.v, &a.o, &a.lse, &a.kv_lengths, &a.blocked_mask, &a.bias, &a.k_scale,
-          &a.v_scale, &a.block_table, &a.cu_seqlens_q, &a.cu_seqlens_k, &a.sinks,
-          &a.alibi_slopes, &g.d_o}) {
+    for (const TensorView* in : {&a.q, &a.k, &a.v, &a.o, &a.lse, &a.kv_lengths, &a.blocked_mask,
+                                 &a.bias, &a.k_scale, &a.v_scale, &a.block_table, &a.cu_seqlens_q,
+                                 &a.cu_seqlens_k, &a.sinks, &a.alibi_slopes, &g.d_o}) {
       if (Overlaps(*out, *in)) {
         return absl::InvalidArgumentError(
             "a gradient output (dq, dk, dv, dbias or dsinks) overlaps an input");
@@ -419,7 +422,8 @@ absl::Status ValidateGradArgs(const AttentionProblem& p, const AttentionArgs& a,
   for (size_t i = 0; i < outputs.size(); ++i) {
     for (size_t j = i + 1; j < outputs.size(); ++j) {
       if (Overlaps(*outputs[i], *outputs[j])) {
-        return absl::InvalidArgumentError("two gradient outputs (dq, dk, dv, dbias) overlap");
+        return absl::InvalidArgumentError(
+            "two gradient outputs (dq, dk, dv, dbias, dsinks) overlap");
       }
     }
   }

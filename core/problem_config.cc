@@ -179,6 +179,12 @@ absl::StatusOr<AttentionProblem> ProblemFromConfig(const AttentionConfig& c) {
           "with a %s mask",
           p.q_len, p.kv_len, MaskKindName(p.mask)));
     }
+    if (c.alibi() && p.q_len != p.kv_len) {  // the diagonal ALiBi measures from
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "alignment must be TOP_LEFT or BOTTOM_RIGHT when q_len (%d) != kv_len (%d) with "
+          "alibi: true (it places the diagonal the distances are measured from)",
+          p.q_len, p.kv_len));
+    }
     p.alignment = Alignment::kBottomRight;
   } else {
     p.alignment = c.alignment() == TOP_LEFT ? Alignment::kTopLeft : Alignment::kBottomRight;

@@ -253,6 +253,9 @@ ReferenceGradients BackwardF64(const AttentionProblem& p, const F64Inputs& in) {
         f.Compute(p, in, b, h, i);
         r.visible[row] = f.visible;
         r.terms[row] = f.terms;
+        // A NaN row of a head with a sink (a NaN or +inf sink poisons every
+        // row, even one that sees no key) makes dsinks NaN, as D and P_sink.
+        if (!in.sinks.empty() && !(in.sinks[h] == -kInf) && f.poisoned) r.dsinks[h] = kNaN;
         if (f.visible == 0) continue;  // contributes nothing; dq row stays 0
         const double* q = &in.q[row * d];
         const double* d_o = &in.d_o[row * d];
@@ -272,7 +275,7 @@ ReferenceGradients BackwardF64(const AttentionProblem& p, const F64Inputs& in) {
           D += d_o[c] * o[c];
           D_abs += std::fabs(d_o[c]) * std::max(abs_o[c], o_floor);
         }
-        if (!in.sinks.empty() && in.sinks[h] > -kInf) {  // dSink_h = -sum P_sink D
+        if (!in.sinks.empty() && !(in.sinks[h] == -kInf)) {  // dSink_h = -sum P_sink D
           const double p_sink = std::exp(in.sinks[h] - f.lse);
           r.dsinks[h] -= p_sink * D;
           r.dsinks_abs[h] += std::max(p_sink, kWeightMagnitudeFloor) * D_abs;

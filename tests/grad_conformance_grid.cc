@@ -214,11 +214,14 @@ std::vector<GradCase> GradConformanceGrid() {
     MaskKind mask;
     bool bias, blocked;
     int64_t count;
+    bool sinks = false, alibi = false;  // poisoned sinks / slopes among the draws
   };
   const NonFinite nonfinite[] = {
       {4, 2, 97, 64, MaskKind::kCausal, false, false, 4},
       {4, 1, 70, 40, MaskKind::kSlidingWindow, true, false, 4},
       {2, 2, 65, 16, MaskKind::kCausal, false, true, 3},
+      {4, 2, 40, 64, MaskKind::kCausal, false, false, 4, /*sinks=*/true},
+      {4, 2, 40, 64, MaskKind::kSlidingWindow, true, false, 4, false, /*alibi=*/true},
   };
   for (const NonFinite& n : nonfinite) {
     GradCase c;
@@ -230,6 +233,8 @@ std::vector<GradCase> GradConformanceGrid() {
     c.problem.blocked_mask = n.blocked;
     c.with_dbias = n.bias;
     c.problem.nonfinite_inputs = n.count;
+    c.problem.sinks = n.sinks;
+    c.problem.alibi = n.alibi;
     c.problem.return_lse = true;
     c.problem.seed = seed++;
     c.problem.name = absl::StrCat(c.problem.Id(), "_nonfinite");

@@ -213,7 +213,8 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, GradConformanceTest,
 TEST(GradConformanceGridTest, IsSmallAndVaried) {
   const auto& grid = Grid();
   EXPECT_GE(grid.size(), 60u);
-  EXPECT_LE(grid.size(), 120u) << "the suite runs on every backend and Highway target";
+  // 120 variant cases and five non-finite ones (two with sinks and ALiBi).
+  EXPECT_LE(grid.size(), 125u) << "the suite runs on every backend and Highway target";
   std::set<int64_t> group_sizes, head_dims, q_lens, kv_lens;
   std::set<std::string> names;
   std::set<DType> dtypes, kv_dtypes;

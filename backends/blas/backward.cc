@@ -184,7 +184,9 @@ void StageKv(const Context& c, int64_t b, int64_t g, int64_t j0, int64_t n, floa
 
 // Fills the block's q, d_o [rows, d], lse and row_d = rowsum(dO O) (summed in
 // double: d terms), and zeroes dq. A row that sees no key (lse = -inf, or an
-// empty range) gets zeros and lse = -inf: its Q may hold anything.
+// empty range) gets zeros and lse = -inf: its Q may hold anything. With a
+// sink such a row's lse is the sink's: its range is not empty, but its Q is
+// zeroed when not finite (below) and its P is 0 wherever the masks block.
 void LoadBlock(const Context& c, const Block& k, const BackwardScratch& w) {
   const int64_t d = c.d;
   for (int64_t r = 0; r < k.rows; ++r) {

@@ -340,8 +340,9 @@ inline void BackwardStep(const FlashParams& p, const FlashGradParams& g, const B
     } else {
       LoadGradRow(p.q, b, h, q0 + r, d, dp, p.scale, qr);
       // A Q row with a NaN or Inf is a NaN row (lse NaN: its P is NaN where
-      // it sees a key); zeroed, so that 0 * NaN cannot reach the dK of keys
-      // it does not see.
+      // it sees a key) or, with a sink (whose lse is then the sink's), a row
+      // that sees no key; zeroed, so that 0 * NaN cannot reach the dK of
+      // keys it does not see.
       if (!std::all_of(qr, qr + dp, [](float x) { return std::isfinite(x); })) {
         std::fill(qr, qr + dp, 0.0f);
       }

@@ -131,8 +131,9 @@ struct GradRow {
   float lse;     // the forward's log-sum-exp (any value when nothing is visible)
   float dsum;    // D = dO . O
   float kb, ke;  // visible keys [kb, ke) of the block, block-relative
-  // bias (or 0) per key with -inf where the pair is blocked (dense mask or a
-  // -inf bias), [cols]; null: no per-pair inputs.
+  // bias (or 0) plus the ALiBi term per key, -inf where the pair is blocked
+  // (dense mask or a -inf bias), NaN where the ALiBi term is not finite
+  // (a NaN row), [cols]; null: no per-pair inputs.
   const float* HWY_RESTRICT add;
 };
 

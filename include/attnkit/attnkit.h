@@ -143,7 +143,9 @@ int32_t attnkit_run(attnkit_context* ctx, const char* backend, const attnkit_pro
  * overlap inputs, return_lse off); UNIMPLEMENTED with the reason when no
  * backend (or the named one) has a backward for p: paged or int8 K/V never
  * do, and attnkit_backend_info's caps.bwd_* say what each backend takes.
- * grads->struct_size must be sizeof(attnkit_grads); `result` may be NULL. */
+ * grads->struct_size is sizeof(attnkit_grads) of the header the caller was
+ * built with (at least up to dbias: fields added later, such as dsinks, are
+ * then absent); `result` may be NULL. */
 int32_t attnkit_backward(attnkit_context* ctx, const char* backend, const attnkit_problem* p,
                          const attnkit_args* args, const attnkit_grads* grads,
                          attnkit_run_result* result, char* err, size_t err_size);

@@ -80,6 +80,7 @@ def _caps_dict(c):
             "softcap": bool(c.bwd_softcap),
             "ragged": bool(c.bwd_ragged),
             "alibi": bool(c.bwd_alibi),
+            "sinks": bool(c.bwd_sinks),
             "deterministic": bool(c.bwd_deterministic),
         },
     }
@@ -603,7 +604,7 @@ def attention(
     softcap). sinks: one logit per query head [H] (gpt-oss's attention
     sinks) that joins each row's softmax denominator and carries no value:
     o = sum_j e^s_j v_j / (sum_j e^s_j + e^sink); not scaled or masked; a
-    row that sees no key gives 0 and an lse of its sink (forward only).
+    row that sees no key gives 0 and an lse of its sink.
     alibi_slopes: one slope per query head [H] (ALiBi, as BLOOM and MPT
     use it; FlashAttention's alibi_slopes): adds -slope * |i + Tk - Tq - j|
     (bottom_right; |i - j| for top_left) to each score, after softcap.

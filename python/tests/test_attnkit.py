@@ -200,7 +200,8 @@ def test_attention_sinks_join_the_denominator(backend):
     assert np.abs(without[0] - o[0]).max() > 1e-2, "the sinks change nothing"
     with pytest.raises(ValueError, match=r"one logit per query head, shape \(4,\)"):
         attnkit.attention(q, k, v, sinks=sinks[:2], backend=backend)
-    assert next(b for b in attnkit.backends() if b["name"] == backend)["capabilities"]["sinks"]
+    caps = next(b for b in attnkit.backends() if b["name"] == backend)["capabilities"]
+    assert caps["sinks"] and caps["backward"]["sinks"]
 
 
 @pytest.mark.parametrize("backend", ["highway", "blas", "reference"])

@@ -36,7 +36,7 @@ AttentionConfig RandomGradConfig(std::mt19937_64& rng, double max_work) {
     c.clear_q_lengths();
     c.set_return_lse(true);
     c.set_nonfinite_inputs(0);
-    c.clear_compute();   // the backward pass is EXACT
+    c.clear_compute();  // the backward pass is EXACT
     // The edits keep a config valid but for rules on the dense form (none
     // today); draw again rather than hand the fuzzer an invalid one.
     if (ProblemFromConfig(c).ok()) return c;

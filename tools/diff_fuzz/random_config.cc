@@ -142,8 +142,8 @@ AttentionConfig RandomConfig(std::mt19937_64& rng, double max_work) {
       std::mt19937_64(c.seed() ^ 0x9e3779b97f4a7c15ull)() % 3 == 0) {
     c.set_compute(FAST);
   }
-  // Attention sinks (forward only) one time in four, drawn from the seed too.
-  if (!c.backward() && std::mt19937_64(c.seed() ^ 0x5bd1e9955bd1e995ull)() % 4 == 0) {
+  // Attention sinks one time in four, drawn from the seed too.
+  if (std::mt19937_64(c.seed() ^ 0x5bd1e9955bd1e995ull)() % 4 == 0) {
     c.set_sinks(true);
   }
   // ALiBi one time in four, independently.
