@@ -1,0 +1,31 @@
+// The two 8-bit float formats of the OCP FP8 specification, as inference
+// servers (vLLM, FlashInfer) store K/V caches in them (issue 36's fp8 K/V;
+// the conversions only, so far):
+//   E4M3 ("e4m3fn"): 1 sign, 4 exponent (bias 7), 3 mantissa bits; no
+//     infinities, NaN is S.1111.111; largest finite 448, smallest
+//     subnormal 2^-9.
+//   E5M2: 1 sign, 5 exponent (bias 15), 2 mantissa bits, IEEE-like
+//     (S.11111.00 is infinity, S.11111.xx NaN); largest finite 57344,
+//     smallest subnormal 2^-16.
+// Encoding rounds to nearest, ties to even, and saturates: a magnitude past
+// the largest finite value (infinity included) becomes the largest finite
+// value of its sign, as CUDA's __nv_cvt_float_to_fp8(.., __NV_SATFINITE, ..)
+// does for the caches of those servers; NaN stays NaN. Decoding is exact.
+#ifndef ATTNKIT_CORE_FP8_H_
+#define ATTNKIT_CORE_FP8_H_
+
+#include <cstdint>
+
+namespace attnkit {
+
+enum class Fp8Format { kE4M3, kE5M2 };
+
+// The largest finite value: 448 (E4M3) or 57344 (E5M2).
+float Fp8Max(Fp8Format format);
+
+uint8_t EncodeFp8(float x, Fp8Format format);
+float DecodeFp8(uint8_t code, Fp8Format format);
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_CORE_FP8_H_
