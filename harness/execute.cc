@@ -82,12 +82,9 @@ absl::Status RunBackwardOnBackend(Backend* backend, const AttentionProblem& p,
   // tensor for the download.
   std::vector<std::unique_ptr<DeviceBuffer>> buffers;
   std::vector<std::pair<const DeviceBuffer*, const Tensor*>> outputs;
-  const std::pair<TensorView*, const Tensor*> views[] = {{&args.d_o, &grads.d_o},
-                                                         {&args.dq, &grads.dq},
-                                                         {&args.dk, &grads.dk},
-                                                         {&args.dv, &grads.dv},
-                                                         {&args.dbias, &grads.dbias},
-                                                         {&args.dsinks, &grads.dsinks}};
+  const std::pair<TensorView*, const Tensor*> views[] = {
+      {&args.d_o, &grads.d_o}, {&args.dq, &grads.dq},       {&args.dk, &grads.dk},
+      {&args.dv, &grads.dv},   {&args.dbias, &grads.dbias}, {&args.dsinks, &grads.dsinks}};
   for (const auto& [view, tensor] : views) {
     if (view->empty()) continue;
     const size_t bytes = SpanBytes(*view);

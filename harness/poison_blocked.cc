@@ -80,7 +80,7 @@ void PoisonRandomInputs(const AttentionProblem& p, const AttentionArgs& a, int64
   std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
   std::vector<const TensorView*> targets = {&a.q, &a.k, &a.v};
   if (p.additive_bias) targets.push_back(&a.bias);
-  if (p.sinks) targets.push_back(&a.sinks);  // NaN, +inf: the head's rows NaN; -inf: none
+  if (p.sinks) targets.push_back(&a.sinks);         // NaN, +inf: the head's rows NaN; -inf: none
   if (p.alibi) targets.push_back(&a.alibi_slopes);  // the head's rows that see a key NaN
   for (int64_t n = 0; n < count; ++n) {
     const TensorView& t = *targets[rng() % targets.size()];

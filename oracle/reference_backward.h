@@ -46,10 +46,10 @@ namespace attnkit {
 // derivative's magnitude is (1 - tanh^2) + 2^-20 (fp32 evaluates 1 - tanh^2
 // to a few u absolute, which matters where tanh saturates).
 struct ReferenceGradients {
-  std::vector<double> dq, dq_abs;        // [B, H, Tq, d]
-  std::vector<double> dk, dk_abs;        // [B, G, Tk, d]
-  std::vector<double> dv, dv_abs;        // [B, G, Tk, d]
-  std::vector<double> dbias, dbias_abs;  // [B, H, Tq, Tk]; empty without additive_bias
+  std::vector<double> dq, dq_abs;          // [B, H, Tq, d]
+  std::vector<double> dk, dk_abs;          // [B, G, Tk, d]
+  std::vector<double> dv, dv_abs;          // [B, G, Tk, d]
+  std::vector<double> dbias, dbias_abs;    // [B, H, Tq, Tk]; empty without additive_bias
   std::vector<double> dsinks, dsinks_abs;  // [H]; empty without sinks
   // Per (b, h, i) row: keys visible (n) and the longest sum any element of
   // the row's gradients has (for the growth factor of the bound).

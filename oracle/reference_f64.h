@@ -19,11 +19,11 @@ namespace internal {
 
 // A dense problem's inputs in double, canonical order whatever the layout.
 struct F64Inputs {
-  std::vector<double> q, d_o;    // [B, H, Tq, d]
-  std::vector<double> k, v;      // [B, G, Tk, d]
-  std::vector<uint8_t> blocked;  // [B, H, Tq, Tk], 1 = blocked; empty without blocked_mask
-  std::vector<double> bias;      // [B, H, Tq, Tk]; empty without additive_bias
-  std::vector<double> sinks;     // [H]; empty without sinks
+  std::vector<double> q, d_o;       // [B, H, Tq, d]
+  std::vector<double> k, v;         // [B, G, Tk, d]
+  std::vector<uint8_t> blocked;     // [B, H, Tq, Tk], 1 = blocked; empty without blocked_mask
+  std::vector<double> bias;         // [B, H, Tq, Tk]; empty without additive_bias
+  std::vector<double> sinks;        // [H]; empty without sinks
   std::vector<float> alibi_slopes;  // [H]; empty without alibi
 };
 

@@ -10,8 +10,8 @@
 #include "backends/blas/openblas_engine.h"
 #include "backends/blas/row_ops.h"
 #include "core/full_capabilities.h"
-#include "core/sinks_grad.h"
 #include "core/ragged.h"
+#include "core/sinks_grad.h"
 #include "core/status_macros.h"
 
 namespace attnkit {
@@ -65,8 +65,8 @@ Capabilities BlasBackend::Caps() const {
   b.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
   b.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
   b.kv_lengths = b.blocked_mask = b.additive_bias = b.bias_grad = b.softcap = true;
-  b.sinks = true;  // P from the forward's lse, which holds the sink; core/sinks_grad.h
-  b.alibi = true;  // the term added with the bias (backward.cc ProbabilityRow)
+  b.sinks = true;          // P from the forward's lse, which holds the sink; core/sinks_grad.h
+  b.alibi = true;          // the term added with the bias (backward.cc ProbabilityRow)
   b.deterministic = true;  // items own disjoint outputs; their order is fixed by the shape
   return c;
 }

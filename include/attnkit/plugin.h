@@ -122,7 +122,7 @@ enum { ATTNKIT_COMPUTE_EXACT = 0, ATTNKIT_COMPUTE_FAST = 1 };
   X(COMPUTE, compute)                                                  \
   /* Since 0.28: attention sinks (args.sinks, one logit per head). */  \
   X(BOOL, sinks)                                                       \
-  /* Since 0.28: ALiBi (args.alibi_slopes, one slope per head). */      \
+  /* Since 0.28: ALiBi (args.alibi_slopes, one slope per head). */     \
   X(BOOL, alibi)
 
 typedef struct attnkit_problem {
@@ -212,9 +212,9 @@ typedef struct attnkit_args {
   X(DTYPE_SET, fast_kv_dtypes, fast_kv_dtypes)           \
   /* Since 0.28: attention sinks (problem.sinks). */     \
   X(BOOL, sinks, sinks)                                  \
-  /* Since 0.28: ALiBi (problem.alibi). */                \
+  /* Since 0.28: ALiBi (problem.alibi). */               \
   X(BOOL, alibi, alibi)                                  \
-  X(BOOL, bwd_alibi, backward.alibi)                    \
+  X(BOOL, bwd_alibi, backward.alibi)                     \
   X(BOOL, bwd_sinks, backward.sinks)
 
 typedef struct attnkit_caps {
@@ -224,12 +224,12 @@ typedef struct attnkit_caps {
 
 /* Since 0.26: the gradients of one backward call (attnkit::GradArgs gives
  * shapes and rules); dbias data NULL means not asked for. */
-#define ATTNKIT_GRADS_FIELDS(X) \
-  X(TENSOR, d_o)                \
-  X(TENSOR, dq)                 \
-  X(TENSOR, dk)                 \
-  X(TENSOR, dv)                 \
-  X(TENSOR, dbias)              \
+#define ATTNKIT_GRADS_FIELDS(X)                                   \
+  X(TENSOR, d_o)                                                  \
+  X(TENSOR, dq)                                                   \
+  X(TENSOR, dk)                                                   \
+  X(TENSOR, dv)                                                   \
+  X(TENSOR, dbias)                                                \
   /* Since 0.28: dL/dsinks, f32 [H]; data NULL: not asked for. */ \
   X(TENSOR, dsinks)
 
