@@ -334,6 +334,29 @@ void AppendNonFiniteCases(std::vector<AttentionProblem>* grid, std::set<std::str
   }
 }
 
+// The serving layout every variant meets (a ragged batch of a prefill chunk
+// and two decode rows over paged int8 K/V, one sequence without keys), and
+// a causal problem with NaN and Inf among its inputs.
+AttentionProblem ServingCase() {
+  AttentionProblem p = BasicProblem(3, 8, 2, 5, 600, 64);
+  p.kv_dtype = DType::kI8;
+  p.layout = Layout::kBTHD;
+  p.alignment = Alignment::kBottomRight;
+  p.mask = MaskKind::kCausal;
+  p.q_lengths = {5, 1, 1};
+  p.kv_lengths = {100, 600, 0};
+  p.page_size = 16;
+  p.num_pages = 3 * p.max_pages();
+  return p;
+}
+AttentionProblem PoisonedCausalCase() {
+  AttentionProblem p = BasicProblem(1, 4, 2, 33, 33, 64);
+  p.alignment = Alignment::kBottomRight;
+  p.mask = MaskKind::kCausal;
+  p.nonfinite_inputs = 4;
+  return p;
+}
+
 // Attention sinks (config.proto sinks), on each path that finishes a row:
 // gpt-oss's shape (GQA, d 64, a sliding window over a causal prefill), a
 // split-K decode (the sink folded in after the merge), padding with an empty
@@ -367,19 +390,8 @@ void AppendSinkCases(std::vector<AttentionProblem>* grid, std::set<std::string>*
   padded.mask = MaskKind::kCausal;
   padded.kv_lengths = {33, 0, 65};
   add(padded);
-  AttentionProblem serving = BasicProblem(3, 8, 2, 5, 600, 64);
-  serving.kv_dtype = DType::kI8;
-  serving.layout = Layout::kBTHD;
-  serving.mask = MaskKind::kCausal;
-  serving.q_lengths = {5, 1, 1};
-  serving.kv_lengths = {100, 600, 0};
-  serving.page_size = 16;
-  serving.num_pages = 3 * serving.max_pages();
-  add(serving);
-  AttentionProblem poisoned = BasicProblem(1, 4, 2, 33, 33, 64);
-  poisoned.mask = MaskKind::kCausal;
-  poisoned.nonfinite_inputs = 4;
-  add(poisoned);
+  add(ServingCase());
+  add(PoisonedCausalCase());
 }
 
 // ALiBi (config.proto alibi): both alignments with keys on both sides of the
@@ -418,21 +430,8 @@ void AppendAlibiCases(std::vector<AttentionProblem>* grid, std::set<std::string>
   decode.kv_dtype = DType::kF16;
   decode.kv_lengths = {4100, 1000};
   add(decode);
-  AttentionProblem serving = BasicProblem(3, 8, 2, 5, 600, 64);
-  serving.kv_dtype = DType::kI8;
-  serving.layout = Layout::kBTHD;
-  serving.alignment = Alignment::kBottomRight;
-  serving.mask = MaskKind::kCausal;
-  serving.q_lengths = {5, 1, 1};
-  serving.kv_lengths = {100, 600, 0};
-  serving.page_size = 16;
-  serving.num_pages = 3 * serving.max_pages();
-  add(serving);
-  AttentionProblem poisoned = BasicProblem(1, 4, 2, 33, 33, 64);
-  poisoned.alignment = Alignment::kBottomRight;
-  poisoned.mask = MaskKind::kCausal;
-  poisoned.nonfinite_inputs = 4;
-  add(poisoned);
+  add(ServingCase());
+  add(PoisonedCausalCase());
 }
 
 // FAST twins (compute FAST, same inputs) of the problems with 16-bit or int8

@@ -394,6 +394,31 @@ TEST_P(OracleTest, CatchesEveryPlantedBugAndPassesEveryBackend) {
   }
 }
 
+// Runs every registered backend whose capabilities claim `claim` on `p`
+// and holds it to the oracle; a backend that does not claim it must refuse
+// `p`. At least highway, blas and reference must run it.
+void ExpectEveryClaimingBackendPasses(const AttentionProblem& p, const ProblemData& data,
+                                      const ReferenceResult& ref, bool Capabilities::*claim,
+                                      const char* what) {
+  int ran = 0;
+  for (const std::string& name : GlobalRegistry().Names()) {
+    Backend* b = *GlobalRegistry().Find(name);
+    if (!(b->Caps().*claim)) {
+      EXPECT_FALSE(b->Supports(p).ok()) << name << " claims no " << what << " yet accepts it";
+      continue;
+    }
+    if (!b->Supports(p).ok()) continue;
+    PoisonOutputs(data);
+    RunInfo info;
+    ASSERT_TRUE(RunOnBackend(b, p, data, &info).ok()) << name << " on " << p.name;
+    const Comparison c = CompareToReference(p, data.args(), ref);
+    EXPECT_TRUE(c.ok()) << name << " [" << info.kernel << "] fails the oracle on " << p.name << ": "
+                        << c.first_failure;
+    ++ran;
+  }
+  EXPECT_GE(ran, 3) << "highway, blas and reference take " << what;
+}
+
 // Sinks (config.proto sinks): the grid with a sink per head. Every backend
 // that claims sinks passes, and each sink bug is caught in every cell: the
 // sink left out, scaled like a score, counted in the lse but not in O, and
@@ -445,23 +470,8 @@ TEST(OracleSinksTest, CatchesEverySinkBugAndPassesEveryBackend) {
           EXPECT_FALSE(CompareToReference(p, data->args(), ref).ok())
               << "the oracle missed '" << name << "' on " << p.name;
         }
-        int ran = 0;
-        for (const std::string& name : GlobalRegistry().Names()) {
-          Backend* b = *GlobalRegistry().Find(name);
-          if (!b->Caps().sinks) {
-            EXPECT_FALSE(b->Supports(p).ok()) << name << " claims no sinks yet accepts them";
-            continue;
-          }
-          if (!b->Supports(p).ok()) continue;
-          PoisonOutputs(*data);
-          RunInfo info;
-          ASSERT_TRUE(RunOnBackend(b, p, *data, &info).ok()) << name << " on " << p.name;
-          const Comparison c = CompareToReference(p, data->args(), ref);
-          EXPECT_TRUE(c.ok()) << name << " [" << info.kernel << "] fails the oracle on " << p.name
-                              << ": " << c.first_failure;
-          ++ran;
-        }
-        EXPECT_GE(ran, 3) << "highway, blas and reference take sinks";
+        ASSERT_NO_FATAL_FAILURE(
+            ExpectEveryClaimingBackendPasses(p, *data, ref, &Capabilities::sinks, "sinks"));
       }
     }
   }
@@ -480,26 +490,18 @@ TEST(OracleAlibiTest, CatchesEveryAlibiBugAndPassesEveryBackend) {
                                     int64_t diag, int64_t i, int64_t j)>;
   auto dist = [](int64_t a, int64_t b) { return static_cast<double>(a > b ? a - b : b - a); };
   const std::vector<std::pair<std::string, Term>> bugs = {
-      {"slope sign flipped",
-       [&](const AttentionProblem&, double s, double, int64_t diag, int64_t, int64_t j) {
-         return s * dist(diag, j);
-       }},
+      {"slope sign flipped", [&](const AttentionProblem&, double s, double, int64_t diag, int64_t,
+                                 int64_t j) { return s * dist(diag, j); }},
       {"distance one-sided",
        [&](const AttentionProblem&, double s, double, int64_t diag, int64_t, int64_t j) {
          return -s * static_cast<double>(std::max<int64_t>(diag - j, 0));
        }},
-      {"diagonal one key off",
-       [&](const AttentionProblem&, double s, double, int64_t diag, int64_t, int64_t j) {
-         return -s * dist(diag + 1, j);
-       }},
-      {"distance from the top-left corner",
-       [&](const AttentionProblem&, double s, double, int64_t, int64_t i, int64_t j) {
-         return -s * dist(i, j);
-       }},
-      {"slope of the next head",
-       [&](const AttentionProblem&, double, double next, int64_t diag, int64_t, int64_t j) {
-         return -next * dist(diag, j);
-       }},
+      {"diagonal one key off", [&](const AttentionProblem&, double s, double, int64_t diag, int64_t,
+                                   int64_t j) { return -s * dist(diag + 1, j); }},
+      {"distance from the top-left corner", [&](const AttentionProblem&, double s, double, int64_t,
+                                                int64_t i, int64_t j) { return -s * dist(i, j); }},
+      {"slope of the next head", [&](const AttentionProblem&, double, double next, int64_t diag,
+                                     int64_t, int64_t j) { return -next * dist(diag, j); }},
       {"term scaled like a score",
        [&](const AttentionProblem& p, double s, double, int64_t diag, int64_t, int64_t j) {
          return -s * double(p.scale) * dist(diag, j);
@@ -536,23 +538,8 @@ TEST(OracleAlibiTest, CatchesEveryAlibiBugAndPassesEveryBackend) {
           EXPECT_FALSE(CompareToReference(p, data->args(), ref).ok())
               << "the oracle missed '" << name << "' on " << p.name;
         }
-        int ran = 0;
-        for (const std::string& name : GlobalRegistry().Names()) {
-          Backend* b = *GlobalRegistry().Find(name);
-          if (!b->Caps().alibi) {
-            EXPECT_FALSE(b->Supports(p).ok()) << name << " claims no ALiBi yet accepts it";
-            continue;
-          }
-          if (!b->Supports(p).ok()) continue;
-          PoisonOutputs(*data);
-          RunInfo info;
-          ASSERT_TRUE(RunOnBackend(b, p, *data, &info).ok()) << name << " on " << p.name;
-          const Comparison c = CompareToReference(p, data->args(), ref);
-          EXPECT_TRUE(c.ok()) << name << " [" << info.kernel << "] fails the oracle on " << p.name
-                              << ": " << c.first_failure;
-          ++ran;
-        }
-        EXPECT_GE(ran, 3) << "highway, blas and reference take ALiBi";
+        ASSERT_NO_FATAL_FAILURE(
+            ExpectEveryClaimingBackendPasses(p, *data, ref, &Capabilities::alibi, "ALiBi"));
       }
     }
   }
