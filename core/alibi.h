@@ -19,6 +19,14 @@ ATTNKIT_HOST_DEVICE inline float AlibiTerm(float slope, int64_t diag, int64_t j)
   return -(slope * static_cast<float>(distance));
 }
 
+// True when every term of `slope` over distances up to `max_distance` is
+// finite and each distance exact in f32 (below 2^24): vector code may then
+// add the terms without AlibiTerm's per-element NaN rule.
+inline bool AlibiTermsAreFinite(float slope, int64_t max_distance) {
+  return std::isfinite(slope) && max_distance < (int64_t{1} << 24) &&
+         std::fabs(slope) * static_cast<float>(max_distance) < 1e37f;
+}
+
 // The slopes of the ALiBi paper (and BLOOM's build_alibi_tensor) for
 // `heads` heads: for n a power of two, 2^(-8 i / n), i = 1..n; otherwise
 // those of the largest power of two n below, then every other slope of 2n.

@@ -118,16 +118,12 @@ void RowForward::Compute(const AttentionProblem& p, const F64Inputs& in, int64_t
     return;
   }
   const double m = std::max(max_score, sink);
-  double sum = sink > -kInf ? std::exp(sink - m) : 0.0;
+  double keys = 0;  // the keys' share of the sum, without the sink
   for (int64_t j = range.begin; j < range.end; ++j) {
-    if (allowed[j]) sum += std::exp(prob[j] - m);
+    if (allowed[j]) keys += std::exp(prob[j] - m);
   }
-  lse = m + std::log(sum);
+  lse = m + std::log(keys + (sink > -kInf ? std::exp(sink - m) : 0.0));
   if (sink > -kInf) {  // the forward bound's fold terms (oracle/compare.h)
-    double keys = 0;
-    for (int64_t j = range.begin; j < range.end; ++j) {
-      if (allowed[j]) keys += std::exp(prob[j] - m);
-    }
     terms.sink_shift = lse - (m + std::log(keys));
     terms.sink_abs_lse = std::fabs(lse);
   }

@@ -252,8 +252,7 @@ void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, i
     // Vector code when every term of the row is finite and the distances
     // exact in f32; scalar (AlibiTerm, with the NaN rule) otherwise.
     const int64_t far = std::max(std::llabs(diag - first), std::llabs(diag - (first + n)));
-    if (std::isfinite(slope) && far < (int64_t{1} << 24) &&
-        std::fabs(slope) * static_cast<float>(far) < 1e37f) {
+    if (AlibiTermsAreFinite(slope, far)) {
       AddAlibiRow(x, n, slope, static_cast<float>(diag - first));
     } else {
       for (int64_t j = 0; j < n; ++j) {
@@ -291,25 +290,25 @@ void StoreRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, float* a
   const AttentionArgs& a = *ctx.args;
   const int64_t d = ctx.problem->head_dim;
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  // acc holds a product only when the row saw a key (sum > 0).
-  bool poisoned = bad || (sum > 0 && !AllFinite(acc, d));
-  if (poisoned) {
-    std::fill(acc, acc + d, nan);
-    max = sum = nan;
-  }
-  bool blocked = !poisoned && !(sum > 0);
-  float inv = blocked ? 0.0f : 1.0f / sum;              // NaN when poisoned
-  float lse = blocked ? kNegInf : max + std::log(sum);  // NaN when poisoned
-  if (ctx.problem->sinks) {
-    const SinkFold fold = FoldSink(lse, static_cast<const float*>(a.sinks.data)[a.sinks.Offset(h)]);
-    lse = fold.lse;
-    if (std::isnan(fold.scale) && !poisoned) {  // a NaN or +inf sink
-      std::fill(acc, acc + d, nan);
-      poisoned = true;
-      blocked = false;
-    } else if (!blocked) {
-      inv *= fold.scale;
-    }
+  const float sink =
+      ctx.problem->sinks ? static_cast<const float*>(a.sinks.data)[a.sinks.Offset(h)] : kNegInf;
+  // acc holds a product only when the row saw a key (sum > 0). A NaN or +inf
+  // sink makes the row NaN too (core/sinks.h).
+  const bool poisoned = bad || (sum > 0 && !AllFinite(acc, d)) || std::isnan(sink) ||
+                        sink == std::numeric_limits<float>::infinity();
+  if (poisoned) std::fill(acc, acc + d, nan);
+  const bool blocked = !poisoned && !(sum > 0);
+  float inv = nan, lse = nan;  // as when poisoned
+  if (blocked) {
+    inv = 0.0f;
+    lse = sink;  // -inf without a sink
+  } else if (!poisoned && ctx.problem->sinks) {
+    const SinkNorm norm = NormalizeWithSink(max, sum, sink);  // the sink joins the sum
+    inv = norm.inv;
+    lse = norm.lse;
+  } else if (!poisoned) {
+    inv = 1.0f / sum;
+    if (ctx.problem->return_lse) lse = max + std::log(sum);
   }
   const int64_t base = a.o.Offset(b, h, i, 0);
   const int64_t stride = a.o.strides[3];

@@ -1,6 +1,7 @@
 #include "backends/highway/flash_params.h"
 
 #include "absl/strings/str_format.h"
+#include "core/alibi.h"
 #include "core/fast_compute.h"
 #include "hwy/targets.h"
 
@@ -47,13 +48,10 @@ FlashParams MakeFlashParams(const AttentionProblem& p, const AttentionArgs& a) {
   if (p.alibi) {
     f.alibi_slopes = static_cast<const float*>(a.alibi_slopes.data);
     f.alibi_view = a.alibi_slopes;
-    // The longest distance from a diagonal: below kv_len + q_len, which must
-    // stay exact in f32 (AddAlibi's differences of diagonal and key).
-    const float longest = static_cast<float>(p.kv_len + p.q_len);
-    f.alibi_vector = p.kv_len + p.q_len < (int64_t{1} << 24);
+    // The longest distance from a diagonal is below kv_len + q_len.
+    f.alibi_vector = true;
     for (int64_t h = 0; h < p.num_heads; ++h) {
-      const float slope = f.AlibiSlope(h);
-      f.alibi_vector = f.alibi_vector && std::isfinite(slope) && std::fabs(slope) < 1e37f / longest;
+      f.alibi_vector = f.alibi_vector && AlibiTermsAreFinite(f.AlibiSlope(h), p.kv_len + p.q_len);
     }
   }
   if (p.has_kv_lengths()) f.kv_lengths = p.kv_lengths.data();

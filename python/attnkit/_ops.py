@@ -322,7 +322,7 @@ class _Sdpa:
             self._set_mask(attn_mask)
         # Not an SDPA argument either: gpt-oss's sinks (attention()'s rule).
         if sinks is not None:
-            _set_per_head(call, "sinks", sinks, q, heads, "logit")
+            _set_per_head(call, "sinks", "sinks", sinks, q, heads, "logit")
 
     def _set_mask(self, attn_mask):
         q, call = self.q, self.call
@@ -679,17 +679,16 @@ def attention(
         p.additive_bias = 1
         call.set("bias", op, b4, bs)
     if sinks is not None:
-        _set_per_head(call, "sinks", sinks, qo, q4[1], "logit")
+        _set_per_head(call, "sinks", "sinks", sinks, qo, q4[1], "logit")
     if alibi_slopes is not None:
-        _set_per_head(call, "alibi_slopes", alibi_slopes, qo, q4[1], "slope")
+        _set_per_head(call, "alibi_slopes", "alibi", alibi_slopes, qo, q4[1], "slope")
     call.run(backend)
     return (o.owner, lse.owner) if return_lse else o.owner
 
 
-def _set_per_head(call, name, values, q, heads, what):
+def _set_per_head(call, name, flag, values, q, heads, what):
     """One float32 value per query head (sinks, alibi_slopes), where q
-    lives, into call; its problem flag is the argument's name (alibi for
-    alibi_slopes)."""
+    lives, into call as tensor `name`, with the problem's `flag` set."""
     if _arrays.is_torch(values):
         values = values.detach()
     op = _arrays.as_operand(_like(values, q, np.float32, "float32"), name)
@@ -697,5 +696,5 @@ def _set_per_head(call, name, values, q, heads, what):
         raise ValueError(
             f"{name} must hold one {what} per query head, shape ({heads},); got {tuple(op.shape)}"
         )
-    setattr(call.problem, "sinks" if name == "sinks" else "alibi", 1)
+    setattr(call.problem, flag, 1)
     call.set(name, op, op.shape, op.strides)
