@@ -106,6 +106,7 @@ std::string Capabilities::Describe() const {
   if (ragged) extras.push_back("ragged");
   if (sinks) extras.push_back("sinks");
   if (alibi) extras.push_back("alibi");
+  if (value_head_dim) extras.push_back("value_head_dim");
   absl::StrAppend(&out, "extras: ", extras.empty() ? "none" : absl::StrJoin(extras, ", "), "\n");
   absl::StrAppend(&out, "compute: exact",
                   fast_kv_dtypes.empty()
@@ -127,6 +128,7 @@ std::string Capabilities::Describe() const {
   if (backward.ragged) bwd.push_back("ragged");
   if (backward.alibi) bwd.push_back("alibi");
   if (backward.sinks) bwd.push_back("sinks");
+  if (backward.value_head_dim) bwd.push_back("value_head_dim");
   absl::StrAppend(
       &out, "backward: dtypes: ", DTypeList(backward.dtypes),
       "; kv dtypes: ", DTypeList(backward.kv_dtypes), "; masks: ",
@@ -155,11 +157,24 @@ absl::Status CheckCapabilities(const Capabilities& c, const AttentionProblem& p)
     return unsupported("compute FAST with kv_dtype", DTypeName(p.kv_dtype),
                        c.fast_kv_dtypes.empty() ? "exact only" : DTypeList(c.fast_kv_dtypes));
   }
-  if (!c.head_dims.empty() ? !Contains(c.head_dims, p.head_dim)
-                           : (p.head_dim < c.min_head_dim || p.head_dim > c.max_head_dim)) {
-    return unsupported("head_dim", absl::StrCat(p.head_dim),
-                       c.head_dims.empty() ? absl::StrCat(c.min_head_dim, "..", c.max_head_dim)
-                                           : absl::StrJoin(c.head_dims, ", "));
+  auto head_dim_ok = [&c](int64_t d) {
+    return !c.head_dims.empty() ? Contains(c.head_dims, d)
+                                : (d >= c.min_head_dim && d <= c.max_head_dim);
+  };
+  const std::string head_dims = c.head_dims.empty()
+                                    ? absl::StrCat(c.min_head_dim, "..", c.max_head_dim)
+                                    : absl::StrJoin(c.head_dims, ", ");
+  if (!head_dim_ok(p.head_dim)) return unsupported("head_dim", absl::StrCat(p.head_dim), head_dims);
+  if (p.has_value_dim()) {
+    if (!c.value_head_dim) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "value_head_dim (%d) != head_dim (%d) is not supported: this backend needs V's head "
+          "dim equal to Q's and K's",
+          p.value_dim(), p.head_dim));
+    }
+    if (!head_dim_ok(p.value_dim())) {
+      return unsupported("value_head_dim", absl::StrCat(p.value_dim()), head_dims);
+    }
   }
   if (!Contains(c.masks, p.mask)) {
     return unsupported("mask", MaskKindName(p.mask),
@@ -229,15 +244,19 @@ absl::Status CheckBackwardCapabilities(const Capabilities& c, const AttentionPro
   ATTNKIT_RETURN_IF_ERROR(extra(p.is_ragged(), b.ragged, "ragged batches (q_lengths)"));
   ATTNKIT_RETURN_IF_ERROR(extra(p.alibi, b.alibi, "alibi (ALiBi slopes)"));
   ATTNKIT_RETURN_IF_ERROR(extra(p.sinks, b.sinks, "sinks (attention sinks)"));
+  ATTNKIT_RETURN_IF_ERROR(
+      extra(p.has_value_dim(), b.value_head_dim, "value_head_dim != head_dim (Ev != E)"));
   return absl::OkStatus();
 }
 
 absl::Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& a) {
   const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads;
-  const int64_t d = p.head_dim, Tq = p.q_len, Tk = p.kv_len;
-  // Query side: [B, H, Tq, d], or packed [total_q, H, d].
+  const int64_t d = p.head_dim, dv = p.value_dim(), Tq = p.q_len, Tk = p.kv_len;
+  // Query side: [B, H, Tq, E], or packed [total_q, H, E]; O has Ev.
   const std::vector<int64_t> q_shape =
       p.is_ragged() ? std::vector<int64_t>{p.TotalQ(), H, d} : std::vector<int64_t>{B, H, Tq, d};
+  const std::vector<int64_t> o_shape =
+      p.is_ragged() ? std::vector<int64_t>{p.TotalQ(), H, dv} : std::vector<int64_t>{B, H, Tq, dv};
   // Key side, without d: [B, G, Tk], a pool [pages, page, G] or [total_k, G].
   std::vector<int64_t> key_rows = {B, G, Tk};
   if (p.is_paged()) {
@@ -245,12 +264,13 @@ absl::Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& a) {
   } else if (p.is_ragged()) {
     key_rows = {p.TotalK(), G};
   }
-  std::vector<int64_t> kv_shape = key_rows;
-  kv_shape.push_back(d);
+  std::vector<int64_t> k_shape = key_rows, v_shape = key_rows;
+  k_shape.push_back(d);
+  v_shape.push_back(dv);
   ATTNKIT_RETURN_IF_ERROR(CheckTensor("q", a.q, p.dtype, q_shape));
-  ATTNKIT_RETURN_IF_ERROR(CheckTensor("k", a.k, p.kv_dtype, kv_shape));
-  ATTNKIT_RETURN_IF_ERROR(CheckTensor("v", a.v, p.kv_dtype, kv_shape));
-  ATTNKIT_RETURN_IF_ERROR(CheckTensor("o", a.o, p.dtype, q_shape));
+  ATTNKIT_RETURN_IF_ERROR(CheckTensor("k", a.k, p.kv_dtype, k_shape));
+  ATTNKIT_RETURN_IF_ERROR(CheckTensor("v", a.v, p.kv_dtype, v_shape));
+  ATTNKIT_RETURN_IF_ERROR(CheckTensor("o", a.o, p.dtype, o_shape));
   if (p.return_lse) {
     const std::vector<int64_t> lse_shape =
         p.is_ragged() ? std::vector<int64_t>{H, p.TotalQ()} : std::vector<int64_t>{B, H, Tq};

@@ -30,8 +30,9 @@ struct BackwardCapabilities {
   bool bias_grad = false;      // and dBias itself (GradArgs::dbias)
   bool softcap = false;
   bool ragged = false;
-  bool alibi = false;  // gradients through ALiBi scores (the slopes get none)
-  bool sinks = false;  // gradients through sinks, and dsinks (GradArgs::dsinks)
+  bool alibi = false;           // gradients through ALiBi scores (the slopes get none)
+  bool sinks = false;           // gradients through sinks, and dsinks (GradArgs::dsinks)
+  bool value_head_dim = false;  // Ev != E: dV and dO have V's head dim
   // Two calls with the same inputs and thread count give bitwise equal
   // gradients (dQ partials merged in a fixed order, no atomics).
   bool deterministic = false;
@@ -68,6 +69,9 @@ struct Capabilities {
   std::vector<DType> fast_kv_dtypes;
   bool sinks = false;  // AttentionProblem::sinks (forward)
   bool alibi = false;  // AttentionProblem::alibi (forward; backward.alibi for the backward pass)
+  // A head dim of V and O of their own (AttentionProblem::value_head_dim,
+  // Ev != E). Ev must also lie in the head dims above.
+  bool value_head_dim = false;
 
   // One line per property, for `attnkit backends`.
   std::string Describe() const;

@@ -326,5 +326,54 @@ TEST(BackendArgsTest, CapabilitiesCoverPagedRaggedAndInt8) {
   EXPECT_FALSE(std::find(full.dtypes.begin(), full.dtypes.end(), DType::kI8) != full.dtypes.end());
 }
 
+// Ev != E: V and O take value_head_dim (dense, paged and ragged shapes), K
+// and Q keep head_dim; the tensors' names say which is wrong. A backend
+// claims Ev != E or refuses it by name; Ev must lie in its head dims too,
+// and its backward says so on its own.
+TEST(BackendArgsTest, ValueHeadDimShapesVAndO) {
+  AttentionProblem p = PagedInt8();
+  p.value_head_dim = 24;
+  auto data = ProblemData::Random(p, 3);
+  ASSERT_TRUE(data.ok()) << data.status();
+  const AttentionArgs a = data->args();
+  EXPECT_EQ(a.v.shape[3], 24);
+  EXPECT_EQ(a.k.shape[3], 8);
+  EXPECT_EQ(a.o.shape[3], 24);
+  ExpectRejected(p, a,
+                 {{"v with K's head dim", [&](AttentionArgs& x) { x.v = a.k; },
+                   "the problem needs [5, 16, 2, 24]"},
+                  {"o with Q's head dim", [&](AttentionArgs& x) { x.o.shape[3] = 8; },
+                   "the problem needs [2, 4, 1, 24]"}});
+  AttentionProblem r = RaggedPacked();
+  r.value_head_dim = 5;
+  auto rdata = ProblemData::Random(r, 3);
+  ASSERT_TRUE(rdata.ok()) << rdata.status();
+  EXPECT_TRUE(ValidateArgs(r, rdata->args()).ok()) << ValidateArgs(r, rdata->args());
+  EXPECT_EQ(rdata->args().v.shape[2], 5);
+  EXPECT_EQ(rdata->args().o.shape[2], 5);
+
+  Capabilities c = FullCapabilities();
+  EXPECT_TRUE(CheckCapabilities(c, p).ok());
+  EXPECT_THAT(c.Describe(), HasSubstr("value_head_dim"));
+  c.max_head_dim = 16;
+  EXPECT_THAT(std::string(CheckCapabilities(c, p).message()),
+              HasSubstr("value_head_dim 24 is not supported; supported: 1..16"));
+  c = FullCapabilities();
+  c.value_head_dim = false;
+  const absl::Status s = CheckCapabilities(c, p);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("value_head_dim (24) != head_dim (8) is not supported"));
+  AttentionProblem train = BasicProblem(1, 2, 2, 4, 4, 8);
+  train.value_head_dim = 16;
+  train.return_lse = true;
+  c = FullCapabilities();
+  c.backward = FullBackwardCapabilities();
+  EXPECT_THAT(std::string(CheckBackwardCapabilities(c, train).message()),
+              HasSubstr("backward with value_head_dim != head_dim (Ev != E) is not supported"));
+  c.backward.value_head_dim = true;
+  EXPECT_TRUE(CheckBackwardCapabilities(c, train).ok());
+}
+
 }  // namespace
 }  // namespace attnkit

@@ -17,7 +17,7 @@ inline Capabilities FullCapabilities() {
   c.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
   c.layouts = {Layout::kBHTD, Layout::kBTHD};
   c.lse = c.kv_lengths = c.blocked_mask = c.additive_bias = c.softcap = true;
-  c.paged_kv = c.ragged = c.sinks = c.alibi = true;
+  c.paged_kv = c.ragged = c.sinks = c.alibi = c.value_head_dim = true;
   return c;
 }
 

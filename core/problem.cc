@@ -140,6 +140,7 @@ absl::string_view AttentionProblem::Variant() const {
 std::string AttentionProblem::Id() const {
   std::string id = absl::StrFormat("%s_h%d_g%d_q%d_k%d_d%d", Variant(), num_heads, num_kv_heads,
                                    q_len, kv_len, head_dim);
+  if (has_value_dim()) absl::StrAppend(&id, "_dv", value_dim());
   if (batch != 1) absl::StrAppend(&id, "_b", batch);
   absl::StrAppend(&id, "_", MaskKindName(mask));
   if (mask == MaskKind::kSlidingWindow) {
@@ -190,6 +191,10 @@ absl::Status ValidateProblem(const AttentionProblem& p) {
         "num_heads (%d) must be a multiple of num_kv_heads (%d)", p.num_heads, p.num_kv_heads));
   }
   ATTNKIT_RETURN_IF_ERROR(RequireRange("head_dim", p.head_dim, 1, kProblemMaxHeadDim));
+  if (p.value_head_dim != 0) {  // 0 = head_dim
+    ATTNKIT_RETURN_IF_ERROR(
+        RequireRange("value_head_dim", p.value_head_dim, 1, kProblemMaxHeadDim));
+  }
   ATTNKIT_RETURN_IF_ERROR(RequireRange("model_dim", p.model_dim, 1, kMaxDim));
   ATTNKIT_RETURN_IF_ERROR(RequireRange("q_len", p.q_len, 1, kMaxDim));
   ATTNKIT_RETURN_IF_ERROR(RequireRange("kv_len", p.kv_len, 1, kMaxDim));
@@ -257,10 +262,12 @@ absl::Status ValidateProblem(const AttentionProblem& p) {
   // Every tensor's element count must fit in 64 bits.
   ATTNKIT_ASSIGN_OR_RETURN(int64_t bh, CheckedMul(p.batch, p.num_heads, "batch * num_heads"));
   ATTNKIT_ASSIGN_OR_RETURN(int64_t q_elems, CheckedMul(bh, p.q_len, "Q elements"));
-  ATTNKIT_RETURN_IF_ERROR(CheckedMul(q_elems, p.head_dim * 4, "Q bytes").status());
+  ATTNKIT_RETURN_IF_ERROR(
+      CheckedMul(q_elems, std::max(p.head_dim, p.value_dim()) * 4, "Q bytes").status());
   ATTNKIT_ASSIGN_OR_RETURN(int64_t k_elems,
                            CheckedMul(p.batch * p.num_kv_heads, p.kv_len, "K elements"));
-  ATTNKIT_RETURN_IF_ERROR(CheckedMul(k_elems, p.head_dim * 4, "K bytes").status());
+  ATTNKIT_RETURN_IF_ERROR(
+      CheckedMul(k_elems, std::max(p.head_dim, p.value_dim()) * 4, "K bytes").status());
   if (p.blocked_mask || p.additive_bias) {
     ATTNKIT_RETURN_IF_ERROR(CheckedMul(q_elems, p.kv_len * 4, "mask/bias bytes").status());
   }
@@ -275,12 +282,12 @@ absl::StatusOr<int64_t> ProblemBytes(const AttentionProblem& p) {
     ATTNKIT_ASSIGN_OR_RETURN(total, CheckedAdd(total, n, "tensor bytes"));
     return absl::OkStatus();
   };
-  // Query rows: [B, H, Tq] (or [H, total_q] packed); Q and O add d each.
+  // Query rows: [B, H, Tq] (or [H, total_q] packed); Q adds E, O Ev.
   ATTNKIT_ASSIGN_OR_RETURN(const int64_t q_tokens,
                            p.is_ragged() ? absl::StatusOr<int64_t>(p.TotalQ())
                                          : CheckedMul(p.batch, p.q_len, "query tokens"));
   ATTNKIT_ASSIGN_OR_RETURN(const int64_t rows, CheckedMul(q_tokens, p.num_heads, "query rows"));
-  ATTNKIT_RETURN_IF_ERROR(add(rows, p.head_dim * 2 * q_size, "Q + O bytes"));
+  ATTNKIT_RETURN_IF_ERROR(add(rows, (p.head_dim + p.value_dim()) * q_size, "Q + O bytes"));
   // Key rows: [B, G, Tk], a packed [total_k, G] or a pool [pages, page, G].
   int64_t kv_tokens = 0;
   if (p.is_paged()) {
@@ -292,7 +299,7 @@ absl::StatusOr<int64_t> ProblemBytes(const AttentionProblem& p) {
   }
   ATTNKIT_ASSIGN_OR_RETURN(const int64_t kv_rows,
                            CheckedMul(kv_tokens, p.num_kv_heads, "key rows"));
-  ATTNKIT_RETURN_IF_ERROR(add(kv_rows, p.head_dim * 2 * kv_size, "K + V bytes"));
+  ATTNKIT_RETURN_IF_ERROR(add(kv_rows, (p.head_dim + p.value_dim()) * kv_size, "K + V bytes"));
   if (p.kv_dtype == DType::kI8) ATTNKIT_RETURN_IF_ERROR(add(kv_rows, 2 * 4, "int8 scale bytes"));
   if (p.return_lse) ATTNKIT_RETURN_IF_ERROR(add(rows, 4, "LSE bytes"));
   if (p.has_kv_lengths()) ATTNKIT_RETURN_IF_ERROR(add(p.batch, 4, "kv_lengths bytes"));
@@ -312,8 +319,10 @@ absl::StatusOr<int64_t> ProblemBytes(const AttentionProblem& p) {
 }
 
 int64_t KvBytesRead(const AttentionProblem& p) {
+  // One key's K row (E) and V row (Ev), with their int8 scales.
   const int64_t row_bytes =
-      p.head_dim * static_cast<int64_t>(DTypeSize(p.kv_dtype)) + (p.kv_dtype == DType::kI8 ? 4 : 0);
+      (p.head_dim + p.value_dim()) * static_cast<int64_t>(DTypeSize(p.kv_dtype)) +
+      (p.kv_dtype == DType::kI8 ? 8 : 0);
   int64_t keys = 0;
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t nq = p.QLength(b);
@@ -331,7 +340,7 @@ int64_t KvBytesRead(const AttentionProblem& p) {
     }
     if (hi > lo) keys += hi - lo;
   }
-  return 2 * keys * p.num_kv_heads * row_bytes;
+  return keys * p.num_kv_heads * row_bytes;
 }
 
 absl::Status CheckMemoryBudget(const AttentionProblem& p) {
@@ -361,9 +370,13 @@ int64_t CountVisiblePairs(const AttentionProblem& p) {
 }
 
 double UsefulFlops(const AttentionProblem& p) {
-  return 4.0 * static_cast<double>(p.head_dim) * static_cast<double>(CountVisiblePairs(p));
+  return 2.0 * static_cast<double>(p.head_dim + p.value_dim()) *
+         static_cast<double>(CountVisiblePairs(p));
 }
 
-double UsefulBackwardFlops(const AttentionProblem& p) { return 2.5 * UsefulFlops(p); }
+double UsefulBackwardFlops(const AttentionProblem& p) {
+  return 2.0 * static_cast<double>(3 * p.head_dim + 2 * p.value_dim()) *
+         static_cast<double>(CountVisiblePairs(p));
+}
 
 }  // namespace attnkit

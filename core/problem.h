@@ -82,9 +82,16 @@ struct AttentionProblem {
   // ALiBi (config.proto alibi): AttentionArgs::alibi_slopes holds one slope
   // per query head; core/alibi.h gives the term it adds to a score.
   bool alibi = false;
+  // Ev, the head dim of V and O (config.proto value_head_dim); 0 = head_dim.
+  // Read it through value_dim().
+  int64_t value_head_dim = 0;
   bool fast() const { return compute == ComputeMode::kFast; }
 
   int64_t group_size() const { return num_heads / num_kv_heads; }  // H / G
+  // Ev: the head dim of V, O, dO and dV (head_dim unless value_head_dim says).
+  int64_t value_dim() const { return value_head_dim > 0 ? value_head_dim : head_dim; }
+  // True when V and O have a head dim of their own (Ev != E, MLA).
+  bool has_value_dim() const { return value_dim() != head_dim; }
   // The query heads h with KvHead(h) == g share key/value head g.
   int64_t KvHead(int64_t h) const { return h / group_size(); }
   bool has_kv_lengths() const { return !kv_lengths.empty(); }
@@ -140,11 +147,12 @@ absl::Status CheckMemoryBudget(const AttentionProblem& p);
 // Number of (query, key) pairs the structured mask and padding leave visible,
 // summed over batch and heads: the basis of the useful-FLOP count.
 int64_t CountVisiblePairs(const AttentionProblem& p);
-// Useful FLOPs: 4 * d * visible pairs (two matrix products, multiply + add).
+// Useful FLOPs: 2 * (E + Ev) * visible pairs (Q.K^T over E and P.V over Ev,
+// multiply + add each); 4 * d when Ev = E = d.
 double UsefulFlops(const AttentionProblem& p);
-// Useful FLOPs of the backward pass: 2.5x the forward's (FlashAttention's
-// convention: five matrix products of the forward's size, QK^T recomputed,
-// dP = dO V^T, dV, dK, dQ, against the forward's two), 10 * d * visible pairs.
+// Useful FLOPs of the backward pass (FlashAttention's convention: the five
+// matrix products, QK^T recomputed, dQ and dK over E, dP = dO V^T and dV over
+// Ev): 2 * (3E + 2Ev) * visible pairs, 2.5x the forward's when Ev = E.
 double UsefulBackwardFlops(const AttentionProblem& p);
 
 }  // namespace attnkit

@@ -156,6 +156,7 @@ absl::StatusOr<AttentionProblem> ProblemFromConfig(const AttentionConfig& c) {
   ATTNKIT_RETURN_IF_ERROR(RequireRange("num_heads", c.num_heads(), 1, kProblemMaxHeads));
   ATTNKIT_RETURN_IF_ERROR(RequireRange("head_dim", c.head_dim(), 1, kProblemMaxHeadDim));
   if (p.model_dim == 0) p.model_dim = c.num_heads() * c.head_dim();
+  if (p.value_head_dim == p.head_dim) p.value_head_dim = 0;  // one form per problem
   if (p.kv_len == 0) p.kv_len = p.q_len;
   p.dtype = FromProto(c.dtype(), DType::kF32);
   p.kv_dtype = FromProto(c.kv_dtype(), p.dtype);

@@ -95,6 +95,7 @@ constexpr const char* kServingConfig = R"pb(
   memory_budget_bytes: 123456789
   sinks: true
   alibi: true
+  value_head_dim: 48
 )pb";
 constexpr const char* kPoisonedConfig = R"pb(
   num_heads: 2

@@ -1,5 +1,7 @@
 #include "core/problem.h"
 
+#include <cmath>
+
 #include "core/problem_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -398,6 +400,42 @@ TEST(ProblemTest, KvBytesReadCountsVisibleKeysPerSequence) {
   EXPECT_EQ(KvBytesRead(r), 9 * 2 * 2 * 32);
   r.q_lengths = {0, 0, 4};
   EXPECT_EQ(KvBytesRead(r), 0);
+}
+
+// A value head dim of its own (config.proto value_head_dim): unset or equal
+// is head_dim (one form, one id); V and O take Ev in bytes, K/V reads and
+// FLOPs; out of range names the field.
+TEST(ProblemTest, ValueHeadDimCountsVAndOWithItsOwnDim) {
+  auto p = FromText(
+      "num_heads: 16 num_kv_heads: 1 head_dim: 576 value_head_dim: 512 q_len: 1 "
+      "kv_len: 10 dtype: BF16");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->value_dim(), 512);
+  EXPECT_TRUE(p->has_value_dim());
+  EXPECT_FLOAT_EQ(p->scale, static_cast<float>(1.0 / std::sqrt(576.0)));  // E's, as PyTorch's
+  EXPECT_EQ(p->Id(), "mqa_h16_g1_q1_k10_d576_dv512_none_bf16");
+  // Q [16, 576], O [16, 512]; K [10, 576], V [10, 512]; bf16.
+  EXPECT_EQ(*ProblemBytes(*p), 16 * (576 + 512) * 2 + 10 * (576 + 512) * 2);
+  EXPECT_EQ(KvBytesRead(*p), 10 * (576 + 512) * 2);
+  EXPECT_DOUBLE_EQ(UsefulFlops(*p), 2.0 * (576 + 512) * 16 * 10);
+  EXPECT_DOUBLE_EQ(UsefulBackwardFlops(*p), 2.0 * (3 * 576 + 2 * 512) * 16 * 10);
+  p->kv_dtype = DType::kI8;  // each row's scale, for K and for V
+  EXPECT_EQ(KvBytesRead(*p), 10 * ((576 + 512) + 8));
+
+  auto same = FromText("num_heads: 2 head_dim: 64 value_head_dim: 64 q_len: 4");
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->value_head_dim, 0);
+  EXPECT_FALSE(same->has_value_dim());
+  EXPECT_EQ(same->Id(), FromText("num_heads: 2 head_dim: 64 q_len: 4")->Id());
+  EXPECT_DOUBLE_EQ(UsefulBackwardFlops(*same), 2.5 * UsefulFlops(*same));
+
+  auto bad = FromText("num_heads: 2 head_dim: 64 value_head_dim: 2000 q_len: 4");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("value_head_dim (2000) must be in [1, 1024]"));
+  bad = FromText("num_heads: 2 head_dim: 64 value_head_dim: -3 q_len: 4");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("value_head_dim (-3)"));
 }
 
 // Each ragged sequence aligns its causal diagonal to its own query count.

@@ -21,7 +21,7 @@ absl::Status SinkGradient(const AttentionProblem& p, const AttentionArgs& a, con
     for (int64_t b = 0; b < p.batch; ++b) {
       for (int64_t i = 0; i < p.q_len; ++i) {
         double dot = 0;  // D = dO . O
-        for (int64_t c = 0; c < p.head_dim; ++c) {
+        for (int64_t c = 0; c < p.value_dim(); ++c) {
           dot += double(g.d_o.LoadF32(g.d_o.Offset(b, h, i, c))) *
                  double(a.o.LoadF32(a.o.Offset(b, h, i, c)));
         }

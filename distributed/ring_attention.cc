@@ -108,6 +108,11 @@ absl::Status DistSupports(const AttentionProblem& p, int ranks, Strategy s, Back
   if (p.additive_bias) return Refuse("an additive bias is not sharded");
   if (p.sinks) return Refuse("attention sinks are not sharded");
   if (p.alibi) return Refuse("ALiBi is not sharded");
+  if (p.has_value_dim()) {
+    return Refuse(
+        "value_head_dim != head_dim (Ev != E) is not sharded: the ring carries one "
+        "head dim for K and V");
+  }
   if (backward && !p.return_lse) {
     return absl::InvalidArgumentError("the distributed backward pass needs return_lse");
   }

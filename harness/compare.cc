@@ -291,9 +291,11 @@ absl::StatusOr<CompareReport> RunCompare(const BackendRegistry& registry,
   *report.mutable_machine() = machine;
   *report.mutable_limits() = limits;
   report.set_flop_convention(
-      "useful FLOPs = 4 * head_dim * (query, key) pairs not blocked by the mask or padding "
-      "(QK^T and PV, multiply-add = 2 FLOPs), 2.5x that for the backward pass of _bwd problems "
-      "(which alone they time); GB/s counts Q, K, V and O (and dO, dQ, dK, dV) read or written "
+      "useful FLOPs = 2 * (head_dim + value_head_dim) * (query, key) pairs not blocked by the "
+      "mask or padding (QK^T and PV, multiply-add = 2 FLOPs; 4 * head_dim when they are equal), "
+      "2 * (3 head_dim + 2 value_head_dim) per pair for the backward pass of _bwd problems "
+      "(which alone they time; 2.5x the forward's when equal); GB/s counts Q, K, V and O (and dO, "
+      "dQ, dK, dV) read or written "
       "once");
   report.set_created_at(NowUtc());
   report.mutable_attnkit()->set_version(AttnkitVersion());

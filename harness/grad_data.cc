@@ -24,11 +24,12 @@ absl::StatusOr<int64_t> GradBytes(const AttentionProblem& p, bool with_dbias) {
                                          : CheckedMul(p.batch, p.kv_len, "key tokens"));
   ATTNKIT_ASSIGN_OR_RETURN(const int64_t kv_rows,
                            CheckedMul(kv_tokens, p.num_kv_heads, "key rows"));
-  // dO and dQ; dK and dV.
+  // dO (Ev) and dQ (E); dK (E) and dV (Ev).
+  const int64_t dims = p.head_dim + p.value_dim();
   ATTNKIT_ASSIGN_OR_RETURN(const int64_t q_bytes,
-                           CheckedMul(q_rows, 2 * p.head_dim * q_size, "dO + dQ bytes"));
+                           CheckedMul(q_rows, dims * q_size, "dO + dQ bytes"));
   ATTNKIT_ASSIGN_OR_RETURN(const int64_t kv_bytes,
-                           CheckedMul(kv_rows, 2 * p.head_dim * kv_size, "dK + dV bytes"));
+                           CheckedMul(kv_rows, dims * kv_size, "dK + dV bytes"));
   ATTNKIT_ASSIGN_OR_RETURN(int64_t total, CheckedAdd(q_bytes, kv_bytes, "gradient bytes"));
   if (p.sinks) {  // dsinks
     ATTNKIT_ASSIGN_OR_RETURN(total, CheckedAdd(total, 4 * p.num_heads, "gradient bytes"));
@@ -65,17 +66,18 @@ absl::StatusOr<GradData> GradData::Random(const AttentionProblem& p, uint64_t se
         p.Id(), input_bytes, grad_bytes, p.memory_budget_bytes));
   }
   const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads, d = p.head_dim;
+  const int64_t dv = p.value_dim();  // dO and dV
   GradData g;
   if (p.is_ragged()) {
-    ATTNKIT_ASSIGN_OR_RETURN(g.d_o, Tensor::Contiguous(p.dtype, {p.TotalQ(), H, d}));
+    ATTNKIT_ASSIGN_OR_RETURN(g.d_o, Tensor::Contiguous(p.dtype, {p.TotalQ(), H, dv}));
     ATTNKIT_ASSIGN_OR_RETURN(g.dq, Tensor::Contiguous(p.dtype, {p.TotalQ(), H, d}));
     ATTNKIT_ASSIGN_OR_RETURN(g.dk, Tensor::Contiguous(p.kv_dtype, {p.TotalK(), G, d}));
-    ATTNKIT_ASSIGN_OR_RETURN(g.dv, Tensor::Contiguous(p.kv_dtype, {p.TotalK(), G, d}));
+    ATTNKIT_ASSIGN_OR_RETURN(g.dv, Tensor::Contiguous(p.kv_dtype, {p.TotalK(), G, dv}));
   } else {
-    ATTNKIT_ASSIGN_OR_RETURN(g.d_o, Tensor::Attention(p.dtype, p.layout, B, H, p.q_len, d));
+    ATTNKIT_ASSIGN_OR_RETURN(g.d_o, Tensor::Attention(p.dtype, p.layout, B, H, p.q_len, dv));
     ATTNKIT_ASSIGN_OR_RETURN(g.dq, Tensor::Attention(p.dtype, p.layout, B, H, p.q_len, d));
     ATTNKIT_ASSIGN_OR_RETURN(g.dk, Tensor::Attention(p.kv_dtype, p.layout, B, G, p.kv_len, d));
-    ATTNKIT_ASSIGN_OR_RETURN(g.dv, Tensor::Attention(p.kv_dtype, p.layout, B, G, p.kv_len, d));
+    ATTNKIT_ASSIGN_OR_RETURN(g.dv, Tensor::Attention(p.kv_dtype, p.layout, B, G, p.kv_len, dv));
   }
   if (with_dbias) {
     ATTNKIT_ASSIGN_OR_RETURN(g.dbias, Tensor::Contiguous(DType::kF32, {B, H, p.q_len, p.kv_len}));

@@ -68,7 +68,7 @@ void PoisonBlockedInputs(const AttentionProblem& p, const AttentionArgs& a, uint
       for (int64_t j = 0; j < Tk; ++j) {
         if (seen[g * Tk + j]) continue;
         PoisonRow(a.k, b, g, j, d, &poison);
-        PoisonRow(a.v, b, g, j, d, &poison);
+        PoisonRow(a.v, b, g, j, p.value_dim(), &poison);
       }
     }
   }

@@ -82,7 +82,8 @@ void PoisonUnreadPoolRows(const AttentionProblem& p, const ProblemData& d) {
     }
   }
   const float kNaN = std::numeric_limits<float>::quiet_NaN();
-  const int64_t row = p.num_kv_heads * p.head_dim;
+  // Elements of one pool row (all G heads) in k and in v.
+  const int64_t k_row = p.num_kv_heads * p.head_dim, v_row = p.num_kv_heads * p.value_dim();
   for (size_t r = 0; r < read.size(); ++r) {
     if (read[r]) continue;
     const int64_t at = static_cast<int64_t>(r);
@@ -92,9 +93,10 @@ void PoisonUnreadPoolRows(const AttentionProblem& p, const ProblemData& d) {
         std::fill(x, x + p.num_kv_heads, kNaN);
       }
     } else {
-      for (const Tensor* t : {&d.k, &d.v}) {
-        for (int64_t c = 0; c < row; ++c) StoreFromF32(t->data(), p.kv_dtype, at * row + c, kNaN);
-      }
+      for (int64_t c = 0; c < k_row; ++c)
+        StoreFromF32(d.k.data(), p.kv_dtype, at * k_row + c, kNaN);
+      for (int64_t c = 0; c < v_row; ++c)
+        StoreFromF32(d.v.data(), p.kv_dtype, at * v_row + c, kNaN);
     }
   }
 }
@@ -105,17 +107,18 @@ absl::StatusOr<ProblemData> ProblemData::Allocate(const AttentionProblem& p) {
   ATTNKIT_RETURN_IF_ERROR(ValidateProblem(p));
   ATTNKIT_RETURN_IF_ERROR(CheckMemoryBudget(p));  // before any allocation
   const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads, d = p.head_dim;
+  const int64_t dv = p.value_dim();  // V and O
   ProblemData data;
   if (p.is_ragged()) {
     ATTNKIT_ASSIGN_OR_RETURN(data.q, Tensor::Contiguous(p.dtype, {p.TotalQ(), H, d}));
-    ATTNKIT_ASSIGN_OR_RETURN(data.o, Tensor::Contiguous(p.dtype, {p.TotalQ(), H, d}));
+    ATTNKIT_ASSIGN_OR_RETURN(data.o, Tensor::Contiguous(p.dtype, {p.TotalQ(), H, dv}));
     ATTNKIT_ASSIGN_OR_RETURN(data.cu_seqlens_q, Tensor::Contiguous(DType::kI32, {B + 1}));
     FillOffsets(data.cu_seqlens_q, B, [&](int64_t b) { return p.QLength(b); });
   } else {
     ATTNKIT_ASSIGN_OR_RETURN(data.q, Tensor::Attention(p.dtype, p.layout, B, H, p.q_len, d));
-    ATTNKIT_ASSIGN_OR_RETURN(data.o, Tensor::Attention(p.dtype, p.layout, B, H, p.q_len, d));
+    ATTNKIT_ASSIGN_OR_RETURN(data.o, Tensor::Attention(p.dtype, p.layout, B, H, p.q_len, dv));
   }
-  // K/V rows without d: [B, G, Tk] (in p.layout), a pool or packed.
+  // K/V rows without the head dim: [B, G, Tk] (in p.layout), a pool or packed.
   std::vector<int64_t> rows;
   if (p.is_paged()) {
     rows = {p.num_pages, p.page_size, G};
@@ -124,7 +127,7 @@ absl::StatusOr<ProblemData> ProblemData::Allocate(const AttentionProblem& p) {
   }
   if (rows.empty()) {
     ATTNKIT_ASSIGN_OR_RETURN(data.k, Tensor::Attention(p.kv_dtype, p.layout, B, G, p.kv_len, d));
-    ATTNKIT_ASSIGN_OR_RETURN(data.v, Tensor::Attention(p.kv_dtype, p.layout, B, G, p.kv_len, d));
+    ATTNKIT_ASSIGN_OR_RETURN(data.v, Tensor::Attention(p.kv_dtype, p.layout, B, G, p.kv_len, dv));
     if (p.kv_dtype == DType::kI8) {
       // Scales follow K's token order: [B, G, Tk] viewed from [B, Tk, G] for BTHD.
       for (Tensor* s : {&data.k_scale, &data.v_scale}) {
@@ -137,10 +140,11 @@ absl::StatusOr<ProblemData> ProblemData::Allocate(const AttentionProblem& p) {
       }
     }
   } else {
-    std::vector<int64_t> kv_shape = rows;
-    kv_shape.push_back(d);
-    ATTNKIT_ASSIGN_OR_RETURN(data.k, Tensor::Contiguous(p.kv_dtype, kv_shape));
-    ATTNKIT_ASSIGN_OR_RETURN(data.v, Tensor::Contiguous(p.kv_dtype, kv_shape));
+    std::vector<int64_t> k_shape = rows, v_shape = rows;
+    k_shape.push_back(d);
+    v_shape.push_back(dv);
+    ATTNKIT_ASSIGN_OR_RETURN(data.k, Tensor::Contiguous(p.kv_dtype, k_shape));
+    ATTNKIT_ASSIGN_OR_RETURN(data.v, Tensor::Contiguous(p.kv_dtype, v_shape));
     if (p.kv_dtype == DType::kI8) {
       ATTNKIT_ASSIGN_OR_RETURN(data.k_scale, Tensor::Contiguous(DType::kF32, rows));
       ATTNKIT_ASSIGN_OR_RETURN(data.v_scale, Tensor::Contiguous(DType::kF32, rows));
@@ -188,7 +192,7 @@ absl::StatusOr<ProblemData> ProblemData::Random(const AttentionProblem& p, uint6
     // rows of k (contiguous [.., G, d] or [B, G, Tk, d]) and the scale
     // storage are in the same order in every layout this allocates.
     FillQuantized(data.k, data.k_scale, p.head_dim, seed * 4 + 2);
-    FillQuantized(data.v, data.v_scale, p.head_dim, seed * 4 + 3);
+    FillQuantized(data.v, data.v_scale, p.value_dim(), seed * 4 + 3);
   } else {
     FillUniform(data.k.view(), seed * 4 + 2, -1.0f, 1.0f);
     FillUniform(data.v.view(), seed * 4 + 3, -1.0f, 1.0f);

@@ -19,19 +19,23 @@ std::string Bytes(int64_t bytes) {
 
 CostReport ComputeCost(const AttentionProblem& p) {
   CostReport c;
-  const int64_t B = p.batch, H = p.num_heads, d = p.head_dim;
+  const int64_t B = p.batch, H = p.num_heads, d = p.head_dim, dv = p.value_dim();
   const int64_t qsize = DTypeSize(p.dtype);
   const int64_t q_tokens = p.TotalQ();  // B * Tq, or sum(q_lengths) when ragged
   c.visible_pairs = CountVisiblePairs(p);
   c.total_pairs = q_tokens * H * p.kv_len;
   c.useful_flops = UsefulFlops(p);
-  c.dense_flops = 4.0 * double(d) * double(c.total_pairs);
+  c.dense_flops = 2.0 * double(d + dv) * double(c.total_pairs);
   c.bytes_q = q_tokens * H * d * qsize;
-  c.bytes_o = c.bytes_q;
+  c.bytes_o = q_tokens * H * dv * qsize;
   // The key rows some query sees, per sequence (padding and rows outside
-  // every mask are not read), with their int8 scales: K and V alike.
-  c.bytes_k = KvBytesRead(p) / 2;
-  c.bytes_v = c.bytes_k;
+  // every mask are not read), with their int8 scales: K's E and V's Ev
+  // columns of each.
+  const int64_t kv_bytes = KvBytesRead(p);
+  const int64_t scale_bytes = p.kv_dtype == DType::kI8 ? 4 : 0;
+  const int64_t kv_size = DTypeSize(p.kv_dtype);
+  c.bytes_k = kv_bytes * (d * kv_size + scale_bytes) / ((d + dv) * kv_size + 2 * scale_bytes);
+  c.bytes_v = kv_bytes - c.bytes_k;
   if (p.return_lse) c.bytes_extra += q_tokens * H * 4;
   if (p.has_kv_lengths()) c.bytes_extra += B * 4;
   if (p.is_paged()) c.bytes_extra += B * p.max_pages() * 4;                  // the block table
@@ -42,14 +46,15 @@ CostReport ComputeCost(const AttentionProblem& p) {
     // The backward pass alone (core/problem.h UsefulBackwardFlops): it reads
     // Q, K, V, O, the lse and dO, and writes dQ, dK, dV (and dBias).
     c.useful_flops = UsefulBackwardFlops(p);
-    c.dense_flops *= 2.5;
-    c.bytes_extra += 2 * c.bytes_q + c.bytes_k + c.bytes_v;
+    c.dense_flops = 2.0 * double(3 * d + 2 * dv) * double(c.total_pairs);
+    c.bytes_extra += c.bytes_q + c.bytes_o + c.bytes_k + c.bytes_v;  // dO, dQ, dK, dV
     if (p.additive_bias) c.bytes_extra += c.total_pairs * 4;
   }
   c.bytes_moved = c.bytes_q + c.bytes_k + c.bytes_v + c.bytes_o + c.bytes_extra;
   c.score_entries = c.total_pairs;
   c.kv_cache_bytes = c.bytes_k + c.bytes_v;
-  c.projection_params = 2 * p.model_dim * d * (H + p.num_kv_heads);
+  // Wq [D, H E], Wk [D, G E], Wv [D, G Ev], Wo [H Ev, D].
+  c.projection_params = p.model_dim * (d * (H + p.num_kv_heads) + dv * (H + p.num_kv_heads));
   return c;
 }
 

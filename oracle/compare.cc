@@ -28,7 +28,7 @@ void CheckPoisonedRow(const AttentionProblem& p, const AttentionArgs& a, int64_t
           "%s = %g, must be NaN: row [%d,%d,%d] reads a NaN or Inf input", what, got, b, h, i);
     }
   };
-  for (int64_t x = 0; x < p.head_dim; ++x) {
+  for (int64_t x = 0; x < p.value_dim(); ++x) {
     const double got = a.o.LoadF32(a.o.Offset(b, h, i, x));
     ++c->checked;
     if (!std::isnan(got)) fail(absl::StrFormat("o[%d,%d,%d,%d]", b, h, i, x), got);
@@ -39,7 +39,7 @@ void CheckPoisonedRow(const AttentionProblem& p, const AttentionArgs& a, int64_t
   if (!std::isnan(got)) fail(absl::StrFormat("lse[%d,%d,%d]", b, h, i), got);
 }
 
-// Checks output row (b, h, i) against want_o[d] and want_lse, updating c.
+// Checks output row (b, h, i) against want_o[Ev] and want_lse, updating c.
 void CheckRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b, int64_t h, int64_t i,
               const double* want_o, const double* abs_o, double want_lse, const RowErrorTerms& t,
               Comparison* c) {
@@ -52,7 +52,7 @@ void CheckRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b, int6
     return;
   }
   const bool blocked = std::isinf(want_lse) && want_lse < 0;
-  for (int64_t x = 0; x < p.head_dim; ++x) {
+  for (int64_t x = 0; x < p.value_dim(); ++x) {
     const double want = want_o[x];
     const double got = a.o.LoadF32(a.o.Offset(b, h, i, x));
     ++c->checked;
@@ -164,13 +164,13 @@ namespace {
 // Rows [first_row, ...) of `ref` against a dense (or one sequence's) problem.
 void CompareRows(const AttentionProblem& p, const AttentionArgs& a, const ReferenceResult& ref,
                  int64_t first_row, Comparison* c) {
-  const int64_t H = p.num_heads, Tq = p.q_len, d = p.head_dim;
+  const int64_t H = p.num_heads, Tq = p.q_len, dv = p.value_dim();
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t h = 0; h < H; ++h) {
       for (int64_t i = 0; i < Tq; ++i) {
         const int64_t row = first_row + (b * H + h) * Tq + i;
-        CheckRow(p, a, b, h, i, &ref.o[row * d], &ref.abs_o[row * d], ref.lse[row], ref.terms[row],
-                 c);
+        CheckRow(p, a, b, h, i, &ref.o[row * dv], &ref.abs_o[row * dv], ref.lse[row],
+                 ref.terms[row], c);
       }
     }
   }
@@ -181,8 +181,8 @@ void CompareSampled(const AttentionProblem& p, const AttentionArgs& a, int64_t m
   Comparison& c = *out;
   const int64_t rows = p.batch * p.num_heads * p.q_len;
   const int64_t n = std::min(rows, std::max<int64_t>(max_rows, 1));
-  std::vector<double> scores(static_cast<size_t>(p.kv_len)), want(static_cast<size_t>(p.head_dim)),
-      abs_o(static_cast<size_t>(p.head_dim));
+  std::vector<double> scores(static_cast<size_t>(p.kv_len)),
+      want(static_cast<size_t>(p.value_dim())), abs_o(static_cast<size_t>(p.value_dim()));
   for (int64_t k = 0; k < n; ++k) {
     // Evenly spread, always including the first and the last row.
     const int64_t row = n == 1 ? rows - 1 : k * (rows - 1) / (n - 1);

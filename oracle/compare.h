@@ -39,6 +39,11 @@ namespace attnkit {
 //             + half the dtype's smallest subnormal (the floor near zero)
 //   lse     : E + (g(n) + 12) u + u |lse| (its own f32 rounding), absolute.
 //
+// d is E, the head dim of Q and K (config.proto head_dim): only the dot
+// products run over it. Ev (value_head_dim) is the number of output columns
+// c; each column's sum runs over the n keys whatever Ev is, so a value head
+// dim of its own changes which columns are checked, not any bound.
+//
 // The compute modes (config.proto compute, core/fast_compute.h) add:
 //
 // - bf16 dot products (MayFlushBF16Products: bf16 K with bf16 Q, or FAST):

@@ -20,8 +20,9 @@ namespace {
 // P_ij (dP_ij - D_i), then the three products. With u = 2^-24, g(m) =
 // min(m, 4 sqrt(m)) (compare.h), for row i with n visible keys and the
 // forward's score error E (BoundForRow: u (g(d) max scale|q.k| + 8 max|s| +
-// 2 max|b|)); every quantity's error is written relative to its magnitude
-// in ReferenceGradients (sums of absolute values of terms, "abs" below):
+// 2 max|b|)); d is E, Q's and K's head dim, and dv is Ev, V's, O's and dO's
+// (config.proto value_head_dim; d when unset); every quantity's error is written relative to its
+// magnitude in ReferenceGradients (sums of absolute values of terms, "abs" below):
 //
 //   lse : stored f32 with error  L = E + (g(n) + 12) u + u |lse|,
 //         |lse| <= max_j |s_j| + log n
@@ -31,12 +32,12 @@ namespace {
 //         then rounded to O's dtype: half an ulp, u_o = eps(dtype) / 2 relative
 //         to max(A_c, smallest normal) (the floor the reference builds into
 //         D's magnitude, so a bf16 O costs 2^-8 D_abs here, not u)
-//   D   : the d-term fp32 dot product adds (g(d) + 2) u:
-//         eps_D = 1.01 (2E + (3 g(n) + 20) u) + u_o + (g(d) + 2) u
+//   D   : the dv-term fp32 dot product adds (g(dv) + 2) u:
+//         eps_D = 1.01 (2E + (3 g(n) + 20) u) + u_o + (g(dv) + 2) u
 //         (a kernel that sums P_ij dP_ij instead stays inside this too)
-//   dP  : (g(d) + 1) u relative to dP_abs = sum_c |dO_c v_jc|
+//   dP  : (g(dv) + 1) u relative to dP_abs = sum_c |dO_c v_jc|
 //   dS  = P (dP - D): relative to P (dP_abs + D_abs),
-//         eps_S = dP_rel + eps_D + (g(d) + 3) u   (subtract, multiply)
+//         eps_S = dP_rel + eps_D + (g(dv) + 3) u   (subtract, multiply)
 //   dX  = dS (1 - t^2) with softcap: t = tanh(x / c) moves by (1 - t^2) dx / c
 //         with dx <= E, so 1 - t^2 errs by (2E / c + 3u) relative plus a few u
 //         absolute (where tanh saturates); the reference's magnitude of the
@@ -82,7 +83,8 @@ struct RowEps {
 
 RowEps EpsForRow(const AttentionProblem& p, const RowErrorTerms& t) {
   const int64_t n = std::max<int64_t>(t.visible, 1);
-  const double gd = Growth(p.head_dim), gn = Growth(n);
+  // Scores sum over E (head_dim); D = dO.O and dP = dO.v over Ev.
+  const double gd = Growth(p.head_dim), gdv = Growth(p.value_dim()), gn = Growth(n);
   // ALiBi: 3 u |alibi| more (compare.h), from the maxima: the backward's
   // bound has no weighted form.
   const double e =
@@ -96,9 +98,9 @@ RowEps EpsForRow(const AttentionProblem& p, const RowErrorTerms& t) {
   const double u_o = DTypeEpsilon(p.dtype) / 2;
   RowEps r;
   r.p = e + lse + 10 * kU;
-  const double eps_d = 1.01 * o_f32 + u_o + (gd + 2) * kU;
+  const double eps_d = 1.01 * o_f32 + u_o + (gdv + 2) * kU;
   r.d = eps_d;
-  r.s = r.p + eps_d + (gd + 3) * kU;
+  r.s = r.p + eps_d + (gdv + 3) * kU;
   r.x = r.s + (p.softcap > 0 ? 2 * e / double(p.softcap) + 4 * kU : 0.0);
   r.dq = 1.01 * (r.x + (gn + 2) * kU);
   return r;
@@ -162,10 +164,11 @@ Comparison CompareGradients(const AttentionProblem& p, const GradArgs& grads,
   Comparison c;
   Checker check(&c);
   const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads, Tq = p.q_len, Tk = p.kv_len,
-                d = p.head_dim;
+                d = p.head_dim, dv = p.value_dim();
   const size_t rows = static_cast<size_t>(B * H * Tq);
   if (ref.dq.size() != rows * d || ref.dk.size() != static_cast<size_t>(B * G * Tk * d) ||
-      ref.terms.size() != rows || ref.visible.size() != rows) {
+      ref.dv.size() != static_cast<size_t>(B * G * Tk * dv) || ref.terms.size() != rows ||
+      ref.visible.size() != rows) {
     ++c.mismatches;
     check.Note(absl::StrFormat(
         "%s: no reference gradients (paged, ragged and int8 problems have no backward "
@@ -245,6 +248,9 @@ Comparison CompareGradients(const AttentionProblem& p, const GradArgs& grads,
           check.Check([&] { return absl::StrFormat("dk[%d,%d,%d,%d]", b, g, j, x); },
                       grads.dk.LoadF32(grads.dk.Offset(b, g, j, x)), ref.dk[at], ref.dk_abs[at],
                       eps_k, p.kv_dtype, false);
+        }
+        for (int64_t x = 0; x < dv; ++x) {
+          const size_t at = (group * Tk + j) * dv + x;
           check.Check([&] { return absl::StrFormat("dv[%d,%d,%d,%d]", b, g, j, x); },
                       grads.dv.LoadF32(grads.dv.Offset(b, g, j, x)), ref.dv[at], ref.dv_abs[at],
                       eps_v, p.kv_dtype, false);

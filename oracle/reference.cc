@@ -15,7 +15,7 @@ namespace attnkit {
 double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b, int64_t h,
                     int64_t i, std::vector<double>* scores, double* o_row, double* abs_o_row,
                     RowErrorTerms* terms) {
-  const int64_t d = p.head_dim;
+  const int64_t d = p.head_dim, dv = p.value_dim();  // Q.K over E, P.V over Ev
   const int64_t g = p.KvHead(h);
   const int64_t kv_length = p.KvLength(b);
   const KeyRange range = VisibleKeys(p.mask_params(b), i, kv_length);
@@ -91,7 +91,7 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
     if (!std::isfinite(dot)) poisoned = true;
     const int64_t v_row = rows.Offset(a.v, b, g, j);
     const double v_scale = scale_of(a.v_scale, j);
-    for (int64_t c = 0; c < d && !poisoned; ++c) {
+    for (int64_t c = 0; c < dv && !poisoned; ++c) {
       if (!std::isfinite(a.v.LoadF32(v_row + c * a.v.strides[3]) * v_scale)) poisoned = true;
     }
     if (poisoned) continue;
@@ -122,16 +122,16 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
   }
   if (poisoned) {
     const double kNaN = std::numeric_limits<double>::quiet_NaN();
-    for (int64_t c = 0; c < d; ++c) o_row[c] = kNaN;
+    for (int64_t c = 0; c < dv; ++c) o_row[c] = kNaN;
     if (abs_o_row != nullptr) {
-      for (int64_t c = 0; c < d; ++c) abs_o_row[c] = 0;
+      for (int64_t c = 0; c < dv; ++c) abs_o_row[c] = 0;
     }
     if (terms != nullptr) *terms = RowErrorTerms{};
     return kNaN;
   }
-  for (int64_t c = 0; c < d; ++c) o_row[c] = 0;
+  for (int64_t c = 0; c < dv; ++c) o_row[c] = 0;
   if (abs_o_row != nullptr) {
-    for (int64_t c = 0; c < d; ++c) abs_o_row[c] = 0;
+    for (int64_t c = 0; c < dv; ++c) abs_o_row[c] = 0;
   }
   if (max_score == kNegInf) {  // fully blocked row: 0, and the sink's lse if any
     if (terms != nullptr && sink > kNegInf) terms->sink_abs_lse = std::fabs(sink);
@@ -152,7 +152,7 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
     const int64_t v_row = rows.Offset(a.v, b, g, j);
     const double v_scale = scale_of(a.v_scale, j);
     double max_abs_v = 0;
-    for (int64_t c = 0; c < d; ++c) {
+    for (int64_t c = 0; c < dv; ++c) {
       const double v = double(a.v.LoadF32(v_row + c * a.v.strides[3])) * v_scale;
       o_row[c] += w * v;
       if (abs_o_row != nullptr) abs_o_row[c] += w * std::fabs(v);
@@ -185,9 +185,9 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
     }
   }
   if (!key_abs_dot.empty()) terms->max_abs_v_folded *= norm * sum;  // f = 1 without a sink
-  for (int64_t c = 0; c < d; ++c) o_row[c] *= norm;
+  for (int64_t c = 0; c < dv; ++c) o_row[c] *= norm;
   if (abs_o_row != nullptr) {
-    for (int64_t c = 0; c < d; ++c) abs_o_row[c] *= norm;
+    for (int64_t c = 0; c < dv; ++c) abs_o_row[c] *= norm;
   }
   return lse;
 }
@@ -204,9 +204,9 @@ ReferenceResult ComputeReference(const AttentionProblem& p, const AttentionArgs&
     }
     return all;
   }
-  const int64_t B = p.batch, H = p.num_heads, Tq = p.q_len, d = p.head_dim;
+  const int64_t B = p.batch, H = p.num_heads, Tq = p.q_len, dv = p.value_dim();
   ReferenceResult r;
-  r.o.assign(static_cast<size_t>(B * H * Tq * d), 0.0);
+  r.o.assign(static_cast<size_t>(B * H * Tq * dv), 0.0);
   r.lse.assign(static_cast<size_t>(B * H * Tq), 0.0);
   r.abs_o.assign(r.o.size(), 0.0);
   r.terms.assign(r.lse.size(), RowErrorTerms{});
@@ -216,7 +216,7 @@ ReferenceResult ComputeReference(const AttentionProblem& p, const AttentionArgs&
       for (int64_t i = 0; i < Tq; ++i) {
         const int64_t row = (b * H + h) * Tq + i;
         r.lse[row] =
-            ReferenceRow(p, a, b, h, i, &scores, &r.o[row * d], &r.abs_o[row * d], &r.terms[row]);
+            ReferenceRow(p, a, b, h, i, &scores, &r.o[row * dv], &r.abs_o[row * dv], &r.terms[row]);
       }
     }
   }

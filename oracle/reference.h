@@ -34,7 +34,7 @@ namespace attnkit {
 // scale, exactly, in double): a function of Q alone, so the reference
 // consumes exactly what a FAST kernel multiplies. P is never rounded here;
 // its rounding is a term of the bound (oracle/compare.h).
-// Returns the row's lse and writes head_dim values to o_row.
+// Returns the row's lse and writes value_dim() (Ev) values to o_row.
 // What the error bound of oracle/compare.h needs from one row, in fp64 from the
 // same stored inputs; maxima over the row's visible keys j.
 struct RowErrorTerms {
@@ -64,7 +64,7 @@ struct RowErrorTerms {
   double max_abs_v_folded = 0;
 };
 
-// When `abs_o_row` is given it receives sum_j p_j |v_jc| (head_dim values),
+// When `abs_o_row` is given it receives sum_j p_j |v_jc| (Ev values),
 // and `terms` the row's error terms.
 double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b, int64_t h,
                     int64_t i, std::vector<double>* scores, double* o_row,
@@ -73,9 +73,9 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
 // A ragged problem's arrays hold its sequences one after the other, each
 // [H, q_lengths[b], ...], in batch order (sequences without queries absent).
 struct ReferenceResult {
-  std::vector<double> o;             // [B, H, Tq, d], canonical order
+  std::vector<double> o;             // [B, H, Tq, Ev], canonical order
   std::vector<double> lse;           // [B, H, Tq]
-  std::vector<double> abs_o;         // [B, H, Tq, d]: sum_j p_j |v_jc|
+  std::vector<double> abs_o;         // [B, H, Tq, Ev]: sum_j p_j |v_jc|
   std::vector<RowErrorTerms> terms;  // [B, H, Tq]
 };
 

@@ -53,7 +53,7 @@ struct RowForward {
 
 void RowForward::Compute(const AttentionProblem& p, const F64Inputs& in, int64_t b, int64_t h,
                          int64_t i) {
-  const int64_t d = p.head_dim, Tk = p.kv_len;
+  const int64_t d = p.head_dim, dv = p.value_dim(), Tk = p.kv_len;
   const int64_t g = p.KvHead(h);
   const size_t row = RowIndex(p, b, h, i);
   const double* q = &in.q[row * d];
@@ -74,11 +74,13 @@ void RowForward::Compute(const AttentionProblem& p, const F64Inputs& in, int64_t
     ++visible;
     if (!(bias < kInf)) poisoned = true;  // NaN or +inf
     const double* k = &in.k[KeyIndex(p, b, g, j) * d];
-    const double* v = &in.v[KeyIndex(p, b, g, j) * d];
+    const double* v = &in.v[KeyIndex(p, b, g, j) * dv];
     double dot = 0, abs_dot = 0;
     for (int64_t c = 0; c < d; ++c) {
       dot += q[c] * k[c];
       abs_dot += std::fabs(q[c] * k[c]);
+    }
+    for (int64_t c = 0; c < dv; ++c) {
       if (!std::isfinite(v[c])) poisoned = true;
     }
     if (!std::isfinite(dot)) poisoned = true;
@@ -141,12 +143,12 @@ double SmallestNormal(DType t) {
 }  // namespace
 
 F64Inputs LoadF64Inputs(const AttentionProblem& p, const AttentionArgs& a, const TensorView& d_o) {
-  const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads, Tq = p.q_len, Tk = p.kv_len,
-                d = p.head_dim;
+  const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads, Tq = p.q_len, Tk = p.kv_len;
   F64Inputs in;
   // [B, heads, T, d] view -> canonical double array.
-  auto load = [d](const TensorView& t, int64_t batch, int64_t heads, int64_t tokens,
-                  std::vector<double>* out) {
+  auto load = [](const TensorView& t, int64_t batch, int64_t heads, int64_t tokens,
+                 std::vector<double>* out) {
+    const int64_t d = t.shape[3];
     out->resize(static_cast<size_t>(batch * heads * tokens * d));
     size_t x = 0;
     for (int64_t b = 0; b < batch; ++b)
@@ -190,7 +192,7 @@ F64Inputs LoadF64Inputs(const AttentionProblem& p, const AttentionArgs& a, const
 
 void ForwardF64(const AttentionProblem& p, const F64Inputs& in, std::vector<double>* o,
                 std::vector<double>* lse) {
-  const int64_t d = p.head_dim;
+  const int64_t d = p.value_dim();  // O's head dim
   o->assign(static_cast<size_t>(p.batch * p.num_heads * p.q_len * d), 0.0);
   lse->assign(static_cast<size_t>(p.batch * p.num_heads * p.q_len), 0.0);
   RowForward f(p);
@@ -218,7 +220,7 @@ void ForwardF64(const AttentionProblem& p, const F64Inputs& in, std::vector<doub
 
 ReferenceGradients BackwardF64(const AttentionProblem& p, const F64Inputs& in) {
   const int64_t B = p.batch, H = p.num_heads, G = p.num_kv_heads, Tq = p.q_len, Tk = p.kv_len,
-                d = p.head_dim;
+                d = p.head_dim, dv = p.value_dim();  // Q, K, dQ, dK: E; V, dO, dV: Ev
   const double scale = p.scale, softcap = p.softcap;
   const double o_floor = SmallestNormal(p.dtype);
   ReferenceGradients r;
@@ -226,8 +228,8 @@ ReferenceGradients BackwardF64(const AttentionProblem& p, const F64Inputs& in) {
   r.dq_abs.assign(r.dq.size(), 0.0);
   r.dk.assign(static_cast<size_t>(B * G * Tk * d), 0.0);
   r.dk_abs.assign(r.dk.size(), 0.0);
-  r.dv.assign(r.dk.size(), 0.0);
-  r.dv_abs.assign(r.dk.size(), 0.0);
+  r.dv.assign(static_cast<size_t>(B * G * Tk * dv), 0.0);
+  r.dv_abs.assign(r.dv.size(), 0.0);
   if (p.additive_bias) {
     r.dbias.assign(static_cast<size_t>(B * H * Tq * Tk), 0.0);
     r.dbias_abs.assign(r.dbias.size(), 0.0);
@@ -240,7 +242,7 @@ ReferenceGradients BackwardF64(const AttentionProblem& p, const F64Inputs& in) {
   r.terms.assign(r.visible.size(), RowErrorTerms{});
 
   RowForward f(p);
-  std::vector<double> o(static_cast<size_t>(d)), abs_o(o.size());
+  std::vector<double> o(static_cast<size_t>(dv)), abs_o(o.size());
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < H; ++h) {
       const int64_t g = p.KvHead(h);
@@ -254,20 +256,20 @@ ReferenceGradients BackwardF64(const AttentionProblem& p, const F64Inputs& in) {
         if (!in.sinks.empty() && !(in.sinks[h] == -kInf) && f.poisoned) r.dsinks[h] = kNaN;
         if (f.visible == 0) continue;  // contributes nothing; dq row stays 0
         const double* q = &in.q[row * d];
-        const double* d_o = &in.d_o[row * d];
+        const double* d_o = &in.d_o[row * dv];
         // O_i and A_c = sum_j P_j |v_jc|, then D_i = dO_i . O_i and its magnitude.
         std::fill(o.begin(), o.end(), 0.0);
         std::fill(abs_o.begin(), abs_o.end(), 0.0);
         for (int64_t j = f.range.begin; j < f.range.end; ++j) {
           if (!f.allowed[j]) continue;
-          const double* v = &in.v[KeyIndex(p, b, g, j) * d];
-          for (int64_t c = 0; c < d; ++c) {
+          const double* v = &in.v[KeyIndex(p, b, g, j) * dv];
+          for (int64_t c = 0; c < dv; ++c) {
             o[c] += f.prob[j] * v[c];
             abs_o[c] += f.prob[j] * std::fabs(v[c]);
           }
         }
         double D = 0, D_abs = 0;
-        for (int64_t c = 0; c < d; ++c) {
+        for (int64_t c = 0; c < dv; ++c) {
           D += d_o[c] * o[c];
           D_abs += std::fabs(d_o[c]) * std::max(abs_o[c], o_floor);
         }
@@ -280,12 +282,12 @@ ReferenceGradients BackwardF64(const AttentionProblem& p, const F64Inputs& in) {
         double* dq_abs = &r.dq_abs[row * d];
         for (int64_t j = f.range.begin; j < f.range.end; ++j) {
           if (!f.allowed[j]) continue;
-          const size_t key = KeyIndex(p, b, g, j) * d;
-          const double* k = &in.k[key];
-          const double* v = &in.v[key];
+          const size_t key = KeyIndex(p, b, g, j);
+          const double* k = &in.k[key * d];
+          const double* v = &in.v[key * dv];
           const double P = f.prob[j];
           double dP = 0, dP_abs = 0;
-          for (int64_t c = 0; c < d; ++c) {
+          for (int64_t c = 0; c < dv; ++c) {
             dP += d_o[c] * v[c];
             dP_abs += std::fabs(d_o[c] * v[c]);
           }
@@ -302,16 +304,18 @@ ReferenceGradients BackwardF64(const AttentionProblem& p, const F64Inputs& in) {
             deriv_abs = deriv + kSoftcapDerivativeFloor;
           }
           const double dX = dS * deriv, dX_abs = dS_abs * deriv_abs;
-          double* dk = &r.dk[key];
-          double* dk_abs = &r.dk_abs[key];
-          double* dv = &r.dv[key];
-          double* dv_abs = &r.dv_abs[key];
+          double* dk = &r.dk[key * d];
+          double* dk_abs = &r.dk_abs[key * d];
+          double* dv_row = &r.dv[key * dv];
+          double* dv_abs = &r.dv_abs[key * dv];
           for (int64_t c = 0; c < d; ++c) {
             dq[c] += scale * dX * k[c];
             dq_abs[c] += scale * dX_abs * std::fabs(k[c]);
             dk[c] += scale * dX * q[c];
             dk_abs[c] += scale * dX_abs * std::fabs(q[c]);
-            dv[c] += P * d_o[c];
+          }
+          for (int64_t c = 0; c < dv; ++c) {
+            dv_row[c] += P * d_o[c];
             dv_abs[c] += P_abs * std::fabs(d_o[c]);
           }
         }

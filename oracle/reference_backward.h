@@ -48,7 +48,7 @@ namespace attnkit {
 struct ReferenceGradients {
   std::vector<double> dq, dq_abs;          // [B, H, Tq, d]
   std::vector<double> dk, dk_abs;          // [B, G, Tk, d]
-  std::vector<double> dv, dv_abs;          // [B, G, Tk, d]
+  std::vector<double> dv, dv_abs;          // [B, G, Tk, Ev]
   std::vector<double> dbias, dbias_abs;    // [B, H, Tq, Tk]; empty without additive_bias
   std::vector<double> dsinks, dsinks_abs;  // [H]; empty without sinks
   // Per (b, h, i) row: keys visible (n) and the longest sum any element of

@@ -19,8 +19,8 @@ namespace internal {
 
 // A dense problem's inputs in double, canonical order whatever the layout.
 struct F64Inputs {
-  std::vector<double> q, d_o;       // [B, H, Tq, d]
-  std::vector<double> k, v;         // [B, G, Tk, d]
+  std::vector<double> q, d_o;       // [B, H, Tq, E] and [B, H, Tq, Ev]
+  std::vector<double> k, v;         // [B, G, Tk, E] and [B, G, Tk, Ev]
   std::vector<uint8_t> blocked;     // [B, H, Tq, Tk], 1 = blocked; empty without blocked_mask
   std::vector<double> bias;         // [B, H, Tq, Tk]; empty without additive_bias
   std::vector<double> sinks;        // [H]; empty without sinks
@@ -32,7 +32,7 @@ struct F64Inputs {
 // int8 (ComputeReferenceBackward returns empty gradients for those).
 F64Inputs LoadF64Inputs(const AttentionProblem& p, const AttentionArgs& a, const TensorView& d_o);
 
-// The forward pass in double: o [B, H, Tq, d] and lse [B, H, Tq], with the
+// The forward pass in double: o [B, H, Tq, Ev] and lse [B, H, Tq], with the
 // rules of oracle/reference.h (a fully blocked row gives o = 0, lse = -inf; a
 // row that reads a NaN or Inf gives NaN).
 void ForwardF64(const AttentionProblem& p, const F64Inputs& in, std::vector<double>* o,

@@ -33,7 +33,7 @@ class ReferenceBackend : public Backend {
     bwd.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
     bwd.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
     bwd.kv_lengths = bwd.blocked_mask = bwd.additive_bias = bwd.bias_grad = true;
-    bwd.softcap = bwd.deterministic = bwd.sinks = bwd.alibi = true;
+    bwd.softcap = bwd.deterministic = bwd.sinks = bwd.alibi = bwd.value_head_dim = true;
     bwd.ragged = false;
     return c;
   }
@@ -49,12 +49,12 @@ class ReferenceBackend : public Backend {
       return absl::OkStatus();
     }
     std::vector<double> scores(static_cast<size_t>(p.kv_len));
-    std::vector<double> row(static_cast<size_t>(p.head_dim));
+    std::vector<double> row(static_cast<size_t>(p.value_dim()));
     for (int64_t b = 0; b < p.batch; ++b) {
       for (int64_t h = 0; h < p.num_heads; ++h) {
         for (int64_t i = 0; i < p.q_len; ++i) {
           const double lse = ReferenceRow(p, a, b, h, i, &scores, row.data());
-          for (int64_t c = 0; c < p.head_dim; ++c) {
+          for (int64_t c = 0; c < p.value_dim(); ++c) {
             StoreFromF32(a.o.data, a.o.dtype, a.o.Offset(b, h, i, c), static_cast<float>(row[c]));
           }
           if (p.return_lse) {
@@ -76,10 +76,11 @@ class ReferenceBackend : public Backend {
       return absl::UnimplementedError(absl::StrCat("the reference has no backward for ", p.Id(),
                                                    " (paged, ragged or int8 K/V)"));
     }
-    const int64_t d = p.head_dim;
-    // A [B, heads, T, d] canonical array into a view.
-    auto store = [d](const std::vector<double>& from, const TensorView& to, int64_t heads,
-                     int64_t tokens) {
+    // A [B, heads, T, d] canonical array into a view (d: E for dQ and dK,
+    // Ev for dV).
+    auto store = [](const std::vector<double>& from, const TensorView& to, int64_t heads,
+                    int64_t tokens) {
+      const int64_t d = to.shape[3];
       size_t x = 0;
       for (int64_t b = 0; b < to.shape[0]; ++b)
         for (int64_t h = 0; h < heads; ++h)

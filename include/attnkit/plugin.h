@@ -123,7 +123,9 @@ enum { ATTNKIT_COMPUTE_EXACT = 0, ATTNKIT_COMPUTE_FAST = 1 };
   /* Since 0.28: attention sinks (args.sinks, one logit per head). */  \
   X(BOOL, sinks)                                                       \
   /* Since 0.28: ALiBi (args.alibi_slopes, one slope per head). */     \
-  X(BOOL, alibi)
+  X(BOOL, alibi)                                                       \
+  /* Since 0.29: Ev, V's and O's head dim; 0 = head_dim. */            \
+  X(I64, value_head_dim)
 
 typedef struct attnkit_problem {
   uint32_t struct_size;
@@ -215,7 +217,10 @@ typedef struct attnkit_args {
   /* Since 0.28: ALiBi (problem.alibi). */               \
   X(BOOL, alibi, alibi)                                  \
   X(BOOL, bwd_alibi, backward.alibi)                     \
-  X(BOOL, bwd_sinks, backward.sinks)
+  X(BOOL, bwd_sinks, backward.sinks)                     \
+  /* Since 0.29: Ev != E (problem.value_head_dim). */    \
+  X(BOOL, value_head_dim, value_head_dim)                \
+  X(BOOL, bwd_value_head_dim, backward.value_head_dim)
 
 typedef struct attnkit_caps {
   uint32_t struct_size;
