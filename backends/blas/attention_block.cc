@@ -73,7 +73,7 @@ void ForEachKvRow(const BlockContext& ctx, const TensorView& t, const TensorView
 // places (ForEachKvRow), and the GEMMs that follow give the same bits.
 void StageRows(const BlockContext& ctx, const TensorView& t, const TensorView& scale, int64_t b,
                int64_t g, int64_t j0, int64_t n, float* dst) {
-  const int64_t d = ctx.problem->head_dim;
+  const int64_t d = t.shape[t.rank - 1];  // E for K, Ev for V
   ForEachKvRow(ctx, t, scale, b, g, j0, n,
                [&](int64_t r, int64_t offset, float s) { StageRow(t, offset, s, d, dst + r * d); });
 }
@@ -90,7 +90,7 @@ struct RawOperand {
 // dst [n, d]. For int8, scales[0, n) receives the rows' scales from `scale`.
 RawOperand StoredRows(const BlockContext& ctx, const TensorView& t, const TensorView& scale,
                       int64_t b, int64_t g, int64_t j0, int64_t n, void* dst, float* scales) {
-  const int64_t d = ctx.problem->head_dim;
+  const int64_t d = t.shape[t.rank - 1];  // E for K, Ev for V
   const size_t size = DTypeSize(t.dtype);
   const int64_t stride = t.strides[3];
   const bool in_place = !ctx.kv_rows.paged() && stride == 1;
@@ -275,7 +275,7 @@ void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, i
     // An earlier chunk contributed: rescale its sum and output to the new max.
     const float f = std::exp(old_max - new_max);
     *row_sum *= f;
-    ScaleRow(o, p.head_dim, f);
+    ScaleRow(o, p.value_dim(), f);
   }
   *row_max = new_max;
   *row_sum += ExpSubtractSum(x, n, new_max);
@@ -284,11 +284,11 @@ void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, i
 // o = acc / sum and lse = max + log(sum) for one row; zeros and -inf when the
 // row saw no key; NaN and NaN when it read a NaN or Inf (`bad`, or a V row's
 // in its accumulator). The head's sink, if any, is folded in (core/sinks.h).
-// acc [d] is scratch and may be overwritten.
+// acc [Ev] is scratch and may be overwritten.
 void StoreRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, float* acc, float max,
               float sum, bool bad) {
   const AttentionArgs& a = *ctx.args;
-  const int64_t d = ctx.problem->head_dim;
+  const int64_t d = ctx.problem->value_dim();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float sink =
       ctx.problem->sinks ? static_cast<const float*>(a.sinks.data)[a.sinks.Offset(h)] : kNegInf;
@@ -360,7 +360,7 @@ bool BlasCompatible(const TensorView& t, int64_t head_dim) {
 bool StagesKv(const AttentionProblem& p, const AttentionArgs* args) {
   if (p.is_paged() || p.kv_dtype != DType::kF32) return true;
   return args != nullptr &&
-         (!BlasCompatible(args->k, p.head_dim) || !BlasCompatible(args->v, p.head_dim));
+         (!BlasCompatible(args->k, p.head_dim) || !BlasCompatible(args->v, p.value_dim()));
 }
 
 BlockCoords DecodeItem(const AttentionProblem& p, const BlockPlan& plan, int64_t item) {
@@ -416,16 +416,16 @@ bool ChunkSeenByAllRows(const BlockContext& ctx, const BlockCoords& c, int64_t r
 namespace {
 
 // Rows [r0, r0 + n) of block `c` (position-major) against keys [k0, k0 + kn):
-//   S [n, kn] = scale * Q [n, d] . K [kn, d]^T, online softmax per row,
-//   O [n, d] (+)= P [n, kn] . V [kn, d]; `first` overwrites O instead.
+//   S [n, kn] = scale * Q [n, E] . K [kn, E]^T, online softmax per row,
+//   O [n, Ev] (+)= P [n, kn] . V [kn, Ev]; `first` overwrites O instead.
 void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const RawOperand& q, int64_t r0,
                      int64_t n, int64_t k0, int64_t kn, bool first, const WorkerScratch& w) {
   const AttentionProblem& p = *ctx.problem;
   const AttentionArgs& a = *ctx.args;
-  const int64_t d = p.head_dim;
+  const int64_t d = p.head_dim, dv = p.value_dim();
   const int64_t kv_length = p.KvLength(c.b);
   GemmEngine& e = *ctx.engine;
-  Operand v{w.v, d};
+  Operand v{w.v, dv};
   if (ctx.qk_type == DType::kI8) {  // exact int32 sums, then each row's and key's factor
     const RawOperand k = StoredRows(ctx, a.k, a.k_scale, c.b, c.g, k0, kn, w.k, w.k_scale);
     int32_t* sums = reinterpret_cast<int32_t*>(w.s);
@@ -450,7 +450,7 @@ void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const RawOpe
   }
   for (int64_t r = r0; r < r0 + n; ++r) {
     SoftmaxChunkRow(ctx, c.b, c.h0 + r % c.num_heads, c.i0 + r / c.num_heads, kv_length, k0, kn,
-                    w.s + (r - r0) * kn, w.o + r * d, w.row_max + r, w.row_sum + r, w.row_bad + r);
+                    w.s + (r - r0) * kn, w.o + r * dv, w.row_max + r, w.row_sum + r, w.row_bad + r);
   }
   // V as P.V's operand: 16-bit as stored with P rounded to it in place (each
   // row's kn floats then hold its 2 kn 16-bit weights, kn of them used), or f32.
@@ -465,18 +465,20 @@ void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const RawOpe
     v = {static_cast<const float*>(a.v.data) + a.v.Offset(c.b, c.g, k0, 0), a.v.strides[2]};
   }
   auto v_row_finite = [&](int64_t j) {
-    return narrow ? AllFinite16(static_cast<const uint16_t*>(v16.data) + j * v16.ld, d, ctx.pv_type)
-                  : AllFinite(v.data + j * v.ld, d);
+    return narrow
+               ? AllFinite16(static_cast<const uint16_t*>(v16.data) + j * v16.ld, dv, ctx.pv_type)
+               : AllFinite(v.data + j * v.ld, dv);
   };
   // O (+)= P [.., j0:j1) . V [j0:j1, ..].
   auto multiply = [&](int64_t j0, int64_t j1, float beta) {
     if (narrow) {
-      e.Gemm16(ctx.pv_type, false, n, d, j1 - j0, 1.0f, reinterpret_cast<const uint16_t*>(w.s) + j0,
-               2 * kn, static_cast<const uint16_t*>(v16.data) + j0 * v16.ld, v16.ld, beta,
-               w.o + r0 * d, d);
+      e.Gemm16(ctx.pv_type, false, n, dv, j1 - j0, 1.0f,
+               reinterpret_cast<const uint16_t*>(w.s) + j0, 2 * kn,
+               static_cast<const uint16_t*>(v16.data) + j0 * v16.ld, v16.ld, beta, w.o + r0 * dv,
+               dv);
     } else {
-      e.Sgemm(false, false, n, d, j1 - j0, 1.0f, w.s + j0, kn, v.data + j0 * v.ld, v.ld, beta,
-              w.o + r0 * d, d);
+      e.Sgemm(false, false, n, dv, j1 - j0, 1.0f, w.s + j0, kn, v.data + j0 * v.ld, v.ld, beta,
+              w.o + r0 * dv, dv);
     }
   };
   // O += P.V, one GEMM per run of keys between V rows that hold a NaN or Inf
@@ -502,7 +504,7 @@ void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const RawOpe
     }
     j0 = j + 1;
   }
-  if (beta == 0.0f) std::fill(w.o + r0 * d, w.o + (r0 + n) * d, 0.0f);  // every key was bad
+  if (beta == 0.0f) std::fill(w.o + r0 * dv, w.o + (r0 + n) * dv, 0.0f);  // every key was bad
 }
 
 }  // namespace
@@ -511,7 +513,7 @@ void ComputeBlock(const BlockContext& ctx, int64_t item, const WorkerScratch& w)
   const AttentionProblem& p = *ctx.problem;
   const BlockPlan& plan = ctx.plan;
   const BlockCoords c = DecodeItem(p, plan, item);
-  const int64_t d = p.head_dim;
+  const int64_t dv = p.value_dim();  // the accumulator's row length
   const int64_t rows = c.num_heads * c.num_tokens;
   const int64_t kv_length = p.KvLength(c.b);
   auto end_of = [&](int64_t i) {
@@ -555,7 +557,7 @@ void ComputeBlock(const BlockContext& ctx, int64_t item, const WorkerScratch& w)
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
-    StoreRow(ctx, c.b, c.h0 + r % c.num_heads, c.i0 + r / c.num_heads, w.o + r * d, w.row_max[r],
+    StoreRow(ctx, c.b, c.h0 + r % c.num_heads, c.i0 + r / c.num_heads, w.o + r * dv, w.row_max[r],
              w.row_sum[r], w.row_bad[r] != 0.0f);
   }
 }

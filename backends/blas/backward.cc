@@ -28,19 +28,28 @@ size_t AlignedFloats(int64_t n) {
 }
 
 // `accumulators`: dk and dv live in the worker's region (not kPartitioned).
-size_t BackwardWorkerBytes(int64_t span, int64_t rows, int64_t key_chunk, int64_t d, bool softcap,
-                           bool accumulators) {
-  return (accumulators ? 4 : 2) * AlignedFloats(span * d)        // kf, vf (, dk, dv)
-         + 3 * AlignedFloats(rows * d)                           // q, d_o, dq
+// d is E (Q, K, dQ, dK), dv is Ev (V, O, dO, dV).
+size_t BackwardWorkerBytes(int64_t span, int64_t rows, int64_t key_chunk, int64_t d, int64_t dv,
+                           bool softcap, bool accumulators) {
+  return (accumulators ? 2 : 1) * (AlignedFloats(span * d) + AlignedFloats(span * dv))
+         // kf, vf (, dk, dv)
+         + 2 * AlignedFloats(std::max(rows * d, dv))             // q, dq
+         + AlignedFloats(rows * dv)                              // d_o
          + 2 * AlignedFloats(rows)                               // row_d, lse
          + (softcap ? 3 : 2) * AlignedFloats(rows * key_chunk);  // s, dp (, dcap)
 }
 
-// One worker's scratch, carved from its region. Floats:
-//   kf, vf [span, d]: K and V rows of the span (or of one chunk) as f32;
-//   dk, dv [span, d]: their gradients' f32 accumulators (kPartitioned: a
-//     slot of the shared partials instead);
-//   q, d_o, dq [rows, d]: the block's Q and dO as f32, dQ's accumulator;
+// A kPartitioned partial (one dK or dV of a pair's part) in floats.
+int64_t PartialFloats(int64_t span, int64_t d, int64_t dv) { return span * std::max(d, dv); }
+
+// One worker's scratch, carved from its region. Floats (E = d, Ev = dv):
+//   kf [span, E], vf [span, Ev]: K and V rows of the span (or of one
+//     chunk) as f32;
+//   dk [span, E], dv [span, Ev]: their gradients' f32 accumulators
+//     (kPartitioned: a slot of the shared partials instead);
+//   q [rows, E], d_o [rows, Ev], dq [rows, E]: the block's Q and dO as
+//     f32, dQ's accumulator (q and dq hold at least Ev floats: an O row and
+//     MergeItem's sum pass through them);
 //   row_d [rows]: D = rowsum(dO O); lse [rows] (-inf: the row sees no key);
 //   s [rows, key_chunk]: S, then P; dp: dP, then dS, then dX;
 //   dcap [rows, key_chunk]: the soft-cap's derivative at each score (only
@@ -52,7 +61,7 @@ struct BackwardScratch {
   float *s, *dp, *dcap;
 };
 
-BackwardScratch Carve(const BackwardPlan& plan, int64_t d, void* region) {
+BackwardScratch Carve(const BackwardPlan& plan, int64_t d, int64_t dv, void* region) {
   char* at = static_cast<char*>(region);
   auto take = [&at](int64_t floats) {
     float* p = reinterpret_cast<float*>(at);
@@ -62,14 +71,14 @@ BackwardScratch Carve(const BackwardPlan& plan, int64_t d, void* region) {
   const int64_t rows = plan.rows();
   BackwardScratch w;
   w.kf = take(plan.span * d);
-  w.vf = take(plan.span * d);
+  w.vf = take(plan.span * dv);
   if (plan.mode != BackwardMode::kPartitioned) {
     w.dk = take(plan.span * d);
-    w.dv = take(plan.span * d);
+    w.dv = take(plan.span * dv);
   }
-  w.q = take(rows * d);
-  w.d_o = take(rows * d);
-  w.dq = take(rows * d);
+  w.q = take(std::max(rows * d, dv));
+  w.d_o = take(rows * dv);
+  w.dq = take(std::max(rows * d, dv));
   w.row_d = take(rows);
   w.lse = take(rows);
   w.s = take(rows * plan.key_chunk);
@@ -85,7 +94,8 @@ struct Context {
   const GradArgs& g;
   const BackwardPlan& plan;
   MaskParams mask;
-  int64_t d;
+  int64_t d;   // E: Q, K, dQ, dK
+  int64_t dv;  // Ev: V, O, dO, dV
   GemmEngine* engine;
 };
 
@@ -164,45 +174,45 @@ bool DenseBlocked(const Context& c, int64_t b, int64_t h, int64_t i, int64_t j) 
          static_cast<const float*>(c.a.bias.data)[c.a.bias.Offset(b, h, i, j)] == kNegInf;
 }
 
-// kf, vf [n, d] = K and V rows [j0, j0 + n) of (b, g) as f32, rows holding a
-// NaN or Inf zeroed (see below).
+// kf [n, E], vf [n, Ev] = K and V rows [j0, j0 + n) of (b, g) as f32, rows
+// holding a NaN or Inf zeroed (see below).
 void StageKv(const Context& c, int64_t b, int64_t g, int64_t j0, int64_t n, float* kf, float* vf) {
-  const int64_t d = c.d;
+  const int64_t d = c.d, dv = c.dv;
   for (int64_t j = j0; j < j0 + n; ++j) {
     float* krow = kf + (j - j0) * d;
     LoadRow(c.a.k, c.a.k.Offset(b, g, j, 0), d, krow);
-    float* vrow = vf + (j - j0) * d;
-    LoadRow(c.a.v, c.a.v.Offset(b, g, j, 0), d, vrow);
+    float* vrow = vf + (j - j0) * dv;
+    LoadRow(c.a.v, c.a.v.Offset(b, g, j, 0), dv, vrow);
     // A K or V row with a NaN or Inf is zeroed: a row that sees it is a NaN
     // row (lse NaN; ProbabilityRow makes its P NaN wherever it sees a key),
     // and a row that does not see it must not get 0 * NaN in dQ = dX K or
     // dP = dO V^T.
     if (!AllFinite(krow, d)) std::fill(krow, krow + d, 0.0f);
-    if (!AllFinite(vrow, d)) std::fill(vrow, vrow + d, 0.0f);
+    if (!AllFinite(vrow, dv)) std::fill(vrow, vrow + dv, 0.0f);
   }
 }
 
-// Fills the block's q, d_o [rows, d], lse and row_d = rowsum(dO O) (summed in
-// double: d terms), and zeroes dq. A row that sees no key (lse = -inf, or an
+// Fills the block's q [rows, E], d_o [rows, Ev], lse and row_d = rowsum(dO O)
+// (summed in double: Ev terms), and zeroes dq. A row that sees no key (lse = -inf, or an
 // empty range) gets zeros and lse = -inf: its Q may hold anything. With a
 // sink such a row's lse is the sink's: its range is not empty, but its Q is
 // zeroed when not finite (below) and its P is 0 wherever the masks block.
 void LoadBlock(const Context& c, const Block& k, const BackwardScratch& w) {
-  const int64_t d = c.d;
+  const int64_t d = c.d, dv = c.dv;
   for (int64_t r = 0; r < k.rows; ++r) {
     const int64_t h = k.h0 + r % c.plan.heads, i = k.i0 + r / c.plan.heads;
     const float lse = static_cast<const float*>(c.a.lse.data)[c.a.lse.Offset(k.b, h, i)];
     float* q = w.q + r * d;
-    float* d_o = w.d_o + r * d;
+    float* d_o = w.d_o + r * dv;
     if (VisibleKeys(c.mask, i, k.kv_length).empty() || lse == kNegInf) {
       std::fill(q, q + d, 0.0f);
-      std::fill(d_o, d_o + d, 0.0f);
+      std::fill(d_o, d_o + dv, 0.0f);
       w.lse[r] = kNegInf;
       w.row_d[r] = 0.0f;
       continue;
     }
     LoadRow(c.a.q, c.a.q.Offset(k.b, h, i, 0), d, q);
-    LoadRow(c.g.d_o, c.g.d_o.Offset(k.b, h, i, 0), d, d_o);
+    LoadRow(c.g.d_o, c.g.d_o.Offset(k.b, h, i, 0), dv, d_o);
     // A Q row with a NaN or Inf and a finite lse sees no key (the forward
     // would have made it a NaN row), which with sinks the lse (the sink's)
     // does not say: its Q is never read, and 0 * NaN must not reach dK.
@@ -217,10 +227,10 @@ void LoadBlock(const Context& c, const Block& k, const BackwardScratch& w) {
       w.row_d[r] = 0.0f;
       continue;
     }
-    float* o = w.dq + r * d;  // dq is free until the first tile
-    LoadRow(c.a.o, c.a.o.Offset(k.b, h, i, 0), d, o);
+    float* o = w.dq;  // dq is free until the first tile: one O row at a time
+    LoadRow(c.a.o, c.a.o.Offset(k.b, h, i, 0), dv, o);
     double sum = 0;
-    for (int64_t x = 0; x < d; ++x) sum += static_cast<double>(d_o[x]) * o[x];
+    for (int64_t x = 0; x < dv; ++x) sum += static_cast<double>(d_o[x]) * o[x];
     w.lse[r] = lse;
     w.row_d[r] = static_cast<float>(sum);
   }
@@ -324,23 +334,24 @@ enum TileOutputs { kKeyGrads = 1, kQueryGrads = 2 };
 // are at row k0 - kv_base of kf/vf (and their accumulators of dk/dv).
 void Tile(const Context& c, const Block& k, const BackwardScratch& w, int64_t k0, int64_t kn,
           int64_t kv_base, int outputs) {
-  const int64_t d = c.d;
-  const int R = static_cast<int>(k.rows), N = static_cast<int>(kn), D = static_cast<int>(d);
+  const int64_t d = c.d, dv = c.dv;
+  const int R = static_cast<int>(k.rows), N = static_cast<int>(kn), D = static_cast<int>(d),
+            Dv = static_cast<int>(dv);
   const float scale = c.p.scale;
   const float* kf = w.kf + (k0 - kv_base) * d;
-  const float* vf = w.vf + (k0 - kv_base) * d;
+  const float* vf = w.vf + (k0 - kv_base) * dv;
   GemmEngine& e = *c.engine;
   e.Sgemm(false, true, R, N, D, scale, w.q, D, kf, D, 0.0f, w.s, N);
   for (int64_t r = 0; r < k.rows; ++r) ProbabilityRow(c, k, w, r, k0, kn);
-  e.Sgemm(false, true, R, N, D, 1.0f, w.d_o, D, vf, D, 0.0f, w.dp, N);
+  e.Sgemm(false, true, R, N, Dv, 1.0f, w.d_o, Dv, vf, Dv, 0.0f, w.dp, N);
   const bool write_dbias = (outputs & kQueryGrads) != 0 && !c.g.dbias.empty();
   for (int64_t r = 0; r < k.rows; ++r) ScoreGradRow(c, k, w, r, k0, kn, write_dbias);
   if ((outputs & kKeyGrads) != 0) {
-    float* dv = w.dv + (k0 - kv_base) * d;
+    float* dv_acc = w.dv + (k0 - kv_base) * dv;
     float* dk = w.dk + (k0 - kv_base) * d;
-    // dV [kn, d] += P^T dO;  dK [kn, d] += scale dX^T Q: sums over the rows,
-    // i.e. over the block's positions and the group's heads.
-    e.Sgemm(true, false, N, D, R, 1.0f, w.s, N, w.d_o, D, 1.0f, dv, D);
+    // dV [kn, Ev] += P^T dO;  dK [kn, E] += scale dX^T Q: sums over the
+    // rows, i.e. over the block's positions and the group's heads.
+    e.Sgemm(true, false, N, Dv, R, 1.0f, w.s, N, w.d_o, Dv, 1.0f, dv_acc, Dv);
     e.Sgemm(true, false, N, D, R, scale, w.dp, N, w.q, D, 1.0f, dk, D);
   }
   if ((outputs & kQueryGrads) != 0) {
@@ -357,11 +368,11 @@ KeyRange GroupKeys(const Context& c, int64_t b) {
 // accumulator row 0), zeros elsewhere.
 void StoreKeyGrads(const Context& c, int64_t b, int64_t g, int64_t j0, int64_t j1, int64_t a0,
                    int64_t a1, const BackwardScratch& w) {
-  const int64_t d = c.d;
+  const int64_t d = c.d, dv = c.dv;
   for (int64_t j = j0; j < j1; ++j) {
     const bool in = j >= a0 && j < a1;
     StoreRow(c.g.dk, c.g.dk.Offset(b, g, j, 0), in ? w.dk + (j - a0) * d : nullptr, d);
-    StoreRow(c.g.dv, c.g.dv.Offset(b, g, j, 0), in ? w.dv + (j - a0) * d : nullptr, d);
+    StoreRow(c.g.dv, c.g.dv.Offset(b, g, j, 0), in ? w.dv + (j - a0) * dv : nullptr, dv);
   }
 }
 
@@ -371,10 +382,9 @@ void StoreKeyGrads(const Context& c, int64_t b, int64_t g, int64_t j0, int64_t j
 KeyRange GroupBlocks(const Context& c, int64_t b, int64_t g, int64_t first, int64_t step,
                      const BackwardScratch& w) {
   const KeyRange keys = GroupKeys(c, b);
-  const int64_t d = c.d;
   StageKv(c, b, g, keys.begin, keys.size(), w.kf, w.vf);
-  std::fill(w.dk, w.dk + keys.size() * d, 0.0f);
-  std::fill(w.dv, w.dv + keys.size() * d, 0.0f);
+  std::fill(w.dk, w.dk + keys.size() * c.d, 0.0f);
+  std::fill(w.dv, w.dv + keys.size() * c.dv, 0.0f);
   const int64_t chunk = c.plan.key_chunk;
   for (int64_t qb = first; qb < c.plan.QueryBlocks(c.p); qb += step) {
     const Block k = MakeBlock(c, b, g, qb);
@@ -387,21 +397,23 @@ KeyRange GroupBlocks(const Context& c, int64_t b, int64_t g, int64_t first, int6
   return keys;
 }
 
-// kPartitioned: the dK (which 0) or dV (which 1) partial [span, d] of part
-// `part` of pair (b, g), in the shared region after the worker regions.
+// kPartitioned: the dK (which 0, [span, E]) or dV (which 1, [span, Ev])
+// partial of part `part` of pair (b, g), in the shared region after the
+// worker regions.
 float* Partial(const Context& c, char* partials, int64_t b, int64_t g, int64_t part, int which) {
   const int64_t slot = ((b * c.p.num_kv_heads + g) * c.plan.parts + part) * 2 + which;
-  return reinterpret_cast<float*>(partials + slot * AlignedFloats(c.plan.span * c.d));
+  return reinterpret_cast<float*>(partials +
+                                  slot * AlignedFloats(PartialFloats(c.plan.span, c.d, c.dv)));
 }
 
 // kPartitioned merge: dk, dv of (b, g) = the sum of its parts' partials,
 // part 0 first (a fixed order: the same bits on every call).
 void MergeItem(const Context& c, int64_t b, int64_t g, char* partials, const BackwardScratch& w) {
   const KeyRange keys = GroupKeys(c, b);
-  const int64_t d = c.d;
-  float* sum = w.q;  // [d]
+  float* sum = w.q;  // [max(E, Ev)]
   for (int which = 0; which < 2; ++which) {
     const TensorView& out = which == 0 ? c.g.dk : c.g.dv;
+    const int64_t d = which == 0 ? c.d : c.dv;
     for (int64_t j = 0; j < c.p.kv_len; ++j) {
       const bool in = j >= keys.begin && j < keys.end;
       if (in) {
@@ -420,14 +432,13 @@ void MergeItem(const Context& c, int64_t b, int64_t g, char* partials, const Bac
 // Split item: dK and dV of keys [s * span, (s + 1) * span) of (b, g), over
 // every query block that sees some of them.
 void KeySpanItem(const Context& c, int64_t b, int64_t g, int64_t s, const BackwardScratch& w) {
-  const int64_t d = c.d;
   const int64_t j0 = s * c.plan.span, j1 = std::min(c.p.kv_len, j0 + c.plan.span);
   const KeyRange group = GroupKeys(c, b);
   const int64_t a0 = std::max(j0, group.begin), a1 = std::max(a0, std::min(j1, group.end));
   if (a1 > a0) {
     StageKv(c, b, g, a0, a1 - a0, w.kf, w.vf);
-    std::fill(w.dk, w.dk + (a1 - a0) * d, 0.0f);
-    std::fill(w.dv, w.dv + (a1 - a0) * d, 0.0f);
+    std::fill(w.dk, w.dk + (a1 - a0) * c.d, 0.0f);
+    std::fill(w.dv, w.dv + (a1 - a0) * c.dv, 0.0f);
     const int64_t chunk = c.plan.key_chunk;
     for (int64_t qb = 0; qb < c.plan.QueryBlocks(c.p); ++qb) {
       const Block k = MakeBlock(c, b, g, qb);
@@ -475,13 +486,13 @@ absl::StatusOr<BackwardPlan> MakeBackwardPlan(const AttentionProblem& p, const B
   plan.workers = std::max(1, o.workers);
   plan.heads = p.group_size();
   plan.softcap = p.softcap > 0;
-  const int64_t d = p.head_dim;
+  const int64_t d = p.head_dim, dv = p.value_dim();
   plan.token_block = std::min(p.q_len, std::max<int64_t>(1, o.target_rows / plan.heads));
   plan.key_chunk = std::min(p.kv_len, std::max<int64_t>(1, o.key_chunk));
   plan.span = p.kv_len;
   const size_t workers = static_cast<size_t>(plan.workers);
   auto worker_bytes = [&](bool accumulators) {
-    return BackwardWorkerBytes(plan.span, plan.rows(), plan.key_chunk, d, plan.softcap,
+    return BackwardWorkerBytes(plan.span, plan.rows(), plan.key_chunk, d, dv, plan.softcap,
                                accumulators);
   };
   auto finish = [&](BackwardMode mode) {
@@ -497,7 +508,8 @@ absl::StatusOr<BackwardPlan> MakeBackwardPlan(const AttentionProblem& p, const B
     // round-robin to ceil(workers / pairs) parts (interleaved, so that the
     // parts see about as many causal keys).
     plan.parts = std::min(plan.QueryBlocks(p), CeilDiv(plan.workers, pairs));
-    plan.partial_bytes = static_cast<size_t>(pairs * plan.parts * 2) * AlignedFloats(plan.span * d);
+    plan.partial_bytes = static_cast<size_t>(pairs * plan.parts * 2) *
+                         AlignedFloats(PartialFloats(plan.span, d, dv));
     if (plan.parts >= 2 && plan.partial_bytes <= o.budget_bytes &&
         worker_bytes(false) * workers <= o.budget_bytes - plan.partial_bytes) {
       return finish(BackwardMode::kPartitioned);
@@ -539,10 +551,10 @@ std::string DescribeBackwardPlan(const BackwardPlan& plan) {
 void ComputeBackwardItem(const AttentionProblem& p, const AttentionArgs& args,
                          const GradArgs& grads, const BackwardPlan& plan, int phase, int64_t item,
                          GemmEngine* engine, void* workspace, int worker) {
-  const Context c{p, args, grads, plan, p.mask_params(), p.head_dim, engine};
+  const Context c{p, args, grads, plan, p.mask_params(), p.head_dim, p.value_dim(), engine};
   char* base = static_cast<char*>(workspace);
   char* partials = base + plan.worker_bytes * static_cast<size_t>(plan.workers);
-  BackwardScratch w = Carve(plan, p.head_dim, base + plan.worker_bytes * worker);
+  BackwardScratch w = Carve(plan, p.head_dim, p.value_dim(), base + plan.worker_bytes * worker);
   const int64_t G = p.num_kv_heads;
   switch (plan.mode) {
     case BackwardMode::kFused: {

@@ -65,9 +65,10 @@ Capabilities BlasBackend::Caps() const {
   b.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
   b.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
   b.kv_lengths = b.blocked_mask = b.additive_bias = b.bias_grad = b.softcap = true;
-  b.sinks = true;          // P from the forward's lse, which holds the sink; core/sinks_grad.h
-  b.alibi = true;          // the term added with the bias (backward.cc ProbabilityRow)
-  b.deterministic = true;  // items own disjoint outputs; their order is fixed by the shape
+  b.sinks = true;           // P from the forward's lse, which holds the sink; core/sinks_grad.h
+  b.alibi = true;           // the term added with the bias (backward.cc ProbabilityRow)
+  b.value_head_dim = true;  // dP = dO V^T and dV over Ev, the rest over E
+  b.deterministic = true;   // items own disjoint outputs; their order is fixed by the shape
   return c;
 }
 
@@ -187,8 +188,8 @@ void BlasBackend::RunSegments(bool use_items) {
     const size_t s =
         static_cast<size_t>(std::upper_bound(ends.begin(), ends.end(), item) - ends.begin());
     const blas::BlockContext& ctx = segments[s];
-    const blas::WorkerScratch scratch =
-        blas::CarveScratch(ctx.plan, ctx.problem->head_dim, base + worker * region);
+    const blas::WorkerScratch scratch = blas::CarveScratch(
+        ctx.plan, ctx.problem->head_dim, ctx.problem->value_dim(), base + worker * region);
     blas::ComputeBlock(ctx, s == 0 ? item : item - ends[s - 1], scratch);
   };
   const int64_t items = ends.empty() ? 0 : ends.back();

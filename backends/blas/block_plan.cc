@@ -29,16 +29,19 @@ int64_t BlockPlan::NumItems(const AttentionProblem& p) const {
          CeilDiv(p.q_len, token_block);
 }
 
-size_t WorkerBytes(int64_t rows, int64_t key_chunk, int64_t head_dim, bool stage_kv) {
-  size_t bytes = 2 * AlignedFloats(rows * head_dim)  // q, o
-                 + AlignedFloats(rows * key_chunk)   // s
-                 + 4 * AlignedFloats(rows)           // row_max, row_sum, row_bad, q_scale
-                 + AlignedFloats(key_chunk);         // k_scale
-  if (stage_kv) bytes += 2 * AlignedFloats(key_chunk * head_dim);
+size_t WorkerBytes(int64_t rows, int64_t key_chunk, int64_t head_dim, int64_t value_dim,
+                   bool stage_kv) {
+  size_t bytes = AlignedFloats(rows * head_dim)                         // q
+                 + AlignedFloats(rows * std::max(head_dim, value_dim))  // o
+                 + AlignedFloats(rows * key_chunk)                      // s
+                 + 4 * AlignedFloats(rows)    // row_max, row_sum, row_bad, q_scale
+                 + AlignedFloats(key_chunk);  // k_scale
+  if (stage_kv) bytes += AlignedFloats(key_chunk * head_dim) + AlignedFloats(key_chunk * value_dim);
   return bytes;
 }
 
-WorkerScratch CarveScratch(const BlockPlan& plan, int64_t head_dim, void* region) {
+WorkerScratch CarveScratch(const BlockPlan& plan, int64_t head_dim, int64_t value_dim,
+                           void* region) {
   char* at = static_cast<char*>(region);
   auto take = [&at](int64_t floats) {
     float* p = reinterpret_cast<float*>(at);
@@ -48,7 +51,7 @@ WorkerScratch CarveScratch(const BlockPlan& plan, int64_t head_dim, void* region
   const int64_t rows = plan.rows();
   WorkerScratch s;
   s.q = take(rows * head_dim);
-  s.o = take(rows * head_dim);
+  s.o = take(rows * std::max(head_dim, value_dim));
   s.s = take(rows * plan.key_chunk);
   s.row_max = take(rows);
   s.row_sum = take(rows);
@@ -57,7 +60,7 @@ WorkerScratch CarveScratch(const BlockPlan& plan, int64_t head_dim, void* region
   s.k_scale = take(plan.key_chunk);
   if (plan.stage_kv) {
     s.k = take(plan.key_chunk * head_dim);
-    s.v = take(plan.key_chunk * head_dim);
+    s.v = take(plan.key_chunk * value_dim);
   }
   return s;
 }
@@ -66,7 +69,7 @@ absl::StatusOr<BlockPlan> MakePlan(const AttentionProblem& p, const PlanOptions&
   BlockPlan plan;
   plan.workers = std::max(1, o.workers);
   plan.stage_kv = o.stage_kv;
-  const int64_t d = p.head_dim;
+  const int64_t d = p.head_dim, dv = p.value_dim();
   const int64_t target_rows = std::max<int64_t>(1, o.target_rows);
   // The token block is the same whether or not heads are stacked, so the
   // per-head mode differs from the grouped one only in the GEMM shapes.
@@ -89,7 +92,7 @@ absl::StatusOr<BlockPlan> MakePlan(const AttentionProblem& p, const PlanOptions&
 
   const size_t per_worker = o.budget_bytes / static_cast<size_t>(plan.workers);
   auto fits = [&] {
-    return WorkerBytes(plan.rows(), plan.key_chunk, d, plan.stage_kv) <= per_worker;
+    return WorkerBytes(plan.rows(), plan.key_chunk, d, dv, plan.stage_kv) <= per_worker;
   };
   while (!fits()) {
     if (plan.key_chunk > kPreferredMinKeyChunk) {
@@ -105,14 +108,14 @@ absl::StatusOr<BlockPlan> MakePlan(const AttentionProblem& p, const PlanOptions&
           "memory budget %d bytes over %d workers cannot hold one query row against "
           "a %d-key chunk at head_dim %d (needs %d bytes per worker)",
           o.budget_bytes, plan.workers, kMinKeyChunk, d,
-          WorkerBytes(1, kMinKeyChunk, d, plan.stage_kv)));
+          WorkerBytes(1, kMinKeyChunk, d, dv, plan.stage_kv)));
     }
   }
   plan.panel_tokens =
       o.panel_rows > 0
           ? std::min(plan.token_block, std::max<int64_t>(1, o.panel_rows / plan.head_block))
           : plan.token_block;
-  plan.worker_bytes = WorkerBytes(plan.rows(), plan.key_chunk, d, plan.stage_kv);
+  plan.worker_bytes = WorkerBytes(plan.rows(), plan.key_chunk, d, dv, plan.stage_kv);
   return plan;
 }
 

@@ -58,10 +58,12 @@ struct BlockPlan {
 };
 
 // One worker's scratch, carved from its region. Sizes in floats:
-//   q [rows, d] (gathered Q), s [rows, key_chunk], o [rows, d] (accumulator),
+//   q [rows, E] (gathered Q), s [rows, key_chunk], o [rows, max(E, Ev)]
+//   (the accumulator [rows, Ev]; int8 Q.K stages f32 Q rows in it first),
 //   row_max [rows], row_sum [rows], row_bad [rows] (1: the row reads a NaN or
 //   Inf), q_scale [rows] and k_scale [key_chunk] (int8 Q.K: each row's and
-//   key's factor), k and v [key_chunk, d] (only when staged). q, k and v
+//   key's factor), k [key_chunk, E] and v [key_chunk, Ev] (only when staged).
+//   E is head_dim, Ev value_dim(). q, k and v
 //   hold 16-bit or int8 operands in place of f32 when the products take them
 //   (BlockContext::qk_type, pv_type), in the same bytes.
 struct WorkerScratch {
@@ -78,10 +80,12 @@ struct WorkerScratch {
 };
 
 // Bytes of one worker's scratch for these block sizes.
-size_t WorkerBytes(int64_t rows, int64_t key_chunk, int64_t head_dim, bool stage_kv);
+size_t WorkerBytes(int64_t rows, int64_t key_chunk, int64_t head_dim, int64_t value_dim,
+                   bool stage_kv);
 
 // Splits `region` (at least plan.worker_bytes, 64-byte aligned) into arrays.
-WorkerScratch CarveScratch(const BlockPlan& plan, int64_t head_dim, void* region);
+WorkerScratch CarveScratch(const BlockPlan& plan, int64_t head_dim, int64_t value_dim,
+                           void* region);
 
 // Chooses block sizes: as many rows as target_rows asks (whole groups of
 // query heads, so K/V are shared), the whole visible key range per

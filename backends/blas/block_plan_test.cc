@@ -47,8 +47,8 @@ TEST(BlockPlanTest, LongSequencesStayUnderEveryBudget) {
         auto plan = blas::MakePlan(p, o);
         ASSERT_TRUE(plan.ok()) << plan.status();
         EXPECT_LE(plan->total_bytes(), budget);
-        EXPECT_EQ(plan->worker_bytes,
-                  blas::WorkerBytes(plan->rows(), plan->key_chunk, p.head_dim, o.stage_kv));
+        EXPECT_EQ(plan->worker_bytes, blas::WorkerBytes(plan->rows(), plan->key_chunk, p.head_dim,
+                                                        p.value_dim(), o.stage_kv));
         EXPECT_GE(plan->key_chunk, 16);
       }
     }

@@ -62,7 +62,8 @@ struct BwdPlan {
   int64_t q_tile, q_tiles;        // query positions per tile, tiles per head
   int64_t key_block, key_blocks;  // keys per block, blocks over Tk
   int64_t key_pad;                // block key counts are padded to this
-  int64_t dp;                     // head_dim padded to Lanes
+  int64_t dp;                     // head_dim padded to Lanes: Q, K, dQ, dK
+  int64_t dvp;                    // value_dim padded to Lanes: V, O, dO, dV
   int64_t chunks, blocks_per_chunk, items;
   std::vector<ChunkRows> rows;  // [batch, chunks]
   // Per-thread scratch offsets, in floats.
@@ -86,6 +87,7 @@ inline BwdPlan PlanBackward(const FlashParams& p) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   BwdPlan t;
   t.dp = BwdRoundUp(p.head_dim, N);
+  t.dvp = BwdRoundUp(p.value_dim, N);
   // Each step's operands ([64, dp] f32: 16 KiB at d = 64) stay in L1/L2;
   // large head dims take smaller blocks.
   t.key_pad = std::max<int64_t>(kGradTileM, N);
@@ -139,7 +141,7 @@ inline BwdPlan PlanBackward(const FlashParams& p) {
   }
   t.shared_floats = shared;
 
-  const int64_t kbk = t.key_block, dp = t.dp, qt = t.q_tile;
+  const int64_t kbk = t.key_block, dp = t.dp, dvp = t.dvp, qt = t.q_tile;
   size_t off = 0;
   auto take = [&off](int64_t floats) {
     const size_t at = off;
@@ -147,20 +149,20 @@ inline BwdPlan PlanBackward(const FlashParams& p) {
     return at;
   };
   t.off_k = take(kbk * dp);
-  t.off_v = take(kbk * dp);
+  t.off_v = take(kbk * dvp);
   t.off_kt = take(p.head_dim * kbk);
-  t.off_vt = take(p.head_dim * kbk);
+  t.off_vt = take(p.value_dim * kbk);
   t.off_dk = take(kbk * dp);
-  t.off_dv = take(kbk * dp);
-  t.off_q = take(qt * dp);
-  t.off_do = take(qt * dp);
+  t.off_dv = take(kbk * dvp);
+  t.off_q = take(qt * std::max(dp, dvp));  // StoreQueryGrads' row too
+  t.off_do = take(qt * dvp);
   t.off_s = take(qt * kbk);
   t.off_dps = take(qt * kbk);
   t.off_add = take(kbk);
   t.off_ds = take(kbk);
   // chunks == 1: the item's dQ accumulator [group, q rows, dp] is per thread.
   t.off_dq = take(t.chunks == 1 ? p.group * max_rows * dp : 0);
-  t.scratch_floats = std::max<size_t>(off, static_cast<size_t>(2 * dp));  // D pass: 2 rows
+  t.scratch_floats = std::max<size_t>(off, static_cast<size_t>(2 * dvp));  // D pass: 2 rows
   return t;
 }
 
@@ -195,11 +197,11 @@ inline void RowDotPass(const FlashParams& p, const FlashGradParams& g, const Bwd
                        float* HWY_RESTRICT dsum, float* HWY_RESTRICT scratch) {
   const int64_t b = bh / p.num_heads, h = bh % p.num_heads;
   float* HWY_RESTRICT o = scratch;
-  float* HWY_RESTRICT d_o = scratch + t.dp;
+  float* HWY_RESTRICT d_o = scratch + t.dvp;
   for (int64_t i = 0; i < p.q_len; ++i) {
-    LoadGradRow(p.o, b, h, i, p.head_dim, t.dp, 1.0f, o);
-    LoadGradRow(g.d_o, b, h, i, p.head_dim, t.dp, 1.0f, d_o);
-    dsum[bh * p.q_len + i] = DotRow(o, d_o, static_cast<size_t>(t.dp));
+    LoadGradRow(p.o, b, h, i, p.value_dim, t.dvp, 1.0f, o);
+    LoadGradRow(g.d_o, b, h, i, p.value_dim, t.dvp, 1.0f, d_o);
+    dsum[bh * p.q_len + i] = DotRow(o, d_o, static_cast<size_t>(t.dvp));
     if (g.dbias != nullptr) {
       float* row = g.dbias + g.dbias_view.Offset(b, h, i, 0);
       const int64_t cs = g.dbias_view.strides[3];
@@ -253,9 +255,10 @@ inline void LoadKeyBlock(const TensorView& v, int64_t b, int64_t g, int64_t k0, 
 // harness/poison_blocked.h draws such inputs) and of those that hold a NaN
 // or Inf: 0 * NaN must not reach dQ = dX K or dP = dO V^T of a row that does
 // not see the key.
+// K rows are dp floats apart, V rows dvp.
 inline void ZeroUnseenKeys(const FlashParams& p, int64_t b, int64_t g, int64_t k0, int64_t nk,
-                           int64_t kv_length, const KeyRange& seen_by_mask, int64_t dp, int64_t ldt,
-                           float* HWY_RESTRICT k_rows, float* HWY_RESTRICT k_cols,
+                           int64_t kv_length, const KeyRange& seen_by_mask, int64_t dp, int64_t dvp,
+                           int64_t ldt, float* HWY_RESTRICT k_rows, float* HWY_RESTRICT k_cols,
                            float* HWY_RESTRICT v_rows, float* HWY_RESTRICT v_cols) {
   char seen[kBwdMaxKeyBlock] = {};
   if (p.blocked == nullptr) {
@@ -272,8 +275,8 @@ inline void ZeroUnseenKeys(const FlashParams& p, int64_t b, int64_t g, int64_t k
       }
     }
   }
-  auto finite = [dp](const float* row) {
-    for (int64_t c = 0; c < dp; ++c) {
+  auto finite = [](const float* row, int64_t n) {
+    for (int64_t c = 0; c < n; ++c) {
       if (!std::isfinite(row[c])) return false;
     }
     return true;
@@ -283,15 +286,15 @@ inline void ZeroUnseenKeys(const FlashParams& p, int64_t b, int64_t g, int64_t k
     // every row that sees it is a NaN row (its lse is NaN, so its P and dS
     // are NaN wherever it sees a key, with or without this row's values),
     // and the rows that do not see it must not get 0 * NaN.
-    const bool zero_k = !seen[j] || !finite(k_rows + j * dp);
-    const bool zero_v = !seen[j] || !finite(v_rows + j * dp);
+    const bool zero_k = !seen[j] || !finite(k_rows + j * dp, dp);
+    const bool zero_v = !seen[j] || !finite(v_rows + j * dvp, dvp);
     if (zero_k) {
       std::fill(k_rows + j * dp, k_rows + (j + 1) * dp, 0.0f);
-      for (int64_t c = 0; c < dp; ++c) k_cols[c * ldt + j] = 0.0f;
+      for (int64_t c = 0; c < p.head_dim; ++c) k_cols[c * ldt + j] = 0.0f;  // [d, ldt]
     }
     if (zero_v) {
-      std::fill(v_rows + j * dp, v_rows + (j + 1) * dp, 0.0f);
-      for (int64_t c = 0; c < dp; ++c) v_cols[c * ldt + j] = 0.0f;
+      std::fill(v_rows + j * dvp, v_rows + (j + 1) * dvp, 0.0f);
+      for (int64_t c = 0; c < p.value_dim; ++c) v_cols[c * ldt + j] = 0.0f;  // [dv, ldt]
     }
   }
 }
@@ -310,13 +313,14 @@ inline KeyRange KeysSeenByMask(const FlashParams& p, int64_t kv_length) {
   return seen;
 }
 
-// One (query tile, key block) step for head h: updates dk, dv [nkp, dp] and
-// dq [nqp, dp] (the tile's rows of the dQ accumulator).
+// One (query tile, key block) step for head h: updates dk [nkp, dp], dv
+// [nkp, dvp] and dq [nqp, dp] (the tile's rows of the dQ accumulator).
 inline void BackwardStep(const FlashParams& p, const FlashGradParams& g, const BwdPlan& t,
                          const float* HWY_RESTRICT dsum_all, int64_t b, int64_t h, int64_t q0,
                          int64_t nq, int64_t k0, int64_t nk, int64_t nkp, float* scratch,
                          float* HWY_RESTRICT dq) {
-  const int64_t d = p.head_dim, dp = t.dp, ld = t.key_block;
+  const int64_t d = p.head_dim, dp = t.dp, dv_cols = p.value_dim, dvp = t.dvp;
+  const int64_t ld = t.key_block;
   const int64_t nqp = BwdRoundUp(nq, kGradTileM);
   float* HWY_RESTRICT k = scratch + t.off_k;
   float* HWY_RESTRICT kt = scratch + t.off_kt;
@@ -347,14 +351,15 @@ inline void BackwardStep(const FlashParams& p, const FlashGradParams& g, const B
         std::fill(qr, qr + dp, 0.0f);
       }
     }
-    LoadGradRow(g.d_o, b, h, q0 + r, d, dp, 1.0f, d_o + r * dp);
+    LoadGradRow(g.d_o, b, h, q0 + r, dv_cols, dvp, 1.0f, d_o + r * dvp);
   }
   std::fill(q + nq * dp, q + nqp * dp, 0.0f);
-  std::fill(d_o + nq * dp, d_o + nqp * dp, 0.0f);
-  const size_t udp = static_cast<size_t>(dp), uld = static_cast<size_t>(ld);
+  std::fill(d_o + nq * dvp, d_o + nqp * dvp, 0.0f);
+  const size_t udp = static_cast<size_t>(dp), udvp = static_cast<size_t>(dvp);
+  const size_t uld = static_cast<size_t>(ld);
   BroadcastMatMul(q, udp, 1, kt, uld, static_cast<size_t>(d), static_cast<size_t>(nqp),
                   static_cast<size_t>(nkp), s, uld, /*accumulate=*/false);
-  BroadcastMatMul(d_o, udp, 1, vt, uld, static_cast<size_t>(d), static_cast<size_t>(nqp),
+  BroadcastMatMul(d_o, udvp, 1, vt, uld, static_cast<size_t>(dv_cols), static_cast<size_t>(nqp),
                   static_cast<size_t>(nkp), dps, uld, /*accumulate=*/false);
   const int64_t kv_length = p.KvLength(b);
   const bool per_pair = p.bias != nullptr || p.blocked != nullptr || p.alibi_slopes != nullptr;
@@ -385,7 +390,7 @@ inline void BackwardStep(const FlashParams& p, const FlashGradParams& g, const B
   }
   // dV += P^T dO, dK += dX^T Q: A is P / dX read down its columns.
   const size_t depth = static_cast<size_t>(nq);
-  BroadcastMatMul(s, 1, uld, d_o, udp, depth, static_cast<size_t>(nkp), udp, dv, udp, true);
+  BroadcastMatMul(s, 1, uld, d_o, udvp, depth, static_cast<size_t>(nkp), udvp, dv, udvp, true);
   BroadcastMatMul(dps, 1, uld, q, udp, depth, static_cast<size_t>(nkp), udp, dk, udp, true);
   // dQ += dX K (times scale at the store).
   BroadcastMatMul(dps, uld, 1, k, udp, static_cast<size_t>(nk), static_cast<size_t>(nqp), udp, dq,
@@ -403,7 +408,8 @@ inline void BackwardItem(const FlashParams& p, const FlashGradParams& g, const B
   const int64_t b = bg / p.num_kv_heads, kvh = bg % p.num_kv_heads;
   const ChunkRows& rows = t.rows[static_cast<size_t>(b * t.chunks + chunk)];
   const int64_t n_rows = rows.q_end - rows.q_begin;
-  const int64_t d = p.head_dim, dp = t.dp, ld = t.key_block;
+  const int64_t d = p.head_dim, dp = t.dp, dv_cols = p.value_dim, dvp = t.dvp;
+  const int64_t ld = t.key_block;
   std::fill(dq_acc, dq_acc + p.group * n_rows * dp, 0.0f);
   const int64_t kv_length = p.KvLength(b);
   // Once per item, not per key block (ZeroUnseenKeys).
@@ -423,7 +429,7 @@ inline void BackwardItem(const FlashParams& p, const FlashGradParams& g, const B
     // Rows past nk stay 0: padding, and keys past kv_length (gradient 0).
     const int64_t zero_rows = std::max(nkp, nk_all);
     std::fill(dk, dk + zero_rows * dp, 0.0f);
-    std::fill(dv, dv + zero_rows * dp, 0.0f);
+    std::fill(dv, dv + zero_rows * dvp, 0.0f);
     bool loaded = false;
     for (int64_t hl = 0; hl < p.group && nk > 0; ++hl) {
       const int64_t h = kvh * p.group + hl;
@@ -431,8 +437,8 @@ inline void BackwardItem(const FlashParams& p, const FlashGradParams& g, const B
         if (TileHidden(p, t, kv_length, qt, k0, nk)) continue;
         if (!loaded) {  // K and V of a block no query sees are never read
           LoadKeyBlock(p.k, b, kvh, k0, nk, nkp, d, dp, ld, k, kt);
-          LoadKeyBlock(p.v, b, kvh, k0, nk, nkp, d, dp, ld, v, vt);
-          ZeroUnseenKeys(p, b, kvh, k0, nk, kv_length, seen_by_mask, dp, ld, k, kt, v, vt);
+          LoadKeyBlock(p.v, b, kvh, k0, nk, nkp, dv_cols, dvp, ld, v, vt);
+          ZeroUnseenKeys(p, b, kvh, k0, nk, kv_length, seen_by_mask, dp, dvp, ld, k, kt, v, vt);
           loaded = true;
         }
         const int64_t q0 = qt * t.q_tile;
@@ -443,7 +449,7 @@ inline void BackwardItem(const FlashParams& p, const FlashGradParams& g, const B
     }
     for (int64_t j = 0; j < nk_all; ++j) {
       StoreGradRow(g.dk, b, kvh, k0 + j, d, 1.0f, dk + j * dp);
-      StoreGradRow(g.dv, b, kvh, k0 + j, d, 1.0f, dv + j * dp);
+      StoreGradRow(g.dv, b, kvh, k0 + j, dv_cols, 1.0f, dv + j * dvp);
     }
   }
 }

@@ -14,6 +14,7 @@ FlashParams MakeFlashParams(const AttentionProblem& p, const AttentionArgs& a) {
   f.num_kv_heads = p.num_kv_heads;
   f.group = p.group_size();
   f.head_dim = p.head_dim;
+  f.value_dim = p.value_dim();
   f.q_len = p.q_len;
   f.kv_len = p.kv_len;
   f.q = a.q;

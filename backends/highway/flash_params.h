@@ -20,13 +20,14 @@ struct FlashParams {
   int64_t num_heads = 1;     // H
   int64_t num_kv_heads = 1;  // G
   int64_t group = 1;         // H / G query heads per kv head
-  int64_t head_dim = 1;      // d
+  int64_t head_dim = 1;      // d (E): Q and K
+  int64_t value_dim = 1;     // Ev: V and O (AttentionProblem::value_dim())
   int64_t q_len = 1;         // Tq
   int64_t kv_len = 1;        // Tk
-  // q, o: [B, H, Tq, d]; k, v: [B, G, Tk, d] or paged pools (strided views,
-  // never copied). K/V row t of (b, g) is at kv_rows.Offset(k, b, g, t);
-  // rows of one run (a page, or all of a dense tensor) are k_row_stride /
-  // v_row_stride elements apart.
+  // q: [B, H, Tq, d], o: [B, H, Tq, Ev]; k: [B, G, Tk, d], v: [B, G, Tk, Ev]
+  // or paged pools (strided views, never copied). K/V row t of (b, g) is at kv_rows.Offset(k, b, g,
+  // t); rows of one run (a page, or all of a dense tensor) are k_row_stride / v_row_stride elements
+  // apart.
   TensorView q, k, v, o;
   KvRows kv_rows;
   int64_t k_row_stride = 0, v_row_stride = 0;

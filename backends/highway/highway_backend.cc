@@ -78,7 +78,8 @@ class HighwayBackend : public Backend {
     // Sinks: P from the forward's lse (which holds the sink) is all dQ, dK
     // and dV need; dsinks from O, dO and lse (core/sinks_grad.h).
     bw.sinks = true;
-    bw.alibi = true;  // the term added with the bias (backward-inl.h PairInputs)
+    bw.alibi = true;           // the term added with the bias (backward-inl.h PairInputs)
+    bw.value_head_dim = true;  // dP = dO V^T and dV over Ev (BwdPlan::dvp)
     bw.deterministic = true;
     return c;
   }

@@ -91,7 +91,8 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
   c.bf16_qk = !t.narrow && p.k.dtype == DType::kBF16 && (p.q.dtype == DType::kBF16 || p.round_q) &&
               p.k.strides[3] == 1 && p.head_dim % 16 == 0 && t.dp == p.head_dim &&
               x86_dot::HaveBF16Dot();
-  c.bf16_pv = c.bf16_qk && p.fast && p.v.dtype == DType::kBF16 && p.v.strides[3] == 1;
+  c.bf16_pv = c.bf16_qk && p.fast && p.v.dtype == DType::kBF16 && p.v.strides[3] == 1 &&
+              p.value_dim % 16 == 0 && t.dvp == p.value_dim;
   c.vnni_qk = t.packed && p.k.dtype == DType::kI8 && p.round_q && x86_dot::HaveVnni();
 #else
   (void)p;
@@ -125,7 +126,7 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
                       const T* HWY_RESTRICT vtile, size_t ldv, const AheadRows<T>& k_ahead,
                       const AheadRows<T>& v_ahead, const float* HWY_RESTRICT k_scales,
                       const float* HWY_RESTRICT v_scales, const DotChoice& dots, float* scratch) {
-  const int64_t dp = t.dp, rows = it.nh * it.nq;
+  const int64_t dp = t.dp, dvp = t.dvp, rows = it.nh * it.nq;
   const int64_t groups = CeilDiv(rows, kGroupRows);
   const int64_t nk4 = RoundUp(nk, static_cast<int64_t>(PackedKeysPerVec()));
   const ScoreLayout lay{kGroupRows, RoundUp(t.key_tile, 4) * kGroupRows};
@@ -188,7 +189,7 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   }
   // Keys some row may not see: V rows with a NaN or Inf are left out.
   int32_t bad_keys[kMaxKeyTile];
-  const int64_t n_bad = per_pair || structured ? FlagNonFiniteValueRows(vtile, ldv, nk, dp, s, lay,
+  const int64_t n_bad = per_pair || structured ? FlagNonFiniteValueRows(vtile, ldv, nk, dvp, s, lay,
                                                                         rows, bad, bad_keys)
                                                : 0;
   for (int64_t g = 0; g < groups; ++g) {
@@ -204,8 +205,8 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     for (int64_t x = 0; x <= n_bad; ++x) {
       const int64_t j1 = x < n_bad ? bad_keys[x] : nk;
       WeightedSumV(sg + j0 * kGroupRows, kGroupRows, vtile + j0 * ldv, ldv,
-                   static_cast<size_t>(j1 - j0), rescale, kGroupRows, static_cast<size_t>(dp),
-                   o + r0 * dp, static_cast<size_t>(dp));
+                   static_cast<size_t>(j1 - j0), rescale, kGroupRows, static_cast<size_t>(dvp),
+                   o + r0 * dvp, static_cast<size_t>(dvp));
       rescale = nullptr;
       j0 = j1 + 1;
     }
@@ -220,7 +221,8 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
 template <typename T, class StoreRow>
 void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scratch,
                const StoreRow& store_row) {
-  const int64_t mp = t.rows_padded, dp = t.dp, d = p.head_dim;
+  // Q and K rows: d padded to dp; V rows and O: dv padded to dvp.
+  const int64_t mp = t.rows_padded, dp = t.dp, d = p.head_dim, dvp = t.dvp, dv = p.value_dim;
   float* HWY_RESTRICT qt = scratch + t.off_qt;
   float* HWY_RESTRICT qrows = scratch + t.off_q;
   float* HWY_RESTRICT k = scratch + t.off_k;
@@ -246,7 +248,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   // conversion: whole tiles are read in place (rows of one run of the cache).
   const bool f32_in_place = kF32Tiles && !t.direct && !t.narrow && p.k.dtype == DType::kF32 &&
                             p.v.dtype == DType::kF32 && p.k.strides[3] == 1 &&
-                            p.v.strides[3] == 1 && dp == d && p.k_row_stride > 0 &&
+                            p.v.strides[3] == 1 && dp == d && dvp == dv && p.k_row_stride > 0 &&
                             p.v_row_stride > 0;
   // The bf16 tiles: Q pairs in qt's space, P pairs at off_pp, V pairs in v's.
   uint32_t* HWY_RESTRICT qp = reinterpret_cast<uint32_t*>(qt);
@@ -258,7 +260,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     l[r] = 0.0f;
     bad[r] = 0.0f;
   }
-  std::fill(o, o + mp * dp, 0.0f);
+  std::fill(o, o + mp * dvp, 0.0f);
   // BF16Pairs: position c of a row holds column perm[c] (see LoadF32Vecs);
   // Q rows are stored, and output rows come out, in that order.
   constexpr bool kPairs = std::is_same<T, BF16Pairs>::value;
@@ -324,9 +326,10 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       if (!t.direct) {
         ktile = k;
         vtile = v;
-        ldk = ldv = static_cast<size_t>(dp);
+        ldk = static_cast<size_t>(dp);
+        ldv = static_cast<size_t>(dvp);
         if (bf16_qk && !bf16_pv && p.prepared_v != nullptr) {  // f32 V converted once per call
-          vtile = p.prepared_v + (it.b * p.num_kv_heads + it.g) * p.prepared_stride + k0 * dp;
+          vtile = p.prepared_v + (it.b * p.num_kv_heads + it.g) * p.prepared_stride + k0 * dvp;
           prepared_vtile = true;
         } else if (f32_in_place && nk == nkp && p.kv_rows.RunLength(k0) >= nk) {
           // Whole f32 tiles are read where they lie (a copy was 10-14 % of
@@ -417,12 +420,12 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     // Keys some row may not see: V rows with a NaN or Inf are left out.
     int32_t bad_keys[kMaxKeyTile];
     int64_t n_bad = 0;
-    if (bf16_pv && (per_pair || structured)) {  // V storage itself (dp == d)
+    if (bf16_pv && (per_pair || structured)) {  // V storage itself (dvp == dv)
       n_bad = FlagNonFiniteValueRowsAt<hwy::bfloat16_t>(
-          [&](int64_t j) { return reinterpret_cast<const hwy::bfloat16_t*>(v16_row(j)); }, nk, dp,
+          [&](int64_t j) { return reinterpret_cast<const hwy::bfloat16_t*>(v16_row(j)); }, nk, dvp,
           s, lay, rows, bad, bad_keys);
     } else if (per_pair || structured) {
-      n_bad = FlagNonFiniteValueRows(vtile, ldv, nk, dp, s, lay, rows, bad, bad_keys);
+      n_bad = FlagNonFiniteValueRows(vtile, ldv, nk, dvp, s, lay, rows, bad, bad_keys);
     }
     ATTNKIT_PHASE_MARK(phase_timer, kMask);
     OnlineSoftmaxUpdate(s, mp, nkp, mp, m, l, alpha);
@@ -435,18 +438,18 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       const uint32_t* vpairs = vp;
       if (p.prepared_v != nullptr && k0 % 2 == 0 && nk % 2 == 0 && n_bad == 0) {
         vpairs = reinterpret_cast<const uint32_t*>(p.prepared_v) +
-                 (it.b * p.num_kv_heads + it.g) * p.prepared_stride + k0 / 2 * dp;
+                 (it.b * p.num_kv_heads + it.g) * p.prepared_stride + k0 / 2 * dvp;
       } else {  // rows holding a NaN or Inf as zeros
         const uint16_t* vrows[kMaxKeyTile];
         for (int64_t j = 0; j < nk; ++j) vrows[j] = v16_row(j);
         for (int64_t x = 0; x < n_bad; ++x) vrows[bad_keys[x]] = nullptr;
-        x86_dot::BF16PackValues(vrows, static_cast<size_t>(nk), static_cast<size_t>(d),
-                                static_cast<size_t>(dp), vp, static_cast<size_t>(dp));
+        x86_dot::BF16PackValues(vrows, static_cast<size_t>(nk), static_cast<size_t>(dv),
+                                static_cast<size_t>(dvp), vp, static_cast<size_t>(dvp));
       }
-      x86_dot::BF16WeightedSumV(pp, static_cast<size_t>(mp), vpairs, static_cast<size_t>(dp),
+      x86_dot::BF16WeightedSumV(pp, static_cast<size_t>(mp), vpairs, static_cast<size_t>(dvp),
                                 static_cast<size_t>((nk + 1) / 2), alpha,
-                                static_cast<size_t>(value_rows), static_cast<size_t>(dp), o,
-                                static_cast<size_t>(dp));
+                                static_cast<size_t>(value_rows), static_cast<size_t>(dvp), o,
+                                static_cast<size_t>(dvp));
       ATTNKIT_PHASE_MARK(phase_timer, kPV);
       continue;
     }
@@ -459,7 +462,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     for (int64_t x = 0; x <= n_bad; ++x) {
       const int64_t j1 = x < n_bad ? bad_keys[x] : v_end;
       WeightedSumV(s + j0 * mp, mp, vtile + j0 * ldv, ldv, static_cast<size_t>(j1 - j0), rescale,
-                   value_rows, dp, o, dp);
+                   value_rows, dvp, o, dvp);
       rescale = nullptr;
       j0 = j1 + 1;
     }
@@ -470,25 +473,25 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   // split-K partials keep their keys' lse and MergeWorkItem folds it.
   const bool fold_sink = p.sinks != nullptr && t.splits == 1;
   for (int64_t r = 0; r < rows; ++r) {
-    float* orow = o + r * dp;
+    float* orow = o + r * dvp;
     float lse = kNegInf;
     const float sink = fold_sink ? p.sinks[p.sinks_view.Offset(it.h0 + r / it.nq)] : kNegInf;
-    if (bad[r] != 0.0f || !AllFinite(orow, static_cast<size_t>(dp)) || std::isnan(sink) ||
+    if (bad[r] != 0.0f || !AllFinite(orow, static_cast<size_t>(dvp)) || std::isnan(sink) ||
         sink == -kNegInf) {
       // The row read a NaN or Inf (a V row's reaches its accumulator), or
       // its head's sink is NaN or +inf.
       lse = std::numeric_limits<float>::quiet_NaN();
-      std::fill(orow, orow + dp, lse);
+      std::fill(orow, orow + dvp, lse);
     } else if (l[r] > 0.0f) {
       const SinkNorm norm = NormalizeWithSink(m[r], l[r], sink);
-      for (int64_t c = 0; c < dp; ++c) orow[c] *= norm.inv;
+      for (int64_t c = 0; c < dvp; ++c) orow[c] *= norm.inv;
       lse = norm.lse;
     } else {
-      std::fill(orow, orow + dp, 0.0f);
+      std::fill(orow, orow + dvp, 0.0f);
       lse = sink;  // -inf without a sink
     }
     if (kPairs) {  // back to column order
-      for (int64_t c = 0; c < dp; ++c) row[column_at(c)] = orow[c];
+      for (int64_t c = 0; c < dvp; ++c) row[column_at(c)] = orow[c];
       orow = row;
     }
     store_row(r, orow, lse);
@@ -541,8 +544,8 @@ HWY_INLINE void StoreRowAsBF16(const float* HWY_RESTRICT row, size_t n,
 // misses first reads its line from memory; 5 % of a GQA d128 prefill).
 constexpr int64_t kStreamOutputBytes = int64_t{8} << 20;
 inline bool StreamsOutput(const FlashParams& p) {
-  return p.o.dtype == DType::kF32 && p.o.strides[3] == 1 && p.head_dim % 16 == 0 &&
-         p.batch * p.num_heads * p.q_len * p.head_dim * 4 >= kStreamOutputBytes;
+  return p.o.dtype == DType::kF32 && p.o.strides[3] == 1 && p.value_dim % 16 == 0 &&
+         p.batch * p.num_heads * p.q_len * p.value_dim * 4 >= kStreamOutputBytes;
 }
 
 // Writes one finished row of `it` to O (and lse), converting to O's dtype;
@@ -554,7 +557,7 @@ inline void StoreOutputRow(const FlashParams& p, const Item& it, int64_t r, floa
   if (fold_sink && p.sinks != nullptr) {
     const SinkFold fold = FoldSink(lse, p.sinks[p.sinks_view.Offset(h)]);
     if (fold.scale != 1.0f) {
-      for (int64_t c = 0; c < p.head_dim; ++c) row[c] *= fold.scale;
+      for (int64_t c = 0; c < p.value_dim; ++c) row[c] *= fold.scale;
     }
     lse = fold.lse;
   }
@@ -564,17 +567,17 @@ inline void StoreOutputRow(const FlashParams& p, const Item& it, int64_t r, floa
     float* o32 = static_cast<float*>(p.o.data) + base;
     if (StreamsOutput(p) && reinterpret_cast<uintptr_t>(o32) % 64 == 0) {
       const DF df;
-      const size_t N = hn::Lanes(df);  // divides 16, so head_dim
-      for (size_t c = 0; c < static_cast<size_t>(p.head_dim); c += N) {
+      const size_t N = hn::Lanes(df);  // divides 16, so value_dim
+      for (size_t c = 0; c < static_cast<size_t>(p.value_dim); c += N) {
         hn::Stream(hn::LoadU(df, row + c), df, o32 + c);
       }
     } else {
-      std::copy(row, row + p.head_dim, o32);
+      std::copy(row, row + p.value_dim, o32);
     }
   } else if (p.o.dtype == DType::kBF16 && cs == 1) {
-    StoreRowAsBF16(row, static_cast<size_t>(p.head_dim), static_cast<uint16_t*>(p.o.data) + base);
+    StoreRowAsBF16(row, static_cast<size_t>(p.value_dim), static_cast<uint16_t*>(p.o.data) + base);
   } else {
-    for (int64_t c = 0; c < p.head_dim; ++c)
+    for (int64_t c = 0; c < p.value_dim; ++c)
       StoreFromF32(p.o.data, p.o.dtype, base + c * cs, row[c]);
   }
   if (p.lse != nullptr) p.lse[p.lse_view.Offset(it.b, h, i)] = lse;
@@ -582,7 +585,7 @@ inline void StoreOutputRow(const FlashParams& p, const Item& it, int64_t r, floa
 
 // Runs split `split` of base item `base` of (p, t): stores the rows, or
 // (split-K) writes them and their lse to the item's slot of `partials`
-// ([base_items * splits, rows_padded, dp + 1], lse after the rows).
+// ([base_items * splits, rows_padded, dvp + 1], lse after the rows).
 inline void RunWorkItem(const FlashParams& p, const Tiling& t, int64_t base, int64_t split,
                         float* partials, float* scratch) {
   const Item it = DecodeItem(p, t, base, split);
@@ -592,11 +595,11 @@ inline void RunWorkItem(const FlashParams& p, const Tiling& t, int64_t base, int
     if (StreamsOutput(p)) hwy::FlushStream();  // this thread's stores before the pool's join
     return;
   }
-  const int64_t mp = t.rows_padded, dp = t.dp;
-  float* part = partials + static_cast<size_t>(base * t.splits + split) * mp * (dp + 1);
+  const int64_t mp = t.rows_padded, dvp = t.dvp;
+  float* part = partials + static_cast<size_t>(base * t.splits + split) * mp * (dvp + 1);
   RunItem(p, t, it, scratch, [&](int64_t r, const float* row, float lse) {
-    std::copy(row, row + dp, part + r * dp);
-    part[mp * dp + r] = lse;
+    std::copy(row, row + dvp, part + r * dvp);
+    part[mp * dvp + r] = lse;
   });
 }
 
@@ -605,14 +608,14 @@ inline void RunWorkItem(const FlashParams& p, const Tiling& t, int64_t base, int
 inline void MergeWorkItem(const FlashParams& p, const Tiling& t, int64_t base,
                           const float* partials, float* scratch) {
   const Item it = DecodeItem(p, t, base, 0);
-  const int64_t mp = t.rows_padded, dp = t.dp;
+  const int64_t mp = t.rows_padded, dvp = t.dvp;
   float* lses = scratch + t.off_m;  // t.splits <= kMinItemsBeforeSplit floats
   float* merged = scratch + t.off_o;
-  const size_t stride = static_cast<size_t>(mp * (dp + 1));
+  const size_t stride = static_cast<size_t>(mp * (dvp + 1));
   const float* first = partials + static_cast<size_t>(base * t.splits) * stride;
   for (int64_t r = 0; r < it.nh * it.nq; ++r) {
-    for (int64_t s = 0; s < t.splits; ++s) lses[s] = first[s * stride + mp * dp + r];
-    const float lse = MergeLsePartials(first + r * dp, stride, lses, t.splits, dp, merged);
+    for (int64_t s = 0; s < t.splits; ++s) lses[s] = first[s * stride + mp * dvp + r];
+    const float lse = MergeLsePartials(first + r * dvp, stride, lses, t.splits, dvp, merged);
     StoreOutputRow(p, it, r, merged, lse, /*fold_sink=*/true);
   }
   if (StreamsOutput(p)) hwy::FlushStream();
@@ -645,15 +648,15 @@ inline void FillRunInfo(const FlashParams& p, const Tiling& t, int64_t items, in
 // tile of a head re-read and re-converted every V tile it sees: 14 % of an
 // all-bf16 d64 prefill, 9 % packing pairs under FAST): per (b, g), V as f32
 // rows (EXACT) or bf16 key pairs (FAST), at `out` (PreparedRowsPerHead(p)
-// * dp floats per (b, g)).
+// * dvp floats per (b, g)).
 inline int64_t PreparedRowsPerHead(const FlashParams& p, const DotChoice& dots) {
   return dots.bf16_pv ? (p.kv_len + 1) / 2 : p.kv_len;
 }
 inline void PrepareValues(const FlashParams& p, const Tiling& t, const DotChoice& dots,
                           ThreadPool* pool, float* out) {
   constexpr int64_t kBlock = 256;  // keys per work item
-  const int64_t blocks = CeilDiv(p.kv_len, kBlock), dp = t.dp;
-  const int64_t stride = PreparedRowsPerHead(p, dots) * dp;
+  const int64_t blocks = CeilDiv(p.kv_len, kBlock), dvp = t.dvp;
+  const int64_t stride = PreparedRowsPerHead(p, dots) * dvp;
   pool->Run(p.batch * p.num_kv_heads * blocks, [&](int64_t w, int) HWY_ATTR {
     const int64_t bg = w / blocks, k0 = w % blocks * kBlock;
     const int64_t b = bg / p.num_kv_heads, g = bg % p.num_kv_heads;
@@ -668,13 +671,13 @@ inline void PrepareValues(const FlashParams& p, const Tiling& t, const DotChoice
     float* head = out + bg * stride;
     if (dots.bf16_pv) {
       x86_dot::BF16PackValues(
-          rows, static_cast<size_t>(n), static_cast<size_t>(p.head_dim), static_cast<size_t>(dp),
-          reinterpret_cast<uint32_t*>(head) + k0 / 2 * dp, static_cast<size_t>(dp));
+          rows, static_cast<size_t>(n), static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp),
+          reinterpret_cast<uint32_t*>(head) + k0 / 2 * dvp, static_cast<size_t>(dvp));
       return;
     }
     for (int64_t j = 0; j < n; ++j) {
-      LoadRowAsF32(rows[j], p.v.dtype, p.v.strides[3], static_cast<size_t>(p.head_dim),
-                   static_cast<size_t>(dp), head + (k0 + j) * dp);
+      LoadRowAsF32(rows[j], p.v.dtype, p.v.strides[3], static_cast<size_t>(p.value_dim),
+                   static_cast<size_t>(dvp), head + (k0 + j) * dvp);
     }
   });
 }
@@ -687,7 +690,7 @@ inline absl::Status FlashForwardOne(const FlashParams& params, ThreadPool* pool,
   // by the workspace: beyond kMaxPreparedFloats tiles convert their own.
   constexpr int64_t kMaxPreparedFloats = int64_t{32} << 20;  // 128 MiB
   const int64_t want_prepared =
-      dots.bf16_qk ? params.batch * params.num_kv_heads * PreparedRowsPerHead(params, dots) * t.dp
+      dots.bf16_qk ? params.batch * params.num_kv_heads * PreparedRowsPerHead(params, dots) * t.dvp
                    : 0;
   const size_t prepared_floats =
       want_prepared <= kMaxPreparedFloats ? static_cast<size_t>(want_prepared) : 0;
@@ -700,7 +703,7 @@ inline absl::Status FlashForwardOne(const FlashParams& params, ThreadPool* pool,
     float* prepared = partials + t.partial_floats;
     PrepareValues(p, t, dots, pool, prepared);
     p.prepared_v = prepared;
-    p.prepared_stride = PreparedRowsPerHead(p, dots) * t.dp;
+    p.prepared_stride = PreparedRowsPerHead(p, dots) * t.dvp;
   }
   // Largest work first: later query tiles see more keys under causal masks.
   // Decode items (one query tile) are all alike: walk them forward, so K/V

@@ -168,7 +168,8 @@ inline void LoadQueryRows(const FlashParams& p, const Tiling& t, const Item& it,
   std::fill(q + rows * dp, q + t.rows_padded * dp, 0.0f);
 }
 
-// Rows [k0, k0 + nk) of K and V for (b, g), as f32 [key_tile, dp]; rows
+// Rows [k0, k0 + nk) of K and V for (b, g), as f32 [key_tile, dp] and
+// [key_tile, dvp]; rows
 // [nk, nk_padded) are zero. Also prefetches rows [next_k0, next_k0 + nk) (the
 // next tile), so their cache misses overlap this tile's compute instead of
 // stalling the next conversion: decode is bound by exactly these reads.
@@ -177,54 +178,51 @@ inline void LoadKeyValueTile(const FlashParams& p, const Tiling& t, const Item& 
                              int64_t nk, int64_t nk_padded, int64_t next_k0, int64_t next_nk,
                              float* HWY_RESTRICT k, float* HWY_RESTRICT v, bool with_k = true) {
   const size_t d = static_cast<size_t>(p.head_dim), dp = static_cast<size_t>(t.dp);
+  const size_t dv = static_cast<size_t>(p.value_dim), dvp = static_cast<size_t>(t.dvp);
   const size_t es = DTypeSize(p.k.dtype);
   const char* kbase = static_cast<const char*>(p.k.data);
   const char* vbase = static_cast<const char*>(p.v.data);
-  const size_t row_bytes = static_cast<size_t>(p.head_dim - 1) * p.k.strides[3] * es + es;
+  const size_t k_bytes = (d - 1) * static_cast<size_t>(p.k.strides[3]) * es + es;
+  const size_t v_bytes = (dv - 1) * static_cast<size_t>(p.v.strides[3]) * es + es;
   const KvRows& rows = p.kv_rows;
   for (int64_t j = 0; j < nk; ++j) {
     if (j < next_nk) {
       const char* kn = kbase + rows.Offset(p.k, it.b, it.g, next_k0 + j) * es;
       const char* vn = vbase + rows.Offset(p.v, it.b, it.g, next_k0 + j) * es;
-      for (size_t off = 0; off < row_bytes; off += 64) {
-        hwy::Prefetch(kn + off);
-        hwy::Prefetch(vn + off);
-      }
+      for (size_t off = 0; off < k_bytes; off += 64) hwy::Prefetch(kn + off);
+      for (size_t off = 0; off < v_bytes; off += 64) hwy::Prefetch(vn + off);
     }
     const char* kp = kbase + rows.Offset(p.k, it.b, it.g, k0 + j) * es;
     const char* vp = vbase + rows.Offset(p.v, it.b, it.g, k0 + j) * es;
     if (with_k) LoadRowAsF32(kp, p.k.dtype, p.k.strides[3], d, dp, k + j * dp);
-    LoadRowAsF32(vp, p.v.dtype, p.v.strides[3], d, dp, v + j * dp);
+    LoadRowAsF32(vp, p.v.dtype, p.v.strides[3], dv, dvp, v + j * dvp);
     if (p.int8()) {  // int8 rows times their scales: the dequantized values
-      const float ks = p.k_scale[rows.ScaleOffset(p.k_scale_view, it.b, it.g, k0 + j)];
-      const float vs = p.v_scale[rows.ScaleOffset(p.v_scale_view, it.b, it.g, k0 + j)];
-      for (size_t c = 0; c < d; ++c) {
-        if (with_k) k[j * dp + c] *= ks;
-        v[j * dp + c] *= vs;
+      if (with_k) {
+        const float ks = p.k_scale[rows.ScaleOffset(p.k_scale_view, it.b, it.g, k0 + j)];
+        for (size_t c = 0; c < d; ++c) k[j * dp + c] *= ks;
       }
+      const float vs = p.v_scale[rows.ScaleOffset(p.v_scale_view, it.b, it.g, k0 + j)];
+      for (size_t c = 0; c < dv; ++c) v[j * dvp + c] *= vs;
     }
   }
   for (int64_t j = nk; j < nk_padded; ++j) {
-    for (size_t c = 0; c < dp; ++c) {
-      if (with_k) k[j * dp + c] = 0.0f;
-      v[j * dp + c] = 0.0f;
-    }
+    if (with_k) std::fill(k + j * dp, k + (j + 1) * dp, 0.0f);
+    std::fill(v + j * dvp, v + (j + 1) * dvp, 0.0f);
   }
 }
 // Prefetches rows [k0, k0 + nk) of K and V for (b, g): the first rows of a
 // direct decode item, before the kernels' own prefetching (AheadRows) starts.
 inline void PrefetchKeyValueRows(const FlashParams& p, const Item& it, int64_t k0, int64_t nk) {
   const size_t es = DTypeSize(p.k.dtype);
-  const size_t row_bytes = static_cast<size_t>(p.head_dim) * es;
+  const size_t k_bytes = static_cast<size_t>(p.head_dim) * es;
+  const size_t v_bytes = static_cast<size_t>(p.value_dim) * es;
   for (int64_t j = 0; j < nk; ++j) {
     const char* kp =
         static_cast<const char*>(p.k.data) + p.kv_rows.Offset(p.k, it.b, it.g, k0 + j) * es;
     const char* vp =
         static_cast<const char*>(p.v.data) + p.kv_rows.Offset(p.v, it.b, it.g, k0 + j) * es;
-    for (size_t off = 0; off < row_bytes; off += 64) {
-      hwy::Prefetch(kp + off);
-      hwy::Prefetch(vp + off);
-    }
+    for (size_t off = 0; off < k_bytes; off += 64) hwy::Prefetch(kp + off);
+    for (size_t off = 0; off < v_bytes; off += 64) hwy::Prefetch(vp + off);
   }
 }
 

@@ -14,14 +14,14 @@ namespace attnkit {
 namespace highway_plan {
 
 size_t PartialFloats(const Tiling& t) {
-  return t.splits > 1 ? static_cast<size_t>(t.base_items * t.splits * t.rows_padded * (t.dp + 1))
+  return t.splits > 1 ? static_cast<size_t>(t.base_items * t.splits * t.rows_padded * (t.dvp + 1))
                       : 0;
 }
 
 Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
   Tiling t;
-  const int64_t d = p.head_dim;
-  const int64_t target_rows = d <= 256 ? 64 : 32;
+  const int64_t d = p.head_dim, dv = p.value_dim;
+  const int64_t target_rows = std::max(d, dv) <= 256 ? 64 : 32;
   t.head_chunks = CeilDiv(p.group, target_rows);
   t.heads_per_chunk = CeilDiv(p.group, t.head_chunks);
   t.q_tile = std::min<int64_t>(p.q_len, std::max<int64_t>(1, target_rows / t.heads_per_chunk));
@@ -32,29 +32,36 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
       std::max<int64_t>(k.value_rows, (t.narrow ? k.narrow_row_vecs : k.wide_row_vecs) * k.lanes);
   t.rows_padded = RoundUp(rows, row_block);
   t.dp = RoundUp(d, k.lanes);
+  t.dvp = RoundUp(dv, k.lanes);
   // Decode reads K and V in place (converting 16-bit types in registers):
   // the kernels load whole vectors, so rows must be contiguous and d a
-  // multiple of Lanes; otherwise tiles are converted to f32 scratch first.
+  // multiple of Lanes (d and Ev); otherwise tiles are converted to f32
+  // scratch first.
   // A dense mask can hide a key from every row of a tile; such V rows must be
   // zeroed (0 * NaN is NaN), which needs the scratch copy, so it reads tiles.
   // Structured masks never hide a key inside an item's range from all rows.
   t.direct = t.narrow && p.k.dtype == p.v.dtype && p.k.strides[3] == 1 && p.v.strides[3] == 1 &&
-             p.k_row_stride > 0 && p.v_row_stride > 0 && t.dp == d && p.blocked == nullptr;
+             p.k_row_stride > 0 && p.v_row_stride > 0 && t.dp == d && t.dvp == dv &&
+             p.blocked == nullptr;
   // Decode-like tiles (one vector of rows) do little work per key: keep the
-  // converted K and V tile (2 x key_tile x dp floats) within 16 KiB of L1.
-  t.key_tile = t.narrow ? std::min<int64_t>(kMaxKeyTile, RoundUp(2048 / t.dp, k.narrow_keys))
-                        : (d <= 256 ? kMaxKeyTile : kMaxKeyTile / 2);
+  // converted K and V tile (key_tile x (dp + dvp) floats) within 16 KiB of L1.
+  const int64_t kv_floats = (t.dp + t.dvp) / 2;  // per key and tensor, on average
+  t.key_tile = t.narrow ? std::min<int64_t>(kMaxKeyTile, RoundUp(2048 / kv_floats, k.narrow_keys))
+                        : (std::max(d, dv) <= 256 ? kMaxKeyTile : kMaxKeyTile / 2);
   if (t.direct) {  // a power of two dividing every page size (kDirectKeyTile)
     const int64_t cap = DTypeSize(p.k.dtype) == 2 ? kDirectKeyTile16 : kDirectKeyTile;
-    t.key_tile = std::min(cap, FloorPow2(std::max<int64_t>(1, 2048 / t.dp)));
+    t.key_tile = std::min(cap, FloorPow2(std::max<int64_t>(1, 2048 / kv_floats)));
   }
-  t.bf16_pairs = k.bf16_pairs && t.direct && p.k.dtype == DType::kBF16 && t.dp % (2 * k.lanes) == 0;
+  // BF16Pairs permutes the columns of Q, K, V and O alike, in blocks of two
+  // vectors: both padded dims must be whole blocks.
+  t.bf16_pairs = k.bf16_pairs && t.direct && p.k.dtype == DType::kBF16 &&
+                 t.dp % (2 * k.lanes) == 0 && t.dvp % (2 * k.lanes) == 0;
   t.packed = k.packed_scores && t.direct;
   const int64_t row_bytes = d * static_cast<int64_t>(DTypeSize(p.k.dtype));
   t.ahead_keys = std::max<int64_t>(t.key_tile, kAheadBytes / row_bytes);
   // f32 rows that lie back to back (dense BHTD) only: see AheadRows.
   t.ahead_into_l1 = t.direct && DTypeSize(p.k.dtype) == 4 && !p.kv_rows.paged() &&
-                    p.k_row_stride == d && p.v_row_stride == d;
+                    p.k_row_stride == d && p.v_row_stride == dv;
   t.base_items = p.batch * p.num_kv_heads * t.head_chunks * t.q_tiles;
   t.splits = 1;
   if (t.base_items < kMinItemsBeforeSplit) {
@@ -74,11 +81,11 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
   t.off_qt = take(d * mp);
   t.off_q = take(t.narrow ? mp * t.dp : 0);
   t.off_k = take(t.direct ? 0 : kt * t.dp);
-  t.off_v = take(t.direct ? 0 : kt * t.dp);
+  t.off_v = take(t.direct ? 0 : kt * t.dvp);
   // Packed tiles hold key_tile rounded up to whole vectors (at most 4 keys
   // each) for each row group of 4 rows (4 * groups <= rows_padded).
   t.off_s = take((t.packed ? RoundUp(kt, 4) : kt) * mp);
-  t.off_o = take(mp * t.dp);
+  t.off_o = take(mp * t.dvp);
   t.off_m = take(mp);
   t.off_l = take(mp);
   t.off_alpha = take(mp);
@@ -87,7 +94,7 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
   t.off_bad = take(mp);
   t.off_alibi_slope = take(p.alibi_vector ? mp : 0);  // AddAlibi's per-row slope and diagonal
   t.off_alibi_diag = take(p.alibi_vector ? mp : 0);
-  t.off_row = take(t.bf16_pairs ? t.dp : 0);
+  t.off_row = take(t.bf16_pairs ? std::max(t.dp, t.dvp) : 0);  // a Q or an O row
   t.off_qrow = take(d);  // LoadQueryPairs' and LoadQueryInt8's row
   // bf16 dot products (wide tiles): P as bf16 pairs, [key_tile / 2, mp].
   t.off_pp = take(t.narrow ? 0 : RoundUp(kt, 2) / 2 * mp);

@@ -58,7 +58,8 @@ struct Tiling {
   int64_t q_tiles;
   int64_t rows_padded;  // heads_per_chunk * q_tile, padded for the kernels
   int64_t key_tile;
-  int64_t dp;          // head_dim padded to Lanes
+  int64_t dp;          // head_dim padded to Lanes: Q and K rows
+  int64_t dvp;         // value_dim padded to Lanes: V rows and the O accumulator
   int64_t base_items;  // B * G * head_chunks * q_tiles
   int64_t splits;      // key ranges per base item (split-K)
   bool narrow;         // rows fit one vector: use the 8-key x 1-vector QK^T
@@ -73,10 +74,10 @@ struct Tiling {
       off_alibi_diag;
   int64_t ldq8;  // bytes per int8 Q row of the VNNI tiles
   size_t scratch_floats;
-  size_t partial_floats;  // split-K partials: [base_items, splits, rows, dp + 1]
+  size_t partial_floats;  // split-K partials: [base_items, splits, rows, dvp + 1]
 };
 
-// Floats of t's split-K partials: [base_items, splits, rows_padded, dp + 1]
+// Floats of t's split-K partials: [base_items, splits, rows_padded, dvp + 1]
 // (0 without splits). Set again whenever t.splits changes.
 size_t PartialFloats(const Tiling& t);
 
