@@ -434,6 +434,59 @@ void AppendAlibiCases(std::vector<AttentionProblem>* grid, std::set<std::string>
   add(PoisonedCausalCase());
 }
 
+// A value head dim of its own (config.proto value_head_dim, Ev != E) on
+// every path that reads V or writes O: direct decode tiles (f32, bf16,
+// int8; rows read from storage, Ev a multiple of the vector), split-K
+// decode, MLA's MQA 576 / 512 shape (wide tiles), prefill with softcap, a
+// window, padding, a dense mask and a bias, dims off the vector width on
+// either side, Ev = 1, the serving layout and NaN/Inf inputs.
+void AppendValueDimCases(std::vector<AttentionProblem>* grid, std::set<std::string>* ids,
+                         uint64_t* seed) {
+  auto add = [&](AttentionProblem p, int64_t dv) {
+    p.value_head_dim = dv;
+    p.return_lse = true;
+    p.seed = (*seed)++;
+    p.name = p.Id();
+    if (ids->insert(p.name).second) grid->push_back(std::move(p));
+  };
+  for (DType kv : {DType::kF32, DType::kBF16, DType::kI8}) {
+    AttentionProblem decode = BasicProblem(2, 4, 4, 1, 300, 64);
+    decode.kv_dtype = kv;
+    add(decode, 128);
+  }
+  AttentionProblem split = BasicProblem(1, 4, 1, 1, 5000, 96);
+  split.kv_dtype = DType::kBF16;
+  add(split, 64);
+  AttentionProblem mla = BasicProblem(1, 16, 1, 2, 257, 576);
+  mla.dtype = mla.kv_dtype = DType::kBF16;
+  mla.alignment = Alignment::kBottomRight;
+  mla.mask = MaskKind::kCausal;
+  add(mla, 512);
+  AttentionProblem prefill = BasicProblem(1, 4, 2, 65, 65, 48);
+  prefill.dtype = prefill.kv_dtype = DType::kF16;
+  prefill.mask = MaskKind::kCausal;
+  prefill.softcap = 2.0f;
+  add(prefill, 80);
+  AttentionProblem masked = BasicProblem(2, 4, 2, 33, 70, 32);
+  masked.alignment = Alignment::kBottomRight;
+  masked.mask = MaskKind::kSlidingWindow;
+  masked.window_left = 20;
+  masked.window_right = 3;
+  masked.kv_lengths = {50, 0};
+  masked.blocked_mask = masked.additive_bias = true;
+  add(masked, 24);
+  AttentionProblem odd = BasicProblem(1, 3, 3, 17, 40, 64);
+  odd.layout = Layout::kBTHD;
+  add(odd, 20);
+  odd.head_dim = 20;
+  odd.scale = 0.2f;
+  add(odd, 64);
+  add(odd, 1);
+  AttentionProblem serving = ServingCase();
+  add(serving, 32);
+  add(PoisonedCausalCase(), 40);
+}
+
 // FAST twins (compute FAST, same inputs) of the problems with 16-bit or int8
 // K/V, where FAST may round: every one that mixes types (Q f32 over a 16-bit
 // cache, any Q over int8, where rounding Q changes it) and every decode
@@ -519,6 +572,7 @@ std::vector<AttentionProblem> ConformanceGrid() {
   AppendNonFiniteCases(&grid, &ids, &seed);
   AppendSinkCases(&grid, &ids, &seed);
   AppendAlibiCases(&grid, &ids, &seed);
+  AppendValueDimCases(&grid, &ids, &seed);
   AppendFastTwins(&grid, &ids);
   return grid;
 }

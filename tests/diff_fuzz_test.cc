@@ -269,6 +269,30 @@ TEST(DiffFuzzTest, RandomConfigsDrawFastComputeWhereItCanRound) {
   EXPECT_GT(fast_ragged, 0);
 }
 
+// RandomConfig draws a value head dim of its own (Ev != E) for about one
+// problem in five, both below and above head_dim, with serving features
+// (paged, ragged, int8 K/V) among them.
+TEST(DiffFuzzTest, RandomConfigsDrawValueHeadDims) {
+  std::mt19937_64 rng(21);
+  int own = 0, smaller = 0, larger = 0, serving = 0;
+  constexpr int kDraws = 600;
+  for (int n = 0; n < kDraws; ++n) {
+    const AttentionConfig c = RandomConfig(rng);
+    auto p = ProblemFromConfig(c);
+    ASSERT_TRUE(p.ok()) << p.status() << "\n" << ConfigToText(c);
+    if (!p->has_value_dim()) continue;
+    ++own;
+    smaller += p->value_dim() < p->head_dim ? 1 : 0;
+    larger += p->value_dim() > p->head_dim ? 1 : 0;
+    serving += p->is_paged() || p->is_ragged() || p->kv_dtype == DType::kI8 ? 1 : 0;
+  }
+  EXPECT_GT(own, kDraws / 8) << own;
+  EXPECT_LT(own, kDraws / 3) << own;
+  EXPECT_GT(smaller, 0);
+  EXPECT_GT(larger, 0);
+  EXPECT_GT(serving, 0);
+}
+
 // The reference with no FAST K/V types in its capabilities (as blas): the
 // default Supports() refuses FAST over 16-bit and int8 K/V.
 class ExactOnlyBackend : public Backend {

@@ -240,6 +240,47 @@ std::vector<GradCase> GradConformanceGrid() {
     c.problem.name = absl::StrCat(c.problem.Id(), "_nonfinite");
     grid.push_back(std::move(c));
   }
+  // A value head dim of its own (Ev != E; dO, dV have Ev, dQ, dK E): above E
+  // under causal GQA with sinks, below it with a window, padding and a bias (dBias),
+  // MLA's 192 / 128 prefill in bf16 with softcap and BTHD, and NaN/Inf
+  // inputs.
+  auto add_value_dim = [&](AttentionProblem p, int64_t dv, bool with_dbias, const char* tag) {
+    GradCase c;
+    c.problem = std::move(p);
+    c.problem.value_head_dim = dv;
+    c.problem.return_lse = true;
+    c.with_dbias = with_dbias;
+    c.problem.seed = seed++;
+    c.problem.name = absl::StrCat(c.problem.Id(), "_", tag);
+    grid.push_back(std::move(c));
+  };
+  {
+    AttentionProblem p = BasicProblem(2, 4, 2, 33, 33, 24);
+    p.mask = MaskKind::kCausal;
+    p.alignment = Alignment::kBottomRight;
+    p.sinks = true;  // dsinks = -sum P_sink dO.O runs over Ev
+    add_value_dim(p, 40, false, "dv_above");
+    p = BasicProblem(2, 4, 4, 20, 45, 64);
+    p.mask = MaskKind::kSlidingWindow;
+    p.alignment = Alignment::kBottomRight;
+    p.window_left = 12;
+    p.window_right = 2;
+    p.kv_lengths = {30, 0};
+    p.additive_bias = true;
+    add_value_dim(p, 16, true, "dv_below");
+    p = BasicProblem(1, 4, 1, 40, 40, 192);
+    p.dtype = p.kv_dtype = DType::kBF16;
+    p.mask = MaskKind::kCausal;
+    p.alignment = Alignment::kBottomRight;
+    p.softcap = 1.5f;
+    p.layout = Layout::kBTHD;
+    add_value_dim(p, 128, false, "dv_mla");
+    p = BasicProblem(1, 4, 2, 40, 40, 32);
+    p.mask = MaskKind::kCausal;
+    p.alignment = Alignment::kBottomRight;
+    p.nonfinite_inputs = 4;
+    add_value_dim(p, 56, false, "dv_nonfinite");
+  }
   return grid;
 }
 

@@ -214,8 +214,9 @@ TEST(GradConformanceGridTest, IsSmallAndVaried) {
   const auto& grid = Grid();
   EXPECT_GE(grid.size(), 60u);
   // 120 variant cases and five non-finite ones (two with sinks and ALiBi).
-  EXPECT_LE(grid.size(), 125u) << "the suite runs on every backend and Highway target";
+  EXPECT_LE(grid.size(), 130u) << "the suite runs on every backend and Highway target";
   std::set<int64_t> group_sizes, head_dims, q_lens, kv_lens;
+  std::set<std::pair<int64_t, int64_t>> value_dim_pairs;  // (E, Ev) of Ev != E cases
   std::set<std::string> names;
   std::set<DType> dtypes, kv_dtypes;
   std::set<MaskKind> masks;
@@ -233,7 +234,8 @@ TEST(GradConformanceGridTest, IsSmallAndVaried) {
     EXPECT_FALSE(p.is_paged() || p.is_ragged() || p.kv_dtype == DType::kI8) << p.name;
     EXPECT_TRUE(!c.with_dbias || p.additive_bias) << p.name;
     group_sizes.insert(p.group_size());
-    head_dims.insert(p.head_dim);
+    if (!p.has_value_dim()) head_dims.insert(p.head_dim);
+    if (p.has_value_dim()) value_dim_pairs.insert({p.head_dim, p.value_dim()});
     q_lens.insert(p.q_len);
     kv_lens.insert(p.kv_len);
     dtypes.insert(p.dtype);
@@ -284,6 +286,9 @@ TEST(GradConformanceGridTest, IsSmallAndVaried) {
   for (const GradCase& c : grid) nonfinite += c.problem.nonfinite_inputs > 0;
   EXPECT_GE(nonfinite, 3) << "NaN/Inf inputs under causal, windowed+bias and dense masks";
   EXPECT_EQ(head_dims, (std::set<int64_t>{16, 23, 40, 64, 80, 128}));
+  // Ev above and below E, and MLA's prefill dims (192 / 128).
+  EXPECT_EQ(value_dim_pairs,
+            (std::set<std::pair<int64_t, int64_t>>{{24, 40}, {64, 16}, {192, 128}, {32, 56}}));
   for (int64_t t : {1, 37, 101, 300}) EXPECT_TRUE(q_lens.count(t)) << "Tq " << t;
   for (int64_t t : {1, 37, 101, 300}) EXPECT_TRUE(kv_lens.count(t)) << "Tk " << t;
   const std::set<DType> floats = {DType::kF32, DType::kBF16, DType::kF16};

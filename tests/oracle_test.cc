@@ -271,9 +271,9 @@ void StoreOutputs(const AttentionProblem& p, const ReferenceResult& r, const Pro
   const TensorView o = data.o.view();
   for (int64_t h = 0; h < p.num_heads; ++h) {
     for (int64_t i = 0; i < p.q_len; ++i) {
-      for (int64_t c = 0; c < p.head_dim; ++c) {
+      for (int64_t c = 0; c < p.value_dim(); ++c) {
         StoreFromF32(data.o.data(), p.dtype, o.Offset(0, h, i, c),
-                     static_cast<float>(r.o[(h * p.q_len + i) * p.head_dim + c]));
+                     static_cast<float>(r.o[(h * p.q_len + i) * p.value_dim() + c]));
       }
       static_cast<float*>(data.lse.data())[h * p.q_len + i] =
           static_cast<float>(r.lse[h * p.q_len + i]);
@@ -290,8 +290,8 @@ bool PerturbLargestElement(const AttentionProblem& p, const ReferenceResult& ref
   for (size_t x = 0; x < ref.o.size(); ++x) {
     if (std::fabs(ref.o[x]) > std::fabs(ref.o[at])) at = x;
   }
-  const int64_t c = static_cast<int64_t>(at) % p.head_dim;
-  const int64_t row = static_cast<int64_t>(at) / p.head_dim;
+  const int64_t c = static_cast<int64_t>(at) % p.value_dim();
+  const int64_t row = static_cast<int64_t>(at) / p.value_dim();
   const int64_t off = data.o.view().Offset(0, row / p.q_len, row % p.q_len, c);
   const float v = data.o.view().LoadF32(off);
   const double ulp = DTypeUlp(p.dtype, v);
@@ -540,6 +540,98 @@ TEST(OracleAlibiTest, CatchesEveryAlibiBugAndPassesEveryBackend) {
         }
         ASSERT_NO_FATAL_FAILURE(
             ExpectEveryClaimingBackendPasses(p, *data, ref, &Capabilities::alibi, "ALiBi"));
+      }
+    }
+  }
+}
+
+// A value head dim of its own (config.proto value_head_dim, Ev != E), below
+// and above E, and MLA's 576 / 512. Every backend that claims it passes, and
+// each Ev bug is caught: V read with K's head dim (its rows E elements apart
+// in V's buffer), O written with K's head dim (rows E apart in O's), only
+// the first min(E, Ev) columns of O computed, and V's columns past E
+// dropped from the product.
+TEST(OracleValueHeadDimTest, CatchesEveryValueDimBugAndPassesEveryBackend) {
+  using Bug = std::function<void(const AttentionProblem& p, ProblemData* in, ReferenceResult* r)>;
+  // Element x of a [rows, n] array read (or written) as if its rows were
+  // `stride` apart: what lands at flat offset row * stride + c; 0 past the
+  // end of the buffer (a kernel would read whatever lies there).
+  auto restride = [](const std::vector<double>& from, int64_t n, int64_t stride) {
+    std::vector<double> to(from.size(), 0.0);
+    for (size_t x = 0; x < from.size(); ++x) {
+      const int64_t row = static_cast<int64_t>(x) / n, c = static_cast<int64_t>(x) % n;
+      const int64_t at = row * stride + c;
+      if (at < static_cast<int64_t>(from.size())) to[x] = from[static_cast<size_t>(at)];
+    }
+    return to;
+  };
+  const std::vector<std::pair<std::string, Bug>> bugs = {
+      {"V read with K's head dim",
+       [&](const AttentionProblem& p, ProblemData* in, ReferenceResult* r) {
+         const TensorView v = in->v.view();  // dense BHTD: rows Ev apart
+         std::vector<double> flat(static_cast<size_t>(v.NumElements()));
+         for (size_t x = 0; x < flat.size(); ++x) flat[x] = v.LoadF32(static_cast<int64_t>(x));
+         flat = restride(flat, p.value_dim(), p.head_dim);
+         for (size_t x = 0; x < flat.size(); ++x) {
+           StoreFromF32(in->v.data(), v.dtype, static_cast<int64_t>(x),
+                        static_cast<float>(flat[x]));
+         }
+         *r = ComputeReference(p, in->args());
+       }},
+      {"O written with K's head dim",
+       [&](const AttentionProblem& p, ProblemData* in, ReferenceResult* r) {
+         *r = ComputeReference(p, in->args());
+         // Row q of the kernel's output lands at q * E: what O row x shows.
+         std::vector<double> shown(r->o.size(), 0.0);
+         const int64_t dv = p.value_dim(), d = p.head_dim;
+         for (size_t x = 0; x < r->o.size(); ++x) {
+           const int64_t at = static_cast<int64_t>(x);  // the written element's offset...
+           const int64_t row = at / dv, c = at % dv;
+           const int64_t to = row * d + c;  // ...lands here
+           if (to < static_cast<int64_t>(shown.size())) shown[static_cast<size_t>(to)] = r->o[x];
+         }
+         r->o = shown;
+       }},
+      {"O's columns past min(E, Ev) left at 0",
+       [&](const AttentionProblem& p, ProblemData* in, ReferenceResult* r) {
+         *r = ComputeReference(p, in->args());
+         const int64_t dv = p.value_dim(), keep = std::min(p.head_dim, dv);
+         for (size_t x = 0; x < r->o.size(); ++x) {
+           if (static_cast<int64_t>(x) % dv >= keep) r->o[x] = 0.0;
+         }
+       }},
+      {"V's columns past E dropped",
+       [&](const AttentionProblem& p, ProblemData* in, ReferenceResult* r) {
+         const TensorView v = in->v.view();
+         for (int64_t x = 0; x < v.NumElements(); ++x) {
+           if (x % p.value_dim() >= p.head_dim) StoreFromF32(in->v.data(), v.dtype, x, 0.0f);
+         }
+         *r = ComputeReference(p, in->args());
+       }},
+  };
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    for (const auto& [d, dv] :
+         std::vector<std::pair<int64_t, int64_t>>{{16, 40}, {128, 64}, {192, 128}, {576, 512}}) {
+      for (int64_t tk : {17, 257}) {
+        AttentionProblem p = GridProblem(t, t, d, tk, ComputeMode::kExact);
+        p.value_head_dim = dv;
+        p.name += absl::StrFormat("_dv%d", dv);
+        absl::StatusOr<ProblemData> data = GridData(p);
+        ASSERT_TRUE(data.ok()) << data.status();
+        const ReferenceResult ref = ComputeReference(p, data->args());
+        for (const auto& [name, bug] : bugs) {
+          // A bug that is no bug here: nothing past E when Ev <= E.
+          if (name == "V's columns past E dropped" && dv <= d) continue;
+          if (name == "O's columns past min(E, Ev) left at 0" && dv <= d) continue;
+          ProblemData in = std::move(*GridData(p));
+          ReferenceResult r;
+          bug(p, &in, &r);
+          StoreOutputs(p, r, *data);
+          EXPECT_FALSE(CompareToReference(p, data->args(), ref).ok())
+              << "the oracle missed '" << name << "' on " << p.name;
+        }
+        ASSERT_NO_FATAL_FAILURE(ExpectEveryClaimingBackendPasses(
+            p, *data, ref, &Capabilities::value_head_dim, "value_head_dim"));
       }
     }
   }

@@ -64,6 +64,8 @@ def _caps_dict(c):
         "ragged": bool(c.ragged),
         "sinks": bool(c.sinks),
         "alibi": bool(c.alibi),
+        # V and the output may have a head dim Ev of their own (MLA).
+        "value_head_dim": bool(c.value_head_dim),
         # The K/V types for which compute="fast" computes in the storage type
         # (for the others, and f32, it runs exact).
         "fast_kv_dtypes": names(c.fast_kv_dtypes, _capi.DTYPE_NAMES),
@@ -81,6 +83,7 @@ def _caps_dict(c):
             "ragged": bool(c.bwd_ragged),
             "alibi": bool(c.bwd_alibi),
             "sinks": bool(c.bwd_sinks),
+            "value_head_dim": bool(c.bwd_value_head_dim),
             "deterministic": bool(c.bwd_deterministic),
         },
     }
@@ -280,10 +283,10 @@ class _Sdpa:
                 f"query {q.shape}, key {k.shape} and value {v.shape} must share their batch "
                 "dims, and key and value their heads and length"
             )
-        if q.shape[-1] != k.shape[-1] or v.shape[-1] != q.shape[-1]:
+        if q.shape[-1] != k.shape[-1]:
             raise ValueError(
-                f"query, key and value must have the same head dim E (attnkit needs Ev = E); "
-                f"got {q.shape[-1]}, {k.shape[-1]}, {v.shape[-1]}"
+                f"query and key must have the same head dim E; got {q.shape[-1]} and "
+                f"{k.shape[-1]} (value may have its own, Ev, as in PyTorch)"
             )
         heads, kv_heads = q4[1], k4[1]
         if heads != kv_heads and not enable_gqa:
@@ -302,6 +305,10 @@ class _Sdpa:
         p = call.problem
         p.batch, p.num_heads, p.q_len, p.head_dim = q4
         p.num_kv_heads, p.kv_len = k4[1], k4[2]
+        # Ev, the head dim of value and the output (MLA: 512 against E 576).
+        self.value_dim = v.shape[-1]
+        if self.value_dim != q.shape[-1]:
+            p.value_head_dim = self.value_dim
         p.dtype, p.kv_dtype = q.code, k.code
         p.layout = _capi.LAYOUT_BTHD if qs[1] < qs[2] else _capi.LAYOUT_BHTD
         p.scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
@@ -368,11 +375,15 @@ class _Sdpa:
             return None
         return (collapsed[0],) + op.shape[-2:], (collapsed[1],) + op.strides[-2:]
 
+    def out_shape(self):
+        """The output's shape: query's, with value's head dim Ev last."""
+        return tuple(self.q.shape[:-1]) + (self.value_dim,)
+
     def forward(self, return_lse):
-        """Runs the forward: o [..., Hq, L, E] (query's dtype and kind), and
+        """Runs the forward: o [..., Hq, L, Ev] (query's dtype and kind), and
         lse [..., Hq, L] f32 when return_lse."""
         q, call = self.q, self.call
-        o = _arrays.empty_like_kind(q, q.shape, q.code)
+        o = _arrays.empty_like_kind(q, self.out_shape(), q.code)
         o4, os4 = _as4(o, "output")
         call.set("o", o, o4, os4)
         lse = None
@@ -420,11 +431,11 @@ class _Sdpa:
             raise ValueError("mask_grad needs a float attn_mask (an additive bias)")
         call.problem.compute = _capi.COMPUTE_EXACT  # the backward pass is exact
         call.problem.return_lse = 1
-        o, o_view = self._input_like(out, "out", q.shape, q.code, _as4)
+        o, o_view = self._input_like(out, "out", self.out_shape(), q.code, _as4)
         call.set("o", o, *o_view)
         lse, lse_view = self._input_like(lse, "lse", q.shape[:-1], _capi.F32, self._row_view)
         call.set("lse", lse, *lse_view)
-        d_o, _ = self._input_like(grad_out, "grad_out", q.shape, q.code, _as4)
+        d_o, _ = self._input_like(grad_out, "grad_out", self.out_shape(), q.code, _as4)
         grads = {"d_o": d_o}
         grads["dq"] = _arrays.empty_like_kind(q, q.shape, q.code)
         grads["dk"] = _arrays.empty_like_kind(k, k.shape, k.code)
@@ -474,11 +485,12 @@ def scaled_dot_product_attention(
     """torch.nn.functional.scaled_dot_product_attention's semantics on numpy
     arrays or torch tensors, on any attnkit backend.
 
-    query [..., Hq, L, E], key [..., Hkv, S, E], value [..., Hkv, S, E]
-    (Hkv = Hq unless enable_gqa); attn_mask broadcastable to [..., Hq, L, S]:
-    bool (True = take part, PyTorch's convention) or float (added to the
-    scores); is_causal is top-left, as PyTorch defines it. Returns
-    [..., Hq, L, E] in query's dtype and kind; inputs already contiguous in
+    query [..., Hq, L, E], key [..., Hkv, S, E], value [..., Hkv, S, Ev]
+    (Hkv = Hq unless enable_gqa; Ev may differ from E, as in PyTorch: MLA's
+    576 / 512); attn_mask broadcastable to [..., Hq, L, S]: bool (True =
+    take part, PyTorch's convention) or float (added to the scores);
+    is_causal is top-left, as PyTorch defines it. Returns [..., Hq, L, Ev]
+    in query's dtype and kind; inputs already contiguous in
     f32/f16/bf16 are not copied. return_lse=True returns (out, lse) with lse
     [..., Hq, L] float32, the log-sum-exp of each row's scores (-inf for a
     row with no key), which scaled_dot_product_attention_backward takes.
@@ -538,7 +550,7 @@ def scaled_dot_product_attention_backward(
     dL/dout.
 
     query, key, value, attn_mask, is_causal, scale and enable_gqa are the
-    forward's (same shapes and conventions); out [..., Hq, L, E] and lse
+    forward's (same shapes and conventions); out [..., Hq, L, Ev] and lse
     [..., Hq, L] are what the forward returned with return_lse=True (lse is
     what lets the backward recompute the attention weights without storing
     them); grad_out is dL/dout, out's shape. out and grad_out are converted
@@ -593,8 +605,9 @@ def attention(
 ):
     """Everything the attnkit config can express.
 
-    q [B, H, Tq, d], k and v [B, G, Tk, d] (layout "BHTD"), or [B, T, heads,
-    d] ("BTHD"); H a multiple of G. causal=True masks keys after the
+    q [B, H, Tq, d], k [B, G, Tk, d] and v [B, G, Tk, dv] (layout "BHTD"),
+    or [B, T, heads, d] ("BTHD"); H a multiple of G; v's head dim dv may
+    differ from d (MLA), o then has dv. causal=True masks keys after the
     diagonal; window=(left, right) keeps keys within left before and right
     after it (-1: unbounded); alignment ("bottom_right" or "top_left") places
     the diagonal when Tq != Tk. kv_lengths: valid keys per batch entry.
@@ -625,8 +638,10 @@ def attention(
     (qo, ko, vo) = ops
     q4 = tuple(qo.shape[i] for i in perm)
     k4 = tuple(ko.shape[i] for i in perm)
-    if ko.shape != vo.shape:
-        raise ValueError(f"k {ko.shape} and v {vo.shape} must have the same shape")
+    if ko.shape[:3] != vo.shape[:3]:
+        raise ValueError(
+            f"k {ko.shape} and v {vo.shape} must have the same shape but for the head dim"
+        )
     if ko.code != vo.code:
         raise ValueError("k and v must share a dtype")
     backend = _place(backend, (qo, ko, vo))
@@ -634,6 +649,9 @@ def attention(
     p = call.problem
     p.batch, p.num_heads, p.q_len, p.head_dim = q4
     p.num_kv_heads, p.kv_len = k4[1], k4[2]
+    value_dim = vo.shape[3]
+    if value_dim != q4[3]:
+        p.value_head_dim = value_dim
     p.dtype, p.kv_dtype = qo.code, ko.code
     p.layout = _capi.LAYOUT_BHTD if layout == "BHTD" else _capi.LAYOUT_BTHD
     p.alignment = _capi.ALIGN_BOTTOM_RIGHT if alignment == "bottom_right" else _capi.ALIGN_TOP_LEFT
@@ -649,8 +667,8 @@ def attention(
         p.mask = _capi.MASK_CAUSAL
     for name, op in (("q", qo), ("k", ko), ("v", vo)):
         call.set(name, op, tuple(op.shape[i] for i in perm), tuple(op.strides[i] for i in perm))
-    o = _arrays.empty_like_kind(qo, qo.shape, qo.code)
-    call.set("o", o, q4, tuple(o.strides[i] for i in perm))
+    o = _arrays.empty_like_kind(qo, tuple(qo.shape[:3]) + (value_dim,), qo.code)
+    call.set("o", o, q4[:3] + (value_dim,), tuple(o.strides[i] for i in perm))
     lse = None
     if return_lse:
         p.return_lse = 1

@@ -264,6 +264,34 @@ def test_alibi_biases_by_distance_from_the_diagonal(backend, alignment):
     assert caps["alibi"] and caps["backward"]["alibi"]
 
 
+@pytest.mark.parametrize("backend", ["highway", "blas", "reference"])
+@pytest.mark.parametrize("value_dim", [8, 40])
+def test_value_head_dim_of_its_own(backend, value_dim):
+    """Ev != E (MLA; PyTorch's SDPA takes it): value [..., S, Ev] gives an
+    output [..., L, Ev], through the SDPA function (GQA, causal) and
+    attention() (BTHD, a window, the lse), against numpy in float64."""
+    B, H, G, L, S, E = 2, 4, 2, 7, 19, 24
+    q, k, v = rand(B, H, L, E), rand(B, G, S, E), rand(B, G, S, value_dim)
+    got = attnkit.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True,
+                                               backend=backend)
+    assert got.shape == (B, H, L, value_dim)
+    np.testing.assert_allclose(got, ref_sdpa(q, k, v, is_causal=True), rtol=1e-4, atol=2e-5)
+    qt, kt, vt = (np.ascontiguousarray(np.swapaxes(x, 1, 2)) for x in (q, k, v))
+    o, lse = attnkit.attention(qt, kt, vt, window=(4, 0), layout="BTHD", return_lse=True,
+                               backend=backend)
+    assert o.shape == (B, L, H, value_dim) and lse.shape == (B, H, L)
+    i, j = np.arange(L)[:, None] + S - L, np.arange(S)[None, :]
+    window = (j <= i) & (j >= i - 4)
+    np.testing.assert_allclose(np.swapaxes(o, 1, 2), ref_sdpa(q, k, v, attn_mask=window),
+                               rtol=1e-4, atol=2e-5)
+    with pytest.raises(ValueError, match="same shape but for the head dim"):
+        attnkit.attention(q, k, v[:, :, :5], backend=backend)
+    with pytest.raises(ValueError, match="query and key must have the same head dim E"):
+        attnkit.scaled_dot_product_attention(q, k[..., :8], v, enable_gqa=True, backend=backend)
+    caps = next(b for b in attnkit.backends() if b["name"] == backend)["capabilities"]
+    assert caps["value_head_dim"]
+
+
 def test_errors_say_what_is_wrong():
     q, k, v = rand(1, 4, 8, 16), rand(1, 2, 8, 16), rand(1, 2, 8, 16)
     with pytest.raises(ValueError, match="enable_gqa=True"):
@@ -276,8 +304,8 @@ def test_errors_say_what_is_wrong():
         )
     with pytest.raises(ValueError, match="unknown backend 'nope'"):
         attnkit.scaled_dot_product_attention(q, k, v, enable_gqa=True, backend="nope")
-    with pytest.raises(ValueError, match="head dim"):
-        attnkit.scaled_dot_product_attention(q, k, rand(1, 2, 8, 8), enable_gqa=True)
+    with pytest.raises(ValueError, match="query and key must have the same head dim E"):
+        attnkit.scaled_dot_product_attention(q, rand(1, 2, 8, 8), v, enable_gqa=True)
     with pytest.raises(ValueError, match="does not broadcast"):
         attnkit.scaled_dot_product_attention(
             q, k, v, attn_mask=np.ones((3, 8), bool), enable_gqa=True
@@ -372,6 +400,23 @@ def test_matches_torch_sdpa(case):
     )
     assert isinstance(got, t.Tensor)
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.skipif(_torch() is None, reason="torch >= 2.0 is not importable here")
+def test_value_head_dim_matches_torch_with_gradients():
+    """PyTorch's SDPA with Ev != E, forward and (autograd) backward."""
+    t = _torch()
+    q, k, v = rand(2, 4, 9, 24), rand(2, 2, 13, 24), rand(2, 2, 13, 40)
+    grads = []
+    for fn in (t.nn.functional.scaled_dot_product_attention,
+               attnkit.scaled_dot_product_attention):
+        tq, tk, tv = (t.from_numpy(x).requires_grad_() for x in (q, k, v))
+        out = fn(tq, tk, tv, is_causal=True, enable_gqa=True)
+        assert tuple(out.shape) == (2, 4, 9, 40)
+        out.square().sum().backward()
+        grads.append([out.detach().numpy()] + [x.grad.numpy() for x in (tq, tk, tv)])
+    for want, got in zip(*grads):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=3e-5)
 
 
 def test_structs_are_built_from_the_library_layouts():

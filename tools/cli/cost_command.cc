@@ -18,7 +18,8 @@ std::string CostJson(const AttentionConfig& config, const AttentionProblem& p, c
   w.Field("id", p.Id());
   w.Key("config").Raw(ProtoToJson(ConfigForReport(config)));
   w.Field("flop_convention",
-          "useful FLOPs = 4 * head_dim * (query, key) pairs not blocked by the mask or padding");
+          "useful FLOPs = 2 * (head_dim + value_head_dim) * (query, key) pairs not blocked by the "
+          "mask or padding (4 * head_dim when V has the same head dim)");
   w.Field("visible_pairs", c.visible_pairs).Field("total_pairs", c.total_pairs);
   w.Field("useful_flops", c.useful_flops).Field("dense_flops", c.dense_flops);
   w.Key("bytes").BeginObject();

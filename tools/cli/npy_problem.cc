@@ -95,7 +95,8 @@ absl::StatusOr<Tensor> LoadPairTensor(const std::string& flag, const std::string
 }  // namespace
 
 absl::StatusOr<AttentionConfig> InferConfigFromArrays(const std::string& q_path,
-                                                      const std::string& k_path) {
+                                                      const std::string& k_path,
+                                                      const std::string& v_path) {
   if (q_path.empty() || k_path.empty()) {
     return absl::InvalidArgumentError(
         "without --config the shapes come from the arrays: pass --q and --k (and --v)");
@@ -140,6 +141,12 @@ absl::StatusOr<AttentionConfig> InferConfigFromArrays(const std::string& q_path,
   if (k.tensor.view().dtype == DType::kF16) c.set_kv_dtype(F16);
   if (c.q_len() != c.kv_len()) c.set_alignment(BOTTOM_RIGHT);
   c.mutable_mask()->set_kind(MaskSpec::NONE);
+  // V's last dim is Ev (config.proto value_head_dim); a V that disagrees with
+  // K elsewhere is reported when it is loaded against the inferred shape.
+  if (!v_path.empty()) {
+    ATTNKIT_ASSIGN_OR_RETURN(const NpyArray v, ReadNpy(v_path));
+    if (v.shape.size() == 4 && v.shape[3] != q.shape[3]) c.set_value_head_dim(v.shape[3]);
+  }
   return c;
 }
 
@@ -164,7 +171,7 @@ absl::StatusOr<NpyProblem> LoadNpyProblem(const CliOptions& options, bool want_l
   std::string inferred;
   AttentionConfig config;
   if (options.config.empty()) {
-    ATTNKIT_ASSIGN_OR_RETURN(config, InferConfigFromArrays(options.q, options.k));
+    ATTNKIT_ASSIGN_OR_RETURN(config, InferConfigFromArrays(options.q, options.k, options.v));
     ATTNKIT_RETURN_IF_ERROR(ApplyConfigFlags(options.config_flags, "", &config));
     ATTNKIT_RETURN_IF_ERROR(ApplyComputeFlag(options, &config));
     inferred = ConfigToText(config);
@@ -230,8 +237,8 @@ absl::StatusOr<NpyProblem> LoadNpyProblem(const CliOptions& options, bool want_l
       data.q, LoadAttentionTensor("q", options.q, p.dtype, p.layout, B, H, p.q_len, d, &notes));
   ATTNKIT_ASSIGN_OR_RETURN(
       data.k, LoadAttentionTensor("k", options.k, p.kv_dtype, p.layout, B, G, p.kv_len, d, &notes));
-  ATTNKIT_ASSIGN_OR_RETURN(
-      data.v, LoadAttentionTensor("v", options.v, p.kv_dtype, p.layout, B, G, p.kv_len, d, &notes));
+  ATTNKIT_ASSIGN_OR_RETURN(data.v, LoadAttentionTensor("v", options.v, p.kv_dtype, p.layout, B, G,
+                                                       p.kv_len, p.value_dim(), &notes));
   if (p.blocked_mask) {
     ATTNKIT_ASSIGN_OR_RETURN(data.blocked_mask,
                              LoadPairTensor("mask", options.mask, DType::kU8, p));
@@ -269,7 +276,8 @@ absl::StatusOr<NpyProblem> LoadNpyProblem(const CliOptions& options, bool want_l
     ATTNKIT_ASSIGN_OR_RETURN(data.alibi_slopes,
                              per_head("alibi_slopes", options.alibi_slopes, "slope"));
   }
-  ATTNKIT_ASSIGN_OR_RETURN(data.o, Tensor::Attention(p.dtype, p.layout, B, H, p.q_len, d));
+  ATTNKIT_ASSIGN_OR_RETURN(data.o,
+                           Tensor::Attention(p.dtype, p.layout, B, H, p.q_len, p.value_dim()));
   if (p.return_lse) {
     ATTNKIT_ASSIGN_OR_RETURN(data.lse, Tensor::Contiguous(DType::kF32, {B, H, p.q_len}));
   }

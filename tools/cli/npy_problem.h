@@ -46,8 +46,10 @@ absl::Status RequireDenseForNpy(const AttentionProblem& p);
 // the layout (BHTD [B, H, T, d] or BTHD [B, T, H, d]: the reading in which
 // the KV heads divide the query heads; when both do, the one with no more
 // KV heads than keys), dtype from q's file (float16 stays f16). No mask.
+// v_path (optional) sets value_head_dim when V's last dim differs from Q's.
 absl::StatusOr<AttentionConfig> InferConfigFromArrays(const std::string& q_path,
-                                                      const std::string& k_path);
+                                                      const std::string& k_path,
+                                                      const std::string& v_path = "");
 
 // Loads a [B, heads, T, d] tensor of `layout` from `path` (named by `flag` in
 // errors), float32, float16 or float64, converted to `dtype`; a conversion

@@ -27,7 +27,7 @@ absl::Status VerifyCommand(const CliOptions& options, std::ostream& out) {
   // O in the config's dtype: a float32 file holding bf16 values (NumPy has no
   // bfloat16) converts exactly.
   ATTNKIT_ASSIGN_OR_RETURN(data.o, LoadAttentionTensor("o", options.o, p.dtype, p.layout, p.batch,
-                                                       p.num_heads, p.q_len, p.head_dim));
+                                                       p.num_heads, p.q_len, p.value_dim()));
   if (!options.lse.empty()) {
     ATTNKIT_ASSIGN_OR_RETURN(NpyArray lse, ReadNpy(options.lse));
     const std::vector<int64_t> want = {p.batch, p.num_heads, p.q_len};

@@ -111,6 +111,12 @@ std::vector<AttentionConfig> Reductions(const AttentionConfig& c) {
   for (int64_t to : {int64_t{1}, c.head_dim() / 2, c.head_dim() - 1}) {
     if (to >= 1 && to < c.head_dim()) add([&](AttentionConfig& r) { r.set_head_dim(to); });
   }
+  if (c.value_head_dim() > 0) {
+    add([](AttentionConfig& r) { r.clear_value_head_dim(); });
+    for (int64_t to : {int64_t{1}, c.value_head_dim() / 2, c.value_head_dim() - 1}) {
+      if (to >= 1) add([&](AttentionConfig& r) { r.set_value_head_dim(to); });
+    }
+  }
   if (c.mask().kind() == MaskSpec::SLIDING_WINDOW) {
     add([](AttentionConfig& r) { r.mutable_mask()->set_window_left(0); });
     add([](AttentionConfig& r) { r.mutable_mask()->set_window_right(0); });

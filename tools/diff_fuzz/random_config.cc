@@ -150,6 +150,15 @@ AttentionConfig RandomConfig(std::mt19937_64& rng, double max_work) {
   if (std::mt19937_64(c.seed() ^ 0x2545f4914f6cdd1dull)() % 4 == 0) {
     c.set_alibi(true);
   }
+  // A value head dim of its own (MLA) one time in four: smaller or larger
+  // than head_dim, around vector edges, within twice the work drawn above.
+  std::mt19937_64 value_rng(c.seed() ^ 0x94d049bb133111ebull);
+  if (value_rng() % 4 == 0) {
+    const std::vector<int64_t> kValueDims = {1, 3, 8, 16, 17, 24, 40, 64, 96, 128, 200};
+    const int64_t dv = kValueDims[value_rng() % kValueDims.size()];
+    const double pairs = double(c.batch()) * c.num_heads() * c.q_len() * c.kv_len();
+    if (pairs * double(dv) <= 2 * max_work) c.set_value_head_dim(dv);
+  }
   return c;
 }
 
