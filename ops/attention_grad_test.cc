@@ -47,22 +47,24 @@ double Dot(const std::vector<float>& a, const std::vector<float>& b) {
 struct LayerCase {
   int64_t heads, kv_heads;
   bool causal, bias;
+  int64_t value_dim = 0;  // > 0: V's and O's own head dim (Wv, Wo follow it)
 };
 
 class AttentionGradTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(AttentionGradTest, LayerMatchesFiniteDifferences) {
   const int64_t B = 2, T = 5, D = 16;
-  for (const LayerCase& c :
-       {LayerCase{4, 2, true, true}, LayerCase{4, 1, true, false}, LayerCase{4, 4, false, true}}) {
+  for (const LayerCase& c : {LayerCase{4, 2, true, true}, LayerCase{4, 1, true, false},
+                             LayerCase{4, 4, false, true}, LayerCase{4, 2, true, true, 6}}) {
     SCOPED_TRACE(::testing::Message() << "H " << c.heads << " Hkv " << c.kv_heads << " causal "
-                                      << c.causal << " bias " << c.bias);
+                                      << c.causal << " bias " << c.bias << " Ev " << c.value_dim);
     LayerOptions lo;
     lo.bias = c.bias;
     lo.seed = 7;
-    auto layer = MultiHeadAttention::Create(
-        layer_test::LayerConfig(c.heads, c.kv_heads, D / c.heads, c.causal, GetParam()), lo,
-        GlobalRegistry());
+    AttentionConfig config =
+        layer_test::LayerConfig(c.heads, c.kv_heads, D / c.heads, c.causal, GetParam());
+    config.set_value_head_dim(c.value_dim);
+    auto layer = MultiHeadAttention::Create(config, lo, GlobalRegistry());
     ASSERT_TRUE(layer.ok()) << layer.status();
     MultiHeadAttention& l = **layer;
     std::vector<float> x = Random(B * T * D, 1), dy = Random(B * T * D, 2), y(B * T * D),

@@ -55,8 +55,9 @@ absl::Status AttentionRunner::Run(const AttentionProblem& p, const AttentionArgs
 }
 
 absl::Status AttentionRunner::SyncMirror(KVCache* cache) {
-  // K, V: storage_rows() rows of d values; the scales: one f32 per row.
+  // K, V: storage_rows() rows of d (Ev) values; the scales: one f32 per row.
   const size_t row_bytes = static_cast<size_t>(cache->head_dim()) * DTypeSize(cache->dtype());
+  const size_t v_row_bytes = static_cast<size_t>(cache->value_dim()) * DTypeSize(cache->dtype());
   const size_t rows = static_cast<size_t>(cache->storage_rows());
   // An id is one cache for its whole life, so it also fixes the sizes; it is
   // recorded only once every buffer exists.
@@ -64,7 +65,7 @@ absl::Status AttentionRunner::SyncMirror(KVCache* cache) {
   if (fresh) {
     mirror_ = Mirror{};  // free first: device memory may be tight
     ATTNKIT_ASSIGN_OR_RETURN(mirror_.k, backend_->Allocate(rows * row_bytes));
-    ATTNKIT_ASSIGN_OR_RETURN(mirror_.v, backend_->Allocate(rows * row_bytes));
+    ATTNKIT_ASSIGN_OR_RETURN(mirror_.v, backend_->Allocate(rows * v_row_bytes));
     if (cache->int8()) {
       ATTNKIT_ASSIGN_OR_RETURN(mirror_.k_scale, backend_->Allocate(rows * sizeof(float)));
       ATTNKIT_ASSIGN_OR_RETURN(mirror_.v_scale, backend_->Allocate(rows * sizeof(float)));
@@ -77,7 +78,7 @@ absl::Status AttentionRunner::SyncMirror(KVCache* cache) {
     size_t row_bytes;
   };
   const Part parts[] = {{cache->keys().data, mirror_.k.get(), row_bytes},
-                        {cache->values().data, mirror_.v.get(), row_bytes},
+                        {cache->values().data, mirror_.v.get(), v_row_bytes},
                         {cache->key_scales().data, mirror_.k_scale.get(), sizeof(float)},
                         {cache->value_scales().data, mirror_.v_scale.get(), sizeof(float)}};
   ATTNKIT_RETURN_IF_ERROR(

@@ -13,9 +13,11 @@
 namespace attnkit {
 namespace {
 
-// Bytes of one storage row of K or V plus its scale (i8).
-int64_t RowBytes(int64_t head_dim, DType dtype) {
-  return head_dim * static_cast<int64_t>(DTypeSize(dtype)) + (dtype == DType::kI8 ? 4 : 0);
+// Bytes of one storage row of K and V (d and Ev values; value_dim 0 = d)
+// plus their scales (i8).
+int64_t RowBytes(int64_t head_dim, int64_t value_dim, DType dtype) {
+  const int64_t dv = value_dim > 0 ? value_dim : head_dim;
+  return (head_dim + dv) * static_cast<int64_t>(DTypeSize(dtype)) + (dtype == DType::kI8 ? 8 : 0);
 }
 
 absl::Status CheckIndex(const char* what, int64_t b, int64_t batch) {
@@ -29,22 +31,26 @@ absl::Status CheckIndex(const char* what, int64_t b, int64_t batch) {
 }  // namespace
 
 int64_t KVCache::BytesFor(int64_t batch, int64_t kv_heads, int64_t capacity, int64_t head_dim,
-                          DType dtype) {
-  return 2 * batch * kv_heads * capacity * RowBytes(head_dim, dtype);
+                          DType dtype, int64_t value_dim) {
+  return batch * kv_heads * capacity * RowBytes(head_dim, value_dim, dtype);
 }
 
 int64_t KVCache::PagedBytesFor(int64_t kv_heads, int64_t head_dim, int64_t page_size,
-                               int64_t num_pages, DType dtype) {
-  return 2 * num_pages * page_size * kv_heads * RowBytes(head_dim, dtype);
+                               int64_t num_pages, DType dtype, int64_t value_dim) {
+  return num_pages * page_size * kv_heads * RowBytes(head_dim, value_dim, dtype);
 }
 
 absl::StatusOr<KVCache> KVCache::Common(int64_t batch, int64_t kv_heads, int64_t capacity,
-                                        int64_t head_dim, DType dtype) {
+                                        int64_t head_dim, int64_t value_dim, DType dtype) {
+  if (value_dim == 0) value_dim = head_dim;
   const struct {
     const char* name;
     int64_t value;
-  } dims[] = {
-      {"batch", batch}, {"kv_heads", kv_heads}, {"capacity", capacity}, {"head_dim", head_dim}};
+  } dims[] = {{"batch", batch},
+              {"kv_heads", kv_heads},
+              {"capacity", capacity},
+              {"head_dim", head_dim},
+              {"value_dim", value_dim}};
   for (const auto& dim : dims) {
     if (dim.value < 1) {
       return absl::InvalidArgumentError(
@@ -64,6 +70,7 @@ absl::StatusOr<KVCache> KVCache::Common(int64_t batch, int64_t kv_heads, int64_t
   cache.kv_heads_ = kv_heads;
   cache.capacity_ = capacity;
   cache.head_dim_ = head_dim;
+  cache.value_dim_ = value_dim;
   cache.dtype_ = dtype;
   ATTNKIT_ASSIGN_OR_RETURN(cache.lengths_i32_, Tensor::Contiguous(DType::kI32, {batch}));
   cache.lengths_.assign(static_cast<size_t>(batch), 0);
@@ -74,11 +81,13 @@ absl::StatusOr<KVCache> KVCache::Common(int64_t batch, int64_t kv_heads, int64_t
 }
 
 absl::StatusOr<KVCache> KVCache::Create(int64_t batch, int64_t kv_heads, int64_t capacity,
-                                        int64_t head_dim, DType dtype) {
-  ATTNKIT_ASSIGN_OR_RETURN(KVCache cache, Common(batch, kv_heads, capacity, head_dim, dtype));
-  const std::vector<int64_t> shape = {batch, kv_heads, capacity, head_dim};
-  ATTNKIT_ASSIGN_OR_RETURN(cache.k_, Tensor::Contiguous(dtype, shape));
-  ATTNKIT_ASSIGN_OR_RETURN(cache.v_, Tensor::Contiguous(dtype, shape));
+                                        int64_t head_dim, DType dtype, int64_t value_dim) {
+  ATTNKIT_ASSIGN_OR_RETURN(KVCache cache,
+                           Common(batch, kv_heads, capacity, head_dim, value_dim, dtype));
+  ATTNKIT_ASSIGN_OR_RETURN(cache.k_,
+                           Tensor::Contiguous(dtype, {batch, kv_heads, capacity, head_dim}));
+  ATTNKIT_ASSIGN_OR_RETURN(
+      cache.v_, Tensor::Contiguous(dtype, {batch, kv_heads, capacity, cache.value_dim_}));
   if (cache.int8()) {
     ATTNKIT_ASSIGN_OR_RETURN(cache.k_scale_,
                              Tensor::Contiguous(DType::kF32, {batch, kv_heads, capacity}));
@@ -89,7 +98,8 @@ absl::StatusOr<KVCache> KVCache::Create(int64_t batch, int64_t kv_heads, int64_t
 }
 
 absl::StatusOr<KVCache> KVCache::CreatePaged(int64_t batch, int64_t kv_heads, int64_t head_dim,
-                                             int64_t page_size, int64_t num_pages, DType dtype) {
+                                             int64_t page_size, int64_t num_pages, DType dtype,
+                                             int64_t value_dim) {
   if (page_size < kMinPageSize || page_size > kMaxPageSize || (page_size & (page_size - 1)) != 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("KV cache page_size (%d) must be a power of two in [%d, %d]", page_size,
@@ -100,13 +110,14 @@ absl::StatusOr<KVCache> KVCache::CreatePaged(int64_t batch, int64_t kv_heads, in
         "KV cache num_pages (%d) must be in [1, %d]: page numbers and lengths travel as i32",
         num_pages, INT32_MAX / page_size));
   }
-  ATTNKIT_ASSIGN_OR_RETURN(KVCache cache,
-                           Common(batch, kv_heads, num_pages * page_size, head_dim, dtype));
+  ATTNKIT_ASSIGN_OR_RETURN(
+      KVCache cache, Common(batch, kv_heads, num_pages * page_size, head_dim, value_dim, dtype));
   cache.page_size_ = page_size;
   ATTNKIT_ASSIGN_OR_RETURN(cache.tables_, BlockTables::Create(batch, page_size, num_pages));
-  const std::vector<int64_t> shape = {num_pages, page_size, kv_heads, head_dim};
-  ATTNKIT_ASSIGN_OR_RETURN(cache.k_, Tensor::Contiguous(dtype, shape));
-  ATTNKIT_ASSIGN_OR_RETURN(cache.v_, Tensor::Contiguous(dtype, shape));
+  ATTNKIT_ASSIGN_OR_RETURN(cache.k_,
+                           Tensor::Contiguous(dtype, {num_pages, page_size, kv_heads, head_dim}));
+  ATTNKIT_ASSIGN_OR_RETURN(
+      cache.v_, Tensor::Contiguous(dtype, {num_pages, page_size, kv_heads, cache.value_dim_}));
   if (cache.int8()) {
     ATTNKIT_ASSIGN_OR_RETURN(cache.k_scale_,
                              Tensor::Contiguous(DType::kF32, {num_pages, page_size, kv_heads}));
@@ -117,8 +128,8 @@ absl::StatusOr<KVCache> KVCache::CreatePaged(int64_t batch, int64_t kv_heads, in
 }
 
 int64_t KVCache::bytes() const {
-  return paged() ? PagedBytesFor(kv_heads_, head_dim_, page_size_, num_pages(), dtype_)
-                 : BytesFor(batch_, kv_heads_, capacity_, head_dim_, dtype_);
+  return paged() ? PagedBytesFor(kv_heads_, head_dim_, page_size_, num_pages(), dtype_, value_dim_)
+                 : BytesFor(batch_, kv_heads_, capacity_, head_dim_, dtype_, value_dim_);
 }
 
 int64_t KVCache::num_pages() const { return paged() ? tables_.allocator().num_pages() : 0; }
@@ -146,29 +157,28 @@ int64_t KVCache::StorageRow(int64_t b, int64_t g, int64_t t) const {
 }
 
 void KVCache::WriteRow(int64_t r, const float* k, const float* v) {
-  const int64_t d = head_dim_, at = r * d;
+  const int64_t d = head_dim_, dv = value_dim_, at = r * d, v_at = r * dv;
   switch (dtype_) {
     case DType::kF32:
       std::memcpy(static_cast<float*>(k_.data()) + at, k, d * sizeof(float));
-      std::memcpy(static_cast<float*>(v_.data()) + at, v, d * sizeof(float));
+      std::memcpy(static_cast<float*>(v_.data()) + v_at, v, dv * sizeof(float));
       break;
     case DType::kI8:
       static_cast<float*>(k_scale_.data())[r] =
           QuantizeRowI8(k, d, static_cast<int8_t*>(k_.data()) + at);
       static_cast<float*>(v_scale_.data())[r] =
-          QuantizeRowI8(v, d, static_cast<int8_t*>(v_.data()) + at);
+          QuantizeRowI8(v, dv, static_cast<int8_t*>(v_.data()) + v_at);
       break;
     default:
-      for (int64_t c = 0; c < d; ++c) {
-        StoreFromF32(k_.data(), dtype_, at + c, k[c]);
-        StoreFromF32(v_.data(), dtype_, at + c, v[c]);
-      }
+      for (int64_t c = 0; c < d; ++c) StoreFromF32(k_.data(), dtype_, at + c, k[c]);
+      for (int64_t c = 0; c < dv; ++c) StoreFromF32(v_.data(), dtype_, v_at + c, v[c]);
   }
 }
 
 void KVCache::CopyRows(int64_t from, int64_t to, int64_t rows) {
-  const size_t row_bytes = static_cast<size_t>(head_dim_) * DTypeSize(dtype_);
   for (const Tensor* t : {&k_, &v_}) {
+    const size_t row_bytes =
+        static_cast<size_t>(t == &k_ ? head_dim_ : value_dim_) * DTypeSize(dtype_);
     char* base = static_cast<char*>(t->data());
     std::memmove(base + to * row_bytes, base + from * row_bytes, rows * row_bytes);
   }
@@ -180,6 +190,11 @@ void KVCache::CopyRows(int64_t from, int64_t to, int64_t rows) {
 }
 
 absl::Status KVCache::Append(const float* k, const float* v, int64_t ld, int64_t tokens) {
+  return Append(k, ld, v, ld, tokens);
+}
+
+absl::Status KVCache::Append(const float* k, int64_t ldk, const float* v, int64_t ldv,
+                             int64_t tokens) {
   ATTNKIT_RETURN_IF_ERROR(CheckRoom(tokens));
   if (paged()) {
     ATTNKIT_ASSIGN_OR_RETURN(const std::vector<BlockTables::PageCopy> copies,
@@ -192,13 +207,14 @@ absl::Status KVCache::Append(const float* k, const float* v, int64_t ld, int64_t
       mirrored = std::min(mirrored, lengths_[c.seq] / page_size_ * page_size_);
     }
   }
-  const int64_t d = head_dim_, G = kv_heads_;
+  const int64_t d = head_dim_, dv = value_dim_, G = kv_heads_;
   for (int64_t b = 0; b < batch_; ++b) {
     mirrored_until_[b] = std::min(mirrored_until_[b], lengths_[b]);  // rewritten from here
     for (int64_t t = 0; t < tokens; ++t) {
-      const int64_t row = (b * tokens + t) * ld;
+      const float* k_row = k + (b * tokens + t) * ldk;
+      const float* v_row = v + (b * tokens + t) * ldv;
       for (int64_t g = 0; g < G; ++g) {
-        WriteRow(StorageRow(b, g, lengths_[b] + t), k + row + g * d, v + row + g * d);
+        WriteRow(StorageRow(b, g, lengths_[b] + t), k_row + g * d, v_row + g * dv);
       }
     }
   }

@@ -11,7 +11,8 @@
 // their KV head through the index map. Storage is f32, f16, bf16 or i8; i8
 // rows are quantized as they are appended (core/quantize.h), one f32 scale
 // per (token, KV head) for K and for V, which the kernels get as
-// k_scale/v_scale.
+// k_scale/v_scale. Values may have a head dim of their own (value_dim, Ev;
+// MLA): every shape above with d is then d for keys and Ev for values.
 #ifndef ATTNKIT_OPS_KV_CACHE_H_
 #define ATTNKIT_OPS_KV_CACHE_H_
 
@@ -34,22 +35,26 @@ class KVCache {
   // here) every buffer. InvalidArgument naming the value when a dimension is
   // < 1 or the dtype is not f32/f16/bf16/i8; ResourceExhausted when memory
   // runs out.
+  // value_dim: the values' head dim (0 = head_dim).
   static absl::StatusOr<KVCache> Create(int64_t batch, int64_t kv_heads, int64_t capacity,
-                                        int64_t head_dim, DType dtype = DType::kF32);
+                                        int64_t head_dim, DType dtype = DType::kF32,
+                                        int64_t value_dim = 0);
   // A paged cache: a pool of num_pages pages of page_size tokens (a power of
   // two in [16, 256], core/problem.h), shared by the batch's sequences. The
   // same errors as Create, naming page_size or num_pages.
   static absl::StatusOr<KVCache> CreatePaged(int64_t batch, int64_t kv_heads, int64_t head_dim,
                                              int64_t page_size, int64_t num_pages,
-                                             DType dtype = DType::kF32);
+                                             DType dtype = DType::kF32, int64_t value_dim = 0);
   // Exact bytes of K and V (and, for i8, their f32 scales) of a dense cache:
-  // 2 * B * Hkv * capacity * (d * size + (i8 ? 4 : 0)).
+  // B * Hkv * capacity * ((d + Ev) * size + (i8 ? 8 : 0)) (Ev = value_dim,
+  // 0 = d).
   static int64_t BytesFor(int64_t batch, int64_t kv_heads, int64_t capacity, int64_t head_dim,
-                          DType dtype);
-  // The same for a paged pool: 2 * num_pages * page_size * Hkv * (d * size +
-  // (i8 ? 4 : 0)); the block tables (B * num_pages i32) are not counted.
+                          DType dtype, int64_t value_dim = 0);
+  // The same for a paged pool: num_pages * page_size * Hkv * ((d + Ev) *
+  // size + (i8 ? 8 : 0)); the block tables (B * num_pages i32) are not
+  // counted.
   static int64_t PagedBytesFor(int64_t kv_heads, int64_t head_dim, int64_t page_size,
-                               int64_t num_pages, DType dtype);
+                               int64_t num_pages, DType dtype, int64_t value_dim = 0);
 
   // OK when every sequence has room for `tokens` more; else ResourceExhausted
   // naming the lengths and the capacity (dense) or the pages needed and free
@@ -61,6 +66,9 @@ class KVCache {
   // shared last page first). ResourceExhausted, with nothing written, when
   // CheckRoom fails.
   absl::Status Append(const float* k, const float* v, int64_t ld, int64_t tokens);
+  // The same with rows of their own strides: k [B * tokens, Hkv * d] with
+  // row stride ldk, v [B * tokens, Hkv * Ev] with ldv.
+  absl::Status Append(const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t tokens);
   // Sets every sequence's length (keeping the contents); InvalidArgument when
   // the count is not B or a length is outside [0, capacity] (dense) or
   // [0, its current length] (paged: the pages past a new length are released,
@@ -80,6 +88,7 @@ class KVCache {
   // what one sequence could hold with every page.
   int64_t capacity() const { return capacity_; }
   int64_t head_dim() const { return head_dim_; }
+  int64_t value_dim() const { return value_dim_; }  // Ev: head_dim unless set
   DType dtype() const { return dtype_; }
   bool int8() const { return dtype_ == DType::kI8; }
   int64_t length(int64_t b) const { return lengths_[b]; }
@@ -119,9 +128,10 @@ class KVCache {
   int64_t mirrored_until(int64_t b) const { return mirrored_until_[b]; }
   void MarkMirrored() { mirrored_until_ = lengths_; }
   uint64_t id() const { return id_; }
-  // Storage rows: a row is the d values of one (token, KV head), or its one
-  // scale. keys() and values() hold storage_rows() * d elements, the scales
-  // storage_rows(); a row's index is the same in all four.
+  // Storage rows: a row is the d (Ev) values of one (token, KV head), or its
+  // one scale. keys() holds storage_rows() * d elements, values()
+  // storage_rows() * Ev, the scales storage_rows(); a row's index is the same
+  // in all four.
   int64_t storage_rows() const;
   struct RowSpan {
     int64_t first, count;
@@ -135,20 +145,20 @@ class KVCache {
   // Checks the dims, sets them, allocates the lengths; storage is the
   // caller's.
   static absl::StatusOr<KVCache> Common(int64_t batch, int64_t kv_heads, int64_t capacity,
-                                        int64_t head_dim, DType dtype);
+                                        int64_t head_dim, int64_t value_dim, DType dtype);
   // Storage row of token t of KV head g, sequence b (t below its pages' end).
   int64_t StorageRow(int64_t b, int64_t g, int64_t t) const;
-  // Writes one row of d values (K and V) at storage row r, quantizing i8.
+  // Writes one row of K (d values) and V (Ev) at storage row r, quantizing i8.
   void WriteRow(int64_t r, const float* k, const float* v);
   // Copies `rows` storage rows (K, V, scales) from row `from` to row `to`.
   void CopyRows(int64_t from, int64_t to, int64_t rows);
   void SyncLengthsTensor();
   TensorView View(const Tensor& t) const;
 
-  int64_t batch_ = 0, kv_heads_ = 0, capacity_ = 0, head_dim_ = 0;
+  int64_t batch_ = 0, kv_heads_ = 0, capacity_ = 0, head_dim_ = 0, value_dim_ = 0;
   int64_t page_size_ = 0;
   DType dtype_ = DType::kF32;
-  Tensor k_, v_;              // [B, Hkv, capacity, d] or [num_pages, page_size, Hkv, d]
+  Tensor k_, v_;              // [B, Hkv, capacity, d or Ev] or [num_pages, page_size, Hkv, ..]
   Tensor k_scale_, v_scale_;  // i8: the same without d; else empty
   BlockTables tables_;        // paged only
   Tensor lengths_i32_;        // [B]

@@ -28,7 +28,8 @@ std::vector<double> Slice(const float* in, int64_t T, int64_t D, const Tensor& w
   return out;
 }
 
-// Softmax attention of one head: q [Tq, d], k, v [Tk, d] -> o [Tq, d].
+// Softmax attention of one head: q [Tq, d], k [Tk, d], v [Tk, dv] -> o
+// [Tq, dv] (dv: the value head dim).
 // One head's attention in double; with the layer's sink (sink > -inf) and
 // ALiBi slope (`slope` != 0) of that head.
 std::vector<double> Attend(const AttentionProblem& p, int64_t Tq, int64_t Tk,
@@ -36,10 +37,10 @@ std::vector<double> Attend(const AttentionProblem& p, int64_t Tq, int64_t Tk,
                            const std::vector<double>& v,
                            double sink = -std::numeric_limits<double>::infinity(),
                            double slope = 0) {
-  const int64_t d = p.head_dim;
+  const int64_t d = p.head_dim, dv = p.value_dim();
   MaskParams m = p.mask_params();
   m.q_len = Tq;
-  std::vector<double> o(Tq * d, 0.0), s(Tk);
+  std::vector<double> o(Tq * dv, 0.0), s(Tk);
   for (int64_t i = 0; i < Tq; ++i) {
     const KeyRange keys = VisibleKeys(m, i, Tk);
     double mx = -std::numeric_limits<double>::infinity();
@@ -54,7 +55,7 @@ std::vector<double> Attend(const AttentionProblem& p, int64_t Tq, int64_t Tk,
     double sum = std::exp(sink - mx);  // 0 without a sink
     for (int64_t j = keys.begin; j < keys.end; ++j) sum += (s[j] = std::exp(s[j] - mx));
     for (int64_t j = keys.begin; j < keys.end; ++j) {
-      for (int64_t c = 0; c < d; ++c) o[i * d + c] += s[j] / sum * v[j * d + c];
+      for (int64_t c = 0; c < dv; ++c) o[i * dv + c] += s[j] / sum * v[j * dv + c];
     }
   }
   return o;
@@ -84,7 +85,8 @@ std::vector<double> SlowLayer(const MultiHeadAttention& layer, const float* x, i
                               int64_t Tq, const float* context, int64_t Tk) {
   const AttentionProblem& p = layer.problem();
   const AttentionWeights& w = layer.weights();
-  const int64_t D = p.model_dim, H = p.num_heads, d = p.head_dim, Hd = H * d;
+  const int64_t D = p.model_dim, H = p.num_heads, d = p.head_dim, dv = p.value_dim();
+  const int64_t Hdv = H * dv;
   std::vector<double> y(B * Tq * D, 0.0);
   for (int64_t b = 0; b < B; ++b) {
     const float* xb = x + b * Tq * D;
@@ -93,7 +95,7 @@ std::vector<double> SlowLayer(const MultiHeadAttention& layer, const float* x, i
       const int64_t g = h / (H / p.num_kv_heads);
       const std::vector<double> q = Slice(xb, Tq, D, w.wq, w.bq, h * d, d);
       const std::vector<double> k = Slice(cb, Tk, D, w.wk, w.bk, g * d, d);
-      const std::vector<double> v = Slice(cb, Tk, D, w.wv, w.bv, g * d, d);
+      const std::vector<double> v = Slice(cb, Tk, D, w.wv, w.bv, g * dv, dv);
       const double sink =
           w.sinks.view().empty() ? -std::numeric_limits<double>::infinity() : F(w.sinks)[h];
       const double slope = w.alibi_slopes.view().empty() ? 0.0 : F(w.alibi_slopes)[h];
@@ -101,7 +103,7 @@ std::vector<double> SlowLayer(const MultiHeadAttention& layer, const float* x, i
       for (int64_t t = 0; t < Tq; ++t) {
         for (int64_t r = 0; r < D; ++r) {
           double s = 0;
-          for (int64_t c = 0; c < d; ++c) s += o[t * d + c] * F(w.wo)[r * Hd + h * d + c];
+          for (int64_t c = 0; c < dv; ++c) s += o[t * dv + c] * F(w.wo)[r * Hdv + h * dv + c];
           y[(b * Tq + t) * D + r] += s;
         }
       }

@@ -111,16 +111,18 @@ absl::StatusOr<std::unique_ptr<MultiHeadAttention>> MultiHeadAttention::Create(
   }
   layer->problem_ = p;
 
+  // Q, K: head_dim (E) per head; V, O: value_dim() (Ev).
   const int64_t D = p.model_dim, Hd = p.num_heads * p.head_dim, Gd = p.num_kv_heads * p.head_dim;
+  const int64_t Hdv = p.num_heads * p.value_dim(), Gdv = p.num_kv_heads * p.value_dim();
   AttentionWeights& w = layer->weights_;
   ATTNKIT_ASSIGN_OR_RETURN(w.wq, Tensor::Contiguous(DType::kF32, {Hd, D}));
   ATTNKIT_ASSIGN_OR_RETURN(w.wk, Tensor::Contiguous(DType::kF32, {Gd, D}));
-  ATTNKIT_ASSIGN_OR_RETURN(w.wv, Tensor::Contiguous(DType::kF32, {Gd, D}));
-  ATTNKIT_ASSIGN_OR_RETURN(w.wo, Tensor::Contiguous(DType::kF32, {D, Hd}));
+  ATTNKIT_ASSIGN_OR_RETURN(w.wv, Tensor::Contiguous(DType::kF32, {Gdv, D}));
+  ATTNKIT_ASSIGN_OR_RETURN(w.wo, Tensor::Contiguous(DType::kF32, {D, Hdv}));
   if (options.bias) {
     ATTNKIT_ASSIGN_OR_RETURN(w.bq, Tensor::Contiguous(DType::kF32, {Hd}));
     ATTNKIT_ASSIGN_OR_RETURN(w.bk, Tensor::Contiguous(DType::kF32, {Gd}));
-    ATTNKIT_ASSIGN_OR_RETURN(w.bv, Tensor::Contiguous(DType::kF32, {Gd}));
+    ATTNKIT_ASSIGN_OR_RETURN(w.bv, Tensor::Contiguous(DType::kF32, {Gdv}));
     ATTNKIT_ASSIGN_OR_RETURN(w.bo, Tensor::Contiguous(DType::kF32, {D}));
   }
   if (p.sinks) {  // zero-filled: each sink starts at logit 0
@@ -133,7 +135,7 @@ absl::StatusOr<std::unique_ptr<MultiHeadAttention>> MultiHeadAttention::Create(
   }
   // nn.Linear's default: U(-1/sqrt(in), 1/sqrt(in)) for weights and biases.
   const uint64_t s = options.seed * 16;
-  const float in_q = 1.0f / std::sqrt(float(D)), in_o = 1.0f / std::sqrt(float(Hd));
+  const float in_q = 1.0f / std::sqrt(float(D)), in_o = 1.0f / std::sqrt(float(Hdv));
   const Tensor* tensors[] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk, &w.bv, &w.bo};
   for (int i = 0; i < 8; ++i) {
     if (tensors[i]->view().empty()) continue;
@@ -151,11 +153,11 @@ absl::Status MultiHeadAttention::SetWeight(const std::string& name, const Tensor
   } slots[] = {
       {"wq", &weights_.wq, "[num_heads * head_dim, model_dim]"},
       {"wk", &weights_.wk, "[num_kv_heads * head_dim, model_dim]"},
-      {"wv", &weights_.wv, "[num_kv_heads * head_dim, model_dim]"},
-      {"wo", &weights_.wo, "[model_dim, num_heads * head_dim]"},
+      {"wv", &weights_.wv, "[num_kv_heads * value_head_dim, model_dim]"},
+      {"wo", &weights_.wo, "[model_dim, num_heads * value_head_dim]"},
       {"bq", &weights_.bq, "[num_heads * head_dim]"},
       {"bk", &weights_.bk, "[num_kv_heads * head_dim]"},
-      {"bv", &weights_.bv, "[num_kv_heads * head_dim]"},
+      {"bv", &weights_.bv, "[num_kv_heads * value_head_dim]"},
       {"bo", &weights_.bo, "[model_dim]"},
       {"sinks", &weights_.sinks, "[num_heads]"},
       {"alibi_slopes", &weights_.alibi_slopes, "[num_heads]"},
@@ -219,13 +221,14 @@ int64_t MultiHeadAttention::NumParameters() const {
 
 absl::StatusOr<KVCache> MultiHeadAttention::NewCache(int64_t batch, int64_t capacity,
                                                      DType dtype) const {
-  return KVCache::Create(batch, problem_.num_kv_heads, capacity, problem_.head_dim, dtype);
+  return KVCache::Create(batch, problem_.num_kv_heads, capacity, problem_.head_dim, dtype,
+                         problem_.value_dim());
 }
 
 absl::StatusOr<KVCache> MultiHeadAttention::NewPagedCache(int64_t batch, int64_t page_size,
                                                           int64_t num_pages, DType dtype) const {
   return KVCache::CreatePaged(batch, problem_.num_kv_heads, problem_.head_dim, page_size, num_pages,
-                              dtype);
+                              dtype, problem_.value_dim());
 }
 
 void MultiHeadAttention::Linear(const TensorView& x, const Tensor& w, const Tensor& b, float* y,
@@ -252,10 +255,11 @@ absl::StatusOr<MultiHeadAttention::Projections> MultiHeadAttention::Project(
     const TensorView& x, const TensorView& kv_source) {
   const int64_t B = x.shape[0], Tq = x.shape[1], Tk = kv_source.shape[1];
   const int64_t d = problem_.head_dim, Gd = problem_.num_kv_heads * d;
+  const int64_t Gdv = problem_.num_kv_heads * problem_.value_dim();
   Projections p;
   ATTNKIT_ASSIGN_OR_RETURN(p.q, q_ws_.Get(B * Tq * problem_.num_heads * d));
   ATTNKIT_ASSIGN_OR_RETURN(p.k, k_ws_.Get(B * Tk * Gd));
-  ATTNKIT_ASSIGN_OR_RETURN(p.v, v_ws_.Get(B * Tk * Gd));
+  ATTNKIT_ASSIGN_OR_RETURN(p.v, v_ws_.Get(B * Tk * Gdv));
   Linear(x, weights_.wq, weights_.bq, p.q);
   Linear(kv_source, weights_.wk, weights_.bk, p.k);
   Linear(kv_source, weights_.wv, weights_.bv, p.v);
@@ -266,17 +270,17 @@ absl::Status MultiHeadAttention::AttendAndMerge(float* q, int64_t batch, int64_t
                                                 AttentionArgs args, const TensorView& y,
                                                 KVCache* cache) {
   const AttentionProblem& p = problem_;
-  const int64_t Hd = p.num_heads * p.head_dim;
-  ATTNKIT_ASSIGN_OR_RETURN(float* o, o_ws_.Get(batch * q_len * Hd));
+  const int64_t Hdv = p.num_heads * p.value_dim();
+  ATTNKIT_ASSIGN_OR_RETURN(float* o, o_ws_.Get(batch * q_len * Hdv));
   // [B*T, H*d] rows read as [B, H, T, d]: the head split without a copy.
   args.q = AttentionView(q, DType::kF32, Layout::kBTHD, batch, p.num_heads, q_len, p.head_dim);
-  args.o = AttentionView(o, DType::kF32, Layout::kBTHD, batch, p.num_heads, q_len, p.head_dim);
+  args.o = AttentionView(o, DType::kF32, Layout::kBTHD, batch, p.num_heads, q_len, p.value_dim());
   args.sinks = weights_.sinks.view();
   args.alibi_slopes = weights_.alibi_slopes.view();
   ATTNKIT_RETURN_IF_ERROR(cache != nullptr ? runner_->RunWithCache(p, args, cache, &last_run_)
                                            : runner_->Run(p, args, &last_run_));
-  // O [B*T, H*d] is already the merged heads; y = O Wo^T.
-  Linear(ContiguousView(o, DType::kF32, {batch, q_len, Hd}), weights_.wo, weights_.bo,
+  // O [B*T, H*Ev] is already the merged heads; y = O Wo^T.
+  Linear(ContiguousView(o, DType::kF32, {batch, q_len, Hdv}), weights_.wo, weights_.bo,
          static_cast<float*>(y.data), &y);
   return absl::OkStatus();
 }
@@ -330,7 +334,7 @@ absl::Status MultiHeadAttention::CrossForward(const TensorView& x, const TensorV
   ATTNKIT_RETURN_IF_ERROR(ChooseBackend());
   AttentionArgs kv;
   kv.k = AttentionView(qkv.k, DType::kF32, Layout::kBTHD, B, G, Tk, d);
-  kv.v = AttentionView(qkv.v, DType::kF32, Layout::kBTHD, B, G, Tk, d);
+  kv.v = AttentionView(qkv.v, DType::kF32, Layout::kBTHD, B, G, Tk, problem_.value_dim());
   return AttendAndMerge(qkv.q, B, Tq, kv, y);
 }
 
@@ -344,11 +348,13 @@ absl::Status MultiHeadAttention::ForwardCached(const TensorView& x, KVCache* cac
     return absl::InvalidArgumentError(
         absl::StrFormat("y %s must have x's shape %s", ShapeString(y), ShapeString(x)));
   }
-  if (cache->batch() != B || cache->kv_heads() != G || cache->head_dim() != d) {
+  const int64_t dv = problem_.value_dim();
+  if (cache->batch() != B || cache->kv_heads() != G || cache->head_dim() != d ||
+      cache->value_dim() != dv) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "KV cache [B %d, Hkv %d, d %d] does not match the input batch (%d) and the layer's "
-        "num_kv_heads (%d) and head_dim (%d)",
-        cache->batch(), cache->kv_heads(), cache->head_dim(), B, G, d));
+        "KV cache [B %d, Hkv %d, d %d, Ev %d] does not match the input batch (%d) and the "
+        "layer's num_kv_heads (%d), head_dim (%d) and value head dim (%d)",
+        cache->batch(), cache->kv_heads(), cache->head_dim(), cache->value_dim(), B, G, d, dv));
   }
   ATTNKIT_RETURN_IF_ERROR(cache->CheckRoom(T));
   // The problem after the append: every sequence grows by T. Per-sequence
@@ -369,7 +375,7 @@ absl::Status MultiHeadAttention::ForwardCached(const TensorView& x, KVCache* cac
   ATTNKIT_RETURN_IF_ERROR(backend()->Supports(problem_));
 
   ATTNKIT_ASSIGN_OR_RETURN(const Projections qkv, Project(x, x));
-  ATTNKIT_RETURN_IF_ERROR(cache->Append(qkv.k, qkv.v, G * d, T));
+  ATTNKIT_RETURN_IF_ERROR(cache->Append(qkv.k, G * d, qkv.v, G * dv, T));
   AttentionArgs kv;
   kv.k = cache->keys();
   kv.v = cache->values();
@@ -504,12 +510,13 @@ absl::Status MultiHeadAttention::ForwardTrain(const TensorView& x, const TensorV
         "backend '%s' has no backward pass for this layer: %s", backend->Name(), bw.message()));
   }
   ATTNKIT_RETURN_IF_ERROR(EnsureGradients());
-  const int64_t M = B * T, Hd = H * d, Gd = G * d;
+  const int64_t dv = problem_.value_dim();  // V and O
+  const int64_t M = B * T, Hd = H * d, Gd = G * d, Hdv = H * dv, Gdv = G * dv;
   ATTNKIT_ASSIGN_OR_RETURN(float* tx, tx_ws_.Get(M * D));
   ATTNKIT_ASSIGN_OR_RETURN(float* tq, tq_ws_.Get(M * Hd));
   ATTNKIT_ASSIGN_OR_RETURN(float* tk, tk_ws_.Get(M * Gd));
-  ATTNKIT_ASSIGN_OR_RETURN(float* tv, tv_ws_.Get(M * Gd));
-  ATTNKIT_ASSIGN_OR_RETURN(float* to, to_ws_.Get(M * Hd));
+  ATTNKIT_ASSIGN_OR_RETURN(float* tv, tv_ws_.Get(M * Gdv));
+  ATTNKIT_ASSIGN_OR_RETURN(float* to, to_ws_.Get(M * Hdv));
   ATTNKIT_ASSIGN_OR_RETURN(float* tlse, tlse_ws_.Get(B * H * T));
   GatherRows(x, tx);  // first: y may be x
   const TensorView xv = ContiguousView(tx, DType::kF32, {B, T, D});
@@ -519,13 +526,13 @@ absl::Status MultiHeadAttention::ForwardTrain(const TensorView& x, const TensorV
   AttentionArgs args;
   args.q = AttentionView(tq, DType::kF32, Layout::kBTHD, B, H, T, d);
   args.k = AttentionView(tk, DType::kF32, Layout::kBTHD, B, G, T, d);
-  args.v = AttentionView(tv, DType::kF32, Layout::kBTHD, B, G, T, d);
-  args.o = AttentionView(to, DType::kF32, Layout::kBTHD, B, H, T, d);
+  args.v = AttentionView(tv, DType::kF32, Layout::kBTHD, B, G, T, dv);
+  args.o = AttentionView(to, DType::kF32, Layout::kBTHD, B, H, T, dv);
   args.lse = ContiguousView(tlse, DType::kF32, {B, H, T});
   args.sinks = weights_.sinks.view();
   args.alibi_slopes = weights_.alibi_slopes.view();
   ATTNKIT_RETURN_IF_ERROR(runner_->Run(tp, args, &last_run_));
-  Linear(ContiguousView(to, DType::kF32, {B, T, Hd}), weights_.wo, weights_.bo,
+  Linear(ContiguousView(to, DType::kF32, {B, T, Hdv}), weights_.wo, weights_.bo,
          static_cast<float*>(y.data), &y);
   train_problem_ = tp;
   train_backend_ = backend;
@@ -550,19 +557,20 @@ absl::Status MultiHeadAttention::Backward(const TensorView& dy, const TensorView
                           t == &dy ? "dy" : "dx", ShapeString(*t), B, T, D));
     }
   }
-  const int64_t M = B * T, Hd = H * d, Gd = G * d;
+  const int64_t dv = tp.value_dim();  // V, O, dO, dV
+  const int64_t M = B * T, Hd = H * d, Gd = G * d, Hdv = H * dv, Gdv = G * dv;
   const MatmulProvider& mm = *matmul_;
   // The forward's buffers, as ForwardTrain left them.
   ATTNKIT_ASSIGN_OR_RETURN(float* tx, tx_ws_.Get(M * D));
   ATTNKIT_ASSIGN_OR_RETURN(float* tq, tq_ws_.Get(M * Hd));
   ATTNKIT_ASSIGN_OR_RETURN(float* tk, tk_ws_.Get(M * Gd));
-  ATTNKIT_ASSIGN_OR_RETURN(float* tv, tv_ws_.Get(M * Gd));
-  ATTNKIT_ASSIGN_OR_RETURN(float* to, to_ws_.Get(M * Hd));
+  ATTNKIT_ASSIGN_OR_RETURN(float* tv, tv_ws_.Get(M * Gdv));
+  ATTNKIT_ASSIGN_OR_RETURN(float* to, to_ws_.Get(M * Hdv));
   ATTNKIT_ASSIGN_OR_RETURN(float* tlse, tlse_ws_.Get(B * H * T));
-  ATTNKIT_ASSIGN_OR_RETURN(float* g_o, do_ws_.Get(M * Hd));
+  ATTNKIT_ASSIGN_OR_RETURN(float* g_o, do_ws_.Get(M * Hdv));
   ATTNKIT_ASSIGN_OR_RETURN(float* g_q, dq_ws_.Get(M * Hd));
   ATTNKIT_ASSIGN_OR_RETURN(float* g_k, dk_ws_.Get(M * Gd));
-  ATTNKIT_ASSIGN_OR_RETURN(float* g_v, dv_ws_.Get(M * Gd));
+  ATTNKIT_ASSIGN_OR_RETURN(float* g_v, dv_ws_.Get(M * Gdv));
 
   // y = O Wo^T + bo: dO = dy Wo, dWo += dy^T O, dbo += sum dy.
   int64_t ldy = RowStride(dy);
@@ -573,24 +581,24 @@ absl::Status MultiHeadAttention::Backward(const TensorView& dy, const TensorView
     dyp = buf;
     ldy = D;
   }
-  mm.LinearGradInput(dyp, ldy, Data(weights_.wo), M, D, Hd, g_o, Hd, /*accumulate=*/false);
-  mm.LinearGradWeight(dyp, ldy, to, Hd, M, D, Hd, Data(grads_.wo), Data(grads_.bo));
+  mm.LinearGradInput(dyp, ldy, Data(weights_.wo), M, D, Hdv, g_o, Hdv, /*accumulate=*/false);
+  mm.LinearGradWeight(dyp, ldy, to, Hdv, M, D, Hdv, Data(grads_.wo), Data(grads_.bo));
 
   // dQ, dK, dV through the backend that ran the forward (dy is not read
   // again from here on, so dx may be dy).
   AttentionArgs args;
   args.q = AttentionView(tq, DType::kF32, Layout::kBTHD, B, H, T, d);
   args.k = AttentionView(tk, DType::kF32, Layout::kBTHD, B, G, T, d);
-  args.v = AttentionView(tv, DType::kF32, Layout::kBTHD, B, G, T, d);
-  args.o = AttentionView(to, DType::kF32, Layout::kBTHD, B, H, T, d);
+  args.v = AttentionView(tv, DType::kF32, Layout::kBTHD, B, G, T, dv);
+  args.o = AttentionView(to, DType::kF32, Layout::kBTHD, B, H, T, dv);
   args.lse = ContiguousView(tlse, DType::kF32, {B, H, T});
   args.sinks = weights_.sinks.view();
   args.alibi_slopes = weights_.alibi_slopes.view();
   GradArgs grads;
-  grads.d_o = AttentionView(g_o, DType::kF32, Layout::kBTHD, B, H, T, d);
+  grads.d_o = AttentionView(g_o, DType::kF32, Layout::kBTHD, B, H, T, dv);
   grads.dq = AttentionView(g_q, DType::kF32, Layout::kBTHD, B, H, T, d);
   grads.dk = AttentionView(g_k, DType::kF32, Layout::kBTHD, B, G, T, d);
-  grads.dv = AttentionView(g_v, DType::kF32, Layout::kBTHD, B, G, T, d);
+  grads.dv = AttentionView(g_v, DType::kF32, Layout::kBTHD, B, G, T, dv);
   // dsinks: written by the backend, then added to the accumulated gradient.
   float* dsinks = nullptr;
   if (tp.sinks) {
@@ -607,7 +615,7 @@ absl::Status MultiHeadAttention::Backward(const TensorView& dy, const TensorView
   // Q = x Wq^T + bq (K, V likewise): dW += dQ^T x, dx = dQ Wq + dK Wk + dV Wv.
   mm.LinearGradWeight(g_q, Hd, tx, D, M, Hd, D, Data(grads_.wq), Data(grads_.bq));
   mm.LinearGradWeight(g_k, Gd, tx, D, M, Gd, D, Data(grads_.wk), Data(grads_.bk));
-  mm.LinearGradWeight(g_v, Gd, tx, D, M, Gd, D, Data(grads_.wv), Data(grads_.bv));
+  mm.LinearGradWeight(g_v, Gdv, tx, D, M, Gdv, D, Data(grads_.wv), Data(grads_.bv));
   int64_t ldx = RowStride(dx);
   float* dxp = static_cast<float*>(dx.data);
   if (ldx < 0) {
@@ -616,7 +624,7 @@ absl::Status MultiHeadAttention::Backward(const TensorView& dy, const TensorView
   }
   mm.LinearGradInput(g_q, Hd, Data(weights_.wq), M, Hd, D, dxp, ldx, /*accumulate=*/false);
   mm.LinearGradInput(g_k, Gd, Data(weights_.wk), M, Gd, D, dxp, ldx, /*accumulate=*/true);
-  mm.LinearGradInput(g_v, Gd, Data(weights_.wv), M, Gd, D, dxp, ldx, /*accumulate=*/true);
+  mm.LinearGradInput(g_v, Gdv, Data(weights_.wv), M, Gdv, D, dxp, ldx, /*accumulate=*/true);
   if (dxp != dx.data) ScatterRows(dxp, dx);
   return absl::OkStatus();
 }

@@ -1,14 +1,16 @@
 // The multi-head attention layer:
-//   Q = x Wq^T   [B, T, H*d]      K = c Wk^T, V = c Wv^T   [B, Tk, Hkv*d]
-//   O = attention(Q, K, V) through the selected backend     [B, T, H*d]
+//   Q = x Wq^T   [B, T, H*d]      K = c Wk^T [B, Tk, Hkv*d], V = c Wv^T [B, Tk, Hkv*dv]
+//   O = attention(Q, K, V) through the selected backend     [B, T, H*dv]
 //   y = O Wo^T   [B, T, D]
+// (dv: the config's value_head_dim, d unless set.)
 // with c = x (self-attention) or a second input (cross-attention, Tq != Tk).
 // The head split is a strided view: the projection output [B, T, H*d] is read
 // as [B, H, T, d] with BTHD strides, and the attention output is written the
 // same way, so the merge back to [B, T, H*d] is free.
 //
 // Weights use PyTorch's nn.Linear orientation, [out, in]: Wq [H*d, D],
-// Wk and Wv [Hkv*d, D] (GQA/MQA shrink them), Wo [D, H*d]; biases [out].
+// Wk [Hkv*d, D] and Wv [Hkv*dv, D] (GQA/MQA shrink them), Wo [D, H*dv];
+// biases [out].
 // A layer exported from PyTorch loads with LoadNpy() straight from
 // `layer.q_proj.weight.detach().numpy()` and friends, no transpose.
 #ifndef ATTNKIT_OPS_MULTI_HEAD_ATTENTION_H_
@@ -45,8 +47,8 @@ struct LayerOptions {
 
 // f32, contiguous, [out, in].
 struct AttentionWeights {
-  Tensor wq, wk, wv, wo;  // [H*d, D], [Hkv*d, D], [Hkv*d, D], [D, H*d]
-  Tensor bq, bk, bv, bo;  // [H*d], [Hkv*d], [Hkv*d], [D]; empty without bias
+  Tensor wq, wk, wv, wo;  // [H*d, D], [Hkv*d, D], [Hkv*dv, D], [D, H*dv]
+  Tensor bq, bk, bv, bo;  // [H*d], [Hkv*d], [Hkv*dv], [D]; empty without bias
   // [H] with config sinks: the learned sink logits (gpt-oss's `sinks`),
   // initially 0; a parameter with a gradient.
   Tensor sinks;
@@ -87,7 +89,7 @@ class MultiHeadAttention {
   // backend gets the scales). ResourceExhausted, with the cache unchanged,
   // when the cache is too small (dense) or out of pages (paged).
   absl::Status ForwardCached(const TensorView& x, KVCache* cache, const TensorView& y);
-  // A dense cache for this layer's KV heads and head_dim.
+  // A dense cache for this layer's KV heads, head_dim and value head dim.
   absl::StatusOr<KVCache> NewCache(int64_t batch, int64_t capacity,
                                    DType dtype = DType::kF32) const;
   // A paged cache: num_pages pages of page_size tokens shared by the batch.

@@ -133,6 +133,58 @@ TEST_P(LayerTest, SinksAndAlibiEqualPerHeadLoop) {
   EXPECT_GT(MaxAbsDiff(other, slow), 1e-3) << "ALiBi changes nothing";
 }
 
+// A value head dim of its own (MLA-like: Wv and Wo over H * Ev): y equals the
+// per-head loop, cross-attention too, and decode steps through a dense and a
+// paged cache (V rows of Ev) give the full forward's last rows.
+TEST_P(LayerTest, ValueHeadDimEqualsPerHeadLoop) {
+  const int64_t B = 2, T = 9;
+  AttentionConfig c = LayerConfig(4, 2, 8, /*causal=*/true, "");
+  c.set_value_head_dim(12);
+  LayerOptions options;
+  options.seed = 9;
+  options.bias = true;
+  auto layer = Make(c, B, T, T, options);
+  if (layer == nullptr) GTEST_SKIP() << skip_;
+  EXPECT_EQ(layer->weights().wv.view().dim(0), 2 * 12);
+  EXPECT_EQ(layer->weights().wo.view().dim(1), 4 * 12);
+  const int64_t D = layer->problem().model_dim;
+  const std::vector<float> x = RandomActivations(B, T, D, 13);
+  std::vector<float> y(B * T * D);
+  ASSERT_TRUE(
+      layer->Forward(ActivationView(x.data(), B, T, D), ActivationView(y.data(), B, T, D)).ok());
+  const std::vector<double> slow = layer_test::SlowLayer(*layer, x.data(), B, T, x.data(), T);
+  EXPECT_LE(MaxAbsDiff(y, slow), 1e-5);
+  for (bool paged : {false, true}) {
+    auto cache = paged ? layer->NewPagedCache(B, 16, 2) : layer->NewCache(B, T);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    EXPECT_EQ(cache->value_dim(), 12);
+    std::vector<float> y_prefill(B * (T - 2) * D), y_step(B * D);
+    ASSERT_TRUE(layer
+                    ->ForwardCached(layer_test::TokenSlice(x.data(), B, T, D, 0, T - 2), &*cache,
+                                    ActivationView(y_prefill.data(), B, T - 2, D))
+                    .ok());
+    for (int64_t t = T - 2; t < T; ++t) {
+      ASSERT_TRUE(layer
+                      ->ForwardCached(layer_test::TokenSlice(x.data(), B, T, D, t, 1), &*cache,
+                                      ActivationView(y_step.data(), B, 1, D))
+                      .ok());
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t r = 0; r < D; ++r) {
+          EXPECT_NEAR(y_step[b * D + r], y[(b * T + t) * D + r], 1e-5)
+              << (paged ? "paged " : "dense ") << b << " " << t << " " << r;
+        }
+      }
+    }
+  }
+  // A cache made for another value head dim is refused by name.
+  auto other = KVCache::Create(B, 2, T, 8, DType::kF32);
+  ASSERT_TRUE(other.ok());
+  std::vector<float> y1(B * D);
+  const absl::Status s = layer->ForwardCached(layer_test::TokenSlice(x.data(), B, T, D, 0, 1),
+                                              &*other, ActivationView(y1.data(), B, 1, D));
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("value head dim (12)"));
+}
+
 // Keys and values from a second input of another length: the score matrix is
 // Tq x Tk and the values match the per-head reference.
 TEST_P(LayerTest, CrossAttentionWithTqNotTk) {
@@ -342,8 +394,8 @@ TEST(LayerBadInputTest, ErrorsNameTheValues) {
   std::vector<float> w(32 * 32);
   const absl::Status s = layer->SetWeight("wv", ContiguousView(w.data(), DType::kF32, {32, 32}));
   EXPECT_THAT(std::string(s.message()),
-              HasSubstr("wv has shape [32, 32]; expected [16, 32] = [num_kv_heads * head_dim, "
-                        "model_dim]"));
+              HasSubstr("wv has shape [32, 32]; expected [16, 32] = [num_kv_heads * "
+                        "value_head_dim, model_dim]"));
   EXPECT_THAT(
       std::string(layer->SetWeight("bq", ContiguousView(w.data(), DType::kF32, {32})).message()),
       HasSubstr("no bias"));

@@ -166,8 +166,10 @@ class MultiHeadAttention:
     or a context (cross-attention), on any attnkit backend.
 
     model_dim D, num_heads H, num_kv_heads G (default H; 1 = MQA), head_dim d
-    (default D / H). Weights in PyTorch's nn.Linear orientation [out, in]:
-    wq [H*d, D], wk and wv [G*d, D], wo [D, H*d]; initialised from `seed` like
+    (default D / H), value_head_dim dv (default d; V's and the output's own
+    head dim, as MLA's). Weights in PyTorch's nn.Linear orientation [out,
+    in]: wq [H*d, D], wk [G*d, D], wv [G*dv, D], wo [D, H*dv]; initialised
+    from `seed` like
     nn.Linear, or loaded with load_state_dict(). causal=True or window=(left,
     right) masks the scores (bottom-right aligned with a cache). `config` (an
     AttentionConfig) gives every option at once instead. compute="fast" lets
@@ -185,6 +187,7 @@ class MultiHeadAttention:
         num_kv_heads=None,
         head_dim=None,
         *,
+        value_head_dim=None,
         bias=False,
         causal=False,
         window=None,
@@ -218,6 +221,7 @@ class MultiHeadAttention:
                 num_heads=int(num_heads),
                 num_kv_heads=int(num_kv_heads or num_heads),
                 head_dim=int(head_dim),
+                value_head_dim=int(value_head_dim or 0),
                 model_dim=int(model_dim),
                 mask={"kind": mask, "window_left": left, "window_right": right},
                 backend=backend,
@@ -269,11 +273,14 @@ class MultiHeadAttention:
         """A copy of one weight as a float32 numpy array."""
         key = _TORCH_NAMES.get(name, name)
         c = self.config
+        dv = c.value_head_dim or c.head_dim  # V's and O's head dim
         hd = c.num_heads * c.head_dim
         gd = (c.num_kv_heads or c.num_heads) * c.head_dim
+        hdv = c.num_heads * dv
+        gdv = (c.num_kv_heads or c.num_heads) * dv
         dm = self.model_dim
-        shapes = {"wq": (hd, dm), "wk": (gd, dm), "wv": (gd, dm), "wo": (dm, hd),
-                  "bq": (hd,), "bk": (gd,), "bv": (gd,), "bo": (dm,)}
+        shapes = {"wq": (hd, dm), "wk": (gd, dm), "wv": (gdv, dm), "wo": (dm, hdv),
+                  "bq": (hd,), "bk": (gd,), "bv": (gdv,), "bo": (dm,)}
         if key not in shapes:
             raise ValueError(f"no weight {name!r}; the layer has {', '.join(_WEIGHTS)}")
         out = np.empty(shapes[key], dtype=np.float32)

@@ -126,7 +126,8 @@ def test_compare_plot_needs_matplotlib_or_draws():
 
 
 def ref_layer(x, w, heads, kv_heads, causal, context=None):
-    """The layer in float64 numpy: projections, GQA attention, output."""
+    """The layer in float64 numpy: projections, GQA attention, output (V's
+    head dim from wv's shape)."""
     x = x.astype(np.float64)
     c = x if context is None else context.astype(np.float64)
     w = {k: v.astype(np.float64) for k, v in w.items()}
@@ -136,7 +137,7 @@ def ref_layer(x, w, heads, kv_heads, causal, context=None):
 
     def proj(a, name, n):
         y = a @ w["w" + name].T + w.get("b" + name, 0.0)
-        return y.reshape(a.shape[0], a.shape[1], n, d).transpose(0, 2, 1, 3)
+        return y.reshape(a.shape[0], a.shape[1], n, -1).transpose(0, 2, 1, 3)
 
     q, k, v = proj(x, "q", heads), proj(c, "k", kv_heads), proj(c, "v", kv_heads)
     k, v = np.repeat(k, heads // kv_heads, axis=1), np.repeat(v, heads // kv_heads, axis=1)
@@ -145,7 +146,7 @@ def ref_layer(x, w, heads, kv_heads, causal, context=None):
         s = np.where(np.tril(np.ones((T, S), bool), k=S - T), s, -np.inf)
     p = np.exp(s - s.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
-    o = (p @ v).transpose(0, 2, 1, 3).reshape(B, T, heads * d)
+    o = (p @ v).transpose(0, 2, 1, 3).reshape(B, T, -1)
     return o @ w["wo"].T + w.get("bo", 0.0)
 
 
@@ -169,6 +170,23 @@ def test_layer_matches_numpy_and_decodes_with_its_cache(backend):
     cache.set_lengths([9, 9])
     again = layer(x[:, 9:10], cache=cache)
     np.testing.assert_allclose(again, y[:, 9:10], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["highway", "blas", "reference"])
+def test_layer_with_a_value_head_dim_of_its_own(backend):
+    """value_head_dim (MLA-like): wv [G*dv, D], wo [D, H*dv]; the layer equals
+    numpy, and decoding through its (paged) cache gives the same outputs."""
+    layer = attnkit.MultiHeadAttention(64, 8, 2, value_head_dim=12, causal=True, bias=True,
+                                       seed=5, backend=backend)
+    w = layer.state_dict()
+    assert w["wv"].shape == (24, 64) and w["wo"].shape == (64, 96) and w["bv"].shape == (24,)
+    x = rand(2, 10, 64)
+    y = layer(x)
+    np.testing.assert_allclose(y, ref_layer(x, w, 8, 2, True), rtol=1e-4, atol=1e-5)
+    cache = layer.new_cache(batch=2, capacity=16, page_size=16)
+    parts = [layer(x[:, :6], cache=cache)] + [layer(x[:, t : t + 1], cache=cache)
+                                              for t in range(6, 10)]
+    np.testing.assert_allclose(np.concatenate(parts, axis=1), y, rtol=1e-4, atol=1e-5)
 
 
 def test_paged_and_int8_caches():
