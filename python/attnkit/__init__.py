@@ -32,7 +32,7 @@ from ._ops import scaled_dot_product_attention
 from ._ops import scaled_dot_product_attention_backward
 from ._ops import set_num_threads
 
-__version__ = "0.26.0"  # the VERSION file; checked against the library at import
+__version__ = "0.29.0"  # the VERSION file; checked against the library at import
 
 
 def library_version():
