@@ -46,9 +46,15 @@ absl::StatusOr<DType> CacheDType(int32_t dtype) {
       return DType::kBF16;
     case ATTNKIT_I8:
       return DType::kI8;
+    case ATTNKIT_F8E4M3:
+      return DType::kF8E4M3;
+    case ATTNKIT_F8E5M2:
+      return DType::kF8E5M2;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "dtype (", dtype, ") must be ATTNKIT_F32, ATTNKIT_F16, ATTNKIT_BF16 or ATTNKIT_I8"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("dtype (", dtype,
+                       ") must be ATTNKIT_F32, ATTNKIT_F16, ATTNKIT_BF16, ATTNKIT_I8, "
+                       "ATTNKIT_F8E4M3 or ATTNKIT_F8E5M2"));
   }
 }
 

@@ -153,7 +153,9 @@ absl::Status CheckCapabilities(const Capabilities& c, const AttentionProblem& p)
   // FAST rounds Q to K's storage type (core/fast_compute.h): a backend takes
   // it for the K/V types it does so for. f32 K/V has nothing to round to, so
   // FAST is EXACT there and every backend takes it.
-  if (p.fast() && p.kv_dtype != DType::kF32 && !Contains(c.fast_kv_dtypes, p.kv_dtype)) {
+  // fp8 K/V has no FAST rounding defined (core/fast_compute.h): EXACT too.
+  if (p.fast() && p.kv_dtype != DType::kF32 && !IsFp8(p.kv_dtype) &&
+      !Contains(c.fast_kv_dtypes, p.kv_dtype)) {
     return unsupported("compute FAST with kv_dtype", DTypeName(p.kv_dtype),
                        c.fast_kv_dtypes.empty() ? "exact only" : DTypeList(c.fast_kv_dtypes));
   }
@@ -294,12 +296,12 @@ absl::Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& a) {
   } else {
     ATTNKIT_RETURN_IF_ERROR(CheckAbsent("bias", a.bias, "additive_bias"));
   }
-  if (p.kv_dtype == DType::kI8) {
+  if (IsScaledKv(p.kv_dtype)) {  // per row; a stride-0 view is one scale per tensor
     ATTNKIT_RETURN_IF_ERROR(CheckTensor("k_scale", a.k_scale, DType::kF32, key_rows));
     ATTNKIT_RETURN_IF_ERROR(CheckTensor("v_scale", a.v_scale, DType::kF32, key_rows));
   } else {
-    ATTNKIT_RETURN_IF_ERROR(CheckAbsent("k_scale", a.k_scale, "int8 K/V"));
-    ATTNKIT_RETURN_IF_ERROR(CheckAbsent("v_scale", a.v_scale, "int8 K/V"));
+    ATTNKIT_RETURN_IF_ERROR(CheckAbsent("k_scale", a.k_scale, "int8 or fp8 K/V"));
+    ATTNKIT_RETURN_IF_ERROR(CheckAbsent("v_scale", a.v_scale, "int8 or fp8 K/V"));
   }
   if (p.is_paged()) {
     ATTNKIT_RETURN_IF_ERROR(

@@ -147,7 +147,7 @@ TEST(BackendArgsTest, RaggedShapesNameTheTensor) {
           {"a block table", [&](AttentionArgs& a) { a.block_table = table.view(); },
            "block_table was given but the problem has paged K/V (page_size) off"},
           {"scales for f16 K", [&](AttentionArgs& a) { a.k_scale = scale.view(); },
-           "k_scale was given but the problem has int8 K/V off"},
+           "k_scale was given but the problem has int8 or fp8 K/V off"},
           {"LSE over the offsets", [](AttentionArgs& a) { a.lse.data = a.cu_seqlens_q.data; },
            "an output tensor (o or lse) overlaps an input"},
       });

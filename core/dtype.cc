@@ -18,6 +18,8 @@ size_t DTypeSize(DType t) {
       return 2;
     case DType::kU8:
     case DType::kI8:
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
       return 1;
   }
   return 0;
@@ -37,21 +39,26 @@ absl::string_view DTypeName(DType t) {
       return "u8";
     case DType::kI8:
       return "i8";
+    case DType::kF8E4M3:
+      return "f8e4m3";
+    case DType::kF8E5M2:
+      return "f8e5m2";
   }
   return "?";
 }
 
 absl::StatusOr<DType> ParseDType(absl::string_view name) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kU8, DType::kI8}) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kU8, DType::kI8,
+                  DType::kF8E4M3, DType::kF8E5M2}) {
     if (name == DTypeName(t)) return t;
   }
-  return absl::InvalidArgumentError(
-      absl::StrFormat("dtype '%s' is unknown; expected one of f32, f16, bf16, i32, u8, i8", name));
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "dtype '%s' is unknown; expected one of f32, f16, bf16, i32, u8, i8, f8e4m3, f8e5m2", name));
 }
 
 bool IsFloatStorage(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
-bool IsKvStorage(DType t) { return IsFloatStorage(t) || t == DType::kI8; }
+bool IsKvStorage(DType t) { return IsFloatStorage(t) || IsScaledKv(t); }
 
 double DTypeEpsilon(DType t) {
   switch (t) {

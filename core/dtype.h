@@ -10,20 +10,33 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/fp8.h"
 
 namespace attnkit {
 
 // kF32/kF16/kBF16 store Q, K, V, O; kI32 holds key lengths, offsets and
 // block tables; kU8 holds the dense "blocked" mask (1 = blocked); kI8 stores
-// quantized K and V (value = int8 * the row's f32 scale, core/quantize.h).
-enum class DType { kF32, kF16, kBF16, kI32, kU8, kI8 };
+// quantized K and V (value = int8 * the row's f32 scale, core/quantize.h);
+// kF8E4M3 and kF8E5M2 store K and V as OCP FP8 (core/fp8.h), also times a
+// row scale (per (token, head), or one per tensor as a stride-0 view).
+enum class DType { kF32, kF16, kBF16, kI32, kU8, kI8, kF8E4M3, kF8E5M2 };
 
 size_t DTypeSize(DType t);
-absl::string_view DTypeName(DType t);  // "f32", "f16", "bf16", "i32", "u8", "i8"
+// "f32", "f16", "bf16", "i32", "u8", "i8", "f8e4m3", "f8e5m2"
+absl::string_view DTypeName(DType t);
 absl::StatusOr<DType> ParseDType(absl::string_view name);
 bool IsFloatStorage(DType t);  // f32, f16 or bf16
-// K and V storage: a float storage type, or i8 with per-(token, head) scales.
+// K and V storage: a float storage type, or i8, f8e4m3 or f8e5m2 with
+// per-(token, head) scales.
 bool IsKvStorage(DType t);
+// K/V storage read times a row scale (k_scale, v_scale): i8 and the fp8s.
+inline bool IsScaledKv(DType t) {
+  return t == DType::kI8 || t == DType::kF8E4M3 || t == DType::kF8E5M2;
+}
+inline bool IsFp8(DType t) { return t == DType::kF8E4M3 || t == DType::kF8E5M2; }
+inline Fp8Format Fp8FormatOf(DType t) {
+  return t == DType::kF8E4M3 ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
+}
 // Machine epsilon of a float storage type (2^-23, 2^-10, 2^-7).
 double DTypeEpsilon(DType t);
 // One ulp of |x| in a float storage type: DTypeEpsilon scaled to x's binade,
@@ -52,11 +65,15 @@ inline uint16_t BF16FromF32(float f) {
 }
 
 // Reads element `i` of a float storage buffer as float (an i8 element as
-// its integer value: the caller applies the row's scale).
+// its integer value, an fp8 one as its decoded value: the caller applies the
+// row's scale).
 inline float LoadAsF32(const void* data, DType t, int64_t i) {
   switch (t) {
     case DType::kI8:
       return static_cast<float>(static_cast<const int8_t*>(data)[i]);
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      return DecodeFp8(static_cast<const uint8_t*>(data)[i], Fp8FormatOf(t));
     case DType::kF16:
       return F32FromF16(static_cast<const uint16_t*>(data)[i]);
     case DType::kBF16:
@@ -68,9 +85,14 @@ inline float LoadAsF32(const void* data, DType t, int64_t i) {
 
 // Writes `value` to element `i` of a float storage buffer, rounding to `t`
 // (an i8 element gets the value rounded to the nearest integer, saturated
-// to [-127, 127]: the caller keeps the row's scale).
+// to [-127, 127], an fp8 one encoded and saturated (core/fp8.h): the caller
+// keeps the row's scale).
 inline void StoreFromF32(void* data, DType t, int64_t i, float value) {
   switch (t) {
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      static_cast<uint8_t*>(data)[i] = EncodeFp8(value, Fp8FormatOf(t));
+      break;
     case DType::kI8:
       static_cast<int8_t*>(data)[i] =
           static_cast<int8_t>(std::fmin(127.0f, std::fmax(-127.0f, std::nearbyint(value))));

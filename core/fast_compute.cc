@@ -4,7 +4,10 @@
 
 namespace attnkit {
 
-bool FastRoundsQuery(const AttentionProblem& p) { return p.fast() && p.kv_dtype != DType::kF32; }
+bool FastRoundsQuery(const AttentionProblem& p) {
+  // fp8 K/V: no rounding of Q is defined (FAST runs EXACT there).
+  return p.fast() && p.kv_dtype != DType::kF32 && !IsFp8(p.kv_dtype);
+}
 
 float RoundQueryValue(float x, DType kv_dtype) {
   switch (kv_dtype) {

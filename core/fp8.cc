@@ -48,7 +48,31 @@ uint8_t EncodeFp8(float x, Fp8Format format) {
   return sign | static_cast<uint8_t>(code > l.max_code ? l.max_code : code);
 }
 
+namespace {
+
+// The exact decoding of every code, from the definition below.
+float DecodeFp8Slow(uint8_t code, Fp8Format format);
+
+struct DecodeTables {
+  float e4m3[256], e5m2[256];
+  DecodeTables() {
+    for (int c = 0; c < 256; ++c) {
+      e4m3[c] = DecodeFp8Slow(static_cast<uint8_t>(c), Fp8Format::kE4M3);
+      e5m2[c] = DecodeFp8Slow(static_cast<uint8_t>(c), Fp8Format::kE5M2);
+    }
+  }
+};
+
+}  // namespace
+
 float DecodeFp8(uint8_t code, Fp8Format format) {
+  static const DecodeTables* const tables = new DecodeTables();  // a table lookup per value
+  return format == Fp8Format::kE4M3 ? tables->e4m3[code] : tables->e5m2[code];
+}
+
+namespace {
+
+float DecodeFp8Slow(uint8_t code, Fp8Format format) {
   const Layout l = LayoutOf(format);
   const int m = l.mantissa_bits;
   const bool negative = (code & 0x80) != 0;
@@ -68,5 +92,7 @@ float DecodeFp8(uint8_t code, Fp8Format format) {
   }
   return static_cast<float>(negative ? -value : value);
 }
+
+}  // namespace
 
 }  // namespace attnkit

@@ -13,7 +13,8 @@ namespace attnkit {
 inline Capabilities FullCapabilities() {
   Capabilities c;  // head dims 1..1024, both alignments, any group size
   c.dtypes = {DType::kF32, DType::kF16, DType::kBF16};
-  c.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16, DType::kI8};
+  c.kv_dtypes = {DType::kF32, DType::kF16,    DType::kBF16,
+                 DType::kI8,  DType::kF8E4M3, DType::kF8E5M2};
   c.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
   c.layouts = {Layout::kBHTD, Layout::kBTHD};
   c.lse = c.kv_lengths = c.blocked_mask = c.additive_bias = c.softcap = true;

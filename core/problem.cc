@@ -32,11 +32,11 @@ absl::Status ValidatePagingAndRagged(const AttentionProblem& p) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "num_pages (%d) must be 0 unless page_size is set (paged K/V)", p.num_pages));
   }
-  const bool special_kv = p.is_paged() || !p.q_lengths.empty() || p.kv_dtype == DType::kI8;
+  const bool special_kv = p.is_paged() || !p.q_lengths.empty() || IsScaledKv(p.kv_dtype);
   if (special_kv && (p.poison_blocked || p.nonfinite_inputs > 0)) {
     return Invalid(
         "poison_blocked and nonfinite_inputs draw into dense float K/V only; paged (page_size), "
-        "ragged (q_lengths) and int8 problems take neither (their unread pool rows are NaN "
+        "ragged (q_lengths), int8 and fp8 problems take neither (their unread pool rows are NaN "
         "already)");
   }
   if (p.q_lengths.empty()) return absl::OkStatus();
@@ -199,7 +199,8 @@ absl::Status ValidateProblem(const AttentionProblem& p) {
   ATTNKIT_RETURN_IF_ERROR(RequireRange("q_len", p.q_len, 1, kMaxDim));
   ATTNKIT_RETURN_IF_ERROR(RequireRange("kv_len", p.kv_len, 1, kMaxDim));
   if (!IsFloatStorage(p.dtype) || !IsKvStorage(p.kv_dtype)) {
-    return Invalid("dtype must be f32, f16 or bf16, and kv_dtype f32, f16, bf16 or int8");
+    return Invalid(
+        "dtype must be f32, f16 or bf16, and kv_dtype f32, f16, bf16, int8, fp8_e4m3 or fp8_e5m2");
   }
   if (p.mask == MaskKind::kSlidingWindow) {
     ATTNKIT_RETURN_IF_ERROR(RequireRange("mask.window_left", p.window_left, 0, kMaxDim));
@@ -237,9 +238,9 @@ absl::Status ValidateProblem(const AttentionProblem& p) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "backward (true) needs dense K/V; page_size (%d) must be 0", p.page_size));
     }
-    if (p.kv_dtype == DType::kI8) {
-      return absl::InvalidArgumentError(
-          "backward (true) needs float K/V; kv_dtype INT8 has no gradient");
+    if (IsScaledKv(p.kv_dtype)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "backward (true) needs float K/V; kv_dtype %s has no gradient", DTypeName(p.kv_dtype)));
     }
     if (!p.return_lse) {
       return absl::InvalidArgumentError(
@@ -300,7 +301,7 @@ absl::StatusOr<int64_t> ProblemBytes(const AttentionProblem& p) {
   ATTNKIT_ASSIGN_OR_RETURN(const int64_t kv_rows,
                            CheckedMul(kv_tokens, p.num_kv_heads, "key rows"));
   ATTNKIT_RETURN_IF_ERROR(add(kv_rows, (p.head_dim + p.value_dim()) * kv_size, "K + V bytes"));
-  if (p.kv_dtype == DType::kI8) ATTNKIT_RETURN_IF_ERROR(add(kv_rows, 2 * 4, "int8 scale bytes"));
+  if (IsScaledKv(p.kv_dtype)) ATTNKIT_RETURN_IF_ERROR(add(kv_rows, 2 * 4, "K/V scale bytes"));
   if (p.return_lse) ATTNKIT_RETURN_IF_ERROR(add(rows, 4, "LSE bytes"));
   if (p.has_kv_lengths()) ATTNKIT_RETURN_IF_ERROR(add(p.batch, 4, "kv_lengths bytes"));
   if (p.sinks) ATTNKIT_RETURN_IF_ERROR(add(p.num_heads, 4, "sinks bytes"));
@@ -322,7 +323,7 @@ int64_t KvBytesRead(const AttentionProblem& p) {
   // One key's K row (E) and V row (Ev), with their int8 scales.
   const int64_t row_bytes =
       (p.head_dim + p.value_dim()) * static_cast<int64_t>(DTypeSize(p.kv_dtype)) +
-      (p.kv_dtype == DType::kI8 ? 8 : 0);
+      (IsScaledKv(p.kv_dtype) ? 8 : 0);
   int64_t keys = 0;
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t nq = p.QLength(b);

@@ -20,6 +20,10 @@ DType FromProto(DTypeProto t, DType unset) {
       return DType::kBF16;
     case INT8:
       return DType::kI8;
+    case FP8_E4M3:
+      return DType::kF8E4M3;
+    case FP8_E5M2:
+      return DType::kF8E5M2;
     case F32:
       return DType::kF32;
     default:
@@ -35,6 +39,10 @@ DTypeProto ToProto(DType t) {
       return BF16;
     case DType::kI8:
       return INT8;
+    case DType::kF8E4M3:
+      return FP8_E4M3;
+    case DType::kF8E5M2:
+      return FP8_E5M2;
     default:
       return F32;
   }

@@ -63,7 +63,7 @@ TEST(ProblemTest, ErrorsNameFieldValueAndRule) {
       {"num_heads: 4 head_dim: 64 q_len: 4 backward: true page_size: 16",
        "backward (true) needs dense K/V; page_size (16) must be 0"},
       {"num_heads: 4 head_dim: 64 q_len: 4 backward: true kv_dtype: INT8",
-       "kv_dtype INT8 has no gradient"},
+       "kv_dtype i8 has no gradient"},
   };
   for (const Case& c : cases) {
     auto p = FromText(c.text);
@@ -302,7 +302,8 @@ TEST(ProblemTest, PagedRaggedAndInt8ErrorsNameFieldValueAndRule) {
   p.additive_bias = true;
   add("ragged bias", p, "a ragged batch (q_lengths) takes no blocked_mask or additive_bias");
   // int8 stores K and V only; i32 and u8 store neither.
-  const std::string dtypes = "dtype must be f32, f16 or bf16, and kv_dtype f32, f16, bf16 or int8";
+  const std::string dtypes =
+      "dtype must be f32, f16 or bf16, and kv_dtype f32, f16, bf16, int8, fp8_e4m3 or fp8_e5m2";
   p = BasicProblem(1, 2, 1, 3, 5, 8);
   p.dtype = DType::kI8;
   add("int8 queries", p, dtypes);

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "core/fp8.h"
+
 namespace attnkit {
 
 // out[c] = round(x[c] / scale), scale = max_c |x[c]| / 127, so every value
@@ -14,6 +16,12 @@ namespace attnkit {
 // gets scale 0. A non-finite x gives a NaN scale (the row then dequantizes
 // to NaN, as a float row holding it would poison attention). Returns scale.
 float QuantizeRowI8(const float* x, int64_t n, int8_t* out);
+
+// fp8 K/V rows (core/fp8.h): out[c] = EncodeFp8(x[c] / scale), scale =
+// max_c |x[c]| / Fp8Max(format), so the largest magnitude maps to the
+// format's largest finite value (as vLLM's per-token scales). The same rules
+// for zero and non-finite rows as QuantizeRowI8. Returns scale.
+float QuantizeRowFp8(const float* x, int64_t n, Fp8Format format, uint8_t* out);
 
 }  // namespace attnkit
 

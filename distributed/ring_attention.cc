@@ -103,7 +103,7 @@ absl::Status DistSupports(const AttentionProblem& p, int ranks, Strategy s, Back
   if (p.layout != Layout::kBHTD) return Refuse("layout must be BHTD (sequence-sharded shards)");
   if (p.is_paged()) return Refuse("paged K/V (page_size) is not sharded");
   if (p.is_ragged()) return Refuse("ragged batches (q_lengths) are not sharded");
-  if (p.kv_dtype == DType::kI8) return Refuse("int8 K/V is not sharded");
+  if (IsScaledKv(p.kv_dtype)) return Refuse("int8 and fp8 K/V are not sharded");
   if (p.blocked_mask) return Refuse("a dense blocked_mask is not sharded");
   if (p.additive_bias) return Refuse("an additive bias is not sharded");
   if (p.sinks) return Refuse("attention sinks are not sharded");

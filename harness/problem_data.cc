@@ -26,17 +26,22 @@ void FillOffsets(const Tensor& cu, int64_t batch, Length length) {
 }
 
 // Draws f32 rows uniform in [-1, 1] and stores them quantized: `kv` holds
-// int8 [rows, d] (contiguous), `scale` one f32 per row.
+// int8 or fp8 [rows, d] (contiguous), `scale` one f32 per row.
 void FillQuantized(const Tensor& kv, const Tensor& scale, int64_t head_dim, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   const int64_t rows = kv.view().NumElements() / head_dim;
   std::vector<float> row(static_cast<size_t>(head_dim));
-  auto* q = static_cast<int8_t*>(kv.data());
+  const DType type = kv.view().dtype;
   auto* s = static_cast<float*>(scale.data());
   for (int64_t r = 0; r < rows; ++r) {
     for (float& x : row) x = dist(rng);
-    s[r] = QuantizeRowI8(row.data(), head_dim, q + r * head_dim);
+    if (type == DType::kI8) {
+      s[r] = QuantizeRowI8(row.data(), head_dim, static_cast<int8_t*>(kv.data()) + r * head_dim);
+    } else {
+      s[r] = QuantizeRowFp8(row.data(), head_dim, Fp8FormatOf(type),
+                            static_cast<uint8_t*>(kv.data()) + r * head_dim);
+    }
   }
 }
 
@@ -87,7 +92,7 @@ void PoisonUnreadPoolRows(const AttentionProblem& p, const ProblemData& d) {
   for (size_t r = 0; r < read.size(); ++r) {
     if (read[r]) continue;
     const int64_t at = static_cast<int64_t>(r);
-    if (p.kv_dtype == DType::kI8) {
+    if (IsScaledKv(p.kv_dtype)) {
       for (const Tensor* s : {&d.k_scale, &d.v_scale}) {
         float* x = static_cast<float*>(s->data()) + at * p.num_kv_heads;
         std::fill(x, x + p.num_kv_heads, kNaN);
@@ -128,7 +133,7 @@ absl::StatusOr<ProblemData> ProblemData::Allocate(const AttentionProblem& p) {
   if (rows.empty()) {
     ATTNKIT_ASSIGN_OR_RETURN(data.k, Tensor::Attention(p.kv_dtype, p.layout, B, G, p.kv_len, d));
     ATTNKIT_ASSIGN_OR_RETURN(data.v, Tensor::Attention(p.kv_dtype, p.layout, B, G, p.kv_len, dv));
-    if (p.kv_dtype == DType::kI8) {
+    if (IsScaledKv(p.kv_dtype)) {
       // Scales follow K's token order: [B, G, Tk] viewed from [B, Tk, G] for BTHD.
       for (Tensor* s : {&data.k_scale, &data.v_scale}) {
         ATTNKIT_ASSIGN_OR_RETURN(*s, Tensor::Attention(DType::kF32, p.layout, B, G, p.kv_len, 1));
@@ -145,7 +150,7 @@ absl::StatusOr<ProblemData> ProblemData::Allocate(const AttentionProblem& p) {
     v_shape.push_back(dv);
     ATTNKIT_ASSIGN_OR_RETURN(data.k, Tensor::Contiguous(p.kv_dtype, k_shape));
     ATTNKIT_ASSIGN_OR_RETURN(data.v, Tensor::Contiguous(p.kv_dtype, v_shape));
-    if (p.kv_dtype == DType::kI8) {
+    if (IsScaledKv(p.kv_dtype)) {
       ATTNKIT_ASSIGN_OR_RETURN(data.k_scale, Tensor::Contiguous(DType::kF32, rows));
       ATTNKIT_ASSIGN_OR_RETURN(data.v_scale, Tensor::Contiguous(DType::kF32, rows));
     }
@@ -187,7 +192,7 @@ absl::StatusOr<ProblemData> ProblemData::Allocate(const AttentionProblem& p) {
 absl::StatusOr<ProblemData> ProblemData::Random(const AttentionProblem& p, uint64_t seed) {
   ATTNKIT_ASSIGN_OR_RETURN(ProblemData data, Allocate(p));
   FillUniform(data.q.view(), seed * 4 + 1, -1.0f, 1.0f);
-  if (p.kv_dtype == DType::kI8) {
+  if (IsScaledKv(p.kv_dtype)) {
     // Dense BTHD scales are viewed [B, G, Tk] over [B, Tk, G] storage: the
     // rows of k (contiguous [.., G, d] or [B, G, Tk, d]) and the scale
     // storage are in the same order in every layout this allocates.

@@ -32,7 +32,7 @@ CostReport ComputeCost(const AttentionProblem& p) {
   // every mask are not read), with their int8 scales: K's E and V's Ev
   // columns of each.
   const int64_t kv_bytes = KvBytesRead(p);
-  const int64_t scale_bytes = p.kv_dtype == DType::kI8 ? 4 : 0;
+  const int64_t scale_bytes = IsScaledKv(p.kv_dtype) ? 4 : 0;
   const int64_t kv_size = DTypeSize(p.kv_dtype);
   c.bytes_k = kv_bytes * (d * kv_size + scale_bytes) / ((d + dv) * kv_size + 2 * scale_bytes);
   c.bytes_v = kv_bytes - c.bytes_k;
@@ -77,7 +77,7 @@ std::string FormatCost(const AttentionProblem& p, const CostReport& c) {
                         c.score_entries, Bytes(c.score_entries * 4));
   absl::StrAppendFormat(&out, "kv cache           %s per layer (%d tokens, %s%s%s)\n",
                         Bytes(c.kv_cache_bytes), p.kv_len, DTypeName(p.kv_dtype),
-                        p.kv_dtype == DType::kI8 ? " + f32 scale per token and head" : "",
+                        IsScaledKv(p.kv_dtype) ? " + f32 scale per token and head" : "",
                         p.is_paged() ? absl::StrCat(", pages of ", p.page_size) : "");
   absl::StrAppendFormat(&out, "projection params  %d (model_dim %d: Wq, Wk, Wv, Wo)\n",
                         c.projection_params, p.model_dim);

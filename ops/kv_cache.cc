@@ -17,7 +17,7 @@ namespace {
 // plus their scales (i8).
 int64_t RowBytes(int64_t head_dim, int64_t value_dim, DType dtype) {
   const int64_t dv = value_dim > 0 ? value_dim : head_dim;
-  return (head_dim + dv) * static_cast<int64_t>(DTypeSize(dtype)) + (dtype == DType::kI8 ? 8 : 0);
+  return (head_dim + dv) * static_cast<int64_t>(DTypeSize(dtype)) + (IsScaledKv(dtype) ? 8 : 0);
 }
 
 absl::Status CheckIndex(const char* what, int64_t b, int64_t batch) {
@@ -168,6 +168,13 @@ void KVCache::WriteRow(int64_t r, const float* k, const float* v) {
           QuantizeRowI8(k, d, static_cast<int8_t*>(k_.data()) + at);
       static_cast<float*>(v_scale_.data())[r] =
           QuantizeRowI8(v, dv, static_cast<int8_t*>(v_.data()) + v_at);
+      break;
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:  // quantized on append, a scale per row (vLLM's per-token)
+      static_cast<float*>(k_scale_.data())[r] =
+          QuantizeRowFp8(k, d, Fp8FormatOf(dtype_), static_cast<uint8_t*>(k_.data()) + at);
+      static_cast<float*>(v_scale_.data())[r] =
+          QuantizeRowFp8(v, dv, Fp8FormatOf(dtype_), static_cast<uint8_t*>(v_.data()) + v_at);
       break;
     default:
       for (int64_t c = 0; c < d; ++c) StoreFromF32(k_.data(), dtype_, at + c, k[c]);

@@ -90,7 +90,8 @@ class KVCache {
   int64_t head_dim() const { return head_dim_; }
   int64_t value_dim() const { return value_dim_; }  // Ev: head_dim unless set
   DType dtype() const { return dtype_; }
-  bool int8() const { return dtype_ == DType::kI8; }
+  // Rows stored with a scale each: i8, f8e4m3 or f8e5m2 (quantized on append).
+  bool int8() const { return IsScaledKv(dtype_); }
   int64_t length(int64_t b) const { return lengths_[b]; }
   const std::vector<int64_t>& lengths() const { return lengths_; }
   int64_t max_length() const;

@@ -24,7 +24,7 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
       p.alibi ? static_cast<const float*>(a.alibi_slopes.data)[a.alibi_slopes.Offset(h)] : 0.0f;
   // K/V row j of (b, g), dense or paged; int8 rows times their scale.
   const KvRows rows(p, a);
-  const bool int8 = p.kv_dtype == DType::kI8;
+  const bool int8 = IsScaledKv(p.kv_dtype);  // int8 or fp8: times the row's scale
   auto scale_of = [&](const TensorView& sv, int64_t j) {
     return int8 ? double(static_cast<const float*>(sv.data)[rows.ScaleOffset(sv, b, g, j)]) : 1.0;
   };

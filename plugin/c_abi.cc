@@ -16,7 +16,10 @@ static_assert(static_cast<int>(DType::kF32) == ATTNKIT_F32 &&
                   static_cast<int>(DType::kF16) == ATTNKIT_F16 &&
                   static_cast<int>(DType::kBF16) == ATTNKIT_BF16 &&
                   static_cast<int>(DType::kI32) == ATTNKIT_I32 &&
-                  static_cast<int>(DType::kU8) == ATTNKIT_U8,
+                  static_cast<int>(DType::kU8) == ATTNKIT_U8 &&
+                  static_cast<int>(DType::kI8) == ATTNKIT_I8 &&
+                  static_cast<int>(DType::kF8E4M3) == ATTNKIT_F8E4M3 &&
+                  static_cast<int>(DType::kF8E5M2) == ATTNKIT_F8E5M2,
               "DType numbering");
 static_assert(static_cast<int>(MaskKind::kNone) == ATTNKIT_MASK_NONE &&
                   static_cast<int>(MaskKind::kCausal) == ATTNKIT_MASK_CAUSAL &&
@@ -36,7 +39,7 @@ static_assert(static_cast<int>(ComputeMode::kExact) == ATTNKIT_COMPUTE_EXACT &&
                   static_cast<int>(ComputeMode::kFast) == ATTNKIT_COMPUTE_FAST,
               "ComputeMode numbering");
 
-constexpr int kNumDTypes = 6, kNumMasks = 3, kNumAlignments = 2, kNumLayouts = 2,
+constexpr int kNumDTypes = 8, kNumMasks = 3, kNumAlignments = 2, kNumLayouts = 2,
               kNumComputeModes = 2;
 
 // The enum `value` of `field`, or InvalidArgument when outside [0, count).

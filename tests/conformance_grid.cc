@@ -487,6 +487,46 @@ void AppendValueDimCases(std::vector<AttentionProblem>* grid, std::set<std::stri
   add(PoisonedCausalCase(), 40);
 }
 
+// fp8 K/V (config.proto FP8_E4M3, FP8_E5M2; a scale per row): decode over a
+// long cache (split-K) with padding, a causal GQA prefill with softcap, a
+// window over BTHD, MLA's dims, and the serving layout (ragged, paged), in
+// both formats.
+void AppendFp8Cases(std::vector<AttentionProblem>* grid, std::set<std::string>* ids,
+                    uint64_t* seed) {
+  auto add = [&](AttentionProblem p) {
+    p.return_lse = true;
+    p.seed = (*seed)++;
+    p.name = p.Id();
+    if (ids->insert(p.name).second) grid->push_back(std::move(p));
+  };
+  for (DType kv : {DType::kF8E4M3, DType::kF8E5M2}) {
+    AttentionProblem decode = BasicProblem(2, 8, 2, 1, 3000, 128);
+    decode.kv_dtype = kv;
+    decode.kv_lengths = {3000, 700};
+    add(decode);
+    AttentionProblem prefill = BasicProblem(1, 8, 2, 70, 70, 64);
+    prefill.dtype = DType::kBF16;
+    prefill.kv_dtype = kv;
+    prefill.mask = MaskKind::kCausal;
+    prefill.softcap = 3.0f;
+    add(prefill);
+    AttentionProblem window = BasicProblem(1, 4, 4, 33, 90, 40);
+    window.kv_dtype = kv;
+    window.layout = Layout::kBTHD;
+    window.alignment = Alignment::kBottomRight;
+    window.mask = MaskKind::kSlidingWindow;
+    window.window_left = 25;
+    add(window);
+    AttentionProblem mla = BasicProblem(1, 16, 1, 1, 300, 576);
+    mla.kv_dtype = kv;
+    mla.value_head_dim = 512;
+    add(mla);
+    AttentionProblem serving = ServingCase();
+    serving.kv_dtype = kv;
+    add(serving);
+  }
+}
+
 // FAST twins (compute FAST, same inputs) of the problems with 16-bit or int8
 // K/V, where FAST may round: every one that mixes types (Q f32 over a 16-bit
 // cache, any Q over int8, where rounding Q changes it) and every decode
@@ -496,7 +536,7 @@ void AppendFastTwins(std::vector<AttentionProblem>* grid, std::set<std::string>*
   const size_t exact_cases = grid->size();
   for (size_t i = 0; i < exact_cases; ++i) {
     AttentionProblem p = (*grid)[i];
-    if (p.kv_dtype == DType::kF32) continue;
+    if (p.kv_dtype == DType::kF32 || IsFp8(p.kv_dtype)) continue;  // fp8: FAST is EXACT
     const double work = double(p.batch) * p.num_heads * p.q_len * p.kv_len * p.head_dim;
     if (p.dtype == p.kv_dtype && p.q_len > 1 && work > 2e6) continue;
     p.compute = ComputeMode::kFast;
@@ -573,6 +613,7 @@ std::vector<AttentionProblem> ConformanceGrid() {
   AppendSinkCases(&grid, &ids, &seed);
   AppendAlibiCases(&grid, &ids, &seed);
   AppendValueDimCases(&grid, &ids, &seed);
+  AppendFp8Cases(&grid, &ids, &seed);
   AppendFastTwins(&grid, &ids);
   return grid;
 }

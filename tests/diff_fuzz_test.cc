@@ -407,7 +407,7 @@ class ServingBugBackend : public Backend {
       std::swap(table[0], table[1]);
       edited.block_table.data = table.data();
     }
-    if (bug_ == Bug::kKeyScalesForValues && p.kv_dtype == DType::kI8) edited.v_scale = a.k_scale;
+    if (bug_ == Bug::kKeyScalesForValues && IsScaledKv(p.kv_dtype)) edited.v_scale = a.k_scale;
     return inner_->Forward(p, edited, info);
   }
 
@@ -433,7 +433,10 @@ TEST(DiffFuzzTest, PagingAndInt8BugsAreFoundAndShrunk) {
     if (bug == ServingBugBackend::Bug::kSwapPages) {
       EXPECT_GT(config->page_size(), 0) << ConfigToText(*config);
     } else {
-      EXPECT_EQ(config->kv_dtype(), INT8) << ConfigToText(*config);
+      // int8 or fp8: both read V times its own scales.
+      EXPECT_TRUE(config->kv_dtype() == INT8 || config->kv_dtype() == FP8_E4M3 ||
+                  config->kv_dtype() == FP8_E5M2)
+          << ConfigToText(*config);
       EXPECT_EQ(config->page_size(), 0) << "paging is not needed: " << ConfigToText(*config);
     }
     EXPECT_EQ(config->q_lengths_size(), 0) << "ragged is not needed: " << ConfigToText(*config);
@@ -484,7 +487,10 @@ TEST(DiffFuzzTest, PoisonedInputsDoNotChangeTheReference) {
     AttentionConfig c = RandomConfig(rng, 2e5);
     // Poison draws into dense float K/V only (unread pool rows of a paged
     // problem are NaN already).
-    if (c.page_size() != 0 || c.q_lengths_size() != 0 || c.kv_dtype() == INT8) continue;
+    if (c.page_size() != 0 || c.q_lengths_size() != 0 || c.kv_dtype() == INT8 ||
+        c.kv_dtype() == FP8_E4M3 || c.kv_dtype() == FP8_E5M2) {
+      continue;
+    }
     ++tested;
     c.set_poison_blocked(false);
     auto p = ProblemFromConfig(c);

@@ -637,6 +637,84 @@ TEST(OracleValueHeadDimTest, CatchesEveryValueDimBugAndPassesEveryBackend) {
   }
 }
 
+// fp8 K/V (config.proto FP8_E4M3 and FP8_E5M2): codes times a scale per row.
+// Every backend that takes the format passes, per-row and per-tensor
+// (stride-0) scales alike, and each fp8 bug is caught: the scale applied
+// twice, the scale ignored, the codes read in the other format, V read with
+// K's scales.
+TEST(OracleFp8Test, CatchesEveryFp8BugAndPassesEveryBackend) {
+  using Bug = std::function<void(AttentionProblem * p, AttentionArgs * a, ProblemData * in)>;
+  auto scales = [](ProblemData* in, const std::function<float(float)>& f) {
+    for (Tensor* t : {&in->k_scale, &in->v_scale}) {
+      float* x = static_cast<float*>(t->data());
+      for (int64_t i = 0; i < t->view().NumElements(); ++i) x[i] = f(x[i]);
+    }
+  };
+  const std::vector<std::pair<std::string, Bug>> bugs = {
+      {"scale applied twice", [&](AttentionProblem*, AttentionArgs*,
+                                  ProblemData* in) { scales(in, [](float x) { return x * x; }); }},
+      {"scale ignored", [&](AttentionProblem*, AttentionArgs*,
+                            ProblemData* in) { scales(in, [](float) { return 1.0f; }); }},
+      {"codes read in the other format",
+       [](AttentionProblem* p, AttentionArgs* a, ProblemData*) {
+         p->kv_dtype = p->kv_dtype == DType::kF8E4M3 ? DType::kF8E5M2 : DType::kF8E4M3;
+         a->k.dtype = a->v.dtype = p->kv_dtype;
+       }},
+      {"V read with K's scales",
+       [](AttentionProblem*, AttentionArgs* a, ProblemData*) { a->v_scale = a->k_scale; }},
+  };
+  for (DType kv : {DType::kF8E4M3, DType::kF8E5M2}) {
+    for (int64_t d : {16, 128}) {
+      for (int64_t tk : {17, 257}) {
+        for (bool per_tensor : {false, true}) {
+          AttentionProblem p = GridProblem(DType::kF32, kv, d, tk, ComputeMode::kExact);
+          p.name += per_tensor ? "_tensor_scale" : "_row_scales";
+          absl::StatusOr<ProblemData> data = GridData(p);
+          ASSERT_TRUE(data.ok()) << data.status();
+          if (per_tensor) {  // one scale per tensor: every row reads element 0
+            for (Tensor* t : {&data->k_scale, &data->v_scale}) {
+              TensorView v = t->view();
+              v.strides = {0, 0, 0, 0};
+              ASSERT_TRUE(t->SetView(v).ok());
+            }
+          }
+          const ReferenceResult ref = ComputeReference(p, data->args());
+          for (const auto& [name, bug] : bugs) {
+            AttentionProblem mp = p;
+            ProblemData in = std::move(*GridData(p));
+            if (per_tensor) {
+              for (Tensor* t : {&in.k_scale, &in.v_scale}) {
+                TensorView v = t->view();
+                v.strides = {0, 0, 0, 0};
+                ASSERT_TRUE(t->SetView(v).ok());
+              }
+            }
+            AttentionArgs args = in.args();
+            bug(&mp, &args, &in);
+            const ReferenceResult r = ComputeReference(mp, args);
+            StoreOutputs(p, r, *data);
+            EXPECT_FALSE(CompareToReference(p, data->args(), ref).ok())
+                << "the oracle missed '" << name << "' on " << p.name;
+          }
+          int ran = 0;
+          for (const std::string& backend : GlobalRegistry().Names()) {
+            Backend* b = *GlobalRegistry().Find(backend);
+            if (!b->Supports(p).ok()) continue;
+            PoisonOutputs(*data);
+            RunInfo info;
+            ASSERT_TRUE(RunOnBackend(b, p, *data, &info).ok()) << backend << " on " << p.name;
+            const Comparison c = CompareToReference(p, data->args(), ref);
+            EXPECT_TRUE(c.ok()) << backend << " [" << info.kernel << "] fails the oracle on "
+                                << p.name << ": " << c.first_failure;
+            ++ran;
+          }
+          EXPECT_GE(ran, 3) << "highway, blas and reference take " << DTypeName(kv);
+        }
+      }
+    }
+  }
+}
+
 std::vector<std::tuple<DType, DType, ComputeMode>> DTypePairs() {
   std::vector<std::tuple<DType, DType, ComputeMode>> pairs;
   for (DType q : {DType::kF32, DType::kF16, DType::kBF16}) {

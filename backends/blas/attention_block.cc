@@ -27,10 +27,17 @@ struct Operand {
 };
 
 // One K or V row of d elements at element `offset` of `t` into out [d] as
-// f32: 16-bit storage widened exactly, int8 times the row's `scale`.
+// f32: 16-bit storage widened exactly, int8 and fp8 times the row's `scale`.
 void StageRow(const TensorView& t, int64_t offset, float scale, int64_t d, float* out) {
   const int64_t stride = t.strides[3];
-  if (t.dtype == DType::kI8) {
+  if (IsFp8(t.dtype)) {  // decoded exactly, then one rounding of the scale's product
+    if (stride == 1) {
+      WidenRow(static_cast<const uint8_t*>(t.data) + offset, t.dtype, d, out);
+    } else {
+      for (int64_t c = 0; c < d; ++c) out[c] = t.LoadF32(offset + c * stride);
+    }
+    ScaleRow(out, d, scale);
+  } else if (t.dtype == DType::kI8) {
     const int8_t* src = static_cast<const int8_t*>(t.data) + offset;
     if (stride == 1) {
       DequantizeRow(src, d, scale, out);
@@ -53,7 +60,7 @@ template <typename Fn>
 void ForEachKvRow(const BlockContext& ctx, const TensorView& t, const TensorView& scale, int64_t b,
                   int64_t g, int64_t j0, int64_t n, Fn fn) {
   const KvRows& rows = ctx.kv_rows;
-  const bool int8 = t.dtype == DType::kI8;
+  const bool int8 = IsScaledKv(t.dtype);  // int8 or fp8: a scale per row
   const int64_t row_stride = KvRows::RowStride(t, rows.paged());
   const int64_t scale_stride = int8 ? KvRows::RowStride(scale, rows.paged()) : 0;
   const float* scales = int8 ? static_cast<const float*>(scale.data) : nullptr;

@@ -145,6 +145,34 @@ TEST_P(RowOpsTest, WideningMatchesTheScalarConversionForEveryPattern) {
   }
 }
 
+// Decoding every fp8 code of both formats (the vector LoadFp8AsF32 on every
+// Highway target, then the scalar tail) gives exactly core/fp8.h's value,
+// signed zeros, subnormals, NaN and E5M2's infinities included, from
+// unaligned starts and at every length.
+TEST_P(RowOpsTest, Fp8DecodingMatchesTheScalarDecodeForEveryCode) {
+  std::vector<uint8_t> all(2 * 256 + 7);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint8_t>(i);
+  std::vector<float> out(all.size());
+  for (DType type : {DType::kF8E4M3, DType::kF8E5M2}) {
+    SCOPED_TRACE(DTypeName(type));
+    for (int64_t off : {0, 5}) {
+      for (int64_t n : {int64_t{256}, int64_t{256 + 3}, int64_t{7}}) {
+        WidenRow(all.data() + off, type, n, out.data());
+        for (int64_t i = 0; i < n; ++i) {
+          const uint8_t code = all[off + i];
+          const float want = DecodeFp8(code, Fp8FormatOf(type));
+          if (std::isnan(want)) {
+            EXPECT_TRUE(std::isnan(out[i])) << int(code);
+          } else {
+            EXPECT_EQ(std::memcmp(&want, &out[i], sizeof(float)), 0)
+                << int(code) << ": " << out[i] << " against " << want;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Dequantizing int8 rows gives the scalar product's bits for every value,
 // at every length and from unaligned starts, touching nothing past n; a NaN
 // scale (a row quantized from a NaN) makes every element NaN.

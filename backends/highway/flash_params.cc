@@ -24,7 +24,7 @@ FlashParams MakeFlashParams(const AttentionProblem& p, const AttentionArgs& a) {
   f.kv_rows = KvRows(p, a);
   f.k_row_stride = KvRows::RowStride(a.k, p.is_paged());
   f.v_row_stride = KvRows::RowStride(a.v, p.is_paged());
-  if (p.kv_dtype == DType::kI8) {
+  if (IsScaledKv(p.kv_dtype)) {
     f.k_scale = static_cast<const float*>(a.k_scale.data);
     f.v_scale = static_cast<const float*>(a.v_scale.data);
     f.k_scale_view = a.k_scale;

@@ -31,7 +31,8 @@ struct FlashParams {
   TensorView q, k, v, o;
   KvRows kv_rows;
   int64_t k_row_stride = 0, v_row_stride = 0;
-  // int8 K/V: one f32 scale per row, at kv_rows.ScaleOffset(view, b, g, t).
+  // int8 and fp8 K/V: one f32 scale per row, at kv_rows.ScaleOffset(view, b,
+  // g, t) (int8() is true for both: the rows are read times their scales).
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
   TensorView k_scale_view, v_scale_view;

@@ -150,6 +150,26 @@ HWY_INLINE VF LoadF32(DF df, const int8_t* HWY_RESTRICT p) {
   const hn::Rebind<int32_t, DF> d32;
   return hn::ConvertTo(df, hn::PromoteTo(d32, hn::LoadU(d8, p)));
 }
+// Storage tags of fp8 K/V (core/fp8.h): the decoded codes, exact
+// (LoadFp8AsF32); like int8, the caller applies the row scales
+// (ScaleKeyColumns). A quarter of f32's bytes, decoded in registers.
+struct Fp8E4M3 {
+  uint8_t bits;
+};
+struct Fp8E5M2 {
+  uint8_t bits;
+};
+HWY_INLINE VF LoadF32(DF df, const Fp8E4M3* HWY_RESTRICT p) {
+  return LoadFp8AsF32(df, reinterpret_cast<const uint8_t*>(p), /*e4m3=*/true);
+}
+HWY_INLINE VF LoadF32(DF df, const Fp8E5M2* HWY_RESTRICT p) {
+  return LoadFp8AsF32(df, reinterpret_cast<const uint8_t*>(p), /*e4m3=*/false);
+}
+// K/V storage read times a row scale applied to the scores and weights
+// (ScaleKeyColumns, PackedScale): int8 and the fp8 tags.
+template <typename T>
+constexpr bool kScaledStorage = std::is_same<T, int8_t>::value || std::is_same<T, Fp8E4M3>::value ||
+                                std::is_same<T, Fp8E5M2>::value;
 
 // Storage tag: bf16 K/V rows read two f32 vectors at a time. One load of
 // 2 * Lanes bf16 as 32-bit lanes gives both (a bf16 is the upper half of an

@@ -141,11 +141,12 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   float* HWY_RESTRICT ke = scratch + t.off_ke;
   float* HWY_RESTRICT bad = scratch + t.off_bad;
   const float kNegInf = -std::numeric_limits<float>::infinity();
-  constexpr bool kInt8 = std::is_same<T, int8_t>::value;
+  constexpr bool kScaled = kScaledStorage<T>;  // int8 or fp8: rows times scales
   for (int64_t g = 0; g < groups; ++g) {
     float* HWY_RESTRICT sg = s + g * lay.group_stride;
     // The first group prefetches the rows ahead (the same rows for all).
-    if (kInt8 && dots.vnni_qk) {  // int8 Q rows (LoadQueryInt8): scale * q_scale * q8.k8
+    if (std::is_same<T, int8_t>::value &&
+        dots.vnni_qk) {  // int8 Q rows (LoadQueryInt8): scale * q_scale * q8.k8
       const int8_t* q8 = reinterpret_cast<const int8_t*>(scratch + t.off_q8);
       const int32_t* qsum = reinterpret_cast<const int32_t*>(scratch + t.off_qsum);
       const size_t ahead = g == 0 ? k_ahead.count : 0;
@@ -162,7 +163,7 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     }
     std::fill(sg + nk * kGroupRows, sg + n, kNegInf);  // keys past the tile
   }
-  if constexpr (kInt8) {  // integer dot products times the key scales
+  if constexpr (kScaled) {  // integer dot products times the key scales
     for (int64_t g = 0; g < groups; ++g) {
       PackedScale(s + g * lay.group_stride, static_cast<size_t>(nk4), k_scales,
                   /*keep_zero=*/false);
@@ -197,7 +198,7 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     const int64_t r0 = g * kGroupRows;
     PackedSoftmaxUpdate(sg, static_cast<size_t>(nk4), m + r0, l + r0, alpha + r0);
     // int8: P times the value scales, after l has summed P itself.
-    if constexpr (kInt8) {
+    if constexpr (kScaled) {
       PackedScale(sg, static_cast<size_t>(nk4), v_scales, /*keep_zero=*/true);
     }
     const float* rescale = alpha + r0;  // the first product applies it
@@ -296,7 +297,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   if (t.direct) {  // the rows the kernels below do not prefetch
     PrefetchKeyValueRows(p, it, it.k_begin, std::min(t.ahead_keys, it.k_end - it.k_begin));
   }
-  constexpr bool kInt8 = std::is_same<T, int8_t>::value;
+  constexpr bool kScaled = kScaledStorage<T>;  // int8 or fp8: rows times scales
   // int8 direct tiles (zeroed: PackedScale loads whole vectors of them).
   static_assert(kMaxKeyTile >= kDirectKeyTile + HWY_MAX_BYTES / sizeof(float),
                 "PackedScale reads a vector past a direct tile's last key");
@@ -362,7 +363,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
         v_ahead = {static_cast<const T*>(p.v.data) + kv.Offset(p.v, it.b, it.g, ahead), ldv, count,
                    t.ahead_into_l1};
       }
-      if constexpr (kInt8) {
+      if constexpr (kScaled) {
         GatherRowScales(p, p.k_scale, p.k_scale_view, it, k0, nk, k_scales);
         GatherRowScales(p, p.v_scale, p.v_scale_view, it, k0, nk, v_scales);
       }
@@ -395,7 +396,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       }
     }
     // int8 direct: integer dot products times the key scales (nkp == nk).
-    if constexpr (kInt8) ScaleKeyColumns(s, mp, nk, mp, k_scales, /*keep_zero=*/false);
+    if constexpr (kScaled) ScaleKeyColumns(s, mp, nk, mp, k_scales, /*keep_zero=*/false);
     ATTNKIT_PHASE_MARK(phase_timer, kQK);
     // Raw scores: flag non-finite ones of visible pairs, then mask. Fully
     // visible tiles skip the per-element structured mask.
@@ -454,7 +455,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       continue;
     }
     // int8 direct: P times the value scales, after l has summed P itself.
-    if constexpr (kInt8) ScaleKeyColumns(s, mp, nk, mp, v_scales, /*keep_zero=*/true);
+    if constexpr (kScaled) ScaleKeyColumns(s, mp, nk, mp, v_scales, /*keep_zero=*/true);
     const float* rescale = alpha;  // the first product applies it
     int64_t j0 = 0;
     // Prepared V has no zero rows past nk: stop there (their P is 0 anyway).
@@ -510,6 +511,10 @@ void RunItem(const FlashParams& p, const Tiling& t, const Item& it, float* scrat
     RunItemAs<hwy::float16_t>(p, t, it, scratch, store_row);
   } else if (t.direct && p.k.dtype == DType::kI8) {
     RunItemAs<int8_t>(p, t, it, scratch, store_row);
+  } else if (t.direct && p.k.dtype == DType::kF8E4M3) {
+    RunItemAs<Fp8E4M3>(p, t, it, scratch, store_row);
+  } else if (t.direct && p.k.dtype == DType::kF8E5M2) {
+    RunItemAs<Fp8E5M2>(p, t, it, scratch, store_row);
   } else {
     RunItemAs<float>(p, t, it, scratch, store_row);
   }

@@ -25,7 +25,8 @@ _TORCH_NAMES = {
     "o_proj.bias": "bo",
     "out_proj.bias": "bo",
 }
-_CACHE_DTYPES = {"f32": _capi.F32, "f16": _capi.F16, "bf16": _capi.BF16, "i8": _capi.I8}
+_CACHE_DTYPES = {"f32": _capi.F32, "f16": _capi.F16, "bf16": _capi.BF16, "i8": _capi.I8,
+                 "f8e4m3": _capi.F8E4M3, "f8e5m2": _capi.F8E5M2}
 
 
 def _activation(x, name, model_dim):
@@ -59,7 +60,8 @@ def _run_dict(result):
 class KVCache:
     """Keys and values of `batch` sequences of up to `capacity` tokens for
     one layer (its KV heads and head_dim), stored as dtype "f32", "f16",
-    "bf16" or "i8" (quantized as appended, one scale per token and KV head).
+    "bf16", "i8", "f8e4m3" or "f8e5m2" (the last three quantized as
+    appended, one scale per token and KV head, as vLLM stores fp8 caches).
     With page_size (a power of two in 16..256) the cache is paged: one pool
     of num_pages pages (default: enough for every sequence to reach
     capacity) that the sequences take as they grow and can share (fork).

@@ -214,6 +214,14 @@ def test_paged_and_int8_caches():
     i8 = layer.new_cache(2, 24, dtype="i8", page_size=16)
     np.testing.assert_allclose(decode(i8), y, atol=0.02)
     assert i8.nbytes == 2 * 4 * 16 * 2 * (8 + 4)
+    # fp8 storage (E4M3: 3 mantissa bits, E5M2: 2): close to f32, at int8's
+    # bytes, and decoded on every host backend the same way.
+    for dtype, tol in (("f8e4m3", 0.05), ("f8e5m2", 0.1)):
+        fp8 = layer.new_cache(2, 24, dtype=dtype, page_size=16)
+        got = decode(fp8)
+        np.testing.assert_allclose(got, y, atol=tol)
+        assert np.abs(got - y).max() > 1e-4, "an fp8 cache rounds"
+        assert fp8.nbytes == 2 * 4 * 16 * 2 * (8 + 4)
     with pytest.raises(ValueError, match="page_size"):
         layer.new_cache(2, 24, num_pages=3)
     with pytest.raises(ValueError, match="power of two"):

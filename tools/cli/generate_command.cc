@@ -161,14 +161,16 @@ absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& 
         "TOP_LEFT");
   }
   config.set_alignment(BOTTOM_RIGHT);
-  // The cache stores kv_dtype (int8 with a scale per token and KV head);
-  // the layers compute in f32.
-  const DType cache_dtype = config.kv_dtype() == F16    ? DType::kF16
-                            : config.kv_dtype() == BF16 ? DType::kBF16
-                            : config.kv_dtype() == INT8 ? DType::kI8
-                            : config.dtype() == F16     ? DType::kF16
-                            : config.dtype() == BF16    ? DType::kBF16
-                                                        : DType::kF32;
+  // The cache stores kv_dtype (int8 and fp8 with a scale per token and KV
+  // head); the layers compute in f32.
+  const DType cache_dtype = config.kv_dtype() == F16        ? DType::kF16
+                            : config.kv_dtype() == BF16     ? DType::kBF16
+                            : config.kv_dtype() == INT8     ? DType::kI8
+                            : config.kv_dtype() == FP8_E4M3 ? DType::kF8E4M3
+                            : config.kv_dtype() == FP8_E5M2 ? DType::kF8E5M2
+                            : config.dtype() == F16         ? DType::kF16
+                            : config.dtype() == BF16        ? DType::kBF16
+                                                            : DType::kF32;
   const int64_t B = std::max<int64_t>(1, config.batch()), P = gen.prompt_len, K = gen.new_tokens,
                 T = P + K;
   ATTNKIT_ASSIGN_OR_RETURN(const CachePlan plan, PlanCache(gen, config, B, T));

@@ -1,6 +1,7 @@
 // The tensors of `run` and `verify` from .npy files.
 #include "tools/cli/npy_problem.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/problem_config.h"
@@ -151,7 +152,7 @@ absl::StatusOr<AttentionConfig> InferConfigFromArrays(const std::string& q_path,
 }
 
 absl::Status RequireDenseForNpy(const AttentionProblem& p) {
-  if (!p.is_paged() && !p.is_ragged() && p.kv_dtype != DType::kI8) return absl::OkStatus();
+  if (!p.is_paged() && !p.is_ragged() && !IsScaledKv(p.kv_dtype)) return absl::OkStatus();
   return absl::UnimplementedError(absl::StrFormat(
       "%s is %s: .npy exchange (inputs, run, verify) covers dense float K/V only; check and "
       "compare run it on random data, and the library, the C API and ops::KVCache take its "
@@ -159,7 +160,7 @@ absl::Status RequireDenseForNpy(const AttentionProblem& p) {
       p.Id(),
       p.is_paged()    ? "paged (page_size)"
       : p.is_ragged() ? "ragged (q_lengths)"
-                      : "int8 K/V"));
+                      : absl::StrCat(DTypeName(p.kv_dtype), " K/V (codes with scales)")));
 }
 
 absl::StatusOr<NpyProblem> LoadNpyProblem(const CliOptions& options, bool want_lse) {

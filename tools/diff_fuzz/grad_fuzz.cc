@@ -19,7 +19,7 @@ namespace {
 // The problems with a backward pass: dense float K/V, one query count for
 // every sequence, the LSE returned, finite inputs.
 bool HasBackward(const AttentionProblem& p) {
-  return !p.is_paged() && !p.is_ragged() && p.kv_dtype != DType::kI8 && p.return_lse &&
+  return !p.is_paged() && !p.is_ragged() && !IsScaledKv(p.kv_dtype) && p.return_lse &&
          p.nonfinite_inputs == 0;
 }
 
@@ -30,7 +30,9 @@ AttentionConfig RandomGradConfig(std::mt19937_64& rng, double max_work) {
     AttentionConfig c = RandomConfig(rng, max_work);
     c.set_page_size(0);
     c.set_num_pages(0);
-    if (c.kv_dtype() == INT8) c.set_kv_dtype(c.dtype());
+    if (c.kv_dtype() == INT8 || c.kv_dtype() == FP8_E4M3 || c.kv_dtype() == FP8_E5M2) {
+      c.set_kv_dtype(c.dtype());  // no gradient of scaled K/V
+    }
     // A ragged config's kv_lengths stay: a padded dense batch (its dense
     // mask and bias were dropped when it was drawn ragged).
     c.clear_q_lengths();

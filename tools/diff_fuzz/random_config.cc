@@ -23,7 +23,7 @@ int64_t EdgyLength(std::mt19937_64& rng, int64_t max) {
   return Chance(rng, 0.25) ? 0 : Chance(rng, 0.25) ? max : int64_t(rng() % (max + 1));
 }
 
-// Serving features on top of a drawn config: int8 K/V, paged K/V (any page
+// Serving features on top of a drawn config: int8 or fp8 K/V, paged K/V (any page
 // size; pools with room for every sequence, with spare pages, or too small
 // so that sequences share pages) and ragged batches (q_lengths with empty
 // sequences; they need kv_lengths, BTHD and no dense mask or bias). NaN
@@ -34,7 +34,12 @@ void AddServingFeatures(std::mt19937_64& rng, AttentionConfig* c) {
   if (!int8 && !paged && !ragged) return;
   c->set_poison_blocked(false);
   c->set_nonfinite_inputs(0);
-  if (int8) c->set_kv_dtype(INT8);
+  if (int8) {
+    // int8, or (drawn from the seed, so the draws above stay as they were)
+    // fp8 E4M3 or E5M2 one time in three each.
+    const DTypeProto kScaled[] = {INT8, FP8_E4M3, FP8_E5M2};
+    c->set_kv_dtype(kScaled[std::mt19937_64(c->seed() ^ 0xbf58476d1ce4e5b9ull)() % 3]);
+  }
   if (ragged) {
     c->set_layout(BTHD);
     c->set_blocked_mask(false);
@@ -138,8 +143,8 @@ AttentionConfig RandomConfig(std::mt19937_64& rng, double max_work) {
   // FAST where it can round something (16-bit or int8 K/V), about one time
   // in three. Drawn from the config's seed rather than `rng`, so the other
   // draws, and the problems every earlier seed gave, stay as they were.
-  if (c.kv_dtype() != F32 && !c.backward() &&
-      std::mt19937_64(c.seed() ^ 0x9e3779b97f4a7c15ull)() % 3 == 0) {
+  if (c.kv_dtype() != F32 && c.kv_dtype() != FP8_E4M3 && c.kv_dtype() != FP8_E5M2 &&
+      !c.backward() && std::mt19937_64(c.seed() ^ 0x9e3779b97f4a7c15ull)() % 3 == 0) {
     c.set_compute(FAST);
   }
   // Attention sinks one time in four, drawn from the seed too.
