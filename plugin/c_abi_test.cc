@@ -69,7 +69,7 @@ TEST(CAbiTest, BadQLengthsAndDTypesAreRefusedByName) {
   c.q_lengths = nullptr;
   EXPECT_THAT(std::string(ProblemFromC(c).status().message()), HasSubstr("num_q_lengths (3)"));
   c = ProblemToC(p);
-  c.kv_dtype = ATTNKIT_I8 + 1;
+  c.kv_dtype = ATTNKIT_F8E5M2 + 1;  // past the last dtype
   EXPECT_THAT(std::string(ProblemFromC(c).status().message()), HasSubstr("kv_dtype"));
 }
 
