@@ -167,9 +167,12 @@ int32_t attnkit_backend_info_get(const attnkit_context* ctx, int32_t index,
   return Guard(err, err_size, [&]() -> absl::Status {
     ATTNKIT_RETURN_IF_ERROR(RequireContext(ctx));
     if (info == nullptr) return absl::InvalidArgumentError("info is NULL");
-    ATTNKIT_RETURN_IF_ERROR(RequireStructSize(
-        info->struct_size, offsetof(attnkit_backend_info, caps) + sizeof(attnkit_caps),
-        "attnkit_backend_info"));
+    // A caller built before the newest caps rows passes a shorter struct: it
+    // gets the rows it knows (at least those of 0.26, the backward pass's).
+    const size_t caps_at = offsetof(attnkit_backend_info, caps);
+    ATTNKIT_RETURN_IF_ERROR(RequireStructSize(info->struct_size,
+                                              caps_at + offsetof(attnkit_caps, fast_kv_dtypes),
+                                              "attnkit_backend_info"));
     const std::vector<Backend*> all = ctx->registry.All();
     if (index < 0 || index >= static_cast<int32_t>(all.size())) {
       return absl::OutOfRangeError(
@@ -183,7 +186,11 @@ int32_t attnkit_backend_info_get(const attnkit_context* ctx, int32_t index,
     CopyString(std::string(available.message()), info->unavailable_reason,
                sizeof(info->unavailable_reason));
     info->uses_host_memory = b->UsesHostMemory() ? 1 : 0;
-    info->caps = attnkit::CapsToC(ctx->caps[index]);
+    const attnkit_caps caps = attnkit::CapsToC(ctx->caps[index]);
+    const size_t caps_bytes =
+        std::min(sizeof(attnkit_caps), static_cast<size_t>(info->struct_size) - caps_at);
+    std::memcpy(reinterpret_cast<char*>(info) + caps_at, &caps, caps_bytes);
+    info->caps.struct_size = static_cast<uint32_t>(caps_bytes);
     return absl::OkStatus();
   });
 }

@@ -1,6 +1,7 @@
 // The C API's contract at its edges: every bad input is a status code with a
 // message naming what is wrong, never a crash; plugin failures are listed;
 // results say what ran. (examples/attention.c covers the happy path from C.)
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -71,9 +72,23 @@ TEST_F(CApiTest, ListsBackendsAndPluginFailures) {
   EXPECT_NE(info.caps.dtypes & (1u << ATTNKIT_BF16), 0u);
   EXPECT_EQ(attnkit_backend_info_get(ctx_, 99, &info, err_, sizeof(err_)), ATTNKIT_OUT_OF_RANGE);
   EXPECT_THAT(err_, HasSubstr("backend index 99"));
+  EXPECT_NE(info.caps.value_head_dim, 0);
+  EXPECT_NE(info.caps.kv_dtypes & (1u << ATTNKIT_F8E4M3), 0u);
   info.struct_size = 8;
   EXPECT_EQ(attnkit_backend_info_get(ctx_, 0, &info, err_, sizeof(err_)), ATTNKIT_INVALID_ARGUMENT);
   EXPECT_THAT(err_, HasSubstr("attnkit_backend_info.struct_size (8)"));
+  // A caller built before the 0.29 caps rows: it gets the rows it knows, and
+  // nothing past its struct is written.
+  attnkit_backend_info older;
+  std::memset(&older, 0x5A, sizeof(older));
+  const size_t older_size =
+      offsetof(attnkit_backend_info, caps) + offsetof(attnkit_caps, value_head_dim);
+  older.struct_size = static_cast<uint32_t>(older_size);
+  ASSERT_EQ(attnkit_backend_info_get(ctx_, 0, &older, err_, sizeof(err_)), ATTNKIT_OK) << err_;
+  EXPECT_EQ(older.caps.struct_size, offsetof(attnkit_caps, value_head_dim));
+  EXPECT_NE(older.caps.sinks, 0);
+  const auto* tail = reinterpret_cast<const unsigned char*>(&older) + older_size;
+  EXPECT_EQ(*tail, 0x5A) << "wrote past the caller's struct";
 
   ASSERT_EQ(attnkit_num_plugin_failures(ctx_), 1);
   char failure[512];

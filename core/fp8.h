@@ -1,6 +1,6 @@
 // The two 8-bit float formats of the OCP FP8 specification, as inference
-// servers (vLLM, FlashInfer) store K/V caches in them (issue 36's fp8 K/V;
-// the conversions only, so far):
+// servers (vLLM, FlashInfer) store K/V caches in them (DType kF8E4M3 and
+// kF8E5M2, core/dtype.h: codes times a row scale):
 //   E4M3 ("e4m3fn"): 1 sign, 4 exponent (bias 7), 3 mantissa bits; no
 //     infinities, NaN is S.1111.111; largest finite 448, smallest
 //     subnormal 2^-9.

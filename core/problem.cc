@@ -200,7 +200,7 @@ absl::Status ValidateProblem(const AttentionProblem& p) {
   ATTNKIT_RETURN_IF_ERROR(RequireRange("kv_len", p.kv_len, 1, kMaxDim));
   if (!IsFloatStorage(p.dtype) || !IsKvStorage(p.kv_dtype)) {
     return Invalid(
-        "dtype must be f32, f16 or bf16, and kv_dtype f32, f16, bf16, int8, fp8_e4m3 or fp8_e5m2");
+        "dtype must be F32, F16 or BF16, and kv_dtype F32, F16, BF16, INT8, FP8_E4M3 or FP8_E5M2");
   }
   if (p.mask == MaskKind::kSlidingWindow) {
     ATTNKIT_RETURN_IF_ERROR(RequireRange("mask.window_left", p.window_left, 0, kMaxDim));

@@ -303,7 +303,8 @@ TEST(ProblemTest, PagedRaggedAndInt8ErrorsNameFieldValueAndRule) {
   add("ragged bias", p, "a ragged batch (q_lengths) takes no blocked_mask or additive_bias");
   // int8 stores K and V only; i32 and u8 store neither.
   const std::string dtypes =
-      "dtype must be f32, f16 or bf16, and kv_dtype f32, f16, bf16, int8, fp8_e4m3 or fp8_e5m2";
+      "dtype must be F32, F16 or BF16, and kv_dtype F32, F16, BF16, INT8, FP8_E4M3 or "
+      "FP8_E5M2";
   p = BasicProblem(1, 2, 1, 3, 5, 8);
   p.dtype = DType::kI8;
   add("int8 queries", p, dtypes);
@@ -520,7 +521,7 @@ TEST(ProblemTest, PagedAndRaggedConfigErrors) {
        "needs layout BTHD"},
       {"num_heads: 2 head_dim: 8 q_len: 2 kv_lengths: [2] q_lengths: [3] layout: BTHD",
        "q_lengths[0] (3) must be in [0, q_len (2)]"},
-      {"num_heads: 2 head_dim: 8 q_len: 2 dtype: INT8", "dtype must be f32, f16 or bf16"},
+      {"num_heads: 2 head_dim: 8 q_len: 2 dtype: INT8", "dtype must be F32, F16 or BF16"},
       {"num_heads: 2 head_dim: 8 q_len: 2 kv_dtype: INT8 poison_blocked: true",
        "poison_blocked and nonfinite_inputs draw into dense float K/V only"},
       // The default pool size multiplies batch and kv_len: ranges come first.

@@ -62,8 +62,8 @@ absl::StatusOr<KVCache> KVCache::Common(int64_t batch, int64_t kv_heads, int64_t
         absl::StrFormat("KV cache capacity (%d) must be <= %d", capacity, INT32_MAX));
   }
   if (!IsKvStorage(dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("KV cache dtype %s must be f32, f16, bf16 or i8", DTypeName(dtype)));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV cache dtype %s must be f32, f16, bf16, i8, f8e4m3 or f8e5m2", DTypeName(dtype)));
   }
   KVCache cache;
   cache.batch_ = batch;
@@ -197,6 +197,12 @@ void KVCache::CopyRows(int64_t from, int64_t to, int64_t rows) {
 }
 
 absl::Status KVCache::Append(const float* k, const float* v, int64_t ld, int64_t tokens) {
+  if (value_dim_ != head_dim_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV cache Append with one row stride (%d): keys have head_dim %d and values %d; pass "
+        "each its own stride (Append(k, ldk, v, ldv, tokens))",
+        ld, head_dim_, value_dim_));
+  }
   return Append(k, ld, v, ld, tokens);
 }
 

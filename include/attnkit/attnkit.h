@@ -258,10 +258,10 @@ int32_t attnkit_layer_forward(attnkit_layer* layer, const attnkit_tensor* x,
                               const attnkit_tensor* context, const attnkit_tensor* y,
                               attnkit_run_result* result, char* err, size_t err_size);
 
-/* A KV cache for `layer`'s KV heads and head_dim: batch sequences of up to
- * `capacity` tokens, stored as `dtype` (ATTNKIT_F32, F16, BF16, or I8:
- * quantized as appended, one f32 scale per token and KV head). It may
- * outlive the layer. */
+/* A KV cache for `layer`'s KV heads, head_dim and value head dim: batch
+ * sequences of up to `capacity` tokens, stored as `dtype` (ATTNKIT_F32, F16,
+ * BF16, or I8, F8E4M3, F8E5M2: quantized as appended, one f32 scale per
+ * token and KV head). It may outlive the layer. */
 int32_t attnkit_kv_cache_create(const attnkit_layer* layer, int64_t batch, int64_t capacity,
                                 int32_t dtype, attnkit_kv_cache** out, char* err, size_t err_size);
 /* A paged KV cache (ops/kv_cache.h): one pool of `num_pages` pages of

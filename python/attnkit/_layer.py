@@ -128,8 +128,9 @@ class KVCache:
 
     @property
     def nbytes(self):
-        """Bytes of K and V (and their i8 scales): 2 * B * Hkv * capacity *
-        d * element size for a dense cache, the whole pool for a paged one."""
+        """Bytes of K and V (and their i8/fp8 scales): B * Hkv * capacity *
+        (d + dv) * element size for a dense cache (dv: the value head dim),
+        the whole pool for a paged one."""
         return self._info()[2]
 
     @property

@@ -72,9 +72,9 @@ class _Problem:
     def __init__(self, cfg, torch):
         self.cfg = cfg
         self.skip = None
-        if cfg.page_size or cfg.q_lengths or cfg.kv_dtype == "INT8":
+        if cfg.page_size or cfg.q_lengths or cfg.kv_dtype in ("INT8", "FP8_E4M3", "FP8_E5M2"):
             # attnkit.attention takes dense tensors; `attnkit compare` runs these.
-            self.skip = "paged, ragged and int8 problems: see `attnkit compare`"
+            self.skip = "paged, ragged, int8 and fp8 problems: see `attnkit compare`"
             return
         if cfg.backward:
             # The Python layer has no backward entry yet; `attnkit compare` times it.
@@ -83,9 +83,10 @@ class _Problem:
         b = cfg.batch or 1
         h, g = cfg.num_heads, cfg.num_kv_heads or cfg.num_heads
         tq, tk, d = cfg.q_len, cfg.kv_len or cfg.q_len, cfg.head_dim
+        dv = cfg.value_head_dim or d  # V's own head dim (MLA), else d
         rng = np.random.default_rng(cfg.seed)
         arrays = [rng.uniform(-1, 1, s).astype(np.float32)
-                  for s in ((b, h, tq, d), (b, g, tk, d), (b, g, tk, d))]
+                  for s in ((b, h, tq, d), (b, g, tk, d), (b, g, tk, dv))]
         dt = "F32" if cfg.dtype == "DTYPE_UNSPECIFIED" else cfg.dtype
         kv_dt = dt if cfg.kv_dtype == "DTYPE_UNSPECIFIED" else cfg.kv_dtype
         self.skip = None

@@ -312,10 +312,14 @@ absl::Status GenerateCommand(const BackendRegistry& registry, const CliOptions& 
     }
   }
   // f32 differs only by summation order; a 16-bit cache rounds K and V, an
-  // int8 one quantizes them (by up to 1/254 of each row's largest value).
-  const double tol = (cache_dtype == DType::kF32   ? 1e-4
-                      : cache_dtype == DType::kF16 ? 1e-2
-                                                   : 5e-2) *
+  // int8 one quantizes them (by up to 1/254 of each row's largest value), an
+  // fp8 one rounds each to 3 (E4M3) or 2 (E5M2) mantissa bits (2^-4 and 2^-3
+  // relative).
+  const double tol = (cache_dtype == DType::kF32      ? 1e-4
+                      : cache_dtype == DType::kF16    ? 1e-2
+                      : cache_dtype == DType::kF8E4M3 ? 1e-1
+                      : cache_dtype == DType::kF8E5M2 ? 2e-1
+                                                      : 5e-2) *
                      std::max(1.0, max_ref);
   const bool ok = max_err <= tol;
   out << absl::StrFormat(

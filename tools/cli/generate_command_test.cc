@@ -77,10 +77,10 @@ TEST_F(GeneratePagedTest, PagedMatchesDenseTokenForToken) {
 }
 
 // Every backend that claims paged K/V decodes a paged stack that passes the
-// recompute check (int8 too where it claims int8).
+// recompute check (int8 and fp8 too where it claims them).
 TEST_F(GeneratePagedTest, EveryPagedBackendVerifies) {
   for (Backend* b : GlobalRegistry().All()) {
-    for (const char* kv : {"", " kv_dtype: INT8"}) {
+    for (const char* kv : {"", " kv_dtype: INT8", " kv_dtype: FP8_E4M3", " kv_dtype: FP8_E5M2"}) {
       const std::string config = std::string(kConfig) + kv + " page_size: 16";
       AttentionConfig step = *ParseConfigText(config, "step");
       step.set_q_len(1);
