@@ -337,6 +337,16 @@ void AppendNonFiniteCases(std::vector<AttentionProblem>* grid, std::set<std::str
 // The serving layout every variant meets (a ragged batch of a prefill chunk
 // and two decode rows over paged int8 K/V, one sequence without keys), and
 // a causal problem with NaN and Inf among its inputs.
+// Appends `p` with the LSE on, the next seed and its id as its name, unless
+// a case of that id is in the grid already: the variant groups' one way in.
+void AddVariantCase(AttentionProblem p, std::vector<AttentionProblem>* grid,
+                    std::set<std::string>* ids, uint64_t* seed) {
+  p.return_lse = true;
+  p.seed = (*seed)++;
+  p.name = p.Id();
+  if (ids->insert(p.name).second) grid->push_back(std::move(p));
+}
+
 AttentionProblem ServingCase() {
   AttentionProblem p = BasicProblem(3, 8, 2, 5, 600, 64);
   p.kv_dtype = DType::kI8;
@@ -366,11 +376,8 @@ void AppendSinkCases(std::vector<AttentionProblem>* grid, std::set<std::string>*
                      uint64_t* seed) {
   auto add = [&](AttentionProblem p) {
     p.sinks = true;
-    p.return_lse = true;
     p.alignment = Alignment::kBottomRight;
-    p.seed = (*seed)++;
-    p.name = p.Id();
-    if (ids->insert(p.name).second) grid->push_back(std::move(p));
+    AddVariantCase(std::move(p), grid, ids, seed);
   };
   for (DType t : {DType::kF32, DType::kBF16}) {
     AttentionProblem p = BasicProblem(1, 8, 2, 129, 129, 64);
@@ -401,10 +408,7 @@ void AppendAlibiCases(std::vector<AttentionProblem>* grid, std::set<std::string>
                       uint64_t* seed) {
   auto add = [&](AttentionProblem p) {
     p.alibi = true;
-    p.return_lse = true;
-    p.seed = (*seed)++;
-    p.name = p.Id();
-    if (ids->insert(p.name).second) grid->push_back(std::move(p));
+    AddVariantCase(std::move(p), grid, ids, seed);
   };
   for (Alignment al : {Alignment::kBottomRight, Alignment::kTopLeft}) {
     AttentionProblem p = BasicProblem(2, 4, 2, 40, 97, 64);
@@ -444,10 +448,7 @@ void AppendValueDimCases(std::vector<AttentionProblem>* grid, std::set<std::stri
                          uint64_t* seed) {
   auto add = [&](AttentionProblem p, int64_t dv) {
     p.value_head_dim = dv;
-    p.return_lse = true;
-    p.seed = (*seed)++;
-    p.name = p.Id();
-    if (ids->insert(p.name).second) grid->push_back(std::move(p));
+    AddVariantCase(std::move(p), grid, ids, seed);
   };
   for (DType kv : {DType::kF32, DType::kBF16, DType::kI8}) {
     AttentionProblem decode = BasicProblem(2, 4, 4, 1, 300, 64);
@@ -493,12 +494,7 @@ void AppendValueDimCases(std::vector<AttentionProblem>* grid, std::set<std::stri
 // both formats.
 void AppendFp8Cases(std::vector<AttentionProblem>* grid, std::set<std::string>* ids,
                     uint64_t* seed) {
-  auto add = [&](AttentionProblem p) {
-    p.return_lse = true;
-    p.seed = (*seed)++;
-    p.name = p.Id();
-    if (ids->insert(p.name).second) grid->push_back(std::move(p));
-  };
+  auto add = [&](AttentionProblem p) { AddVariantCase(std::move(p), grid, ids, seed); };
   for (DType kv : {DType::kF8E4M3, DType::kF8E5M2}) {
     AttentionProblem decode = BasicProblem(2, 8, 2, 1, 3000, 128);
     decode.kv_dtype = kv;
