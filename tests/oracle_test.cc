@@ -671,24 +671,21 @@ TEST(OracleFp8Test, CatchesEveryFp8BugAndPassesEveryBackend) {
           p.name += per_tensor ? "_tensor_scale" : "_row_scales";
           absl::StatusOr<ProblemData> data = GridData(p);
           ASSERT_TRUE(data.ok()) << data.status();
-          if (per_tensor) {  // one scale per tensor: every row reads element 0
-            for (Tensor* t : {&data->k_scale, &data->v_scale}) {
+          // One scale per tensor: every row reads element 0 (a stride-0 view).
+          auto per_tensor_scales = [&](ProblemData* d) {
+            if (!per_tensor) return;
+            for (Tensor* t : {&d->k_scale, &d->v_scale}) {
               TensorView v = t->view();
               v.strides = {0, 0, 0, 0};
               ASSERT_TRUE(t->SetView(v).ok());
             }
-          }
+          };
+          per_tensor_scales(&*data);
           const ReferenceResult ref = ComputeReference(p, data->args());
           for (const auto& [name, bug] : bugs) {
             AttentionProblem mp = p;
             ProblemData in = std::move(*GridData(p));
-            if (per_tensor) {
-              for (Tensor* t : {&in.k_scale, &in.v_scale}) {
-                TensorView v = t->view();
-                v.strides = {0, 0, 0, 0};
-                ASSERT_TRUE(t->SetView(v).ok());
-              }
-            }
+            per_tensor_scales(&in);
             AttentionArgs args = in.args();
             bug(&mp, &args, &in);
             const ReferenceResult r = ComputeReference(mp, args);
