@@ -88,6 +88,13 @@ struct AheadRows {
   bool into_l1 = false;
 };
 
+// The same rows read as storage tag U (a tag of the same bytes).
+template <typename U, typename T>
+HWY_INLINE AheadRows<U> RecastAheadRows(const AheadRows<T>& a) {
+  static_assert(sizeof(U) == sizeof(T), "a tag of the same storage");
+  return {reinterpret_cast<const U*>(a.rows), a.ld, a.count, a.into_l1};
+}
+
 // S[j, r] = sum_c qt[c, r] * k[j, c] for r < rows, j < keys.
 // rows must be a multiple of kRowVecs * Lanes, keys of kKeys; qt, s aligned.
 // The HWY_UNROLL(8) pragmas (8 >= every tile constant; GCC 12 takes no
@@ -165,11 +172,103 @@ HWY_INLINE VF LoadF32(DF df, const Fp8E4M3* HWY_RESTRICT p) {
 HWY_INLINE VF LoadF32(DF df, const Fp8E5M2* HWY_RESTRICT p) {
   return LoadFp8AsF32(df, reinterpret_cast<const uint8_t*>(p), /*e4m3=*/false);
 }
+// E4M3 codes of a tile known to hold no NaN code (Fp8E4M3RowsHaveNaN):
+// LoadFp8AsF32 without building the NaN, exact for every other code. The
+// code sign-extended to 32 bits and shifted left by 20 puts the sign at bit
+// 31 (copies at 27-30, masked off) and the magnitude under f32's exponent;
+// times 2^120 (bias 127 - 7) it is the value, subnormal codes included.
+// Four operations per vector against eight: decode with an fp8 cache is
+// bound by these instructions (Zen 3).
+struct Fp8E4M3NoNaN {
+  uint8_t bits;
+};
+// The codes' values times 2^-120 (the bits before LoadFp8AsF32's multiply).
+HWY_INLINE VF LoadFp8E4M3TimesTwoToMinus120(DF df, const uint8_t* HWY_RESTRICT p) {
+  const hn::RebindToSigned<DF> di;
+  const auto bits =
+      hn::PromoteTo(di, hn::LoadU(hn::Rebind<int8_t, DF>(), reinterpret_cast<const int8_t*>(p)));
+  const auto signed_mag =
+      hn::And(hn::ShiftLeft<20>(bits), hn::Set(di, static_cast<int32_t>(0x87F00000u)));
+  return hn::BitCast(df, signed_mag);
+}
+HWY_INLINE VF LoadF32(DF df, const Fp8E4M3NoNaN* HWY_RESTRICT p) {
+  return hn::Mul(LoadFp8E4M3TimesTwoToMinus120(df, reinterpret_cast<const uint8_t*>(p)),
+                 hn::Set(df, 0x1p120f));
+}
+// Fp8E4M3NoNaN with the 2^120 left to the other factor: K's codes meet Q
+// rows times 2^120, V's codes weights times 2^120 (both products then equal
+// the exact path's, the same roundings in the same ranges). Three
+// operations per vector, and none on the FMA ports. The caller checks the
+// factors cannot overflow: |q| < 2^7, and each V row scale (weights are at
+// most 1 times it) below 2^7.
+struct Fp8E4M3Folded {
+  uint8_t bits;
+};
+constexpr float kFp8E4M3FoldLimit = 0x1p7f;  // |q| and V scales below this fold
+HWY_INLINE VF LoadF32(DF df, const Fp8E4M3Folded* HWY_RESTRICT p) {
+  return LoadFp8E4M3TimesTwoToMinus120(df, reinterpret_cast<const uint8_t*>(p));
+}
+
+// folded[i] = q[i] * 2^120 for i < n, and true, where every |q[i]| is below
+// kFp8E4M3FoldLimit (NaN and Inf included: they stay what they are); else
+// false and folded is unspecified.
+HWY_INLINE bool FoldQueryRows(const float* HWY_RESTRICT q, int64_t n, float* HWY_RESTRICT folded) {
+  bool ok = true;
+  for (int64_t i = 0; i < n; ++i) {
+    ok &= !(std::fabs(q[i]) >= kFp8E4M3FoldLimit) || !std::isfinite(q[i]);
+    folded[i] = q[i] * 0x1p120f;
+  }
+  return ok;
+}
+
+// folded[j] = scales[j] * 2^120 for j < n, and true, where every finite
+// scale is below kFp8E4M3FoldLimit in magnitude (weights times it then
+// cannot overflow: they are at most 1).
+HWY_INLINE bool FoldValueScales(const float* HWY_RESTRICT scales, int64_t n,
+                                float* HWY_RESTRICT folded) {
+  bool ok = true;
+  for (int64_t j = 0; j < n; ++j) {
+    ok &= !(std::fabs(scales[j]) >= kFp8E4M3FoldLimit) || !std::isfinite(scales[j]);
+    folded[j] = scales[j] * 0x1p120f;
+  }
+  return ok;
+}
+
+// Prefetches rows [0, n) (row j at rows + j * ld, `bytes` bytes each) into
+// L1, a line at a time.
+HWY_INLINE void PrefetchRowsIntoL1(const uint8_t* HWY_RESTRICT rows, size_t ld, size_t n,
+                                   size_t bytes) {
+  for (size_t j = 0; j < n; ++j) {
+    for (size_t c = 0; c < bytes; c += 64) hwy::Prefetch(rows + j * ld + c);
+  }
+}
+
+// Whether any of rows [0, n) (row j at rows + j * ld, d codes each) holds
+// an E4M3 NaN code (S.1111.111, core/fp8.h): one compare per vector of
+// codes, against the eight operations per vector of f32 that building the
+// NaN in the decode costs.
+HWY_INLINE bool Fp8E4M3RowsHaveNaN(const uint8_t* HWY_RESTRICT rows, size_t ld, size_t n,
+                                   size_t d) {
+  const hn::ScalableTag<uint8_t> d8;
+  const size_t N = hn::Lanes(d8);
+  const auto sign = hn::Set(d8, 0x80);
+  auto most = hn::Zero(d8);  // the largest code with its sign bit set: 0xFF iff a NaN
+  uint8_t tail = 0;
+  for (size_t j = 0; j < n; ++j) {
+    const uint8_t* HWY_RESTRICT row = rows + j * ld;
+    size_t c = 0;
+    for (; c + N <= d; c += N) most = hn::Max(most, hn::Or(hn::LoadU(d8, row + c), sign));
+    for (; c < d; ++c) tail = std::max<uint8_t>(tail, static_cast<uint8_t>(row[c] | 0x80));
+  }
+  return tail == 0xFF || !hn::AllFalse(d8, hn::Eq(most, hn::Set(d8, 0xFF)));
+}
 // K/V storage read times a row scale applied to the scores and weights
 // (ScaleKeyColumns, PackedScale): int8 and the fp8 tags.
 template <typename T>
-constexpr bool kScaledStorage = std::is_same<T, int8_t>::value || std::is_same<T, Fp8E4M3>::value ||
-                                std::is_same<T, Fp8E5M2>::value;
+constexpr bool kScaledStorage =
+    std::is_same<T, int8_t>::value || std::is_same<T, Fp8E4M3>::value ||
+    std::is_same<T, Fp8E4M3NoNaN>::value || std::is_same<T, Fp8E4M3Folded>::value ||
+    std::is_same<T, Fp8E5M2>::value;
 
 // Storage tag: bf16 K/V rows read two f32 vectors at a time. One load of
 // 2 * Lanes bf16 as 32-bit lanes gives both (a bf16 is the upper half of an

@@ -119,9 +119,11 @@ inline KernelShape KernelShapeOfTarget() {
 // softmax and O = alpha * O + P.V. ktile, vtile: the tile's K and V storage
 // rows; k_scales, v_scales: int8 rows' scales (nk each); dots.vnni_qk: int8
 // Q.K by x86_dot::VnniQDotK4 (AvxVnniQDotK4 if dots.vnni_256) on the rows
-// LoadQueryInt8 stored.
+// LoadQueryInt8 stored. Returns false, having changed no state (m, l,
+// alpha, O, the flags), when T is Fp8E4M3NoNaN and the tile holds a NaN
+// code after all: the caller then runs it as Fp8E4M3.
 template <typename T>
-void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0, int64_t nk,
+bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0, int64_t nk,
                       TileVisibility vis, const T* HWY_RESTRICT ktile, size_t ldk,
                       const T* HWY_RESTRICT vtile, size_t ldv, const AheadRows<T>& k_ahead,
                       const AheadRows<T>& v_ahead, const float* HWY_RESTRICT k_scales,
@@ -131,7 +133,8 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   const int64_t nk4 = RoundUp(nk, static_cast<int64_t>(PackedKeysPerVec()));
   const ScoreLayout lay{kGroupRows, RoundUp(t.key_tile, 4) * kGroupRows};
   const size_t n = static_cast<size_t>(nk4) * kGroupRows;  // floats per group tile
-  const float* HWY_RESTRICT qrows = scratch + t.off_q;
+  const float* HWY_RESTRICT qrows =
+      scratch + (std::is_same<T, Fp8E4M3Folded>::value ? t.off_qfold : t.off_q);
   float* HWY_RESTRICT s = scratch + t.off_s;
   float* HWY_RESTRICT o = scratch + t.off_o;
   float* HWY_RESTRICT m = scratch + t.off_m;
@@ -141,7 +144,14 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   float* HWY_RESTRICT ke = scratch + t.off_ke;
   float* HWY_RESTRICT bad = scratch + t.off_bad;
   const float kNegInf = -std::numeric_limits<float>::infinity();
-  constexpr bool kScaled = kScaledStorage<T>;  // int8 or fp8: rows times scales
+  constexpr bool kScaled = kScaledStorage<T>;                      // int8 or fp8: rows times scales
+  constexpr bool kFolded = std::is_same<T, Fp8E4M3Folded>::value;  // Q rows times 2^120
+  constexpr bool kCheckNaN = std::is_same<T, Fp8E4M3NoNaN>::value || kFolded;
+  if constexpr (kCheckNaN) {
+    // V's rows into L1 while Q.K runs, for the NaN check after it.
+    PrefetchRowsIntoL1(reinterpret_cast<const uint8_t*>(vtile), ldv, static_cast<size_t>(nk),
+                       static_cast<size_t>(p.value_dim));
+  }
   for (int64_t g = 0; g < groups; ++g) {
     float* HWY_RESTRICT sg = s + g * lay.group_stride;
     // The first group prefetches the rows ahead (the same rows for all).
@@ -162,6 +172,14 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
                 kGroupRows, g == 0 ? k_ahead : AheadRows<T>{}, g == 0 ? v_ahead : AheadRows<T>{});
     }
     std::fill(sg + nk * kGroupRows, sg + n, kNegInf);  // keys past the tile
+  }
+  if constexpr (kCheckNaN) {  // K's rows are in L1 now, V's on their way
+    if (Fp8E4M3RowsHaveNaN(reinterpret_cast<const uint8_t*>(ktile), ldk, static_cast<size_t>(nk),
+                           static_cast<size_t>(p.head_dim)) ||
+        Fp8E4M3RowsHaveNaN(reinterpret_cast<const uint8_t*>(vtile), ldv, static_cast<size_t>(nk),
+                           static_cast<size_t>(p.value_dim))) {
+      return false;
+    }
   }
   if constexpr (kScaled) {  // integer dot products times the key scales
     for (int64_t g = 0; g < groups; ++g) {
@@ -212,6 +230,7 @@ void PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
       j0 = j1 + 1;
     }
   }
+  return true;
 }
 #endif  // HWY_TARGET != HWY_SCALAR
 
@@ -270,6 +289,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   const int64_t pair = 2 * static_cast<int64_t>(hn::Lanes(DF()));
   auto column_at = [&](int64_t c) { return c - c % pair + perm[c % pair]; };
   float* HWY_RESTRICT row = scratch + t.off_row;
+  bool q_folds = false;  // E4M3: Q rows times 2^120 at off_qfold (Fp8E4M3Folded)
   if (it.k_begin < it.k_end) {
     if (t.narrow && std::is_same<T, int8_t>::value && dots.vnni_qk) {
       LoadQueryInt8(p, t, it, static_cast<size_t>(t.ldq8),
@@ -278,6 +298,9 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
                     scratch + t.off_qrow);
     } else if (t.narrow) {
       LoadQueryRows(p, t, it, qrows);
+      if constexpr (std::is_same<T, Fp8E4M3>::value) {
+        if (t.packed) q_folds = FoldQueryRows(qrows, rows * dp, scratch + t.off_qfold);
+      }
     } else if (bf16_qk) {
       LoadQueryPairs(p, t, it, qp, scratch + t.off_qrow);
     } else {
@@ -371,6 +394,31 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     ATTNKIT_PHASE_MARK(phase_timer, kKvLoad);
 #if HWY_TARGET != HWY_SCALAR
     if (t.packed) {
+      if constexpr (std::is_same<T, Fp8E4M3>::value) {
+        // E4M3 decodes at half the cost where a tile holds no NaN code
+        // (Fp8E4M3NoNaN), and cheaper still with the 2^120 folded into Q
+        // and the V scales where neither can overflow (Fp8E4M3Folded); a
+        // tile that holds a NaN code runs again with the NaN built.
+        float v_folded[kMaxKeyTile] = {};
+        bool tile_done = false;
+        if (q_folds && FoldValueScales(v_scales, nk, v_folded)) {
+          tile_done = PackedTileUpdate<Fp8E4M3Folded>(
+              p, t, it, k0, nk, vis, reinterpret_cast<const Fp8E4M3Folded*>(ktile), ldk,
+              reinterpret_cast<const Fp8E4M3Folded*>(vtile), ldv,
+              RecastAheadRows<Fp8E4M3Folded>(k_ahead), RecastAheadRows<Fp8E4M3Folded>(v_ahead),
+              k_scales, v_folded, dots, scratch);
+        } else {
+          tile_done = PackedTileUpdate<Fp8E4M3NoNaN>(
+              p, t, it, k0, nk, vis, reinterpret_cast<const Fp8E4M3NoNaN*>(ktile), ldk,
+              reinterpret_cast<const Fp8E4M3NoNaN*>(vtile), ldv,
+              RecastAheadRows<Fp8E4M3NoNaN>(k_ahead), RecastAheadRows<Fp8E4M3NoNaN>(v_ahead),
+              k_scales, v_scales, dots, scratch);
+        }
+        if (tile_done) {
+          ATTNKIT_PHASE_MARK(phase_timer, kDecodeTile);
+          continue;
+        }
+      }
       PackedTileUpdate<T>(p, t, it, k0, nk, vis, ktile, ldk, vtile, ldv, k_ahead, v_ahead, k_scales,
                           v_scales, dots, scratch);
       ATTNKIT_PHASE_MARK(phase_timer, kDecodeTile);
