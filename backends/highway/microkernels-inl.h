@@ -172,64 +172,65 @@ HWY_INLINE VF LoadF32(DF df, const Fp8E4M3* HWY_RESTRICT p) {
 HWY_INLINE VF LoadF32(DF df, const Fp8E5M2* HWY_RESTRICT p) {
   return LoadFp8AsF32(df, reinterpret_cast<const uint8_t*>(p), /*e4m3=*/false);
 }
-// E4M3 codes of a tile known to hold no NaN code (Fp8E4M3RowsHaveNaN):
-// LoadFp8AsF32 without building the NaN, exact for every other code. The
-// code sign-extended to 32 bits and shifted left by 20 puts the sign at bit
-// 31 (copies at 27-30, masked off) and the magnitude under f32's exponent;
-// times 2^120 (bias 127 - 7) it is the value, subnormal codes included.
-// Four operations per vector against eight: decode with an fp8 cache is
-// bound by these instructions (Zen 3).
-struct Fp8E4M3NoNaN {
+// fp8 codes of a tile known to hold no special code (Fp8RowsHaveSpecial:
+// E4M3's NaN, E5M2's Inf and NaN), read without building one: exact for
+// every other code. A code sign-extended to 32 bits and shifted left by
+// kFp8Shift (20 for E4M3, 21 for E5M2) puts the sign at bit 31 (its copies
+// below, masked off) and the magnitude under f32's exponent; that is the
+// value times 2^-kFp8Bias (120 = 127 - 7, 112 = 127 - 15), subnormal codes
+// included. Three integer operations per vector against LoadFp8AsF32's
+// eight (E4M3) or a conversion through f16 (E5M2): decode with an fp8
+// cache is bound by these instructions (Zen 3, B8 H32/8 Tk4096 d128: 9.1
+// -> 6.4 ms with Fp8Folded).
+//   Fp8Finite<kE4M3>: times 2^kFp8Bias in the load (one multiply more);
+//   Fp8Folded<kE4M3>: the 2^kFp8Bias left to the other factor: K's codes
+//     meet Q rows times it, V's codes weights times it (the products then
+//     equal the exact path's, the same roundings in the same ranges). The
+//     caller checks neither can overflow: |q| and each V row scale (weights
+//     are at most 1 times it) below kFp8FoldLimit.
+template <bool kE4M3>
+struct Fp8Finite {
   uint8_t bits;
 };
-// The codes' values times 2^-120 (the bits before LoadFp8AsF32's multiply).
-HWY_INLINE VF LoadFp8E4M3TimesTwoToMinus120(DF df, const uint8_t* HWY_RESTRICT p) {
+template <bool kE4M3>
+struct Fp8Folded {
+  uint8_t bits;
+};
+template <bool kE4M3>
+constexpr int kFp8Shift = kE4M3 ? 20 : 21;
+template <bool kE4M3>
+constexpr float kFp8TwoToBias = kE4M3 ? 0x1p120f : 0x1p112f;
+constexpr float kFp8FoldLimit = 0x1p7f;  // |q| and V scales below this fold
+
+// The codes' values times 2^-kFp8Bias (LoadFp8AsF32's bits before its multiply).
+template <bool kE4M3>
+HWY_INLINE VF LoadFp8TimesTwoToMinusBias(DF df, const uint8_t* HWY_RESTRICT p) {
   const hn::RebindToSigned<DF> di;
   const auto bits =
       hn::PromoteTo(di, hn::LoadU(hn::Rebind<int8_t, DF>(), reinterpret_cast<const int8_t*>(p)));
-  const auto signed_mag =
-      hn::And(hn::ShiftLeft<20>(bits), hn::Set(di, static_cast<int32_t>(0x87F00000u)));
-  return hn::BitCast(df, signed_mag);
+  constexpr uint32_t kMask = kE4M3 ? 0x87F00000u : 0x8FE00000u;  // sign, 7 magnitude bits
+  return hn::BitCast(
+      df, hn::And(hn::ShiftLeft<kFp8Shift<kE4M3>>(bits), hn::Set(di, static_cast<int32_t>(kMask))));
 }
-HWY_INLINE VF LoadF32(DF df, const Fp8E4M3NoNaN* HWY_RESTRICT p) {
-  return hn::Mul(LoadFp8E4M3TimesTwoToMinus120(df, reinterpret_cast<const uint8_t*>(p)),
-                 hn::Set(df, 0x1p120f));
+template <bool kE4M3>
+HWY_INLINE VF LoadF32(DF df, const Fp8Finite<kE4M3>* HWY_RESTRICT p) {
+  return hn::Mul(LoadFp8TimesTwoToMinusBias<kE4M3>(df, reinterpret_cast<const uint8_t*>(p)),
+                 hn::Set(df, kFp8TwoToBias<kE4M3>));
 }
-// Fp8E4M3NoNaN with the 2^120 left to the other factor: K's codes meet Q
-// rows times 2^120, V's codes weights times 2^120 (both products then equal
-// the exact path's, the same roundings in the same ranges). Three
-// operations per vector, and none on the FMA ports. The caller checks the
-// factors cannot overflow: |q| < 2^7, and each V row scale (weights are at
-// most 1 times it) below 2^7.
-struct Fp8E4M3Folded {
-  uint8_t bits;
-};
-constexpr float kFp8E4M3FoldLimit = 0x1p7f;  // |q| and V scales below this fold
-HWY_INLINE VF LoadF32(DF df, const Fp8E4M3Folded* HWY_RESTRICT p) {
-  return LoadFp8E4M3TimesTwoToMinus120(df, reinterpret_cast<const uint8_t*>(p));
+template <bool kE4M3>
+HWY_INLINE VF LoadF32(DF df, const Fp8Folded<kE4M3>* HWY_RESTRICT p) {
+  return LoadFp8TimesTwoToMinusBias<kE4M3>(df, reinterpret_cast<const uint8_t*>(p));
 }
 
-// folded[i] = q[i] * 2^120 for i < n, and true, where every |q[i]| is below
-// kFp8E4M3FoldLimit (NaN and Inf included: they stay what they are); else
-// false and folded is unspecified.
-HWY_INLINE bool FoldQueryRows(const float* HWY_RESTRICT q, int64_t n, float* HWY_RESTRICT folded) {
+// folded[i] = x[i] * factor for i < n, and true, where every finite x[i]
+// is below kFp8FoldLimit in magnitude (NaN and Inf stay what they are);
+// else false (folded is then unspecified). For Q rows and V row scales.
+HWY_INLINE bool FoldBelowLimit(const float* HWY_RESTRICT x, int64_t n, float factor,
+                               float* HWY_RESTRICT folded) {
   bool ok = true;
   for (int64_t i = 0; i < n; ++i) {
-    ok &= !(std::fabs(q[i]) >= kFp8E4M3FoldLimit) || !std::isfinite(q[i]);
-    folded[i] = q[i] * 0x1p120f;
-  }
-  return ok;
-}
-
-// folded[j] = scales[j] * 2^120 for j < n, and true, where every finite
-// scale is below kFp8E4M3FoldLimit in magnitude (weights times it then
-// cannot overflow: they are at most 1).
-HWY_INLINE bool FoldValueScales(const float* HWY_RESTRICT scales, int64_t n,
-                                float* HWY_RESTRICT folded) {
-  bool ok = true;
-  for (int64_t j = 0; j < n; ++j) {
-    ok &= !(std::fabs(scales[j]) >= kFp8E4M3FoldLimit) || !std::isfinite(scales[j]);
-    folded[j] = scales[j] * 0x1p120f;
+    ok &= !(std::fabs(x[i]) >= kFp8FoldLimit) || !std::isfinite(x[i]);
+    folded[i] = x[i] * factor;
   }
   return ok;
 }
@@ -243,32 +244,42 @@ HWY_INLINE void PrefetchRowsIntoL1(const uint8_t* HWY_RESTRICT rows, size_t ld, 
   }
 }
 
-// Whether any of rows [0, n) (row j at rows + j * ld, d codes each) holds
-// an E4M3 NaN code (S.1111.111, core/fp8.h): one compare per vector of
-// codes, against the eight operations per vector of f32 that building the
-// NaN in the decode costs.
-HWY_INLINE bool Fp8E4M3RowsHaveNaN(const uint8_t* HWY_RESTRICT rows, size_t ld, size_t n,
+// Whether any of rows [0, n) (row j at rows + j * ld, d codes each) holds a
+// special code (core/fp8.h): E4M3's NaN S.1111.111, E5M2's Inf and NaN
+// S.11111.xx; those are the codes that ORed with 0x80 (E4M3) or 0x83 (E5M2)
+// give 0xFF. One OR and one max per vector of codes, against the operations
+// per vector of f32 that building them in the decode costs.
+template <bool kE4M3>
+HWY_INLINE bool Fp8RowsHaveSpecial(const uint8_t* HWY_RESTRICT rows, size_t ld, size_t n,
                                    size_t d) {
   const hn::ScalableTag<uint8_t> d8;
   const size_t N = hn::Lanes(d8);
-  const auto sign = hn::Set(d8, 0x80);
-  auto most = hn::Zero(d8);  // the largest code with its sign bit set: 0xFF iff a NaN
+  constexpr uint8_t kOthers = kE4M3 ? 0x80 : 0x83;  // the bits that do not decide
+  const auto others = hn::Set(d8, kOthers);
+  auto most = hn::Zero(d8);  // 0xFF in a lane iff a special code
   uint8_t tail = 0;
   for (size_t j = 0; j < n; ++j) {
     const uint8_t* HWY_RESTRICT row = rows + j * ld;
     size_t c = 0;
-    for (; c + N <= d; c += N) most = hn::Max(most, hn::Or(hn::LoadU(d8, row + c), sign));
-    for (; c < d; ++c) tail = std::max<uint8_t>(tail, static_cast<uint8_t>(row[c] | 0x80));
+    for (; c + N <= d; c += N) most = hn::Max(most, hn::Or(hn::LoadU(d8, row + c), others));
+    for (; c < d; ++c) tail = std::max<uint8_t>(tail, static_cast<uint8_t>(row[c] | kOthers));
   }
   return tail == 0xFF || !hn::AllFalse(d8, hn::Eq(most, hn::Set(d8, 0xFF)));
 }
+
+template <typename T>
+constexpr bool kFp8FastTag =
+    std::is_same<T, Fp8Finite<true>>::value || std::is_same<T, Fp8Finite<false>>::value ||
+    std::is_same<T, Fp8Folded<true>>::value || std::is_same<T, Fp8Folded<false>>::value;
+template <typename T>
+constexpr bool kFp8FoldedTag =
+    std::is_same<T, Fp8Folded<true>>::value || std::is_same<T, Fp8Folded<false>>::value;
+
 // K/V storage read times a row scale applied to the scores and weights
 // (ScaleKeyColumns, PackedScale): int8 and the fp8 tags.
 template <typename T>
-constexpr bool kScaledStorage =
-    std::is_same<T, int8_t>::value || std::is_same<T, Fp8E4M3>::value ||
-    std::is_same<T, Fp8E4M3NoNaN>::value || std::is_same<T, Fp8E4M3Folded>::value ||
-    std::is_same<T, Fp8E5M2>::value;
+constexpr bool kScaledStorage = std::is_same<T, int8_t>::value || std::is_same<T, Fp8E4M3>::value ||
+                                kFp8FastTag<T> || std::is_same<T, Fp8E5M2>::value;
 
 // Storage tag: bf16 K/V rows read two f32 vectors at a time. One load of
 // 2 * Lanes bf16 as 32-bit lanes gives both (a bf16 is the upper half of an

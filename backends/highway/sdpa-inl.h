@@ -133,8 +133,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   const int64_t nk4 = RoundUp(nk, static_cast<int64_t>(PackedKeysPerVec()));
   const ScoreLayout lay{kGroupRows, RoundUp(t.key_tile, 4) * kGroupRows};
   const size_t n = static_cast<size_t>(nk4) * kGroupRows;  // floats per group tile
-  const float* HWY_RESTRICT qrows =
-      scratch + (std::is_same<T, Fp8E4M3Folded>::value ? t.off_qfold : t.off_q);
+  const float* HWY_RESTRICT qrows = scratch + (kFp8FoldedTag<T> ? t.off_qfold : t.off_q);
   float* HWY_RESTRICT s = scratch + t.off_s;
   float* HWY_RESTRICT o = scratch + t.off_o;
   float* HWY_RESTRICT m = scratch + t.off_m;
@@ -144,9 +143,8 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   float* HWY_RESTRICT ke = scratch + t.off_ke;
   float* HWY_RESTRICT bad = scratch + t.off_bad;
   const float kNegInf = -std::numeric_limits<float>::infinity();
-  constexpr bool kScaled = kScaledStorage<T>;                      // int8 or fp8: rows times scales
-  constexpr bool kFolded = std::is_same<T, Fp8E4M3Folded>::value;  // Q rows times 2^120
-  constexpr bool kCheckNaN = std::is_same<T, Fp8E4M3NoNaN>::value || kFolded;
+  constexpr bool kScaled = kScaledStorage<T>;  // int8 or fp8: rows times scales
+  constexpr bool kCheckNaN = kFp8FastTag<T>;   // fp8 read without its special codes
   if constexpr (kCheckNaN) {
     // V's rows into L1 while Q.K runs, for the NaN check after it.
     PrefetchRowsIntoL1(reinterpret_cast<const uint8_t*>(vtile), ldv, static_cast<size_t>(nk),
@@ -174,10 +172,12 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     std::fill(sg + nk * kGroupRows, sg + n, kNegInf);  // keys past the tile
   }
   if constexpr (kCheckNaN) {  // K's rows are in L1 now, V's on their way
-    if (Fp8E4M3RowsHaveNaN(reinterpret_cast<const uint8_t*>(ktile), ldk, static_cast<size_t>(nk),
-                           static_cast<size_t>(p.head_dim)) ||
-        Fp8E4M3RowsHaveNaN(reinterpret_cast<const uint8_t*>(vtile), ldv, static_cast<size_t>(nk),
-                           static_cast<size_t>(p.value_dim))) {
+    constexpr bool kE4M3 =
+        std::is_same<T, Fp8Finite<true>>::value || std::is_same<T, Fp8Folded<true>>::value;
+    if (Fp8RowsHaveSpecial<kE4M3>(reinterpret_cast<const uint8_t*>(ktile), ldk,
+                                  static_cast<size_t>(nk), static_cast<size_t>(p.head_dim)) ||
+        Fp8RowsHaveSpecial<kE4M3>(reinterpret_cast<const uint8_t*>(vtile), ldv,
+                                  static_cast<size_t>(nk), static_cast<size_t>(p.value_dim))) {
       return false;
     }
   }
@@ -289,7 +289,9 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   const int64_t pair = 2 * static_cast<int64_t>(hn::Lanes(DF()));
   auto column_at = [&](int64_t c) { return c - c % pair + perm[c % pair]; };
   float* HWY_RESTRICT row = scratch + t.off_row;
-  bool q_folds = false;  // E4M3: Q rows times 2^120 at off_qfold (Fp8E4M3Folded)
+  // fp8: Q rows times 2^bias at off_qfold (Fp8Folded).
+  constexpr bool kFp8 = std::is_same<T, Fp8E4M3>::value || std::is_same<T, Fp8E5M2>::value;
+  bool q_folds = false;
   if (it.k_begin < it.k_end) {
     if (t.narrow && std::is_same<T, int8_t>::value && dots.vnni_qk) {
       LoadQueryInt8(p, t, it, static_cast<size_t>(t.ldq8),
@@ -298,8 +300,11 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
                     scratch + t.off_qrow);
     } else if (t.narrow) {
       LoadQueryRows(p, t, it, qrows);
-      if constexpr (std::is_same<T, Fp8E4M3>::value) {
-        if (t.packed) q_folds = FoldQueryRows(qrows, rows * dp, scratch + t.off_qfold);
+      if constexpr (kFp8) {
+        if (t.packed) {
+          q_folds = FoldBelowLimit(qrows, rows * dp, kFp8TwoToBias<std::is_same<T, Fp8E4M3>::value>,
+                                   scratch + t.off_qfold);
+        }
       }
     } else if (bf16_qk) {
       LoadQueryPairs(p, t, it, qp, scratch + t.off_qrow);
@@ -394,25 +399,26 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     ATTNKIT_PHASE_MARK(phase_timer, kKvLoad);
 #if HWY_TARGET != HWY_SCALAR
     if (t.packed) {
-      if constexpr (std::is_same<T, Fp8E4M3>::value) {
-        // E4M3 decodes at half the cost where a tile holds no NaN code
-        // (Fp8E4M3NoNaN), and cheaper still with the 2^120 folded into Q
-        // and the V scales where neither can overflow (Fp8E4M3Folded); a
-        // tile that holds a NaN code runs again with the NaN built.
+      if constexpr (kFp8) {
+        // fp8 decodes at about half the cost where a tile holds no special
+        // code (Fp8Finite), cheaper still with the 2^bias folded into Q and
+        // the V scales where neither can overflow (Fp8Folded); a tile that
+        // holds one runs again with NaN and Inf built.
+        constexpr bool kE4M3 = std::is_same<T, Fp8E4M3>::value;
         float v_folded[kMaxKeyTile] = {};
         bool tile_done = false;
-        if (q_folds && FoldValueScales(v_scales, nk, v_folded)) {
-          tile_done = PackedTileUpdate<Fp8E4M3Folded>(
-              p, t, it, k0, nk, vis, reinterpret_cast<const Fp8E4M3Folded*>(ktile), ldk,
-              reinterpret_cast<const Fp8E4M3Folded*>(vtile), ldv,
-              RecastAheadRows<Fp8E4M3Folded>(k_ahead), RecastAheadRows<Fp8E4M3Folded>(v_ahead),
-              k_scales, v_folded, dots, scratch);
+        if (q_folds && FoldBelowLimit(v_scales, nk, kFp8TwoToBias<kE4M3>, v_folded)) {
+          using U = Fp8Folded<kE4M3>;
+          tile_done = PackedTileUpdate<U>(p, t, it, k0, nk, vis, reinterpret_cast<const U*>(ktile),
+                                          ldk, reinterpret_cast<const U*>(vtile), ldv,
+                                          RecastAheadRows<U>(k_ahead), RecastAheadRows<U>(v_ahead),
+                                          k_scales, v_folded, dots, scratch);
         } else {
-          tile_done = PackedTileUpdate<Fp8E4M3NoNaN>(
-              p, t, it, k0, nk, vis, reinterpret_cast<const Fp8E4M3NoNaN*>(ktile), ldk,
-              reinterpret_cast<const Fp8E4M3NoNaN*>(vtile), ldv,
-              RecastAheadRows<Fp8E4M3NoNaN>(k_ahead), RecastAheadRows<Fp8E4M3NoNaN>(v_ahead),
-              k_scales, v_scales, dots, scratch);
+          using U = Fp8Finite<kE4M3>;
+          tile_done = PackedTileUpdate<U>(p, t, it, k0, nk, vis, reinterpret_cast<const U*>(ktile),
+                                          ldk, reinterpret_cast<const U*>(vtile), ldv,
+                                          RecastAheadRows<U>(k_ahead), RecastAheadRows<U>(v_ahead),
+                                          k_scales, v_scales, dots, scratch);
         }
         if (tile_done) {
           ATTNKIT_PHASE_MARK(phase_timer, kDecodeTile);

@@ -77,54 +77,60 @@ TEST_P(FlashTargetTest, Int8FastDecodeMatchesTheOracle) {
   }
 }
 
-// E4M3 decode tiles take one of three decodes (sdpa-inl.h): the 2^120
-// folded into Q and the V scales, the 2^120 multiplied in where a factor
-// could overflow (|q| >= 2^7, a V scale >= 2^7), and the NaN built where a
-// tile holds a NaN code (the tile runs again). Each against the oracle:
-// batch 0's queries times 4000 (scaled, up to 354), two V rows' scales 500, subnormal codes in
-// every tile, and a NaN code in the last key of one head's K and another's
-// V. Two query rows per head (causal): the first never sees the last key,
-// so it checks the rerun tile's finite output, the second comes out NaN.
-TEST_P(FlashTargetTest, Fp8E4M3DecodeTilesMatchTheOracle) {
+// fp8 decode tiles take one of three decodes (sdpa-inl.h): the 2^bias
+// folded into Q and the V scales, the 2^bias multiplied in where a factor
+// could overflow (|q| >= 2^7, a V scale >= 2^7), and NaN and Inf built
+// where a tile holds a special code (the tile runs again). Each against the
+// oracle, in both formats: batch 0's queries times 4000 (scaled, up to
+// 354), two V rows' scales 500, subnormal codes in every tile, and a
+// special code (E4M3 NaN; E5M2 Inf, NaN) in the last key of one head's K
+// and another's V. Two query rows per head (causal): the first never sees
+// the last key, so it checks the rerun tile's finite output, the second
+// comes out NaN.
+TEST_P(FlashTargetTest, Fp8DecodeTilesMatchTheOracle) {
   static Backend* backend = MakeHighwayBackend({/*num_threads=*/2}).release();
-  for (int64_t d : {128, 64}) {
-    AttentionProblem p = MakeTestProblem(2, 8, 4, 2, 301, d);
-    p.kv_dtype = DType::kF8E4M3;
-    p.mask = MaskKind::kCausal;
-    p.alignment = Alignment::kBottomRight;
-    p.return_lse = true;
-    absl::StatusOr<ProblemData> data = ProblemData::Random(p, 11);
-    ASSERT_TRUE(data.ok()) << data.status();
-    const AttentionArgs& a = data->args();
-    auto* q = static_cast<float*>(a.q.data);
-    for (int64_t h = 0; h < p.num_heads; ++h) {
-      for (int64_t i = 0; i < p.q_len; ++i) {
-        for (int64_t c = 0; c < d; ++c) q[a.q.Offset(0, h, i, c)] *= 4000.0f;
-      }
-    }
-    auto* v_scale = static_cast<float*>(a.v_scale.data);
-    v_scale[a.v_scale.Offset(1, 2, 40)] = 500.0f;
-    v_scale[a.v_scale.Offset(0, 1, 200)] = 500.0f;
-    auto* k = static_cast<uint8_t*>(a.k.data);
-    auto* v = static_cast<uint8_t*>(a.v.data);
-    for (int64_t b = 0; b < p.batch; ++b) {
-      for (int64_t g = 0; g < p.num_kv_heads; ++g) {
-        for (int64_t j = 3; j < p.kv_len; j += 16) {  // S.0000.mmm: subnormal
-          k[a.k.Offset(b, g, j, j % d)] = static_cast<uint8_t>(1 + j % 7);
-          v[a.v.Offset(b, g, j, (j + 5) % d)] = static_cast<uint8_t>(0x80 | (1 + j % 7));
+  for (DType kv : {DType::kF8E4M3, DType::kF8E5M2}) {
+    const bool e4m3 = kv == DType::kF8E4M3;
+    const uint8_t mantissa = e4m3 ? 0x07 : 0x03;  // S.0...0.m: subnormal codes
+    for (int64_t d : {128, 64}) {
+      AttentionProblem p = MakeTestProblem(2, 8, 4, 2, 301, d);
+      p.kv_dtype = kv;
+      p.mask = MaskKind::kCausal;
+      p.alignment = Alignment::kBottomRight;
+      p.return_lse = true;
+      absl::StatusOr<ProblemData> data = ProblemData::Random(p, 11);
+      ASSERT_TRUE(data.ok()) << data.status();
+      const AttentionArgs& a = data->args();
+      auto* q = static_cast<float*>(a.q.data);
+      for (int64_t h = 0; h < p.num_heads; ++h) {
+        for (int64_t i = 0; i < p.q_len; ++i) {
+          for (int64_t c = 0; c < d; ++c) q[a.q.Offset(0, h, i, c)] *= 4000.0f;
         }
       }
+      auto* v_scale = static_cast<float*>(a.v_scale.data);
+      v_scale[a.v_scale.Offset(1, 2, 40)] = 500.0f;
+      v_scale[a.v_scale.Offset(0, 1, 200)] = 500.0f;
+      auto* k = static_cast<uint8_t*>(a.k.data);
+      auto* v = static_cast<uint8_t*>(a.v.data);
+      for (int64_t b = 0; b < p.batch; ++b) {
+        for (int64_t g = 0; g < p.num_kv_heads; ++g) {
+          for (int64_t j = 3; j < p.kv_len; j += 16) {
+            k[a.k.Offset(b, g, j, j % d)] = static_cast<uint8_t>(1 + j % mantissa);
+            v[a.v.Offset(b, g, j, (j + 5) % d)] = static_cast<uint8_t>(0x80 | (1 + j % mantissa));
+          }
+        }
+      }
+      const int64_t last = p.kv_len - 1;
+      k[a.k.Offset(1, 0, last, 7)] = e4m3 ? 0x7F : 0x7C;  // NaN; +Inf
+      v[a.v.Offset(0, 3, last, 9)] = e4m3 ? 0xFF : 0xFE;  // NaN
+      RunInfo info;
+      const absl::Status s = backend->Forward(p, a, &info);
+      ASSERT_TRUE(s.ok()) << p.Id() << ": " << s;
+      const Comparison c = CompareToReference(p, a, ComputeReference(p, a));
+      EXPECT_TRUE(c.ok()) << p.Id() << ": " << c.first_failure << " kernel " << info.kernel;
+      // The special codes' heads' second rows: 2 heads per KV head, 2 KV heads.
+      EXPECT_EQ(c.poisoned_rows, 4) << p.Id();
     }
-    const int64_t last = p.kv_len - 1;
-    k[a.k.Offset(1, 0, last, 7)] = 0x7F;  // NaN
-    v[a.v.Offset(0, 3, last, 9)] = 0xFF;  // NaN
-    RunInfo info;
-    const absl::Status s = backend->Forward(p, a, &info);
-    ASSERT_TRUE(s.ok()) << p.Id() << ": " << s;
-    const Comparison c = CompareToReference(p, a, ComputeReference(p, a));
-    EXPECT_TRUE(c.ok()) << p.Id() << ": " << c.first_failure << " kernel " << info.kernel;
-    // The NaN codes' heads' second rows: 2 heads per KV head, 2 KV heads.
-    EXPECT_EQ(c.poisoned_rows, 4) << p.Id();
   }
 }
 

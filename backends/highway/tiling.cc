@@ -105,8 +105,8 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
   t.off_q8 = take(int8_q ? mp * t.ldq8 / 4 : 0);
   t.off_qsum = take(int8_q ? mp : 0);
   t.off_qscale = take(int8_q ? mp : 0);
-  // Direct E4M3 tiles: Q rows [mp, dp] times 2^120 (Fp8E4M3Folded).
-  t.off_qfold = take(t.packed && p.k.dtype == DType::kF8E4M3 ? mp * t.dp : 0);
+  // Direct fp8 tiles: Q rows [mp, dp] times 2^bias (Fp8Folded).
+  t.off_qfold = take(t.packed && IsFp8(p.k.dtype) ? mp * t.dp : 0);
   t.scratch_floats = off;
   t.partial_floats = PartialFloats(t);
   return t;

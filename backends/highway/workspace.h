@@ -20,9 +20,7 @@ class Workspace {
   absl::Status Reserve(int threads, size_t per_thread_floats, size_t shared_floats);
 
   // 64-byte aligned; valid until the next Reserve that grows.
-  float* thread_area(int thread) const {
-    return static_cast<float*>(per_thread_[thread].data());
-  }
+  float* thread_area(int thread) const { return static_cast<float*>(per_thread_[thread].data()); }
   float* shared_area() const { return static_cast<float*>(shared_.data()); }
   // Total bytes held, for reports.
   size_t bytes() const;
