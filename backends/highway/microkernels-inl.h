@@ -344,13 +344,10 @@ HWY_INLINE auto SumOfBlocks(D d, hn::Vec<D> v) {
 }
 #endif
 
-// out[r] = sum of the lanes of a[r], r < 4: the four dot products of one key
-// with four query rows. Two interleave-and-add steps and a block fold instead
-// of four SumOfLanes, which each broadcast their result.
-HWY_INLINE void StoreLaneSums4(const VF* HWY_RESTRICT a, float* HWY_RESTRICT out) {
-#if HWY_TARGET == HWY_SCALAR
-  for (int r = 0; r < 4; ++r) out[r] = hn::GetLane(a[r]);
-#else
+#if HWY_TARGET != HWY_SCALAR
+// Per 128-bit block: [a[0], a[1], a[2], a[3]] summed over the block's
+// lanes (a block's share of the four sums). Two interleave-and-add steps.
+HWY_INLINE VF BlockLaneSums4(const VF* HWY_RESTRICT a) {
   const DF df;
   // Per block: [a0_0 + a0_2, a1_0 + a1_2, a0_1 + a0_3, a1_1 + a1_3].
   const VF t01 = hn::Add(hn::InterleaveLower(df, a[0], a[1]), hn::InterleaveUpper(df, a[0], a[1]));
@@ -358,9 +355,47 @@ HWY_INLINE void StoreLaneSums4(const VF* HWY_RESTRICT a, float* HWY_RESTRICT out
   // Per block: [a0, a1, a2, a3] (pairs of lanes interleaved as u64).
   const hn::Repartition<uint64_t, DF> du;
   const auto u01 = hn::BitCast(du, t01), u23 = hn::BitCast(du, t23);
-  const VF sums = hn::Add(hn::BitCast(df, hn::InterleaveLower(du, u01, u23)),
-                          hn::BitCast(df, hn::InterleaveUpper(du, u01, u23)));
-  hn::StoreU(SumOfBlocks(df, sums), hn::CappedTag<float, 4>(), out);
+  return hn::Add(hn::BitCast(df, hn::InterleaveLower(du, u01, u23)),
+                 hn::BitCast(df, hn::InterleaveUpper(du, u01, u23)));
+}
+
+// out[0, 4) = the block sums of x, out[4, 8) those of y (BlockLaneSums4's
+// layout): the blocks folded pairwise, the last fold of both in one add.
+template <class D>
+HWY_INLINE void StoreBlockSumsOfTwo(D d, hn::Vec<D> x, hn::Vec<D> y, float* HWY_RESTRICT out) {
+  if constexpr (hn::MaxLanes(D()) <= 4) {
+    hn::StoreU(x, d, out);
+    hn::StoreU(y, d, out + 4);
+  } else if constexpr (hn::MaxLanes(D()) == 8) {
+    hn::StoreU(hn::Add(hn::ConcatLowerLower(d, y, x), hn::ConcatUpperUpper(d, y, x)), d, out);
+  } else {
+    const hn::Half<D> dh;
+    StoreBlockSumsOfTwo(dh, hn::Add(hn::LowerHalf(dh, x), hn::UpperHalf(dh, x)),
+                        hn::Add(hn::LowerHalf(dh, y), hn::UpperHalf(dh, y)), out);
+  }
+}
+#endif
+
+// out[r] = sum of the lanes of a[r], r < 4: the four dot products of one key
+// with four query rows. Two interleave-and-add steps and a block fold instead
+// of four SumOfLanes, which each broadcast their result.
+HWY_INLINE void StoreLaneSums4(const VF* HWY_RESTRICT a, float* HWY_RESTRICT out) {
+#if HWY_TARGET == HWY_SCALAR
+  for (int r = 0; r < 4; ++r) out[r] = hn::GetLane(a[r]);
+#else
+  hn::StoreU(SumOfBlocks(DF(), BlockLaneSums4(a)), hn::CappedTag<float, 4>(), out);
+#endif
+}
+
+// out[r] = sum of the lanes of a[r], out[4 + r] that of b[r], r < 4: two
+// keys' dot products with four query rows, in the packed score layout.
+HWY_INLINE void StoreLaneSums4x2(const VF* HWY_RESTRICT a, const VF* HWY_RESTRICT b,
+                                 float* HWY_RESTRICT out) {
+#if HWY_TARGET == HWY_SCALAR
+  StoreLaneSums4(a, out);
+  StoreLaneSums4(b, out + 4);
+#else
+  StoreBlockSumsOfTwo(DF(), BlockLaneSums4(a), BlockLaneSums4(b), out);
 #endif
 }
 
@@ -435,6 +470,56 @@ HWY_INLINE void QDotOneKey(const float* HWY_RESTRICT q, size_t ldq, const T* HWY
   StoreLaneSums4(even, out);
 }
 
+// Two keys' dot products with query rows [r0, r0 + 4) (QDotOneKey's work
+// for keys krow0 and krow1): out[r] and out[4 + r], the packed layout.
+// Each Q vector loaded once serves both keys, and one reduction folds the
+// eight sums (decode, Zen 3: the per-key reduction was a sixth of a tile).
+// Eight accumulator chains cover the FMA latency without even/odd banks.
+// With kPrefetch, prefetches the same lines of the ahead rows pf*.
+// kSteps > 0: dp is exactly kSteps loads of kVecsPerLoad<T> vectors
+// (fully unrolled); 0: any dp (a multiple of kVecsPerLoad<T> * Lanes).
+template <bool kPrefetch, size_t kSteps, typename T>
+HWY_INLINE void QDotTwoKeys(const float* HWY_RESTRICT q, size_t ldq, const T* HWY_RESTRICT krow0,
+                            const T* HWY_RESTRICT krow1, size_t dp, float* HWY_RESTRICT out,
+                            const T* HWY_RESTRICT pfk0, const T* HWY_RESTRICT pfv0,
+                            const T* HWY_RESTRICT pfk1, const T* HWY_RESTRICT pfv1) {
+  const DF df;
+  constexpr size_t N = hn::MaxLanes(DF());
+  constexpr int kRows = 4;
+  constexpr size_t kStep = kVecsPerLoad<T> * N;  // columns per load
+  constexpr size_t kPerLine = AheadRows<T>::kPerLine;
+  VF a[kRows], b[kRows];
+  HWY_UNROLL(4)
+  for (int r = 0; r < kRows; ++r) a[r] = b[r] = hn::Zero(df);
+  auto step = [&](size_t c) HWY_ATTR {
+    if (kPrefetch && c % kPerLine < kStep) {  // the first load of each line
+      __builtin_prefetch(pfk0 + c, 0, 2);
+      __builtin_prefetch(pfv0 + c, 0, 2);
+      __builtin_prefetch(pfk1 + c, 0, 2);
+      __builtin_prefetch(pfv1 + c, 0, 2);
+    }
+    VF k0[kVecsPerLoad<T>], k1[kVecsPerLoad<T>];
+    LoadF32Vecs(df, krow0 + c, k0);
+    LoadF32Vecs(df, krow1 + c, k1);
+    HWY_UNROLL(2)
+    for (int v = 0; v < kVecsPerLoad<T>; ++v) {
+      HWY_UNROLL(4)
+      for (int r = 0; r < kRows; ++r) {
+        const VF qv = hn::Load(df, q + r * ldq + c + v * N);
+        a[r] = hn::MulAdd(qv, k0[v], a[r]);
+        b[r] = hn::MulAdd(qv, k1[v], b[r]);
+      }
+    }
+  };
+  if constexpr (kSteps > 0) {
+    HWY_UNROLL(16)
+    for (size_t i = 0; i < kSteps; ++i) step(i * kStep);
+  } else {
+    for (size_t c = 0; c < dp; c += kStep) step(c);
+  }
+  StoreLaneSums4x2(a, b, out);
+}
+
 // All keys of a tile for query rows [r0, r0 + 4) (see QDotOneKey); the first
 // row tile (r0 == 0) prefetches the ahead rows of the keys that have one.
 template <size_t kPairs, typename T>
@@ -463,6 +548,34 @@ HWY_INLINE void QDotKeysOfRows(const float* HWY_RESTRICT q, size_t ldq, const T*
   }
 }
 
+// QDotKeysOfRows for rows [0, 4) into packed scores (lds == 4), two keys
+// at a time (QDotTwoKeys); the ahead rows of the first k_ahead.count keys
+// are prefetched.
+template <size_t kSteps, typename T>
+HWY_INLINE void QDotKeyPairsOfRows(const float* HWY_RESTRICT q, size_t ldq, const T* HWY_RESTRICT k,
+                                   size_t ldk, size_t dp, size_t keys, float* HWY_RESTRICT s,
+                                   const AheadRows<T>& k_ahead, const AheadRows<T>& v_ahead) {
+  const size_t ahead = std::min(keys, k_ahead.count);
+  size_t j = 0;
+  for (; j + 1 < keys && j < ahead; j += 2) {
+    const size_t j1 = j + 1 < ahead ? j + 1 : j;  // a key without an ahead row repeats j's
+    QDotTwoKeys<true, kSteps>(q, ldq, k + j * ldk, k + (j + 1) * ldk, dp, s + j * 4,
+                              k_ahead.rows + j * k_ahead.ld, v_ahead.rows + j * v_ahead.ld,
+                              k_ahead.rows + j1 * k_ahead.ld, v_ahead.rows + j1 * v_ahead.ld);
+  }
+  for (; j + 1 < keys; j += 2) {
+    QDotTwoKeys<false, kSteps>(q, ldq, k + j * ldk, k + (j + 1) * ldk, dp, s + j * 4, k, k, k, k);
+  }
+  if (j < keys) {  // an odd key out
+    if (j < ahead) {
+      QDotOneKey<true, 0, false>(q, ldq, k + j * ldk, dp, s + j * 4, k_ahead.rows + j * k_ahead.ld,
+                                 v_ahead.rows + j * v_ahead.ld);
+    } else {
+      QDotOneKey<false, 0, false>(q, ldq, k + j * ldk, dp, s + j * 4, k, k);
+    }
+  }
+}
+
 // S[j, r] = q[r, :] . k[j, :] for r < rows, j < keys, as dot products along
 // the head dimension: for decode, where only a few query rows exist, this
 // spends FMAs on real rows only. q [rows_padded, ldq] f32 row-major (aligned),
@@ -479,15 +592,27 @@ HWY_INLINE void QDotKRows(const float* HWY_RESTRICT q, size_t ldq, const T* HWY_
   constexpr size_t kRows = 4;
   const size_t rows4 = (rows + kRows - 1) / kRows * kRows;
   const size_t N = hn::Lanes(DF());
-  for (size_t r0 = 0; r0 < rows4; r0 += kRows) {
-    // Unrolled for d = 128 (AVX-512; 64 on AVX2) and narrow K/V, which are
-    // bound by this loop's instructions; f32 is bound by memory and was
-    // faster with the loop (Zen 5, B8 d128 decode, alternating runs: f32
-    // 9.5 vs 10.4 ms at 1 thread, 6.7 vs 7.2 at 2; int8 4.2 vs 4.6 at 1).
-    if (sizeof(T) < 4 && dp == 8 * N) {
-      QDotKeysOfRows<4>(q, ldq, k, ldk, dp, r0, keys, s, lds, k_ahead, v_ahead);
+  // Narrow types into packed scores (one row group): two keys at a time.
+  constexpr size_t kStep = kVecsPerLoad<T> * hn::MaxLanes(DF());
+  if (sizeof(T) < 4 && lds == kRows && rows4 == kRows && dp % kStep == 0) {
+    if (dp == 16 * kStep) {
+      QDotKeyPairsOfRows<16>(q, ldq, k, ldk, dp, keys, s, k_ahead, v_ahead);
+    } else if (dp == 8 * kStep) {
+      QDotKeyPairsOfRows<8>(q, ldq, k, ldk, dp, keys, s, k_ahead, v_ahead);
     } else {
-      QDotKeysOfRows<0>(q, ldq, k, ldk, dp, r0, keys, s, lds, k_ahead, v_ahead);
+      QDotKeyPairsOfRows<0>(q, ldq, k, ldk, dp, keys, s, k_ahead, v_ahead);
+    }
+  } else {
+    for (size_t r0 = 0; r0 < rows4; r0 += kRows) {
+      // Unrolled for d = 128 (AVX-512; 64 on AVX2) and narrow K/V, which are
+      // bound by this loop's instructions; f32 is bound by memory and was
+      // faster with the loop (Zen 5, B8 d128 decode, alternating runs: f32
+      // 9.5 vs 10.4 ms at 1 thread, 6.7 vs 7.2 at 2; int8 4.2 vs 4.6 at 1).
+      if (sizeof(T) < 4 && dp == 8 * N) {
+        QDotKeysOfRows<4>(q, ldq, k, ldk, dp, r0, keys, s, lds, k_ahead, v_ahead);
+      } else {
+        QDotKeysOfRows<0>(q, ldq, k, ldk, dp, r0, keys, s, lds, k_ahead, v_ahead);
+      }
     }
   }
   for (size_t j = 0; j < keys; ++j) {
