@@ -110,6 +110,37 @@ def as_operand(x, name, float_only=True):
     return _numpy_operand(a, code)
 
 
+def quantized_code_of(x):
+    """The dtype code x's own dtype gives quantized K/V: I8 for int8, the
+    fp8 codes for float8 dtypes (torch's, ml_dtypes'), U8 for uint8 (codes
+    of a format the caller names), None for anything else."""
+    if is_torch(x):
+        import torch
+
+        codes = {torch.int8: _capi.I8, torch.uint8: _capi.U8}
+        for name, code in (("float8_e4m3fn", _capi.F8E4M3), ("float8_e5m2", _capi.F8E5M2)):
+            if hasattr(torch, name):
+                codes[getattr(torch, name)] = code
+        return codes.get(x.dtype)
+    dtype = x.dtype if type(x) is np.ndarray else np.asarray(x).dtype
+    if dtype == np.int8:
+        return _capi.I8
+    if dtype == np.uint8:
+        return _capi.U8
+    return {"float8_e4m3fn": _capi.F8E4M3, "float8_e5m2": _capi.F8E5M2}.get(dtype.name)
+
+
+def quantized_operand(x, name, code):
+    """Quantized K or V storage (int8 values or fp8 codes, one byte each) as
+    an Operand of dtype `code`, by address: bytes have whole-element strides."""
+    if is_torch(x):
+        return Operand(x, code, x.shape, x.stride(), x.data_ptr(), "cuda" if x.is_cuda else "cpu")
+    a = x if type(x) is np.ndarray else np.asarray(x)
+    if a.itemsize != 1:
+        raise ValueError(f"{name}: quantized storage has one byte per element; got {a.dtype}")
+    return _numpy_operand(a, code)
+
+
 def empty_like_kind(ref, shape, code):
     """A new output of `shape` with dtype `code`, of the same kind and device
     as operand `ref`."""

@@ -602,6 +602,9 @@ def attention(
     return_lse=False,
     backend="auto",
     compute="exact",
+    kv_dtype=None,
+    k_scale=None,
+    v_scale=None,
 ):
     """Everything the attnkit config can express.
 
@@ -624,13 +627,35 @@ def attention(
     compute: "exact" or "fast" (q may be rounded to k's storage type and
     the weights to v's; see scaled_dot_product_attention). Returns o (q's
     dtype and kind), and lse [B, H, Tq] (float32) with return_lse.
+
+    Quantized K/V (a serving cache read as stored): k and v hold int8
+    values (kv_dtype "i8"; an int8 array or tensor says so itself) or OCP
+    fp8 codes (kv_dtype "f8e4m3" or "f8e5m2": uint8 arrays of the codes, or
+    torch's float8_e4m3fn / float8_e5m2 and ml_dtypes' float8 arrays, which
+    say so themselves), and each key's value is its row times k_scale
+    (likewise v_scale): float32 of k's shape without the head dim ([B, G,
+    Tk] for "BHTD", [B, Tk, G] for "BTHD"), or anything that broadcasts to
+    it (a scalar: one scale per tensor), as vLLM and FlashInfer store them.
     """
     if layout not in ("BHTD", "BTHD"):
         raise ValueError(f"layout must be 'BHTD' or 'BTHD'; got {layout!r}")
     if alignment not in ("bottom_right", "top_left"):
         raise ValueError(f"alignment must be 'bottom_right' or 'top_left'; got {alignment!r}")
     compute = compute_code(compute)
-    ops = [_arrays.as_operand(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
+    kv_code = _quantized_code(k, v, kv_dtype)
+    if kv_code is None and (k_scale is not None or v_scale is not None):
+        raise ValueError("k_scale and v_scale are for quantized k and v (kv_dtype i8, f8e4m3 or "
+                         "f8e5m2); k holds floats")
+    if kv_code is None:
+        ops = [_arrays.as_operand(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
+    else:
+        if k_scale is None or v_scale is None:
+            raise ValueError(
+                f"quantized k and v ({_capi.DTYPE_NAMES[kv_code]}) need k_scale and v_scale"
+            )
+        ops = [_arrays.as_operand(q, "q")] + [
+            _arrays.quantized_operand(x, n, kv_code) for x, n in ((k, "k"), (v, "v"))
+        ]
     for op, n in zip(ops, "qkv"):
         if op.ndim != 4:
             raise ValueError(f"{n} must be 4-d ({layout}); got shape {op.shape}")
@@ -667,6 +692,10 @@ def attention(
         p.mask = _capi.MASK_CAUSAL
     for name, op in (("q", qo), ("k", ko), ("v", vo)):
         call.set(name, op, tuple(op.shape[i] for i in perm), tuple(op.strides[i] for i in perm))
+    if kv_code is not None:  # one f32 scale per (token, KV head), maybe broadcast
+        for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+            op = _scale_operand(scale, qo, ko.shape[:3], name)
+            call.set(name, op, k4[:3], tuple(op.strides[i] for i in perm[:3]))
     o = _arrays.empty_like_kind(qo, tuple(qo.shape[:3]) + (value_dim,), qo.code)
     call.set("o", o, q4[:3] + (value_dim,), tuple(o.strides[i] for i in perm))
     lse = None
@@ -702,6 +731,47 @@ def attention(
         _set_per_head(call, "alibi_slopes", "alibi", alibi_slopes, qo, q4[1], "slope")
     call.run(backend)
     return (o.owner, lse.owner) if return_lse else o.owner
+
+
+_KV_DTYPES = {"i8": _capi.I8, "f8e4m3": _capi.F8E4M3, "f8e5m2": _capi.F8E5M2}
+
+
+def _quantized_code(k, v, kv_dtype):
+    """The dtype code of quantized k and v (kv_dtype, or what their own
+    dtype says: int8, or a float8 dtype), None for float k and v."""
+    own = [_arrays.quantized_code_of(x) for x in (k, v)]
+    if own[0] != own[1]:
+        raise ValueError("k and v must share a dtype")
+    if kv_dtype is None:
+        if own[0] == _capi.U8:
+            raise ValueError(
+                "k and v are uint8: pass kv_dtype='f8e4m3' or 'f8e5m2' to read them as fp8 codes"
+            )
+        return own[0]
+    if kv_dtype not in _KV_DTYPES:
+        raise ValueError(f"kv_dtype must be one of {sorted(_KV_DTYPES)}; got {kv_dtype!r}")
+    code = _KV_DTYPES[kv_dtype]
+    agrees = own[0] == code or (own[0] == _capi.U8 and code in (_capi.F8E4M3, _capi.F8E5M2))
+    if not agrees:
+        have = "floats" if own[0] is None else _capi.DTYPE_NAMES[own[0]]
+        raise ValueError(f"kv_dtype={kv_dtype!r} but k and v hold {have}")
+    return code
+
+
+def _scale_operand(scale, q, shape3, name):
+    """k_scale or v_scale as float32 where q lives, broadcast to shape3 (k's
+    shape without its head dim) as a view: a scalar is one scale per tensor."""
+    if _arrays.is_torch(scale):
+        scale = scale.detach()
+    x = _like(scale, q, np.float32, "float32")
+    try:
+        x = x.expand(shape3) if _arrays.is_torch(x) else np.broadcast_to(x, shape3)
+    except (RuntimeError, ValueError):
+        raise ValueError(
+            f"{name} must broadcast to k's shape without its head dim {tuple(shape3)}; "
+            f"got shape {tuple(x.shape)}"
+        ) from None
+    return _arrays.as_operand(x, name)
 
 
 def _set_per_head(call, name, flag, values, q, heads, what):

@@ -292,6 +292,92 @@ def test_value_head_dim_of_its_own(backend, value_dim):
     assert caps["value_head_dim"]
 
 
+def decode_kv(codes, kv_dtype):
+    """int8 values or OCP fp8 codes (uint8) as float64, written here from the
+    formats' definitions (E4M3: bias 7, S.1111.111 NaN, no Inf; E5M2: bias
+    15, IEEE specials), not through the library."""
+    if kv_dtype == "i8":
+        return codes.astype(np.float64)
+    c = codes.astype(np.int64)
+    mant_bits, bias = (3, 7) if kv_dtype == "f8e4m3" else (2, 15)
+    sign = np.where(c & 0x80, -1.0, 1.0)
+    e = (c & 0x7F) >> mant_bits
+    m = (c & ((1 << mant_bits) - 1)) / float(1 << mant_bits)
+    value = np.where(e == 0, m * 2.0 ** (1 - bias), (1 + m) * 2.0 ** (e - bias))
+    return sign * value
+
+
+def random_kv(shape, kv_dtype):
+    """Random int8 values, or fp8 codes without NaN and Inf."""
+    if kv_dtype == "i8":
+        return RNG.integers(-127, 128, size=shape, dtype=np.int8)
+    codes = RNG.integers(0, 256, size=shape, dtype=np.uint8)
+    special = (codes & 0x7F) == 0x7F if kv_dtype == "f8e4m3" else (codes & 0x7C) == 0x7C
+    return np.where(special, codes & 0x80, codes).astype(np.uint8)  # specials as +-0
+
+
+@pytest.mark.parametrize("backend", ["highway", "blas", "reference"])
+@pytest.mark.parametrize("kv_dtype", ["i8", "f8e4m3", "f8e5m2"])
+def test_attention_reads_quantized_kv_as_stored(backend, kv_dtype):
+    """attention() over int8 and fp8 K/V (a serving cache as stored) with a
+    scale per (token, KV head), and one per tensor, in both layouts, against
+    numpy in float64 over the decoded values (decode_kv: this file's own)."""
+    B, H, G, L, S, E = 2, 8, 2, 3, 70, 32
+    q = rand(B, H, L, E)
+    k, v = random_kv((B, G, S, E), kv_dtype), random_kv((B, G, S, E), kv_dtype)
+    # Scales putting values around 1 (fp8 codes reach 448 and 57344).
+    top = {"i8": 127.0, "f8e4m3": 448.0, "f8e5m2": 57344.0}[kv_dtype]
+    ks = RNG.uniform(0.5, 1.5, size=(B, G, S)).astype(np.float32) / top
+    vs = RNG.uniform(0.5, 1.5, size=(B, G, S)).astype(np.float32) / top
+    name = None if kv_dtype == "i8" else kv_dtype  # int8 arrays say so themselves
+    o = attnkit.attention(q, k, v, causal=True, kv_dtype=name, k_scale=ks, v_scale=vs,
+                          backend=backend)
+    kd, vd = decode_kv(k, kv_dtype) * ks[..., None], decode_kv(v, kv_dtype) * vs[..., None]
+    i, j = np.arange(L)[:, None] + S - L, np.arange(S)[None, :]
+    want = ref_sdpa(q, kd, vd, attn_mask=j <= i)
+    np.testing.assert_allclose(o, want, rtol=1e-4, atol=2e-5)
+    # BTHD storage, one scale per tensor (a scalar broadcast: stride 0).
+    kt, vt = (np.ascontiguousarray(np.swapaxes(x, 1, 2)) for x in (k, v))
+    o = attnkit.attention(np.ascontiguousarray(np.swapaxes(q, 1, 2)), kt, vt, layout="BTHD",
+                          kv_dtype=name, k_scale=1.0 / top, v_scale=np.float32(2.0 / top),
+                          backend=backend)
+    want = ref_sdpa(q, decode_kv(k, kv_dtype) / top, decode_kv(v, kv_dtype) * 2.0 / top)
+    np.testing.assert_allclose(np.swapaxes(o, 1, 2), want, rtol=1e-4, atol=2e-5)
+    with pytest.raises(ValueError, match="need k_scale and v_scale"):
+        attnkit.attention(q, k, v, kv_dtype=name, k_scale=ks, backend=backend)
+    with pytest.raises(ValueError, match=r"k_scale must broadcast to k's shape without its head"):
+        attnkit.attention(q, k, v, kv_dtype=name, k_scale=ks[:, :, :5], v_scale=vs,
+                          backend=backend)
+
+
+def test_quantized_kv_errors_name_the_dtype():
+    q, k = rand(1, 4, 2, 16), random_kv((1, 2, 8, 16), "f8e4m3")
+    with pytest.raises(ValueError, match="uint8: pass kv_dtype='f8e4m3' or 'f8e5m2'"):
+        attnkit.attention(q, k, k, k_scale=1.0, v_scale=1.0)
+    with pytest.raises(ValueError, match="kv_dtype must be one of"):
+        attnkit.attention(q, k, k, kv_dtype="f8", k_scale=1.0, v_scale=1.0)
+    with pytest.raises(ValueError, match="kv_dtype='i8' but k and v hold u8"):
+        attnkit.attention(q, k, k, kv_dtype="i8", k_scale=1.0, v_scale=1.0)
+    with pytest.raises(ValueError, match="k holds floats"):
+        attnkit.attention(q, rand(1, 2, 8, 16), rand(1, 2, 8, 16), k_scale=1.0, v_scale=1.0)
+    with pytest.raises(ValueError, match="k and v must share a dtype"):
+        attnkit.attention(q, k, k.view(np.int8), kv_dtype="f8e4m3", k_scale=1.0, v_scale=1.0)
+
+
+def test_quantized_kv_from_torch_float8_tensors():
+    """torch's float8 dtypes say their format: the same output as the uint8
+    codes with kv_dtype."""
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this torch has no float8 dtypes")
+    q = rand(1, 4, 2, 16)
+    k, v = random_kv((1, 2, 9, 16), "f8e4m3"), random_kv((1, 2, 9, 16), "f8e4m3")
+    want = attnkit.attention(q, k, v, kv_dtype="f8e4m3", k_scale=0.01, v_scale=0.02)
+    kt, vt = (torch.from_numpy(x).view(torch.float8_e4m3fn) for x in (k, v))
+    got = attnkit.attention(torch.from_numpy(q), kt, vt, k_scale=0.01, v_scale=0.02)
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
 def test_errors_say_what_is_wrong():
     q, k, v = rand(1, 4, 8, 16), rand(1, 2, 8, 16), rand(1, 2, 8, 16)
     with pytest.raises(ValueError, match="enable_gqa=True"):
