@@ -182,6 +182,11 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashDecodeKernel(const Fla
         x = s[r] * p.scale;
         bad[r] = bad[r] || !isfinite(x) || !(bias < INFINITY);
         if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
+        if (p.alibi_slopes != nullptr) {  // a NaN slope makes the row NaN
+          const float term = AlibiTermOf(p, h, i, j, kv_length);
+          bad[r] = bad[r] || isnan(term);
+          x += term;
+        }
         x = (x + bias) * kLog2e;
       }
       const float m_new = fmaxf(m[r], WarpMax(x));
@@ -270,7 +275,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashDecodeKernel(const Fla
       weight[w] = mw == kNegInf ? 0.0f : exp2f(mw - row_max);
       total += sL[w * kR + r] * weight[w];
     }
-    const RowFinish fin = FinishRow(row_max, total, row_bad);
+    RowFinish fin = FinishRow(row_max, total, row_bad);
+    if (p.num_splits == 1) fin = WithSink(fin, SinkOf(p, h));  // else the combine's
     const RowOutput out(p, split, b, h, i);
     for (int c = lane; c < p.head_dim; c += 32) {
       float o = 0.0f;

@@ -126,6 +126,19 @@ __device__ __forceinline__ RowFinish FinishRow(float row_max_log2, float sum, bo
   return RowFinish{1.0f / sum, (row_max_log2 + log2f(sum)) * kLn2};
 }
 
+// fin with the head's sink logit folded in (core/sinks.h FoldSink's rules,
+// on the normalised row's multiplier and lse): no visible key gives 0 and
+// an lse of the sink; a sink of -inf is none; a NaN or +inf sink, or a row
+// already NaN, gives NaN.
+__device__ __forceinline__ RowFinish WithSink(RowFinish fin, float sink) {
+  if (isnan(fin.lse) || isnan(sink) || sink == INFINITY) return RowFinish{NAN, NAN};
+  if (sink == -INFINITY) return fin;
+  if (fin.lse == -INFINITY) return RowFinish{0.0f, sink};
+  const float m = fmaxf(fin.lse, sink);
+  const float keys = expf(fin.lse - m), total = keys + expf(sink - m);  // total in [1, 2]
+  return RowFinish{fin.inv * (keys / total), m + logf(total)};
+}
+
 // Where row (b, h, i) of a block's result goes: O and LSE, or, with split-K,
 // split `split`'s normalised partials for the combine kernel.
 class RowOutput {

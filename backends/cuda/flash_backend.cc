@@ -47,6 +47,10 @@ class FlashBackend : public CudaBackendBase {
     c.layouts = {Layout::kBHTD, Layout::kBTHD};
     c.lse = c.kv_lengths = c.blocked_mask = c.additive_bias = c.softcap = true;
     c.paged_kv = c.ragged = true;
+    // Sinks folded into each finished row (the combine kernel's under
+    // split-K), ALiBi added to each visible score (flash_params.h); forward
+    // only: the backward kernels refuse both (BackwardCapabilities).
+    c.sinks = c.alibi = true;
     // FAST (params.h ComputeKindFor, FlashParams::round_q/round_p): 16-bit
     // K/V runs the tensor-core P.V with P in V's type and Q rounded to K's;
     // int8 K/V runs EXACT only (the kernels do not quantize Q).

@@ -336,6 +336,11 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
           x = sS[r * Traits::kLdS + c] * p.scale;
           bad = bad || !isfinite(x) || !(bias < INFINITY) || sVBad[c] != 0;
           if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
+          if (p.alibi_slopes != nullptr) {  // a NaN slope makes the row NaN
+            const float term = AlibiTermOf(p, h, i, j, kv_length);
+            bad = bad || isnan(term);
+            x += term;
+          }
           x = (x + bias) * kLog2e;
         }
         s[u] = x;
@@ -379,7 +384,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
     const float l = __shfl_sync(0xffffffffu, my_sum, rr);
     const float row_max = __shfl_sync(0xffffffffu, my_max, rr);
     const bool row_bad = __shfl_sync(0xffffffffu, my_bad ? 1 : 0, rr) != 0;
-    const RowFinish fin = FinishRow(row_max, l, row_bad);
+    RowFinish fin = FinishRow(row_max, l, row_bad);
+    if (p.num_splits == 1) fin = WithSink(fin, SinkOf(p, h));  // else the combine's
     const float* o_row = sO + r * Traits::kLdO;
     const RowOutput out(p, split, b, h, i);
     for (int c = lane; c < p.head_dim; c += 32) out.Store(c, o_row[c] * fin.inv);

@@ -6,8 +6,10 @@
 #ifndef ATTNKIT_BACKENDS_CUDA_FLASH_PARAMS_H_
 #define ATTNKIT_BACKENDS_CUDA_FLASH_PARAMS_H_
 
+#include <cmath>
 #include <cstdint>
 
+#include "core/alibi.h"
 #include "core/mask.h"
 
 namespace attnkit {
@@ -89,6 +91,15 @@ struct FlashParams {
   float scale = 1.0f;    // s = scale * q.k
   float softcap = 0.0f;  // s = softcap * tanh(s / softcap) when > 0
   MaskParams mask;
+  // Attention sinks (core/sinks.h): head h's logit at sinks[h *
+  // sinks_stride], folded into each finished row (by the combine kernel
+  // under split-K); null without.
+  const float* sinks = nullptr;
+  int64_t sinks_stride = 0;
+  // ALiBi (core/alibi.h): head h's slope at alibi_slopes[h * alibi_stride];
+  // AlibiTerm joins each visible score after softcap; null without.
+  const float* alibi_slopes = nullptr;
+  int64_t alibi_stride = 0;
 
   // 16-byte vector loads are allowed: storage type equals the compute type,
   // d is contiguous and a multiple of the vector, pointer and strides aligned.
@@ -125,6 +136,17 @@ ATTNKIT_HOST_DEVICE inline int64_t KvOffset(const Strides4& s, KvRow r, int64_t 
 ATTNKIT_HOST_DEVICE inline float KvScale(const float* scale, const Strides4& s, KvRow r,
                                          int64_t g) {
   return scale == nullptr ? 1.0f : scale[KvOffset(s, r, g)];
+}
+
+// Head h's sink logit; -inf (no sink) without sinks.
+ATTNKIT_HOST_DEVICE inline float SinkOf(const FlashParams& p, int64_t h) {
+  return p.sinks == nullptr ? -INFINITY : p.sinks[h * p.sinks_stride];
+}
+// The ALiBi term of score (i, j) of head h (0 without ALiBi): core/alibi.h's.
+ATTNKIT_HOST_DEVICE inline float AlibiTermOf(const FlashParams& p, int64_t h, int64_t i, int64_t j,
+                                             int64_t kv_length) {
+  if (p.alibi_slopes == nullptr) return 0.0f;
+  return AlibiTerm(p.alibi_slopes[h * p.alibi_stride], Diagonal(p.mask, i, kv_length), j);
 }
 
 }  // namespace cuda

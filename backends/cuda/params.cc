@@ -186,6 +186,14 @@ absl::StatusOr<FlashParams> MakeFlashParams(const AttentionProblem& p, const Att
     f.bias = static_cast<const float*>(a.bias.data);
     f.bias_stride = StridesOf(a.bias);
   }
+  if (p.sinks) {  // [H]
+    f.sinks = static_cast<const float*>(a.sinks.data);
+    f.sinks_stride = a.sinks.strides[0];
+  }
+  if (p.alibi) {  // [H]
+    f.alibi_slopes = static_cast<const float*>(a.alibi_slopes.data);
+    f.alibi_stride = a.alibi_slopes.strides[0];
+  }
   if (paged) {
     f.block_table = static_cast<const int32_t*>(a.block_table.data);
     f.block_table_stride_b = a.block_table.strides[0];

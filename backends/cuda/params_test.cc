@@ -127,6 +127,44 @@ TEST(MakeFlashParamsTest, OptionalTensors) {
   EXPECT_EQ(f->mask.right, 1);
 }
 
+// Sinks and ALiBi slopes reach the kernels as [H] views; SinkOf and
+// AlibiTermOf (host and device) read them as core/sinks.h and core/alibi.h
+// define them.
+TEST(MakeFlashParamsTest, SinksAndAlibiSlopes) {
+  AttentionProblem p = Gqa(Layout::kBTHD, DType::kF32, DType::kF32);
+  p.sinks = p.alibi = true;
+  p.alignment = Alignment::kBottomRight;
+  auto data = ProblemData::Allocate(p);
+  ASSERT_TRUE(data.ok()) << data.status();
+  auto* sinks = static_cast<float*>(data->sinks.data());
+  auto* slopes = static_cast<float*>(data->alibi_slopes.data());
+  for (int64_t h = 0; h < p.num_heads; ++h) {
+    sinks[h] = 0.5f * static_cast<float>(h);
+    slopes[h] = 1.0f / static_cast<float>(h + 1);
+  }
+  auto f = MakeFlashParams(p, data->args());
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->sinks, sinks);
+  EXPECT_EQ(f->sinks_stride, 1);
+  EXPECT_EQ(f->alibi_slopes, slopes);
+  EXPECT_EQ(f->alibi_stride, 1);
+  EXPECT_EQ(SinkOf(*f, 3), 1.5f);
+  // Query i's diagonal is key i + Tk - Tq (bottom-right), here 4 + 9 - 5.
+  EXPECT_EQ(AlibiTermOf(*f, 1, 4, 2, p.kv_len), AlibiTerm(0.5f, 8, 2));
+  EXPECT_EQ(AlibiTermOf(*f, 1, 4, 2, p.kv_len), -3.0f);
+  EXPECT_EQ(AlibiTermOf(*f, 3, 0, 9, p.kv_len), AlibiTerm(0.25f, 4, 9));
+
+  p.sinks = p.alibi = false;  // absent: no sink (-inf), no term
+  auto plain = ProblemData::Allocate(p);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  auto g = MakeFlashParams(p, plain->args());
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->sinks, nullptr);
+  EXPECT_EQ(g->alibi_slopes, nullptr);
+  EXPECT_EQ(SinkOf(*g, 3), -INFINITY);
+  EXPECT_EQ(AlibiTermOf(*g, 1, 4, 2, p.kv_len), 0.0f);
+}
+
 TEST(VectorLoadableTest, NeedsMatchingTypeAlignmentAndWholeVectors) {
   AttentionProblem p = Gqa(Layout::kBHTD, DType::kF16, DType::kF16);
   p.head_dim = 20;  // not a multiple of 8 halves

@@ -44,7 +44,11 @@ __global__ void SplitCombineKernel(const FlashParams p) {
   if (max_lse != -INFINITY) {
     for (int s = 0; s < p.num_splits; ++s) total += expf(p.partial_lse[s * rows + row] - max_lse);
   }
-  const float inv_total = total > 0.0f ? 1.0f / total : 0.0f;
+  // The merged row's multiplier and lse, the head's sink folded in.
+  const RowFinish fin = WithSink(RowFinish{total > 0.0f ? 1.0f / total : 0.0f,
+                                           total > 0.0f ? max_lse + logf(total) : -INFINITY},
+                                 SinkOf(p, h));
+  const float inv_total = fin.inv;
   for (int c = lane; c < p.head_dim; c += 32) {
     float acc = 0.0f;
     if (total > 0.0f) {
@@ -56,8 +60,7 @@ __global__ void SplitCombineKernel(const FlashParams p) {
     StoreElem(p.o, p.q_type, base + c * os.c, acc * inv_total);
   }
   if (lane == 0 && p.lse != nullptr) {
-    p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_t] =
-        total > 0.0f ? max_lse + logf(total) : -INFINITY;
+    p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_t] = fin.lse;
   }
 }
 
