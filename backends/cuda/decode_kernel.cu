@@ -182,9 +182,9 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashDecodeKernel(const Fla
         x = s[r] * p.scale;
         bad[r] = bad[r] || !isfinite(x) || !(bias < INFINITY);
         if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
-        if (p.alibi_slopes != nullptr) {  // a NaN slope makes the row NaN
+        if (p.alibi_slopes != nullptr) {  // a NaN or infinite term poisons the row
           const float term = AlibiTermOf(p, h, i, j, kv_length);
-          bad[r] = bad[r] || isnan(term);
+          bad[r] = bad[r] || !isfinite(term);
           x += term;
         }
         x = (x + bias) * kLog2e;

@@ -336,9 +336,9 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
           x = sS[r * Traits::kLdS + c] * p.scale;
           bad = bad || !isfinite(x) || !(bias < INFINITY) || sVBad[c] != 0;
           if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
-          if (p.alibi_slopes != nullptr) {  // a NaN slope makes the row NaN
+          if (p.alibi_slopes != nullptr) {  // a NaN or infinite term poisons the row
             const float term = AlibiTermOf(p, h, i, j, kv_length);
-            bad = bad || isnan(term);
+            bad = bad || !isfinite(term);
             x += term;
           }
           x = (x + bias) * kLog2e;
