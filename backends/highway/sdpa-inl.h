@@ -120,8 +120,9 @@ inline KernelShape KernelShapeOfTarget() {
 // rows; k_scales, v_scales: int8 rows' scales (nk each); dots.vnni_qk: int8
 // Q.K by x86_dot::VnniQDotK4 (AvxVnniQDotK4 if dots.vnni_256) on the rows
 // LoadQueryInt8 stored. Returns false, having changed no state (m, l,
-// alpha, O, the flags), when T is Fp8E4M3NoNaN and the tile holds a NaN
-// code after all: the caller then runs it as Fp8E4M3.
+// alpha, O, the flags), when T is Fp8Finite or Fp8Folded (either format)
+// and the tile holds a special code (NaN; E5M2's Inf) after all: the
+// caller then runs it as Fp8E4M3 or Fp8E5M2, which build them.
 template <typename T>
 bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0, int64_t nk,
                       TileVisibility vis, const T* HWY_RESTRICT ktile, size_t ldk,
@@ -302,7 +303,8 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       LoadQueryRows(p, t, it, qrows);
       if constexpr (kFp8) {
         if (t.packed) {
-          q_folds = FoldBelowLimit(qrows, rows * dp, kFp8TwoToBias<std::is_same<T, Fp8E4M3>::value>,
+          // Every row the row groups read: the zero rows past `rows` too.
+          q_folds = FoldBelowLimit(qrows, mp * dp, kFp8TwoToBias<std::is_same<T, Fp8E4M3>::value>,
                                    scratch + t.off_qfold);
         }
       }

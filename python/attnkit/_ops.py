@@ -629,7 +629,8 @@ def attention(
     dtype and kind), and lse [B, H, Tq] (float32) with return_lse.
 
     Quantized K/V (a serving cache read as stored): k and v hold int8
-    values (kv_dtype "i8"; an int8 array or tensor says so itself) or OCP
+    values (kv_dtype "i8", or int8 arrays given with scales; without
+    either, integer arrays are plain values, converted to float32) or OCP
     fp8 codes (kv_dtype "f8e4m3" or "f8e5m2": uint8 arrays of the codes, or
     torch's float8_e4m3fn / float8_e5m2 and ml_dtypes' float8 arrays, which
     say so themselves), and each key's value is its row times k_scale
@@ -642,7 +643,7 @@ def attention(
     if alignment not in ("bottom_right", "top_left"):
         raise ValueError(f"alignment must be 'bottom_right' or 'top_left'; got {alignment!r}")
     compute = compute_code(compute)
-    kv_code = _quantized_code(k, v, kv_dtype)
+    kv_code = _quantized_code(k, v, kv_dtype, k_scale is not None or v_scale is not None)
     if kv_code is None and (k_scale is not None or v_scale is not None):
         raise ValueError("k_scale and v_scale are for quantized k and v (kv_dtype i8, f8e4m3 or "
                          "f8e5m2); k holds floats")
@@ -736,18 +737,25 @@ def attention(
 _KV_DTYPES = {"i8": _capi.I8, "f8e4m3": _capi.F8E4M3, "f8e5m2": _capi.F8E5M2}
 
 
-def _quantized_code(k, v, kv_dtype):
-    """The dtype code of quantized k and v (kv_dtype, or what their own
-    dtype says: int8, or a float8 dtype), None for float k and v."""
+def _quantized_code(k, v, kv_dtype, scaled):
+    """The dtype code of quantized k and v, None for values read as floats.
+    Quantized: kv_dtype given, or a float8 dtype (which names its format),
+    or int8 with scales (`scaled`); integer arrays without either are
+    values, converted to float32 as before."""
     own = [_arrays.quantized_code_of(x) for x in (k, v)]
-    if own[0] != own[1]:
-        raise ValueError("k and v must share a dtype")
     if kv_dtype is None:
-        if own[0] == _capi.U8:
+        if own[0] in (_capi.F8E4M3, _capi.F8E5M2) or (scaled and own[0] is not None):
+            if own[0] != own[1]:
+                raise ValueError("k and v must share a dtype")
+        if own[0] in (_capi.F8E4M3, _capi.F8E5M2) or (scaled and own[0] == _capi.I8):
+            return own[0]
+        if scaled and own[0] == _capi.U8:
             raise ValueError(
                 "k and v are uint8: pass kv_dtype='f8e4m3' or 'f8e5m2' to read them as fp8 codes"
             )
-        return own[0]
+        return None
+    if own[0] != own[1]:
+        raise ValueError("k and v must share a dtype")
     if kv_dtype not in _KV_DTYPES:
         raise ValueError(f"kv_dtype must be one of {sorted(_KV_DTYPES)}; got {kv_dtype!r}")
     code = _KV_DTYPES[kv_dtype]

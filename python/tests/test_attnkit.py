@@ -362,6 +362,10 @@ def test_quantized_kv_errors_name_the_dtype():
         attnkit.attention(q, rand(1, 2, 8, 16), rand(1, 2, 8, 16), k_scale=1.0, v_scale=1.0)
     with pytest.raises(ValueError, match="k and v must share a dtype"):
         attnkit.attention(q, k, k.view(np.int8), kv_dtype="f8e4m3", k_scale=1.0, v_scale=1.0)
+    # Integer arrays without kv_dtype or scales are values, as before.
+    ki = RNG.integers(-3, 4, size=(1, 2, 8, 16), dtype=np.int8)
+    np.testing.assert_allclose(attnkit.attention(q, ki, ki), ref_sdpa(q, ki, ki), rtol=1e-4,
+                               atol=2e-5)
 
 
 def test_quantized_kv_from_torch_float8_tensors():
