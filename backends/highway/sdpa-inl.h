@@ -332,6 +332,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   static_assert(kMaxKeyTile >= kDirectKeyTile + HWY_MAX_BYTES / sizeof(float),
                 "PackedScale reads a vector past a direct tile's last key");
   float k_scales[kMaxKeyTile] = {}, v_scales[kMaxKeyTile] = {};
+  float v_folded[kMaxKeyTile] = {};  // fp8: v_scales times 2^bias (Fp8Folded)
   // Tiles start at multiples of key_tile (the item's first may be shorter).
   for (int64_t k0 = it.k_begin, nk = 0; k0 < it.k_end; k0 += nk) {
     nk = std::min(t.key_tile - k0 % t.key_tile, it.k_end - k0);
@@ -407,22 +408,17 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
         // the V scales where neither can overflow (Fp8Folded); a tile that
         // holds one runs again with NaN and Inf built.
         constexpr bool kE4M3 = std::is_same<T, Fp8E4M3>::value;
-        float v_folded[kMaxKeyTile] = {};
-        bool tile_done = false;
-        if (q_folds && FoldBelowLimit(v_scales, nk, kFp8TwoToBias<kE4M3>, v_folded)) {
-          using U = Fp8Folded<kE4M3>;
-          tile_done = PackedTileUpdate<U>(p, t, it, k0, nk, vis, reinterpret_cast<const U*>(ktile),
-                                          ldk, reinterpret_cast<const U*>(vtile), ldv,
-                                          RecastAheadRows<U>(k_ahead), RecastAheadRows<U>(v_ahead),
-                                          k_scales, v_folded, dots, scratch);
-        } else {
-          using U = Fp8Finite<kE4M3>;
-          tile_done = PackedTileUpdate<U>(p, t, it, k0, nk, vis, reinterpret_cast<const U*>(ktile),
-                                          ldk, reinterpret_cast<const U*>(vtile), ldv,
-                                          RecastAheadRows<U>(k_ahead), RecastAheadRows<U>(v_ahead),
-                                          k_scales, v_scales, dots, scratch);
-        }
-        if (tile_done) {
+        // The tile's storage read as tag U (the type of `tag`).
+        auto update_as = [&](auto tag, const float* HWY_RESTRICT value_scales) HWY_ATTR {
+          using U = decltype(tag);
+          return PackedTileUpdate<U>(p, t, it, k0, nk, vis, reinterpret_cast<const U*>(ktile), ldk,
+                                     reinterpret_cast<const U*>(vtile), ldv,
+                                     RecastAheadRows<U>(k_ahead), RecastAheadRows<U>(v_ahead),
+                                     k_scales, value_scales, dots, scratch);
+        };
+        const bool folds = q_folds && FoldBelowLimit(v_scales, nk, kFp8TwoToBias<kE4M3>, v_folded);
+        if (folds ? update_as(Fp8Folded<kE4M3>{}, v_folded)
+                  : update_as(Fp8Finite<kE4M3>{}, v_scales)) {
           ATTNKIT_PHASE_MARK(phase_timer, kDecodeTile);
           continue;
         }

@@ -743,19 +743,17 @@ def _quantized_code(k, v, kv_dtype, scaled):
     or int8 with scales (`scaled`); integer arrays without either are
     values, converted to float32 as before."""
     own = [_arrays.quantized_code_of(x) for x in (k, v)]
-    if kv_dtype is None:
-        if own[0] in (_capi.F8E4M3, _capi.F8E5M2) or (scaled and own[0] is not None):
-            if own[0] != own[1]:
-                raise ValueError("k and v must share a dtype")
-        if own[0] in (_capi.F8E4M3, _capi.F8E5M2) or (scaled and own[0] == _capi.I8):
-            return own[0]
-        if scaled and own[0] == _capi.U8:
-            raise ValueError(
-                "k and v are uint8: pass kv_dtype='f8e4m3' or 'f8e5m2' to read them as fp8 codes"
-            )
+    names_format = own[0] in (_capi.F8E4M3, _capi.F8E5M2)
+    if kv_dtype is None and not names_format and not (scaled and own[0] is not None):
         return None
     if own[0] != own[1]:
         raise ValueError("k and v must share a dtype")
+    if kv_dtype is None:
+        if own[0] == _capi.U8:
+            raise ValueError(
+                "k and v are uint8: pass kv_dtype='f8e4m3' or 'f8e5m2' to read them as fp8 codes"
+            )
+        return own[0]
     if kv_dtype not in _KV_DTYPES:
         raise ValueError(f"kv_dtype must be one of {sorted(_KV_DTYPES)}; got {kv_dtype!r}")
     code = _KV_DTYPES[kv_dtype]
