@@ -45,7 +45,7 @@ void CopyElement(const TensorView& from, int64_t from_off, const TensorView& to,
 
 // Row t of KV head g of sequence b of `from` (dense, packed or paged) into the
 // same row of `to`, whose K/V are dense [B, G, Tk, d] or, for a ragged
-// problem, packed [total_k, G, d] at cu_seqlens_k; int8 scales too.
+// problem, packed [total_k, G, d] at cu_seqlens_k; int8 and fp8 scales too.
 void CopyKvRow(const AttentionProblem& p, const AttentionArgs& from, const AttentionProblem& q,
                const AttentionArgs& to, int64_t b, int64_t g, int64_t t, int64_t packed_base) {
   const KvRows src(p, from);
@@ -62,7 +62,7 @@ void CopyKvRow(const AttentionProblem& p, const AttentionArgs& from, const Atten
       CopyElement(f, s + c * f.strides[last], d, o + c * d.strides[d.rank - 1]);
     }
   }
-  if (p.kv_dtype == DType::kI8) {
+  if (IsScaledKv(p.kv_dtype)) {
     for (const auto& [f, d] :
          {std::make_pair(from.k_scale, to.k_scale), std::make_pair(from.v_scale, to.v_scale)}) {
       CopyElement(f, src.ScaleOffset(f, b, g, t), d, dst_scale(d));
@@ -130,7 +130,7 @@ AttentionProblem Named(AttentionProblem p, const std::string& tag) {
   return p;
 }
 
-// Paged problems: f32, f16, bf16 and int8 K/V (Q in each float type);
+// Paged problems: f32, f16, bf16, int8 and fp8 K/V (Q in each float type);
 // decode and prefill; pools with room for every sequence and pools where
 // sequences share pages; one ragged batch over pages.
 std::vector<AttentionProblem> PagedCases() {
@@ -173,6 +173,18 @@ std::vector<AttentionProblem> PagedCases() {
   p.num_pages = 8;
   p.kv_lengths = {96, 70};
   cases.push_back(Named(p, "prefill_shared_int8"));
+  // fp8 decode in 16-key pages: highway's 32-key packed tiles of 1-byte rows
+  // span two pages each (tiling.h kPackedByteKeyTile).
+  p = BasicProblem(2, 8, 2, 1, 300, 128);
+  p.kv_dtype = DType::kF8E4M3;
+  p.mask = MaskKind::kCausal;
+  p.alignment = Alignment::kBottomRight;
+  p.page_size = 16;
+  p.num_pages = 2 * p.max_pages();
+  p.kv_lengths = {300, 77};
+  cases.push_back(Named(p, "decode_fp8"));
+  p.kv_dtype = DType::kI8;
+  cases.push_back(Named(p, "decode_int8_pages16"));
   p = BasicProblem(1, 4, 1, 1, 2049, 80);  // one long decode: split-K paths
   p.page_size = 256;
   p.num_pages = 9;

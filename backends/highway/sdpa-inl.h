@@ -116,8 +116,10 @@ inline KernelShape KernelShapeOfTarget() {
 // One direct tile [k0, k0 + nk) of a packed item (t.packed; see
 // packed_scores-inl.h): each row group's scores, then, as RunItemAs does for
 // row-per-lane tiles, the pair inputs, masks and NaN flags, the online
-// softmax and O = alpha * O + P.V. ktile, vtile: the tile's K and V storage
-// rows; k_scales, v_scales: int8 rows' scales (nk each); dots.vnni_qk: int8
+// softmax and O = alpha * O + P.V. runs: the tile's K and V storage rows,
+// a run (page) at a time, each key's products taken from its own run's rows
+// in the order a one-run tile takes them (so paged equals dense bit for
+// bit); k_scales, v_scales: int8 rows' scales (nk each); dots.vnni_qk: int8
 // Q.K by x86_dot::VnniQDotK4 (AvxVnniQDotK4 if dots.vnni_256) on the rows
 // LoadQueryInt8 stored. Returns false, having changed no state (m, l,
 // alpha, O, the flags), when T is Fp8Finite or Fp8Folded (either format)
@@ -125,8 +127,7 @@ inline KernelShape KernelShapeOfTarget() {
 // caller then runs it as Fp8E4M3 or Fp8E5M2, which build them.
 template <typename T>
 bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0, int64_t nk,
-                      TileVisibility vis, const T* HWY_RESTRICT ktile, size_t ldk,
-                      const T* HWY_RESTRICT vtile, size_t ldv, const AheadRows<T>& k_ahead,
+                      TileVisibility vis, const TileRuns<T>& runs, const AheadRows<T>& k_ahead,
                       const AheadRows<T>& v_ahead, const float* HWY_RESTRICT k_scales,
                       const float* HWY_RESTRICT v_scales, const DotChoice& dots, float* scratch) {
   const int64_t dp = t.dp, dvp = t.dvp, rows = it.nh * it.nq;
@@ -146,40 +147,57 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   const float kNegInf = -std::numeric_limits<float>::infinity();
   constexpr bool kScaled = kScaledStorage<T>;  // int8 or fp8: rows times scales
   constexpr bool kCheckNaN = kFp8FastTag<T>;   // fp8 read without its special codes
+  const size_t ldk = runs.ldk, ldv = runs.ldv;
   if constexpr (kCheckNaN) {
     // V's rows into L1 while Q.K runs, for the NaN check after it.
-    PrefetchRowsIntoL1(reinterpret_cast<const uint8_t*>(vtile), ldv, static_cast<size_t>(nk),
-                       static_cast<size_t>(p.value_dim));
+    for (int r = 0; r < runs.count; ++r) {
+      PrefetchRowsIntoL1(reinterpret_cast<const uint8_t*>(runs.v[r]), ldv,
+                         static_cast<size_t>(runs.Keys(r)), static_cast<size_t>(p.value_dim));
+    }
   }
+  // The ahead rows (AheadRows) of the run's keys from key j0 on.
+  auto ahead_from = [](const AheadRows<T>& a, int64_t j0) {
+    const size_t j = static_cast<size_t>(j0);
+    return j < a.count ? AheadRows<T>{a.rows + j * a.ld, a.ld, a.count - j, a.into_l1}
+                       : AheadRows<T>{};
+  };
   for (int64_t g = 0; g < groups; ++g) {
     float* HWY_RESTRICT sg = s + g * lay.group_stride;
-    // The first group prefetches the rows ahead (the same rows for all).
-    if (std::is_same<T, int8_t>::value &&
-        dots.vnni_qk) {  // int8 Q rows (LoadQueryInt8): scale * q_scale * q8.k8
-      const int8_t* q8 = reinterpret_cast<const int8_t*>(scratch + t.off_q8);
-      const int32_t* qsum = reinterpret_cast<const int32_t*>(scratch + t.off_qsum);
-      const size_t ahead = g == 0 ? k_ahead.count : 0;
-      const auto qdotk4 = dots.vnni_256 ? &x86_dot::AvxVnniQDotK4 : &x86_dot::VnniQDotK4;
-      qdotk4(q8 + g * kGroupRows * t.ldq8, static_cast<size_t>(t.ldq8), qsum + g * kGroupRows,
-             scratch + t.off_qscale + g * kGroupRows, reinterpret_cast<const int8_t*>(ktile), ldk,
-             static_cast<size_t>(p.head_dim), static_cast<size_t>(nk), sg, kGroupRows,
-             reinterpret_cast<const int8_t*>(k_ahead.rows), k_ahead.ld,
-             reinterpret_cast<const int8_t*>(v_ahead.rows), v_ahead.ld, ahead);
-    } else {
-      QDotKRows(qrows + g * kGroupRows * dp, static_cast<size_t>(dp), ktile, ldk,
-                static_cast<size_t>(dp), kGroupRows, kGroupRows, static_cast<size_t>(nk), sg,
-                kGroupRows, g == 0 ? k_ahead : AheadRows<T>{}, g == 0 ? v_ahead : AheadRows<T>{});
+    for (int r = 0; r < runs.count; ++r) {
+      const int64_t j0 = runs.begin[r];
+      const size_t keys = static_cast<size_t>(runs.Keys(r));
+      // The first group prefetches the rows ahead (the same rows for all).
+      const AheadRows<T> ka = g == 0 ? ahead_from(k_ahead, j0) : AheadRows<T>{};
+      const AheadRows<T> va = g == 0 ? ahead_from(v_ahead, j0) : AheadRows<T>{};
+      if (std::is_same<T, int8_t>::value &&
+          dots.vnni_qk) {  // int8 Q rows (LoadQueryInt8): scale * q_scale * q8.k8
+        const int8_t* q8 = reinterpret_cast<const int8_t*>(scratch + t.off_q8);
+        const int32_t* qsum = reinterpret_cast<const int32_t*>(scratch + t.off_qsum);
+        const auto qdotk4 = dots.vnni_256 ? &x86_dot::AvxVnniQDotK4 : &x86_dot::VnniQDotK4;
+        qdotk4(q8 + g * kGroupRows * t.ldq8, static_cast<size_t>(t.ldq8), qsum + g * kGroupRows,
+               scratch + t.off_qscale + g * kGroupRows, reinterpret_cast<const int8_t*>(runs.k[r]),
+               ldk, static_cast<size_t>(p.head_dim), keys, sg + j0 * kGroupRows, kGroupRows,
+               reinterpret_cast<const int8_t*>(ka.rows), ka.ld,
+               reinterpret_cast<const int8_t*>(va.rows), va.ld, std::min(ka.count, va.count));
+      } else {
+        QDotKRows(qrows + g * kGroupRows * dp, static_cast<size_t>(dp), runs.k[r], ldk,
+                  static_cast<size_t>(dp), kGroupRows, kGroupRows, keys, sg + j0 * kGroupRows,
+                  kGroupRows, ka, va);
+      }
     }
     std::fill(sg + nk * kGroupRows, sg + n, kNegInf);  // keys past the tile
   }
   if constexpr (kCheckNaN) {  // K's rows are in L1 now, V's on their way
     constexpr bool kE4M3 =
         std::is_same<T, Fp8Finite<true>>::value || std::is_same<T, Fp8Folded<true>>::value;
-    if (Fp8RowsHaveSpecial<kE4M3>(reinterpret_cast<const uint8_t*>(ktile), ldk,
-                                  static_cast<size_t>(nk), static_cast<size_t>(p.head_dim)) ||
-        Fp8RowsHaveSpecial<kE4M3>(reinterpret_cast<const uint8_t*>(vtile), ldv,
-                                  static_cast<size_t>(nk), static_cast<size_t>(p.value_dim))) {
-      return false;
+    for (int r = 0; r < runs.count; ++r) {
+      const size_t keys = static_cast<size_t>(runs.Keys(r));
+      if (Fp8RowsHaveSpecial<kE4M3>(reinterpret_cast<const uint8_t*>(runs.k[r]), ldk, keys,
+                                    static_cast<size_t>(p.head_dim)) ||
+          Fp8RowsHaveSpecial<kE4M3>(reinterpret_cast<const uint8_t*>(runs.v[r]), ldv, keys,
+                                    static_cast<size_t>(p.value_dim))) {
+        return false;
+      }
     }
   }
   if constexpr (kScaled) {  // integer dot products times the key scales
@@ -209,8 +227,9 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   }
   // Keys some row may not see: V rows with a NaN or Inf are left out.
   int32_t bad_keys[kMaxKeyTile];
-  const int64_t n_bad = per_pair || structured ? FlagNonFiniteValueRows(vtile, ldv, nk, dvp, s, lay,
-                                                                        rows, bad, bad_keys)
+  const int64_t n_bad = per_pair || structured ? FlagNonFiniteValueRowsAt<T>(
+                                                     [&runs](int64_t j) { return runs.VRow(j); },
+                                                     nk, dvp, s, lay, rows, bad, bad_keys)
                                                : 0;
   for (int64_t g = 0; g < groups; ++g) {
     float* HWY_RESTRICT sg = s + g * lay.group_stride;
@@ -221,13 +240,23 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
       PackedScale(sg, static_cast<size_t>(nk4), v_scales, /*keep_zero=*/true);
     }
     const float* rescale = alpha + r0;  // the first product applies it
+    // Keys [j0, j1) between bad V rows, a run at a time: each key adds its
+    // product to O in key order whatever the cuts (WeightedSumV's sums run
+    // over keys), so the cuts change no bit.
     int64_t j0 = 0;
     for (int64_t x = 0; x <= n_bad; ++x) {
       const int64_t j1 = x < n_bad ? bad_keys[x] : nk;
-      WeightedSumV(sg + j0 * kGroupRows, kGroupRows, vtile + j0 * ldv, ldv,
-                   static_cast<size_t>(j1 - j0), rescale, kGroupRows, static_cast<size_t>(dvp),
-                   o + r0 * dvp, static_cast<size_t>(dvp));
-      rescale = nullptr;
+      for (int64_t a = j0;;) {
+        const int run = runs.RunOf(std::min(a, nk - 1));
+        const int64_t b = std::max(a, std::min(j1, runs.begin[run + 1]));
+        WeightedSumV(sg + a * kGroupRows, kGroupRows,
+                     runs.v[run] + (a - runs.begin[run]) * static_cast<int64_t>(ldv), ldv,
+                     static_cast<size_t>(b - a), rescale, kGroupRows, static_cast<size_t>(dvp),
+                     o + r0 * dvp, static_cast<size_t>(dvp));
+        rescale = nullptr;
+        a = b;
+        if (a >= j1) break;
+      }
       j0 = j1 + 1;
     }
   }
@@ -329,7 +358,8 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   }
   constexpr bool kScaled = kScaledStorage<T>;  // int8 or fp8: rows times scales
   // int8 direct tiles (zeroed: PackedScale loads whole vectors of them).
-  static_assert(kMaxKeyTile >= kDirectKeyTile + HWY_MAX_BYTES / sizeof(float),
+  static_assert(kMaxKeyTile >= std::max(kDirectKeyTile, highway_plan::kPackedByteKeyTile) +
+                                   HWY_MAX_BYTES / sizeof(float),
                 "PackedScale reads a vector past a direct tile's last key");
   float k_scales[kMaxKeyTile] = {}, v_scales[kMaxKeyTile] = {};
   float v_folded[kMaxKeyTile] = {};  // fp8: v_scales times 2^bias (Fp8Folded)
@@ -379,6 +409,8 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     }
     AheadRows<T> k_ahead, v_ahead;  // direct: rows t.ahead_keys past this tile's
     if (t.direct) {
+      // ktile and vtile serve the direct tiles that are not packed, which
+      // never cross a page (kDirectKeyTile); packed ones read TileRuns.
       const KvRows& kv = p.kv_rows;
       ktile = static_cast<const T*>(p.k.data) + kv.Offset(p.k, it.b, it.g, k0);
       vtile = static_cast<const T*>(p.v.data) + kv.Offset(p.v, it.b, it.g, k0);
@@ -402,6 +434,8 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     ATTNKIT_PHASE_MARK(phase_timer, kKvLoad);
 #if HWY_TARGET != HWY_SCALAR
     if (t.packed) {
+      // Packed tiles of 1-byte rows may span two pages (kPackedByteKeyTile).
+      const TileRuns<T> runs = DirectTileRuns<T>(p, it, k0, nk);
       if constexpr (kFp8) {
         // fp8 decodes at about half the cost where a tile holds no special
         // code (Fp8Finite), cheaper still with the 2^bias folded into Q and
@@ -411,8 +445,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
         // The tile's storage read as tag U (the type of `tag`).
         auto update_as = [&](auto tag, const float* HWY_RESTRICT value_scales) HWY_ATTR {
           using U = decltype(tag);
-          return PackedTileUpdate<U>(p, t, it, k0, nk, vis, reinterpret_cast<const U*>(ktile), ldk,
-                                     reinterpret_cast<const U*>(vtile), ldv,
+          return PackedTileUpdate<U>(p, t, it, k0, nk, vis, RecastTileRuns<U>(runs),
                                      RecastAheadRows<U>(k_ahead), RecastAheadRows<U>(v_ahead),
                                      k_scales, value_scales, dots, scratch);
         };
@@ -423,8 +456,8 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
           continue;
         }
       }
-      PackedTileUpdate<T>(p, t, it, k0, nk, vis, ktile, ldk, vtile, ldv, k_ahead, v_ahead, k_scales,
-                          v_scales, dots, scratch);
+      PackedTileUpdate<T>(p, t, it, k0, nk, vis, runs, k_ahead, v_ahead, k_scales, v_scales, dots,
+                          scratch);
       ATTNKIT_PHASE_MARK(phase_timer, kDecodeTile);
       continue;
     }

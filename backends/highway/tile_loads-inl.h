@@ -236,13 +236,80 @@ inline void PrefetchKeyValueRows(const FlashParams& p, const Item& it, int64_t k
   }
 }
 
-// The scales of int8 rows [k0, k0 + nk) of (b, g), which lie in one run
-// (a direct tile never crosses a page): out[j] for j < nk.
+// The scales of int8 or fp8 rows [k0, k0 + nk) of (b, g), run by run (a
+// packed tile may span two pages): out[j] for j < nk.
 inline void GatherRowScales(const FlashParams& p, const float* scale, const TensorView& view,
                             const Item& it, int64_t k0, int64_t nk, float* HWY_RESTRICT out) {
-  const float* s = scale + p.kv_rows.ScaleOffset(view, it.b, it.g, k0);
   const int64_t stride = p.kv_rows.paged() ? view.strides[1] : view.strides[2];
-  for (int64_t j = 0; j < nk; ++j) out[j] = s[j * stride];
+  for (int64_t j = 0, len = 0; j < nk; j += len) {
+    len = std::min(nk - j, p.kv_rows.RunLength(k0 + j));
+    const float* s = scale + p.kv_rows.ScaleOffset(view, it.b, it.g, k0 + j);
+    for (int64_t i = 0; i < len; ++i) out[j + i] = s[i * stride];
+  }
+}
+
+// A direct tile's K and V storage rows, run by run: run r holds the tile's
+// keys [begin[r], begin[r + 1]), row j of it at k[r] + (j - begin[r]) * ldk
+// (V likewise). Dense K/V is one run; paged K/V one per page the tile
+// touches. Tiles lie within aligned blocks of their key_tile keys and pages
+// are powers of two of at least kMinPageSize keys, so a tile touches at most
+// key_tile / kMinPageSize <= kMaxTileRuns pages.
+template <typename T>
+struct TileRuns {
+  int count = 0;
+  int64_t begin[highway_plan::kMaxTileRuns + 1] = {};  // begin[count] = the tile's keys
+  const T* k[highway_plan::kMaxTileRuns] = {};
+  const T* v[highway_plan::kMaxTileRuns] = {};
+  size_t ldk = 0, ldv = 0;
+
+  int64_t Keys(int r) const { return begin[r + 1] - begin[r]; }
+  // The run that holds key j (< begin[count]).
+  int RunOf(int64_t j) const {
+    int r = 0;
+    while (r + 1 < count && begin[r + 1] <= j) ++r;
+    return r;
+  }
+  const T* VRow(int64_t j) const {
+    const int r = RunOf(j);
+    return v[r] + (j - begin[r]) * static_cast<int64_t>(ldv);
+  }
+};
+
+// The same rows read as storage tag U (a tag of the same bytes).
+template <typename U, typename T>
+HWY_INLINE TileRuns<U> RecastTileRuns(const TileRuns<T>& a) {
+  static_assert(sizeof(U) == sizeof(T), "a tag of the same storage");
+  TileRuns<U> b;
+  b.count = a.count;
+  b.ldk = a.ldk;
+  b.ldv = a.ldv;
+  for (int r = 0; r <= a.count; ++r) b.begin[r] = a.begin[r];
+  for (int r = 0; r < a.count; ++r) {
+    b.k[r] = reinterpret_cast<const U*>(a.k[r]);
+    b.v[r] = reinterpret_cast<const U*>(a.v[r]);
+  }
+  return b;
+}
+
+// The runs of direct tile [k0, k0 + nk) of item `it` (t.direct: K and V rows
+// of T with contiguous elements).
+template <typename T>
+TileRuns<T> DirectTileRuns(const FlashParams& p, const Item& it, int64_t k0, int64_t nk) {
+  TileRuns<T> runs;
+  runs.ldk = static_cast<size_t>(p.k_row_stride);
+  runs.ldv = static_cast<size_t>(p.v_row_stride);
+  for (int64_t j = 0, len = 0; j < nk; j += len) {
+    len = std::min(nk - j, p.kv_rows.RunLength(k0 + j));
+    HWY_DASSERT(runs.count < highway_plan::kMaxTileRuns);
+    runs.begin[runs.count] = j;
+    runs.k[runs.count] =
+        static_cast<const T*>(p.k.data) + p.kv_rows.Offset(p.k, it.b, it.g, k0 + j);
+    runs.v[runs.count] =
+        static_cast<const T*>(p.v.data) + p.kv_rows.Offset(p.v, it.b, it.g, k0 + j);
+    ++runs.count;
+  }
+  runs.begin[runs.count] = nk;
+  return runs;
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
