@@ -5,7 +5,14 @@
 //  2. threading: blocks over the backend's threads with 1-thread oneDNN
 //     GEMMs (kItems) against items in sequence with oneDNN's OpenMP threads
 //     in each GEMM (kBlas), alternated round by round (the host is shared).
-// Usage: onednn_bench [threads=2] [rounds=5]
+//  3. with `sweep`: the block plan (stacked rows per GEMM x keys per S
+//     block) on the prefill problems in f32 and in bf16 under FAST, each
+//     plan alternated round by round. Zen 5 (AVX512_BF16), 2 threads: the
+//     default plan (256 rows, every key in one S block) was best or within
+//     noise of best in all four cells, so S leaving L2 is not what keeps
+//     bf16 prefill from its target (oneDNN's bf16 GEMMs alone ran at 440-465
+//     GFLOP/s per thread at these shapes, 90 % of the bf16 peak).
+// Usage: onednn_bench [threads=2] [rounds=5] [sweep]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -55,6 +62,55 @@ std::shared_ptr<onednn::OneDnnEngine> NewEngine() {
     std::exit(1);
   }
   return std::shared_ptr<onednn::OneDnnEngine>(std::move(*engine));
+}
+
+// The block plan's two sizes against each other: S is rows x keys floats per
+// worker, and the row operations pass over it several times, so whether it
+// stays in L2 matters as much as the GEMM shapes.
+int Sweep(int threads, int rounds) {
+  struct Shape {
+    const char* name;
+    int64_t h, g, t, d;
+  };
+  const Shape shapes[] = {{"h16_t2048_d64_causal", 16, 16, 2048, 64},
+                          {"gqa_h32_g8_t1024_d128_causal", 32, 8, 1024, 128}};
+  const int64_t rows[] = {64, 128, 256};
+  const int64_t chunks[] = {128, 256, 512, 0};
+  std::printf("%-34s %-5s %6s %6s %10s\n", "problem", "type", "rows", "keys", "median ms");
+  for (const Shape& sh : shapes) {
+    for (int type = 0; type < 2; ++type) {
+      AttentionProblem p = Problem(sh.name, 1, sh.h, sh.g, sh.t, sh.t, sh.d, MaskKind::kCausal);
+      if (type == 1) {
+        p.dtype = p.kv_dtype = DType::kBF16;
+        p.compute = ComputeMode::kFast;
+      }
+      auto data = ProblemData::Random(p, 1);
+      if (!data.ok()) return 1;
+      const AttentionArgs args = data->args();
+      std::vector<std::unique_ptr<BlasBackend>> backends;
+      for (int64_t r : rows) {
+        for (int64_t c : chunks) {
+          BlasOptions o;
+          o.num_threads = threads;
+          o.engine = NewEngine();
+          o.target_rows = r;
+          o.max_key_chunk = c;
+          backends.push_back(std::make_unique<BlasBackend>(o));
+          Seconds(*backends.back(), p, args);  // warm
+        }
+      }
+      std::vector<std::vector<double>> t(backends.size());
+      for (int round = 0; round < rounds; ++round) {
+        for (size_t i = 0; i < backends.size(); ++i) t[i].push_back(Seconds(*backends[i], p, args));
+      }
+      for (size_t i = 0; i < backends.size(); ++i) {
+        std::printf("%-34s %-5s %6lld %6lld %10.3f\n", sh.name, type ? "bf16" : "f32",
+                    static_cast<long long>(rows[i / 4]), static_cast<long long>(chunks[i % 4]),
+                    Median(t[i]) * 1e3);
+      }
+    }
+  }
+  return 0;
 }
 
 int Main(int threads, int rounds) {
@@ -125,5 +181,8 @@ int Main(int threads, int rounds) {
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
+  if (argc > 3 && std::string(argv[3]) == "sweep") {
+    return attnkit::Sweep(std::max(1, threads), std::max(1, rounds));
+  }
   return attnkit::Main(std::max(1, threads), std::max(1, rounds));
 }
