@@ -327,6 +327,9 @@ void StoreRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, float* a
       ScaleRow(acc, d, inv);  // vectorised in scratch, then one copy out
       std::memcpy(out, acc, static_cast<size_t>(d) * sizeof(float));
     }
+  } else if ((a.o.dtype == DType::kBF16 || a.o.dtype == DType::kF16) && stride == 1 && !blocked) {
+    // A scalar loop here was a tenth of an all-bf16 prefill on oneDNN.
+    ScaleNarrowRow(acc, d, inv, a.o.dtype, static_cast<uint16_t*>(a.o.data) + base);
   } else {
     for (int64_t c = 0; c < d; ++c) {
       StoreFromF32(a.o.data, a.o.dtype, base + c * stride, blocked ? 0.0f : acc[c] * inv);

@@ -188,6 +188,31 @@ HWY_INLINE void NarrowRowBF16Impl(float* x, int64_t n) {
   for (; j < n; ++j) out[j] = BF16FromF32(x[j]);
 }
 
+// out[j] = bf16(x[j] * f) for j < n, to nearest even (core/dtype.h
+// BF16FromF32 bit for bit: a NaN keeps its top bits and is made quiet): an
+// output row in bf16, any sign, Inf or NaN.
+HWY_INLINE void ScaleNarrowRowBF16Impl(const float* x, int64_t n, float f, uint16_t* out) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint16_t, decltype(df)> d16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto vf = hn::Set(df, f);
+  const auto half = hn::Set(du, 0x7fffu), one = hn::Set(du, 1u), quiet = hn::Set(du, 0x40u);
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto y = hn::Mul(hn::LoadU(df, x + j), vf);
+    const auto bits = hn::BitCast(du, y);
+    const auto lsb = hn::And(hn::ShiftRight<16>(bits), one);
+    const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(bits, half), lsb));
+    const auto nan = hn::Or(hn::ShiftRight<16>(bits), quiet);
+    const auto h = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(y)), nan, rounded);
+    // Values below 2^16: the saturating demotion keeps them.
+    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, h)), d16, out + j);
+  }
+  for (; j < n; ++j) out[j] = BF16FromF32(x[j] * f);
+}
+
 // Wrappers with the exported signatures (HWY_EXPORT needs plain functions).
 void SoftcapRowT(float* s, int64_t n, float cap) { SoftcapRowImpl(s, n, cap); }
 float RowMaxT(const float* s, int64_t n) { return RowMaxImpl(s, n); }
@@ -208,6 +233,9 @@ void ScaleIntRowT(const int32_t* sums, int64_t n, float row_factor, const float*
   ScaleIntRowImpl(sums, n, row_factor, col_factors, out);
 }
 void NarrowRowBF16T(float* x, int64_t n) { NarrowRowBF16Impl(x, n); }
+void ScaleNarrowRowBF16T(const float* x, int64_t n, float f, uint16_t* out) {
+  ScaleNarrowRowBF16Impl(x, n, f, out);
+}
 int64_t TargetT() { return HWY_TARGET; }
 
 }  // namespace HWY_NAMESPACE

@@ -24,6 +24,7 @@ HWY_EXPORT(WidenRowT);
 HWY_EXPORT(DequantizeRowT);
 HWY_EXPORT(ScaleIntRowT);
 HWY_EXPORT(NarrowRowBF16T);
+HWY_EXPORT(ScaleNarrowRowBF16T);
 HWY_EXPORT(TargetT);
 
 void SoftcapRow(float* s, int64_t n, float cap) { HWY_DYNAMIC_DISPATCH(SoftcapRowT)(s, n, cap); }
@@ -53,6 +54,13 @@ void NarrowRow(float* x, int64_t n, DType type) {
   }
   uint16_t* out = reinterpret_cast<uint16_t*>(x);  // f16: in order, each read before its write
   for (int64_t j = 0; j < n; ++j) out[j] = F16FromF32(x[j]);
+}
+void ScaleNarrowRow(const float* x, int64_t n, float f, DType type, uint16_t* out) {
+  if (type == DType::kBF16) {
+    HWY_DYNAMIC_DISPATCH(ScaleNarrowRowBF16T)(x, n, f, out);
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) out[j] = F16FromF32(x[j] * f);
 }
 const char* RowOpsTarget() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetT)()); }
 

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <vector>
@@ -226,6 +227,54 @@ TEST_P(RowOpsTest, NarrowingRoundsToNearestEvenInPlace) {
               << DTypeName(type) << " n " << n << " j " << j << " x " << x;
         }
         for (size_t j = offset + n; j < row.size(); ++j) ASSERT_EQ(row[j], before[j]);
+      }
+    }
+  }
+}
+
+float FloatOfBits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// An output row scaled and rounded to 16 bits: both signs, ties, values
+// that round up to Inf, Inf, NaNs with payloads and subnormals, every length
+// and offset, each element StoreFromF32's rounding of x * f bit for bit.
+TEST_P(RowOpsTest, ScaledOutputRowsRoundAsStoreFromF32) {
+  SCOPED_TRACE(RowOpsTarget());
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> any(-3.0f, 3.0f);
+  const float specials[] = {kNegInf,
+                            -kNegInf,
+                            std::numeric_limits<float>::quiet_NaN(),
+                            -std::numeric_limits<float>::quiet_NaN(),
+                            FloatOfBits(0x7f812345u),  // a signalling NaN's payload
+                            FloatOfBits(0x7fc1ffffu),  // low bits that would round up
+                            FloatOfBits(0xffffffffu),
+                            std::numeric_limits<float>::max(),
+                            -(1.0f + 1.0f / 256),  // a bf16 tie
+                            1.0f + 3.0f / 256,     // a tie that rounds up
+                            1e-40f,
+                            -0.0f};
+  for (DType type : {DType::kBF16, DType::kF16}) {
+    for (int64_t n = 0; n <= 70; ++n) {
+      for (int64_t offset : {0, 1, 3}) {
+        for (float f : {1.0f, 0.37f}) {
+          std::vector<float> row(static_cast<size_t>(n + offset));
+          for (float& v : row) v = any(rng);
+          for (int64_t j = 0; j < n; j += 3)
+            row[offset + j] = specials[(j / 3) % std::size(specials)];
+          std::vector<uint16_t> out(static_cast<size_t>(n) + 1, 0xabcd);
+          ScaleNarrowRow(row.data() + offset, n, f, type, out.data());
+          for (int64_t j = 0; j < n; ++j) {
+            uint16_t want = 0;
+            StoreFromF32(&want, type, 0, row[offset + j] * f);
+            ASSERT_EQ(out[j], want) << DTypeName(type) << " n " << n << " j " << j << " x "
+                                    << row[offset + j] << " f " << f;
+          }
+          ASSERT_EQ(out[n], 0xabcd);  // nothing past n
+        }
       }
     }
   }
