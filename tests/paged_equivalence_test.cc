@@ -173,8 +173,9 @@ std::vector<AttentionProblem> PagedCases() {
   p.num_pages = 8;
   p.kv_lengths = {96, 70};
   cases.push_back(Named(p, "prefill_shared_int8"));
-  // fp8 decode in 16-key pages: highway's 32-key packed tiles of 1-byte rows
-  // span two pages each (tiling.h kPackedByteKeyTile).
+  // Decodes in 16-key pages: fp8 (scales copied as int8's are), and int8,
+  // whose 32-key packed highway tiles span two pages each (tiling.h
+  // kPackedInt8KeyTile).
   p = BasicProblem(2, 8, 2, 1, 300, 128);
   p.kv_dtype = DType::kF8E4M3;
   p.mask = MaskKind::kCausal;

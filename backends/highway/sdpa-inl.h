@@ -358,7 +358,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   }
   constexpr bool kScaled = kScaledStorage<T>;  // int8 or fp8: rows times scales
   // int8 direct tiles (zeroed: PackedScale loads whole vectors of them).
-  static_assert(kMaxKeyTile >= std::max(kDirectKeyTile, highway_plan::kPackedByteKeyTile) +
+  static_assert(kMaxKeyTile >= std::max(kDirectKeyTile, highway_plan::kPackedInt8KeyTile) +
                                    HWY_MAX_BYTES / sizeof(float),
                 "PackedScale reads a vector past a direct tile's last key");
   float k_scales[kMaxKeyTile] = {}, v_scales[kMaxKeyTile] = {};
@@ -434,7 +434,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     ATTNKIT_PHASE_MARK(phase_timer, kKvLoad);
 #if HWY_TARGET != HWY_SCALAR
     if (t.packed) {
-      // Packed tiles of 1-byte rows may span two pages (kPackedByteKeyTile).
+      // Packed int8 tiles may span two pages (kPackedInt8KeyTile).
       const TileRuns<T> runs = DirectTileRuns<T>(p, it, k0, nk);
       if constexpr (kFp8) {
         // fp8 decodes at about half the cost where a tile holds no special

@@ -48,12 +48,11 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
   const int64_t kv_floats = (t.dp + t.dvp) / 2;  // per key and tensor, on average
   t.key_tile = t.narrow ? std::min<int64_t>(kMaxKeyTile, RoundUp(2048 / kv_floats, k.narrow_keys))
                         : (std::max(d, dv) <= 256 ? kMaxKeyTile : kMaxKeyTile / 2);
-  if (t.direct) {  // a power of two (kDirectKeyTile, kPackedByteKeyTile)
-    const int64_t es = static_cast<int64_t>(DTypeSize(p.k.dtype));
-    if (es == 1 && k.packed_scores) {  // read in place: 32 keys are 8 KiB at d = 128
-      t.key_tile = std::min(kPackedByteKeyTile, FloorPow2(std::max<int64_t>(1, 4096 / kv_floats)));
+  if (t.direct) {  // a power of two (kDirectKeyTile, kPackedInt8KeyTile)
+    if (p.k.dtype == DType::kI8 && k.packed_scores) {  // in place: 32 keys are 8 KiB at d = 128
+      t.key_tile = std::min(kPackedInt8KeyTile, FloorPow2(std::max<int64_t>(1, 4096 / kv_floats)));
     } else {
-      const int64_t cap = es == 2 ? kDirectKeyTile16 : kDirectKeyTile;
+      const int64_t cap = DTypeSize(p.k.dtype) == 2 ? kDirectKeyTile16 : kDirectKeyTile;
       t.key_tile = std::min(cap, FloorPow2(std::max<int64_t>(1, 2048 / kv_floats)));
     }
   }

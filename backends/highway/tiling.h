@@ -28,18 +28,20 @@ constexpr int64_t kDirectKeyTile16 = 16;
 // runs exactly the tiles of its dense twin (bit for bit the same output).
 constexpr int64_t kDirectKeyTile = 16;
 static_assert(kMinPageSize % kDirectKeyTile == 0, "direct tiles must not cross pages");
-// Packed direct tiles of 1-byte rows (int8, fp8) hold up to this many keys:
-// their per-tile work (the softmax update, the scale passes, fp8's special-
-// code scan) is then spread over twice the keys. Zen 5, B8 H32/8 Tk4096
-// d128 decode, one thread, alternating runs against 16-key tiles: int8
-// 4.85 -> 4.0 ms, int8 FAST 4.66 -> 3.53, fp8 6.06 -> 5.25 (64 keys: no
-// better); bf16 rows got slower with 32 (5.9-6.0 -> 6.4-6.7) and keep
+// Packed direct tiles of int8 rows hold up to this many keys: their per-tile
+// work (the softmax update, the scale passes) is then spread over twice the
+// keys. Zen 5, B8 H32/8 Tk4096 d128 decode, one thread, alternating runs
+// against 16-key tiles (phase_bench, 5 rounds, min / median): int8 FAST
+// 4.14 / 5.00 -> 3.88 / 4.18 ms, int8 4.69 / 5.15 -> 4.47 / 4.63; at two
+// threads within the host's noise. fp8 measured no faster at one thread
+// and slower at two (2.71 -> 3.11 ms, best of 5) and keeps kDirectKeyTile;
+// bf16 rows got slower with 32 (5.9-6.0 -> 6.4-6.7) and keep
 // kDirectKeyTile16. Such a tile may span kMaxTileRuns pages of kMinPageSize
 // keys: the packed kernel reads it run by run (TileRuns, one page's rows
 // each), so a paged problem still computes its dense twin's tiles.
-constexpr int64_t kPackedByteKeyTile = 32;
-constexpr int kMaxTileRuns = static_cast<int>(kPackedByteKeyTile / kMinPageSize);
-static_assert(kPackedByteKeyTile % kMinPageSize == 0,
+constexpr int64_t kPackedInt8KeyTile = 32;
+constexpr int kMaxTileRuns = static_cast<int>(kPackedInt8KeyTile / kMinPageSize);
+static_assert(kPackedInt8KeyTile % kMinPageSize == 0,
               "a packed tile must hold whole minimum pages (tiles start at its multiples)");
 constexpr int64_t kMaxKeyTile = 64;  // every key_tile PlanTiling chooses is at most this
 
