@@ -213,6 +213,43 @@ HWY_INLINE void ScaleNarrowRowBF16Impl(const float* x, int64_t n, float f, uint1
   for (; j < n; ++j) out[j] = BF16FromF32(x[j] * f);
 }
 
+// out[j] = f16(x[j] * f) for j < n, core/dtype.cc F16FromF32 bit for bit:
+// normal results rebiased and rounded to nearest even on the 13 dropped
+// bits, subnormal ones as round-to-even(|y| * 2^24), overflow to Inf, and
+// every NaN as the quiet NaN 0x7e00 with the sign kept.
+HWY_INLINE void ScaleNarrowRowF16Impl(const float* x, int64_t n, float f, uint16_t* out) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint16_t, decltype(df)> d16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto vf = hn::Set(df, f);
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto y = hn::Mul(hn::LoadU(df, x + j), vf);
+    const auto bits = hn::BitCast(du, y);
+    const auto sign = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 0x8000u));
+    const auto abs = hn::And(bits, hn::Set(du, 0x7fffffffu));
+    // Normal: rebias the exponent from 127 to 15, round the 13 dropped bits.
+    const auto rebased = hn::Sub(abs, hn::Set(du, 112u << 23));
+    const auto lsb = hn::And(hn::ShiftRight<13>(rebased), hn::Set(du, 1u));
+    auto h = hn::ShiftRight<13>(hn::Add(hn::Add(rebased, hn::Set(du, 0x0fffu)), lsb));
+    // Subnormal or zero (|y| < 2^-14): |y| * 2^24 is exact, rounded to even.
+    const auto scaled = hn::Round(hn::Mul(hn::BitCast(df, abs), hn::Set(df, 16777216.0f)));
+    const auto sub = hn::BitCast(du, hn::ConvertTo(di, scaled));
+    const auto as_int = [&](uint32_t v) { return hn::BitCast(di, hn::Set(du, v)); };
+    const auto absi = hn::BitCast(di, abs);  // < 2^31: signed compares are safe
+    h = hn::IfThenElse(hn::RebindMask(du, hn::Lt(absi, as_int(0x38800000u))), sub, h);
+    h = hn::IfThenElse(hn::RebindMask(du, hn::Gt(absi, as_int(0x477fefffu))),  // >= 0x477ff000
+                       hn::Set(du, 0x7c00u), h);
+    h = hn::IfThenElse(hn::RebindMask(du, hn::Gt(absi, as_int(0x7f800000u))), hn::Set(du, 0x7e00u),
+                       h);
+    h = hn::Or(h, sign);  // below 2^16: the saturating demotion keeps it
+    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, h)), d16, out + j);
+  }
+  for (; j < n; ++j) out[j] = F16FromF32(x[j] * f);
+}
+
 // Wrappers with the exported signatures (HWY_EXPORT needs plain functions).
 void SoftcapRowT(float* s, int64_t n, float cap) { SoftcapRowImpl(s, n, cap); }
 float RowMaxT(const float* s, int64_t n) { return RowMaxImpl(s, n); }
@@ -235,6 +272,9 @@ void ScaleIntRowT(const int32_t* sums, int64_t n, float row_factor, const float*
 void NarrowRowBF16T(float* x, int64_t n) { NarrowRowBF16Impl(x, n); }
 void ScaleNarrowRowBF16T(const float* x, int64_t n, float f, uint16_t* out) {
   ScaleNarrowRowBF16Impl(x, n, f, out);
+}
+void ScaleNarrowRowF16T(const float* x, int64_t n, float f, uint16_t* out) {
+  ScaleNarrowRowF16Impl(x, n, f, out);
 }
 int64_t TargetT() { return HWY_TARGET; }
 

@@ -25,6 +25,7 @@ HWY_EXPORT(DequantizeRowT);
 HWY_EXPORT(ScaleIntRowT);
 HWY_EXPORT(NarrowRowBF16T);
 HWY_EXPORT(ScaleNarrowRowBF16T);
+HWY_EXPORT(ScaleNarrowRowF16T);
 HWY_EXPORT(TargetT);
 
 void SoftcapRow(float* s, int64_t n, float cap) { HWY_DYNAMIC_DISPATCH(SoftcapRowT)(s, n, cap); }
@@ -60,7 +61,7 @@ void ScaleNarrowRow(const float* x, int64_t n, float f, DType type, uint16_t* ou
     HWY_DYNAMIC_DISPATCH(ScaleNarrowRowBF16T)(x, n, f, out);
     return;
   }
-  for (int64_t j = 0; j < n; ++j) out[j] = F16FromF32(x[j] * f);
+  HWY_DYNAMIC_DISPATCH(ScaleNarrowRowF16T)(x, n, f, out);
 }
 const char* RowOpsTarget() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetT)()); }
 

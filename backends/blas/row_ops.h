@@ -55,7 +55,7 @@ void NarrowRow(float* x, int64_t n, DType type);
 
 // out[j] = x[j] * f rounded to `type` (kBF16 or kF16) as StoreFromF32
 // rounds it, bit for bit (NaN and Inf included), for j < n: an output row of
-// 16-bit O (bf16 vectorised; the f16 rounding stays scalar).
+// 16-bit O.
 void ScaleNarrowRow(const float* x, int64_t n, float f, DType type, uint16_t* out);
 
 // The Highway target these functions dispatch to on this CPU, e.g. "AVX2".

@@ -256,6 +256,11 @@ TEST_P(RowOpsTest, ScaledOutputRowsRoundAsStoreFromF32) {
                             -(1.0f + 1.0f / 256),  // a bf16 tie
                             1.0f + 3.0f / 256,     // a tie that rounds up
                             1e-40f,
+                            3.0e-6f,         // an f16 subnormal
+                            2.98023224e-8f,  // 2^-25: a tie, to f16's 0
+                            8.94069672e-8f,  // 3 x 2^-25: a tie, to 2 x 2^-24
+                            65519.0f,        // f16's largest finite
+                            65520.0f,        // rounds to f16's Inf
                             -0.0f};
   for (DType type : {DType::kBF16, DType::kF16}) {
     for (int64_t n = 0; n <= 70; ++n) {
