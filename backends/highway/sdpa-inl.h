@@ -408,14 +408,16 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       }
     }
     AheadRows<T> k_ahead, v_ahead;  // direct: rows t.ahead_keys past this tile's
+    TileRuns<T> runs;               // direct: the tile's rows, a run (page) at a time
     if (t.direct) {
-      // ktile and vtile serve the direct tiles that are not packed, which
-      // never cross a page (kDirectKeyTile); packed ones read TileRuns.
+      // Packed tiles read every run; the others never cross a page
+      // (kDirectKeyTile), so their one run is ktile and vtile.
       const KvRows& kv = p.kv_rows;
-      ktile = static_cast<const T*>(p.k.data) + kv.Offset(p.k, it.b, it.g, k0);
-      vtile = static_cast<const T*>(p.v.data) + kv.Offset(p.v, it.b, it.g, k0);
-      ldk = static_cast<size_t>(p.k_row_stride);
-      ldv = static_cast<size_t>(p.v_row_stride);
+      runs = DirectTileRuns<T>(p, it, k0, nk);
+      ktile = runs.k[0];
+      vtile = runs.v[0];
+      ldk = runs.ldk;
+      ldv = runs.ldv;
       // The rows t.ahead_keys past these, as far as one run (page) reaches.
       const int64_t ahead = k0 + t.ahead_keys;
       const size_t count = static_cast<size_t>(
@@ -433,9 +435,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     }
     ATTNKIT_PHASE_MARK(phase_timer, kKvLoad);
 #if HWY_TARGET != HWY_SCALAR
-    if (t.packed) {
-      // Packed int8 tiles may span two pages (kPackedInt8KeyTile).
-      const TileRuns<T> runs = DirectTileRuns<T>(p, it, k0, nk);
+    if (t.packed) {  // int8 tiles may span two pages (kPackedInt8KeyTile)
       if constexpr (kFp8) {
         // fp8 decodes at about half the cost where a tile holds no special
         // code (Fp8Finite), cheaper still with the 2^bias folded into Q and
