@@ -188,29 +188,40 @@ HWY_INLINE void NarrowRowBF16Impl(float* x, int64_t n) {
   for (; j < n; ++j) out[j] = BF16FromF32(x[j]);
 }
 
+// out[j] = the 16-bit pattern of x[j] * f for j < n: to16 maps a vector of
+// products to their patterns (in 32-bit lanes, below 2^16), scalar maps one
+// product (the tail) with the same rounding.
+template <class To16, class Scalar>
+HWY_INLINE void ScaleNarrowRowWith(const float* x, int64_t n, float f, uint16_t* out,
+                                   const To16& to16, const Scalar& scalar) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint16_t, decltype(df)> d16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto vf = hn::Set(df, f);
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto h = to16(hn::Mul(hn::LoadU(df, x + j), vf));
+    // Values below 2^16: the saturating demotion keeps them.
+    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, h)), d16, out + j);
+  }
+  for (; j < n; ++j) out[j] = scalar(x[j] * f);
+}
+
 // out[j] = bf16(x[j] * f) for j < n, to nearest even (core/dtype.h
 // BF16FromF32 bit for bit: a NaN keeps its top bits and is made quiet): an
 // output row in bf16, any sign, Inf or NaN.
 HWY_INLINE void ScaleNarrowRowBF16Impl(const float* x, int64_t n, float f, uint16_t* out) {
   const hn::ScalableTag<float> df;
   const hn::RebindToUnsigned<decltype(df)> du;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<uint16_t, decltype(df)> d16;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const auto vf = hn::Set(df, f);
-  const auto half = hn::Set(du, 0x7fffu), one = hn::Set(du, 1u), quiet = hn::Set(du, 0x40u);
-  int64_t j = 0;
-  for (; j + N <= n; j += N) {
-    const auto y = hn::Mul(hn::LoadU(df, x + j), vf);
+  auto to16 = [du](hn::Vec<decltype(df)> y) HWY_ATTR {
     const auto bits = hn::BitCast(du, y);
-    const auto lsb = hn::And(hn::ShiftRight<16>(bits), one);
-    const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(bits, half), lsb));
-    const auto nan = hn::Or(hn::ShiftRight<16>(bits), quiet);
-    const auto h = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(y)), nan, rounded);
-    // Values below 2^16: the saturating demotion keeps them.
-    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, h)), d16, out + j);
-  }
-  for (; j < n; ++j) out[j] = BF16FromF32(x[j] * f);
+    const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
+    const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(bits, hn::Set(du, 0x7fffu)), lsb));
+    const auto nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40u));
+    return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(y)), nan, rounded);
+  };
+  ScaleNarrowRowWith(x, n, f, out, to16, &BF16FromF32);
 }
 
 // out[j] = f16(x[j] * f) for j < n, core/dtype.cc F16FromF32 bit for bit:
@@ -221,12 +232,7 @@ HWY_INLINE void ScaleNarrowRowF16Impl(const float* x, int64_t n, float f, uint16
   const hn::ScalableTag<float> df;
   const hn::RebindToUnsigned<decltype(df)> du;
   const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<uint16_t, decltype(df)> d16;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const auto vf = hn::Set(df, f);
-  int64_t j = 0;
-  for (; j + N <= n; j += N) {
-    const auto y = hn::Mul(hn::LoadU(df, x + j), vf);
+  auto to16 = [df, du, di](hn::Vec<decltype(df)> y) HWY_ATTR {
     const auto bits = hn::BitCast(du, y);
     const auto sign = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 0x8000u));
     const auto abs = hn::And(bits, hn::Set(du, 0x7fffffffu));
@@ -244,10 +250,9 @@ HWY_INLINE void ScaleNarrowRowF16Impl(const float* x, int64_t n, float f, uint16
                        hn::Set(du, 0x7c00u), h);
     h = hn::IfThenElse(hn::RebindMask(du, hn::Gt(absi, as_int(0x7f800000u))), hn::Set(du, 0x7e00u),
                        h);
-    h = hn::Or(h, sign);  // below 2^16: the saturating demotion keeps it
-    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, h)), d16, out + j);
-  }
-  for (; j < n; ++j) out[j] = F16FromF32(x[j] * f);
+    return hn::Or(h, sign);
+  };
+  ScaleNarrowRowWith(x, n, f, out, to16, &F16FromF32);
 }
 
 // Wrappers with the exported signatures (HWY_EXPORT needs plain functions).
