@@ -302,7 +302,9 @@ TEST_P(RowOpsTest, IntegerScoresTimesRowAndKeyFactors) {
     std::vector<int32_t> again = in;
     ScaleIntRow(again.data(), n, 0.37f, cols.data(), reinterpret_cast<float*>(again.data()));
     // n == 0 leaves both data() pointers null, which memcmp may not see.
-    if (n > 0) ASSERT_EQ(std::memcmp(again.data(), out.data(), n * sizeof(float)), 0);
+    if (n > 0) {
+      ASSERT_EQ(std::memcmp(again.data(), out.data(), n * sizeof(float)), 0);
+    }
   }
 }
 

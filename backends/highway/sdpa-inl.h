@@ -362,7 +362,8 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
                                    HWY_MAX_BYTES / sizeof(float),
                 "PackedScale reads a vector past a direct tile's last key");
   float k_scales[kMaxKeyTile] = {}, v_scales[kMaxKeyTile] = {};
-  float v_folded[kMaxKeyTile] = {};  // fp8: v_scales times 2^bias (Fp8Folded)
+  // fp8: v_scales times 2^bias (Fp8Folded); unused where no target folds.
+  [[maybe_unused]] float v_folded[kMaxKeyTile] = {};
   // Tiles start at multiples of key_tile (the item's first may be shorter).
   for (int64_t k0 = it.k_begin, nk = 0; k0 < it.k_end; k0 += nk) {
     nk = std::min(t.key_tile - k0 % t.key_tile, it.k_end - k0);
