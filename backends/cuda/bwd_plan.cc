@@ -52,6 +52,12 @@ absl::StatusOr<BwdParams> MakeBwdParams(const AttentionProblem& p, const Attenti
 absl::StatusOr<BwdPlan> PlanBackward(const BwdParams& params, size_t budget_bytes) {
   const FlashParams& f = params.fwd;
   BwdPlan plan;
+  if (f.value_dim != f.head_dim) {  // Capabilities::backward.value_head_dim is false
+    return absl::UnimplementedError(absl::StrFormat(
+        "value_head_dim %d != head_dim %d has no CUDA backward kernel (dV and dO need V's own "
+        "head dim)",
+        f.value_dim, f.head_dim));
+  }
   plan.bucket = BwdHeadDimBucket(f.head_dim);
   if (plan.bucket == 0) {
     return absl::UnimplementedError(absl::StrFormat(

@@ -23,12 +23,13 @@
 // normalised partial result for split_combine.cu.
 //
 // K and V rows: lane j finds key j's rows once per tile (KvRowOf: dense, or
-// paged through the block table) with their int8 scales, and the warp
-// shares them by shuffle; int8 values are multiplied by their row's scale
-// as they are loaded.
+// paged through the block table) with their int8 or fp8 scales, and the
+// warp shares them by shuffle; int8 and fp8 values are multiplied by their
+// row's scale as they are loaded. V rows have dv columns (value_dim), K
+// rows d; the bucket kD covers both.
 //
 // NaN and Inf (oracle/reference.h): a row whose visible pair has a non-finite
-// scaled score (a NaN int8 scale of the K row included), a NaN or +inf bias,
+// scaled score (a NaN scale of the K row, or an fp8 NaN code, included), a NaN or +inf bias,
 // or whose visible key has a NaN/Inf in its V row (or a NaN V scale) gives
 // NaN (o and lse); such a V row is never multiplied, so the rows that do not
 // see it are unchanged; a -inf bias blocks the pair.
@@ -111,7 +112,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashDecodeKernel(const Fla
     for (int u = 0; u < kC; ++u) acc[r][u] = 0.0f;
   }
 
-  const bool int8 = p.k_scale != nullptr;  // uniform: scales to share
+  const bool scaled = p.k_scale != nullptr;  // int8 or fp8 (uniform): scales to share
   for (int64_t t = tiles.begin + warp; t < tiles.end; t += kW) {
     const int64_t k0 = t * kKeys;
     const TileVisibility vis =
@@ -119,7 +120,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashDecodeKernel(const Fla
     if (vis == TileVisibility::kHidden) continue;  // uniform across the warp
 
     // Lane owns key j: where its K and V rows are (dense, or through the
-    // block table, looked up once) and their int8 scales (1 for float K/V).
+    // block table, looked up once) and their scales (1 for float K/V).
     const int64_t j = k0 + lane;
     int64_t k_off = -1, v_off = -1;
     float k_scale = 1.0f, v_scale = 1.0f;
@@ -135,7 +136,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashDecodeKernel(const Fla
     // Row r of the tile from lane r's offset, the lanes over d (coalesced).
     for (int r = 0; r < kKeys; ++r) {
       const int64_t off = __shfl_sync(kFullMask, k_off, r);
-      const float row_scale = int8 ? __shfl_sync(kFullMask, k_scale, r) : 1.0f;
+      const float row_scale = scaled ? __shfl_sync(kFullMask, k_scale, r) : 1.0f;
       for (int c = lane; c < kD; c += 32) {
         sK[r * kLdK + c] = (off >= 0 && c < p.head_dim)
                                ? LoadElem(p.k, p.kv_type, off + c * p.k_stride.c) * row_scale
@@ -208,14 +209,14 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashDecodeKernel(const Fla
       const uint32_t seen = __shfl_sync(kFullMask, visible_bits, jj);
       if (seen == 0) continue;  // uniform: no row sees key k0 + jj
       const int64_t v_row = __shfl_sync(kFullMask, v_off, jj);
-      const float row_scale = int8 ? __shfl_sync(kFullMask, v_scale, jj) : 1.0f;
+      const float row_scale = scaled ? __shfl_sync(kFullMask, v_scale, jj) : 1.0f;
       float v[kC];
       bool v_bad = false;
 #pragma unroll
       for (int u = 0; u < kC; ++u) {
         const int c = lane + 32 * u;
         v[u] =
-            c < p.head_dim ? LoadElem(p.v, p.kv_type, v_row + c * p.v_stride.c) * row_scale : 0.0f;
+            c < p.value_dim ? LoadElem(p.v, p.kv_type, v_row + c * p.v_stride.c) * row_scale : 0.0f;
         v_bad = v_bad || !isfinite(v[u]);
       }
       if (__any_sync(kFullMask, v_bad)) {
@@ -278,7 +279,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashDecodeKernel(const Fla
     RowFinish fin = FinishRow(row_max, total, row_bad);
     if (p.num_splits == 1) fin = WithSink(fin, SinkOf(p, h));  // else the combine's
     const RowOutput out(p, split, b, h, i);
-    for (int c = lane; c < p.head_dim; c += 32) {
+    for (int c = lane; c < p.value_dim; c += 32) {
       float o = 0.0f;
 #pragma unroll
       for (int w = 0; w < kW; ++w) o += weight[w] * sO[(w * kR + r) * kD + c];

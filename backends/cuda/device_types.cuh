@@ -30,7 +30,8 @@ struct ComputeTypeOf<ComputeKind::kBF16> {
   using Type = __nv_bfloat16;
 };
 
-// Element i of a storage buffer, as float (an int8 one without its scale).
+// Element i of a storage buffer, as float (an int8 or fp8 one without its
+// row's scale).
 __device__ __forceinline__ float LoadElem(const void* p, ElemType t, int64_t i) {
   switch (t) {
     case ElemType::kF16:
@@ -39,6 +40,10 @@ __device__ __forceinline__ float LoadElem(const void* p, ElemType t, int64_t i) 
       return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
     case ElemType::kI8:
       return static_cast<float>(static_cast<const int8_t*>(p)[i]);
+    case ElemType::kF8E4M3:
+      return Fp8CodeValue(static_cast<const uint8_t*>(p)[i], /*e4m3=*/true);
+    case ElemType::kF8E5M2:
+      return Fp8CodeValue(static_cast<const uint8_t*>(p)[i], /*e4m3=*/false);
     default:
       return static_cast<const float*>(p)[i];
   }
@@ -154,7 +159,7 @@ class RowOutput {
   // Element c of the row.
   __device__ void Store(int c, float x) const {
     if (p_.num_splits > 1) {
-      p_.partial_o[index_ * p_.head_dim + c] = x;
+      p_.partial_o[index_ * p_.value_dim + c] = x;
     } else {
       StoreElem(p_.o, p_.q_type, index_ + c * p_.o_stride.c, x);
     }

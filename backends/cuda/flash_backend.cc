@@ -32,15 +32,17 @@ class FlashBackend : public CudaBackendBase {
            "P rounded to V's 16-bit type on tensor cores under FAST (Q rounded to K's type); "
            "a decode kernel (rows = the query heads of one KV group) for Tq * group <= 16; "
            "split-K for small grids; head dims up to 256 (compiled 32/64/128/256, smaller "
-           "padded); paged K/V through the block table, int8 K/V dequantized on load (f32 "
-           "arithmetic), ragged batches as one launch per sequence; backward pass (f32 arithmetic, "
+           "padded; V's head dim may differ from Q's and K's); paged K/V through the block "
+           "table, int8 and fp8 (e4m3, e5m2) K/V dequantized on load (f32 arithmetic), ragged "
+           "batches as one launch per sequence; backward pass (f32 arithmetic, "
            "one block per key block, dQ partials summed in key-block order: deterministic)";
   }
 
   Capabilities Caps() const override {
     Capabilities c;
     c.dtypes = {DType::kF32, DType::kF16, DType::kBF16};
-    c.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16, DType::kI8};
+    c.kv_dtypes = {DType::kF32, DType::kF16,    DType::kBF16,
+                   DType::kI8,  DType::kF8E4M3, DType::kF8E5M2};
     c.min_head_dim = 1;
     c.max_head_dim = kMaxHeadDim;
     c.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
@@ -51,6 +53,9 @@ class FlashBackend : public CudaBackendBase {
     // split-K), ALiBi added to each visible score (flash_params.h); forward
     // only: the backward kernels refuse both (BackwardCapabilities).
     c.sinks = c.alibi = true;
+    // Ev != E (MLA): V rows and O have value_dim columns, and the head-dim
+    // bucket covers the wider of the two (flash_plan.cc); forward only.
+    c.value_head_dim = true;
     // FAST (params.h ComputeKindFor, FlashParams::round_q/round_p): 16-bit
     // K/V runs the tensor-core P.V with P in V's type and Q rounded to K's;
     // int8 K/V runs EXACT only (the kernels do not quantize Q).

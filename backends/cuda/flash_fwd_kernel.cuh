@@ -22,8 +22,8 @@
 // shows entirely need no per-element mask test.
 //
 // K and V rows are found through KvRowOf (dense, or paged through the block
-// table), once per key of a tile; int8 rows are multiplied by their scales
-// as they are staged (int8 K/V computes in f32: ComputeKindFor).
+// table), once per key of a tile; int8 and fp8 rows are multiplied by their
+// scales as they are staged (they compute in f32: ComputeKindFor).
 //
 // NaN and Inf in inputs (oracle/reference.h): a row whose visible pair has a
 // non-finite raw score (a NaN/Inf in its Q row or that K row, or a NaN int8
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
         const KvRow row = KvRowOf(p, b, j);
         k_off = KvOffset(p.k_stride, row, g);
         v_off = KvOffset(p.v_stride, row, g);
-        if constexpr (!Traits::kTensorCores) {  // int8 K/V computes in f32
+        if constexpr (!Traits::kTensorCores) {  // int8 and fp8 K/V compute in f32
           k_scale = KvScale(p.k_scale, p.k_scale_stride, row, g);
           v_scale = KvScale(p.v_scale, p.v_scale_stride, row, g);
         }
@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
         [&](int r) -> int64_t { return sKOff[r]; },
         [&](int r) { return Traits::kTensorCores ? 1.0f : sKScale[r]; });
     LoadTile<kN, kD, Traits::kLdQK, kThreads>(
-        sV, p.v, p.kv_type, p.v_vec, p.head_dim, p.v_stride.c,
+        sV, p.v, p.kv_type, p.v_vec, p.value_dim, p.v_stride.c,
         [&](int r) -> int64_t { return sVOff[r]; },
         [&](int r) { return Traits::kTensorCores ? 1.0f : sVScale[r]; });
     __syncthreads();
@@ -388,7 +388,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
     if (p.num_splits == 1) fin = WithSink(fin, SinkOf(p, h));  // else the combine's
     const float* o_row = sO + r * Traits::kLdO;
     const RowOutput out(p, split, b, h, i);
-    for (int c = lane; c < p.head_dim; c += 32) out.Store(c, o_row[c] * fin.inv);
+    for (int c = lane; c < p.value_dim; c += 32) out.Store(c, o_row[c] * fin.inv);
     if (lane == 0) out.StoreLse(fin.lse);
   }
 }

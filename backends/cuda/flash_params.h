@@ -15,9 +15,35 @@
 namespace attnkit {
 namespace cuda {
 
-// Storage type of one tensor: the float subset of attnkit::DType, and int8
-// for K and V only (value = int8 * the row's f32 scale).
-enum class ElemType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kI8 = 3 };
+// Storage type of one tensor: the float subset of attnkit::DType, and for K
+// and V only int8 and the two fp8 formats (value = the stored number times
+// the row's f32 scale; core/fp8.h for the codes).
+enum class ElemType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kI8 = 3, kF8E4M3 = 4, kF8E5M2 = 5 };
+
+// int8 and fp8 K/V: each (token, KV head) row has an f32 scale.
+ATTNKIT_HOST_DEVICE inline bool IsScaledElem(ElemType t) {
+  return t == ElemType::kI8 || t == ElemType::kF8E4M3 || t == ElemType::kF8E5M2;
+}
+
+// The value of an fp8 code (OCP FP8: E4M3 with no Inf and S.1111.111 its
+// NaN; E5M2 with IEEE Inf and NaN), exactly: core/fp8.h's DecodeFp8 for the
+// kernels, a host and device function so the host tests check it against
+// DecodeFp8 on all 256 codes of both formats.
+ATTNKIT_HOST_DEVICE inline float Fp8CodeValue(uint8_t code, bool e4m3) {
+  const int mant_bits = e4m3 ? 3 : 2, exp_mask = e4m3 ? 0xF : 0x1F, bias = e4m3 ? 7 : 15;
+  const int e = (code >> mant_bits) & exp_mask, m = code & ((1 << mant_bits) - 1);
+  float mag;
+  if (e4m3 && e == exp_mask && m == (1 << mant_bits) - 1) {
+    mag = NAN;
+  } else if (!e4m3 && e == exp_mask) {
+    mag = m == 0 ? INFINITY : NAN;
+  } else if (e == 0) {  // subnormal: m * 2^(1 - bias - mant_bits), exact
+    mag = ldexpf(static_cast<float>(m), 1 - bias - mant_bits);
+  } else {  // (2^mant_bits + m) * 2^(e - bias - mant_bits), exact
+    mag = ldexpf(static_cast<float>((1 << mant_bits) + m), e - bias - mant_bits);
+  }
+  return (code & 0x80) != 0 ? -mag : mag;
+}
 
 // Element type of the Q, K and V tiles the flash kernel multiplies: f16 and
 // bf16 run Q.K on tensor cores (exact products, fp32 accumulation), and P.V
@@ -33,8 +59,9 @@ struct Strides4 {
 };
 
 struct FlashParams {
-  // Device pointers. q, o: [B, H, Tq, d]; k, v: [B, G, Tk, d], or pools
-  // [num_pages, page_size, G, d] read through block_table.
+  // Device pointers. q: [B, H, Tq, d], o: [B, H, Tq, dv]; k: [B, G, Tk, d],
+  // v: [B, G, Tk, dv], or pools [num_pages, page_size, G, d or dv] read
+  // through block_table.
   const void* q = nullptr;
   const void* k = nullptr;
   const void* v = nullptr;
@@ -57,11 +84,12 @@ struct FlashParams {
   int page_size = 0;   // a power of two in 16..256 when paged, else 0
   int page_shift = 0;  // log2(page_size): t / page_size = t >> page_shift
 
-  // int8 K/V (kv_type kI8): the value of an element is its int8 times the
-  // f32 scale of its (token, KV head) row; a NaN scale makes the row NaN.
+  // int8 and fp8 K/V (IsScaledElem(kv_type)): the value of an element is
+  // its int8 or fp8 value times the f32 scale of its (token, KV head) row; a
+  // NaN scale makes the row NaN. A per-tensor scale is a stride-0 view.
   // Scales are [B, G, Tk], or [num_pages, page_size, G] when paged, with
   // strides in k_stride's roles (b, h, t; c = 0).
-  const float* k_scale = nullptr;  // null unless int8
+  const float* k_scale = nullptr;  // null unless int8 or fp8
   const float* v_scale = nullptr;
   Strides4 k_scale_stride, v_scale_stride;
   ComputeKind compute = ComputeKind::kF32;
@@ -82,7 +110,8 @@ struct FlashParams {
   int group_size = 1;    // H / G: query heads sharing one KV head
   int q_len = 1;         // Tq
   int kv_len = 1;        // Tk
-  int head_dim = 1;      // d
+  int head_dim = 1;      // d: Q and K
+  int value_dim = 1;     // dv: V and O (head_dim unless value_head_dim says)
   // One thread block covers rows of the packed [Tq * group_size] index
   // r = i * group_size + (h mod group_size) of one KV head, so the query heads
   // of a group share every K/V tile the block loads.
@@ -108,7 +137,7 @@ struct FlashParams {
   // Split-K: > 1 writes normalised partial results per key split, merged
   // through their LSE by the combine kernel.
   int num_splits = 1;
-  float* partial_o = nullptr;    // [splits, B, H, Tq, d]
+  float* partial_o = nullptr;    // [splits, B, H, Tq, dv]
   float* partial_lse = nullptr;  // [splits, B, H, Tq]
 };
 
@@ -131,7 +160,7 @@ ATTNKIT_HOST_DEVICE inline KvRow KvRowOf(const FlashParams& p, int64_t b, int64_
 ATTNKIT_HOST_DEVICE inline int64_t KvOffset(const Strides4& s, KvRow r, int64_t g) {
   return r.outer * s.b + g * s.h + r.row * s.t;
 }
-// The f32 scale of row r of head g for int8 K/V (scale non-null); 1 for
+// The f32 scale of row r of head g for int8 or fp8 K/V (scale non-null); 1 for
 // float K/V, whose values the multiply leaves exact.
 ATTNKIT_HOST_DEVICE inline float KvScale(const float* scale, const Strides4& s, KvRow r,
                                          int64_t g) {

@@ -28,7 +28,10 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const FlashParams& params, int num_sms,
                                       const std::string& backend) {
   LaunchPlan plan;
   plan.params = params;
-  plan.bucket = HeadDimBucket(params.head_dim);
+  // One bucket for both head dims: Q and K rows, or V rows and O, shorter
+  // than it are zero-padded in the tiles (Ev != E: value_dim).
+  const int widest = std::max(params.head_dim, params.value_dim);
+  plan.bucket = HeadDimBucket(widest);
   plan.decode = UseDecodeKernel(params.rows_per_kv_head);
   // The decode kernel computes in f32 throughout: P is never rounded there
   // (FAST permits it, never requires it); FAST's rounding of Q stays.
@@ -37,8 +40,12 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const FlashParams& params, int num_sms,
                             : FlashConfig(plan.bucket, params.compute, plan.params.round_p);
   if (plan.config.head_dim == 0) {
     return absl::UnimplementedError(
-        absl::StrFormat("head_dim %d is not compiled for %s; supported: 1..%d", params.head_dim,
-                        backend, kMaxHeadDim));
+        params.value_dim == params.head_dim
+            ? absl::StrFormat("head_dim %d is not compiled for %s; supported: 1..%d",
+                              params.head_dim, backend, kMaxHeadDim)
+            : absl::StrFormat("head_dim %d with value_head_dim %d is not compiled for %s; "
+                              "supported: both in 1..%d",
+                              params.head_dim, params.value_dim, backend, kMaxHeadDim));
   }
   const KernelConfig& config = plan.config;
   const int64_t tiles_m = (params.rows_per_kv_head + config.block_m - 1) / config.block_m;
@@ -47,10 +54,10 @@ absl::StatusOr<LaunchPlan> PlanLaunch(const FlashParams& params, int num_sms,
   plan.params.num_splits = plan.decode ? ChooseDecodeSplits(blocks, key_tiles, num_sms)
                                        : ChooseNumSplits(blocks, key_tiles, num_sms);
   if (plan.params.num_splits > 1) {
-    // [splits, B, H, Tq, d] partial O and [splits, B, H, Tq] partial LSE.
+    // [splits, B, H, Tq, dv] partial O and [splits, B, H, Tq] partial LSE.
     const size_t rows = static_cast<size_t>(plan.params.num_splits) * params.batch *
                         params.num_heads * params.q_len;
-    plan.partial_o_bytes = rows * params.head_dim * sizeof(float);
+    plan.partial_o_bytes = rows * params.value_dim * sizeof(float);
     plan.workspace_bytes = plan.partial_o_bytes + rows * sizeof(float);
   }
   return plan;
@@ -65,7 +72,8 @@ std::string KernelName(const LaunchPlan& plan) {
                   : absl::StrFormat("flash-%s d%d m%dn%dw%d splits=%d %s", ComputeName(f.compute),
                                     c.head_dim, c.block_m, c.block_n, c.num_warps, f.num_splits,
                                     ComputeTag(f));
-  if (f.kv_type == ElemType::kI8) name += " kv=i8";
+  if (IsScaledElem(f.kv_type)) name += absl::StrCat(" kv=", ElemTypeName(f.kv_type));
+  if (f.value_dim != f.head_dim) name += absl::StrFormat(" dqk=%d dv=%d", f.head_dim, f.value_dim);
   if (f.block_table != nullptr) name += absl::StrFormat(" paged=%d", f.page_size);
   return name;
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
 #include "backends/cuda/params.h"
 #include "gtest/gtest.h"
 #include "harness/problem_data.h"
@@ -136,6 +137,63 @@ TEST(PlanLaunchTest, EveryBucketPlansBothModes) {
   f.head_dim = 300;
   f.rows_per_kv_head = 100;
   EXPECT_EQ(PlanLaunch(f, kSms, "cuda").status().code(), absl::StatusCode::kUnimplemented);
+}
+
+// Ev != E: one bucket covers the wider head dim (the other's tiles are
+// zero-padded), split-K partials are dv wide, and the name says both dims;
+// a dim past every bucket is refused naming both.
+TEST(PlanLaunchTest, ValueHeadDimTakesTheWiderBucket) {
+  struct Case {
+    int64_t d, dv;
+    int bucket;
+  };
+  for (const Case& c :
+       {Case{64, 128, 128}, Case{128, 64, 128}, Case{192, 128, 256}, Case{32, 256, 256}}) {
+    for (const int64_t q_len : {int64_t{1}, int64_t{300}}) {  // decode and prefill kernels
+      SCOPED_TRACE(testing::Message() << "d " << c.d << " dv " << c.dv << " Tq " << q_len);
+      AttentionProblem p = Problem(DType::kBF16, DType::kBF16, ComputeMode::kExact, q_len,
+                                   /*kv_len=*/4096, c.d);
+      p.value_head_dim = c.dv;
+      p.name = p.Id();
+      const LaunchPlan plan = PlanOf(p);
+      EXPECT_EQ(plan.bucket, c.bucket);
+      EXPECT_EQ(plan.config.head_dim, c.bucket);
+      EXPECT_EQ(plan.params.value_dim, c.dv);
+      const std::string name = KernelName(plan);
+      EXPECT_TRUE(absl::StrContains(name, absl::StrFormat("dqk=%d dv=%d", c.d, c.dv))) << name;
+      if (plan.params.num_splits > 1) {
+        const size_t rows = static_cast<size_t>(plan.params.num_splits) * 2 * 8 * q_len;
+        EXPECT_EQ(plan.partial_o_bytes, rows * c.dv * sizeof(float));
+      }
+    }
+  }
+  // MLA's 576/512 is past the largest compiled bucket (256).
+  AttentionProblem mla = Problem(DType::kBF16, DType::kBF16, ComputeMode::kExact, 1, 64, 128);
+  auto data = ProblemData::Allocate(mla);
+  ASSERT_TRUE(data.ok()) << data.status();
+  auto f = MakeFlashParams(mla, data->args());
+  ASSERT_TRUE(f.ok()) << f.status();
+  FlashParams wide = *f;
+  wide.head_dim = 576;
+  wide.value_dim = 512;
+  const auto refused = PlanLaunch(wide, kSms, "cuda");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "head_dim 576 with value_head_dim 512"))
+      << refused.status();
+}
+
+// fp8 K/V plans the f32 kernels and says the storage type in the name.
+TEST(PlanLaunchTest, Fp8KvNamesItsFormat) {
+  for (const int64_t q_len : {int64_t{1}, int64_t{300}}) {
+    const LaunchPlan e4m3 =
+        PlanOf(Problem(DType::kBF16, DType::kF8E4M3, ComputeMode::kExact, q_len, 512));
+    EXPECT_TRUE(absl::StrContains(KernelName(e4m3), "kv=f8e4m3")) << KernelName(e4m3);
+    EXPECT_EQ(e4m3.params.compute, ComputeKind::kF32);
+    const LaunchPlan e5m2 =
+        PlanOf(Problem(DType::kF32, DType::kF8E5M2, ComputeMode::kFast, q_len, 512));
+    EXPECT_TRUE(absl::StrContains(KernelName(e5m2), "kv=f8e5m2")) << KernelName(e5m2);
+    EXPECT_FALSE(e5m2.params.round_p) << "fp8 FAST runs EXACT";
+  }
 }
 
 TEST(PlanLaunchTest, RaggedNameCountsKernelsAndNamesTheMode) {

@@ -23,7 +23,7 @@ Strides4 KvStridesOf(const TensorView& t, bool paged) {
   return Strides4{t.strides[0], t.strides[2], t.strides[1], t.strides[3]};
 }
 
-// An int8 scale tensor, K's shape without d: [B, G, Tk] -> (b, h, t), or the
+// An int8 or fp8 scale tensor, K's shape without d: [B, G, Tk] -> (b, h, t), or the
 // pool's [num_pages, page_size, G] -> (page, head, row); c = 0.
 Strides4 ScaleStridesOf(const TensorView& t, bool paged) {
   if (paged) return Strides4{t.strides[0], t.strides[2], t.strides[1], 0};
@@ -59,9 +59,14 @@ absl::StatusOr<ElemType> ElemTypeOf(DType t) {
       return ElemType::kBF16;
     case DType::kI8:
       return ElemType::kI8;
+    case DType::kF8E4M3:
+      return ElemType::kF8E4M3;
+    case DType::kF8E5M2:
+      return ElemType::kF8E5M2;
     default:
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s is not a storage type of the CUDA kernels (f32, f16, bf16; i8 for K/V)",
+          "%s is not a storage type of the CUDA kernels (f32, f16, bf16; i8, f8e4m3 and f8e5m2 "
+          "for K/V)",
           DTypeName(t)));
   }
 }
@@ -87,6 +92,10 @@ const char* ElemTypeName(ElemType t) {
       return "bf16";
     case ElemType::kI8:
       return "i8";
+    case ElemType::kF8E4M3:
+      return "f8e4m3";
+    case ElemType::kF8E5M2:
+      return "f8e5m2";
     default:
       return "f32";
   }
@@ -125,8 +134,8 @@ absl::StatusOr<FlashParams> MakeFlashParams(const AttentionProblem& p, const Att
         "a ragged batch (q_lengths) runs as its sequences: use MakeFlashLaunches");
   }
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
-  for (int64_t n :
-       {p.batch, p.num_heads, p.q_len, p.kv_len, p.head_dim, p.q_len * p.group_size()}) {
+  for (int64_t n : {p.batch, p.num_heads, p.q_len, p.kv_len, p.head_dim, p.value_dim(),
+                    p.q_len * p.group_size()}) {
     if (n > kIntMax) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "a problem dimension (%d) exceeds the 32-bit range of the CUDA kernels", n));
@@ -140,8 +149,9 @@ absl::StatusOr<FlashParams> MakeFlashParams(const AttentionProblem& p, const Att
   FlashParams f;
   auto q_type = ElemTypeOf(p.dtype);
   if (!q_type.ok()) return q_type.status();
-  if (*q_type == ElemType::kI8) {
-    return absl::InvalidArgumentError("dtype i8 is for K and V only; Q and O need a float type");
+  if (IsScaledElem(*q_type)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "dtype %s is for K and V only; Q and O need a float type", ElemTypeName(*q_type)));
   }
   auto kv_type = ElemTypeOf(p.kv_dtype);
   if (!kv_type.ok()) return kv_type.status();
@@ -149,6 +159,7 @@ absl::StatusOr<FlashParams> MakeFlashParams(const AttentionProblem& p, const Att
   f.kv_type = *kv_type;
   if (p.fast() && f.kv_type == ElemType::kI8) {
     // Capabilities::fast_kv_dtypes leaves int8 out, so Supports() refuses it.
+    // (fp8 defines no FAST rounding, core/fast_compute.h: FAST runs EXACT.)
     return absl::InvalidArgumentError(
         "compute FAST with int8 K/V is not implemented by the CUDA kernels (they do not "
         "quantize Q); run it EXACT");
@@ -201,7 +212,7 @@ absl::StatusOr<FlashParams> MakeFlashParams(const AttentionProblem& p, const Att
     f.page_size = static_cast<int>(p.page_size);
     f.page_shift = Log2(p.page_size);
   }
-  if (f.kv_type == ElemType::kI8) {
+  if (IsScaledElem(f.kv_type)) {  // [B, G, Tk] or the pool's; stride 0 per tensor
     f.k_scale = static_cast<const float*>(a.k_scale.data);
     f.v_scale = static_cast<const float*>(a.v_scale.data);
     f.k_scale_stride = ScaleStridesOf(a.k_scale, paged);
@@ -215,6 +226,7 @@ absl::StatusOr<FlashParams> MakeFlashParams(const AttentionProblem& p, const Att
   f.q_len = static_cast<int>(p.q_len);
   f.kv_len = static_cast<int>(p.kv_len);
   f.head_dim = static_cast<int>(p.head_dim);
+  f.value_dim = static_cast<int>(p.value_dim());
   f.rows_per_kv_head = p.q_len * p.group_size();
   f.scale = p.scale;
   f.softcap = p.softcap;
@@ -222,7 +234,7 @@ absl::StatusOr<FlashParams> MakeFlashParams(const AttentionProblem& p, const Att
 
   f.q_vec = VectorLoadable(a.q, f.compute, p.head_dim);
   f.k_vec = VectorLoadable(a.k, f.compute, p.head_dim);
-  f.v_vec = VectorLoadable(a.v, f.compute, p.head_dim);
+  f.v_vec = VectorLoadable(a.v, f.compute, p.value_dim());
   return f;
 }
 

@@ -6,9 +6,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "core/fp8.h"
 #include "core/kv_rows.h"
 #include "gtest/gtest.h"
 #include "harness/problem_data.h"
@@ -388,6 +390,91 @@ TEST(MakeFlashParamsTest, ComputeModes) {
   auto exact = MakeFlashParams(int8, data->args());
   ASSERT_TRUE(exact.ok()) << exact.status();
   EXPECT_EQ(ComputeTag(*exact), "p=f32");
+}
+
+// The kernels' fp8 decoding (Fp8CodeValue, host and device) is core's
+// DecodeFp8 on every code of both formats: the same bits (signed zeros and
+// subnormals included), NaN for NaN.
+TEST(Fp8CodeValueTest, EqualsCoreDecodeOnEveryCode) {
+  for (const bool e4m3 : {true, false}) {
+    for (int code = 0; code < 256; ++code) {
+      SCOPED_TRACE(testing::Message() << (e4m3 ? "e4m3" : "e5m2") << " code " << code);
+      const float want =
+          DecodeFp8(static_cast<uint8_t>(code), e4m3 ? Fp8Format::kE4M3 : Fp8Format::kE5M2);
+      const float got = Fp8CodeValue(static_cast<uint8_t>(code), e4m3);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got)) << got;
+        continue;
+      }
+      uint32_t want_bits, got_bits;
+      std::memcpy(&want_bits, &want, 4);
+      std::memcpy(&got_bits, &got, 4);
+      EXPECT_EQ(got_bits, want_bits) << want << " decoded as " << got;
+    }
+  }
+}
+
+// fp8 K/V: scaled rows like int8 (the same scale views, dense and paged),
+// computed in f32, never vector-loaded; FAST has no fp8 rounding
+// (core/fast_compute.h), so it runs EXACT rather than being refused.
+TEST(MakeFlashParamsTest, Fp8KvIsScaledAndComputesInF32) {
+  for (DType kv : {DType::kF8E4M3, DType::kF8E5M2}) {
+    for (ComputeMode mode : {ComputeMode::kExact, ComputeMode::kFast}) {
+      SCOPED_TRACE(testing::Message() << DTypeName(kv) << " " << ComputeModeName(mode));
+      AttentionProblem p = Gqa(Layout::kBTHD, DType::kBF16, kv);
+      p.compute = mode;
+      auto data = ProblemData::Allocate(p);
+      ASSERT_TRUE(data.ok()) << data.status();
+      auto f = MakeFlashParams(p, data->args());
+      ASSERT_TRUE(f.ok()) << f.status();
+      EXPECT_EQ(f->kv_type, kv == DType::kF8E4M3 ? ElemType::kF8E4M3 : ElemType::kF8E5M2);
+      EXPECT_TRUE(IsScaledElem(f->kv_type));
+      EXPECT_EQ(f->compute, ComputeKind::kF32);
+      EXPECT_FALSE(f->round_q || f->round_p);
+      EXPECT_FALSE(f->k_vec || f->v_vec) << "fp8 rows are decoded element by element";
+      EXPECT_EQ(f->k_scale, data->k_scale.data());
+      EXPECT_EQ(f->v_scale, data->v_scale.data());
+      EXPECT_EQ(f->k_scale_stride.t, 2) << "token-major scales [B, Tk, G]";
+      EXPECT_EQ(ComputeTag(*f), "p=f32");
+    }
+  }
+  EXPECT_STREQ(ElemTypeName(ElemType::kF8E4M3), "f8e4m3");
+  EXPECT_STREQ(ElemTypeName(ElemType::kF8E5M2), "f8e5m2");
+  EXPECT_FALSE(IsScaledElem(ElemType::kBF16));
+  // Q and O cannot be fp8.
+  AttentionProblem q8 = Gqa(Layout::kBHTD, DType::kF8E4M3, DType::kF8E4M3);
+  auto data = ProblemData::Allocate(q8);
+  if (data.ok()) {  // the problem itself may refuse fp8 Q first
+    const auto refused = MakeFlashParams(q8, data->args());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+// Ev != E: V and O carry value_dim columns; Q and K head_dim. O's strides
+// and V's vector loads follow dv.
+TEST(MakeFlashParamsTest, ValueHeadDimOfItsOwn) {
+  for (const int64_t dv : {32, 96}) {
+    AttentionProblem p = Gqa(Layout::kBHTD, DType::kBF16, DType::kBF16);
+    p.value_head_dim = dv;
+    p.name = p.Id();
+    auto data = ProblemData::Allocate(p);
+    ASSERT_TRUE(data.ok()) << data.status();
+    auto f = MakeFlashParams(p, data->args());
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(f->head_dim, 64);
+    EXPECT_EQ(f->value_dim, dv);
+    EXPECT_EQ(f->o_stride.t, dv);
+    EXPECT_EQ(f->v_stride.t, dv);
+    EXPECT_EQ(f->k_stride.t, 64);
+    EXPECT_TRUE(f->v_vec) << "dv " << dv << " is whole 16-byte vectors of bf16";
+  }
+  // Without value_head_dim, dv is d.
+  const AttentionProblem same = Gqa(Layout::kBHTD, DType::kF16, DType::kF16);
+  auto data = ProblemData::Allocate(same);
+  ASSERT_TRUE(data.ok()) << data.status();
+  auto f = MakeFlashParams(same, data->args());
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->value_dim, f->head_dim);
 }
 
 // A ragged batch's launches keep the problem's compute mode.

@@ -34,7 +34,7 @@ __global__ void SplitCombineKernel(const FlashParams p) {
   const Strides4& os = p.o_stride;
   const int64_t base = b * os.b + h * os.h + i * os.t;
   if (poisoned) {
-    for (int c = lane; c < p.head_dim; c += 32) StoreElem(p.o, p.q_type, base + c * os.c, NAN);
+    for (int c = lane; c < p.value_dim; c += 32) StoreElem(p.o, p.q_type, base + c * os.c, NAN);
     if (lane == 0 && p.lse != nullptr) {
       p.lse[b * p.lse_stride_b + h * p.lse_stride_h + i * p.lse_stride_t] = NAN;
     }
@@ -49,12 +49,12 @@ __global__ void SplitCombineKernel(const FlashParams p) {
                                            total > 0.0f ? max_lse + logf(total) : -INFINITY},
                                  SinkOf(p, h));
   const float inv_total = fin.inv;
-  for (int c = lane; c < p.head_dim; c += 32) {
+  for (int c = lane; c < p.value_dim; c += 32) {
     float acc = 0.0f;
     if (total > 0.0f) {
       for (int s = 0; s < p.num_splits; ++s) {
         const float w = expf(p.partial_lse[s * rows + row] - max_lse);
-        acc += w * p.partial_o[(s * rows + row) * p.head_dim + c];
+        acc += w * p.partial_o[(s * rows + row) * p.value_dim + c];
       }
     }
     StoreElem(p.o, p.q_type, base + c * os.c, acc * inv_total);
