@@ -7,7 +7,8 @@
 // (arguments to BwdParams, chunks, workspace) is bwd_plan.h.
 //
 // Algorithm (FlashAttention-2 order, flash_bwd_kernel.cuh):
-//   1. D[b, h, i] = dO_i . O_i (f32), and dBias zeroed (BwdDotKernel).
+//   1. D[b, h, i] = dO_i . O_i (f32), and dBias zeroed (BwdDotKernel);
+//      with sinks, dL/dsinks from D and the lse (BwdSinkGradKernel).
 //   2. One block per (key block, KV head, batch): K and V of the block in
 //      shared memory, dK and dV accumulated in registers over every packed
 //      row tile (query i, head of the group) that can see the block; each
@@ -108,8 +109,9 @@ constexpr int BwdSmemBytes(int bucket) {
 
 struct BwdParams {
   // The forward's tensors and shape: q, k, v, o, lse, kv_lengths,
-  // blocked_mask, bias with their strides and types, scale, softcap, mask
-  // (MakeFlashParams; num_splits = 1, never paged or int8 here).
+  // blocked_mask, bias, sinks, ALiBi slopes with their strides and types,
+  // scale, softcap, mask (MakeFlashParams; num_splits = 1, never paged,
+  // int8 or fp8 here).
   FlashParams fwd;
   // dO: o's shape and type (fwd.q_type). dq: q's shape and type; dk, dv:
   // k's shape and type (fwd.kv_type). dbias f32 [B, H, Tq, Tk], or null.
@@ -119,6 +121,10 @@ struct BwdParams {
   void* dv = nullptr;
   float* dbias = nullptr;
   Strides4 do_stride, dq_stride, dk_stride, dv_stride, dbias_stride;
+  // dL/dsinks f32 [H] at dsinks[h * dsinks_stride] (core/sinks_grad.h), or
+  // null: with fwd.sinks, written by BwdSinkGradKernel after D.
+  float* dsinks = nullptr;
+  int64_t dsinks_stride = 0;
 
   // From the plan (BwdPlan): tile shape and the key blocks over Tk.
   int block_m = kBwdBlockM;
@@ -178,11 +184,16 @@ ATTNKIT_HOST_DEVICE inline float SoftcapDerivative(float u) {
 }
 
 // qk = q . k (unscaled), dp = dO . v, bias (0 without one), lse and D of the
-// row; `visible` is the structured mask, padding and dense mask. A -inf bias
-// or a -inf lse (the row sees nothing) blocks the pair too: then all three
-// are exactly 0, whatever qk and dp hold.
+// row, alibi the pair's ALiBi term (AlibiTermOf; 0 without ALiBi), added
+// after the soft-cap as the forward adds it (a constant: the slopes get no
+// gradient and dS is unchanged); `visible` is the structured mask, padding
+// and dense mask. A -inf bias or a -inf lse (the row sees nothing) blocks
+// the pair too: then all three are exactly 0, whatever qk and dp hold.
+// With sinks the forward's lse includes the sink, so P here is already the
+// weight the sink leaves the keys.
 ATTNKIT_HOST_DEVICE inline PairGrad PairGradOf(bool visible, float qk, float dp, float bias,
-                                               float lse, float dsum, float scale, float softcap) {
+                                               float lse, float dsum, float scale, float softcap,
+                                               float alibi = 0.0f) {
   PairGrad g{0.0f, 0.0f, 0.0f};
   if (!visible || bias == -INFINITY || lse == -INFINITY) return g;
   float x = qk * scale;
@@ -192,10 +203,24 @@ ATTNKIT_HOST_DEVICE inline PairGrad PairGradOf(bool visible, float qk, float dp,
     x = softcap * tanhf(u);
     dcap = SoftcapDerivative(u);
   }
+  x += alibi;
   g.p = expf(x + bias - lse);
   g.ds = g.p * (dp - dsum);
   g.dx = g.ds * dcap;
   return g;
+}
+
+// Row n = b * Tq + i's term of head h's sink gradient (core/sinks_grad.h:
+// dL/dsink_h = -sum over rows of P_sink D, P_sink = exp(sink_h - lse)),
+// from the forward's lse and D (p.dsum). BwdSinkGradKernel gives lane l the
+// rows n = l, l + 32, ... in order and sums the lanes with WarpSum's tree;
+// bwd_plan_test emulates that order with this same function.
+ATTNKIT_HOST_DEVICE inline float SinkGradTerm(const BwdParams& p, int64_t h, int64_t n,
+                                              float sink) {
+  const FlashParams& f = p.fwd;
+  const int64_t b = n / f.q_len, i = n % f.q_len;
+  const float lse = f.lse[b * f.lse_stride_b + h * f.lse_stride_h + i * f.lse_stride_t];
+  return expf(sink - lse) * p.dsum[(b * f.num_heads + h) * f.q_len + i];
 }
 
 }  // namespace cuda

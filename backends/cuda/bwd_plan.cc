@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "backends/cuda/params.h"
 
@@ -22,11 +23,11 @@ size_t AlignBytes(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 absl::StatusOr<BwdParams> MakeBwdParams(const AttentionProblem& p, const AttentionArgs& a,
                                         const GradArgs& g) {
-  if (p.is_paged() || p.is_ragged() || p.kv_dtype == DType::kI8) {
+  if (p.is_paged() || p.is_ragged() || IsScaledKv(p.kv_dtype)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the CUDA backward pass takes dense float K/V and a dense batch; got %s%s%s",
         p.is_paged() ? "paged K/V " : "", p.is_ragged() ? "a ragged batch " : "",
-        p.kv_dtype == DType::kI8 ? "int8 K/V" : ""));
+        IsScaledKv(p.kv_dtype) ? absl::StrCat(DTypeName(p.kv_dtype), " K/V") : ""));
   }
   if (!p.return_lse || a.lse.empty()) {
     return absl::InvalidArgumentError(
@@ -41,6 +42,10 @@ absl::StatusOr<BwdParams> MakeBwdParams(const AttentionProblem& p, const Attenti
   b.dk = g.dk.data;
   b.dv = g.dv.data;
   b.dbias = g.dbias.empty() ? nullptr : static_cast<float*>(g.dbias.data);
+  if (p.sinks && !g.dsinks.empty()) {  // f32 [H]
+    b.dsinks = static_cast<float*>(g.dsinks.data);
+    b.dsinks_stride = g.dsinks.strides[0];
+  }
   b.do_stride = StridesOf(g.d_o);
   b.dq_stride = StridesOf(g.dq);
   b.dk_stride = StridesOf(g.dk);
@@ -52,16 +57,16 @@ absl::StatusOr<BwdParams> MakeBwdParams(const AttentionProblem& p, const Attenti
 absl::StatusOr<BwdPlan> PlanBackward(const BwdParams& params, size_t budget_bytes) {
   const FlashParams& f = params.fwd;
   BwdPlan plan;
+  plan.bucket = BwdHeadDimBucket(f.head_dim);
+  if (plan.bucket == 0) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "head_dim %d has no CUDA backward kernel; supported: 1..%d", f.head_dim, kBwdMaxHeadDim));
+  }
   if (f.value_dim != f.head_dim) {  // Capabilities::backward.value_head_dim is false
     return absl::UnimplementedError(absl::StrFormat(
         "value_head_dim %d != head_dim %d has no CUDA backward kernel (dV and dO need V's own "
         "head dim)",
         f.value_dim, f.head_dim));
-  }
-  plan.bucket = BwdHeadDimBucket(f.head_dim);
-  if (plan.bucket == 0) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "head_dim %d has no CUDA backward kernel; supported: 1..%d", f.head_dim, kBwdMaxHeadDim));
   }
   plan.block_m = kBwdBlockM;
   plan.block_n = BwdBlockN(plan.bucket);

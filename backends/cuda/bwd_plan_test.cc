@@ -8,6 +8,7 @@
 // The kernels themselves run in cuda_plugin_test on a GPU.
 #include "backends/cuda/bwd_plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -109,6 +110,19 @@ TEST(BwdPlanTest, RefusesWhatItCannotRun) {
   int8.kv_dtype = DType::kI8;
   EXPECT_EQ(MakeBwdParams(int8, data.args(), grads.args()).status().code(),
             absl::StatusCode::kInvalidArgument);
+  AttentionProblem fp8 = p;
+  fp8.kv_dtype = DType::kF8E4M3;
+  const auto fp8_params = MakeBwdParams(fp8, data.args(), grads.args());
+  EXPECT_EQ(fp8_params.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(fp8_params.status().message().find("f8e4m3 K/V"), std::string::npos)
+      << fp8_params.status();
+  // Ev != E: no backward kernel reads V's own head dim.
+  Built ev = Build(p);
+  ev.params.fwd.value_dim = 32;
+  const auto ev_plan = PlanBackward(ev.params, kBwdWorkspaceBudgetBytes);
+  EXPECT_EQ(ev_plan.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(ev_plan.status().message().find("value_head_dim 32"), std::string::npos)
+      << ev_plan.status();
 }
 
 TEST(BwdPlanTest, ParamsFollowTheViews) {
@@ -290,6 +304,21 @@ void EmulateBackward(BwdParams p, const BwdPlan& plan) {
       p.dbias[Off(p.dbias_stride, b, h, i, j)] = 0.0f;
     }
   }
+  // BwdSinkGradKernel: per head, lane l sums rows l, l + 32, ... in order,
+  // then WarpSum's butterfly (lane l adds lane l ^ offset, offsets 16 .. 1).
+  for (int64_t h = 0; p.dsinks != nullptr && f.sinks != nullptr && h < H; ++h) {
+    const float sink = SinkOf(f, h);
+    float lanes[32] = {};
+    for (int l = 0; l < 32 && sink != -std::numeric_limits<float>::infinity(); ++l) {
+      for (int64_t n = l; n < B * Tq; n += 32) lanes[l] += SinkGradTerm(p, h, n, sink);
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+      float next[32];
+      for (int l = 0; l < 32; ++l) next[l] = lanes[l] + lanes[l ^ offset];
+      std::copy(next, next + 32, lanes);
+    }
+    p.dsinks[h * p.dsinks_stride] = -lanes[0];
+  }
   for (int64_t chunk = 0; chunk < plan.num_chunks; ++chunk) {
     const ChunkSpan span = ChunkOf(plan, chunk);
     p.chunk_begin = span.begin;
@@ -337,7 +366,9 @@ void EmulateBackward(BwdParams p, const BwdPlan& plan) {
                 }
                 const float bias =
                     visible && f.bias != nullptr ? f.bias[Off(f.bias_stride, b, h, i, j)] : 0.0f;
-                const PairGrad pg = PairGradOf(visible, s, dp, bias, lse, dsum, f.scale, f.softcap);
+                const float alibi = visible ? AlibiTermOf(f, h, i, j, kv_length) : 0.0f;
+                const PairGrad pg =
+                    PairGradOf(visible, s, dp, bias, lse, dsum, f.scale, f.softcap, alibi);
                 dx[c] = pg.dx;
                 if (p.dbias != nullptr && j < f.kv_len) {
                   p.dbias[Off(p.dbias_stride, b, h, i, j)] = pg.ds;

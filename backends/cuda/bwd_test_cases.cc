@@ -96,6 +96,35 @@ std::vector<BwdTestCase> BackwardTestCases() {
   longer.mask = MaskKind::kCausal;
   longer.alignment = Alignment::kBottomRight;
   add(longer, DType::kBF16, DType::kBF16);
+  // Sinks (dsinks) and ALiBi: a gpt-oss-like sliding window with sinks over
+  // several key blocks; sinks with a causal mask and a row that sees only
+  // its sink; ALiBi causal (MHA, slopes of the paper); and all three of
+  // sinks, ALiBi and softcap at once.
+  AttentionProblem sinks_window = BasicProblem(2, 8, 2, 70, 200, 64);
+  sinks_window.mask = MaskKind::kSlidingWindow;
+  sinks_window.alignment = Alignment::kBottomRight;
+  sinks_window.window_left = 50;
+  sinks_window.window_right = 0;
+  sinks_window.sinks = true;
+  add(sinks_window, DType::kBF16, DType::kBF16);
+  AttentionProblem sinks_causal = BasicProblem(1, 4, 2, 40, 90, 80);
+  sinks_causal.mask = MaskKind::kCausal;
+  sinks_causal.alignment = Alignment::kBottomRight;
+  sinks_causal.blocked_mask = true;
+  sinks_causal.sinks = true;
+  add(sinks_causal, DType::kF32, DType::kF32, false, /*block=*/true);
+  AttentionProblem alibi = BasicProblem(2, 4, 4, 60, 130, 64);
+  alibi.mask = MaskKind::kCausal;
+  alibi.alignment = Alignment::kBottomRight;
+  alibi.alibi = true;
+  add(alibi, DType::kBF16, DType::kBF16);
+  AttentionProblem every = BasicProblem(1, 8, 2, 45, 150, 128);
+  every.mask = MaskKind::kCausal;
+  every.alignment = Alignment::kTopLeft;
+  every.sinks = every.alibi = true;
+  every.softcap = 2.0f;
+  every.additive_bias = true;
+  add(every, DType::kF32, DType::kF32, /*dbias=*/true);
   return out;
 }
 

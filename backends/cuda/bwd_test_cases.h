@@ -30,7 +30,9 @@ struct BwdTestCase {
 // windows, kv_lengths with an empty sequence, a dense mask and a -inf bias
 // each blocking a whole row, bias with and without dBias, softcap, BTHD;
 // f32, bf16, f16 and mixed storage; a decode shape; one problem with
-// several key blocks and row tiles per block. Every case is valid.
+// several key blocks and row tiles per block; sinks (with a window, with a
+// row that sees only its sink) and ALiBi, alone and together with softcap
+// and bias. Every case is valid.
 std::vector<BwdTestCase> BackwardTestCases();
 
 // Makes the last query row of the last sequence and head see no key: its

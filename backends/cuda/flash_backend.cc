@@ -35,7 +35,8 @@ class FlashBackend : public CudaBackendBase {
            "padded; V's head dim may differ from Q's and K's); paged K/V through the block "
            "table, int8 and fp8 (e4m3, e5m2) K/V dequantized on load (f32 arithmetic), ragged "
            "batches as one launch per sequence; backward pass (f32 arithmetic, "
-           "one block per key block, dQ partials summed in key-block order: deterministic)";
+           "one block per key block, dQ partials summed in key-block order: deterministic; sinks "
+           "(dsinks) and ALiBi too)";
   }
 
   Capabilities Caps() const override {
@@ -50,8 +51,10 @@ class FlashBackend : public CudaBackendBase {
     c.lse = c.kv_lengths = c.blocked_mask = c.additive_bias = c.softcap = true;
     c.paged_kv = c.ragged = true;
     // Sinks folded into each finished row (the combine kernel's under
-    // split-K), ALiBi added to each visible score (flash_params.h); forward
-    // only: the backward kernels refuse both (BackwardCapabilities).
+    // split-K), ALiBi added to each visible score (flash_params.h); in the
+    // backward, the forward's lse carries the sink, BwdSinkGradKernel
+    // writes dsinks, and PairGradOf adds the ALiBi term to each recomputed
+    // score (bwd_params.h).
     c.sinks = c.alibi = true;
     // Ev != E (MLA): V rows and O have value_dim columns, and the head-dim
     // bucket covers the wider of the two (flash_plan.cc); forward only.
@@ -72,6 +75,7 @@ class FlashBackend : public CudaBackendBase {
     bw.dtypes = bw.kv_dtypes = {DType::kF32, DType::kF16, DType::kBF16};
     bw.masks = {MaskKind::kNone, MaskKind::kCausal, MaskKind::kSlidingWindow};
     bw.kv_lengths = bw.blocked_mask = bw.additive_bias = bw.bias_grad = bw.softcap = true;
+    bw.sinks = bw.alibi = true;
     bw.ragged = false;
     bw.deterministic = true;
     return c;
@@ -143,6 +147,7 @@ class FlashBackend : public CudaBackendBase {
     ATTNKIT_ASSIGN_OR_RETURN(void* ws, workspace_.Get(plan.workspace_bytes));
     ApplyBwdPlan(plan, ws, &params);
     ATTNKIT_RETURN_IF_ERROR(CudaStatus(LaunchBwdDot(params, stream), "backward D = rowsum(dO O)"));
+    ATTNKIT_RETURN_IF_ERROR(CudaStatus(LaunchBwdSinkGrad(params, stream), "backward dsinks"));
     // Chunks in order on one stream: chunk c's dQ sum has read its partials
     // before chunk c + 1's main kernel overwrites them.
     for (int64_t chunk = 0; chunk < plan.num_chunks; ++chunk) {

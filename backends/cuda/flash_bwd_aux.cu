@@ -1,5 +1,5 @@
 // The backward pass's small kernels: D = rowsum(dO * O) (with dBias zeroed)
-// before the main kernel, the dQ sum of the partials after each chunk, and
+// and the sinks' gradient before the main kernel, the dQ sum of the partials after each chunk, and
 // the main kernel's dispatch over head-dim buckets.
 #include <cuda_runtime.h>
 
@@ -94,6 +94,25 @@ __global__ void __launch_bounds__(kBwdThreads)
   }
 }
 
+// One warp per query head h: dsinks[h] = -sum over rows (b, i) of
+// exp(sink_h - lse) D (SinkGradTerm), lane l summing rows l, l + 32, ... in
+// order, then WarpSum's tree: a fixed order. A head without a sink (-inf)
+// gets 0; a NaN lse (a poisoned row) makes its head's gradient NaN.
+__global__ void __launch_bounds__(kBwdThreads) BwdSinkGradKernel(const BwdParams p) {
+  const FlashParams& f = p.fwd;
+  const int64_t h = int64_t{blockIdx.x} * kBwdWarps + threadIdx.x / 32;
+  if (h >= f.num_heads) return;  // uniform across the warp
+  const int lane = threadIdx.x % 32;
+  const float sink = SinkOf(f, h);
+  float acc = 0.0f;
+  if (sink != -INFINITY) {
+    const int64_t rows = int64_t{f.batch} * f.q_len;
+    for (int64_t n = lane; n < rows; n += 32) acc += SinkGradTerm(p, h, n, sink);
+  }
+  acc = WarpSum(acc);
+  if (lane == 0) p.dsinks[h * p.dsinks_stride] = -acc;
+}
+
 unsigned GridFor(int64_t rows) {
   const int64_t blocks = (rows + kBwdWarps - 1) / kBwdWarps;
   return static_cast<unsigned>(blocks < kMaxGridBlocks ? (blocks < 1 ? 1 : blocks)
@@ -105,6 +124,12 @@ unsigned GridFor(int64_t rows) {
 cudaError_t LaunchBwdDot(const BwdParams& p, cudaStream_t stream) {
   const int64_t rows = int64_t{p.fwd.batch} * p.fwd.num_heads * p.fwd.q_len;
   BwdDotKernel<<<GridFor(rows), kBwdThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchBwdSinkGrad(const BwdParams& p, cudaStream_t stream) {
+  if (p.dsinks == nullptr || p.fwd.sinks == nullptr) return cudaSuccess;
+  BwdSinkGradKernel<<<GridFor(p.fwd.num_heads), kBwdThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -160,8 +160,9 @@ __global__ void __launch_bounds__(kBwdThreads) FlashBackwardKernel(const BwdPara
         }
         float bias = 0.0f;
         if (visible && f.bias != nullptr) bias = f.bias[Off(f.bias_stride, b, h, i, j)];
+        const float alibi = visible ? AlibiTermOf(f, h, i, j, kv_length) : 0.0f;
         const PairGrad pg =
-            PairGradOf(visible, s[m], dp[m], bias, sLse[r], sDsum[r], f.scale, f.softcap);
+            PairGradOf(visible, s[m], dp[m], bias, sLse[r], sDsum[r], f.scale, f.softcap, alibi);
         sP[r * kLdN + c] = pg.p;
         sDx[r * kLdN + c] = pg.dx;
         if (p.dbias != nullptr && i >= 0 && j < f.kv_len) {

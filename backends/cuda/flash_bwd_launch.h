@@ -16,6 +16,10 @@ namespace cuda {
 // main kernel then writes the pairs of the steps that run).
 cudaError_t LaunchBwdDot(const BwdParams& p, cudaStream_t stream);
 
+// dL/dsinks into p.dsinks from p.dsum and the forward's lse (after
+// LaunchBwdDot); nothing without sinks or without p.dsinks.
+cudaError_t LaunchBwdSinkGrad(const BwdParams& p, cudaStream_t stream);
+
 // The main kernel for key blocks [p.chunk_begin, p.chunk_end) at head-dim
 // `bucket` (BwdHeadDimBucket): dK, dV of those blocks and their dQ partials.
 cudaError_t LaunchFlashBackward(const BwdParams& p, int bucket, cudaStream_t stream);
