@@ -2,14 +2,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "backends/blas/grad_row_ops.h"
 #include "backends/blas/row_ops.h"
 #include "core/alibi.h"
+#include "core/dtype.h"
 #include "core/mask.h"
 
 namespace attnkit {
@@ -27,16 +30,25 @@ size_t AlignedFloats(int64_t n) {
   return (bytes + kAlign - 1) / kAlign * kAlign;
 }
 
+// 2-byte elements rounded up to whole 64-byte lines.
+size_t AlignedHalves(int64_t n) {
+  const size_t bytes = static_cast<size_t>(n) * sizeof(uint16_t);
+  return (bytes + kAlign - 1) / kAlign * kAlign;
+}
+
 // `accumulators`: dk and dv live in the worker's region (not kPartitioned).
 // d is E (Q, K, dQ, dK), dv is Ev (V, O, dO, dV).
 size_t BackwardWorkerBytes(int64_t span, int64_t rows, int64_t key_chunk, int64_t d, int64_t dv,
-                           bool softcap, bool accumulators) {
+                           bool softcap, bool accumulators, bool gemm16) {
   return (accumulators ? 2 : 1) * (AlignedFloats(span * d) + AlignedFloats(span * dv))
          // kf, vf (, dk, dv)
-         + 2 * AlignedFloats(std::max(rows * d, dv))             // q, dq
-         + AlignedFloats(rows * dv)                              // d_o
-         + 2 * AlignedFloats(rows)                               // row_d, lse
-         + (softcap ? 3 : 2) * AlignedFloats(rows * key_chunk);  // s, dp (, dcap)
+         + 2 * AlignedFloats(std::max(rows * d, dv))            // q, dq
+         + AlignedFloats(rows * dv)                             // d_o
+         + 2 * AlignedFloats(rows)                              // row_d, lse
+         + (softcap ? 3 : 2) * AlignedFloats(rows * key_chunk)  // s, dp (, dcap)
+         + (gemm16 ? AlignedHalves(span * d) + AlignedHalves(span * dv) + AlignedHalves(rows * d) +
+                         AlignedHalves(rows * dv)
+                   : 0);  // kh, vh, qh, doh
 }
 
 // A kPartitioned partial (one dK or dV of a pair's part) in floats.
@@ -54,11 +66,18 @@ int64_t PartialFloats(int64_t span, int64_t d, int64_t dv) { return span * std::
 //   s [rows, key_chunk]: S, then P; dp: dP, then dS, then dX;
 //   dcap [rows, key_chunk]: the soft-cap's derivative at each score (only
 //   with softcap), taken from the score before capping.
+// With plan.gemm16, 16-bit copies of the staged rows (Narrow16), whose
+// flags say whether every row of the copy is fit for Gemm16:
+//   kh [span, E], vh [span, Ev] (kv16: set by StageKv);
+//   qh [rows, E], doh [rows, Ev] (q16, do16: set by LoadBlock).
 struct BackwardScratch {
   float *kf, *vf, *dk = nullptr, *dv = nullptr;
   float *q, *d_o, *dq;
   float *row_d, *lse;
   float *s, *dp, *dcap;
+  uint16_t *kh = nullptr, *vh = nullptr, *qh = nullptr, *doh = nullptr;
+  // Per-worker state passed by const reference with the buffers above.
+  mutable bool kv16 = false, q16 = false, do16 = false;
 };
 
 BackwardScratch Carve(const BackwardPlan& plan, int64_t d, int64_t dv, void* region) {
@@ -84,6 +103,17 @@ BackwardScratch Carve(const BackwardPlan& plan, int64_t d, int64_t dv, void* reg
   w.s = take(rows * plan.key_chunk);
   w.dp = take(rows * plan.key_chunk);
   w.dcap = plan.softcap ? take(rows * plan.key_chunk) : nullptr;
+  if (plan.gemm16 != DType::kF32) {
+    auto take16 = [&at](int64_t halves) {
+      uint16_t* p = reinterpret_cast<uint16_t*>(at);
+      at += AlignedHalves(halves);
+      return p;
+    };
+    w.kh = take16(plan.span * d);
+    w.vh = take16(plan.span * dv);
+    w.qh = take16(rows * d);
+    w.doh = take16(rows * dv);
+  }
   return w;
 }
 
@@ -98,6 +128,30 @@ struct Context {
   int64_t dv;  // Ev: V, O, dO, dV
   GemmEngine* engine;
 };
+
+// dst [n] = src [n] as `type` (bf16 or f16), for f32 values that are that
+// type's values widened (staged rows: exact); true when every product two
+// such rows' elements can form is exact on every engine: bf16 dot
+// instructions (vdpbf16ps) flush subnormal inputs and products to 0, so a
+// bf16 element below 2^-63 in magnitude (other than 0) returns false, and
+// the caller multiplies those rows in f32 instead. Two elements of at least
+// 2^-63 have a product of at least 2^-126, f32's smallest normal. f16
+// values are at least 2^-24 apart from 0: their products never come near.
+bool Narrow16(const float* src, int64_t n, DType type, uint16_t* dst) {
+  if (type == DType::kF16) {
+    for (int64_t x = 0; x < n; ++x) dst[x] = F16FromF32(src[x]);
+    return true;
+  }
+  bool tiny = false;
+  for (int64_t x = 0; x < n; ++x) {
+    uint32_t bits;
+    std::memcpy(&bits, &src[x], sizeof(bits));
+    const uint32_t magnitude = bits & 0x7fffffffu;
+    tiny |= magnitude != 0 && magnitude < (uint32_t{127 - 63} << 23);
+    dst[x] = static_cast<uint16_t>(bits >> 16);  // exact: the low half is 0
+  }
+  return !tiny;
+}
 
 // A query block: positions [i0, i0 + tokens) of the query heads of kv head g
 // (h0 = g * heads), and the keys [k_begin, k_end) any of its rows can see
@@ -174,10 +228,13 @@ bool DenseBlocked(const Context& c, int64_t b, int64_t h, int64_t i, int64_t j) 
          static_cast<const float*>(c.a.bias.data)[c.a.bias.Offset(b, h, i, j)] == kNegInf;
 }
 
-// kf [n, E], vf [n, Ev] = K and V rows [j0, j0 + n) of (b, g) as f32, rows
-// holding a NaN or Inf zeroed (see below).
-void StageKv(const Context& c, int64_t b, int64_t g, int64_t j0, int64_t n, float* kf, float* vf) {
+// w.kf [n, E], w.vf [n, Ev] = K and V rows [j0, j0 + n) of (b, g) as f32,
+// rows holding a NaN or Inf zeroed (see below); with plan.gemm16 also their
+// 16-bit copies w.kh, w.vh and the flag w.kv16.
+void StageKv(const Context& c, int64_t b, int64_t g, int64_t j0, int64_t n,
+             const BackwardScratch& w) {
   const int64_t d = c.d, dv = c.dv;
+  float *kf = w.kf, *vf = w.vf;
   for (int64_t j = j0; j < j0 + n; ++j) {
     float* krow = kf + (j - j0) * d;
     LoadRow(c.a.k, c.a.k.Offset(b, g, j, 0), d, krow);
@@ -189,6 +246,11 @@ void StageKv(const Context& c, int64_t b, int64_t g, int64_t j0, int64_t n, floa
     // dP = dO V^T.
     if (!AllFinite(krow, d)) std::fill(krow, krow + d, 0.0f);
     if (!AllFinite(vrow, dv)) std::fill(vrow, vrow + dv, 0.0f);
+  }
+  if (c.plan.gemm16 != DType::kF32) {
+    const bool k_ok = Narrow16(kf, n * d, c.plan.gemm16, w.kh);
+    const bool v_ok = Narrow16(vf, n * dv, c.plan.gemm16, w.vh);
+    w.kv16 = k_ok && v_ok;
   }
 }
 
@@ -235,6 +297,10 @@ void LoadBlock(const Context& c, const Block& k, const BackwardScratch& w) {
     w.row_d[r] = static_cast<float>(sum);
   }
   std::fill(w.dq, w.dq + k.rows * d, 0.0f);
+  if (c.plan.gemm16 != DType::kF32) {  // the rows as the f32 GEMMs would read them
+    w.q16 = Narrow16(w.q, k.rows * d, c.plan.gemm16, w.qh);
+    w.do16 = Narrow16(w.d_o, k.rows * dv, c.plan.gemm16, w.doh);
+  }
 }
 
 // Stores the block's dq rows (zeros for rows that see no key) and, with
@@ -341,9 +407,20 @@ void Tile(const Context& c, const Block& k, const BackwardScratch& w, int64_t k0
   const float* kf = w.kf + (k0 - kv_base) * d;
   const float* vf = w.vf + (k0 - kv_base) * dv;
   GemmEngine& e = *c.engine;
-  e.Sgemm(false, true, R, N, D, scale, w.q, D, kf, D, 0.0f, w.s, N);
+  // S = scale Q K^T and dP = dO V^T: 16-bit operands where the rows allow
+  // (Gemm16Type, Narrow16), else f32.
+  const DType t16 = c.plan.gemm16;
+  if (t16 != DType::kF32 && w.q16 && w.kv16) {
+    e.Gemm16(t16, true, R, N, D, scale, w.qh, D, w.kh + (k0 - kv_base) * d, D, 0.0f, w.s, N);
+  } else {
+    e.Sgemm(false, true, R, N, D, scale, w.q, D, kf, D, 0.0f, w.s, N);
+  }
   for (int64_t r = 0; r < k.rows; ++r) ProbabilityRow(c, k, w, r, k0, kn);
-  e.Sgemm(false, true, R, N, Dv, 1.0f, w.d_o, Dv, vf, Dv, 0.0f, w.dp, N);
+  if (t16 != DType::kF32 && w.do16 && w.kv16) {
+    e.Gemm16(t16, true, R, N, Dv, 1.0f, w.doh, Dv, w.vh + (k0 - kv_base) * dv, Dv, 0.0f, w.dp, N);
+  } else {
+    e.Sgemm(false, true, R, N, Dv, 1.0f, w.d_o, Dv, vf, Dv, 0.0f, w.dp, N);
+  }
   const bool write_dbias = (outputs & kQueryGrads) != 0 && !c.g.dbias.empty();
   for (int64_t r = 0; r < k.rows; ++r) ScoreGradRow(c, k, w, r, k0, kn, write_dbias);
   if ((outputs & kKeyGrads) != 0) {
@@ -382,7 +459,7 @@ void StoreKeyGrads(const Context& c, int64_t b, int64_t g, int64_t j0, int64_t j
 KeyRange GroupBlocks(const Context& c, int64_t b, int64_t g, int64_t first, int64_t step,
                      const BackwardScratch& w) {
   const KeyRange keys = GroupKeys(c, b);
-  StageKv(c, b, g, keys.begin, keys.size(), w.kf, w.vf);
+  StageKv(c, b, g, keys.begin, keys.size(), w);
   std::fill(w.dk, w.dk + keys.size() * c.d, 0.0f);
   std::fill(w.dv, w.dv + keys.size() * c.dv, 0.0f);
   const int64_t chunk = c.plan.key_chunk;
@@ -436,7 +513,7 @@ void KeySpanItem(const Context& c, int64_t b, int64_t g, int64_t s, const Backwa
   const KeyRange group = GroupKeys(c, b);
   const int64_t a0 = std::max(j0, group.begin), a1 = std::max(a0, std::min(j1, group.end));
   if (a1 > a0) {
-    StageKv(c, b, g, a0, a1 - a0, w.kf, w.vf);
+    StageKv(c, b, g, a0, a1 - a0, w);
     std::fill(w.dk, w.dk + (a1 - a0) * c.d, 0.0f);
     std::fill(w.dv, w.dv + (a1 - a0) * c.dv, 0.0f);
     const int64_t chunk = c.plan.key_chunk;
@@ -461,7 +538,7 @@ void QueryBlockItem(const Context& c, int64_t b, int64_t g, int64_t qb, const Ba
   const int64_t chunk = c.plan.key_chunk;
   for (int64_t k0 = k.k_begin; k0 < k.k_end; k0 += chunk) {
     const int64_t kn = std::min(chunk, k.k_end - k0);
-    StageKv(c, b, g, k0, kn, w.kf, w.vf);
+    StageKv(c, b, g, k0, kn, w);
     Tile(c, k, w, k0, kn, k0, kQueryGrads);
   }
   StoreBlock(c, k, w);
@@ -491,9 +568,10 @@ absl::StatusOr<BackwardPlan> MakeBackwardPlan(const AttentionProblem& p, const B
   plan.key_chunk = std::min(p.kv_len, std::max<int64_t>(1, o.key_chunk));
   plan.span = p.kv_len;
   const size_t workers = static_cast<size_t>(plan.workers);
+  plan.gemm16 = o.gemm16;
   auto worker_bytes = [&](bool accumulators) {
     return BackwardWorkerBytes(plan.span, plan.rows(), plan.key_chunk, d, dv, plan.softcap,
-                               accumulators);
+                               accumulators, plan.gemm16 != DType::kF32);
   };
   auto finish = [&](BackwardMode mode) {
     plan.mode = mode;
@@ -540,12 +618,22 @@ absl::StatusOr<BackwardPlan> MakeBackwardPlan(const AttentionProblem& p, const B
   return finish(BackwardMode::kSplit);
 }
 
+DType Gemm16Type(const AttentionProblem& p, const GemmEngine& engine) {
+  const DType t = p.dtype;
+  if ((t != DType::kBF16 && t != DType::kF16) || p.kv_dtype != t || !engine.HasGemm16(t)) {
+    return DType::kF32;
+  }
+  return t;
+}
+
 std::string DescribeBackwardPlan(const BackwardPlan& plan) {
   const char* mode = plan.mode == BackwardMode::kFused         ? "fused"
                      : plan.mode == BackwardMode::kPartitioned ? "partitioned"
                                                                : "split";
-  return absl::StrFormat("%s rows %dx%d keys<=%d span %d parts %d", mode, plan.heads,
-                         plan.token_block, plan.key_chunk, plan.span, plan.parts);
+  return absl::StrFormat(
+      "%s rows %dx%d keys<=%d span %d parts %d%s", mode, plan.heads, plan.token_block,
+      plan.key_chunk, plan.span, plan.parts,
+      plan.gemm16 == DType::kF32 ? "" : absl::StrCat(" s,dp=", DTypeName(plan.gemm16)));
 }
 
 void ComputeBackwardItem(const AttentionProblem& p, const AttentionArgs& args,

@@ -48,6 +48,10 @@ struct BackwardOptions {
   int workers = 1;                         // each worker owns one scratch region
   int64_t target_rows = 128;               // stacked query rows per block
   int64_t key_chunk = 256;                 // keys per tile
+  // The 16-bit type S = Q K^T and dP = dO V^T multiply in (Gemm16Type), or
+  // kF32 for f32 GEMMs throughout: the worker regions then also hold
+  // 16-bit copies of the staged rows.
+  DType gemm16 = DType::kF32;
 };
 
 enum class BackwardMode { kFused, kPartitioned, kSplit };
@@ -63,6 +67,7 @@ struct BackwardPlan {
   size_t worker_bytes = 0;   // one worker's region (64-byte aligned parts)
   size_t partial_bytes = 0;  // kPartitioned: every (b, g, part)'s dK/dV partials
   bool softcap = false;
+  DType gemm16 = DType::kF32;  // BackwardOptions::gemm16
 
   int64_t rows() const { return token_block * heads; }
   // The worker regions, then the partials.
@@ -85,6 +90,14 @@ struct BackwardPlan {
 // 16-key chunk does not fit.
 absl::StatusOr<BackwardPlan> MakeBackwardPlan(const AttentionProblem& p,
                                               const BackwardOptions& options);
+
+// The 16-bit type in which the backward's two products of stored values, S
+// = Q K^T and dP = dO V^T, can run on `engine` under every compute mode:
+// Q, dO, K and V all stored in it (bf16 or f16) and the engine's Gemm16
+// taking it. Each product of two 16-bit values is exact in f32 and the sums
+// are f32, so the gradients keep the EXACT contract; the other three GEMMs
+// multiply f32 P, dS or dX and stay f32. kF32 otherwise.
+DType Gemm16Type(const AttentionProblem& p, const GemmEngine& engine);
 
 // The mode and block sizes, for RunInfo::kernel.
 std::string DescribeBackwardPlan(const BackwardPlan& plan);
