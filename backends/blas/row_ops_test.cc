@@ -273,10 +273,11 @@ TEST_P(RowOpsTest, ScaledOutputRowsRoundAsStoreFromF32) {
           std::vector<uint16_t> out(static_cast<size_t>(n) + 1, 0xabcd);
           ScaleNarrowRow(row.data() + offset, n, f, type, out.data());
           for (int64_t j = 0; j < n; ++j) {
-            uint16_t want = 0;
-            StoreFromF32(&want, type, 0, row[offset + j] * f);
-            ASSERT_EQ(out[j], want) << DTypeName(type) << " n " << n << " j " << j << " x "
-                                    << row[offset + j] << " f " << f;
+            // Room for any dtype StoreFromF32 could write (type is 16-bit here).
+            uint16_t want[2] = {0, 0};
+            StoreFromF32(want, type, 0, row[offset + j] * f);
+            ASSERT_EQ(out[j], want[0]) << DTypeName(type) << " n " << n << " j " << j << " x "
+                                       << row[offset + j] << " f " << f;
           }
           ASSERT_EQ(out[n], 0xabcd);  // nothing past n
         }
