@@ -137,6 +137,8 @@ struct Context {
 // the caller multiplies those rows in f32 instead. Two elements of at least
 // 2^-63 have a product of at least 2^-126, f32's smallest normal. f16
 // values are at least 2^-24 apart from 0: their products never come near.
+// (The same instructions also flush a running sum that cancels below
+// 2^-126: an error under 2^-126 per sum, which the check cannot exclude.)
 bool Narrow16(const float* src, int64_t n, DType type, uint16_t* dst) {
   if (type == DType::kF16) {
     for (int64_t x = 0; x < n; ++x) dst[x] = F16FromF32(src[x]);

@@ -1,6 +1,8 @@
-// The backward pass of the BLAS backend: dQ, dK, dV (and dBias) through
-// blocked cblas_sgemm calls over f32 scratch whose size is fixed by a budget,
-// whatever the sequence lengths.
+// The backward pass of the BLAS backend (and of onednn, on its engine): dQ,
+// dK, dV (and dBias) through blocked GEMM calls over f32 scratch whose size
+// is fixed by a budget, whatever the sequence lengths; S and dP on 16-bit
+// copies of the rows where every operand is stored in bf16 or f16 and the
+// engine multiplies it (Gemm16Type).
 //
 // A query block stacks `token_block` positions of every query head of KV head
 // g position-major (row r = position i0 + r / heads of head h0 + r % heads),
@@ -8,9 +10,9 @@
 // `key_chunk` keys the block can see (a tile):
 //   S  [R, kn] = scale Q [R, d] K [kn, d]^T, soft-cap, + bias, masks
 //   P  = exp(S - lse)                      (0 for blocked pairs, lse = -inf rows)
-//   dP [R, kn] = dO [R, d] V [kn, d]^T,   dS = P (dP - D),  D = rowsum(dO O)
+//   dP [R, kn] = dO [R, Ev] V [kn, Ev]^T,  dS = P (dP - D),  D = rowsum(dO O)
 //   dX = dS (1 - tanh^2) with softcap, dS without;  dBias = dS
-//   dV [kn, d] += P^T dO,  dK [kn, d] += scale dX^T Q,  dQ [R, d] += scale dX K
+//   dV [kn, Ev] += P^T dO,  dK [kn, d] += scale dX^T Q,  dQ [R, d] += scale dX K
 // Five GEMMs per tile. dK and dV of a span of keys accumulate in f32 scratch
 // over every query block (and head) that sees them, and are rounded into
 // their dtype once; dQ of a block accumulates over its key chunks.

@@ -10,12 +10,15 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "backends/blas/blas_backend.h"
+#include "backends/blas/openblas_engine.h"
+#include "backends/blas/scalar_engine.h"
 #include "gtest/gtest.h"
 #include "harness/grad_data.h"
 #include "harness/poison_blocked.h"
@@ -325,6 +328,47 @@ TEST(BlasBackwardPlan, ModesWithinBudget) {
 
   o.budget_bytes = 4096;
   EXPECT_EQ(blas::MakeBackwardPlan(p, o).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// S and dP run on 16-bit copies only where Q, dO, K and V are all stored in
+// one 16-bit type the engine multiplies; the plan then carves room for the
+// copies (each worker's region grows, the budget still holds) and says so.
+TEST(BlasBackwardPlan, Gemm16OnlyForAll16BitProblemsAndBudgeted) {
+  const std::shared_ptr<blas::GemmEngine> scalar = blas::MakeScalarEngine();
+  const std::shared_ptr<blas::GemmEngine> openblas = blas::MakeOpenBlasEngine();
+  AttentionProblem p = Problem(1, 8, 2, 300, 300, 64);
+  p.dtype = p.kv_dtype = DType::kBF16;
+  EXPECT_EQ(blas::Gemm16Type(p, *scalar), DType::kBF16);
+  EXPECT_EQ(blas::Gemm16Type(p, *openblas), DType::kF32) << "OpenBLAS 0.3.21 has no sbgemm";
+  AttentionProblem mixed = p;
+  mixed.kv_dtype = DType::kF32;
+  EXPECT_EQ(blas::Gemm16Type(mixed, *scalar), DType::kF32);
+  mixed = p;
+  mixed.dtype = DType::kF32;
+  EXPECT_EQ(blas::Gemm16Type(mixed, *scalar), DType::kF32);
+  AttentionProblem f16 = p;
+  f16.dtype = f16.kv_dtype = DType::kF16;
+  EXPECT_EQ(blas::Gemm16Type(f16, *scalar), DType::kF16);
+
+  blas::BackwardOptions o;
+  o.workers = 2;
+  absl::StatusOr<blas::BackwardPlan> plain = blas::MakeBackwardPlan(p, o);
+  o.gemm16 = DType::kBF16;
+  absl::StatusOr<blas::BackwardPlan> with16 = blas::MakeBackwardPlan(p, o);
+  ASSERT_TRUE(plain.ok() && with16.ok());
+  ASSERT_EQ(with16->mode, plain->mode);
+  ASSERT_EQ(with16->span, plain->span);
+  // kh [span, E] + vh [span, Ev] + qh [rows, E] + doh [rows, Ev], 2 bytes
+  // each, each rounded up to 64 bytes.
+  auto halves = [](int64_t n) { return (static_cast<size_t>(n) * 2 + 63) / 64 * 64; };
+  EXPECT_EQ(with16->worker_bytes - plain->worker_bytes,
+            2 * halves(with16->span * 64) + 2 * halves(with16->rows() * 64));
+  EXPECT_NE(blas::DescribeBackwardPlan(*with16).find("s,dp=bf16"), std::string::npos);
+  EXPECT_EQ(blas::DescribeBackwardPlan(*plain).find("s,dp="), std::string::npos);
+  o.budget_bytes = size_t{1} << 20;  // the split plan keeps to the budget with the copies
+  with16 = blas::MakeBackwardPlan(p, o);
+  ASSERT_TRUE(with16.ok()) << with16.status();
+  EXPECT_LE(with16->total_bytes(), o.budget_bytes);
 }
 
 TEST(BlasBackward, CapabilitiesRefuseWhatHasNoBackward) {

@@ -110,7 +110,8 @@ __global__ void __launch_bounds__(kBwdThreads) BwdSinkGradKernel(const BwdParams
     for (int64_t n = lane; n < rows; n += 32) acc += SinkGradTerm(p, h, n, sink);
   }
   acc = WarpSum(acc);
-  if (lane == 0) p.dsinks[h * p.dsinks_stride] = -acc;
+  // 0 - acc, not -acc: a head without terms gets +0, as core's gradient.
+  if (lane == 0) p.dsinks[h * p.dsinks_stride] = 0.0f - acc;
 }
 
 unsigned GridFor(int64_t rows) {

@@ -26,8 +26,8 @@
 // scales as they are staged (they compute in f32: ComputeKindFor).
 //
 // NaN and Inf in inputs (oracle/reference.h): a row whose visible pair has a
-// non-finite raw score (a NaN/Inf in its Q row or that K row, or a NaN int8
-// scale of that K row), a NaN or +inf bias, or a V row holding a NaN/Inf (or
+// non-finite raw score (a NaN/Inf in its Q row or that K row, an fp8 NaN or
+// Inf code, or a NaN int8 or fp8 scale of that K row), a NaN or +inf bias, or a V row holding a NaN/Inf (or
 // with a NaN scale) gives NaN (o and lse); a -inf bias blocks the pair. V
 // rows with a NaN/Inf are zeroed in shared memory after flagging, so the rows
 // that do not see them (weight 0, and 0 * NaN = NaN) are untouched.
@@ -56,8 +56,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 // Copies kRows rows of a strided [*, d] matrix into a [kRows, kD] shared
 // tile with leading dim kLd, converting to T. row_offset(r) is the element
 // offset of row r, or -1 for a row to zero-fill; columns d..kD are zero.
-// row_scale(r) multiplies the elements of row r (an int8 row's scale, 1 for
-// float storage); the vector path is float storage only and never scales.
+// row_scale(r) multiplies the elements of row r (an int8 or fp8 row's
+// scale, 1 for float storage); the vector path is float storage only and never scales.
 template <int kRows, int kD, int kLd, int kThreads, typename T, typename RowOffset,
           typename RowScale>
 __device__ __forceinline__ void LoadTile(T* dst, const void* src, ElemType type, bool vec, int d,
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) FlashForwardKernel(const Fl
     if (vis == TileVisibility::kHidden) continue;  // uniform across the block
 #pragma unroll 1
     // Where the tile's K and V rows are (dense or through the block table)
-    // and their int8 scales, once per key. The previous tile's loads, the
+    // and their int8 or fp8 scales, once per key. The previous tile's loads, the
     // only readers, ended before the __syncthreads that followed them.
     for (int r = threadIdx.x; r < kN; r += kThreads) {
       const int64_t j = k0 + r;

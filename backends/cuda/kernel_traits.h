@@ -78,7 +78,8 @@ struct FlashTraits {
   static constexpr int kOffVBad = AlignUp(kOffO + kBlockM * kLdO * 4, 128);
   // Per key of the K/V tile, found once per tile (a paged row reads the
   // block table once): the element offsets of its K and V rows (i64, -1 past
-  // the sequence's keys), then their int8 scales (f32, 1 for float K/V).
+  // the sequence's keys), then their int8 or fp8 scales (f32, 1 for float
+  // K/V).
   static constexpr int kOffKvRows = AlignUp(kOffVBad + kBlockN * 4, 128);
   static constexpr int kSmemBytes = AlignUp(kOffKvRows + kBlockN * (2 * 8 + 2 * 4), 128);
 

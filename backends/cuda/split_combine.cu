@@ -14,8 +14,8 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 
-// One warp per output row (b, h, i); lanes stride over the head dim.
-// partial_lse: [splits, rows]; partial_o: [splits, rows, d], rows = B*H*Tq.
+// One warp per output row (b, h, i); lanes stride over V's head dim (dv).
+// partial_lse: [splits, rows]; partial_o: [splits, rows, dv], rows = B*H*Tq.
 __global__ void SplitCombineKernel(const FlashParams p) {
   const int64_t rows = int64_t{p.batch} * p.num_heads * p.q_len;
   const int64_t row = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32;
