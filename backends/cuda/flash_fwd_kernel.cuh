@@ -27,10 +27,10 @@
 //
 // NaN and Inf in inputs (oracle/reference.h): a row whose visible pair has a
 // non-finite raw score (a NaN/Inf in its Q row or that K row, an fp8 NaN or
-// Inf code, or a NaN int8 or fp8 scale of that K row), a NaN or +inf bias, or a V row holding a NaN/Inf (or
-// with a NaN scale) gives NaN (o and lse); a -inf bias blocks the pair. V
-// rows with a NaN/Inf are zeroed in shared memory after flagging, so the rows
-// that do not see them (weight 0, and 0 * NaN = NaN) are untouched.
+// Inf code, or a NaN int8 or fp8 scale of that K row), a NaN or +inf bias, or a V row holding a
+// NaN/Inf (or with a NaN scale) gives NaN (o and lse); a -inf bias blocks the pair. V rows with a
+// NaN/Inf are zeroed in shared memory after flagging, so the rows that do not see them (weight 0,
+// and 0 * NaN = NaN) are untouched.
 #ifndef ATTNKIT_BACKENDS_CUDA_FLASH_FWD_KERNEL_CUH_
 #define ATTNKIT_BACKENDS_CUDA_FLASH_FWD_KERNEL_CUH_
 
