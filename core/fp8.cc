@@ -50,15 +50,12 @@ uint8_t EncodeFp8(float x, Fp8Format format) {
 
 namespace {
 
-// The exact decoding of every code, from the definition below.
-float DecodeFp8Slow(uint8_t code, Fp8Format format);
-
 struct DecodeTables {
   float e4m3[256], e5m2[256];
   DecodeTables() {
     for (int c = 0; c < 256; ++c) {
-      e4m3[c] = DecodeFp8Slow(static_cast<uint8_t>(c), Fp8Format::kE4M3);
-      e5m2[c] = DecodeFp8Slow(static_cast<uint8_t>(c), Fp8Format::kE5M2);
+      e4m3[c] = Fp8CodeValue(static_cast<uint8_t>(c), /*e4m3=*/true);
+      e5m2[c] = Fp8CodeValue(static_cast<uint8_t>(c), /*e4m3=*/false);
     }
   }
 };
@@ -69,30 +66,5 @@ float DecodeFp8(uint8_t code, Fp8Format format) {
   static const DecodeTables* const tables = new DecodeTables();  // a table lookup per value
   return format == Fp8Format::kE4M3 ? tables->e4m3[code] : tables->e5m2[code];
 }
-
-namespace {
-
-float DecodeFp8Slow(uint8_t code, Fp8Format format) {
-  const Layout l = LayoutOf(format);
-  const int m = l.mantissa_bits;
-  const bool negative = (code & 0x80) != 0;
-  const int exponent = (code >> m) & ((1 << l.exponent_bits) - 1);
-  const int mantissa = code & ((1 << m) - 1);
-  const int all_ones = (1 << l.exponent_bits) - 1;
-  double value;
-  if (format == Fp8Format::kE4M3 && exponent == all_ones && mantissa == (1 << m) - 1) {
-    value = std::numeric_limits<double>::quiet_NaN();
-  } else if (format == Fp8Format::kE5M2 && exponent == all_ones) {
-    value = mantissa == 0 ? std::numeric_limits<double>::infinity()
-                          : std::numeric_limits<double>::quiet_NaN();
-  } else if (exponent == 0) {
-    value = std::ldexp(static_cast<double>(mantissa), 1 - l.bias - m);
-  } else {
-    value = std::ldexp(1.0 + std::ldexp(static_cast<double>(mantissa), -m), exponent - l.bias);
-  }
-  return static_cast<float>(negative ? -value : value);
-}
-
-}  // namespace
 
 }  // namespace attnkit

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "core/alibi.h"
+#include "core/fp8.h"
 #include "core/mask.h"
 
 namespace attnkit {
@@ -17,32 +18,13 @@ namespace cuda {
 
 // Storage type of one tensor: the float subset of attnkit::DType, and for K
 // and V only int8 and the two fp8 formats (value = the stored number times
-// the row's f32 scale; core/fp8.h for the codes).
+// the row's f32 scale; core/fp8.h's Fp8CodeValue decodes the codes, on the
+// device too).
 enum class ElemType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kI8 = 3, kF8E4M3 = 4, kF8E5M2 = 5 };
 
 // int8 and fp8 K/V: each (token, KV head) row has an f32 scale.
 ATTNKIT_HOST_DEVICE inline bool IsScaledElem(ElemType t) {
   return t == ElemType::kI8 || t == ElemType::kF8E4M3 || t == ElemType::kF8E5M2;
-}
-
-// The value of an fp8 code (OCP FP8: E4M3 with no Inf and S.1111.111 its
-// NaN; E5M2 with IEEE Inf and NaN), exactly: core/fp8.h's DecodeFp8 for the
-// kernels, a host and device function so the host tests check it against
-// DecodeFp8 on all 256 codes of both formats.
-ATTNKIT_HOST_DEVICE inline float Fp8CodeValue(uint8_t code, bool e4m3) {
-  const int mant_bits = e4m3 ? 3 : 2, exp_mask = e4m3 ? 0xF : 0x1F, bias = e4m3 ? 7 : 15;
-  const int e = (code >> mant_bits) & exp_mask, m = code & ((1 << mant_bits) - 1);
-  float mag;
-  if (e4m3 && e == exp_mask && m == (1 << mant_bits) - 1) {
-    mag = NAN;
-  } else if (!e4m3 && e == exp_mask) {
-    mag = m == 0 ? INFINITY : NAN;
-  } else if (e == 0) {  // subnormal: m * 2^(1 - bias - mant_bits), exact
-    mag = ldexpf(static_cast<float>(m), 1 - bias - mant_bits);
-  } else {  // (2^mant_bits + m) * 2^(e - bias - mant_bits), exact
-    mag = ldexpf(static_cast<float>((1 << mant_bits) + m), e - bias - mant_bits);
-  }
-  return (code & 0x80) != 0 ? -mag : mag;
 }
 
 // Element type of the Q, K and V tiles the flash kernel multiplies: f16 and

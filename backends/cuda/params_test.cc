@@ -392,9 +392,10 @@ TEST(MakeFlashParamsTest, ComputeModes) {
   EXPECT_EQ(ComputeTag(*exact), "p=f32");
 }
 
-// The kernels' fp8 decoding (Fp8CodeValue, host and device) is core's
-// DecodeFp8 on every code of both formats: the same bits (signed zeros and
-// subnormals included), NaN for NaN.
+// The kernels' fp8 decoding (core/fp8.h Fp8CodeValue, host and device)
+// gives the host's DecodeFp8 table on every code of both formats: the same
+// bits (signed zeros and subnormals included), NaN for NaN. (fp8_test checks
+// the values themselves.)
 TEST(Fp8CodeValueTest, EqualsCoreDecodeOnEveryCode) {
   for (const bool e4m3 : {true, false}) {
     for (int code = 0; code < 256; ++code) {
