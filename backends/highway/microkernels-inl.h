@@ -42,8 +42,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-// Register tiles. QK^T: kWideKeys keys x kWideRowVecs vectors of query rows
-// (8 accumulators cover the FMA latency x 2 pipes). Tiles with at most one
+// Register tiles. QK^T: kWideKeys keys x kWideRowVecs vectors of query rows:
+// 16 accumulators where the target has 32 vector registers (AVX-512), else 8
+// (which just cover the FMA latency x 2 pipes, with no slack: on Zen 5, one
+// thread, alternating runs, the f32 Q.K phase of GQA T1024 d128 took
+// 21.8-23.5 ms with 8 and 20.3-20.8 with 16; T2048 d64 causal 61-63 -> 59-60
+// ms in all). Each element's sum over c keeps its order. Tiles with at most one
 // vector of rows (decode) use QDotKRows instead, which pads rows to one
 // vector and takes any key count (kNarrowKeys = 1: no key padding). PV: kValueRows rows x
 // kValueColVecs vectors of the head dimension: 16 accumulators where the
@@ -51,14 +55,15 @@ using VF = hn::Vec<DF>;
 // four FMAs (Zen 5, 2 threads, paired runs: decode B8 d128 3-4 % and
 // prefill 2-5 % faster than with 8), else 8 (AVX2's 16 registers would
 // spill 16). Column blocks do not change any element's summation order.
-constexpr int kWideKeys = 4;
 constexpr int kWideRowVecs = 2;
 constexpr int kNarrowKeys = 1;
 constexpr int kNarrowRowVecs = 1;
 constexpr int kValueRows = 4;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr int kWideKeys = 8;
 constexpr int kValueColVecs = 4;
 #else
+constexpr int kWideKeys = 4;
 constexpr int kValueColVecs = 2;
 #endif
 static_assert(kValueColVecs % 2 == 0, "value tiles load BF16Pairs two vectors at a time");
@@ -670,13 +675,19 @@ HWY_INLINE void WeightedSumV(const float* HWY_RESTRICT p, size_t ldp, const T* H
                              size_t ldv, size_t keys, const float* HWY_RESTRICT alpha, size_t rows,
                              size_t dp, float* HWY_RESTRICT o, size_t ldo) {
   const size_t N = hn::Lanes(DF());
-  if (std::is_same<T, float>::value && kValueColVecs == 4 && dp == 8 * N) {
+  if (std::is_same<T, float>::value && kValueColVecs == 4 && dp == 8 * N && rows <= 8) {
     // f32 rows of 8 vectors (d = 128 on AVX-512): two rows at a time over
     // whole V rows, so V storage is read front to back (as QDotOneKey reads
     // K); the second pair of rows rereads the tile from L1. Zen 5, B8 H32/8
     // Tk4096 f32 decode, one thread: 10.5 -> 9.1 ms against column blocks.
     // Narrower types stay in column blocks: they are bound by instructions,
     // and a second pass would convert each V row twice (int8: 4.2 -> 4.1 ms).
+    // Only for decode-sized tiles (rows <= 8): over a prefill tile's 64 rows
+    // this reads the whole V tile 32 times, 4x4 blocks 16 times, and they
+    // are faster there (GQA H32/8 T1024 d128 causal f32, one thread,
+    // alternating runs: P.V phase 25.8-27.8 ms with 2x8 tiles, 21.0-22.3 ms
+    // with 4x4).
+    // Every element's sum over keys keeps its order either way.
     for (size_t r0 = 0; r0 < rows; r0 += 2) {
       WeightedSumVTile<2, 8>(p, ldp, v, ldv, keys, alpha, r0, 0, o, ldo);
     }
