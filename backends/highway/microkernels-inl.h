@@ -725,15 +725,26 @@ HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t ke
   const size_t N = hn::Lanes(df);
   const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
   for (size_t r0 = 0; r0 < rows; r0 += N) {
-    VF tile_max = neg_inf;
-    for (size_t j = 0; j < keys; ++j) tile_max = hn::Max(tile_max, hn::Load(df, s + j * lds + r0));
+    // Four chains: one waited the Max latency per key (the max of exact
+    // values is the same in any order; a row holding a NaN is flagged and
+    // comes out NaN whatever its max).
+    VF max0 = neg_inf, max1 = neg_inf, max2 = neg_inf, max3 = neg_inf;
+    size_t j = 0;
+    for (; j + 4 <= keys; j += 4) {
+      const float* s0 = s + j * lds + r0;
+      max0 = hn::Max(max0, hn::Load(df, s0));
+      max1 = hn::Max(max1, hn::Load(df, s0 + lds));
+      max2 = hn::Max(max2, hn::Load(df, s0 + 2 * lds));
+      max3 = hn::Max(max3, hn::Load(df, s0 + 3 * lds));
+    }
+    for (; j < keys; ++j) max0 = hn::Max(max0, hn::Load(df, s + j * lds + r0));
+    const VF tile_max = hn::Max(hn::Max(max0, max1), hn::Max(max2, max3));
     const VF m_old = hn::Load(df, m + r0);
     const VF m_new = hn::Max(m_old, tile_max);
     const VF m_use = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
     const VF a = ExpNonPositive(df, hn::Sub(m_old, m_use));
     VF sum0 = hn::Zero(df), sum1 = hn::Zero(df);
-    size_t j = 0;
-    for (; j + 2 <= keys; j += 2) {
+    for (j = 0; j + 2 <= keys; j += 2) {
       float* s0 = s + j * lds + r0;
       float* s1 = s0 + lds;
       const VF p0 = ExpNonPositive(df, hn::Sub(hn::Load(df, s0), m_use));
