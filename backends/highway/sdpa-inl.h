@@ -571,7 +571,11 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       std::fill(orow, orow + dvp, lse);
     } else if (l[r] > 0.0f) {
       const SinkNorm norm = NormalizeWithSink(m[r], l[r], sink);
-      for (int64_t c = 0; c < dvp; ++c) orow[c] *= norm.inv;
+      const DF df;  // dvp is whole vectors
+      const VF inv = hn::Set(df, norm.inv);
+      for (int64_t c = 0; c < dvp; c += static_cast<int64_t>(hn::Lanes(df))) {
+        hn::StoreU(hn::Mul(hn::LoadU(df, orow + c), inv), df, orow + c);
+      }
       lse = norm.lse;
     } else {
       std::fill(orow, orow + dvp, 0.0f);
