@@ -571,11 +571,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       std::fill(orow, orow + dvp, lse);
     } else if (l[r] > 0.0f) {
       const SinkNorm norm = NormalizeWithSink(m[r], l[r], sink);
-      const DF df;  // dvp is whole vectors
-      const VF inv = hn::Set(df, norm.inv);
-      for (int64_t c = 0; c < dvp; c += static_cast<int64_t>(hn::Lanes(df))) {
-        hn::StoreU(hn::Mul(hn::LoadU(df, orow + c), inv), df, orow + c);
-      }
+      ScaleRowInPlace(orow, static_cast<size_t>(dvp), norm.inv);
       lse = norm.lse;
     } else {
       std::fill(orow, orow + dvp, 0.0f);
@@ -652,7 +648,7 @@ inline void StoreOutputRow(const FlashParams& p, const Item& it, int64_t r, floa
   if (fold_sink && p.sinks != nullptr) {
     const SinkFold fold = FoldSink(lse, p.sinks[p.sinks_view.Offset(h)]);
     if (fold.scale != 1.0f) {
-      for (int64_t c = 0; c < p.value_dim; ++c) row[c] *= fold.scale;
+      ScaleRowInPlace(row, static_cast<size_t>(p.value_dim), fold.scale);
     }
     lse = fold.lse;
   }

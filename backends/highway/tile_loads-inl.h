@@ -59,14 +59,13 @@ inline void LoadQueryRow(const FlashParams& p, int64_t b, int64_t h, int64_t i, 
   if (p.round_q) {
     for (int64_t c = 0; c < d; ++c) out[c] = RoundQueryValue(out[c], p.k.dtype);
   }
-  // Whole vectors: a scalar loop here waited on each element of the vector
-  // stores just made (half of LoadQueryTile's time on Zen 5).
-  const DF df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const VF vscale = hn::Set(df, scale);
-  int64_t c = 0;
-  for (; c + N <= d; c += N) hn::StoreU(hn::Mul(hn::LoadU(df, out + c), vscale), df, out + c);
-  for (; c < d; ++c) out[c] *= scale;
+  ScaleRowInPlace(out, static_cast<size_t>(d), scale);
+}
+
+// Q's element offset of row r of the item (a head-major stack of nh heads x
+// nq queries), column 0.
+inline int64_t QueryRowOffset(const FlashParams& p, const Item& it, int64_t r) {
+  return p.q.Offset(it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, 0);
 }
 
 // LoadQueryTile for f32 Q stored with unit column stride and not rounded: a
@@ -85,10 +84,9 @@ inline bool GatherQueryTileF32(const FlashParams& p, const Item& it, int64_t row
   const float* q = static_cast<const float*>(p.q.data);
   HWY_ALIGN int32_t index[HWY_MAX_BYTES / sizeof(int32_t)];
   for (int64_t r0 = 0; r0 < rows; r0 += N) {
-    const int64_t base = p.q.Offset(it.b, it.h0 + r0 / it.nq, it.q0 + r0 % it.nq, 0);
+    const int64_t base = QueryRowOffset(p, it, r0);
     for (int64_t r = 0; r < N; ++r) {
-      const int64_t at = std::min(r0 + r, rows - 1);
-      const int64_t off = p.q.Offset(it.b, it.h0 + at / it.nq, it.q0 + at % it.nq, 0) - base;
+      const int64_t off = QueryRowOffset(p, it, std::min(r0 + r, rows - 1)) - base;
       if (off < INT32_MIN || off > INT32_MAX) return false;
       index[r] = static_cast<int32_t>(off);
     }
@@ -167,8 +165,7 @@ inline void LoadQueryTile(const FlashParams& p, const Tiling& t, const Item& it,
   const size_t es = DTypeSize(p.q.dtype);
   const size_t row_bytes = static_cast<size_t>((d - 1) * p.q.strides[3] + 1) * es;
   for (int64_t r = 0; r < rows; ++r) {
-    const char* q = static_cast<const char*>(p.q.data) +
-                    p.q.Offset(it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, 0) * es;
+    const char* q = static_cast<const char*>(p.q.data) + QueryRowOffset(p, it, r) * es;
     for (size_t off = 0; off < row_bytes; off += 64) hwy::Prefetch(q + off);
   }
   const bool gathered = p.q.dtype == DType::kF32 && p.q.strides[3] == 1 && !p.round_q &&
