@@ -11,7 +11,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 # run MODE REQUIRED: the probe's combined output in $out, its status in $rc.
 run() {
-  out=$(ATTNKIT_PROBE_SKIP=$1 ATTNKIT_REQUIRE_BACKENDS=$2 "$probe" 2>&1)
+  # An outer GTEST_FILTER (a CI pass may set one) would change the counts.
+  out=$(env -u GTEST_FILTER ATTNKIT_PROBE_SKIP=$1 ATTNKIT_REQUIRE_BACKENDS=$2 "$probe" 2>&1)
   rc=$?
 }
 
