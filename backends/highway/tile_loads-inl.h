@@ -287,6 +287,26 @@ inline void GatherRowScales(const FlashParams& p, const float* scale, const Tens
   }
 }
 
+// Prefetches the scales GatherRowScales reads for rows [k0, k0 + nk), a
+// line at a time. Consecutive tokens' scales of one head lie a token's
+// stride apart ([B, Tk, Hkv] caches: Hkv floats), so a tile's scales span
+// lines the K/V rows' prefetching never touches; unprefetched, their misses
+// stalled an fp8 decode in GatherRowScales (5 % of its time on Zen 5).
+inline void PrefetchRowScales(const FlashParams& p, const float* scale, const TensorView& view,
+                              const Item& it, int64_t k0, int64_t nk) {
+  const int64_t stride = p.kv_rows.paged() ? view.strides[1] : view.strides[2];
+  uintptr_t last_line = ~uintptr_t{0};
+  for (int64_t j = 0, len = 0; j < nk; j += len) {
+    len = std::min(nk - j, p.kv_rows.RunLength(k0 + j));
+    const float* s = scale + p.kv_rows.ScaleOffset(view, it.b, it.g, k0 + j);
+    for (int64_t i = 0; i < len; ++i) {
+      const uintptr_t line = reinterpret_cast<uintptr_t>(s + i * stride) / 64;
+      if (line != last_line) hwy::Prefetch(s + i * stride);
+      last_line = line;
+    }
+  }
+}
+
 // A direct tile's K and V storage rows, run by run: run r holds the tile's
 // keys [begin[r], begin[r + 1]), row j of it at k[r] + (j - begin[r]) * ldk
 // (V likewise). Dense K/V is one run; paged K/V one per page the tile
