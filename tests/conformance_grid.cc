@@ -463,6 +463,14 @@ void AppendValueDimCases(std::vector<AttentionProblem>* grid, std::set<std::stri
   mla.alignment = Alignment::kBottomRight;
   mla.mask = MaskKind::kCausal;
   add(mla, 512);
+  // MLA at decode: an item's rows are the group's heads alone, up to 128 of
+  // them above 256 dims (highway's tiling.cc), over f32 V rows padded past
+  // 1 KiB multiples (PreparedRowFloats); two sequences, split over K.
+  AttentionProblem mla_decode = BasicProblem(2, 128, 1, 1, 200, 576);
+  mla_decode.dtype = mla_decode.kv_dtype = DType::kBF16;
+  mla_decode.alignment = Alignment::kBottomRight;
+  mla_decode.mask = MaskKind::kCausal;
+  add(mla_decode, 512);
   AttentionProblem prefill = BasicProblem(1, 4, 2, 65, 65, 48);
   prefill.dtype = prefill.kv_dtype = DType::kF16;
   prefill.mask = MaskKind::kCausal;
