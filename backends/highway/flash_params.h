@@ -61,10 +61,11 @@ struct FlashParams {
   bool fast = false;
   // V prepared once per call for the bf16 dot-product tiles (sdpa-inl.h,
   // PrepareValues), or null: per (b, g), rows t of V at prepared_v +
-  // (b * G + g) * prepared_stride + t * dp as f32 (EXACT), or key pairs
-  // t / 2 as bf16 pairs (FAST).
+  // (b * G + g) * prepared_stride + t * prepared_ld as f32 (EXACT), or key
+  // pairs t / 2 as bf16 pairs (FAST, prepared_ld = dvp).
   const float* prepared_v = nullptr;
   int64_t prepared_stride = 0;
+  int64_t prepared_ld = 0;
 
   int64_t KvLength(int64_t b) const { return kv_lengths ? kv_lengths[b] : kv_len; }
   bool int8() const { return k_scale != nullptr; }

@@ -66,6 +66,8 @@ constexpr int kValueColVecs = 4;
 constexpr int kWideKeys = 4;
 constexpr int kValueColVecs = 2;
 #endif
+// WeightedSumV runs V tiles larger than this column block first.
+constexpr size_t kWeightedSumVL1Bytes = 32 << 10;
 static_assert(kValueColVecs % 2 == 0, "value tiles load BF16Pairs two vectors at a time");
 
 // Rows of K or V storage some keys past the tile being multiplied, which the
@@ -728,9 +730,25 @@ HWY_INLINE void WeightedSumV(const float* HWY_RESTRICT p, size_t ldp, const T* H
     }
     return;
   }
+  const size_t block = kValueColVecs * N;
+  const size_t whole = dp / block * block;  // columns in whole blocks
+  // A V tile larger than L1 (MLA's 512 value dims: 32 keys are 64 KiB of
+  // f32) would stream from L2 once per block of rows: the whole blocks then
+  // run a column block at a time, its V columns (8 KiB there) staying in L1
+  // over every row (with rows not 1 KiB-aligned: PreparedRowFloats). Each
+  // element's sum keeps its order. Zen 5, MLA decode B8 H128 d576/512 bf16,
+  // one thread, alternating runs: P.V phase 25.4-27.5 -> 23.8-24.8 ms.
+  const bool blocks_first = keys * ldv * sizeof(T) > kWeightedSumVL1Bytes;
+  if (blocks_first) {
+    for (size_t c0 = 0; c0 < whole; c0 += block) {
+      for (size_t r0 = 0; r0 < rows; r0 += kValueRows) {
+        WeightedSumVTile<kValueRows, kValueColVecs>(p, ldp, v, ldv, keys, alpha, r0, c0, o, ldo);
+      }
+    }
+  }
   for (size_t r0 = 0; r0 < rows; r0 += kValueRows) {
-    size_t c0 = 0;
-    for (; c0 + kValueColVecs * N <= dp; c0 += kValueColVecs * N) {
+    size_t c0 = blocks_first ? whole : 0;
+    for (; c0 < whole; c0 += block) {
       WeightedSumVTile<kValueRows, kValueColVecs>(p, ldp, v, ldv, keys, alpha, r0, c0, o, ldo);
     }
     // The rest two vectors at a time (BF16Pairs rows come in pairs of

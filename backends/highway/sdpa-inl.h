@@ -398,7 +398,9 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
         ldk = static_cast<size_t>(dp);
         ldv = static_cast<size_t>(dvp);
         if (bf16_qk && !bf16_pv && p.prepared_v != nullptr) {  // f32 V converted once per call
-          vtile = p.prepared_v + (it.b * p.num_kv_heads + it.g) * p.prepared_stride + k0 * dvp;
+          vtile = p.prepared_v + (it.b * p.num_kv_heads + it.g) * p.prepared_stride +
+                  k0 * p.prepared_ld;
+          ldv = static_cast<size_t>(p.prepared_ld);
           prepared_vtile = true;
         } else if (f32_in_place && nk == nkp && p.kv_rows.RunLength(k0) >= nk) {
           // Whole f32 tiles are read where they lie (a copy was 10-14 % of
@@ -749,15 +751,23 @@ inline void FillRunInfo(const FlashParams& p, const Tiling& t, int64_t items, in
 // tile of a head re-read and re-converted every V tile it sees: 14 % of an
 // all-bf16 d64 prefill, 9 % packing pairs under FAST): per (b, g), V as f32
 // rows (EXACT) or bf16 key pairs (FAST), at `out` (PreparedRowsPerHead(p)
-// * dvp floats per (b, g)).
+// * PreparedRowFloats(dots, dvp) floats per (b, g)).
 inline int64_t PreparedRowsPerHead(const FlashParams& p, const DotChoice& dots) {
   return dots.bf16_pv ? (p.kv_len + 1) / 2 : p.kv_len;
+}
+// Floats between prepared rows. f32 rows of a multiple of 1 KiB (dvp a
+// multiple of 256: MLA's 512) get one line more: at such a stride a column
+// block's lines of consecutive keys (WeightedSumV) fall into a few L1 sets
+// and evict each other.
+inline int64_t PreparedRowFloats(const DotChoice& dots, int64_t dvp) {
+  return !dots.bf16_pv && dvp % 256 == 0 ? dvp + 16 : dvp;
 }
 inline void PrepareValues(const FlashParams& p, const Tiling& t, const DotChoice& dots,
                           ThreadPool* pool, float* out) {
   constexpr int64_t kBlock = 256;  // keys per work item
   const int64_t blocks = CeilDiv(p.kv_len, kBlock), dvp = t.dvp;
-  const int64_t stride = PreparedRowsPerHead(p, dots) * dvp;
+  const int64_t ld = PreparedRowFloats(dots, dvp);
+  const int64_t stride = PreparedRowsPerHead(p, dots) * ld;
   pool->Run(p.batch * p.num_kv_heads * blocks, [&](int64_t w, int) HWY_ATTR {
     const int64_t bg = w / blocks, k0 = w % blocks * kBlock;
     const int64_t b = bg / p.num_kv_heads, g = bg % p.num_kv_heads;
@@ -778,7 +788,7 @@ inline void PrepareValues(const FlashParams& p, const Tiling& t, const DotChoice
     }
     for (int64_t j = 0; j < n; ++j) {
       LoadRowAsF32(rows[j], p.v.dtype, p.v.strides[3], static_cast<size_t>(p.value_dim),
-                   static_cast<size_t>(dvp), head + (k0 + j) * dvp);
+                   static_cast<size_t>(dvp), head + (k0 + j) * ld);
     }
   });
 }
@@ -789,10 +799,18 @@ inline absl::Status FlashForwardOne(const FlashParams& params, ThreadPool* pool,
   const DotChoice dots = ChooseDots(params, t);
   // Prepared V takes B G Tk d floats (f32 rows) or half that (pairs), kept
   // by the workspace: beyond kMaxPreparedFloats tiles convert their own.
+  // So do the tiles where one item reads each (b, g)'s V (decode over all
+  // of a group's heads: MLA): preparing would only add a round trip of
+  // twice V's bytes through memory (Zen 5, MLA decode B8 H128 d576/512
+  // bf16, alternating runs: 44.5-46.4 -> 42.5-43.5 ms at one thread,
+  // 24.5-25.3 -> 24.2-24.4 at two).
   constexpr int64_t kMaxPreparedFloats = int64_t{32} << 20;  // 128 MiB
-  const int64_t want_prepared =
-      dots.bf16_qk ? params.batch * params.num_kv_heads * PreparedRowsPerHead(params, dots) * t.dvp
-                   : 0;
+  const bool v_read_once = t.head_chunks * t.q_tiles == 1;
+  const int64_t want_prepared = dots.bf16_qk && !v_read_once
+                                    ? params.batch * params.num_kv_heads *
+                                          PreparedRowsPerHead(params, dots) *
+                                          PreparedRowFloats(dots, t.dvp)
+                                    : 0;
   const size_t prepared_floats =
       want_prepared <= kMaxPreparedFloats ? static_cast<size_t>(want_prepared) : 0;
   ATTNKIT_RETURN_IF_ERROR(
@@ -804,7 +822,8 @@ inline absl::Status FlashForwardOne(const FlashParams& params, ThreadPool* pool,
     float* prepared = partials + t.partial_floats;
     PrepareValues(p, t, dots, pool, prepared);
     p.prepared_v = prepared;
-    p.prepared_stride = PreparedRowsPerHead(p, dots) * t.dvp;
+    p.prepared_ld = PreparedRowFloats(dots, t.dvp);
+    p.prepared_stride = PreparedRowsPerHead(p, dots) * p.prepared_ld;
   }
   // Largest work first: later query tiles see more keys under causal masks.
   // Decode items (one query tile) are all alike: walk them forward, so K/V
