@@ -464,8 +464,9 @@ void AppendValueDimCases(std::vector<AttentionProblem>* grid, std::set<std::stri
   mla.mask = MaskKind::kCausal;
   add(mla, 512);
   // MLA at decode: an item's rows are the group's heads alone, up to 128 of
-  // them above 256 dims (highway's tiling.cc), over f32 V rows padded past
-  // 1 KiB multiples (PreparedRowFloats); two sequences, split over K.
+  // them above 256 dims (highway's tiling.cc), one item per head and
+  // sequence (so V is converted a tile at a time, not prepared); two
+  // sequences, split over K.
   AttentionProblem mla_decode = BasicProblem(2, 128, 1, 1, 200, 576);
   mla_decode.dtype = mla_decode.kv_dtype = DType::kBF16;
   mla_decode.alignment = Alignment::kBottomRight;

@@ -735,10 +735,12 @@ HWY_INLINE void WeightedSumV(const float* HWY_RESTRICT p, size_t ldp, const T* H
   // A V tile larger than L1 (MLA's 512 value dims: 32 keys are 64 KiB of
   // f32) would stream from L2 once per block of rows: the whole blocks then
   // run a column block at a time, its V columns (8 KiB there) staying in L1
-  // over every row (prepared rows are padded off 1 KiB multiples, whose
-  // lines of successive keys share few L1 sets: PreparedRowFloats). Each
-  // element's sum keeps its order. Zen 5, MLA decode B8 H128 d576/512 bf16,
-  // one thread, alternating runs: P.V phase 25.4-27.5 -> 23.8-24.8 ms.
+  // over every row. Each element's sum keeps its order. Zen 5, MLA decode
+  // B8 H128 d576/512 bf16, one thread, alternating runs, over prepared rows
+  // (padded off 1 KiB multiples, whose lines of successive keys share few
+  // L1 sets: PreparedRowFloats): P.V phase 25.4-27.5 -> 23.8-24.8 ms. That
+  // decode now reads V from a converted scratch tile, rows 2 KiB apart and
+  // unpadded; padding that tile too is left to measure.
   const bool blocks_first = keys * dp * sizeof(T) > kWeightedSumVL1Bytes;
   if (blocks_first) {
     for (size_t c0 = 0; c0 < whole; c0 += block) {
