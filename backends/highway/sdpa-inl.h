@@ -750,8 +750,9 @@ inline void FillRunInfo(const FlashParams& p, const Tiling& t, int64_t items, in
 // The bf16 tiles' V, once per call instead of once per item (each query
 // tile of a head re-read and re-converted every V tile it sees: 14 % of an
 // all-bf16 d64 prefill, 9 % packing pairs under FAST): per (b, g), V as f32
-// rows (EXACT) or bf16 key pairs (FAST), at `out` (PreparedRowsPerHead(p)
-// * PreparedRowFloats(dots, dvp) floats per (b, g)).
+// rows (EXACT) or bf16 key pairs (FAST), at `out`, laid out as
+// p.prepared_ld and p.prepared_stride say (PreparedRowFloats floats per row,
+// PreparedRowsPerHead rows per (b, g); set before the call).
 inline int64_t PreparedRowsPerHead(const FlashParams& p, const DotChoice& dots) {
   return dots.bf16_pv ? (p.kv_len + 1) / 2 : p.kv_len;
 }
@@ -766,8 +767,7 @@ inline void PrepareValues(const FlashParams& p, const Tiling& t, const DotChoice
                           ThreadPool* pool, float* out) {
   constexpr int64_t kBlock = 256;  // keys per work item
   const int64_t blocks = CeilDiv(p.kv_len, kBlock), dvp = t.dvp;
-  const int64_t ld = PreparedRowFloats(dots, dvp);
-  const int64_t stride = PreparedRowsPerHead(p, dots) * ld;
+  const int64_t ld = p.prepared_ld, stride = p.prepared_stride;
   pool->Run(p.batch * p.num_kv_heads * blocks, [&](int64_t w, int) HWY_ATTR {
     const int64_t bg = w / blocks, k0 = w % blocks * kBlock;
     const int64_t b = bg / p.num_kv_heads, g = bg % p.num_kv_heads;
@@ -820,10 +820,10 @@ inline absl::Status FlashForwardOne(const FlashParams& params, ThreadPool* pool,
   FlashParams p = params;
   if (prepared_floats > 0) {
     float* prepared = partials + t.partial_floats;
-    PrepareValues(p, t, dots, pool, prepared);
-    p.prepared_v = prepared;
     p.prepared_ld = PreparedRowFloats(dots, t.dvp);
     p.prepared_stride = PreparedRowsPerHead(p, dots) * p.prepared_ld;
+    PrepareValues(p, t, dots, pool, prepared);
+    p.prepared_v = prepared;
   }
   // Largest work first: later query tiles see more keys under causal masks.
   // Decode items (one query tile) are all alike: walk them forward, so K/V

@@ -68,6 +68,19 @@ inline int64_t QueryRowOffset(const FlashParams& p, const Item& it, int64_t r) {
   return p.q.Offset(it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, 0);
 }
 
+// index[r] = (Q offset of item row min(r0 + r, rows - 1) - base) / unit
+// for r < n, and true; false where an offset is not a multiple of unit or
+// the quotient does not fit int32 (a gather's indices).
+inline bool QueryRowIndex(const FlashParams& p, const Item& it, int64_t r0, int64_t rows, int64_t n,
+                          int64_t base, int64_t unit, int32_t* HWY_RESTRICT index) {
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t off = QueryRowOffset(p, it, std::min(r0 + r, rows - 1)) - base;
+    if (off % unit != 0 || off / unit < INT32_MIN || off / unit > INT32_MAX) return false;
+    index[r] = static_cast<int32_t>(off / unit);
+  }
+  return true;
+}
+
 // LoadQueryTile for f32 Q stored with unit column stride and not rounded: a
 // vector of rows at a time, each column gathered straight from Q and scaled
 // in registers (one multiply, as LoadQueryRow's: the same bits). Loading
@@ -85,11 +98,7 @@ inline bool GatherQueryTileF32(const FlashParams& p, const Item& it, int64_t row
   HWY_ALIGN int32_t index[HWY_MAX_BYTES / sizeof(int32_t)];
   for (int64_t r0 = 0; r0 < rows; r0 += N) {
     const int64_t base = QueryRowOffset(p, it, r0);
-    for (int64_t r = 0; r < N; ++r) {
-      const int64_t off = QueryRowOffset(p, it, std::min(r0 + r, rows - 1)) - base;
-      if (off < INT32_MIN || off > INT32_MAX) return false;
-      index[r] = static_cast<int32_t>(off);
-    }
+    if (!QueryRowIndex(p, it, r0, rows, N, base, /*unit=*/1, index)) return false;
     const auto vindex = hn::Load(di, index);
     const float* HWY_RESTRICT src = q + base;
     float* HWY_RESTRICT dst = qt + r0;
@@ -117,11 +126,9 @@ inline bool GatherQueryPairsBF16(const FlashParams& p, const Item& it, int64_t r
   HWY_ALIGN int32_t index[HWY_MAX_BYTES / sizeof(int32_t)];
   for (int64_t r0 = 0; r0 < rows; r0 += N) {
     const int64_t base = QueryRowOffset(p, it, r0);
-    if (reinterpret_cast<uintptr_t>(q + base) % alignof(uint32_t) != 0) return false;
-    for (int64_t r = 0; r < N; ++r) {
-      const int64_t off = QueryRowOffset(p, it, std::min(r0 + r, rows - 1)) - base;
-      if (off % 2 != 0 || off / 2 < INT32_MIN || off / 2 > INT32_MAX) return false;
-      index[r] = static_cast<int32_t>(off / 2);  // in pairs
+    if (reinterpret_cast<uintptr_t>(q + base) % alignof(uint32_t) != 0 ||
+        !QueryRowIndex(p, it, r0, rows, N, base, /*unit=*/2, index)) {  // in pairs
+      return false;
     }
     const auto vindex = hn::Load(di, index);
     const uint32_t* HWY_RESTRICT src = reinterpret_cast<const uint32_t*>(q + base);
@@ -144,12 +151,13 @@ inline void LoadQueryPairs(const FlashParams& p, const Tiling& t, const Item& it
   // Gathers are slower where the tile stays in L1 (GQA H32/8 T1024 d128
   // bf16 prefill, 16 KiB: query phase 1.9-2.3 -> 2.7-2.9 ms).
   constexpr int64_t kL1TileBytes = 32 << 10;
-  const bool gathered = p.q.dtype == DType::kBF16 && p.q.strides[3] == 1 &&
+  const bool stored_pairs = p.q.dtype == DType::kBF16 && p.q.strides[3] == 1;
+  const bool gathered = stored_pairs &&
                         pairs * mp * static_cast<int64_t>(sizeof(uint32_t)) > kL1TileBytes &&
                         GatherQueryPairsBF16(p, it, rows, mp, qp);
   for (int64_t r = 0; r < (gathered ? 0 : rows); ++r) {
     const int64_t h = it.h0 + r / it.nq, i = it.q0 + r % it.nq;
-    if (p.q.dtype == DType::kBF16 && p.q.strides[3] == 1) {  // the stored pairs as they are
+    if (stored_pairs) {  // the stored pairs as they are
       const char* src = static_cast<const char*>(p.q.data) + p.q.Offset(it.b, h, i, 0) * 2;
       for (int64_t c2 = 0; c2 < pairs; ++c2) std::memcpy(&qp[c2 * mp + r], src + 4 * c2, 4);
       continue;
@@ -314,16 +322,23 @@ inline void PrefetchKeyValueRows(const FlashParams& p, const Item& it, int64_t k
   }
 }
 
-// The scales of int8 or fp8 rows [k0, k0 + nk) of (b, g), run by run (a
-// packed tile may span two pages): out[j] for j < nk.
-inline void GatherRowScales(const FlashParams& p, const float* scale, const TensorView& view,
-                            const Item& it, int64_t k0, int64_t nk, float* HWY_RESTRICT out) {
+// Calls visit(j, &scale of row k0 + j) for j < nk: the scales of int8 or
+// fp8 rows of (b, g), run by run (a packed tile may span two pages).
+template <class Visit>
+inline void ForEachRowScale(const FlashParams& p, const float* scale, const TensorView& view,
+                            const Item& it, int64_t k0, int64_t nk, const Visit& visit) {
   const int64_t stride = p.kv_rows.paged() ? view.strides[1] : view.strides[2];
   for (int64_t j = 0, len = 0; j < nk; j += len) {
     len = std::min(nk - j, p.kv_rows.RunLength(k0 + j));
     const float* s = scale + p.kv_rows.ScaleOffset(view, it.b, it.g, k0 + j);
-    for (int64_t i = 0; i < len; ++i) out[j + i] = s[i * stride];
+    for (int64_t i = 0; i < len; ++i) visit(j + i, s + i * stride);
   }
+}
+
+// The scales of rows [k0, k0 + nk) of (b, g): out[j] for j < nk.
+inline void GatherRowScales(const FlashParams& p, const float* scale, const TensorView& view,
+                            const Item& it, int64_t k0, int64_t nk, float* HWY_RESTRICT out) {
+  ForEachRowScale(p, scale, view, it, k0, nk, [out](int64_t j, const float* s) { out[j] = *s; });
 }
 
 // Prefetches the scales GatherRowScales reads for rows [k0, k0 + nk), a
@@ -333,17 +348,12 @@ inline void GatherRowScales(const FlashParams& p, const float* scale, const Tens
 // stalled an fp8 decode in GatherRowScales (5 % of its time on Zen 5).
 inline void PrefetchRowScales(const FlashParams& p, const float* scale, const TensorView& view,
                               const Item& it, int64_t k0, int64_t nk) {
-  const int64_t stride = p.kv_rows.paged() ? view.strides[1] : view.strides[2];
   uintptr_t last_line = ~uintptr_t{0};
-  for (int64_t j = 0, len = 0; j < nk; j += len) {
-    len = std::min(nk - j, p.kv_rows.RunLength(k0 + j));
-    const float* s = scale + p.kv_rows.ScaleOffset(view, it.b, it.g, k0 + j);
-    for (int64_t i = 0; i < len; ++i) {
-      const uintptr_t line = reinterpret_cast<uintptr_t>(s + i * stride) / 64;
-      if (line != last_line) hwy::Prefetch(s + i * stride);
-      last_line = line;
-    }
-  }
+  ForEachRowScale(p, scale, view, it, k0, nk, [&last_line](int64_t, const float* s) {
+    const uintptr_t line = reinterpret_cast<uintptr_t>(s) / 64;
+    if (line != last_line) hwy::Prefetch(s);
+    last_line = line;
+  });
 }
 
 // A direct tile's K and V storage rows, run by run: run r holds the tile's
