@@ -739,8 +739,8 @@ HWY_INLINE void WeightedSumV(const float* HWY_RESTRICT p, size_t ldp, const T* H
   // B8 H128 d576/512 bf16, one thread, alternating runs, over prepared rows
   // (padded off 1 KiB multiples, whose lines of successive keys share few
   // L1 sets: PreparedRowFloats): P.V phase 25.4-27.5 -> 23.8-24.8 ms. That
-  // decode now reads V from a converted scratch tile, rows 2 KiB apart and
-  // unpadded; padding that tile too is left to measure.
+  // decode now reads V from a converted scratch tile, padded the same way
+  // (Tiling::ldv).
   const bool blocks_first = keys * dp * sizeof(T) > kWeightedSumVL1Bytes;
   if (blocks_first) {
     for (size_t c0 = 0; c0 < whole; c0 += block) {

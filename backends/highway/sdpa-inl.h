@@ -396,7 +396,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
         ktile = k;
         vtile = v;
         ldk = static_cast<size_t>(dp);
-        ldv = static_cast<size_t>(dvp);
+        ldv = static_cast<size_t>(t.ldv);
         if (bf16_qk && !bf16_pv && p.prepared_v != nullptr) {  // f32 V converted once per call
           vtile = p.prepared_v + (it.b * p.num_kv_heads + it.g) * p.prepared_stride +
                   k0 * p.prepared_ld;

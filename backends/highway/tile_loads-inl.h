@@ -255,7 +255,7 @@ inline void LoadQueryRows(const FlashParams& p, const Tiling& t, const Item& it,
 }
 
 // Rows [k0, k0 + nk) of K and V for (b, g), as f32 [key_tile, dp] and
-// [key_tile, dvp]; rows
+// [key_tile, dvp] (V's rows t.ldv apart); rows
 // [nk, nk_padded) are zero. Also prefetches rows [next_k0, next_k0 + nk) (the
 // next tile), so their cache misses overlap this tile's compute instead of
 // stalling the next conversion: decode is bound by exactly these reads.
@@ -265,6 +265,7 @@ inline void LoadKeyValueTile(const FlashParams& p, const Tiling& t, const Item& 
                              float* HWY_RESTRICT k, float* HWY_RESTRICT v, bool with_k = true) {
   const size_t d = static_cast<size_t>(p.head_dim), dp = static_cast<size_t>(t.dp);
   const size_t dv = static_cast<size_t>(p.value_dim), dvp = static_cast<size_t>(t.dvp);
+  const size_t ldv = static_cast<size_t>(t.ldv);
   const size_t es = DTypeSize(p.k.dtype);
   const char* kbase = static_cast<const char*>(p.k.data);
   const char* vbase = static_cast<const char*>(p.v.data);
@@ -281,7 +282,7 @@ inline void LoadKeyValueTile(const FlashParams& p, const Tiling& t, const Item& 
     const char* kp = kbase + rows.Offset(p.k, it.b, it.g, k0 + j) * es;
     const char* vp = vbase + rows.Offset(p.v, it.b, it.g, k0 + j) * es;
     if (with_k) LoadRowAsF32(kp, p.k.dtype, p.k.strides[3], d, dp, k + j * dp);
-    LoadRowAsF32(vp, p.v.dtype, p.v.strides[3], dv, dvp, v + j * dvp);
+    LoadRowAsF32(vp, p.v.dtype, p.v.strides[3], dv, dvp, v + j * ldv);
     if (p.int8()) {  // int8 and fp8 rows times their scales: the dequantized values
       // Whole vectors (the padding is 0): a scalar loop here re-read each
       // float of the vector just stored, which store forwarding does not
@@ -296,14 +297,14 @@ inline void LoadKeyValueTile(const FlashParams& p, const Tiling& t, const Item& 
           hn::StoreU(hn::Mul(hn::LoadU(df, kr + c), ks), df, kr + c);
       }
       const auto vs = hn::Set(df, p.v_scale[rows.ScaleOffset(p.v_scale_view, it.b, it.g, k0 + j)]);
-      float* HWY_RESTRICT vr = v + j * dvp;
+      float* HWY_RESTRICT vr = v + j * ldv;
       for (size_t c = 0; c < dvp; c += N)
         hn::StoreU(hn::Mul(hn::LoadU(df, vr + c), vs), df, vr + c);
     }
   }
   for (int64_t j = nk; j < nk_padded; ++j) {
     if (with_k) std::fill(k + j * dp, k + (j + 1) * dp, 0.0f);
-    std::fill(v + j * dvp, v + (j + 1) * dvp, 0.0f);
+    std::fill(v + j * ldv, v + j * ldv + dvp, 0.0f);
   }
 }
 // Prefetches rows [k0, k0 + nk) of K and V for (b, g): the first rows of a

@@ -88,6 +88,9 @@ struct Tiling {
       off_bad, off_row, off_qrow, off_pp, off_q8, off_qsum, off_qscale, off_alibi_slope,
       off_alibi_diag, off_qfold;  // off_qfold: fp8 direct Q rows times 2^bias
   int64_t ldq8;                   // bytes per int8 Q row of the VNNI tiles
+  // Floats between rows of the f32 V tile at off_v: dvp, one line more where
+  // dvp is a multiple of 256 (MLA's 512), as PreparedRowFloats pads.
+  int64_t ldv;
   size_t scratch_floats;
   size_t partial_floats;  // split-K partials: [base_items, splits, rows, dvp + 1]
 };
