@@ -737,10 +737,9 @@ HWY_INLINE void WeightedSumV(const float* HWY_RESTRICT p, size_t ldp, const T* H
   // run a column block at a time, its V columns (8 KiB there) staying in L1
   // over every row. Each element's sum keeps its order. Zen 5, MLA decode
   // B8 H128 d576/512 bf16, one thread, alternating runs, over prepared rows
-  // (padded off 1 KiB multiples, whose lines of successive keys share few
-  // L1 sets: PreparedRowFloats): P.V phase 25.4-27.5 -> 23.8-24.8 ms. That
-  // decode now reads V from a converted scratch tile, padded the same way
-  // (Tiling::ldv).
+  // (padded off 1 KiB multiples: PaddedRowFloats): P.V phase 25.4-27.5 ->
+  // 23.8-24.8 ms. That decode now reads V from a converted scratch tile,
+  // padded the same way (Tiling::ldv).
   const bool blocks_first = keys * dp * sizeof(T) > kWeightedSumVL1Bytes;
   if (blocks_first) {
     for (size_t c0 = 0; c0 < whole; c0 += block) {

@@ -49,6 +49,7 @@ using highway_plan::Item;
 using highway_plan::kDirectKeyTile;
 using highway_plan::KernelShape;
 using highway_plan::kMaxKeyTile;
+using highway_plan::PaddedRowFloats;
 using highway_plan::PlanRagged;
 using highway_plan::PlanTiling;
 using highway_plan::RaggedPart;
@@ -756,12 +757,10 @@ inline void FillRunInfo(const FlashParams& p, const Tiling& t, int64_t items, in
 inline int64_t PreparedRowsPerHead(const FlashParams& p, const DotChoice& dots) {
   return dots.bf16_pv ? (p.kv_len + 1) / 2 : p.kv_len;
 }
-// Floats between prepared rows. f32 rows of a multiple of 1 KiB (dvp a
-// multiple of 256: MLA's 512) get one line more: at such a stride a column
-// block's lines of consecutive keys (WeightedSumV) fall into a few L1 sets
-// and evict each other.
+// Floats between prepared rows: f32 rows padded as PaddedRowFloats says;
+// bf16 key pairs (read by BF16WeightedSumV) unpadded.
 inline int64_t PreparedRowFloats(const DotChoice& dots, int64_t dvp) {
-  return !dots.bf16_pv && dvp % 256 == 0 ? dvp + 16 : dvp;
+  return dots.bf16_pv ? dvp : PaddedRowFloats(dvp);
 }
 inline void PrepareValues(const FlashParams& p, const Tiling& t, const DotChoice& dots,
                           ThreadPool* pool, float* out) {

@@ -323,23 +323,27 @@ inline void PrefetchKeyValueRows(const FlashParams& p, const Item& it, int64_t k
   }
 }
 
-// Calls visit(j, &scale of row k0 + j) for j < nk: the scales of int8 or
-// fp8 rows of (b, g), run by run (a packed tile may span two pages).
+// Calls visit(j, s, len, stride) for each run (page) of the scales of int8
+// or fp8 rows [k0, k0 + nk) of (b, g): row k0 + j + i's scale is s[i *
+// stride] for i < len (stride 0: a per-tensor view). A packed tile may span
+// two pages.
 template <class Visit>
-inline void ForEachRowScale(const FlashParams& p, const float* scale, const TensorView& view,
+inline void ForEachScaleRun(const FlashParams& p, const float* scale, const TensorView& view,
                             const Item& it, int64_t k0, int64_t nk, const Visit& visit) {
   const int64_t stride = p.kv_rows.paged() ? view.strides[1] : view.strides[2];
   for (int64_t j = 0, len = 0; j < nk; j += len) {
     len = std::min(nk - j, p.kv_rows.RunLength(k0 + j));
-    const float* s = scale + p.kv_rows.ScaleOffset(view, it.b, it.g, k0 + j);
-    for (int64_t i = 0; i < len; ++i) visit(j + i, s + i * stride);
+    visit(j, scale + p.kv_rows.ScaleOffset(view, it.b, it.g, k0 + j), len, stride);
   }
 }
 
 // The scales of rows [k0, k0 + nk) of (b, g): out[j] for j < nk.
 inline void GatherRowScales(const FlashParams& p, const float* scale, const TensorView& view,
                             const Item& it, int64_t k0, int64_t nk, float* HWY_RESTRICT out) {
-  ForEachRowScale(p, scale, view, it, k0, nk, [out](int64_t j, const float* s) { out[j] = *s; });
+  ForEachScaleRun(p, scale, view, it, k0, nk,
+                  [out](int64_t j, const float* s, int64_t len, int64_t stride) {
+                    for (int64_t i = 0; i < len; ++i) out[j + i] = s[i * stride];
+                  });
 }
 
 // Prefetches the scales GatherRowScales reads for rows [k0, k0 + nk), a
@@ -353,22 +357,21 @@ inline void GatherRowScales(const FlashParams& p, const float* scale, const Tens
 // ms of 5.6-6.2).
 inline void PrefetchRowScales(const FlashParams& p, const float* scale, const TensorView& view,
                               const Item& it, int64_t k0, int64_t nk) {
-  const int64_t stride = p.kv_rows.paged() ? view.strides[1] : view.strides[2];
-  const size_t step = static_cast<size_t>(std::max<int64_t>(stride, 1)) * sizeof(float);
-  for (int64_t j = 0, len = 0; j < nk; j += len) {
-    len = std::min(nk - j, p.kv_rows.RunLength(k0 + j));
-    // Addresses as integers: the last line may end past the scales.
-    const uintptr_t first =
-        reinterpret_cast<uintptr_t>(scale + p.kv_rows.ScaleOffset(view, it.b, it.g, k0 + j));
-    const uintptr_t last = first + static_cast<uintptr_t>(len - 1) * (stride == 0 ? 0 : step);
-    // A line per scale where they lie a line or more apart, else every line
-    // from the first scale's to the last one's (one for a per-tensor view).
-    const uintptr_t advance = step >= 64 ? step : 64;
-    const uintptr_t end = step >= 64 ? last : last | 63;
-    for (uintptr_t x = first; x <= end; x += advance) {
-      hwy::Prefetch(reinterpret_cast<const float*>(x));
-    }
-  }
+  ForEachScaleRun(p, scale, view, it, k0, nk,
+                  [](int64_t, const float* s, int64_t len, int64_t stride) {
+                    // Addresses as integers: the last line may end past the scales.
+                    const uintptr_t step = static_cast<uintptr_t>(stride) * sizeof(float);
+                    const uintptr_t first = reinterpret_cast<uintptr_t>(s);
+                    const uintptr_t last = first + static_cast<uintptr_t>(len - 1) * step;
+                    // A line per scale where they lie a line or more apart,
+                    // else every line from the first scale's to the last
+                    // one's (one for a per-tensor view, stride 0).
+                    const uintptr_t advance = step >= 64 ? step : 64;
+                    const uintptr_t end = step >= 64 ? last : last | 63;
+                    for (uintptr_t x = first; x <= end; x += advance) {
+                      hwy::Prefetch(reinterpret_cast<const float*>(x));
+                    }
+                  });
 }
 
 // A direct tile's K and V storage rows, run by run: run r holds the tile's

@@ -91,12 +91,7 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
   t.off_qt = take(d * mp);
   t.off_q = take(t.narrow ? mp * t.dp : 0);
   t.off_k = take(t.direct ? 0 : kt * t.dp);
-  // A column block of P.V reads one line of each of a tile's V rows: rows
-  // a multiple of 1 KiB apart put those lines into a few L1 sets, which
-  // evict each other, so such rows get a line of padding (MLA decode's
-  // scratch V tile, rows of 512 floats, Zen 5, one thread: P.V 28.4 -> 20.8
-  // ms, 75 -> 99 % of a thread's peak).
-  t.ldv = t.dvp % 256 == 0 ? t.dvp + 16 : t.dvp;
+  t.ldv = PaddedRowFloats(t.dvp);
   t.off_v = take(t.direct ? 0 : kt * t.ldv);
   // Packed tiles hold key_tile rounded up to whole vectors (at most 4 keys
   // each) for each row group of 4 rows (4 * groups <= rows_padded).
