@@ -28,9 +28,15 @@ double FastWeightRoundoff(const AttentionProblem& p) {
     case DType::kBF16:
     case DType::kF16:
       return DTypeEpsilon(p.kv_dtype) / 2;
+    case DType::kI8:
+      return 0x1p-22;
     default:
       return 0.0;
   }
+}
+
+bool FastQuantizesWeights(const AttentionProblem& p) {
+  return p.fast() && p.kv_dtype == DType::kI8;
 }
 
 bool MayFlushBF16Products(const AttentionProblem& p) {

@@ -31,9 +31,20 @@ float QuantizeQueryRow(const float* q, int64_t d, int8_t* out);
 
 // The relative error FAST may add to each softmax weight by rounding P to
 // V's storage type before P.V: the type's unit roundoff (bf16 2^-8, f16
-// 2^-11) under FAST with 16-bit V, else 0 (f32 V has nothing to round to;
-// no backend multiplies P in int8, so int8 V grants nothing).
+// 2^-11) under FAST with 16-bit V; with int8 V, 2^-22 (4 f32 roundings:
+// the quantization's scale, its inverse, the integer sum's conversion and
+// its product with the scale; FastQuantizesWeights); else 0 (f32 V has
+// nothing to round to).
 double FastWeightRoundoff(const AttentionProblem& p);
+
+// Whether FAST may quantize the weights for an int8 V: P times V's row
+// scales, to int16 with one scale per query row and block of at most
+// kFastWeightBlock consecutive keys (q = round(w * 32767 / max |w|) to
+// nearest even), then an exact integer P.V (x86 vpdpwssd). Each weight then
+// errs by at most its block's largest |w| / 65534, an absolute error the
+// oracle bounds per key (oracle/compare.h). FAST with int8 V.
+bool FastQuantizesWeights(const AttentionProblem& p);
+inline constexpr int64_t kFastWeightBlock = 64;
 
 // Whether a backend may multiply Q.K with bf16 dot-product instructions
 // (x86 vdpbf16ps), which treat subnormal inputs and products as zero: K is

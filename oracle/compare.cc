@@ -134,7 +134,11 @@ RowBound BoundForRow(const AttentionProblem& p, const RowErrorTerms& t) {
     r.lse += 1.01 * (12 + t.sink_abs_lse) * kU;
   }
   r.weight_roundoff = 1.01 * FastWeightRoundoff(p);
-  if (r.weight_roundoff > 0) {
+  if (FastQuantizesWeights(p)) {
+    // Each key's weight times its V scale errs by at most W_j / 65534 (half
+    // a step of its block's int16 grid), times |v8_jc| <= 128.
+    r.weight_floor = 1.01 * 128.0 / 65534.0 * t.weight_grid;
+  } else if (r.weight_roundoff > 0) {
     // The absolute error of a weight below the type's normal range: half
     // f16's smallest subnormal, or a whole bf16 normal (conversions that
     // flush subnormals, as vcvtne2ps2bf16 does).

@@ -75,6 +75,21 @@ namespace attnkit {
 //   partial sums as zero: 2^-126 per unit of weight (the weights sum to 1)
 //   plus 2^-126 per key pair (weights <= 1 over a row sum >= 1), so bf16
 //   V adds 2^-126 (1 + ceil(n / 2)) absolute.
+// - FAST with int8 V (FastQuantizesWeights): u_j = p_j sv_j (the weight
+//   times V's row scale, v_jc = sv_j v8_jc) may be quantized to int16 with
+//   one scale per row and block of at most 64 consecutive keys, and P.V
+//   summed exactly in integers. A kernel quantizes its tile's weights
+//   relative to the running maximum m_t (each <= 1 there), and the tile's
+//   sum is later rescaled by exp(m_t - m) and divided by l, which maps them
+//   to the normalised p_j: so u_j errs by at most half a step, max_{i in
+//   block} |u_i| / 65534, and o_c by sum_j that times |v8_jc| <= 128. With
+//   W_j the largest |u_i| over the aligned 64-key blocks at and beside j's
+//   (which hold every 64-key block around j), f32_c gains the absolute
+//   (128 / 65534) sum_j W_j (RowErrorTerms::weight_grid). Spread weights
+//   keep W_j near p_j, so the term stays near 2^-9 of sum_j max_c |v_jc|
+//   p_j; a dominant key raises it only in its own and the next blocks. The
+//   four f32 roundings around the integer sum (the scale, its inverse, the
+//   conversion of the sum and its multiply) make u_p = 2^-22.
 //   The LSE gains nothing: its sum must be of the unrounded f32 weights (as
 //   FlashAttention's row sum is), or the bound would grant u_p (bf16: 4e-3)
 //   and an LSE 1e-3 off would pass.

@@ -139,6 +139,10 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
   }
   double sum = 0, sum_max_abs_v = 0, all_max_abs_v = 0;
   RowErrorTerms weighted;  // ALiBi rows: the weighted_* sums, unnormalised
+  // FAST int8 V: each aligned block's largest exp(s_j - max s) |v_scale_j|.
+  const bool grid = terms != nullptr && FastQuantizesWeights(p);
+  std::vector<double> block_max;
+  if (grid) block_max.assign(static_cast<size_t>(p.kv_len / kFastWeightBlock + 1), 0.0);
   for (int64_t j = range.begin; j < range.end; ++j) {
     if (s[j] == kNegInf) continue;  // blocked: v_j is never read
     const double w = std::exp(s[j] - max_score);
@@ -151,6 +155,10 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
     }
     const int64_t v_row = rows.Offset(a.v, b, g, j);
     const double v_scale = scale_of(a.v_scale, j);
+    if (grid) {
+      double& bm = block_max[static_cast<size_t>(j / kFastWeightBlock)];
+      bm = std::max(bm, w * std::fabs(v_scale));
+    }
     double max_abs_v = 0;
     for (int64_t c = 0; c < dv; ++c) {
       const double v = double(a.v.LoadF32(v_row + c * a.v.strides[3])) * v_scale;
@@ -162,6 +170,19 @@ double ReferenceRow(const AttentionProblem& p, const AttentionArgs& a, int64_t b
     all_max_abs_v = std::max(all_max_abs_v, max_abs_v);
   }
   if (terms != nullptr) terms->sum_max_abs_v = sum_max_abs_v / sum;
+  if (grid) {
+    const int64_t blocks = static_cast<int64_t>(block_max.size());
+    double total = 0;
+    for (int64_t j = range.begin; j < range.end; ++j) {
+      if (s[j] == kNegInf) continue;
+      const int64_t x = j / kFastWeightBlock;
+      double w = block_max[static_cast<size_t>(x)];
+      if (x > 0) w = std::max(w, block_max[static_cast<size_t>(x - 1)]);
+      if (x + 1 < blocks) w = std::max(w, block_max[static_cast<size_t>(x + 1)]);
+      total += w;
+    }
+    terms->weight_grid = total / sum;
+  }
   if (!key_abs_dot.empty()) {
     terms->weighted_abs_dot = weighted.weighted_abs_dot / sum;
     terms->weighted_abs_score = weighted.weighted_abs_score / sum;

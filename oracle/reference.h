@@ -47,6 +47,11 @@ struct RowErrorTerms {
   // sum_j max_c |v_jc| / sum_j exp(s_j - max s): weights rounded to f16 (FAST)
   // err by an absolute floor each, times their v row.
   double sum_max_abs_v = 0;
+  // FAST with int8 V (FastQuantizesWeights): sum_j W_j / sum_j exp(s_j -
+  // max s), W_j the largest exp(s_i - max s) |v_scale_i| over the aligned
+  // kFastWeightBlock-key blocks at and beside key j's (every block of that
+  // many consecutive keys that holds j lies in them).
+  double weight_grid = 0;
   // Sinks (config.proto sinks): the row's lse with the sink minus its keys'
   // lse (>= 0; the fold's rescale is exp of minus this), and |lse| with the
   // sink. Both 0 without a sink.

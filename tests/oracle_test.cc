@@ -6,7 +6,8 @@
 //
 // FAST (config.proto compute) runs the grid too, on 16-bit and int8 K/V:
 // the reference consumes the rounded Q, a legal FAST computation (P rounded
-// to V's type before P.V, the row sum of the unrounded weights) must pass,
+// to V's type before P.V, or with int8 V quantized to int16 per 64-key
+// block, the row sum of the unrounded weights) must pass,
 // and the same bugs plus FAST's own (P rounded twice: P.V summed in V's
 // type; int8 Q quantized with the wrong scale) must be caught.
 //
@@ -100,6 +101,49 @@ void RoundedWeightsOutput(const AttentionProblem& p, const ProblemData& in,
         const int64_t row = (b * p.num_heads + h) * p.q_len + i;
         for (int64_t c = 0; c < d; ++c) r->o[row * d + c] = acc[c] / l;
       }
+    }
+  }
+}
+
+// Rewrites r->o as a FAST kernel with int8 V may compute it
+// (FastQuantizesWeights): each weight e_j = exp(s_j - max s) times V's row
+// scale quantized to int16 per aligned block of kFastWeightBlock keys, the
+// coarsest blocks the permission allows, and the integer sums scaled back.
+void Int16WeightsOutput(const AttentionProblem& p, const ProblemData& in, ReferenceResult* r) {
+  const AttentionArgs a = in.args();
+  const int64_t d = p.value_dim();
+  std::vector<double> s(static_cast<size_t>(p.kv_len)), o(static_cast<size_t>(d));
+  std::vector<double> u(static_cast<size_t>(p.kv_len)), acc(static_cast<size_t>(d));
+  for (int64_t h = 0; h < p.num_heads; ++h) {
+    const int64_t g = p.KvHead(h);
+    for (int64_t i = 0; i < p.q_len; ++i) {
+      std::fill(s.begin(), s.end(), -INFINITY);
+      const double lse = ReferenceRow(p, a, 0, h, i, &s, o.data());
+      if (!std::isfinite(lse)) continue;
+      const KeyRange range = VisibleKeys(p.mask_params(0), i, p.KvLength(0));
+      double max_s = -INFINITY;
+      for (int64_t j = range.begin; j < range.end; ++j) max_s = std::max(max_s, s[j]);
+      double l = 0;
+      std::fill(u.begin(), u.end(), 0.0);
+      for (int64_t j = range.begin; j < range.end; ++j) {
+        if (s[j] == -INFINITY) continue;
+        const double e = std::exp(s[j] - max_s);
+        l += e;
+        u[j] = e * static_cast<const float*>(a.v_scale.data)[a.v_scale.Offset(0, g, j, 0)];
+      }
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j0 = 0; j0 < p.kv_len; j0 += kFastWeightBlock) {
+        const int64_t j1 = std::min(p.kv_len, j0 + kFastWeightBlock);
+        double m = 0;
+        for (int64_t j = j0; j < j1; ++j) m = std::max(m, std::fabs(u[j]));
+        if (m == 0) continue;
+        for (int64_t j = j0; j < j1; ++j) {
+          const double w = std::nearbyint(u[j] * 32767 / m) * (m / 32767);
+          for (int64_t c = 0; c < d; ++c) acc[c] += w * a.v.LoadF32(a.v.Offset(0, g, j, c));
+        }
+      }
+      const int64_t row = h * p.q_len + i;
+      for (int64_t c = 0; c < d; ++c) r->o[row * d + c] = acc[c] / l;
     }
   }
 }
@@ -322,7 +366,16 @@ TEST_P(OracleTest, CatchesEveryPlantedBugAndPassesEveryBackend) {
       ASSERT_TRUE(data.ok()) << data.status();
       const ReferenceResult ref = ComputeReference(p, data->args());
 
-      if (FastWeightRoundoff(p) > 0) {  // a legal FAST computation passes
+      if (FastQuantizesWeights(p)) {  // a legal int16 P.V passes
+        ReferenceResult r = ref;
+        Int16WeightsOutput(p, *data, &r);
+        StoreOutputs(p, r, *data);
+        const Comparison c = CompareToReference(p, data->args(), ref);
+        EXPECT_TRUE(c.ok()) << "P quantized to int16 fails the FAST oracle on " << p.name << ": "
+                            << c.first_failure;
+        backend_fraction["(legal FAST int16 P)"] =
+            std::max(backend_fraction["(legal FAST int16 P)"], c.max_bound_fraction);
+      } else if (FastWeightRoundoff(p) > 0) {  // a legal FAST computation passes
         ReferenceResult r = ref;
         RoundedWeightsOutput(
             p, *data, [&](double e) { return RoundToStorage(e, p.kv_dtype); },

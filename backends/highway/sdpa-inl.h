@@ -68,6 +68,9 @@ using highway_plan::Tiling;
 //            vpdpbusd against K storage.
 //   vnni_256: vnni_qk by AVX-VNNI's 256-bit vpdpbusd (AvxVnniQDotK4), not
 //            AVX512_VNNI's (VnniQDotK4).
+//   vnni_pv: also int8 V (AVX-512 only): P times V's scales quantized to
+//            int16 per row and tile, vpdpwssd against V storage
+//            (WeightedPairsV4).
 // Only on CPUs that have the instructions, and on AVX-512 targets but for
 // vnni_qk, which the AVX2 target also takes with AVX-VNNI (the 256-bit
 // kernel; AVX-512 targets keep the 512-bit one where the CPU has both). A
@@ -77,6 +80,7 @@ struct DotChoice {
   bool bf16_pv = false;
   bool vnni_qk = false;
   bool vnni_256 = false;
+  bool vnni_pv = false;
 };
 inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
   DotChoice c;
@@ -95,6 +99,9 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
   c.bf16_pv = c.bf16_qk && p.fast && p.v.dtype == DType::kBF16 && p.v.strides[3] == 1 &&
               p.value_dim % 16 == 0 && t.dvp == p.value_dim;
   c.vnni_qk = t.packed && p.k.dtype == DType::kI8 && p.round_q && x86_dot::HaveVnni();
+  c.vnni_pv = c.vnni_qk && p.fast && p.v.dtype == DType::kI8;
+  static_assert(kMaxKeyTile <= static_cast<int64_t>(x86_dot::kMaxWeightedPairsKeys),
+                "WeightedPairsV4's integer sums hold at most kMaxWeightedPairsKeys keys");
 #else
   (void)p;
   (void)t;
@@ -232,6 +239,15 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
                                                      [&runs](int64_t j) { return runs.VRow(j); },
                                                      nk, dvp, s, lay, rows, bad, bad_keys)
                                                : 0;
+  // int8 V under FAST (dots.vnni_pv): each key's V row, for
+  // x86_dot::WeightedPairsV4; a tile with a bad V row takes the f32
+  // products below.
+  const bool int_pv = std::is_same<T, int8_t>::value && dots.vnni_pv && n_bad == 0;
+  const int8_t* vrows[kMaxKeyTile + 1];
+  if (int_pv) {
+    for (int64_t j = 0; j < nk; ++j) vrows[j] = reinterpret_cast<const int8_t*>(runs.VRow(j));
+    vrows[nk] = vrows[nk - 1];  // an odd tile's last pair: weight 0
+  }
   for (int64_t g = 0; g < groups; ++g) {
     float* HWY_RESTRICT sg = s + g * lay.group_stride;
     const int64_t r0 = g * kGroupRows;
@@ -239,6 +255,15 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     // int8: P times the value scales, after l has summed P itself.
     if constexpr (kScaled) {
       PackedScale(sg, static_cast<size_t>(nk4), v_scales, /*keep_zero=*/true);
+    }
+    // The weights quantized to int16 and the tile's P.V one exact integer
+    // sum per element, whatever its runs: unless a row's weights are not
+    // finite (or tiny), which the f32 products below then take.
+    if (int_pv &&
+        x86_dot::WeightedPairsV4(sg, static_cast<size_t>(nk), vrows,
+                                 static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp),
+                                 alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp))) {
+      continue;
     }
     const float* rescale = alpha + r0;  // the first product applies it
     // Keys [j0, j1) between bad V rows, a run at a time: each key adds its
@@ -731,6 +756,7 @@ inline void FillRunInfo(const FlashParams& p, const Tiling& t, int64_t items, in
   info->products = dots.bf16_pv    ? "qk=bf16dot pv=bf16dot"
                    : dots.bf16_qk  ? "qk=bf16dot"
                    : dots.vnni_256 ? "qk=int8avxvnni"
+                   : dots.vnni_pv  ? "qk=int8vnni pv=int16vnni"
                    : dots.vnni_qk  ? "qk=int8vnni"
                                    : "";
   info->target = HWY_TARGET;

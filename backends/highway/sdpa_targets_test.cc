@@ -41,9 +41,10 @@ TEST_P(FlashTargetTest, DecodeTilesMatchReference) {
 }
 
 // int8 K/V decode under FAST (4 query rows per kv head, keys that fill no
-// whole tile) against the oracle, and the Q.K it ran: vpdpbusd where the
-// target and CPU allow (AVX-512 targets with AVX512_VNNI, AVX2 with
-// AVX-VNNI), f32 products of the widened values otherwise.
+// whole tile, an odd count, dv = 80 ending mid-block) against the oracle,
+// and the products it ran: vpdpbusd Q.K where the target and CPU allow
+// (AVX-512 targets with AVX512_VNNI, AVX2 with AVX-VNNI), and on AVX-512
+// the int16 P.V (vpdpwssd); f32 products of the widened values otherwise.
 TEST_P(FlashTargetTest, Int8FastDecodeMatchesTheOracle) {
   static Backend* backend = MakeHighwayBackend({/*num_threads=*/2}).release();
   const int64_t target = GetParam();
@@ -51,7 +52,7 @@ TEST_P(FlashTargetTest, Int8FastDecodeMatchesTheOracle) {
   if (target == HWY_AVX2 && x86_dot::HaveAvxVnni()) {
     want = " qk=int8avxvnni";
   } else if (target <= HWY_AVX3 && x86_dot::HaveVnni()) {
-    want = " qk=int8vnni";
+    want = " qk=int8vnni pv=int16vnni";
   } else if (target == HWY_AVX2) {
     std::cout << "not checking the AVX2 kernel's products: this CPU has no AVX-VNNI\n";
   }

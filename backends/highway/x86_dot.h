@@ -81,6 +81,21 @@ void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* q_sum128, const floa
                 const int8_t* pf_k, size_t ld_pf_k, const int8_t* pf_v, size_t ld_pf_v,
                 size_t ahead);
 
+// Decode's P.V for a group of 4 query rows against int8 values, P
+// quantized (FAST with int8 V, core/fast_compute.h): per row r < 4,
+// q[j] = round(P[j, r] * 32767 / max_j |P[j, r]|) to nearest even, then
+//   O[r, c] = alpha[r] O[r, c] + (max / 32767) * sum_{j < keys} q[j] V[j, c]
+// for c < dvp (alpha null: 1), the integer sum exact (vpdpwssd on int16
+// pairs of keys). P[j, r] = p[4 j + r], the weights times V's scales, zero
+// for keys up to `keys` rounded up to 4; v[j]: key j's row of dv int8
+// values (j < keys rounded up to 2; the extra key's weight is 0). Columns
+// [dv, dvp) of O are only rescaled. keys <= kMaxWeightedPairsKeys.
+// Returns false, having changed nothing, where a row's max |P| is NaN,
+// Inf, or so small (below 1e-30, not 0) that 32767 / max would overflow.
+constexpr size_t kMaxWeightedPairsKeys = 512;
+bool WeightedPairsV4(const float* p, size_t keys, const int8_t* const* v, size_t dv, size_t dvp,
+                     const float* alpha, float* o, size_t ldo);
+
 // ---- int8 (x86_avxvnni_dot.cc) ----
 
 // VnniQDotK4 with AVX-VNNI's 256-bit vpdpbusd, for AVX2 CPUs without
