@@ -221,9 +221,10 @@ ATTNKIT_TARGET_VNNI bool WeightedPairsV4(const float* p, size_t keys, const int8
     _mm256_store_si256(reinterpret_cast<__m256i*>(pp + 8 * i), w);
   }
   // Column blocks of 32: 4 rows x (lo, hi) int32 accumulators, each lane
-  // the sum over key pairs of two int16 products (a block of 64 columns
-  // measured slower: GCC 12 spilled its 16 accumulators). Exact: |sum| <=
-  // keys * 32767 * 128 < 2^31 for keys <= 512.
+  // the sum over key pairs of two int16 products (blocks of 64 columns,
+  // which share each weight broadcast and V row load between 16
+  // accumulators, measured slower in three of three paired one-thread runs
+  // on Zen 5). Exact: |sum| <= keys * 32767 * 128 < 2^31 for keys <= 512.
   for (size_t c0 = 0; c0 < dvp; c0 += 32) {
     __m512i lo0 = _mm512_setzero_si512(), hi0 = lo0, lo1 = lo0, hi1 = lo0, lo2 = lo0, hi2 = lo0,
             lo3 = lo0, hi3 = lo0;
