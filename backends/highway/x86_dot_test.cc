@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -170,6 +171,79 @@ class GuardedBytes {
   int8_t* base_ = nullptr;
   int8_t* data_ = nullptr;
 };
+
+// int8 P.V with int16 weights: the exact integer sums of the weights as
+// the kernel quantizes them (f32 scale and inverse, round to nearest even),
+// times the scale, added to alpha O in one rounding. Head dims that end
+// mid-block (the last V row ending at an inaccessible page, so a load past
+// dv bytes faults), odd key counts, a row of zero weights (O only
+// rescaled), alpha null (1), columns [dv, dvp) only rescaled; and the
+// refusals: a NaN or Inf weight, or a row whose largest weight is tiny,
+// returns false with O unchanged.
+TEST(X86DotTest, WeightedPairsV4IsTheExactIntegerSumOfQuantizedWeights) {
+  if (!x86_dot::HaveVnni()) GTEST_SKIP() << "this CPU has no AVX512_VNNI";
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> i8(-128, 127);
+  std::uniform_real_distribution<float> weight(0.0f, 1.5f);
+  for (size_t dv : {16, 48, 80, 128}) {
+    const size_t dvp = (dv + 15) / 16 * 16;
+    for (size_t keys : {1, 7, 32, 64}) {
+      for (bool with_alpha : {true, false}) {
+        const size_t ldv = dv + 16;
+        std::vector<int8_t> rows(keys * ldv);
+        for (int8_t& x : rows) x = static_cast<int8_t>(i8(rng));
+        GuardedBytes last(dv);  // the last key's row, ending at the guard
+        ASSERT_NE(last.data(), nullptr);
+        for (size_t c = 0; c < dv; ++c) last.data()[c] = static_cast<int8_t>(i8(rng));
+        std::vector<const int8_t*> v(keys + 1);
+        for (size_t j = 0; j < keys; ++j) v[j] = rows.data() + j * ldv;
+        v[keys - 1] = last.data();
+        v[keys] = v[keys - 1];
+        const size_t keys4 = (keys + 3) / 4 * 4;
+        std::vector<float> p(keys4 * 4, 0.0f);
+        for (size_t j = 0; j < keys; ++j) {
+          for (size_t r = 0; r < 3; ++r) p[j * 4 + r] = r == 1 ? -weight(rng) : weight(rng);
+        }  // row 3: all zero
+        const std::vector<float> alpha = {0.5f, 1.0f, 0.25f, 0.75f};
+        std::vector<float> o(4 * dvp), want(4 * dvp);
+        for (float& x : o) x = weight(rng);
+        for (size_t r = 0; r < 4; ++r) {
+          float mx = 0;
+          for (size_t j = 0; j < keys; ++j) mx = std::max(mx, std::fabs(p[j * 4 + r]));
+          const float back = mx / 32767.0f, inv = mx == 0 ? 0.0f : 1.0f / back;
+          for (size_t c = 0; c < dvp; ++c) {
+            int64_t sum = 0;
+            for (size_t j = 0; c < dv && j < keys; ++j) {
+              sum += static_cast<int64_t>(std::nearbyint(p[j * 4 + r] * inv)) * v[j][c];
+            }
+            const float a = with_alpha ? alpha[r] : 1.0f;
+            want[r * dvp + c] = std::fma(o[r * dvp + c], a, static_cast<float>(sum) * back);
+          }
+        }
+        ASSERT_TRUE(x86_dot::WeightedPairsV4(p.data(), keys, v.data(), dv, dvp,
+                                             with_alpha ? alpha.data() : nullptr, o.data(), dvp));
+        for (size_t x = 0; x < o.size(); ++x) {
+          ASSERT_EQ(o[x], want[x])
+              << "dv " << dv << " keys " << keys << " row " << x / dvp << " column " << x % dvp;
+        }
+        // Refused, O untouched: a NaN, an Inf, a largest weight of 1e-35.
+        for (float bad : {std::nanf(""), INFINITY, 1e-35f}) {
+          std::vector<float> q = p;
+          if (bad == 1e-35f) {
+            for (size_t j = 0; j < keys; ++j) q[j * 4 + 2] = j == 0 ? bad : 0.0f;
+          } else {
+            q[(keys - 1) * 4 + 1] = bad;
+          }
+          const std::vector<float> before = o;
+          EXPECT_FALSE(x86_dot::WeightedPairsV4(q.data(), keys, v.data(), dv, dvp, alpha.data(),
+                                                o.data(), dvp))
+              << "weight " << bad;
+          EXPECT_EQ(o, before);
+        }
+      }
+    }
+  }
+}
 
 // The 256-bit kernel: every 32-byte step with and without a 16-byte tail,
 // one key and odd key counts, K at both extremes (-128: K + 128 = 0; 127),
