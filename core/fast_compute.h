@@ -2,8 +2,10 @@
 // once as functions of the stored values alone: the kernels that round Q
 // call them, and the fp64 reference (oracle/reference.cc) consumes exactly
 // the rounded Q they give, so the oracle stays tight. The rounding of P is
-// not a function of the inputs alone; it enters the oracle's bound as a
-// derived term (oracle/compare.h) with the unit roundoff FastWeightRoundoff.
+// not a function of the inputs alone; it enters the oracle's bound as
+// derived terms (oracle/compare.h): the unit roundoff FastWeightRoundoff
+// and, for int8 V's int16 weights (FastQuantizesWeights), a per-key grid
+// term (RowErrorTerms::weight_grid).
 #ifndef ATTNKIT_CORE_FAST_COMPUTE_H_
 #define ATTNKIT_CORE_FAST_COMPUTE_H_
 
@@ -31,10 +33,10 @@ float QuantizeQueryRow(const float* q, int64_t d, int8_t* out);
 
 // The relative error FAST may add to each softmax weight by rounding P to
 // V's storage type before P.V: the type's unit roundoff (bf16 2^-8, f16
-// 2^-11) under FAST with 16-bit V; with int8 V, 2^-22 (4 f32 roundings:
-// the quantization's scale, its inverse, the integer sum's conversion and
-// its product with the scale; FastQuantizesWeights); else 0 (f32 V has
-// nothing to round to).
+// 2^-11) under FAST with 16-bit V; with int8 V, 2^-22 (4 u, for the f32
+// roundings around the integer sum: the weight times the inverse scale,
+// the sum's conversion and its product with the scale;
+// FastQuantizesWeights); else 0 (f32 V has nothing to round to).
 double FastWeightRoundoff(const AttentionProblem& p);
 
 // Whether FAST may quantize the weights for an int8 V: P times V's row

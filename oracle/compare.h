@@ -88,11 +88,13 @@ namespace attnkit {
 //   (128 / 65534) sum_j W_j (RowErrorTerms::weight_grid). Spread weights
 //   keep W_j near p_j, so the term stays near 2^-9 of sum_j max_c |v_jc|
 //   p_j; a dominant key raises it only in its own and the next blocks. The
-//   four f32 roundings around the integer sum (the scale, its inverse, the
-//   conversion of the sum and its multiply) make u_p = 2^-22.
-//   The LSE gains nothing: its sum must be of the unrounded f32 weights (as
-//   FlashAttention's row sum is), or the bound would grant u_p (bf16: 4e-3)
-//   and an LSE 1e-3 off would pass.
+//   f32 roundings around the integer sum (the weight times the inverse
+//   scale, the conversion of the sum and its multiply by the scale; the
+//   scale's own rounding only widens the step, within the 1.01) make u_p =
+//   2^-22, a generous 4 u.
+// - Whatever FAST rounds of P, the LSE gains nothing: its sum must be of
+//   the unrounded f32 weights (as FlashAttention's row sum is), or the
+//   bound would grant u_p (bf16: 4e-3) and an LSE 1e-3 off would pass.
 //
 // ALiBi (config.proto alibi): the reference adds a_j = -slope |diag - j|
 // exactly; a backend converts the distance to f32 (a relative error of u

@@ -109,6 +109,7 @@ void RoundedWeightsOutput(const AttentionProblem& p, const ProblemData& in,
 // (FastQuantizesWeights): each weight e_j = exp(s_j - max s) times V's row
 // scale quantized to int16 per aligned block of kFastWeightBlock keys, the
 // coarsest blocks the permission allows, and the integer sums scaled back.
+// Batch 0 of a dense layout: the grid's problems (batch 1, dense).
 void Int16WeightsOutput(const AttentionProblem& p, const ProblemData& in, ReferenceResult* r) {
   const AttentionArgs a = in.args();
   const int64_t d = p.value_dim();

@@ -32,6 +32,7 @@
 #include "backends/highway/tiling.h"
 #include "backends/highway/workspace.h"
 #include "backends/highway/x86_dot.h"
+#include "core/fast_compute.h"
 #include "core/mask.h"
 #include "core/sinks.h"
 #include "core/status_macros.h"
@@ -102,6 +103,9 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
   c.vnni_pv = c.vnni_qk && p.fast && p.v.dtype == DType::kI8;
   static_assert(kMaxKeyTile <= static_cast<int64_t>(x86_dot::kMaxWeightedPairsKeys),
                 "WeightedPairsV4's integer sums hold at most kMaxWeightedPairsKeys keys");
+  static_assert(kMaxKeyTile <= kFastWeightBlock,
+                "FAST quantizes int8 V's weights per block of at most kFastWeightBlock keys "
+                "(core/fast_compute.h); a tile is one block");
 #else
   (void)p;
   (void)t;
@@ -753,6 +757,8 @@ inline void MergeWorkItem(const FlashParams& p, const Tiling& t, int64_t base,
   if (StreamsOutput(p)) hwy::FlushStream();
 }
 
+// products: what the problem's tiles run (a tile that cannot, such as an
+// int8 tile whose weights hold a NaN, takes the f32 products instead).
 inline void FillRunInfo(const FlashParams& p, const Tiling& t, int64_t items, int threads,
                         FlashRunInfo* info) {
   const DotChoice dots = ChooseDots(p, t);

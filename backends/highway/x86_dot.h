@@ -89,9 +89,10 @@ void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* q_sum128, const floa
 // pairs of keys). P[j, r] = p[4 j + r], the weights times V's scales, zero
 // for keys up to `keys` rounded up to 4; v[j]: key j's row of dv int8
 // values (j < keys rounded up to 2; the extra key's weight is 0). Columns
-// [dv, dvp) of O are only rescaled. keys <= kMaxWeightedPairsKeys.
+// [dv, dvp) of O are only rescaled: dv <= dvp, dvp a multiple of 16 (whole
+// vectors of O are stored). keys <= kMaxWeightedPairsKeys.
 // Returns false, having changed nothing, where a row's max |P| is NaN,
-// Inf, or so small (below 1e-30, not 0) that 32767 / max would overflow.
+// Inf, or tiny (below 1e-30, not 0: 32767 / max overflows near 1e-34).
 constexpr size_t kMaxWeightedPairsKeys = 512;
 bool WeightedPairsV4(const float* p, size_t keys, const int8_t* const* v, size_t dv, size_t dvp,
                      const float* alpha, float* o, size_t ldo);

@@ -191,9 +191,9 @@ ATTNKIT_TARGET_VNNI bool WeightedPairsV4(const float* p, size_t keys, const int8
   if (special != 0) return false;
   mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, 0x4E));  // blocks (2, 3, 0, 1)
   mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, 0xB1));  // blocks (1, 0, 3, 2)
-  // Every block: [max_0, max_1, max_2, max_3]. Weights so small that
-  // 32767 / max would overflow send the tile, as a NaN or Inf does, to the
-  // caller's f32 kernel.
+  // Every block: [max_0, max_1, max_2, max_3]. Weights below 1e-30 (well
+  // before 32767 / max overflows, near 1e-34) send the tile, as a NaN or
+  // Inf does, to the caller's f32 kernel.
   alignas(64) float row_max[16];
   _mm512_store_ps(row_max, mx);
   for (int r = 0; r < 4; ++r) {
