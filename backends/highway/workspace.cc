@@ -4,8 +4,7 @@
 
 namespace attnkit {
 
-absl::Status Workspace::Reserve(int threads, size_t per_thread_floats,
-                                size_t shared_floats) {
+absl::Status Workspace::Reserve(int threads, size_t per_thread_floats, size_t shared_floats) {
   const size_t thread_bytes = per_thread_floats * sizeof(float);
   if (per_thread_.size() < static_cast<size_t>(threads)) per_thread_.resize(threads);
   for (int t = 0; t < threads; ++t) {
