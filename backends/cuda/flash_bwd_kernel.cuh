@@ -39,6 +39,19 @@ __device__ __forceinline__ int64_t Off(const Strides4& s, int64_t b, int64_t h, 
   return b * s.b + h * s.h + t * s.t + c * s.c;
 }
 
+// Zeroes each of rows [0, n) of a [n, kLd] f32 tile whose first kD values
+// hold a NaN or Inf; one warp per row, `warp` of kBwdWarps.
+template <int kD, int kLd>
+__device__ __forceinline__ void ZeroNonFiniteRows(float* tile, int n, int warp, int lane) {
+  for (int r = warp; r < n; r += kBwdWarps) {
+    float* row = tile + r * kLd;
+    bool finite = true;
+    for (int c = lane; c < kD; c += 32) finite = finite && isfinite(row[c]);
+    if (__all_sync(0xffffffffu, finite)) continue;
+    for (int c = lane; c < kD; c += 32) row[c] = 0.0f;
+  }
+}
+
 template <int kD>
 __global__ void __launch_bounds__(kBwdThreads) FlashBackwardKernel(const BwdParams p) {
   using Tr = BwdTraits<kD>;
@@ -83,6 +96,14 @@ __global__ void __launch_bounds__(kBwdThreads) FlashBackwardKernel(const BwdPara
     sK[j * kLdD + c] = kx;
     sV[j * kLdD + c] = vx;
   }
+  // A K or V row holding a NaN or Inf is zeroed, as the CPU backends do
+  // (backends/blas/backward.cc, StageKv): a query row that sees it read it in
+  // the forward, so its lse is NaN and PairGradOf makes its P and dX NaN
+  // wherever it sees a key; a row that does not see it must not get 0 * NaN
+  // in dQ = dX K or dP = dO V^T.
+  __syncthreads();
+  ZeroNonFiniteRows<kD, kLdD>(sK, kN, warp, lane);
+  ZeroNonFiniteRows<kD, kLdD>(sV, kN, warp, lane);
 
   float dk[kKeys][kCols], dv[kKeys][kCols];
 #pragma unroll
@@ -130,6 +151,12 @@ __global__ void __launch_bounds__(kBwdThreads) FlashBackwardKernel(const BwdPara
       sQ[r * kLdD + c] = qx;
       sDo[r * kLdD + c] = dox;
     }
+    // A Q row holding a NaN or Inf is zeroed (LoadBlock's rule there): with a
+    // NaN lse its P is NaN wherever it sees a key anyway, and with a finite
+    // one (it sees no key; with sinks the lse is the sink's) Q is never
+    // read; either way 0 * NaN must not reach the dK of keys it does not see.
+    __syncthreads();
+    ZeroNonFiniteRows<kD, kLdD>(sQ, kM, warp, lane);
     __syncthreads();
 
     // S = Q K^T and dP = dO V^T for key column c and rows [rbase, rbase +
