@@ -13,6 +13,8 @@
 #     characters;
 #   - every suite gets its whole cap when each one overruns it, and a smaller
 #     budget leaves later suites NOT RUN (and the run FAIL);
+#   - --suites runs only the suites named, and the others neither run nor
+#     fail the run; an unknown name is refused;
 #   - a run.sh whose caps outgrow the budget is caught (a planted copy).
 #
 #   run_test.sh [RUN_SH]   (default: tools/gpu_bundle/run.sh; the bundle
@@ -135,6 +137,18 @@ fake_run small --fake='*=overrun' --budget_s=150
 check_out small 6
 grep -q 'concurrency .*NOT RUN (budget spent)' "$out/summary.txt" ||
   fail "small: the last suite ran beyond the budget"
+
+echo "== --suites: only the suites named run, the others do not fail the run"
+fake_run only --fake='*=pass,grad_conformance=fail' --suites=plugin,torch_sdpa
+((rc == 0)) || fail "only: exit $rc (the failing suite was not selected)"
+check_out only 2
+[[ $(grep -c 'not run (not selected)' "$out/summary.txt") -eq 4 ]] ||
+  fail "only: four suites should be listed as not selected"
+grep -q '^plugin .* pass' "$out/summary.txt" || fail "only: plugin did not run"
+grep -q '^torch_sdpa .* pass' "$out/summary.txt" || fail "only: torch_sdpa did not run"
+fake_run only_bad --fake='*=pass' --suites=plugin,nonesuch
+((rc == 2)) || fail "only_bad: an unknown suite name gave exit $rc, not 2"
+grep -q "'nonesuch', which is not a suite" "$log" || fail "only_bad: the error does not name it"
 
 echo "== a planted run.sh whose caps outgrow the budget is caught"
 planted=$tmp/run_planted.sh

@@ -8,8 +8,10 @@ and dtype (bf16, f16) it
   2. runs torch.nn.functional.scaled_dot_product_attention on them (the flash
      backend when torch can use it), times it with CUDA events, and checks
      its output with `attnkit verify` (the fp64 reference and attnkit's
-     oracle),
+     oracle) under compute FAST: torch's flash kernel rounds P to the 16-bit
+     type before P V, which FAST permits and EXACT does not,
   3. times `cuda` and `cuda-cublas` on the same config with `attnkit compare`,
+     under EXACT, and for bf16 under FAST too (rows "<backend> fast"),
 then prints one table: milliseconds, useful TFLOP/s, % of the GPU's dense
 bf16 peak and of its copy bandwidth (both measured here, in the same run,
 with a torch (cuBLAS) GEMM and a device-to-device copy), and the ratio of each
@@ -152,7 +154,7 @@ def main():
     peak, bandwidth = machine_limits(device)
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     print(f"torch {torch.__version__} on {name}: bf16 GEMM {peak:.1f} TFLOP/s, copy "
-          f"{bandwidth:.0f} GB/s (measured now)")
+          f"{bandwidth:.0f} GB/s (measured now)", flush=True)
     rows, failures = [], 0
     for (pname, B, H, G, Tq, Tk, d, causal) in (PROBLEMS if device == "cuda" else SMALL):
         for dname, (tname, cdtype) in DTYPES.items():
@@ -187,26 +189,37 @@ def main():
             write_npy(os.path.join(work, "o_torch.npy"), o.float())
             rc, text = run([args.attnkit, "verify", f"--config={config}"] +
                            [f"--{x}={os.path.join(work, x + '.npy')}" for x in "qkv"] +
-                           [f"--o={os.path.join(work, 'o_torch.npy')}", "--sample_rows=256"])
+                           [f"--o={os.path.join(work, 'o_torch.npy')}", "--sample_rows=256",
+                            "--compute=fast"])
             verdict = text.splitlines()[0] if text else f"exit {rc}"
             failures += rc != 0
             # attnkit's CUDA backends on the same config, checked then timed.
-            report = os.path.join(work, "compare.json")
             ours = {}
-            if device == "cuda":
+            for mode in (["exact", "fast"] if dname == "bf16" else ["exact"]):
+                if device != "cuda":
+                    break
+                report = os.path.join(work, f"compare_{mode}.json")
                 rc2, text2 = run([args.attnkit, "compare", f"--config={config}",
-                                  "--backends=cuda,cuda-cublas", f"--json={report}"] + plugins)
+                                  "--backends=cuda,cuda-cublas", f"--compute={mode}",
+                                  f"--json={report}"] + plugins)
                 if rc2 != 0:
-                    print(f"{tag}: attnkit compare failed: {text2.splitlines()[-1:]}")
+                    print(f"{tag}: attnkit compare --compute={mode} failed: "
+                          f"{text2.splitlines()[-1:]}", flush=True)
                     failures += 1
                 if os.path.exists(report):
                     for r in json.load(open(report))["problems"][0]["results"]:
                         if r.get("status") == "ok":
-                            ours[r["backend"]] = r["median_s"] * 1e3
+                            name = r["backend"] + ("" if mode == "exact" else " fast")
+                            ours[name] = r["median_s"] * 1e3
             # Useful FLOPs as attnkit counts them: 4 d per visible (query, key) pair.
             pairs = B * H * (Tq * (Tq + 1) // 2 if causal and Tq == Tk else Tq * Tk)
             flops = 4 * d * pairs
             rows.append((tag, torch_ms, ours, flops, verdict))
+            # One line per problem as it finishes: a run cut off by its cap
+            # still shows what it measured.
+            print(f"{tag}: torch-sdpa {torch_ms:.3f} ms; " +
+                  "; ".join(f"{b} {ms:.3f} ms" for b, ms in sorted(ours.items())) +
+                  f"; torch output: {verdict}", flush=True)
             if not args.keep:
                 shutil.rmtree(work, ignore_errors=True)
     print(f"\n{'problem':40} {'backend':12} {'ms':>9} {'TFLOP/s':>8} {'%peak':>6} "
