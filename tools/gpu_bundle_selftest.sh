@@ -7,7 +7,8 @@
 #     leaving at most six small files in $OUT and no scratch behind, and
 #   - keeps the GPU machine's limits (tools/gpu_bundle/run_test.sh on the
 #     bundle's own run.sh: the budget arithmetic, $OUT's file count and
-#     sizes under simulated runs, the closing summary).
+#     sizes under simulated runs, the closing summary), and its
+#     kernel_times.sh works beside its bundle_env.sh (kernel_times_test.sh).
 # On a machine with a usable GPU it says so and runs the bundle for real.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,4 +56,5 @@ if [[ -n $(ls -A "$tmp/scratch") ]]; then
 fi
 
 tools/gpu_bundle/run_test.sh "$dir/run.sh"
+tools/gpu_bundle/kernel_times_test.sh "$dir/kernel_times.sh"
 echo "gpu_bundle_selftest: PASS"

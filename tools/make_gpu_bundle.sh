@@ -2,7 +2,8 @@
 # Builds the self-contained GPU check bundle: the CUDA-relevant test binaries,
 # the attnkit CLI and the backend plugins, optimised, with every shared
 # library they load that a bare GPU machine may lack, and the runner
-# (tools/gpu_bundle/run.sh, with torch_compare.py and python_check.py). The GPU machine then needs
+# (tools/gpu_bundle/run.sh, with torch_compare.py, python_check.py and
+# bundle_env.sh) and the per-kernel profile (kernel_times.sh). The GPU machine then needs
 # only glibc >= 2.36, the NVIDIA driver and CUDA 13's cuBLAS (the toolkit or
 # PyTorch's nvidia-cublas wheel, found by run.sh): no Bazel, no Debian
 # packages.
@@ -80,6 +81,8 @@ install -m 644 tools/gpu_bundle/python_check.py "$out/python_check.py"
 find "$out/lib" -name '*.so*' -size +8M -exec gzip -9 {} +
 
 install -m 755 tools/gpu_bundle/run.sh "$out/run.sh"
+install -m 644 tools/gpu_bundle/bundle_env.sh "$out/bundle_env.sh"
+install -m 755 tools/gpu_bundle/kernel_times.sh "$out/kernel_times.sh"
 install -m 644 tools/gpu_bundle/torch_compare.py "$out/torch_compare.py"
 git rev-parse --short HEAD > "$out/COMMIT" 2> /dev/null || echo unknown > "$out/COMMIT"
 

@@ -124,40 +124,10 @@ if [[ -n $fake ]]; then
   gpu="fake GPU (--fake=$fake)"
   export ATTNKIT_REQUIRE_BACKENDS=cuda,cuda-cublas
 else
-  # Libraries the bundle carries gzipped (make_gpu_bundle.sh), unpacked once.
-  for gz in "$here"/lib/*.gz; do
-    [[ -e $gz ]] || continue
-    lib=${gz%.gz}
-    [[ -e $lib ]] && continue
-    if ! { gzip -dc "$gz" > "$lib.tmp" && mv "$lib.tmp" "$lib"; }; then
-      rm -f "$lib.tmp"
-      echo "run.sh: cannot unpack $gz into $lib (needs gzip and a writable bundle)" >&2
-      exit 1
-    fi
-  done
-
-  # cuBLAS from the CUDA toolkit, or from PyTorch's nvidia-cublas wheel.
-  cuda_dirs=()
-  for d in "${CUDA_PATH:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 \
-    /usr/lib/x86_64-linux-gnu; do
-    [[ -d $d ]] && cuda_dirs+=("$d")
-  done
-  if command -v python3 > /dev/null; then
-    while read -r d; do [[ -d $d ]] && cuda_dirs+=("$d"); done < <(python3 - 2> /dev/null << 'PY'
-import importlib
-for name in ("nvidia.cublas", "nvidia.cu13", "nvidia.cuda_runtime"):
-    try:
-        m = importlib.import_module(name)
-        for p in m.__path__:
-            print(p + "/lib")
-    except Exception:
-        pass
-PY
-    )
-  fi
-  lib_path="$here/lib"
-  for d in "${cuda_dirs[@]}"; do lib_path="$lib_path:$d"; done
-  export LD_LIBRARY_PATH="$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # The bundle's libraries unpacked, and CUDA's on the library path
+  # (bundle_env.sh: sets cuda_dirs).
+  # shellcheck source=tools/gpu_bundle/bundle_env.sh
+  source "$here/bundle_env.sh" && bundle_env "$here" || exit 1
 
   # Is the GPU usable? The plugin's own probe says why not.
   probe=$("$here/bin/attnkit" backends --plugins="$here/lib/libattnkit_cuda.so" 2>&1)
