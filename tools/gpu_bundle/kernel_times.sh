@@ -5,7 +5,9 @@
 # `attnkit compare` on each problem, which checks the backend on sampled
 # rows and then times it. For each kernel: time, DRAM bytes read and
 # throughput, SM throughput, achieved occupancy, grid, block and registers.
-# Device time is short: run it beside run.sh in one command.
+# Device time is short: run it beside run.sh in one command. compare's own
+# times, printed after the kernels, ran under ncu and are slower than
+# normal: speed comes from run.sh's torch_sdpa suite.
 #
 #   ./kernel_times.sh [--backends=cuda] [--compute=exact,fast] [--kernels=N] [CONFIG.textproto ...]
 #
