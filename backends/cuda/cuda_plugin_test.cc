@@ -51,13 +51,31 @@ class CudaPluginTest : public ::testing::Test {
     ASSERT_TRUE(loaded.ok()) << loaded;
   }
 
-  // The fp64 reference of `data`, drawn for `p` from `seed`. It is these
-  // tests' slow part (a few seconds for a prefill on one core, far more than
-  // the GPU takes), and both backends of a test check the same inputs, so
-  // each is computed once per test.
+  // The fp64 references of data[n], drawn for `p` from seed first_seed + n.
+  // They are these tests' slow part (a few seconds for a prefill on one
+  // core, far more than the GPU takes), and both backends of a test check
+  // the same inputs, so each is computed once per test; the missing ones
+  // side by side, a thread each (the GPU machine has the cores).
+  std::vector<const ReferenceResult*> References(const AttentionProblem& p, uint64_t first_seed,
+                                                 const std::vector<ProblemData>& data) {
+    auto key = [&](size_t n) { return Key(p, first_seed + n); };
+    std::vector<std::future<ReferenceResult>> pending(data.size());
+    for (size_t n = 0; n < data.size(); ++n) {
+      if (references_.count(key(n)) != 0) continue;
+      const ProblemData& d = data[n];
+      pending[n] =
+          std::async(std::launch::async, [&p, &d] { return ComputeReference(p, d.args()); });
+    }
+    std::vector<const ReferenceResult*> out;
+    for (size_t n = 0; n < data.size(); ++n) {
+      if (pending[n].valid()) references_.emplace(key(n), pending[n].get());
+      out.push_back(&references_.at(key(n)));
+    }
+    return out;
+  }
   const ReferenceResult& Reference(const AttentionProblem& p, uint64_t seed,
                                    const ProblemData& data) {
-    const std::string key = absl::StrCat(p.Id(), "#", seed);
+    const std::string key = Key(p, seed);
     auto it = references_.find(key);
     if (it == references_.end()) {
       it = references_.emplace(key, ComputeReference(p, data.args())).first;
@@ -65,24 +83,13 @@ class CudaPluginTest : public ::testing::Test {
     return it->second;
   }
 
-  BackendRegistry registry_;
-  std::map<std::string, ReferenceResult> references_;
-};
-
-// The references of several inputs of one problem, computed side by side
-// (one thread each: the GPU machine has the cores, and a prefill's reference
-// takes seconds).
-std::vector<ReferenceResult> ReferencesInParallel(const AttentionProblem& p,
-                                                  const std::vector<ProblemData>& data) {
-  std::vector<std::future<ReferenceResult>> pending;
-  for (const ProblemData& d : data) {
-    pending.push_back(
-        std::async(std::launch::async, [&p, &d] { return ComputeReference(p, d.args()); }));
+  static std::string Key(const AttentionProblem& p, uint64_t seed) {
+    return absl::StrCat(p.Id(), "#", seed);
   }
-  std::vector<ReferenceResult> out;
-  for (auto& f : pending) out.push_back(f.get());
-  return out;
-}
+
+  BackendRegistry registry_;
+  std::map<std::string, ReferenceResult> references_;  // by Key
+};
 
 AttentionProblem SmallGqa(DType dtype) {
   AttentionProblem p;
@@ -270,7 +277,6 @@ TEST_F(CudaPluginTest, WorkspaceIsReusedAcrossCalls) {
 // stream_order_test).
 TEST_F(CudaPluginTest, TwoStreamsDoNotShareScratchInFlight) {
   cudaStream_t streams[2] = {nullptr, nullptr};
-  std::map<std::string, std::vector<ReferenceResult>> references;  // per problem, per call
   for (Backend* b : registry_.All()) {
     if (!b->Available().ok()) {
       ASSERT_TRUE(NotRequired(*b));
@@ -293,18 +299,18 @@ TEST_F(CudaPluginTest, TwoStreamsDoNotShareScratchInFlight) {
     for (AttentionProblem p : {decode, prefill}) {
       p.name = p.Id();
       constexpr int kCalls = 8;
+      constexpr uint64_t kFirstSeed = 300;
       std::vector<ProblemData> data;
       std::vector<PlacedProblem> placed;
       data.reserve(kCalls);
       placed.reserve(kCalls);
       for (int i = 0; i < kCalls; ++i) {
-        auto d = ProblemData::Random(p, 300 + i);  // other inputs for every call
+        auto d = ProblemData::Random(p, kFirstSeed + i);  // other inputs for every call
         ASSERT_TRUE(d.ok()) << d.status();
         PoisonOutputs(*d);
         data.push_back(std::move(*d));
       }
-      std::vector<ReferenceResult>& refs = references[p.name];
-      if (refs.empty()) refs = ReferencesInParallel(p, data);  // the same inputs for each backend
+      const std::vector<const ReferenceResult*> refs = References(p, kFirstSeed, data);
       for (int i = 0; i < kCalls; ++i) {
         auto on_device = PlacedProblem::Place(b, data[i]);
         ASSERT_TRUE(on_device.ok()) << on_device.status();
@@ -320,7 +326,7 @@ TEST_F(CudaPluginTest, TwoStreamsDoNotShareScratchInFlight) {
         ASSERT_TRUE(b->SetStream(streams[i % 2]).ok());
         const absl::Status got = placed[i].DownloadOutputs(data[i]);
         ASSERT_TRUE(got.ok()) << got;
-        const Comparison c = CompareToReference(p, data[i].args(), refs[i]);
+        const Comparison c = CompareToReference(p, data[i].args(), *refs[i]);
         EXPECT_TRUE(c.ok()) << b->Name() << " [" << info.kernel << "] " << p.name << " call " << i
                             << " on stream " << i % 2 << ": " << c.first_failure;
       }
