@@ -195,9 +195,8 @@ def main():
             failures += rc != 0
             # attnkit's CUDA backends on the same config, checked then timed.
             ours = {}
-            for mode in (["exact", "fast"] if dname == "bf16" else ["exact"]):
-                if device != "cuda":
-                    break
+            modes = ["exact", "fast"] if dname == "bf16" else ["exact"]
+            for mode in (modes if device == "cuda" else []):
                 report = os.path.join(work, f"compare_{mode}.json")
                 rc2, text2 = run([args.attnkit, "compare", f"--config={config}",
                                   "--backends=cuda,cuda-cublas", f"--compute={mode}",
