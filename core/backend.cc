@@ -153,9 +153,7 @@ absl::Status CheckCapabilities(const Capabilities& c, const AttentionProblem& p)
   // FAST rounds Q to K's storage type (core/fast_compute.h): a backend takes
   // it for the K/V types it does so for. f32 K/V has nothing to round to, so
   // FAST is EXACT there and every backend takes it.
-  // fp8 K/V has no FAST rounding defined (core/fast_compute.h): EXACT too.
-  if (p.fast() && p.kv_dtype != DType::kF32 && !IsFp8(p.kv_dtype) &&
-      !Contains(c.fast_kv_dtypes, p.kv_dtype)) {
+  if (p.fast() && p.kv_dtype != DType::kF32 && !Contains(c.fast_kv_dtypes, p.kv_dtype)) {
     return unsupported("compute FAST with kv_dtype", DTypeName(p.kv_dtype),
                        c.fast_kv_dtypes.empty() ? "exact only" : DTypeList(c.fast_kv_dtypes));
   }

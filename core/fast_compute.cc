@@ -4,10 +4,7 @@
 
 namespace attnkit {
 
-bool FastRoundsQuery(const AttentionProblem& p) {
-  // fp8 K/V: no rounding of Q is defined (FAST runs EXACT there).
-  return p.fast() && p.kv_dtype != DType::kF32 && !IsFp8(p.kv_dtype);
-}
+bool FastRoundsQuery(const AttentionProblem& p) { return p.fast() && p.kv_dtype != DType::kF32; }
 
 float RoundQueryValue(float x, DType kv_dtype) {
   switch (kv_dtype) {
@@ -15,6 +12,9 @@ float RoundQueryValue(float x, DType kv_dtype) {
       return F32FromBF16(BF16FromF32(x));
     case DType::kF16:
       return F32FromF16(F16FromF32(x));
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      return F32FromBF16(BF16FromF32(x));  // bf16 holds every fp8 value
     default:
       return x;
   }
@@ -28,6 +28,9 @@ double FastWeightRoundoff(const AttentionProblem& p) {
     case DType::kBF16:
     case DType::kF16:
       return DTypeEpsilon(p.kv_dtype) / 2;
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      return DTypeEpsilon(DType::kBF16) / 2;  // P rounded to bf16, as Q is
     case DType::kI8:
       return 0x1p-22;
     default:
@@ -40,7 +43,8 @@ bool FastQuantizesWeights(const AttentionProblem& p) {
 }
 
 bool MayFlushBF16Products(const AttentionProblem& p) {
-  return p.kv_dtype == DType::kBF16 && (p.dtype == DType::kBF16 || p.fast());
+  return (p.kv_dtype == DType::kBF16 && (p.dtype == DType::kBF16 || p.fast())) ||
+         (IsFp8(p.kv_dtype) && p.fast());
 }
 
 }  // namespace attnkit

@@ -16,13 +16,20 @@
 
 namespace attnkit {
 
-// Whether p's Q rows are rounded to K's storage type before Q.K: FAST, with
-// K stored as bf16, f16 or int8 (f32 K: nothing to round to).
+// Whether p's Q rows are rounded before Q.K: FAST, with K stored as bf16,
+// f16, int8 or fp8 (f32 K: nothing to round to).
+//
+// fp8 K/V (E4M3, E5M2) rounds Q, and may round P, to bf16 rather than to
+// the 8-bit format: bf16 holds every fp8 value exactly (E4M3's subnormals
+// and E5M2's range included), so an fp8 code widened to bf16 meets Q and P
+// in bf16 dot products (x86 vdpbf16ps, tensor cores) with exact products,
+// while 3 mantissa bits would cost Q and P far more than K's own rounding.
 bool FastRoundsQuery(const AttentionProblem& p);
 
-// One Q value as FAST multiplies it with a bf16 or f16 K: rounded to K's
-// type, to nearest even (values beyond the type's range become +-Inf, and
-// the row then reads an Inf: NaN, reference.h's rule). Other types: x.
+// One Q value as FAST multiplies it with a bf16, f16 or fp8 K: rounded to
+// K's 16-bit type (bf16 for fp8), to nearest even (values beyond the type's
+// range become +-Inf, and the row then reads an Inf: NaN, reference.h's
+// rule). Other types: x.
 float RoundQueryValue(float x, DType kv_dtype);
 
 // One Q row as FAST multiplies it with an int8 K: the symmetric int8 values
@@ -33,7 +40,8 @@ float QuantizeQueryRow(const float* q, int64_t d, int8_t* out);
 
 // The relative error FAST may add to each softmax weight by rounding P to
 // V's storage type before P.V: the type's unit roundoff (bf16 2^-8, f16
-// 2^-11) under FAST with 16-bit V; with int8 V, 2^-22 (4 u, for the f32
+// 2^-11) under FAST with 16-bit V, bf16's with fp8 V; with int8 V, 2^-22
+// (4 u, for the f32
 // roundings around the integer sum: the weight times the inverse scale,
 // the sum's conversion and its product with the scale;
 // FastQuantizesWeights); else 0 (f32 V has nothing to round to).
@@ -50,8 +58,10 @@ inline constexpr int64_t kFastWeightBlock = 64;
 
 // Whether a backend may multiply Q.K with bf16 dot-product instructions
 // (x86 vdpbf16ps), which treat subnormal inputs and products as zero: K is
-// bf16 and Q is bf16 too, or FAST rounds Q to bf16. The oracle then grants
-// the flushed products (at most 2^-126 times the largest operand each).
+// bf16 and Q is bf16 too, or FAST rounds Q to bf16 (bf16 or fp8 K). The
+// oracle then grants the flushed products (at most 2^-126 times the largest
+// operand each; for fp8, whose codes meet Q before the row scale, that
+// times the scale: oracle/compare.cc).
 bool MayFlushBF16Products(const AttentionProblem& p);
 
 }  // namespace attnkit

@@ -112,7 +112,12 @@ RowBound BoundForRow(const AttentionProblem& p, const RowErrorTerms& t) {
                              2 * t.max_abs_bias);
   if (MayFlushBF16Products(p)) {
     constexpr double kMinNormal = 1.1754943508222875e-38;  // 2^-126
-    e += double(p.scale) * 2 * double(p.head_dim) * kMinNormal * (1 + t.max_abs_operand);
+    // fp8 codes meet Q before K's row scale (compare.h), so a flush costs
+    // 2^-126 times the scale: at most 2^16 max |k| (a nonzero code is at
+    // least 2^-16; a row of zero codes has no product to flush).
+    const double code_units = IsFp8(p.kv_dtype) ? 0x1p16 : 1.0;
+    e += double(p.scale) * 2 * double(p.head_dim) * kMinNormal * code_units *
+         (1 + t.max_abs_operand);
   }
   const double growth = SumGrowth(std::max<int64_t>(t.visible, 1));
   RowBound r;
@@ -138,6 +143,15 @@ RowBound BoundForRow(const AttentionProblem& p, const RowErrorTerms& t) {
     // Each key's weight times its V scale errs by at most W_j / 65534 (half
     // a step of its block's int16 grid), times |v8_jc| <= 128.
     r.weight_floor = 1.01 * 128.0 / 65534.0 * t.weight_grid;
+  } else if (r.weight_roundoff > 0 && IsFp8(p.kv_dtype)) {
+    // fp8 V under FAST: each weight times V's row scale rounded to bf16 and
+    // multiplied with V's codes (bf16 holds them exactly) in vdpbf16ps. A
+    // weight flushed below 2^-126 errs by that times |code| <= 57344 (E5M2's
+    // largest; E4M3's is 448), whatever the scale; flushed products and
+    // partial sums by 2^-126 per key and per key pair (compare.h).
+    constexpr double kMinNormal = 1.1754943508222875e-38;  // 2^-126
+    const double n = double(t.visible);
+    r.weight_floor = 1.01 * kMinNormal * (57344.0 * n + n + 1 + (n + 1) / 2);
   } else if (r.weight_roundoff > 0) {
     // The absolute error of a weight below the type's normal range: half
     // f16's smallest subnormal, or a whole bf16 normal (conversions that

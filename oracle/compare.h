@@ -75,6 +75,15 @@ namespace attnkit {
 //   partial sums as zero: 2^-126 per unit of weight (the weights sum to 1)
 //   plus 2^-126 per key pair (weights <= 1 over a row sum >= 1), so bf16
 //   V adds 2^-126 (1 + ceil(n / 2)) absolute.
+// - FAST with fp8 K/V: Q is rounded to bf16 (the reference consumes it),
+//   P may be rounded to bf16 (u_p = 2^-8, as above), and the kernels may
+//   multiply the codes, widened exactly to bf16, in bf16 dot products. The
+//   codes meet Q and the weights (times V's row scale) before K's row scale
+//   and with V's codes, so the flushes above count in code units: Q.K's
+//   2^-126 per product and partial sum times K's row scale, at most 2^16
+//   max |k| (a nonzero code is at least 2^-16); P.V's per weight 2^-126
+//   times |code| <= 57344, whatever the scale, and 2^-126 per key and per
+//   key pair for the products and partial sums.
 // - FAST with int8 V (FastQuantizesWeights): u_j = p_j sv_j (the weight
 //   times V's row scale, v_jc = sv_j v8_jc) may be quantized to int16 with
 //   one scale per row and block of at most 64 consecutive keys, and P.V

@@ -532,7 +532,7 @@ void AppendFp8Cases(std::vector<AttentionProblem>* grid, std::set<std::string>* 
   }
 }
 
-// FAST twins (compute FAST, same inputs) of the problems with 16-bit or int8
+// FAST twins (compute FAST, same inputs) of the problems with 16-bit, int8 or fp8
 // K/V, where FAST may round: every one that mixes types (Q f32 over a 16-bit
 // cache, any Q over int8, where rounding Q changes it) and every decode
 // step; of the all-16-bit ones the smaller (B * H * Tq * Tk * d <= 2e6),
@@ -541,7 +541,7 @@ void AppendFastTwins(std::vector<AttentionProblem>* grid, std::set<std::string>*
   const size_t exact_cases = grid->size();
   for (size_t i = 0; i < exact_cases; ++i) {
     AttentionProblem p = (*grid)[i];
-    if (p.kv_dtype == DType::kF32 || IsFp8(p.kv_dtype)) continue;  // fp8: FAST is EXACT
+    if (p.kv_dtype == DType::kF32) continue;
     const double work = double(p.batch) * p.num_heads * p.q_len * p.kv_len * p.head_dim;
     if (p.dtype == p.kv_dtype && p.q_len > 1 && work > 2e6) continue;
     p.compute = ComputeMode::kFast;

@@ -157,12 +157,14 @@ absl::StatusOr<FlashParams> MakeFlashParams(const AttentionProblem& p, const Att
   if (!kv_type.ok()) return kv_type.status();
   f.q_type = *q_type;
   f.kv_type = *kv_type;
-  if (p.fast() && f.kv_type == ElemType::kI8) {
-    // Capabilities::fast_kv_dtypes leaves int8 out, so Supports() refuses it.
-    // (fp8 defines no FAST rounding, core/fast_compute.h: FAST runs EXACT.)
-    return absl::InvalidArgumentError(
-        "compute FAST with int8 K/V is not implemented by the CUDA kernels (they do not "
-        "quantize Q); run it EXACT");
+  if (p.fast() && IsScaledElem(f.kv_type)) {
+    // Capabilities::fast_kv_dtypes leaves int8 and fp8 out, so Supports()
+    // refuses them: FAST rounds Q (int8: quantized; fp8: to bf16,
+    // core/fast_compute.h), which these kernels do not do.
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "compute FAST with %s K/V is not implemented by the CUDA kernels (they do not round Q "
+        "as FAST defines); run it EXACT",
+        DTypeName(p.kv_dtype)));
   }
   f.compute = ComputeKindFor(p.dtype, p.kv_dtype, p.compute);
   // FAST (core/fast_compute.h): only 16-bit K/V has something to round to.

@@ -24,7 +24,7 @@ class ReferenceBackend : public Backend {
     Capabilities c = FullCapabilities();
     c.deterministic = true;  // one thread, a fixed loop order
     // The definition under FAST: Q rounded as core/fast_compute.h says, P not.
-    c.fast_kv_dtypes = {DType::kF16, DType::kBF16, DType::kI8};
+    c.fast_kv_dtypes = {DType::kF16, DType::kBF16, DType::kI8, DType::kF8E4M3, DType::kF8E5M2};
     // Dense float K/V only: paged and int8 have no backward, ragged is not
     // done this round (ComputeReferenceBackward refuses all three).
     BackwardCapabilities& bwd = c.backward;
