@@ -276,7 +276,7 @@ TEST(CompareTest, PeakPassesRaiseALowPeakAndOverHundredIsExplained) {
 TEST(SuiteTest, StandardSuiteLoads) {
   auto suite = LoadSuite("standard");
   ASSERT_TRUE(suite.ok()) << suite.status();
-  EXPECT_EQ(suite->size(), 23u);
+  EXPECT_EQ(suite->size(), 24u);
   for (const AttentionProblem& p : *suite) EXPECT_FALSE(p.name.empty());
   // The serving problems: int8 K/V, paged K/V and a ragged mixed batch.
   int int8 = 0, paged = 0, ragged = 0;

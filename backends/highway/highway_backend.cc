@@ -63,9 +63,10 @@ class HighwayBackend : public Backend {
     // Each output row is reduced by one worker in a fixed key order, so the
     // thread count only changes which worker runs it (1 and 2 threads agree).
     c.deterministic = true;
-    // FAST rounds Q to K's type on every target (tile_loads-inl.h); where
-    // the CPU has them, bf16 dot products multiply bf16 Q.K and P.V.
-    c.fast_kv_dtypes = {DType::kF16, DType::kBF16, DType::kI8};
+    // FAST rounds Q to K's type (fp8: bf16) on every target
+    // (tile_loads-inl.h); where the CPU has them, bf16 dot products multiply
+    // bf16 Q.K and P.V, and fp8 decode's codes widened to bf16.
+    c.fast_kv_dtypes = {DType::kF16, DType::kBF16, DType::kI8, DType::kF8E4M3, DType::kF8E5M2};
     // Backward (backward-inl.h): dense K/V in a float type, every mask and
     // per-pair input; dQ partials are merged in a fixed order.
     BackwardCapabilities& bw = c.backward;

@@ -72,6 +72,9 @@ using highway_plan::Tiling;
 //   vnni_pv: also int8 V (AVX-512 only): P times V's scales quantized to
 //            int16 per row and tile, vpdpwssd against V storage
 //            (WeightedPairsV4).
+//   fp8_bf16: direct (decode) fp8 tiles under FAST (AVX-512 with BF16 and
+//            VBMI): Q and P rounded to bf16, the codes widened to bf16 by
+//            byte tables, vdpbf16ps (Fp8QDotK4, Fp8WeightedSumV4).
 // Only on CPUs that have the instructions, and on AVX-512 targets but for
 // vnni_qk, which the AVX2 target also takes with AVX-VNNI (the 256-bit
 // kernel; AVX-512 targets keep the 512-bit one where the CPU has both). A
@@ -82,6 +85,7 @@ struct DotChoice {
   bool vnni_qk = false;
   bool vnni_256 = false;
   bool vnni_pv = false;
+  bool fp8_bf16 = false;
 };
 inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
   DotChoice c;
@@ -101,6 +105,7 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
               p.value_dim % 16 == 0 && t.dvp == p.value_dim;
   c.vnni_qk = t.packed && p.k.dtype == DType::kI8 && p.round_q && x86_dot::HaveVnni();
   c.vnni_pv = c.vnni_qk && p.fast && p.v.dtype == DType::kI8;
+  c.fp8_bf16 = t.packed && IsFp8(p.k.dtype) && p.round_q && x86_dot::HaveFp8BF16Dot();
   static_assert(kMaxKeyTile <= static_cast<int64_t>(x86_dot::kMaxWeightedPairsKeys),
                 "WeightedPairsV4's integer sums hold at most kMaxWeightedPairsKeys keys");
   static_assert(kMaxKeyTile <= kFastWeightBlock,
@@ -159,8 +164,13 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   const float kNegInf = -std::numeric_limits<float>::infinity();
   constexpr bool kScaled = kScaledStorage<T>;  // int8 or fp8: rows times scales
   constexpr bool kCheckNaN = kFp8FastTag<T>;   // fp8 read without its special codes
+  // fp8 codes under FAST (dots.fp8_bf16): Q.K and, unless V holds a special
+  // code (NaN, Inf: the f32 products below build them), P.V in bf16.
+  constexpr bool kFp8Codes = std::is_same<T, Fp8E4M3>::value || std::is_same<T, Fp8E5M2>::value;
+  constexpr bool kE4M3Codes = std::is_same<T, Fp8E4M3>::value;
+  const bool fp8_bf16 = kFp8Codes && dots.fp8_bf16;
   const size_t ldk = runs.ldk, ldv = runs.ldv;
-  if (kCheckNaN || (std::is_same<T, int8_t>::value && dots.vnni_pv)) {
+  if (kCheckNaN || fp8_bf16 || (std::is_same<T, int8_t>::value && dots.vnni_pv)) {
     // V's rows into L1 while Q.K runs, for fp8's NaN check after it, or
     // for WeightedPairsV4, which reads a pair of rows at a time (int8
     // FAST decode, one thread, paired runs: median 5.96-7.29 -> 5.74-6.15
@@ -194,6 +204,13 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
                ldk, static_cast<size_t>(p.head_dim), keys, sg + j0 * kGroupRows, kGroupRows,
                reinterpret_cast<const int8_t*>(ka.rows), ka.ld,
                reinterpret_cast<const int8_t*>(va.rows), va.ld, std::min(ka.count, va.count));
+      } else if (fp8_bf16) {  // bf16 Q rows (LoadQueryRowsBF16): scale * q.code
+        x86_dot::Fp8QDotK4(
+            reinterpret_cast<const uint16_t*>(scratch + t.off_qbf) + g * kGroupRows * t.ldq8,
+            static_cast<size_t>(t.ldq8), reinterpret_cast<const uint8_t*>(runs.k[r]), ldk,
+            static_cast<size_t>(p.head_dim), keys, kE4M3Codes, p.scale, sg + j0 * kGroupRows,
+            reinterpret_cast<const uint8_t*>(ka.rows), ka.ld,
+            reinterpret_cast<const uint8_t*>(va.rows), va.ld, std::min(ka.count, va.count));
       } else {
         QDotKRows(qrows + g * kGroupRows * dp, static_cast<size_t>(dp), runs.k[r], ldk,
                   static_cast<size_t>(dp), kGroupRows, kGroupRows, keys, sg + j0 * kGroupRows,
@@ -248,10 +265,16 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
                                                : 0;
   // int8 V under FAST (dots.vnni_pv): each key's V row, for
   // x86_dot::WeightedPairsV4; a tile with a bad V row takes the f32
-  // products below.
+  // products below. fp8 V under FAST likewise (Fp8WeightedSumV4): its
+  // table widens NaN and Inf codes to bf16 NaN and Inf, which reach the
+  // accumulators of the rows that read them (each row reads every key of a
+  // tile without structure, and RunItemAs finishes a row with a non-finite
+  // O as NaN); tiles where a row may not see a key flagged such V rows
+  // above (n_bad).
+  const bool fp8_pv = fp8_bf16 && n_bad == 0;
   const bool int_pv = std::is_same<T, int8_t>::value && dots.vnni_pv && n_bad == 0;
   const int8_t* vrows[kMaxKeyTile + 1];
-  if (int_pv) {
+  if (int_pv || fp8_pv) {
     for (int64_t j = 0; j < nk; ++j) vrows[j] = reinterpret_cast<const int8_t*>(runs.VRow(j));
     vrows[nk] = vrows[nk - 1];  // an odd tile's last pair: weight 0
   }
@@ -270,6 +293,12 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
         x86_dot::WeightedPairsV4(sg, static_cast<size_t>(nk), vrows,
                                  static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp),
                                  alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp))) {
+      continue;
+    }
+    if (fp8_pv && x86_dot::Fp8WeightedSumV4(
+                      sg, static_cast<size_t>(nk), reinterpret_cast<const uint8_t* const*>(vrows),
+                      static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp), kE4M3Codes,
+                      alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp))) {
       continue;
     }
     const float* rescale = alpha + r0;  // the first product applies it
@@ -361,6 +390,9 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
                     reinterpret_cast<int8_t*>(scratch + t.off_q8),
                     reinterpret_cast<int32_t*>(scratch + t.off_qsum), scratch + t.off_qscale,
                     scratch + t.off_qrow);
+    } else if (t.narrow && kFp8 && dots.fp8_bf16) {
+      LoadQueryRowsBF16(p, it, t.ldq8, reinterpret_cast<uint16_t*>(scratch + t.off_qbf),
+                        scratch + t.off_qrow);
     } else if (t.narrow) {
       LoadQueryRows(p, t, it, qrows);
       if constexpr (kFp8) {
@@ -483,6 +515,12 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
 #if HWY_TARGET != HWY_SCALAR
     if (t.packed) {  // int8 tiles may span two pages (kPackedInt8KeyTile)
       if constexpr (kFp8) {
+        if (dots.fp8_bf16) {  // FAST: bf16 dot products on the codes
+          PackedTileUpdate<T>(p, t, it, k0, nk, vis, runs, k_ahead, v_ahead, k_scales, v_scales,
+                              dots, scratch);
+          ATTNKIT_PHASE_MARK(phase_timer, kDecodeTile);
+          continue;
+        }
         // fp8 decodes at about half the cost where a tile holds no special
         // code (Fp8Finite), cheaper still with the 2^bias folded into Q and
         // the V scales where neither can overflow (Fp8Folded); a tile that
@@ -767,6 +805,7 @@ inline void FillRunInfo(const FlashParams& p, const Tiling& t, int64_t items, in
                    : dots.vnni_256 ? "qk=int8avxvnni"
                    : dots.vnni_pv  ? "qk=int8vnni pv=int16vnni"
                    : dots.vnni_qk  ? "qk=int8vnni"
+                   : dots.fp8_bf16 ? "qk=fp8bf16dot pv=fp8bf16dot"
                                    : "";
   info->target = HWY_TARGET;
   info->q_rows = t.rows_padded;

@@ -2,6 +2,7 @@
 // (not only the best), against the fp64 reference on a representative grid.
 #include <iostream>
 #include <string>
+#include <utility>
 
 #include "backends/highway/flash_test_util.h"
 #include "backends/highway/highway_backend.h"
@@ -87,15 +88,22 @@ TEST_P(FlashTargetTest, Int8FastDecodeMatchesTheOracle) {
 // special code (E4M3 NaN; E5M2 Inf, NaN) in the last key of one head's K
 // and another's V. Two query rows per head (causal): the first never sees
 // the last key, so it checks the rerun tile's finite output, the second
-// comes out NaN.
+// comes out NaN. Under FAST the same, and on AVX-512 targets of a CPU with
+// AVX512_BF16 and VBMI the codes widened to bf16 (Fp8QDotK4, and
+// Fp8WeightedSumV4 but in the tiles with the special V code).
 TEST_P(FlashTargetTest, Fp8DecodeTilesMatchTheOracle) {
   static Backend* backend = MakeHighwayBackend({/*num_threads=*/2}).release();
-  for (DType kv : {DType::kF8E4M3, DType::kF8E5M2}) {
+  const bool bf16_codes = GetParam() <= HWY_AVX3 && x86_dot::HaveFp8BF16Dot();
+  for (const auto [kv, mode] : {std::pair{DType::kF8E4M3, ComputeMode::kExact},
+                                {DType::kF8E5M2, ComputeMode::kExact},
+                                {DType::kF8E4M3, ComputeMode::kFast},
+                                {DType::kF8E5M2, ComputeMode::kFast}}) {
     const bool e4m3 = kv == DType::kF8E4M3;
     const uint8_t mantissa = e4m3 ? 0x07 : 0x03;  // S.0...0.m: subnormal codes
     for (int64_t d : {128, 64}) {
       AttentionProblem p = MakeTestProblem(2, 8, 4, 2, 301, d);
       p.kv_dtype = kv;
+      p.compute = mode;
       p.mask = MaskKind::kCausal;
       p.alignment = Alignment::kBottomRight;
       p.return_lse = true;
@@ -131,6 +139,8 @@ TEST_P(FlashTargetTest, Fp8DecodeTilesMatchTheOracle) {
       EXPECT_TRUE(c.ok()) << p.Id() << ": " << c.first_failure << " kernel " << info.kernel;
       // The special codes' heads' second rows: 2 heads per KV head, 2 KV heads.
       EXPECT_EQ(c.poisoned_rows, 4) << p.Id();
+      const bool fp8_dots = info.kernel.find("qk=fp8bf16dot") != std::string::npos;
+      EXPECT_EQ(fp8_dots, bf16_codes && mode == ComputeMode::kFast) << info.kernel;
     }
   }
 }

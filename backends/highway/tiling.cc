@@ -55,7 +55,10 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
   t.key_tile = t.narrow ? std::min<int64_t>(kMaxKeyTile, RoundUp(2048 / kv_floats, k.narrow_keys))
                         : (std::max(d, dv) <= 256 ? kMaxKeyTile : kMaxKeyTile / 2);
   if (t.direct) {  // a power of two (kDirectKeyTile, kPackedInt8KeyTile)
-    if (p.k.dtype == DType::kI8 && k.packed_scores) {  // in place: 32 keys are 8 KiB at d = 128
+    // fp8 under FAST too (x86_dot::Fp8QDotK4, Fp8WeightedSumV4; tiles that
+    // fall back run the f32 products run by run alike).
+    const bool fp8_fast = IsFp8(p.k.dtype) && p.round_q;
+    if ((p.k.dtype == DType::kI8 || fp8_fast) && k.packed_scores) {  // 32 keys: 8 KiB at d = 128
       t.key_tile = std::min(kPackedInt8KeyTile, FloorPow2(std::max<int64_t>(1, 4096 / kv_floats)));
     } else {
       const int64_t cap = DTypeSize(p.k.dtype) == 2 ? kDirectKeyTile16 : kDirectKeyTile;
@@ -116,8 +119,11 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
   t.off_q8 = take(int8_q ? mp * t.ldq8 / 4 : 0);
   t.off_qsum = take(int8_q ? mp : 0);
   t.off_qscale = take(int8_q ? mp : 0);
-  // Direct fp8 tiles: Q rows [mp, dp] times 2^bias (Fp8Folded).
+  // Direct fp8 tiles: Q rows [mp, dp] times 2^bias (Fp8Folded); under FAST
+  // also Q rows as bf16 [mp, ldq8] (x86_dot::Fp8QDotK4: zero to d rounded
+  // up to 64 values, two bytes each).
   t.off_qfold = take(t.packed && IsFp8(p.k.dtype) ? mp * t.dp : 0);
+  t.off_qbf = take(t.packed && IsFp8(p.k.dtype) && p.round_q ? mp * t.ldq8 / 2 : 0);
   t.scratch_floats = off;
   t.partial_floats = PartialFloats(t);
   return t;

@@ -1,9 +1,10 @@
 // Dot-product kernels in the storage type, for x86 CPUs that have them:
 // AVX512_BF16 (vdpbf16ps: pairs of bf16 products, exact in f32, summed into
-// f32 lanes) and AVX512_VNNI or AVX-VNNI (vpdpbusd, 512- or 256-bit: four
-// u8 x s8 products summed into int32 lanes, exact). Highway 1.0.3 has none
-// of these operations, so they are written with intrinsics in their own
-// translation units (x86_bf16_dot.cc, x86_vnni_dot.cc, x86_avxvnni_dot.cc),
+// f32 lanes; with AVX512_VBMI's byte tables, for fp8 codes too) and
+// AVX512_VNNI or AVX-VNNI (vpdpbusd, 512- or 256-bit: four u8 x s8 products
+// summed into int32 lanes, exact). Highway 1.0.3 has none of these
+// operations, so they are written with intrinsics in their own translation
+// units (x86_bf16_dot.cc, x86_fp8_dot.cc, x86_vnni_dot.cc, x86_avxvnni_dot.cc),
 // each function compiled for its ISA by a target attribute, and called only
 // when the CPU has it (Have*() below) and the per-target flash loop runs at
 // HWY_AVX3 or better (AVX-VNNI: at HWY_AVX2), so a process's target cap, or
@@ -64,6 +65,41 @@ void BF16PackValues(const uint16_t* const* rows, size_t keys, size_t d, size_t d
 void BF16WeightedSumV(const uint32_t* pp, size_t ldpp, const uint32_t* vp, size_t ldvp,
                       size_t key_pairs, const float* alpha, size_t rows, size_t dp, float* o,
                       size_t ldo);
+
+// ---- fp8 through bf16 (x86_fp8_dot.cc) ----
+
+// The CPU has HaveBF16Dot()'s instructions and AVX512_VBMI (vpermi2b).
+bool HaveFp8BF16Dot();
+
+// fp8 decode under FAST (core/fast_compute.h: Q and P rounded to bf16): the
+// codes are widened to bf16 exactly (bf16 holds every E4M3 and E5M2 value,
+// subnormals, Inf and NaN included) by a 128-entry table per byte of the
+// bf16 (vpermi2b on the code's magnitude, the sign ORed in), then meet Q or
+// the weights in vdpbf16ps. About half the instructions per code of the f32
+// decode and FMAs, which bind fp8 decode. Rows are codes (uint8), values of
+// the format given by e4m3.
+
+// Q.K for a group of 4 query rows: s[4 j + r] = scale * sum_{c < d} Q[r, c]
+// code(K[j, c]) for r < 4, j < keys (the packed layout), f32 sums.
+//   q: bf16 rows q + r * ldq, d values, zero from d to d rounded up to 64.
+//   k: fp8 rows k + j * ldk, d codes each (no byte past d is read).
+// Also prefetches (into L2) the first `ahead` rows of pf_k and pf_v, as
+// VnniQDotK4 does.
+void Fp8QDotK4(const uint16_t* q, size_t ldq, const uint8_t* k, size_t ldk, size_t d, size_t keys,
+               bool e4m3, float scale, float* s, const uint8_t* pf_k, size_t ld_pf_k,
+               const uint8_t* pf_v, size_t ld_pf_v, size_t ahead);
+
+// P.V for a group of 4 query rows: each weight P[j, r] = p[4 j + r] (the
+// softmax weights times V's row scales) rounded to bf16 (nearest even), then
+//   O[r, c] = alpha[r] O[r, c] + sum_{j < keys} P[j, r] code(V[j, c])
+// for r < 4, c < dvp (alpha null: 1), in pairs of keys (vdpbf16ps). v[j]:
+// key j's row of dv codes (j < keys rounded up to 2; an extra key's weight
+// is 0, so p must hold 0 there); no byte past dv is read. Columns [dv,
+// dvp) of O are only rescaled: dv <= dvp, dvp a multiple of 16.
+// Returns false, having changed nothing, where a weight is NaN or Inf.
+// keys <= kMaxWeightedPairsKeys.
+bool Fp8WeightedSumV4(const float* p, size_t keys, const uint8_t* const* v, size_t dv, size_t dvp,
+                      bool e4m3, const float* alpha, float* o, size_t ldo);
 
 // ---- int8 (x86_vnni_dot.cc) ----
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/fp8.h"
 #include "gtest/gtest.h"
 
 namespace attnkit {
@@ -286,6 +287,162 @@ TEST(X86DotTest, AvxVnniQDotK4IsTheExactIntegerDotTimesTheRowScale) {
         }
         EXPECT_EQ(s[j * lds + 4], -1.0f) << "d " << d << " key " << j << ": wrote past row 3";
         EXPECT_EQ(s[j * lds + 5], -1.0f) << "d " << d << " key " << j << ": wrote past row 3";
+      }
+    }
+  }
+}
+
+// fp8 through bf16 (FAST). Every code of both formats: one-hot Q rows pick
+// each code's value out of a K row exactly (special codes in a row of their
+// own: NaN, and E5M2's Inf times 1). Then random rows against double sums
+// (exact products, f32 sums), head dims that end mid-block on a guarded
+// page, and key counts that leave a partial group of four.
+TEST(X86DotTest, Fp8QDotK4WidensEveryCodeExactly) {
+  if (!x86_dot::HaveFp8BF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16 with AVX512_VBMI";
+  const uint16_t one = BF16FromF32(1.0f);
+  for (bool e4m3 : {true, false}) {
+    const size_t d = 256, ldq = 256;
+    std::vector<uint8_t> k(d);
+    for (size_t c = 0; c < d; ++c) k[c] = static_cast<uint8_t>(c);
+    for (size_t c0 = 0; c0 < d; c0 += 4) {
+      std::vector<uint16_t> q(4 * ldq, 0);
+      for (size_t r = 0; r < 4; ++r) q[r * ldq + c0 + r] = one;
+      // A finite row: the special codes read as 0 (else 0 * NaN poisons all).
+      std::vector<uint8_t> finite = k;
+      for (uint8_t& x : finite) {
+        if (!std::isfinite(Fp8CodeValue(x, e4m3))) x = 0;
+      }
+      float s[4] = {-1, -1, -1, -1};
+      x86_dot::Fp8QDotK4(q.data(), ldq, finite.data(), d, d, 1, e4m3, 1.0f, s, nullptr, 0, nullptr,
+                         0, 0);
+      for (size_t r = 0; r < 4; ++r) {
+        const float want = Fp8CodeValue(finite[c0 + r], e4m3);
+        EXPECT_EQ(s[r], want) << (e4m3 ? "e4m3" : "e5m2") << " code " << c0 + r;
+      }
+    }
+    // Each special code alone in a row: the value itself.
+    for (int code = 0; code < 256; ++code) {
+      const float value = Fp8CodeValue(static_cast<uint8_t>(code), e4m3);
+      if (std::isfinite(value)) continue;
+      std::vector<uint8_t> row(64, 0);
+      row[5] = static_cast<uint8_t>(code);
+      std::vector<uint16_t> q(4 * 64, 0);
+      for (size_t r = 0; r < 4; ++r) q[r * 64 + 5] = one;
+      float s[4];
+      x86_dot::Fp8QDotK4(q.data(), 64, row.data(), 64, 64, 1, e4m3, 1.0f, s, nullptr, 0, nullptr, 0,
+                         0);
+      for (size_t r = 0; r < 4; ++r) {
+        if (std::isnan(value)) {
+          EXPECT_TRUE(std::isnan(s[r])) << "code " << code;
+        } else {
+          EXPECT_EQ(s[r], value) << "code " << code;
+        }
+      }
+    }
+  }
+}
+
+TEST(X86DotTest, Fp8QDotK4MatchesExactProducts) {
+  if (!x86_dot::HaveFp8BF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16 with AVX512_VBMI";
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> code(0, 255);
+  for (bool e4m3 : {true, false}) {
+    for (size_t d : {16, 72, 128, 576}) {
+      for (size_t keys : {1, 3, 4, 7, 16}) {
+        const size_t ldq = (d + 63) / 64 * 64, ldk = d + 5;  // strided K rows
+        std::vector<uint16_t> q(4 * ldq, 0);
+        for (size_t r = 0; r < 4; ++r) {
+          const std::vector<uint16_t> row = RandomBF16(d, &rng);
+          std::copy(row.begin(), row.end(), q.begin() + r * ldq);
+        }
+        // The last key's row ends where an inaccessible page begins.
+        GuardedBytes kb((keys - 1) * ldk + d);
+        ASSERT_NE(kb.data(), nullptr) << "mmap";
+        auto* k = reinterpret_cast<uint8_t*>(kb.data());
+        for (size_t i = 0; i < (keys - 1) * ldk + d; ++i) {
+          uint8_t x = static_cast<uint8_t>(code(rng));
+          while (!std::isfinite(Fp8CodeValue(x, e4m3))) x = static_cast<uint8_t>(code(rng));
+          k[i] = x;
+        }
+        std::vector<float> s(4 * keys + 4, -7.0f);
+        const float scale = 0.25f;
+        x86_dot::Fp8QDotK4(q.data(), ldq, k, ldk, d, keys, e4m3, scale, s.data(), k, ldk, k, ldk,
+                           keys);
+        for (size_t j = 0; j < keys; ++j) {
+          for (size_t r = 0; r < 4; ++r) {
+            double want = 0, abs_sum = 0;
+            for (size_t c = 0; c < d; ++c) {
+              const double x =
+                  double(F32FromBF16(q[r * ldq + c])) * Fp8CodeValue(k[j * ldk + c], e4m3);
+              want += x;
+              abs_sum += std::fabs(x);
+            }
+            const double bound = scale * d * std::ldexp(abs_sum, -24);
+            ASSERT_NEAR(s[4 * j + r], scale * want, bound)
+                << "d " << d << " keys " << keys << " key " << j << " row " << r;
+          }
+        }
+        EXPECT_EQ(s[4 * keys], -7.0f) << "wrote past the last key";
+      }
+    }
+  }
+}
+
+// P.V: each weight rounded to bf16 (nearest even), its products with the
+// codes exact, sums in f32; alpha, columns [dv, dvp) only rescaled, an odd
+// key count (the extra key's weight 0), the last row on a guarded page; a
+// NaN or Inf weight refused with O untouched.
+TEST(X86DotTest, Fp8WeightedSumV4MatchesRoundedWeights) {
+  if (!x86_dot::HaveFp8BF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16 with AVX512_VBMI";
+  std::mt19937 rng(6);
+  std::uniform_int_distribution<int> code(0, 255);
+  std::uniform_real_distribution<float> u01(0.0f, 1.0f);
+  for (bool e4m3 : {true, false}) {
+    for (size_t dv : {16, 80, 128, 512}) {
+      for (size_t keys : {1, 2, 9, 32}) {
+        const size_t dvp = (dv + 15) / 16 * 16 + (dv == 80 ? 16 : 0), ldv = dv + 3;
+        GuardedBytes vb(keys * ldv);
+        ASSERT_NE(vb.data(), nullptr) << "mmap";
+        auto* vbytes = reinterpret_cast<uint8_t*>(vb.data());
+        for (size_t i = 0; i < keys * ldv; ++i) {
+          uint8_t x = static_cast<uint8_t>(code(rng));
+          while (!std::isfinite(Fp8CodeValue(x, e4m3))) x = static_cast<uint8_t>(code(rng));
+          vbytes[i] = x;
+        }
+        // The last row starts dv bytes before the guard page.
+        std::vector<const uint8_t*> rows(keys + 1);
+        for (size_t j = 0; j < keys; ++j) rows[j] = vbytes + j * ldv;
+        rows[keys - 1] = vbytes + keys * ldv - dv;
+        rows[keys] = rows[keys - 1];
+        std::vector<float> p((keys + 3) / 4 * 16, 0.0f);
+        for (size_t i = 0; i < 4 * keys; ++i) p[i] = u01(rng) * 0.01f;
+        const float alpha[4] = {0.5f, 1.0f, 0.25f, 0.0f};
+        std::vector<float> o(4 * dvp), o0(4 * dvp);
+        for (float& x : o) x = u01(rng);
+        o0 = o;
+        ASSERT_TRUE(x86_dot::Fp8WeightedSumV4(p.data(), keys, rows.data(), dv, dvp, e4m3, alpha,
+                                              o.data(), dvp));
+        for (size_t r = 0; r < 4; ++r) {
+          for (size_t c = 0; c < dvp; ++c) {
+            double want = double(alpha[r]) * o0[r * dvp + c], abs_sum = std::fabs(want);
+            for (size_t j = 0; c < dv && j < keys; ++j) {
+              const double x =
+                  double(F32FromBF16(BF16FromF32(p[4 * j + r]))) * Fp8CodeValue(rows[j][c], e4m3);
+              want += x;
+              abs_sum += std::fabs(x);
+            }
+            ASSERT_NEAR(o[r * dvp + c], want, (keys + 2) * std::ldexp(abs_sum, -24))
+                << "dv " << dv << " keys " << keys << " row " << r << " col " << c;
+          }
+        }
+        for (float bad : {NAN, INFINITY}) {
+          std::vector<float> pb = p;
+          pb[4 * (keys - 1) + 2] = bad;
+          const std::vector<float> before = o;
+          EXPECT_FALSE(x86_dot::Fp8WeightedSumV4(pb.data(), keys, rows.data(), dv, dvp, e4m3, alpha,
+                                                 o.data(), dvp));
+          EXPECT_EQ(o, before) << "a refused call changed O";
+        }
       }
     }
   }

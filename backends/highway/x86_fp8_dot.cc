@@ -1,0 +1,263 @@
+// fp8 decode kernels (x86_dot.h) for FAST: fp8 codes widened to bf16 by
+// byte tables (AVX512_VBMI vpermi2b), multiplied by vdpbf16ps (AVX512_BF16)
+// with Q rows and weights rounded to bf16 (core/fast_compute.h). Compiled
+// for AVX-512 with BF16 and VBMI by its target attribute; callers check
+// HaveFp8BF16Dot().
+//
+// Why tables: an fp8 code's bf16 is a function of its 7 magnitude bits
+// (the sign bit moves to bf16's), so two 128-byte tables (the bf16's low
+// and high bytes) give it exactly for every code, E4M3's subnormals (which
+// a shift and an exponent add would get wrong) and NaN/Inf included; the
+// bf16 values are normal, so vdpbf16ps flushes none. Per 64 codes: two
+// table lookups, one sign OR and two byte interleaves give 64 bf16, where
+// the f32 decode takes 3 operations per 16 codes and then one f32 FMA per
+// code and row instead of half of one.
+#include <cstring>
+
+#include "backends/highway/x86_dot.h"
+#include "core/fp8.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+// GCC 12's AVX-512 headers start some intrinsics from an undefined vector,
+// which -Wmaybe-uninitialized reports at every use.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#define ATTNKIT_TARGET_FP8 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi")))
+
+namespace attnkit {
+namespace x86_dot {
+namespace {
+
+// The bf16 of each fp8 magnitude m < 128 (the code without its sign), as
+// two byte tables per format: lo[m] and hi[m], bf16 = lo | hi << 8.
+// Also the byte interleaves of Widener (built once: a call decodes one tile).
+struct Fp8ByteTables {
+  alignas(64) uint8_t lo[2][128];
+  alignas(64) uint8_t hi[2][128];
+  alignas(64) uint8_t pair0[64];
+  alignas(64) uint8_t pair1[64];
+};
+const Fp8ByteTables& ByteTables() {
+  static const Fp8ByteTables tables = [] {
+    Fp8ByteTables t;
+    for (int f = 0; f < 2; ++f) {
+      for (int m = 0; m < 128; ++m) {
+        const float x = Fp8CodeValue(static_cast<uint8_t>(m), /*e4m3=*/f == 0);
+        uint32_t bits;
+        std::memcpy(&bits, &x, sizeof(bits));
+        // Exact: every fp8 value (NaN as the quiet 0x7FC00000) has 16 zero
+        // low bits in f32.
+        t.lo[f][m] = static_cast<uint8_t>(bits >> 16);
+        t.hi[f][m] = static_cast<uint8_t>(bits >> 24);
+      }
+    }
+    for (int i = 0; i < 32; ++i) {
+      t.pair0[2 * i] = static_cast<uint8_t>(i);
+      t.pair0[2 * i + 1] = static_cast<uint8_t>(64 + i);
+      t.pair1[2 * i] = static_cast<uint8_t>(32 + i);
+      t.pair1[2 * i + 1] = static_cast<uint8_t>(96 + i);
+    }
+    return t;
+  }();
+  return tables;
+}
+
+// The registers the widening uses: the format's tables, the sign bits, and
+// the byte interleaves pair0 (bytes [0, 32) of a with those of b: a0 b0 a1
+// b1 ...) and pair1 (bytes [32, 64)), for vpermt2b.
+struct Widener {
+  __m512i lo0, lo1, hi0, hi1, sign, pair0, pair1;
+};
+ATTNKIT_TARGET_FP8 inline Widener MakeWidener(bool e4m3) {
+  const Fp8ByteTables& t = ByteTables();
+  const int f = e4m3 ? 0 : 1;
+  return {_mm512_load_si512(t.lo[f]),
+          _mm512_load_si512(t.lo[f] + 64),
+          _mm512_load_si512(t.hi[f]),
+          _mm512_load_si512(t.hi[f] + 64),
+          _mm512_set1_epi8(static_cast<char>(0x80)),
+          _mm512_load_si512(t.pair0),
+          _mm512_load_si512(t.pair1)};
+}
+
+// 64 codes -> the bf16 of codes [0, 32) in *w0 and [32, 64) in *w1, in order.
+ATTNKIT_TARGET_FP8 inline void Widen(const Widener& t, __m512i codes, __m512i* w0, __m512i* w1) {
+  // vpermt2b reads each index's low 7 bits: the magnitude.
+  const __m512i lo = _mm512_permutex2var_epi8(t.lo0, codes, t.lo1);
+  __m512i hi = _mm512_permutex2var_epi8(t.hi0, codes, t.hi1);
+  hi = _mm512_ternarylogic_epi32(hi, codes, t.sign, 0xF8);  // hi | (codes & 0x80)
+  *w0 = _mm512_permutex2var_epi8(lo, t.pair0, hi);
+  *w1 = _mm512_permutex2var_epi8(lo, t.pair1, hi);
+}
+
+ATTNKIT_TARGET_FP8 inline __m512 Dot(__m512 acc, __m512i a, __m512i b) {
+  return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+}
+
+// Bytes [c, min(c + 64, n)) of a row: all 64 where they exist.
+inline __mmask64 BytesFrom(size_t c, size_t n) {
+  return c + 64 <= n ? ~__mmask64{0} : (__mmask64{1} << (n - c)) - 1;
+}
+
+// The reduction tree of VnniQDotK4, in f32: pairs of vectors (x, y) -> per
+// 128-bit block [x0+x2, y0+y2, x1+x3, y1+y3]; two of those -> per block the
+// four block sums of x, y, z, w; then blocks (0, 1) and (2, 3) of u and v.
+ATTNKIT_TARGET_FP8 inline __m512 PairSums(__m512 x, __m512 y) {
+  return _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y));
+}
+ATTNKIT_TARGET_FP8 inline __m512 QuadSums(__m512 xy, __m512 zw) {
+  const __m512d a = _mm512_castps_pd(xy), b = _mm512_castps_pd(zw);
+  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                       _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+}
+ATTNKIT_TARGET_FP8 inline __m512 BlockPairSums(__m512 u, __m512 v) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(u, v, 0x88), _mm512_shuffle_f32x4(u, v, 0xDD));
+}
+
+// The rows `ahead` keys on: a K and a V row per key, into L2.
+inline void PrefetchRows(const uint8_t* pf_k, size_t ld_pf_k, const uint8_t* pf_v, size_t ld_pf_v,
+                         size_t j, size_t d) {
+  for (size_t off = 0; off < d; off += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(pf_k + j * ld_pf_k + off), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(pf_v + j * ld_pf_v + off), _MM_HINT_T1);
+  }
+}
+
+}  // namespace
+
+ATTNKIT_TARGET_FP8 void Fp8QDotK4(const uint16_t* q, size_t ldq, const uint8_t* k, size_t ldk,
+                                  size_t d, size_t keys, bool e4m3, float scale, float* s,
+                                  const uint8_t* pf_k, size_t ld_pf_k, const uint8_t* pf_v,
+                                  size_t ld_pf_v, size_t ahead) {
+  const Widener t = MakeWidener(e4m3);
+  const __m512 sv = _mm512_set1_ps(scale);
+  // Four keys at a time (16 accumulators, key-major) and one transposing
+  // tree leaving the 16 sums in the packed order [key 0 rows 0-3, key 1
+  // ...]; a last group of fewer keys repeats its last key and stores only
+  // its own sums.
+  for (size_t j = 0; j < keys; j += 4) {
+    const size_t n = keys - j < 4 ? keys - j : 4;
+    for (size_t x = j; x < j + n && x < ahead; ++x)
+      PrefetchRows(pf_k, ld_pf_k, pf_v, ld_pf_v, x, d);
+    const uint8_t* rows[4];
+    for (size_t key = 0; key < 4; ++key) rows[key] = k + (j + (key < n ? key : n - 1)) * ldk;
+    __m512 a[4][4];
+#pragma GCC unroll 4
+    for (int key = 0; key < 4; ++key) {
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) a[key][r] = _mm512_setzero_ps();
+    }
+    for (size_t c = 0; c < d; c += 64) {
+      const __mmask64 m = BytesFrom(c, d);  // Q rows are zero past d
+#pragma GCC unroll 4
+      for (int key = 0; key < 4; ++key) {
+        __m512i w0, w1;
+        Widen(t, _mm512_maskz_loadu_epi8(m, rows[key] + c), &w0, &w1);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; ++r) {
+          a[key][r] = Dot(a[key][r], w0, _mm512_loadu_si512(q + r * ldq + c));
+          a[key][r] = Dot(a[key][r], w1, _mm512_loadu_si512(q + r * ldq + c + 32));
+        }
+      }
+    }
+    __m512 u[4];
+#pragma GCC unroll 4
+    for (int key = 0; key < 4; ++key) {
+      u[key] = QuadSums(PairSums(a[key][0], a[key][1]), PairSums(a[key][2], a[key][3]));
+    }
+    const __m512 dots = BlockPairSums(BlockPairSums(u[0], u[1]), BlockPairSums(u[2], u[3]));
+    const __mmask16 keep = static_cast<__mmask16>((1u << (4 * n)) - 1);
+    _mm512_mask_storeu_ps(s + 4 * j, keep, _mm512_mul_ps(dots, sv));
+  }
+}
+
+ATTNKIT_TARGET_FP8 bool Fp8WeightedSumV4(const float* p, size_t keys, const uint8_t* const* v,
+                                         size_t dv, size_t dvp, bool e4m3, const float* alpha,
+                                         float* o, size_t ldo) {
+  // The weights as bf16 pairs of keys per row: pw[4 jp + r] = (P[2 jp, r],
+  // P[2 jp + 1, r]). Four keys' 16 weights are rounded at once, and a word
+  // permutation pairs each row's weights of two keys.
+  alignas(64) uint32_t pw[kMaxWeightedPairsKeys / 2 * 4 + 8];
+  alignas(32) static constexpr int16_t kPairRows[16] = {0, 4,  1, 5,  2,  6,  3,  7,
+                                                        8, 12, 9, 13, 10, 14, 11, 15};
+  const __m256i pair_rows = _mm256_load_si256(reinterpret_cast<const __m256i*>(kPairRows));
+  __mmask16 bad = 0;
+  for (size_t j = 0; j < keys; j += 4) {
+    const size_t n = keys - j < 4 ? keys - j : 4;
+    const __m512 x = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << (4 * n)) - 1), p + 4 * j);
+    bad |= _mm512_fpclass_ps_mask(x, 0x99);  // QNaN, +Inf, -Inf, SNaN
+    const __m256i b = (__m256i)_mm512_cvtneps_pbh(x);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(pw + 2 * j),
+                       _mm256_permutexvar_epi16(pair_rows, b));
+  }
+  if (bad != 0) return false;
+  const Widener t = MakeWidener(e4m3);
+  const size_t pairs = (keys + 1) / 2;
+  for (size_t c0 = 0; c0 < dvp; c0 += 64) {
+    // O's vectors [c0, c0 + 64) within dvp, and V's bytes within dv.
+    __mmask16 cols[4];
+#pragma GCC unroll 4
+    for (int cv = 0; cv < 4; ++cv) cols[cv] = c0 + 16 * cv < dvp ? 0xFFFF : 0;
+    const __mmask64 bytes = c0 < dv ? BytesFrom(c0, dv) : 0;
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      const __m512 a = _mm512_set1_ps(alpha != nullptr ? alpha[r] : 1.0f);
+#pragma GCC unroll 4
+      for (int cv = 0; cv < 4; ++cv) {
+        acc[r][cv] = _mm512_mul_ps(a, _mm512_maskz_loadu_ps(cols[cv], o + r * ldo + c0 + 16 * cv));
+      }
+    }
+    for (size_t jp = 0; jp < pairs; ++jp) {
+      const __m512i v0 = _mm512_maskz_loadu_epi8(bytes, v[2 * jp] + c0);
+      const __m512i v1 = _mm512_maskz_loadu_epi8(bytes, v[2 * jp + 1] + c0);
+      // Codes of the two keys column by column: (V[j, c], V[j + 1, c]).
+      __m512i w[4];
+      Widen(t, _mm512_permutex2var_epi8(v0, t.pair0, v1), &w[0], &w[1]);
+      Widen(t, _mm512_permutex2var_epi8(v0, t.pair1, v1), &w[2], &w[3]);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) {
+        const __m512i pr = _mm512_set1_epi32(static_cast<int>(pw[4 * jp + r]));
+#pragma GCC unroll 4
+        for (int cv = 0; cv < 4; ++cv) acc[r][cv] = Dot(acc[r][cv], w[cv], pr);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+#pragma GCC unroll 4
+      for (int cv = 0; cv < 4; ++cv) {
+        _mm512_mask_storeu_ps(o + r * ldo + c0 + 16 * cv, cols[cv], acc[r][cv]);
+      }
+    }
+  }
+  return true;
+}
+
+bool HaveFp8BF16Dot() {
+  static const bool have = HaveBF16Dot() && __builtin_cpu_supports("avx512vbmi");
+  return have;
+}
+
+}  // namespace x86_dot
+}  // namespace attnkit
+
+#else  // not x86-64 with GCC or Clang: HaveFp8BF16Dot() is false, so never called
+
+namespace attnkit {
+namespace x86_dot {
+
+bool HaveFp8BF16Dot() { return false; }
+void Fp8QDotK4(const uint16_t*, size_t, const uint8_t*, size_t, size_t, size_t, bool, float, float*,
+               const uint8_t*, size_t, const uint8_t*, size_t, size_t) {}
+bool Fp8WeightedSumV4(const float*, size_t, const uint8_t* const*, size_t, size_t, bool,
+                      const float*, float*, size_t) {
+  return false;
+}
+
+}  // namespace x86_dot
+}  // namespace attnkit
+
+#endif
