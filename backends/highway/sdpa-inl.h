@@ -105,7 +105,8 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
               p.value_dim % 16 == 0 && t.dvp == p.value_dim;
   c.vnni_qk = t.packed && p.k.dtype == DType::kI8 && p.round_q && x86_dot::HaveVnni();
   c.vnni_pv = c.vnni_qk && p.fast && p.v.dtype == DType::kI8;
-  c.fp8_bf16 = t.packed && IsFp8(p.k.dtype) && p.round_q && x86_dot::HaveFp8BF16Dot();
+  c.fp8_bf16 = t.packed && IsFp8(p.k.dtype) && p.round_q && p.head_dim % 16 == 0 &&
+               x86_dot::HaveFp8BF16Dot();
   static_assert(kMaxKeyTile <= static_cast<int64_t>(x86_dot::kMaxWeightedPairsKeys),
                 "WeightedPairsV4's integer sums hold at most kMaxWeightedPairsKeys keys");
   static_assert(kMaxKeyTile <= kFastWeightBlock,
@@ -204,10 +205,11 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
                ldk, static_cast<size_t>(p.head_dim), keys, sg + j0 * kGroupRows, kGroupRows,
                reinterpret_cast<const int8_t*>(ka.rows), ka.ld,
                reinterpret_cast<const int8_t*>(va.rows), va.ld, std::min(ka.count, va.count));
-      } else if (fp8_bf16) {  // bf16 Q rows (LoadQueryRowsBF16): scale * q.code
+      } else if (fp8_bf16) {  // bf16 Q rows (LoadQueryBlocksBF16): scale * q.code
+        const int64_t ldqb = 4 * p.head_dim;
         x86_dot::Fp8QDotK4(
-            reinterpret_cast<const uint16_t*>(scratch + t.off_qbf) + g * kGroupRows * t.ldq8,
-            static_cast<size_t>(t.ldq8), reinterpret_cast<const uint8_t*>(runs.k[r]), ldk,
+            reinterpret_cast<const uint16_t*>(scratch + t.off_qbf) + g * kGroupRows * ldqb,
+            static_cast<size_t>(ldqb), reinterpret_cast<const uint8_t*>(runs.k[r]), ldk,
             static_cast<size_t>(p.head_dim), keys, kE4M3Codes, p.scale, sg + j0 * kGroupRows,
             reinterpret_cast<const uint8_t*>(ka.rows), ka.ld,
             reinterpret_cast<const uint8_t*>(va.rows), va.ld, std::min(ka.count, va.count));
@@ -391,8 +393,8 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
                     reinterpret_cast<int32_t*>(scratch + t.off_qsum), scratch + t.off_qscale,
                     scratch + t.off_qrow);
     } else if (t.narrow && kFp8 && dots.fp8_bf16) {
-      LoadQueryRowsBF16(p, it, t.ldq8, reinterpret_cast<uint16_t*>(scratch + t.off_qbf),
-                        scratch + t.off_qrow);
+      LoadQueryBlocksBF16(p, it, reinterpret_cast<uint16_t*>(scratch + t.off_qbf),
+                          scratch + t.off_qrow);
     } else if (t.narrow) {
       LoadQueryRows(p, t, it, qrows);
       if constexpr (kFp8) {

@@ -17,6 +17,7 @@
 #include "backends/highway/flash_params.h"
 #include "backends/highway/microkernels-inl.h"
 #include "backends/highway/tiling.h"
+#include "backends/highway/x86_dot.h"
 #include "core/dtype.h"
 #include "core/fast_compute.h"
 #include "core/tensor.h"
@@ -235,16 +236,19 @@ inline void LoadQueryTile(const FlashParams& p, const Tiling& t, const Item& it,
 
 // fp8 decode under FAST (x86_dot::Fp8QDotK4): the item's Q rows rounded to
 // bf16 (RoundQueryValue, to nearest even), unscaled (the kernel multiplies
-// the dot products by p.scale), [groups * 4, ldq] with zero past d and past
-// the item's rows: row groups of 4 read whole.
-inline void LoadQueryRowsBF16(const FlashParams& p, const Item& it, int64_t ldq,
-                              uint16_t* HWY_RESTRICT out, float* HWY_RESTRICT row) {
-  const int64_t d = p.head_dim, rows = it.nh * it.nq;
+// the dot products by p.scale), in the kernel's block layout
+// (x86_dot::Fp8QueryBlocks), rows 4 d values apart: zero rows past the
+// item's, as row groups of 4 read whole. d a multiple of 8.
+inline void LoadQueryBlocksBF16(const FlashParams& p, const Item& it, uint16_t* HWY_RESTRICT out,
+                                float* HWY_RESTRICT row) {
+  const int64_t d = p.head_dim, rows = it.nh * it.nq, ldq = 4 * d;
   const int64_t rows4 = (rows + 3) / 4 * 4;
-  std::fill(out, out + rows4 * ldq, uint16_t{0});
+  uint16_t bf[kProblemMaxHeadDim];
+  std::fill(out + rows * ldq, out + rows4 * ldq, uint16_t{0});
   for (int64_t r = 0; r < rows; ++r) {
     LoadQueryRowAsIs(p, it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, row);
-    for (int64_t c = 0; c < d; ++c) out[r * ldq + c] = BF16FromF32(row[c]);
+    for (int64_t c = 0; c < d; ++c) bf[c] = BF16FromF32(row[c]);
+    x86_dot::Fp8QueryBlocks(bf, static_cast<size_t>(d), out + r * ldq);
   }
 }
 

@@ -120,10 +120,10 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
   t.off_qsum = take(int8_q ? mp : 0);
   t.off_qscale = take(int8_q ? mp : 0);
   // Direct fp8 tiles: Q rows [mp, dp] times 2^bias (Fp8Folded); under FAST
-  // also Q rows as bf16 [mp, ldq8] (x86_dot::Fp8QDotK4: zero to d rounded
-  // up to 64 values, two bytes each).
+  // also Q rows as bf16 in x86_dot::Fp8QDotK4's block layout, [mp, 4 d]
+  // two-byte values.
   t.off_qfold = take(t.packed && IsFp8(p.k.dtype) ? mp * t.dp : 0);
-  t.off_qbf = take(t.packed && IsFp8(p.k.dtype) && p.round_q ? mp * t.ldq8 / 2 : 0);
+  t.off_qbf = take(t.packed && IsFp8(p.k.dtype) && p.round_q ? mp * 2 * d : 0);
   t.scratch_floats = off;
   t.partial_floats = PartialFloats(t);
   return t;

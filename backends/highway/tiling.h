@@ -95,8 +95,8 @@ struct Tiling {
       off_bad, off_row, off_qrow, off_pp, off_q8, off_qsum, off_qscale, off_alibi_slope,
       off_alibi_diag, off_qfold,  // off_qfold: fp8 direct Q rows times 2^bias
       off_qbf;                    // off_qbf: fp8 direct Q rows as bf16 (FAST)
-  int64_t ldq8;  // bytes per int8 Q row of the VNNI tiles; values per bf16 row at off_qbf
-  int64_t ldv;   // floats between rows of the f32 V tile at off_v (PaddedRowFloats)
+  int64_t ldq8;                   // bytes per int8 Q row of the VNNI tiles
+  int64_t ldv;  // floats between rows of the f32 V tile at off_v (PaddedRowFloats)
   size_t scratch_floats;
   size_t partial_floats;  // split-K partials: [base_items, splits, rows, dvp + 1]
 };

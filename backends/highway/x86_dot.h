@@ -80,14 +80,29 @@ bool HaveFp8BF16Dot();
 // the format given by e4m3.
 
 // Q.K for a group of 4 query rows: s[4 j + r] = scale * sum_{c < d} Q[r, c]
-// code(K[j, c]) for r < 4, j < keys (the packed layout), f32 sums.
-//   q: bf16 rows q + r * ldq, d values, zero from d to d rounded up to 64.
-//   k: fp8 rows k + j * ldk, d codes each (no byte past d is read).
+// code(K[j, c]) for r < 4, j < keys (the packed layout), f32 sums. Four
+// keys at a time share each vector, one per 128-bit block (16 codes of a
+// key each), so one accumulator per row serves the four keys and a short
+// tree leaves their 16 sums in the packed order.
+//   qb: the 4 rows in the block layout Fp8QueryBlocks writes, rows
+//       qb + r * ldq (ldq >= 4 d).
+//   k:  fp8 rows k + j * ldk, d codes each (d a multiple of 16).
 // Also prefetches (into L2) the first `ahead` rows of pf_k and pf_v, as
 // VnniQDotK4 does.
-void Fp8QDotK4(const uint16_t* q, size_t ldq, const uint8_t* k, size_t ldk, size_t d, size_t keys,
+void Fp8QDotK4(const uint16_t* qb, size_t ldq, const uint8_t* k, size_t ldk, size_t d, size_t keys,
                bool e4m3, float scale, float* s, const uint8_t* pf_k, size_t ld_pf_k,
                const uint8_t* pf_v, size_t ld_pf_v, size_t ahead);
+
+// One bf16 Q row q[0, d) (d a multiple of 8) in Fp8QDotK4's layout: each 8
+// consecutive values repeated four times (one copy per 128-bit block),
+// out[32 c8 + 8 b + i] = q[8 c8 + i] for b < 4, i < 8: 4 d values.
+inline void Fp8QueryBlocks(const uint16_t* q, size_t d, uint16_t* out) {
+  for (size_t c8 = 0; c8 < d / 8; ++c8) {
+    for (size_t b = 0; b < 4; ++b) {
+      for (size_t i = 0; i < 8; ++i) out[32 * c8 + 8 * b + i] = q[8 * c8 + i];
+    }
+  }
+}
 
 // P.V for a group of 4 query rows: each weight P[j, r] = p[4 j + r] (the
 // softmax weights times V's row scales) rounded to bf16 (nearest even), then

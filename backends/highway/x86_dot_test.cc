@@ -292,11 +292,20 @@ TEST(X86DotTest, AvxVnniQDotK4IsTheExactIntegerDotTimesTheRowScale) {
   }
 }
 
+// Four bf16 Q rows of d values (d a multiple of 8), rows ldq apart, in
+// Fp8QDotK4's block layout: rows 4 d apart.
+std::vector<uint16_t> QueryBlocks(const std::vector<uint16_t>& q, size_t ldq, size_t d) {
+  std::vector<uint16_t> out(4 * 4 * d);
+  for (size_t r = 0; r < 4; ++r)
+    x86_dot::Fp8QueryBlocks(q.data() + r * ldq, d, out.data() + r * 4 * d);
+  return out;
+}
+
 // fp8 through bf16 (FAST). Every code of both formats: one-hot Q rows pick
 // each code's value out of a K row exactly (special codes in a row of their
 // own: NaN, and E5M2's Inf times 1). Then random rows against double sums
-// (exact products, f32 sums), head dims that end mid-block on a guarded
-// page, and key counts that leave a partial group of four.
+// (exact products, f32 sums), the last key's row ending on a guarded page,
+// and key counts that leave a partial group of four.
 TEST(X86DotTest, Fp8QDotK4WidensEveryCodeExactly) {
   if (!x86_dot::HaveFp8BF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16 with AVX512_VBMI";
   const uint16_t one = BF16FromF32(1.0f);
@@ -313,8 +322,8 @@ TEST(X86DotTest, Fp8QDotK4WidensEveryCodeExactly) {
         if (!std::isfinite(Fp8CodeValue(x, e4m3))) x = 0;
       }
       float s[4] = {-1, -1, -1, -1};
-      x86_dot::Fp8QDotK4(q.data(), ldq, finite.data(), d, d, 1, e4m3, 1.0f, s, nullptr, 0, nullptr,
-                         0, 0);
+      x86_dot::Fp8QDotK4(QueryBlocks(q, ldq, d).data(), 4 * d, finite.data(), d, d, 1, e4m3, 1.0f,
+                         s, nullptr, 0, nullptr, 0, 0);
       for (size_t r = 0; r < 4; ++r) {
         const float want = Fp8CodeValue(finite[c0 + r], e4m3);
         EXPECT_EQ(s[r], want) << (e4m3 ? "e4m3" : "e5m2") << " code " << c0 + r;
@@ -329,8 +338,8 @@ TEST(X86DotTest, Fp8QDotK4WidensEveryCodeExactly) {
       std::vector<uint16_t> q(4 * 64, 0);
       for (size_t r = 0; r < 4; ++r) q[r * 64 + 5] = one;
       float s[4];
-      x86_dot::Fp8QDotK4(q.data(), 64, row.data(), 64, 64, 1, e4m3, 1.0f, s, nullptr, 0, nullptr, 0,
-                         0);
+      x86_dot::Fp8QDotK4(QueryBlocks(q, 64, 64).data(), 4 * 64, row.data(), 64, 64, 1, e4m3, 1.0f,
+                         s, nullptr, 0, nullptr, 0, 0);
       for (size_t r = 0; r < 4; ++r) {
         if (std::isnan(value)) {
           EXPECT_TRUE(std::isnan(s[r])) << "code " << code;
@@ -347,9 +356,9 @@ TEST(X86DotTest, Fp8QDotK4MatchesExactProducts) {
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> code(0, 255);
   for (bool e4m3 : {true, false}) {
-    for (size_t d : {16, 72, 128, 576}) {
+    for (size_t d : {16, 80, 128, 576}) {
       for (size_t keys : {1, 3, 4, 7, 16}) {
-        const size_t ldq = (d + 63) / 64 * 64, ldk = d + 5;  // strided K rows
+        const size_t ldq = d + 8, ldk = d + 5;  // strided K rows
         std::vector<uint16_t> q(4 * ldq, 0);
         for (size_t r = 0; r < 4; ++r) {
           const std::vector<uint16_t> row = RandomBF16(d, &rng);
@@ -366,8 +375,8 @@ TEST(X86DotTest, Fp8QDotK4MatchesExactProducts) {
         }
         std::vector<float> s(4 * keys + 4, -7.0f);
         const float scale = 0.25f;
-        x86_dot::Fp8QDotK4(q.data(), ldq, k, ldk, d, keys, e4m3, scale, s.data(), k, ldk, k, ldk,
-                           keys);
+        x86_dot::Fp8QDotK4(QueryBlocks(q, ldq, d).data(), 4 * d, k, ldk, d, keys, e4m3, scale,
+                           s.data(), k, ldk, k, ldk, keys);
         for (size_t j = 0; j < keys; ++j) {
           for (size_t r = 0; r < 4; ++r) {
             double want = 0, abs_sum = 0;

@@ -102,9 +102,9 @@ inline __mmask64 BytesFrom(size_t c, size_t n) {
   return c + 64 <= n ? ~__mmask64{0} : (__mmask64{1} << (n - c)) - 1;
 }
 
-// The reduction tree of VnniQDotK4, in f32: pairs of vectors (x, y) -> per
-// 128-bit block [x0+x2, y0+y2, x1+x3, y1+y3]; two of those -> per block the
-// four block sums of x, y, z, w; then blocks (0, 1) and (2, 3) of u and v.
+// The first levels of VnniQDotK4's reduction tree, in f32: pairs of
+// vectors (x, y) -> per 128-bit block [x0+x2, y0+y2, x1+x3, y1+y3]; two of
+// those -> per block the four block sums of x, y, z, w.
 ATTNKIT_TARGET_FP8 inline __m512 PairSums(__m512 x, __m512 y) {
   return _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y));
 }
@@ -112,9 +112,6 @@ ATTNKIT_TARGET_FP8 inline __m512 QuadSums(__m512 xy, __m512 zw) {
   const __m512d a = _mm512_castps_pd(xy), b = _mm512_castps_pd(zw);
   return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
                        _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-}
-ATTNKIT_TARGET_FP8 inline __m512 BlockPairSums(__m512 u, __m512 v) {
-  return _mm512_add_ps(_mm512_shuffle_f32x4(u, v, 0x88), _mm512_shuffle_f32x4(u, v, 0xDD));
 }
 
 // The rows `ahead` keys on: a K and a V row per key, into L2.
@@ -128,49 +125,74 @@ inline void PrefetchRows(const uint8_t* pf_k, size_t ld_pf_k, const uint8_t* pf_
 
 }  // namespace
 
-ATTNKIT_TARGET_FP8 void Fp8QDotK4(const uint16_t* q, size_t ldq, const uint8_t* k, size_t ldk,
+ATTNKIT_TARGET_FP8 void Fp8QDotK4(const uint16_t* qb, size_t ldq, const uint8_t* k, size_t ldk,
                                   size_t d, size_t keys, bool e4m3, float scale, float* s,
                                   const uint8_t* pf_k, size_t ld_pf_k, const uint8_t* pf_v,
                                   size_t ld_pf_v, size_t ahead) {
   const Widener t = MakeWidener(e4m3);
   const __m512 sv = _mm512_set1_ps(scale);
-  // Four keys at a time (16 accumulators, key-major) and one transposing
-  // tree leaving the 16 sums in the packed order [key 0 rows 0-3, key 1
-  // ...]; a last group of fewer keys repeats its last key and stores only
-  // its own sums.
-  for (size_t j = 0; j < keys; j += 4) {
-    const size_t n = keys - j < 4 ? keys - j : 4;
+  // Eight keys at a time, 16 codes of each per step: keys 4 h + b in block
+  // b of vector h (masked block broadcasts: loads, no shuffle). Widened in
+  // place (the in-block byte interleave keeps each key's words in its
+  // block), they meet the rows' 8-value blocks (Fp8QueryBlocks): lane i of
+  // block b sums key b's products with one row. So one accumulator per row
+  // and vector serves four keys, a short tree reduces 4 vectors per four
+  // keys (about 2 operations a key, where one vector per key and row took
+  // 11), and each Q vector loaded serves eight keys: 512-bit loads bound
+  // the step otherwise. Zen 5 here, one thread, d 128, rows in L1: 10.2 ns
+  // a key with one vector per key and row or with four keys a step (Q
+  // loaded at each use either way), 8.4 with eight and Q held, 5.8 (an
+  // upper bound, wrong results) with no Q loads at all. A last group of
+  // fewer keys repeats its last key and stores only its own sums.
+  constexpr size_t kKeys = 8;
+  for (size_t j = 0; j < keys; j += kKeys) {
+    const size_t n = keys - j < kKeys ? keys - j : kKeys;
     for (size_t x = j; x < j + n && x < ahead; ++x)
       PrefetchRows(pf_k, ld_pf_k, pf_v, ld_pf_v, x, d);
-    const uint8_t* rows[4];
-    for (size_t key = 0; key < 4; ++key) rows[key] = k + (j + (key < n ? key : n - 1)) * ldk;
-    __m512 a[4][4];
+    const uint8_t* rows[kKeys];
+    for (size_t key = 0; key < kKeys; ++key) rows[key] = k + (j + (key < n ? key : n - 1)) * ldk;
+    __m512 a[2][4];  // [vector h][row r]
 #pragma GCC unroll 4
-    for (int key = 0; key < 4; ++key) {
+    for (int r = 0; r < 4; ++r) a[0][r] = a[1][r] = _mm512_setzero_ps();
+    for (size_t c = 0; c < d; c += 16) {
+      __m512i w[2][2];  // [vector h]: key 4 h + b's codes [c, c + 8), then [c + 8, c + 16)
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* const* rh = rows + 4 * h;
+        __m512i x =
+            _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rh[0] + c)));
+        x = _mm512_mask_broadcast_i32x4(
+            x, 0x00F0, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rh[1] + c)));
+        x = _mm512_mask_broadcast_i32x4(
+            x, 0x0F00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rh[2] + c)));
+        x = _mm512_mask_broadcast_i32x4(
+            x, 0xF000, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rh[3] + c)));
+        const __m512i lo = _mm512_permutex2var_epi8(t.lo0, x, t.lo1);
+        const __m512i hi =
+            _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t.hi0, x, t.hi1), x, t.sign, 0xF8);
+        w[h][0] = _mm512_unpacklo_epi8(lo, hi);
+        w[h][1] = _mm512_unpackhi_epi8(lo, hi);
+      }
+      const uint16_t* qc = qb + 4 * c;  // the blocks of Q[r, c .. c + 16)
 #pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) a[key][r] = _mm512_setzero_ps();
-    }
-    for (size_t c = 0; c < d; c += 64) {
-      const __mmask64 m = BytesFrom(c, d);  // Q rows are zero past d
-#pragma GCC unroll 4
-      for (int key = 0; key < 4; ++key) {
-        __m512i w0, w1;
-        Widen(t, _mm512_maskz_loadu_epi8(m, rows[key] + c), &w0, &w1);
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; ++r) {
-          a[key][r] = Dot(a[key][r], w0, _mm512_loadu_si512(q + r * ldq + c));
-          a[key][r] = Dot(a[key][r], w1, _mm512_loadu_si512(q + r * ldq + c + 32));
-        }
+      for (int r = 0; r < 4; ++r) {
+        __m512i q0 = _mm512_loadu_si512(qc + r * ldq);
+        __m512i q1 = _mm512_loadu_si512(qc + r * ldq + 32);
+        // Each loaded once for the eight keys: GCC 12 would load them again
+        // at each use instead (a memory operand costs a load each).
+        asm("" : "+v"(q0), "+v"(q1));
+        a[0][r] = Dot(Dot(a[0][r], w[0][0], q0), w[0][1], q1);
+        a[1][r] = Dot(Dot(a[1][r], w[1][0], q0), w[1][1], q1);
       }
     }
-    __m512 u[4];
-#pragma GCC unroll 4
-    for (int key = 0; key < 4; ++key) {
-      u[key] = QuadSums(PairSums(a[key][0], a[key][1]), PairSums(a[key][2], a[key][3]));
+#pragma GCC unroll 2
+    for (size_t h = 0; h < 2 && 4 * h < n; ++h) {
+      // Block b: [row 0, 1, 2, 3] sums of key 4 h + b, the packed order.
+      const __m512 dots = QuadSums(PairSums(a[h][0], a[h][1]), PairSums(a[h][2], a[h][3]));
+      const size_t nh = n - 4 * h < 4 ? n - 4 * h : 4;
+      const __mmask16 keep = static_cast<__mmask16>((1u << (4 * nh)) - 1);
+      _mm512_mask_storeu_ps(s + 4 * (j + 4 * h), keep, _mm512_mul_ps(dots, sv));
     }
-    const __m512 dots = BlockPairSums(BlockPairSums(u[0], u[1]), BlockPairSums(u[2], u[3]));
-    const __mmask16 keep = static_cast<__mmask16>((1u << (4 * n)) - 1);
-    _mm512_mask_storeu_ps(s + 4 * j, keep, _mm512_mul_ps(dots, sv));
   }
 }
 
