@@ -288,14 +288,15 @@ TEST(SuiteTest, StandardSuiteLoads) {
   EXPECT_EQ(int8, 2);  // exact and FAST
   EXPECT_EQ(paged, 2);
   EXPECT_EQ(ragged, 1);
-  // The compute modes: all-bf16 prefills in EXACT and FAST, decodes in FAST.
+  // The compute modes: all-bf16 prefills in EXACT and FAST, decodes (int8,
+  // bf16, fp8) in FAST.
   int fast = 0, bf16_prefill = 0;
   for (const AttentionProblem& p : *suite) {
     fast += p.fast();
     EXPECT_EQ(p.fast(), absl::EndsWith(p.Id(), "_fast")) << p.Id();
     bf16_prefill += p.dtype == DType::kBF16 && p.q_len > 1 && !p.backward;
   }
-  EXPECT_EQ(fast, 4);
+  EXPECT_EQ(fast, 5);
   EXPECT_EQ(bf16_prefill, 4);
   // The training problems time their backward pass; their ids say so.
   int backward = 0;

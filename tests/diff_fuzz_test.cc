@@ -244,8 +244,8 @@ TEST(DiffFuzzTest, PlantedBugIsShrunkAndReproducedFromTheConfig) {
 }
 
 // RandomConfig draws compute FAST for about a third of the problems with
-// 16-bit or int8 K/V, under every K/V type and serving feature, and never
-// where it would round nothing (f32 K/V).
+// 16-bit, int8 or fp8 K/V, under every K/V type and serving feature, and
+// never where it would round nothing (f32 K/V).
 TEST(DiffFuzzTest, RandomConfigsDrawFastComputeWhereItCanRound) {
   std::mt19937_64 rng(13);
   std::set<DTypeProto> kv_types;
@@ -264,7 +264,7 @@ TEST(DiffFuzzTest, RandomConfigsDrawFastComputeWhereItCanRound) {
   }
   EXPECT_GT(fast, could / 5) << fast << " of " << could;
   EXPECT_LT(fast, could / 2) << fast << " of " << could;
-  EXPECT_EQ(kv_types, (std::set<DTypeProto>{F16, BF16, INT8}));
+  EXPECT_EQ(kv_types, (std::set<DTypeProto>{F16, BF16, INT8, FP8_E4M3, FP8_E5M2}));
   EXPECT_GT(fast_paged, 0);
   EXPECT_GT(fast_ragged, 0);
 }

@@ -316,6 +316,40 @@ def random_kv(shape, kv_dtype):
     return np.where(special, codes & 0x80, codes).astype(np.uint8)  # specials as +-0
 
 
+def bf16_round(x):
+    """float32 values rounded to bf16 (nearest even), as float64."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+@pytest.mark.parametrize("kv_dtype", ["f8e4m3", "f8e5m2"])
+def test_fast_fp8_rounds_the_query_to_bf16(kv_dtype):
+    """compute="fast" over an fp8 cache: Q rounded to bf16 (the type that
+    holds every fp8 value), P may be too. A GQA decode (the kernel that
+    widens codes to bf16 where the CPU has AVX512_BF16 and VBMI) against
+    numpy with the rounded Q, within bf16's rounding of P; blas, which does
+    not round Q, refuses by name."""
+    B, H, G, S, E = 2, 8, 2, 300, 64
+    q = rand(B, H, 1, E) * 3
+    k, v = random_kv((B, G, S, E), kv_dtype), random_kv((B, G, S, E), kv_dtype)
+    top = {"f8e4m3": 448.0, "f8e5m2": 57344.0}[kv_dtype]
+    ks = RNG.uniform(0.5, 1.5, size=(B, G, S)).astype(np.float32) / top
+    vs = RNG.uniform(0.5, 1.5, size=(B, G, S)).astype(np.float32) / top
+    kd, vd = decode_kv(k, kv_dtype) * ks[..., None], decode_kv(v, kv_dtype) * vs[..., None]
+    o = attnkit.attention(q, k, v, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs, compute="fast",
+                          backend="highway")
+    want = ref_sdpa(bf16_round(q), kd, vd)
+    # P rounded to bf16: each weight within 2^-8, so o within 2^-8 of sum p |v| (<= max |v|).
+    np.testing.assert_allclose(o, want, rtol=0, atol=2.0 ** -8 * np.abs(vd).max() + 1e-6)
+    exact = attnkit.attention(q, k, v, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs,
+                              backend="highway")
+    assert np.abs(exact - ref_sdpa(q, kd, vd)).max() < 1e-5
+    with pytest.raises(NotImplementedError, match=f"compute FAST with kv_dtype {kv_dtype}"):
+        attnkit.attention(q, k, v, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs, compute="fast",
+                          backend="blas")
+
+
 @pytest.mark.parametrize("backend", ["highway", "blas", "reference"])
 @pytest.mark.parametrize("kv_dtype", ["i8", "f8e4m3", "f8e5m2"])
 def test_attention_reads_quantized_kv_as_stored(backend, kv_dtype):

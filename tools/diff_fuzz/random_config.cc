@@ -140,11 +140,11 @@ AttentionConfig RandomConfig(std::mt19937_64& rng, double max_work) {
   // NaN / Inf anywhere in the inputs: exactly the rows that read one give NaN.
   if (Chance(rng, 0.3)) c.set_nonfinite_inputs(1 + static_cast<int32_t>(rng() % 4));
   AddServingFeatures(rng, &c);
-  // FAST where it can round something (16-bit or int8 K/V), about one time
-  // in three. Drawn from the config's seed rather than `rng`, so the other
-  // draws, and the problems every earlier seed gave, stay as they were.
-  if (c.kv_dtype() != F32 && c.kv_dtype() != FP8_E4M3 && c.kv_dtype() != FP8_E5M2 &&
-      !c.backward() && std::mt19937_64(c.seed() ^ 0x9e3779b97f4a7c15ull)() % 3 == 0) {
+  // FAST where it can round something (16-bit, int8 or fp8 K/V), about one
+  // time in three. Drawn from the config's seed rather than `rng`, so the
+  // other draws, and the problems every earlier seed gave, stay as they were.
+  if (c.kv_dtype() != F32 && !c.backward() &&
+      std::mt19937_64(c.seed() ^ 0x9e3779b97f4a7c15ull)() % 3 == 0) {
     c.set_compute(FAST);
   }
   // Attention sinks one time in four, drawn from the seed too.
