@@ -431,12 +431,14 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     }
   }
   // int8 direct tiles (zeroed: PackedScale loads whole vectors of them).
-  static_assert(kMaxKeyTile >= std::max(kDirectKeyTile, highway_plan::kPackedInt8KeyTile) +
-                                   HWY_MAX_BYTES / sizeof(float),
-                "PackedScale reads a vector past a direct tile's last key");
-  float k_scales[kMaxKeyTile] = {}, v_scales[kMaxKeyTile] = {};
+  // PackedScale reads a vector past a direct tile's last key.
+  constexpr int64_t kScales = kMaxKeyTile + HWY_MAX_BYTES / sizeof(float);
+  static_assert(kMaxKeyTile >= std::max({kDirectKeyTile, highway_plan::kPackedInt8KeyTile,
+                                         highway_plan::kPackedFp8KeyTile}),
+                "every direct tile fits the scale arrays");
+  float k_scales[kScales] = {}, v_scales[kScales] = {};
   // fp8: v_scales times 2^bias (Fp8Folded); unused where no target folds.
-  [[maybe_unused]] float v_folded[kMaxKeyTile] = {};
+  [[maybe_unused]] float v_folded[kScales] = {};
   // Tiles start at multiples of key_tile (the item's first may be shorter).
   for (int64_t k0 = it.k_begin, nk = 0; k0 < it.k_end; k0 += nk) {
     nk = std::min(t.key_tile - k0 % t.key_tile, it.k_end - k0);

@@ -33,12 +33,11 @@ namespace {
 
 // The bf16 of each fp8 magnitude m < 128 (the code without its sign), as
 // two byte tables per format: lo[m] and hi[m], bf16 = lo | hi << 8.
-// Also the byte interleaves of Widener (built once: a call decodes one tile).
+// Also the byte orders of Widener (built once: a call decodes one tile).
 struct Fp8ByteTables {
   alignas(64) uint8_t lo[2][128];
   alignas(64) uint8_t hi[2][128];
-  alignas(64) uint8_t pair0[64];
-  alignas(64) uint8_t pair1[64];
+  alignas(64) uint8_t pairs[2][64];
 };
 const Fp8ByteTables& ByteTables() {
   static const Fp8ByteTables tables = [] {
@@ -54,11 +53,23 @@ const Fp8ByteTables& ByteTables() {
         t.hi[f][m] = static_cast<uint8_t>(bits >> 24);
       }
     }
-    for (int i = 0; i < 32; ++i) {
-      t.pair0[2 * i] = static_cast<uint8_t>(i);
-      t.pair0[2 * i + 1] = static_cast<uint8_t>(64 + i);
-      t.pair1[2 * i] = static_cast<uint8_t>(32 + i);
-      t.pair1[2 * i + 1] = static_cast<uint8_t>(96 + i);
+    // pairs[h]: columns [32 h, 32 h + 32) of two rows a and b (vpermt2b:
+    // b's bytes are numbered from 64) ordered so that Widen leaves the
+    // dword lane of column c holding (a[c], b[c]) in column order. Widen's
+    // first vector takes bytes [16 k, 16 k + 8) of each block k, its second
+    // [16 k + 8, 16 k + 16); dword lane i of block k is bytes 2 i, 2 i + 1
+    // of those: so byte 16 k + 8 s + 2 i (+ 1) is column 32 h + 16 s + 4 k
+    // + i of a (of b).
+    for (int h = 0; h < 2; ++h) {
+      for (int k = 0; k < 4; ++k) {
+        for (int half = 0; half < 2; ++half) {
+          for (int i = 0; i < 4; ++i) {
+            const int col = 32 * h + 16 * half + 4 * k + i, at = 16 * k + 8 * half + 2 * i;
+            t.pairs[h][at] = static_cast<uint8_t>(col);
+            t.pairs[h][at + 1] = static_cast<uint8_t>(64 + col);
+          }
+        }
+      }
     }
     return t;
   }();
@@ -66,8 +77,7 @@ const Fp8ByteTables& ByteTables() {
 }
 
 // The registers the widening uses: the format's tables, the sign bits, and
-// the byte interleaves pair0 (bytes [0, 32) of a with those of b: a0 b0 a1
-// b1 ...) and pair1 (bytes [32, 64)), for vpermt2b.
+// the byte orders pairs[0] and pairs[1] of two V rows (Fp8ByteTables).
 struct Widener {
   __m512i lo0, lo1, hi0, hi1, sign, pair0, pair1;
 };
@@ -79,18 +89,22 @@ ATTNKIT_TARGET_FP8 inline Widener MakeWidener(bool e4m3) {
           _mm512_load_si512(t.hi[f]),
           _mm512_load_si512(t.hi[f] + 64),
           _mm512_set1_epi8(static_cast<char>(0x80)),
-          _mm512_load_si512(t.pair0),
-          _mm512_load_si512(t.pair1)};
+          _mm512_load_si512(t.pairs[0]),
+          _mm512_load_si512(t.pairs[1])};
 }
 
-// 64 codes -> the bf16 of codes [0, 32) in *w0 and [32, 64) in *w1, in order.
+// 64 codes -> their bf16, in 128-bit blocks: block k of *w0 holds codes
+// [16 k, 16 k + 8), of *w1 codes [16 k + 8, 16 k + 16), in order. (The
+// in-block byte interleave costs no index register and leaves its inputs;
+// callers order the codes to suit: Fp8QDotK4 one key per block,
+// Fp8WeightedSumV4 by Fp8ByteTables::pairs.)
 ATTNKIT_TARGET_FP8 inline void Widen(const Widener& t, __m512i codes, __m512i* w0, __m512i* w1) {
   // vpermt2b reads each index's low 7 bits: the magnitude.
   const __m512i lo = _mm512_permutex2var_epi8(t.lo0, codes, t.lo1);
   __m512i hi = _mm512_permutex2var_epi8(t.hi0, codes, t.hi1);
   hi = _mm512_ternarylogic_epi32(hi, codes, t.sign, 0xF8);  // hi | (codes & 0x80)
-  *w0 = _mm512_permutex2var_epi8(lo, t.pair0, hi);
-  *w1 = _mm512_permutex2var_epi8(lo, t.pair1, hi);
+  *w0 = _mm512_unpacklo_epi8(lo, hi);
+  *w1 = _mm512_unpackhi_epi8(lo, hi);
 }
 
 ATTNKIT_TARGET_FP8 inline __m512 Dot(__m512 acc, __m512i a, __m512i b) {
@@ -167,11 +181,7 @@ ATTNKIT_TARGET_FP8 void Fp8QDotK4(const uint16_t* qb, size_t ldq, const uint8_t*
             x, 0x0F00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rh[2] + c)));
         x = _mm512_mask_broadcast_i32x4(
             x, 0xF000, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rh[3] + c)));
-        const __m512i lo = _mm512_permutex2var_epi8(t.lo0, x, t.lo1);
-        const __m512i hi =
-            _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t.hi0, x, t.hi1), x, t.sign, 0xF8);
-        w[h][0] = _mm512_unpacklo_epi8(lo, hi);
-        w[h][1] = _mm512_unpackhi_epi8(lo, hi);
+        Widen(t, x, &w[h][0], &w[h][1]);
       }
       const uint16_t* qc = qb + 4 * c;  // the blocks of Q[r, c .. c + 16)
 #pragma GCC unroll 4
@@ -236,7 +246,8 @@ ATTNKIT_TARGET_FP8 bool Fp8WeightedSumV4(const float* p, size_t keys, const uint
     for (size_t jp = 0; jp < pairs; ++jp) {
       const __m512i v0 = _mm512_maskz_loadu_epi8(bytes, v[2 * jp] + c0);
       const __m512i v1 = _mm512_maskz_loadu_epi8(bytes, v[2 * jp + 1] + c0);
-      // Codes of the two keys column by column: (V[j, c], V[j + 1, c]).
+      // Codes of the two keys column by column: dword lane c of w[c / 16]
+      // holds (V[j, c], V[j + 1, c]).
       __m512i w[4];
       Widen(t, _mm512_permutex2var_epi8(v0, t.pair0, v1), &w[0], &w[1]);
       Widen(t, _mm512_permutex2var_epi8(v0, t.pair1, v1), &w[2], &w[3]);
