@@ -165,8 +165,8 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   const float kNegInf = -std::numeric_limits<float>::infinity();
   constexpr bool kScaled = kScaledStorage<T>;  // int8 or fp8: rows times scales
   constexpr bool kCheckNaN = kFp8FastTag<T>;   // fp8 read without its special codes
-  // fp8 codes under FAST (dots.fp8_bf16): Q.K and, unless V holds a special
-  // code (NaN, Inf: the f32 products below build them), P.V in bf16.
+  // fp8 codes under FAST (dots.fp8_bf16): Q.K and P.V in bf16 (P.V in f32
+  // where a row must leave out a bad V row, or a weight is not finite).
   constexpr bool kFp8Codes = std::is_same<T, Fp8E4M3>::value || std::is_same<T, Fp8E5M2>::value;
   constexpr bool kE4M3Codes = std::is_same<T, Fp8E4M3>::value;
   const bool fp8_bf16 = kFp8Codes && dots.fp8_bf16;
@@ -430,8 +430,8 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       PrefetchRowScales(p, p.v_scale, p.v_scale_view, it, it.k_begin, first);
     }
   }
-  // int8 direct tiles (zeroed: PackedScale loads whole vectors of them).
-  // PackedScale reads a vector past a direct tile's last key.
+  // int8 and fp8 direct tiles' row scales (zeroed: PackedScale loads whole
+  // vectors of them, up to a vector past the tile's last key).
   constexpr int64_t kScales = kMaxKeyTile + HWY_MAX_BYTES / sizeof(float);
   static_assert(kMaxKeyTile >= std::max({kDirectKeyTile, highway_plan::kPackedInt8KeyTile,
                                          highway_plan::kPackedFp8KeyTile}),
@@ -517,7 +517,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     }
     ATTNKIT_PHASE_MARK(phase_timer, kKvLoad);
 #if HWY_TARGET != HWY_SCALAR
-    if (t.packed) {  // int8 tiles may span two pages (kPackedInt8KeyTile)
+    if (t.packed) {  // int8 and fp8 FAST tiles may span pages (kMaxTileRuns)
       if constexpr (kFp8) {
         if (dots.fp8_bf16) {  // FAST: bf16 dot products on the codes
           PackedTileUpdate<T>(p, t, it, k0, nk, vis, runs, k_ahead, v_ahead, k_scales, v_scales,
