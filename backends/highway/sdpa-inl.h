@@ -166,12 +166,16 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   constexpr bool kScaled = kScaledStorage<T>;  // int8 or fp8: rows times scales
   constexpr bool kCheckNaN = kFp8FastTag<T>;   // fp8 read without its special codes
   // fp8 codes under FAST (dots.fp8_bf16): Q.K and P.V in bf16 (P.V in f32
-  // where a row must leave out a bad V row, or a weight is not finite).
+  // where a row must leave out a bad V row, or a weight is not finite). Its
+  // V rows are not prefetched into L1 below: Fp8QDotK4 brings them into L2
+  // ahead, and a 64-key tile's 128 lines at once stalled the tile's start
+  // (Zen 5, B8 d128 E4M3 decode, alternating runs: one thread 6.15-6.23 ->
+  // 5.69-5.87 ms, two 3.10-3.23 -> 2.96-3.09).
   constexpr bool kFp8Codes = std::is_same<T, Fp8E4M3>::value || std::is_same<T, Fp8E5M2>::value;
   constexpr bool kE4M3Codes = std::is_same<T, Fp8E4M3>::value;
   const bool fp8_bf16 = kFp8Codes && dots.fp8_bf16;
   const size_t ldk = runs.ldk, ldv = runs.ldv;
-  if (kCheckNaN || fp8_bf16 || (std::is_same<T, int8_t>::value && dots.vnni_pv)) {
+  if (kCheckNaN || (std::is_same<T, int8_t>::value && dots.vnni_pv)) {
     // V's rows into L1 while Q.K runs, for fp8's NaN check after it, or
     // for WeightedPairsV4, which reads a pair of rows at a time (int8
     // FAST decode, one thread, paired runs: median 5.96-7.29 -> 5.74-6.15
