@@ -281,7 +281,10 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   const bool int_pv = std::is_same<T, int8_t>::value && dots.vnni_pv && n_bad == 0;
   const int8_t* vrows[kMaxKeyTile + 1];
   if (int_pv || fp8_pv) {
-    for (int64_t j = 0; j < nk; ++j) vrows[j] = reinterpret_cast<const int8_t*>(runs.VRow(j));
+    for (int r = 0; r < runs.count; ++r) {  // a run at a time (VRow per key searched the runs)
+      const int8_t* row = reinterpret_cast<const int8_t*>(runs.v[r]);
+      for (int64_t j = runs.begin[r]; j < runs.begin[r + 1]; ++j, row += ldv) vrows[j] = row;
+    }
     vrows[nk] = vrows[nk - 1];  // an odd tile's last pair: weight 0
   }
   for (int64_t g = 0; g < groups; ++g) {
