@@ -197,7 +197,7 @@ void RemapKvHeads(AttentionProblem* p, ProblemData* in,
                   const std::function<int64_t(int64_t)>& source) {
   const int64_t H = p->num_heads;
   std::vector<Tensor*> tensors = {&in->k, &in->v};
-  if (p->kv_dtype == DType::kI8) {  // and their row scales, [B, G, Tk, 1]
+  if (IsScaledKv(p->kv_dtype)) {  // int8 or fp8: and their row scales, [B, G, Tk, 1]
     tensors.push_back(&in->k_scale);
     tensors.push_back(&in->v_scale);
   }
