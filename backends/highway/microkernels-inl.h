@@ -766,40 +766,83 @@ HWY_INLINE void WeightedSumV(const float* HWY_RESTRICT p, size_t ldp, const T* H
   }
 }
 
+// bad[r] = 1 where a raw score S[j, r] of a visible pair is NaN or +-Inf: a
+// NaN or Inf in that query row or key row (every backend then gives the row
+// NaN; see oracle/reference.h). Rows hold no other flag values.
+HWY_INLINE VF FlagIfNonFinite(DF df, VF flags, VF score) {
+  return hn::IfThenElse(hn::IsFinite(score), flags, hn::Set(df, 1.0f));
+}
+
+// The maximum over keys of S[j, r0 + lane]. With kFlag, also
+// bad[r0 + lane] = 1 where one of those scores is NaN or +-Inf (every pair
+// visible), tested while the max pass has the score in a register: S * 0 is
+// NaN exactly for those, and a NaN stays in a sum. (A separate pass over
+// the tile cost 2.2 ms of a FAST d64 prefill's 55; this costs 0.6 of it.
+// Mask-register tests and a tree of adds measured slower or the same.)
+template <bool kFlag>
+HWY_INLINE VF TileRowMax(const float* HWY_RESTRICT s, size_t lds, size_t keys, size_t r0,
+                         float* HWY_RESTRICT bad) {
+  const DF df;
+  const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  const VF zero = hn::Zero(df);
+  // Four chains: one waited the Max latency per key (the max of exact
+  // values is the same in any order; a row holding a NaN is flagged and
+  // comes out NaN whatever its max).
+  VF max0 = neg_inf, max1 = neg_inf, max2 = neg_inf, max3 = neg_inf;
+  VF nf0 = zero, nf1 = zero, nf2 = zero, nf3 = zero;
+  size_t j = 0;
+  for (; j + 4 <= keys; j += 4) {
+    const float* s0 = s + j * lds + r0;
+    const VF v0 = hn::Load(df, s0), v1 = hn::Load(df, s0 + lds);
+    const VF v2 = hn::Load(df, s0 + 2 * lds), v3 = hn::Load(df, s0 + 3 * lds);
+    max0 = hn::Max(max0, v0);
+    max1 = hn::Max(max1, v1);
+    max2 = hn::Max(max2, v2);
+    max3 = hn::Max(max3, v3);
+    if constexpr (kFlag) {
+      nf0 = hn::MulAdd(v0, zero, nf0);
+      nf1 = hn::MulAdd(v1, zero, nf1);
+      nf2 = hn::MulAdd(v2, zero, nf2);
+      nf3 = hn::MulAdd(v3, zero, nf3);
+    }
+  }
+  for (; j < keys; ++j) {
+    const VF v = hn::Load(df, s + j * lds + r0);
+    max0 = hn::Max(max0, v);
+    if constexpr (kFlag) nf0 = hn::MulAdd(v, zero, nf0);
+  }
+  if constexpr (kFlag) {
+    const VF nf = hn::Add(hn::Add(nf0, nf1), hn::Add(nf2, nf3));
+    hn::Store(hn::IfThenElse(hn::IsNaN(nf), hn::Set(df, 1.0f), hn::Load(df, bad + r0)), df,
+              bad + r0);
+  }
+  return hn::Max(hn::Max(max0, max1), hn::Max(max2, max3));
+}
+
 // Online softmax over one key tile, vectorised over query rows:
 //   m' = max(m, max_j S[j, r]);  alpha = exp(m - m');
 //   P[j, r] = exp(S[j, r] - m');  l' = alpha * l + sum_j P[j, r].
 // Every exp argument is <= 0 (ExpNonPositive); blocked scores are -inf and
 // give P = 0. While a row has seen only -inf, m' = -inf and exp is taken
 // relative to 0 instead, so no -inf - -inf = NaN appears; l stays 0. S is
-// overwritten with P.
+// overwritten with P. With `bad` (a tile whose every pair is visible), the
+// rows holding a NaN or Inf score are flagged too, as by FlagIfNonFinite.
 HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t keys, size_t rows,
                                     float* HWY_RESTRICT m, float* HWY_RESTRICT l,
-                                    float* HWY_RESTRICT alpha) {
+                                    float* HWY_RESTRICT alpha, float* HWY_RESTRICT bad = nullptr) {
   const DF df;
   const size_t N = hn::Lanes(df);
   const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
   for (size_t r0 = 0; r0 < rows; r0 += N) {
-    // Four chains: one waited the Max latency per key (the max of exact
-    // values is the same in any order; a row holding a NaN is flagged and
-    // comes out NaN whatever its max).
-    VF max0 = neg_inf, max1 = neg_inf, max2 = neg_inf, max3 = neg_inf;
-    size_t j = 0;
-    for (; j + 4 <= keys; j += 4) {
-      const float* s0 = s + j * lds + r0;
-      max0 = hn::Max(max0, hn::Load(df, s0));
-      max1 = hn::Max(max1, hn::Load(df, s0 + lds));
-      max2 = hn::Max(max2, hn::Load(df, s0 + 2 * lds));
-      max3 = hn::Max(max3, hn::Load(df, s0 + 3 * lds));
-    }
-    for (; j < keys; ++j) max0 = hn::Max(max0, hn::Load(df, s + j * lds + r0));
-    const VF tile_max = hn::Max(hn::Max(max0, max1), hn::Max(max2, max3));
+    const VF tile_max = bad != nullptr ? TileRowMax<true>(s, lds, keys, r0, bad)
+                                       : TileRowMax<false>(s, lds, keys, r0, nullptr);
     const VF m_old = hn::Load(df, m + r0);
     const VF m_new = hn::Max(m_old, tile_max);
     const VF m_use = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
     const VF a = ExpNonPositive(df, hn::Sub(m_old, m_use));
     VF sum0 = hn::Zero(df), sum1 = hn::Zero(df);
-    for (j = 0; j + 2 <= keys; j += 2) {
+    size_t j = 0;
+    for (; j + 2 <= keys; j += 2) {
       float* s0 = s + j * lds + r0;
       float* s1 = s0 + lds;
       const VF p0 = ExpNonPositive(df, hn::Sub(hn::Load(df, s0), m_use));
@@ -819,13 +862,6 @@ HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t ke
     hn::Store(hn::MulAdd(a, hn::Load(df, l + r0), hn::Add(sum0, sum1)), df, l + r0);
     hn::Store(a, df, alpha + r0);
   }
-}
-
-// bad[r] = 1 where a raw score S[j, r] of a visible pair is NaN or +-Inf: a
-// NaN or Inf in that query row or key row (every backend then gives the row
-// NaN; see oracle/reference.h). Rows hold no other flag values.
-HWY_INLINE VF FlagIfNonFinite(DF df, VF flags, VF score) {
-  return hn::IfThenElse(hn::IsFinite(score), flags, hn::Set(df, 1.0f));
 }
 
 // Flags (see FlagIfNonFinite) every score of S [keys, lds], rows < `rows` (a

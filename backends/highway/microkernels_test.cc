@@ -267,6 +267,18 @@ void TestMaskKeyRange() {
       std::fill(bad.get(), bad.get() + rows, 0.0f);
       FlagNonFiniteScores(s.get(), lds, keys, rows, bad.get());
       for (size_t x = 0; x < rows; ++x) EXPECT_EQ(bad[x], x == r ? 1.0f : 0.0f);
+      // The softmax's max pass flags the same (every key count's tail).
+      for (size_t nkeys : {keys, j + 1}) {
+        std::copy(orig.begin(), orig.end(), s.get());
+        s[j * lds + r] = nonfinite[(j + r) % 3];
+        std::fill(bad.get(), bad.get() + rows, 0.0f);
+        auto m = hwy::AllocateAligned<float>(rows), l = hwy::AllocateAligned<float>(rows);
+        auto alpha = hwy::AllocateAligned<float>(rows);
+        std::fill(m.get(), m.get() + rows, kNegInf);
+        std::fill(l.get(), l.get() + rows, 0.0f);
+        OnlineSoftmaxUpdate(s.get(), lds, nkeys, rows, m.get(), l.get(), alpha.get(), bad.get());
+        for (size_t x = 0; x < rows; ++x) EXPECT_EQ(bad[x], x == r ? 1.0f : 0.0f) << nkeys;
+      }
     }
   }
   // AllFinite over f32 and bf16 storage (BF16Pairs: TestBF16Pairs).

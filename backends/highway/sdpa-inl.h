@@ -582,13 +582,16 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     // visible tiles skip the per-element structured mask.
     const bool per_pair = p.per_pair();
     const bool structured = vis != TileVisibility::kVisible || nkp != nk;
+    // A tile with no other pass over its raw scores flags them in the
+    // softmax's max pass.
+    const bool flag_in_max = !per_pair && !structured && p.softcap == 0.0f && !p.alibi_vector;
     if (structured) RowKeyRanges(p, t, it, k0, nk, kb, ke);
     if (per_pair) {
       ApplyPairInputs(p, it, k0, nk, /*add_bias=*/p.softcap == 0.0f, lay, s, bad);
       if (structured) MaskKeyRange(s, mp, nkp, mp, kb, ke);
     } else if (structured) {
       MaskKeyRange(s, mp, nkp, mp, kb, ke, bad);
-    } else {
+    } else if (!flag_in_max) {
       FlagNonFiniteScores(s, mp, nkp, mp, bad);
     }
     if (p.softcap > 0.0f) {
@@ -609,7 +612,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       n_bad = FlagNonFiniteValueRows(vtile, ldv, nk, dvp, s, lay, rows, bad, bad_keys);
     }
     ATTNKIT_PHASE_MARK(phase_timer, kMask);
-    OnlineSoftmaxUpdate(s, mp, nkp, mp, m, l, alpha);
+    OnlineSoftmaxUpdate(s, mp, nkp, mp, m, l, alpha, flag_in_max ? bad : nullptr);
     ATTNKIT_PHASE_MARK(phase_timer, kSoftmax);
     if (bf16_pv) {  // FAST: O = alpha O + bf16(P) . V, with V rows that hold a NaN as 0
       x86_dot::BF16PackWeights(s, static_cast<size_t>(mp), static_cast<size_t>(nk),
