@@ -68,7 +68,8 @@ TEST(X86DotTest, BF16WeightedSumVMatchesRoundedWeights) {
   if (!x86_dot::HaveBF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
   std::mt19937 rng(2);
   std::uniform_real_distribution<float> u01(0.0f, 1.0f);
-  for (size_t d : {16, 48, 80, 128}) {
+  // d 64 and 128 take the 8-row tiles, the rest 4-row ones.
+  for (size_t d : {16, 48, 64, 80, 128}) {
     for (size_t keys : {1, 2, 5, 33, 64}) {
       const size_t rows = 32, ldv = d + 10;
       std::vector<float> p(keys * rows);
