@@ -174,7 +174,7 @@ std::vector<AttentionProblem> PagedCases() {
   p.kv_lengths = {96, 70};
   cases.push_back(Named(p, "prefill_shared_int8"));
   // Decodes in 16-key pages: fp8 (scales copied as int8's are), and int8,
-  // whose 32-key packed highway tiles span two pages each (tiling.h
+  // whose 64-key packed highway tiles span four pages each (tiling.h
   // kPackedInt8KeyTile).
   p = BasicProblem(2, 8, 2, 1, 300, 128);
   p.kv_dtype = DType::kF8E4M3;

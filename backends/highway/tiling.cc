@@ -60,8 +60,8 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
     const bool fp8_fast = IsFp8(p.k.dtype) && p.round_q;
     if (fp8_fast && k.packed_scores) {
       t.key_tile = std::min(kPackedFp8KeyTile, FloorPow2(std::max<int64_t>(1, 8192 / kv_floats)));
-    } else if (p.k.dtype == DType::kI8 && k.packed_scores) {  // 32 keys: 8 KiB at d = 128
-      t.key_tile = std::min(kPackedInt8KeyTile, FloorPow2(std::max<int64_t>(1, 4096 / kv_floats)));
+    } else if (p.k.dtype == DType::kI8 && k.packed_scores) {  // 64 keys: 16 KiB at d = 128
+      t.key_tile = std::min(kPackedInt8KeyTile, FloorPow2(std::max<int64_t>(1, 8192 / kv_floats)));
     } else {
       const int64_t cap = DTypeSize(p.k.dtype) == 2 ? kDirectKeyTile16 : kDirectKeyTile;
       t.key_tile = std::min(cap, FloorPow2(std::max<int64_t>(1, 2048 / kv_floats)));

@@ -46,7 +46,13 @@ static_assert(kMinPageSize % kDirectKeyTile == 0, "direct tiles must not cross p
 // kDirectKeyTile16. Such a tile may span kMaxTileRuns pages of kMinPageSize
 // keys: the packed kernel reads it run by run (TileRuns, one page's rows
 // each), so a paged problem still computes its dense twin's tiles.
-constexpr int64_t kPackedInt8KeyTile = 32;
+// 64 keys (16 KiB of K and V at d = 128) against those 32, same problem
+// and machine, alternating runs of three rounds: int8 FAST one thread
+// 4.96-5.00 -> 4.70-4.93 ms (phase_bench), two 2.57-2.58 -> 2.50-2.54
+// (phase_bench; `compare`, which reads 256 MiB between calls, within its
+// noise: 2.76-2.96 -> 2.84-2.86); int8 one thread within the noise, two
+// (`compare`) 3.69-3.78 -> 3.47-3.56 ms.
+constexpr int64_t kPackedInt8KeyTile = 64;
 // Packed tiles of fp8 rows under FAST (x86_dot::Fp8QDotK4, Fp8WeightedSumV4)
 // hold up to 64 keys (16 KiB of K and V at d = 128), spreading the per-tile
 // work further: Zen 5, B8 H32/8 Tk4096 d128 E4M3 decode, alternating runs
