@@ -4,7 +4,7 @@
 // the rounded Q they give, so the oracle stays tight. The rounding of P is
 // not a function of the inputs alone; it enters the oracle's bound as
 // derived terms (oracle/compare.h): the unit roundoff FastWeightRoundoff
-// and, for int8 V's int16 weights (FastQuantizesWeights), a per-key grid
+// and, for int8 V's u8 weights (FastQuantizesWeights), a per-key grid
 // term (RowErrorTerms::weight_grid).
 #ifndef ATTNKIT_CORE_FAST_COMPUTE_H_
 #define ATTNKIT_CORE_FAST_COMPUTE_H_
@@ -47,14 +47,17 @@ float QuantizeQueryRow(const float* q, int64_t d, int8_t* out);
 // FastQuantizesWeights); else 0 (f32 V has nothing to round to).
 double FastWeightRoundoff(const AttentionProblem& p);
 
-// Whether FAST may quantize the weights for an int8 V: P times V's row
-// scales, to int16 with one scale per query row and block of at most
-// kFastWeightBlock consecutive keys (q = round(w * 32767 / max |w|) to
-// nearest even), then an exact integer P.V (x86 vpdpwssd). Each weight then
-// errs by at most its block's largest |w| / 65534, an absolute error the
-// oracle bounds per key (oracle/compare.h). FAST with int8 V.
+// Whether FAST may quantize the weights for an int8 V, rounding P to V's
+// 8 bits: P times V's row scales (w >= 0), to u8 with one scale per query
+// row and block of at most kFastWeightBlock consecutive keys (q = round(w *
+// kFastWeightSteps / max w) to nearest even), then an exact integer P.V
+// (x86 vpdpbusd: u8 weights times s8 V). Each weight then errs by at most
+// its block's largest w / (2 kFastWeightSteps), an absolute error the
+// oracle bounds per key (oracle/compare.h): about 2^-9 of the block's
+// largest weight, the class of bf16's rounding of P. FAST with int8 V.
 bool FastQuantizesWeights(const AttentionProblem& p);
 inline constexpr int64_t kFastWeightBlock = 64;
+inline constexpr int64_t kFastWeightSteps = 255;
 
 // Whether a backend may multiply Q.K with bf16 dot-product instructions
 // (x86 vdpbf16ps), which treat subnormal inputs and products as zero: K is

@@ -140,9 +140,9 @@ RowBound BoundForRow(const AttentionProblem& p, const RowErrorTerms& t) {
   }
   r.weight_roundoff = 1.01 * FastWeightRoundoff(p);
   if (FastQuantizesWeights(p)) {
-    // Each key's weight times its V scale errs by at most W_j / 65534 (half
-    // a step of its block's int16 grid), times |v8_jc| <= 128.
-    r.weight_floor = 1.01 * 128.0 / 65534.0 * t.weight_grid;
+    // Each key's weight times its V scale errs by at most W_j / 510 (half a
+    // step of its block's u8 grid), times |v8_jc| <= 128.
+    r.weight_floor = 1.01 * 128.0 / (2.0 * kFastWeightSteps) * t.weight_grid;
   } else if (r.weight_roundoff > 0 && IsFp8(p.kv_dtype)) {
     // fp8 V under FAST: each weight times V's row scale rounded to bf16 and
     // multiplied with V's codes (bf16 holds them exactly) in vdpbf16ps. A

@@ -6,7 +6,7 @@
 //
 // FAST (config.proto compute) runs the grid too, on 16-bit and int8 K/V:
 // the reference consumes the rounded Q, a legal FAST computation (P rounded
-// to V's type before P.V, or with int8 V quantized to int16 per 64-key
+// to V's type before P.V, or with int8 V quantized to u8 per 64-key
 // block, the row sum of the unrounded weights) must pass,
 // and the same bugs plus FAST's own (P rounded twice: P.V summed in V's
 // type; int8 Q quantized with the wrong scale) must be caught.
@@ -131,10 +131,11 @@ void RoundedWeightsOutput(const AttentionProblem& p, const ProblemData& in,
 
 // Rewrites r->o as a FAST kernel with int8 V may compute it
 // (FastQuantizesWeights): each weight e_j = exp(s_j - max s) times V's row
-// scale quantized to int16 per aligned block of kFastWeightBlock keys, the
+// scale quantized to u8 (kFastWeightSteps) per aligned block of
+// kFastWeightBlock keys, the
 // coarsest blocks the permission allows, and the integer sums scaled back.
 // Batch 0 of a dense layout: the grid's problems (batch 1, dense).
-void Int16WeightsOutput(const AttentionProblem& p, const ProblemData& in, ReferenceResult* r) {
+void U8WeightsOutput(const AttentionProblem& p, const ProblemData& in, ReferenceResult* r) {
   const AttentionArgs a = in.args();
   const int64_t d = p.value_dim();
   std::vector<double> s(static_cast<size_t>(p.kv_len)), o(static_cast<size_t>(d));
@@ -157,7 +158,7 @@ void Int16WeightsOutput(const AttentionProblem& p, const ProblemData& in, Refere
         for (int64_t j = j0; j < j1; ++j) m = std::max(m, std::fabs(u[j]));
         if (m == 0) continue;
         for (int64_t j = j0; j < j1; ++j) {
-          const double w = std::nearbyint(u[j] * 32767 / m) * (m / 32767);
+          const double w = std::nearbyint(u[j] * kFastWeightSteps / m) * (m / kFastWeightSteps);
           for (int64_t c = 0; c < d; ++c) acc[c] += w * a.v.LoadF32(a.v.Offset(0, g, j, c));
         }
       }
@@ -391,9 +392,9 @@ TEST_P(OracleTest, CatchesEveryPlantedBugAndPassesEveryBackend) {
 
       if (FastWeightRoundoff(p) > 0) {  // a legal FAST computation passes
         ReferenceResult r = ref;
-        const bool int16 = FastQuantizesWeights(p);
-        if (int16) {
-          Int16WeightsOutput(p, *data, &r);
+        const bool u8 = FastQuantizesWeights(p);
+        if (u8) {
+          U8WeightsOutput(p, *data, &r);
         } else {
           RoundedWeightsOutput(
               p, *data, [&](double e) { return RoundToStorage(e, p.kv_dtype); },
@@ -401,9 +402,9 @@ TEST_P(OracleTest, CatchesEveryPlantedBugAndPassesEveryBackend) {
         }
         StoreOutputs(p, r, *data);
         const Comparison c = CompareToReference(p, data->args(), ref);
-        EXPECT_TRUE(c.ok()) << (int16 ? "P quantized to int16" : "P rounded to V's type")
+        EXPECT_TRUE(c.ok()) << (u8 ? "P quantized to u8" : "P rounded to V's type")
                             << " fails the FAST oracle on " << p.name << ": " << c.first_failure;
-        const std::string legal = int16 ? "(legal FAST int16 P)" : "(legal FAST P rounding)";
+        const std::string legal = u8 ? "(legal FAST u8 P)" : "(legal FAST P rounding)";
         backend_fraction[legal] = std::max(backend_fraction[legal], c.max_bound_fraction);
       }
 

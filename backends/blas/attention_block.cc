@@ -347,7 +347,7 @@ void ChooseOperandTypes(BlockContext* ctx) {
   const DType kv = p.kv_dtype;
   if (kv == DType::kI8) {
     if (p.fast() && e.HasInt8Dot()) ctx->qk_type = DType::kI8;
-    return;  // V dequantized: f32 P.V (FAST's int16 weights are a permission)
+    return;  // V dequantized: f32 P.V (FAST's u8 weights are a permission)
   }
   if ((kv != DType::kBF16 && kv != DType::kF16) || !e.HasGemm16(kv)) return;
   if (p.dtype == kv || p.fast()) ctx->qk_type = kv;

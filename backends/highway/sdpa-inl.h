@@ -70,8 +70,8 @@ using highway_plan::Tiling;
 //   vnni_256: vnni_qk by AVX-VNNI's 256-bit vpdpbusd (AvxVnniQDotK4), not
 //            AVX512_VNNI's (VnniQDotK4).
 //   vnni_pv: also int8 V (AVX-512 only): P times V's scales quantized to
-//            int16 per row and tile, vpdpwssd against V storage
-//            (WeightedPairsV4).
+//            u8 per row and tile, vpdpbusd against V storage
+//            (WeightedQuadsV4).
 //   fp8_bf16: direct (decode) fp8 tiles under FAST (AVX-512 with BF16 and
 //            VBMI): Q and P rounded to bf16, the codes widened to bf16 by
 //            byte tables, vdpbf16ps (Fp8QDotK4, Fp8WeightedSumV4).
@@ -107,8 +107,10 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
   c.vnni_pv = c.vnni_qk && p.fast && p.v.dtype == DType::kI8;
   c.fp8_bf16 = t.packed && IsFp8(p.k.dtype) && p.round_q && p.head_dim % 16 == 0 &&
                x86_dot::HaveFp8BF16Dot();
+  static_assert(kMaxKeyTile <= static_cast<int64_t>(x86_dot::kMaxWeightedQuadsKeys),
+                "WeightedQuadsV4's integer sums hold at most kMaxWeightedQuadsKeys keys");
   static_assert(kMaxKeyTile <= static_cast<int64_t>(x86_dot::kMaxWeightedPairsKeys),
-                "WeightedPairsV4's integer sums hold at most kMaxWeightedPairsKeys keys");
+                "Fp8WeightedSumV4 takes at most kMaxWeightedPairsKeys keys");
   static_assert(kMaxKeyTile <= kFastWeightBlock,
                 "FAST quantizes int8 V's weights per block of at most kFastWeightBlock keys "
                 "(core/fast_compute.h); a tile is one block");
@@ -177,7 +179,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   const size_t ldk = runs.ldk, ldv = runs.ldv;
   if (kCheckNaN || (std::is_same<T, int8_t>::value && dots.vnni_pv)) {
     // V's rows into L1 while Q.K runs, for fp8's NaN check after it, or
-    // for WeightedPairsV4, which reads a pair of rows at a time (int8
+    // for WeightedQuadsV4, which reads four rows at a time (int8
     // FAST decode, one thread, paired runs: median 5.96-7.29 -> 5.74-6.15
     // ms; at two threads within the host's noise).
     for (int r = 0; r < runs.count; ++r) {
@@ -270,7 +272,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
                                                      nk, dvp, s, lay, rows, bad, bad_keys)
                                                : 0;
   // int8 V under FAST (dots.vnni_pv): each key's V row, for
-  // x86_dot::WeightedPairsV4; a tile with a bad V row takes the f32
+  // x86_dot::WeightedQuadsV4; a tile with a bad V row takes the f32
   // products below. fp8 V under FAST likewise (Fp8WeightedSumV4): its
   // table widens NaN and Inf codes to bf16 NaN and Inf, which reach the
   // accumulators of the rows that read them (each row reads every key of a
@@ -279,13 +281,14 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // above (n_bad).
   const bool fp8_pv = fp8_bf16 && n_bad == 0;
   const bool int_pv = std::is_same<T, int8_t>::value && dots.vnni_pv && n_bad == 0;
-  const int8_t* vrows[kMaxKeyTile + 1];
+  const int8_t* vrows[kMaxKeyTile + 3];
   if (int_pv || fp8_pv) {
     for (int r = 0; r < runs.count; ++r) {  // a run at a time (VRow per key searched the runs)
       const int8_t* row = reinterpret_cast<const int8_t*>(runs.v[r]);
       for (int64_t j = runs.begin[r]; j < runs.begin[r + 1]; ++j, row += ldv) vrows[j] = row;
     }
-    vrows[nk] = vrows[nk - 1];  // an odd tile's last pair: weight 0
+    // A last quad (pair for fp8) of keys past the tile: weight 0.
+    std::fill(vrows + nk, vrows + RoundUp(nk, int64_t{4}), vrows[nk - 1]);
   }
   for (int64_t g = 0; g < groups; ++g) {
     float* HWY_RESTRICT sg = s + g * lay.group_stride;
@@ -295,11 +298,11 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     if constexpr (kScaled) {
       PackedScale(sg, static_cast<size_t>(nk4), v_scales, /*keep_zero=*/true);
     }
-    // The weights quantized to int16 and the tile's P.V one exact integer
+    // The weights quantized to u8 and the tile's P.V one exact integer
     // sum per element, whatever its runs: unless a row's weights are not
     // finite (or tiny), which the f32 products below then take.
     if (int_pv &&
-        x86_dot::WeightedPairsV4(sg, static_cast<size_t>(nk), vrows,
+        x86_dot::WeightedQuadsV4(sg, static_cast<size_t>(nk), vrows,
                                  static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp),
                                  alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp))) {
       continue;
@@ -817,7 +820,7 @@ inline void FillRunInfo(const FlashParams& p, const Tiling& t, int64_t items, in
   info->products = dots.bf16_pv    ? "qk=bf16dot pv=bf16dot"
                    : dots.bf16_qk  ? "qk=bf16dot"
                    : dots.vnni_256 ? "qk=int8avxvnni"
-                   : dots.vnni_pv  ? "qk=int8vnni pv=int16vnni"
+                   : dots.vnni_pv  ? "qk=int8vnni pv=u8vnni"
                    : dots.vnni_qk  ? "qk=int8vnni"
                    : dots.fp8_bf16 ? "qk=fp8bf16dot pv=fp8bf16dot"
                                    : "";

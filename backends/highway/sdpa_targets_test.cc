@@ -45,7 +45,7 @@ TEST_P(FlashTargetTest, DecodeTilesMatchReference) {
 // whole tile, an odd count, dv = 80 ending mid-block) against the oracle,
 // and the products it ran: vpdpbusd Q.K where the target and CPU allow
 // (AVX-512 targets with AVX512_VNNI, AVX2 with AVX-VNNI), and on AVX-512
-// the int16 P.V (vpdpwssd); f32 products of the widened values otherwise.
+// the u8-weight P.V (vpdpbusd); f32 products of the widened values otherwise.
 TEST_P(FlashTargetTest, Int8FastDecodeMatchesTheOracle) {
   static Backend* backend = MakeHighwayBackend({/*num_threads=*/2}).release();
   const int64_t target = GetParam();
@@ -53,7 +53,7 @@ TEST_P(FlashTargetTest, Int8FastDecodeMatchesTheOracle) {
   if (target == HWY_AVX2 && x86_dot::HaveAvxVnni()) {
     want = " qk=int8avxvnni";
   } else if (target <= HWY_AVX3 && x86_dot::HaveVnni()) {
-    want = " qk=int8vnni pv=int16vnni";
+    want = " qk=int8vnni pv=u8vnni";
   } else if (target == HWY_AVX2) {
     std::cout << "not checking the AVX2 kernel's products: this CPU has no AVX-VNNI\n";
   }

@@ -113,6 +113,7 @@ inline void Fp8QueryBlocks(const uint16_t* q, size_t d, uint16_t* out) {
 // dvp) of O are only rescaled: dv <= dvp, dvp a multiple of 16.
 // Returns false, having changed nothing, where a weight is NaN or Inf.
 // keys <= kMaxWeightedPairsKeys.
+constexpr size_t kMaxWeightedPairsKeys = 512;
 bool Fp8WeightedSumV4(const float* p, size_t keys, const uint8_t* const* v, size_t dv, size_t dvp,
                       bool e4m3, const float* alpha, float* o, size_t ldo);
 
@@ -133,19 +134,21 @@ void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* q_sum128, const floa
                 size_t ahead);
 
 // Decode's P.V for a group of 4 query rows against int8 values, P
-// quantized (FAST with int8 V, core/fast_compute.h): per row r < 4,
-// q[j] = round(P[j, r] * 32767 / max_j |P[j, r]|) to nearest even, then
-//   O[r, c] = alpha[r] O[r, c] + (max / 32767) * sum_{j < keys} q[j] V[j, c]
-// for c < dvp (alpha null: 1), the integer sum exact (vpdpwssd on int16
-// pairs of keys). P[j, r] = p[4 j + r], the weights times V's scales, zero
-// for keys up to `keys` rounded up to 4; v[j]: key j's row of dv int8
-// values (j < keys rounded up to 2; the extra key's weight is 0). Columns
-// [dv, dvp) of O are only rescaled: dv <= dvp, dvp a multiple of 16 (whole
-// vectors of O are stored). keys <= kMaxWeightedPairsKeys.
-// Returns false, having changed nothing, where a row's max |P| is NaN,
-// Inf, or tiny (below 1e-30, not 0: 32767 / max overflows near 1e-34).
-constexpr size_t kMaxWeightedPairsKeys = 512;
-bool WeightedPairsV4(const float* p, size_t keys, const int8_t* const* v, size_t dv, size_t dvp,
+// quantized to u8 (FAST with int8 V, core/fast_compute.h): per row r < 4,
+// q[j] = round(P[j, r] * 255 / max_j P[j, r]) to nearest even, then
+//   O[r, c] = alpha[r] O[r, c] + (max / 255) * sum_{j < keys} q[j] V[j, c]
+// for c < dvp (alpha null: 1), the integer sum exact (vpdpbusd on quads of
+// keys: the weights u8, V's bytes s8, interleaved four keys to a lane).
+// P[j, r] = p[4 j + r], the weights times V's scales, zero for keys up to
+// `keys` rounded up to 4; v[j]: key j's row of dv int8 values (j < keys
+// rounded up to 4; the extra keys' weights are 0). Columns [dv, dvp) of O
+// are only rescaled: dv <= dvp, dvp a multiple of 16 (whole vectors of O
+// are stored). keys <= kMaxWeightedQuadsKeys.
+// Returns false, having changed nothing, where a weight is NaN, Inf or
+// negative (a negative V scale), or a row's largest weight is tiny (below
+// 1e-30, not 0).
+constexpr size_t kMaxWeightedQuadsKeys = 512;
+bool WeightedQuadsV4(const float* p, size_t keys, const int8_t* const* v, size_t dv, size_t dvp,
                      const float* alpha, float* o, size_t ldo);
 
 // ---- int8 (x86_avxvnni_dot.cc) ----

@@ -174,22 +174,22 @@ class GuardedBytes {
   int8_t* data_ = nullptr;
 };
 
-// int8 P.V with int16 weights: the exact integer sums of the weights as
+// int8 P.V with u8 weights: the exact integer sums of the weights as
 // the kernel quantizes them (f32 scale and inverse, round to nearest even),
 // times the scale, added to alpha O in one rounding. Head dims that end
 // mid-block (the last V row ending at an inaccessible page, so a load past
 // dv bytes faults), odd key counts, a row of zero weights (O only
 // rescaled), alpha null (1), columns [dv, dvp) only rescaled; and the
-// refusals: a NaN or Inf weight, or a row whose largest weight is tiny,
-// returns false with O unchanged.
-TEST(X86DotTest, WeightedPairsV4IsTheExactIntegerSumOfQuantizedWeights) {
+// refusals: a NaN, Inf or negative weight, or a row whose largest weight
+// is tiny, returns false with O unchanged.
+TEST(X86DotTest, WeightedQuadsV4IsTheExactIntegerSumOfQuantizedWeights) {
   if (!x86_dot::HaveVnni()) GTEST_SKIP() << "this CPU has no AVX512_VNNI";
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> i8(-128, 127);
   std::uniform_real_distribution<float> weight(0.0f, 1.5f);
-  for (size_t dv : {16, 48, 80, 128}) {
+  for (size_t dv : {16, 48, 80, 128, 144}) {
     const size_t dvp = (dv + 15) / 16 * 16;
-    for (size_t keys : {1, 7, 32, 64}) {
+    for (size_t keys : {1, 2, 3, 7, 32, 64}) {
       for (bool with_alpha : {true, false}) {
         const size_t ldv = dv + 16;
         std::vector<int8_t> rows(keys * ldv);
@@ -197,14 +197,14 @@ TEST(X86DotTest, WeightedPairsV4IsTheExactIntegerSumOfQuantizedWeights) {
         GuardedBytes last(dv);  // the last key's row, ending at the guard
         ASSERT_NE(last.data(), nullptr);
         for (size_t c = 0; c < dv; ++c) last.data()[c] = static_cast<int8_t>(i8(rng));
-        std::vector<const int8_t*> v(keys + 1);
+        std::vector<const int8_t*> v(keys + 3);
         for (size_t j = 0; j < keys; ++j) v[j] = rows.data() + j * ldv;
         v[keys - 1] = last.data();
-        v[keys] = v[keys - 1];
+        for (size_t j = keys; j < keys + 3; ++j) v[j] = v[keys - 1];
         const size_t keys4 = (keys + 3) / 4 * 4;
         std::vector<float> p(keys4 * 4, 0.0f);
         for (size_t j = 0; j < keys; ++j) {
-          for (size_t r = 0; r < 3; ++r) p[j * 4 + r] = r == 1 ? -weight(rng) : weight(rng);
+          for (size_t r = 0; r < 3; ++r) p[j * 4 + r] = weight(rng);
         }  // row 3: all zero
         const std::vector<float> alpha = {0.5f, 1.0f, 0.25f, 0.75f};
         std::vector<float> o(4 * dvp), want(4 * dvp);
@@ -212,7 +212,7 @@ TEST(X86DotTest, WeightedPairsV4IsTheExactIntegerSumOfQuantizedWeights) {
         for (size_t r = 0; r < 4; ++r) {
           float mx = 0;
           for (size_t j = 0; j < keys; ++j) mx = std::max(mx, std::fabs(p[j * 4 + r]));
-          const float back = mx / 32767.0f, inv = mx == 0 ? 0.0f : 1.0f / back;
+          const float back = mx / 255.0f, inv = mx == 0 ? 0.0f : 1.0f / back;
           for (size_t c = 0; c < dvp; ++c) {
             int64_t sum = 0;
             for (size_t j = 0; c < dv && j < keys; ++j) {
@@ -222,14 +222,15 @@ TEST(X86DotTest, WeightedPairsV4IsTheExactIntegerSumOfQuantizedWeights) {
             want[r * dvp + c] = std::fma(o[r * dvp + c], a, static_cast<float>(sum) * back);
           }
         }
-        ASSERT_TRUE(x86_dot::WeightedPairsV4(p.data(), keys, v.data(), dv, dvp,
+        ASSERT_TRUE(x86_dot::WeightedQuadsV4(p.data(), keys, v.data(), dv, dvp,
                                              with_alpha ? alpha.data() : nullptr, o.data(), dvp));
         for (size_t x = 0; x < o.size(); ++x) {
           ASSERT_EQ(o[x], want[x])
               << "dv " << dv << " keys " << keys << " row " << x / dvp << " column " << x % dvp;
         }
-        // Refused, O untouched: a NaN, an Inf, a largest weight of 1e-35.
-        for (float bad : {std::nanf(""), INFINITY, 1e-35f}) {
+        // Refused, O untouched: a NaN, an Inf, a negative weight, a largest
+        // weight of 1e-35.
+        for (float bad : {std::nanf(""), INFINITY, -0.5f, 1e-35f}) {
           std::vector<float> q = p;
           if (bad == 1e-35f) {
             for (size_t j = 0; j < keys; ++j) q[j * 4 + 2] = j == 0 ? bad : 0.0f;
@@ -237,7 +238,7 @@ TEST(X86DotTest, WeightedPairsV4IsTheExactIntegerSumOfQuantizedWeights) {
             q[(keys - 1) * 4 + 1] = bad;
           }
           const std::vector<float> before = o;
-          EXPECT_FALSE(x86_dot::WeightedPairsV4(q.data(), keys, v.data(), dv, dvp, alpha.data(),
+          EXPECT_FALSE(x86_dot::WeightedQuadsV4(q.data(), keys, v.data(), dv, dvp, alpha.data(),
                                                 o.data(), dvp))
               << "weight " << bad;
           EXPECT_EQ(o, before);

@@ -20,12 +20,12 @@ namespace attnkit {
 namespace x86_dot {
 namespace {
 
-// acc += pairs of int16 products (vpdpwssd), by inline assembly: GCC 12
-// copies the accumulator of _mm512_dpwssd_epi32 to a new register at every
-// use. WeightedPairsV4 one thread (phase_bench "int8-kv fast" 1 2): median
-// 5.8-5.9 -> 5.2 ms. (The same for VnniQDotK4's vpdpbusd measured slower.)
-ATTNKIT_TARGET_VNNI inline void DpWssd(__m512i& acc, __m512i a, __m512i b) {
-  asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+// acc += four u8 x s8 products per lane (vpdpbusd), by inline assembly:
+// GCC 12 copies the accumulator of _mm512_dpbusd_epi32 to a new register
+// at every use, and spilled the 16 accumulators of WeightedQuadsV4 to the
+// stack. (VnniQDotK4's vpdpbusd by inline assembly measured slower.)
+ATTNKIT_TARGET_VNNI inline void DpBusd(__m512i& acc, __m512i u8, __m512i s8) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
 }
 
 // a[r] += (K + 128) . Q[r] over 64 bytes at column c, r < 4.
@@ -151,113 +151,128 @@ ATTNKIT_TARGET_VNNI void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* 
 
 namespace {
 
-// Sixteen int32 pair products: lanes of `lo` and `hi` as WeightedPairsV4
-// builds them (in-lane interleaves of 32 columns) back in column order:
-// first = columns 0-15, second = columns 16-31.
-ATTNKIT_TARGET_VNNI inline void ColumnOrder(__m512i lo, __m512i hi, __m512i* first,
-                                            __m512i* second) {
-  // unpack{lo,hi}_epi16 of two 32-column rows: lo holds columns 0-3, 8-11,
-  // 16-19, 24-27 (one 128-bit block each), hi columns 4-7, 12-15, 20-23,
-  // 28-31 (index 16 + i: hi's lane i).
-  const __m512i a = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-  const __m512i b = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
-  *first = _mm512_permutex2var_epi32(lo, a, hi);
-  *second = _mm512_permutex2var_epi32(lo, b, hi);
+// out[m] = [x[0] block m, x[1] block m, x[2] block m, x[3] block m] for the
+// 128-bit blocks m < 4: a 4 x 4 transpose of blocks.
+ATTNKIT_TARGET_VNNI inline void TransposeBlocks(const __m512i* x, __m512i* out) {
+  const __m512i a = _mm512_shuffle_i32x4(x[0], x[1], 0x44);  // x0 b0 b1, x1 b0 b1
+  const __m512i b = _mm512_shuffle_i32x4(x[0], x[1], 0xEE);  // x0 b2 b3, x1 b2 b3
+  const __m512i c = _mm512_shuffle_i32x4(x[2], x[3], 0x44);
+  const __m512i d = _mm512_shuffle_i32x4(x[2], x[3], 0xEE);
+  out[0] = _mm512_shuffle_i32x4(a, c, 0x88);
+  out[1] = _mm512_shuffle_i32x4(a, c, 0xDD);
+  out[2] = _mm512_shuffle_i32x4(b, d, 0x88);
+  out[3] = _mm512_shuffle_i32x4(b, d, 0xDD);
 }
 
-// Bytes of a 32-column block at column c of a row of dv bytes: a mask of
+// Bytes of a 64-column block at column c of a row of dv bytes: a mask of
 // the columns below dv.
-ATTNKIT_TARGET_VNNI inline __mmask32 ColumnMask(size_t c, size_t dv) {
-  return c + 32 <= dv ? ~__mmask32{0} : c >= dv ? 0 : (__mmask32{1} << (dv - c)) - 1;
+ATTNKIT_TARGET_VNNI inline __mmask64 ColumnMask(size_t c, size_t dv) {
+  return c + 64 <= dv ? ~__mmask64{0} : c >= dv ? 0 : (__mmask64{1} << (dv - c)) - 1;
 }
 
 }  // namespace
 
-ATTNKIT_TARGET_VNNI bool WeightedPairsV4(const float* p, size_t keys, const int8_t* const* v,
+ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8_t* const* v,
                                          size_t dv, size_t dvp, const float* alpha, float* o,
                                          size_t ldo) {
-  const size_t pairs = (keys + 1) / 2;
-  // Each row's largest |P|: the 128-bit blocks of a vector are keys, their
-  // lanes rows. P holds zeros up to keys rounded up to 4.
-  const size_t vecs = (keys + 3) / 4;
+  // Each row's largest weight: the 128-bit blocks of a vector are keys,
+  // their lanes rows. P holds zeros up to keys rounded up to 4.
+  const size_t quads = (keys + 3) / 4;
   const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
-  __m512 mx = _mm512_setzero_ps();
-  __mmask16 special = 0;  // lanes that held a NaN or an Inf
-  for (size_t i = 0; i < vecs; ++i) {
-    const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(p + 16 * i));
-    special |= _mm512_cmp_ps_mask(a, inf, _CMP_NLT_UQ);
-    mx = _mm512_max_ps(mx, a);
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 mx = zero;
+  __mmask16 refused = 0;  // lanes that held a NaN, an Inf or a negative weight
+  for (size_t i = 0; i < quads; ++i) {
+    const __m512 w = _mm512_loadu_ps(p + 16 * i);
+    refused |= _mm512_cmp_ps_mask(w, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(w, zero, _CMP_LT_OQ);
+    mx = _mm512_max_ps(mx, w);
   }
-  if (special != 0) return false;
+  if (refused != 0) return false;
   mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, 0x4E));  // blocks (2, 3, 0, 1)
   mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, 0xB1));  // blocks (1, 0, 3, 2)
   // Every block: [max_0, max_1, max_2, max_3]. Weights below 1e-30 (well
-  // before 32767 / max overflows, near 1e-34) send the tile, as a NaN or
-  // Inf does, to the caller's f32 kernel.
+  // before 255 / max overflows) send the tile, as a NaN or Inf does, to the
+  // caller's f32 kernel.
   alignas(64) float row_max[16];
   _mm512_store_ps(row_max, mx);
   for (int r = 0; r < 4; ++r) {
     if (row_max[r] != 0 && row_max[r] < 1e-30f) return false;
   }
-  // q = round(P * 32767 / max) to nearest even (|q| <= 32767), and back
-  // scale max / 32767: a row of zeros quantizes to zeros.
+  // q = round(w * 255 / max) to nearest even (0 <= q <= 255), and back
+  // scale max / 255: a row of zeros quantizes to zeros.
   alignas(64) float inv[16], back[4];
   for (int r = 0; r < 4; ++r) {
-    back[r] = row_max[r] / 32767.0f;
+    back[r] = row_max[r] / 255.0f;
     inv[r] = row_max[r] == 0 ? 0.0f : 1.0f / back[r];
   }
   for (int r = 4; r < 16; ++r) inv[r] = inv[r % 4];
   const __m512 inv_v = _mm512_load_ps(inv);
-  // pp[i * 4 + r]: the int16 weights of keys 2i (low half) and 2i + 1 (high
-  // half) for row r, as vpdpwssd multiplies them with V's interleaved rows.
-  // A vector's 16 int16 [key 2i rows 0-3, key 2i + 1 rows 0-3, key 2i + 2 ...]
-  // reorder within each 8-word half to [k r0, k' r0, k r1, k' r1, ...].
-  const __m256i order = _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15, 0, 1,
-                                         8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
-  alignas(64) int32_t pp[4 * (kMaxWeightedPairsKeys / 2 + 2)];
-  for (size_t i = 0; i < vecs; ++i) {
+  // pq[4 i + r]: row r's u8 weights of keys 4i .. 4i + 3, low byte first,
+  // as vpdpbusd multiplies them with V's interleaved rows. A vector's 16
+  // bytes [key 4i rows 0-3, key 4i + 1 rows 0-3, ...] are transposed.
+  const __m128i order = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  alignas(64) uint32_t pq[4 * (kMaxWeightedQuadsKeys / 4 + 1)];
+  for (size_t i = 0; i < quads; ++i) {
     const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(p + 16 * i), inv_v));
-    const __m256i w = _mm256_shuffle_epi8(_mm512_cvtsepi32_epi16(q), order);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(pp + 8 * i), w);
+    _mm_store_si128(reinterpret_cast<__m128i*>(pq + 4 * i),
+                    _mm_shuffle_epi8(_mm512_cvtusepi32_epi8(q), order));
   }
-  // Column blocks of 32: 4 rows x (lo, hi) int32 accumulators, each lane
-  // the sum over key pairs of two int16 products (blocks of 64 columns,
-  // which share each weight broadcast and V row load between 16
-  // accumulators, measured slower in three of three paired one-thread runs
-  // on Zen 5). Exact: |sum| <= keys * 32767 * 128 < 2^31 for keys <= 512.
-  for (size_t c0 = 0; c0 < dvp; c0 += 32) {
-    __m512i lo0 = _mm512_setzero_si512(), hi0 = lo0, lo1 = lo0, hi1 = lo0, lo2 = lo0, hi2 = lo0,
-            lo3 = lo0, hi3 = lo0;
-    const __mmask32 mask = ColumnMask(c0, dv);
-    const int32_t* w = pp;
-    for (size_t i = 0; i < pairs; ++i, w += 4) {
-      const __m512i a = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(mask, v[2 * i] + c0));
-      const __m512i b = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(mask, v[2 * i + 1] + c0));
-      const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
-      const __m512i w0 = _mm512_set1_epi32(w[0]), w1 = _mm512_set1_epi32(w[1]);
-      const __m512i w2 = _mm512_set1_epi32(w[2]), w3 = _mm512_set1_epi32(w[3]);
-      DpWssd(lo0, lo, w0);
-      DpWssd(hi0, hi, w0);
-      DpWssd(lo1, lo, w1);
-      DpWssd(hi1, hi, w1);
-      DpWssd(lo2, lo, w2);
-      DpWssd(hi2, hi, w2);
-      DpWssd(lo3, lo, w3);
-      DpWssd(hi3, hi, w3);
+  // Column blocks of 64: per row four int32 accumulators, lane (block b,
+  // i) of accumulator x the sum over keys of column 16 b + 4 x + i. A quad
+  // of keys' V rows is interleaved bytewise (two unpack levels) so each
+  // int32 lane holds one column of the four keys, as the weights' bytes.
+  // Exact: |sum| <= keys * 255 * 128 < 2^24 for keys <= 512, so the sum's
+  // conversion to f32 is exact too.
+  for (size_t c0 = 0; c0 < dvp; c0 += 64) {
+    const __mmask64 mask = ColumnMask(c0, dv);
+    __m512i a00 = _mm512_setzero_si512(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00,
+            a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00,
+            a32 = a00, a33 = a00;
+    const uint32_t* w = pq;
+    for (size_t i = 0; i < quads; ++i, w += 4) {
+      const __m512i v0 = _mm512_maskz_loadu_epi8(mask, v[4 * i] + c0);
+      const __m512i v1 = _mm512_maskz_loadu_epi8(mask, v[4 * i + 1] + c0);
+      const __m512i v2 = _mm512_maskz_loadu_epi8(mask, v[4 * i + 2] + c0);
+      const __m512i v3 = _mm512_maskz_loadu_epi8(mask, v[4 * i + 3] + c0);
+      const __m512i lo01 = _mm512_unpacklo_epi8(v0, v1), hi01 = _mm512_unpackhi_epi8(v0, v1);
+      const __m512i lo23 = _mm512_unpacklo_epi8(v2, v3), hi23 = _mm512_unpackhi_epi8(v2, v3);
+      const __m512i x0 = _mm512_unpacklo_epi16(lo01, lo23), x1 = _mm512_unpackhi_epi16(lo01, lo23);
+      const __m512i x2 = _mm512_unpacklo_epi16(hi01, hi23), x3 = _mm512_unpackhi_epi16(hi01, hi23);
+      const __m512i w0 = _mm512_set1_epi32(static_cast<int>(w[0]));
+      const __m512i w1 = _mm512_set1_epi32(static_cast<int>(w[1]));
+      const __m512i w2 = _mm512_set1_epi32(static_cast<int>(w[2]));
+      const __m512i w3 = _mm512_set1_epi32(static_cast<int>(w[3]));
+      DpBusd(a00, w0, x0);
+      DpBusd(a01, w0, x1);
+      DpBusd(a02, w0, x2);
+      DpBusd(a03, w0, x3);
+      DpBusd(a10, w1, x0);
+      DpBusd(a11, w1, x1);
+      DpBusd(a12, w1, x2);
+      DpBusd(a13, w1, x3);
+      DpBusd(a20, w2, x0);
+      DpBusd(a21, w2, x1);
+      DpBusd(a22, w2, x2);
+      DpBusd(a23, w2, x3);
+      DpBusd(a30, w3, x0);
+      DpBusd(a31, w3, x1);
+      DpBusd(a32, w3, x2);
+      DpBusd(a33, w3, x3);
     }
-    // O = alpha O + back * sum, 16 columns at a time below dvp.
-    const __m512i lo[4] = {lo0, lo1, lo2, lo3}, hi[4] = {hi0, hi1, hi2, hi3};
-#pragma GCC unroll 4
+    // O = alpha O + back * sum, 16 columns at a time below dvp: columns
+    // 16 m .. 16 m + 15 are block m of the four accumulators.
+    const __m512i acc[4][4] = {
+        {a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23}, {a30, a31, a32, a33}};
     for (int r = 0; r < 4; ++r) {
       const __m512 a = _mm512_set1_ps(alpha == nullptr ? 1.0f : alpha[r]);
       const __m512 s = _mm512_set1_ps(back[r]);
       float* orow = o + r * ldo;
-      __m512i cols[2];
-      ColumnOrder(lo[r], hi[r], &cols[0], &cols[1]);
-      for (int x = 0; x < 2; ++x) {
-        const size_t c = c0 + 16 * x;
+      __m512i cols[4];
+      TransposeBlocks(acc[r], cols);
+      for (int m = 0; m < 4; ++m) {
+        const size_t c = c0 + 16 * m;
         if (c >= dvp) break;
-        const __m512 sum = _mm512_mul_ps(_mm512_cvtepi32_ps(cols[x]), s);
+        const __m512 sum = _mm512_mul_ps(_mm512_cvtepi32_ps(cols[m]), s);
         _mm512_storeu_ps(orow + c, _mm512_fmadd_ps(_mm512_loadu_ps(orow + c), a, sum));
       }
     }
@@ -283,7 +298,7 @@ namespace x86_dot {
 bool HaveVnni() { return false; }
 void VnniQDotK4(const int8_t*, size_t, const int32_t*, const float*, const int8_t*, size_t, size_t,
                 size_t, float*, size_t, const int8_t*, size_t, const int8_t*, size_t, size_t) {}
-bool WeightedPairsV4(const float*, size_t, const int8_t* const*, size_t, size_t, const float*,
+bool WeightedQuadsV4(const float*, size_t, const int8_t* const*, size_t, size_t, const float*,
                      float*, size_t) {
   return false;
 }
