@@ -86,24 +86,23 @@ namespace attnkit {
 //   key pair for the products and partial sums.
 // - FAST with int8 V (FastQuantizesWeights): u_j = p_j sv_j (the weight
 //   times V's row scale, v_jc = sv_j v8_jc) may be quantized to u8 (255
-//   steps) with one scale per row and block of at most 64 consecutive
-//   keys, and P.V
-//   summed exactly in integers. A kernel quantizes its tile's weights
-//   relative to the running maximum m_t (each <= 1 there), and the tile's
-//   sum is later rescaled by exp(m_t - m) and divided by l, which maps them
-//   to the normalised p_j: so u_j errs by at most half a step, max_{i in
-//   block} |u_i| / 510, and o_c by sum_j that times |v8_jc| <= 128. With
-//   W_j the largest |u_i| over the aligned 64-key blocks at and beside j's
-//   (which hold every 64-key block around j), f32_c gains the absolute
-//   (128 / 510) sum_j W_j (RowErrorTerms::weight_grid). Spread weights
-//   keep W_j near p_j, so the term stays near 2^-9 of sum_j max_c |v_jc|
-//   p_j (128 sv_j >= max_c |v_jc|, and 128 / 127 / 510 < 2^-8.9), as
-//   bf16's rounding of P does; a dominant key raises it only in its own
-//   and the next blocks. The
-//   f32 roundings around the integer sum (the weight times the inverse
-//   scale, the conversion of the sum and its multiply by the scale; the
-//   scale's own rounding only widens the step, within the 1.01) make u_p =
-//   2^-22, a generous 4 u.
+//   steps) with one scale per row and block of at most 64 consecutive keys,
+//   and P.V summed exactly in integers. A kernel quantizes its tile's
+//   weights relative to the running maximum m_t (each <= 1 there), and the
+//   tile's sum is later rescaled by exp(m_t - m) and divided by l, which
+//   maps them to the normalised p_j: so u_j errs by at most half a step,
+//   max_{i in block} |u_i| / 510, and o_c by sum_j that times |v8_jc| <=
+//   128. With W_j the largest |u_i| over the aligned 64-key blocks at and
+//   beside j's (which hold every 64-key block around j), f32_c gains the
+//   absolute (128 / 510) sum_j W_j (RowErrorTerms::weight_grid). Spread
+//   weights keep W_j near u_j, so the term stays near 2^-9 of sum_j max_c
+//   |v_jc| p_j (a row quantized by QuantizeRowI8 has max_c |v_jc| = 127
+//   sv_j, and 128 / 127 / 510 < 2^-8.9), the class of bf16's rounding of P;
+//   a dominant key raises it only in its own and the next blocks. The f32
+//   roundings around the integer sum (the weight times the inverse scale,
+//   the conversion of the sum and its multiply by the scale; the scale's own
+//   rounding only widens the step, within the 1.01) make u_p = 2^-22, a
+//   generous 4 u.
 // - Whatever FAST rounds of P, the LSE gains nothing: its sum must be of
 //   the unrounded f32 weights (as FlashAttention's row sum is), or the
 //   bound would grant u_p (bf16: 4e-3) and an LSE 1e-3 off would pass.
