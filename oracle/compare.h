@@ -99,10 +99,10 @@ namespace attnkit {
 //   |v_jc| p_j (a row quantized by QuantizeRowI8 has max_c |v_jc| = 127
 //   sv_j, and 128 / 127 / 510 < 2^-8.9), the class of bf16's rounding of P;
 //   a dominant key raises it only in its own and the next blocks. The f32
-//   roundings around the integer sum (the weight times the inverse scale,
-//   the conversion of the sum and its multiply by the scale; the scale's own
-//   rounding only widens the step, within the 1.01) make u_p = 2^-22, a
-//   generous 4 u.
+//   roundings around the integer sum (the weight times the inverse scale
+//   and the sum's multiply by the scale; the sum's conversion is exact, as
+//   |sum| <= 512 * 255 * 128 < 2^24; the scale's own rounding only widens
+//   the step, within the 1.01) make u_p = 2^-22, a generous 4 u.
 // - Whatever FAST rounds of P, the LSE gains nothing: its sum must be of
 //   the unrounded f32 weights (as FlashAttention's row sum is), or the
 //   bound would grant u_p (bf16: 4e-3) and an LSE 1e-3 off would pass.

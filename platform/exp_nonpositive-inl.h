@@ -19,8 +19,9 @@ namespace HWY_NAMESPACE {
 // exp(x) for x <= 0 (a score minus its max): 2^q * e^r with
 // q = round(x / ln 2), r = x - q ln 2 (|r| <= ln 2 / 2), e^r = 1 + r +
 // r^2 P(r) with P a degree-4 fit of (e^r - 1 - r) / r^2 (relative error of
-// e^r under 3.1e-9, a twentieth of f32's half ulp; Highway's degree 5 is
-// 5e-11, bought with a multiply-add more), and 2^q applied by adding q to
+// e^r under 4e-9 with the f32 coefficients, largest at |r| = ln 2 / 2: a
+// fifteenth of f32's half ulp; Highway's degree 5 is 1.1e-9, bought with a
+// multiply-add more), and 2^q applied by adding q to
 // e^r's exponent field (an integer add, where a multiply by 2^q took an FMA
 // slot: results >= e^-87 stay normal, so the add is exact as the multiply
 // was). Below -87, where 2^q would leave the normal range, and for -inf or

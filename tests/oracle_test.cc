@@ -132,8 +132,8 @@ void RoundedWeightsOutput(const AttentionProblem& p, const ProblemData& in,
 // Rewrites r->o as a FAST kernel with int8 V may compute it
 // (FastQuantizesWeights): each weight e_j = exp(s_j - max s) times V's row
 // scale quantized to u8 (kFastWeightSteps) per aligned block of
-// kFastWeightBlock keys, the
-// coarsest blocks the permission allows, and the integer sums scaled back.
+// kFastWeightBlock keys, the coarsest blocks the permission allows, and the
+// integer sums scaled back.
 // Batch 0 of a dense layout: the grid's problems (batch 1, dense).
 void U8WeightsOutput(const AttentionProblem& p, const ProblemData& in, ReferenceResult* r) {
   const AttentionArgs a = in.args();

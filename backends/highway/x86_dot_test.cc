@@ -177,17 +177,17 @@ class GuardedBytes {
 // int8 P.V with u8 weights: the exact integer sums of the weights as
 // the kernel quantizes them (f32 scale and inverse, round to nearest even),
 // times the scale, added to alpha O in one rounding. Head dims that end
-// mid-block (the last V row ending at an inaccessible page, so a load past
-// dv bytes faults), odd key counts, a row of zero weights (O only
-// rescaled), alpha null (1), columns [dv, dvp) only rescaled; and the
-// refusals: a NaN, Inf or negative weight, or a row whose largest weight
-// is tiny, returns false with O unchanged.
+// mid-block, 40 mid-vector too (the last V row ending at an inaccessible
+// page, so a load past dv bytes faults), odd key counts, a row of zero
+// weights (O only rescaled), alpha null (1), columns [dv, dvp) only
+// rescaled; and the refusals: a NaN, Inf or negative weight, or a row
+// whose largest weight is tiny, returns false with O unchanged.
 TEST(X86DotTest, WeightedQuadsV4IsTheExactIntegerSumOfQuantizedWeights) {
   if (!x86_dot::HaveVnni()) GTEST_SKIP() << "this CPU has no AVX512_VNNI";
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> i8(-128, 127);
   std::uniform_real_distribution<float> weight(0.0f, 1.5f);
-  for (size_t dv : {16, 48, 80, 128, 144}) {
+  for (size_t dv : {16, 40, 48, 80, 128, 144}) {
     const size_t dvp = (dv + 15) / 16 * 16;
     for (size_t keys : {1, 2, 3, 7, 32, 64}) {
       for (bool with_alpha : {true, false}) {
