@@ -22,6 +22,12 @@
 namespace attnkit {
 namespace x86_dot {
 
+// Bytes [c, c + 64) of a row of n bytes that lie below n, as the mask of a
+// 64-byte masked load (bit i: byte c + i); 0 where c >= n.
+inline uint64_t RowBytesMask(size_t c, size_t n) {
+  return c + 64 <= n ? ~uint64_t{0} : c >= n ? 0 : (uint64_t{1} << (n - c)) - 1;
+}
+
 // The CPU has AVX512F/BW/VL/DQ and AVX512_BF16 (checked once, by CPUID).
 bool HaveBF16Dot();
 // The CPU has AVX512F/BW/VL and AVX512_VNNI.

@@ -111,11 +111,6 @@ ATTNKIT_TARGET_FP8 inline __m512 Dot(__m512 acc, __m512i a, __m512i b) {
   return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
 }
 
-// Bytes [c, min(c + 64, n)) of a row: all 64 where they exist.
-inline __mmask64 BytesFrom(size_t c, size_t n) {
-  return c + 64 <= n ? ~__mmask64{0} : (__mmask64{1} << (n - c)) - 1;
-}
-
 // The first levels of VnniQDotK4's reduction tree, in f32: pairs of
 // vectors (x, y) -> per 128-bit block [x0+x2, y0+y2, x1+x3, y1+y3]; two of
 // those -> per block the four block sums of x, y, z, w.
@@ -233,7 +228,7 @@ ATTNKIT_TARGET_FP8 bool Fp8WeightedSumV4(const float* p, size_t keys, const uint
     __mmask16 cols[4];
 #pragma GCC unroll 4
     for (int cv = 0; cv < 4; ++cv) cols[cv] = c0 + 16 * cv < dvp ? 0xFFFF : 0;
-    const __mmask64 bytes = c0 < dv ? BytesFrom(c0, dv) : 0;
+    const __mmask64 bytes = RowBytesMask(c0, dv);
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {

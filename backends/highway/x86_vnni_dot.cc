@@ -164,12 +164,6 @@ ATTNKIT_TARGET_VNNI inline void TransposeBlocks(const __m512i* x, __m512i* out) 
   out[3] = _mm512_shuffle_i32x4(b, d, 0xDD);
 }
 
-// Bytes of a 64-column block at column c of a row of dv bytes: a mask of
-// the columns below dv.
-ATTNKIT_TARGET_VNNI inline __mmask64 ColumnMask(size_t c, size_t dv) {
-  return c + 64 <= dv ? ~__mmask64{0} : c >= dv ? 0 : (__mmask64{1} << (dv - c)) - 1;
-}
-
 }  // namespace
 
 ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8_t* const* v,
@@ -224,7 +218,7 @@ ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8
   // Exact: |sum| <= keys * 255 * 128 < 2^24 for keys <= 512, so the sum's
   // conversion to f32 is exact too.
   for (size_t c0 = 0; c0 < dvp; c0 += 64) {
-    const __mmask64 mask = ColumnMask(c0, dv);
+    const __mmask64 mask = RowBytesMask(c0, dv);
     __m512i a00 = _mm512_setzero_si512(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00,
             a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00,
             a32 = a00, a33 = a00;
