@@ -347,11 +347,17 @@ void ChooseOperandTypes(BlockContext* ctx) {
   const DType kv = p.kv_dtype;
   if (kv == DType::kI8) {
     if (p.fast() && e.HasInt8Dot()) ctx->qk_type = DType::kI8;
-    return;  // V dequantized: f32 P.V (FAST's u8 weights are a permission)
+    // u8 weights times V as stored, or V dequantized and an f32 P.V.
+    if (TakesU8Weights(p, e)) ctx->pv_type = DType::kI8;
+    return;
   }
   if ((kv != DType::kBF16 && kv != DType::kF16) || !e.HasGemm16(kv)) return;
   if (p.dtype == kv || p.fast()) ctx->qk_type = kv;
   if (p.fast()) ctx->pv_type = kv;
+}
+
+bool TakesU8Weights(const AttentionProblem& p, const GemmEngine& engine) {
+  return FastQuantizesWeights(p) && engine.HasU8S8Dot();
 }
 
 std::vector<DType> FastKvTypes(const GemmEngine& engine) {
@@ -425,6 +431,49 @@ bool ChunkSeenByAllRows(const BlockContext& ctx, const BlockCoords& c, int64_t r
 
 namespace {
 
+// O [n, Ev] (+)= P [n, kn] . V [kn, Ev] for rows [r0, r0 + n) and int8 V
+// under FAST, with P rounded to V's 8 bits (core/fast_compute.h
+// FastQuantizesWeights): per row and block of kFastWeightBlock keys from
+// the chunk's start, the weights P times V's row scales quantized to u8
+// (QuantizeWeightsU8); an exact integer product of them with V's rows as
+// stored, one batch entry a block (GemmEngine::U8S8DotBatch); each block's
+// sums times its back scale added into O. `first` overwrites O instead.
+// False, with O untouched, when a block is refused (a NaN, Inf or negative
+// weight, or a tiny largest one): the caller then takes the f32 product.
+bool U8WeightsTimesV(const BlockContext& ctx, const BlockCoords& c, int64_t r0, int64_t n,
+                     int64_t k0, int64_t kn, bool first, const WorkerScratch& w) {
+  const AttentionArgs& a = *ctx.args;
+  const int64_t dv = ctx.problem->value_dim();
+  constexpr int64_t kBlock = kFastWeightBlock;
+  const int64_t full = kn / kBlock, tail = kn % kBlock, blocks = CeilDiv(kn, kBlock);
+  const RawOperand v = StoredRows(ctx, a.v, a.v_scale, c.b, c.g, k0, kn, w.v, w.v_scale);
+  // Block x's weights [n, its keys] start at pw + x * n * kBlock.
+  for (int64_t r = 0; r < n; ++r) {
+    if (!QuantizeWeightsRowU8(w.s + r * kn, w.v_scale, kn, w.pw + r * kBlock, n * kBlock,
+                              w.pw + full * n * kBlock + r * tail, w.pw_scale + r * blocks)) {
+      return false;
+    }
+  }
+  float* o = w.o + r0 * dv;
+  if (first) std::fill(o, o + n * dv, 0.0f);
+  const int8_t* v8 = static_cast<const int8_t*>(v.data);
+  // Blocks [x0, x0 + count) of `len` keys each, their sums in pv_sums.
+  auto add_blocks = [&](int64_t x0, int64_t count, int64_t len) {
+    ctx.engine->U8S8DotBatch(count, n, dv, len, w.pw + x0 * n * kBlock, v8 + x0 * kBlock * v.ld,
+                             v.ld, kBlock * v.ld, w.pv_sums);
+    for (int64_t x = 0; x < count; ++x) {
+      for (int64_t r = 0; r < n; ++r) {
+        AccumulateIntRow(w.pv_sums + (x * n + r) * dv, dv, w.pw_scale[r * blocks + x0 + x],
+                         o + r * dv);
+      }
+    }
+  };
+  const int64_t batch = std::max<int64_t>(1, U8SumInts(ctx.plan.rows(), dv) / (n * dv));
+  for (int64_t x0 = 0; x0 < full; x0 += batch) add_blocks(x0, std::min(batch, full - x0), kBlock);
+  if (tail > 0) add_blocks(full, 1, tail);
+  return true;
+}
+
 // Rows [r0, r0 + n) of block `c` (position-major) against keys [k0, k0 + kn):
 //   S [n, kn] = scale * Q [n, E] . K [kn, E]^T, online softmax per row,
 //   O [n, Ev] (+)= P [n, kn] . V [kn, Ev]; `first` overwrites O instead.
@@ -462,9 +511,11 @@ void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const RawOpe
     SoftmaxChunkRow(ctx, c.b, c.h0 + r % c.num_heads, c.i0 + r / c.num_heads, kv_length, k0, kn,
                     w.s + (r - r0) * kn, w.o + r * dv, w.row_max + r, w.row_sum + r, w.row_bad + r);
   }
+  if (ctx.pv_type == DType::kI8 && U8WeightsTimesV(ctx, c, r0, n, k0, kn, first, w)) return;
   // V as P.V's operand: 16-bit as stored with P rounded to it in place (each
-  // row's kn floats then hold its 2 kn 16-bit weights, kn of them used), or f32.
-  const bool narrow = ctx.pv_type != DType::kF32;
+  // row's kn floats then hold its 2 kn 16-bit weights, kn of them used), or
+  // f32 (int8 V too when its u8 weights were refused).
+  const bool narrow = ctx.pv_type == DType::kBF16 || ctx.pv_type == DType::kF16;
   RawOperand v16{nullptr, 0};
   if (narrow) {
     v16 = StoredRows(ctx, a.v, a.v_scale, c.b, c.g, k0, kn, w.v, nullptr);

@@ -28,8 +28,10 @@ struct BlockContext {
   // The operand types of the two products (ChooseOperandTypes). qk_type:
   // kF32 (Q and K as f32), kBF16 or kF16 (K's storage type, Q stored in it
   // or rounded to it under FAST), kI8 (FAST: each Q row quantized, int8 K,
-  // exact int32 sums, GemmEngine::Int8DotTransB). pv_type: kF32, or V's
-  // 16-bit type under FAST (P rounded to it before P.V).
+  // exact int32 sums, GemmEngine::Int8DotTransB). pv_type: kF32, V's
+  // 16-bit type under FAST (P rounded to it before P.V), or kI8 (FAST's u8
+  // weights times int8 V as stored, GemmEngine::U8S8DotBatch:
+  // TakesU8Weights).
   DType qk_type = DType::kF32;
   DType pv_type = DType::kF32;
   // Q rows may be handed to BLAS in place (f32, unit stride along d) when they
@@ -42,6 +44,11 @@ struct BlockContext {
 // compute mode allows it (16-bit Q.K in EXACT needs Q stored in K's type, as
 // products of two 16-bit values are exact in f32), else f32.
 void ChooseOperandTypes(BlockContext* ctx);
+
+// Whether P.V takes u8 weights times int8 V's rows as stored: FAST with
+// int8 V (core/fast_compute.h FastQuantizesWeights) on an engine with an
+// exact u8 x s8 GEMM.
+bool TakesU8Weights(const AttentionProblem& p, const GemmEngine& engine);
 
 // The K/V types for which `engine` computes FAST in the storage type
 // (Capabilities::fast_kv_dtypes): kI8 with an int8 dot, kBF16 and kF16

@@ -143,6 +143,7 @@ absl::StatusOr<int64_t> BlasBackend::PlanEach(absl::Span<blas::BlockContext> seg
   int64_t items = 0;
   for (blas::BlockContext& ctx : segments) {
     o.stage_kv = blas::StagesKv(*ctx.problem, ctx.args);
+    o.u8_weights = blas::TakesU8Weights(*ctx.problem, *engine_);
     ATTNKIT_ASSIGN_OR_RETURN(ctx.plan, blas::MakePlan(*ctx.problem, o));
     items += ctx.plan.NumItems(*ctx.problem);
   }
@@ -166,7 +167,8 @@ std::string BlasBackend::KernelName(const blas::BlockPlan& plan, bool use_items,
   // their storage type), else whether K/V are widened into f32 chunks.
   const std::string operands =
       qk != DType::kF32 || pv != DType::kF32
-          ? absl::StrFormat("; products qk=%s pv=%s", DTypeName(qk), DTypeName(pv))
+          ? absl::StrFormat("; products qk=%s pv=%s", DTypeName(qk),
+                            pv == DType::kI8 ? "u8" : DTypeName(pv))  // u8 weights, s8 V
           : (plan.stage_kv ? "; kv staged to f32" : "");
   return absl::StrFormat(
       "%s %s x%d; rows %dx%d keys<=%d panel %d; %s; softmax/%s%s%s", engine_->KernelTag(),

@@ -240,7 +240,7 @@ TEST(BlasBackendTest, ProductsInTheStorageTypeAreNamedInTheKernel) {
     const char* products;  // nullptr: f32 products
   };
   const Want wants[] = {
-      {DType::kF32, DType::kI8, ComputeMode::kFast, "products qk=i8 pv=f32"},
+      {DType::kF32, DType::kI8, ComputeMode::kFast, "products qk=i8 pv=u8"},
       {DType::kF32, DType::kI8, ComputeMode::kExact, nullptr},
       {DType::kBF16, DType::kBF16, ComputeMode::kExact, "products qk=bf16 pv=f32"},
       {DType::kF32, DType::kBF16, ComputeMode::kExact, nullptr},
@@ -264,6 +264,42 @@ TEST(BlasBackendTest, ProductsInTheStorageTypeAreNamedInTheKernel) {
     // The oracle's bound (FAST's rounding of P is a term of it).
     const Comparison c = CompareToReference(p, args, ComputeReference(p, args));
     EXPECT_TRUE(c.ok()) << p.Id() << ": " << c.first_failure;
+  }
+}
+
+// FAST with int8 V on an engine with a u8 x s8 GEMM: u8 weights in blocks
+// of 64 keys from each chunk's start (full blocks in batches, a partial
+// last one), within the oracle's bound; a chunk with a negative V scale
+// (a negative weight) is refused and takes the f32 product, still within
+// it; a NaN scale poisons the rows that see its key.
+TEST(BlasBackendTest, U8WeightsTimesInt8VMatchTheOracleOrFallBack) {
+  for (const int64_t max_key_chunk : {0, 100}) {  // one chunk of 150 keys, or 100 + 50
+    BlasOptions o;
+    o.engine = blas::MakeScalarEngine();
+    o.max_key_chunk = max_key_chunk;
+    BlasBackend backend(o);
+    AttentionProblem p = SmallProblem();
+    p.kv_len = 150;
+    p.kv_dtype = DType::kI8;
+    p.compute = ComputeMode::kFast;
+    p.mask = MaskKind::kCausal;
+    p.alignment = Alignment::kBottomRight;
+    auto data = ProblemData::Random(p, 5);
+    ASSERT_TRUE(data.ok()) << data.status();
+    const AttentionArgs args = data->args();
+    float* v_scale = static_cast<float*>(args.v_scale.data);
+    for (const float bad_scale : {1.0f, -1.0f, std::numeric_limits<float>::quiet_NaN()}) {
+      const int64_t at = args.v_scale.Offset(0, 1, 70);  // batch 0, kv head 1, key 70
+      const float saved = v_scale[at];
+      if (bad_scale != 1.0f) v_scale[at] = bad_scale * std::fabs(saved);
+      RunInfo info;
+      ASSERT_TRUE(backend.Forward(p, args, &info).ok());
+      EXPECT_NE(info.kernel.find("pv=u8"), std::string::npos) << info.kernel;
+      const Comparison c = CompareToReference(p, args, ComputeReference(p, args));
+      EXPECT_TRUE(c.ok()) << "chunk " << max_key_chunk << " scale " << bad_scale << ": "
+                          << c.first_failure;
+      v_scale[at] = saved;
+    }
   }
 }
 

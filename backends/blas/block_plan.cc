@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "core/fast_compute.h"
 
 namespace attnkit {
 namespace blas {
@@ -29,14 +30,24 @@ int64_t BlockPlan::NumItems(const AttentionProblem& p) const {
          CeilDiv(p.q_len, token_block);
 }
 
+int64_t U8SumInts(int64_t rows, int64_t value_dim) {
+  return std::max<int64_t>(16384, rows * value_dim);
+}
+
 size_t WorkerBytes(int64_t rows, int64_t key_chunk, int64_t head_dim, int64_t value_dim,
-                   bool stage_kv) {
+                   bool stage_kv, bool u8_weights) {
   size_t bytes = AlignedFloats(rows * head_dim)                         // q
                  + AlignedFloats(rows * std::max(head_dim, value_dim))  // o
                  + AlignedFloats(rows * key_chunk)                      // s
                  + 4 * AlignedFloats(rows)    // row_max, row_sum, row_bad, q_scale
                  + AlignedFloats(key_chunk);  // k_scale
   if (stage_kv) bytes += AlignedFloats(key_chunk * head_dim) + AlignedFloats(key_chunk * value_dim);
+  if (u8_weights) {
+    bytes += AlignedFloats(CeilDiv(rows * key_chunk, 4))                   // pw
+             + AlignedFloats(rows * CeilDiv(key_chunk, kFastWeightBlock))  // pw_scale
+             + AlignedFloats(key_chunk)                                    // v_scale
+             + AlignedFloats(U8SumInts(rows, value_dim));                  // pv_sums
+  }
   return bytes;
 }
 
@@ -62,6 +73,12 @@ WorkerScratch CarveScratch(const BlockPlan& plan, int64_t head_dim, int64_t valu
     s.k = take(plan.key_chunk * head_dim);
     s.v = take(plan.key_chunk * value_dim);
   }
+  if (plan.u8_weights) {
+    s.pw = reinterpret_cast<uint8_t*>(take(CeilDiv(rows * plan.key_chunk, 4)));
+    s.pw_scale = take(rows * CeilDiv(plan.key_chunk, kFastWeightBlock));
+    s.v_scale = take(plan.key_chunk);
+    s.pv_sums = reinterpret_cast<int32_t*>(take(U8SumInts(rows, value_dim)));
+  }
   return s;
 }
 
@@ -69,6 +86,7 @@ absl::StatusOr<BlockPlan> MakePlan(const AttentionProblem& p, const PlanOptions&
   BlockPlan plan;
   plan.workers = std::max(1, o.workers);
   plan.stage_kv = o.stage_kv;
+  plan.u8_weights = o.u8_weights;
   const int64_t d = p.head_dim, dv = p.value_dim();
   const int64_t target_rows = std::max<int64_t>(1, o.target_rows);
   // The token block is the same whether or not heads are stacked, so the
@@ -92,7 +110,8 @@ absl::StatusOr<BlockPlan> MakePlan(const AttentionProblem& p, const PlanOptions&
 
   const size_t per_worker = o.budget_bytes / static_cast<size_t>(plan.workers);
   auto fits = [&] {
-    return WorkerBytes(plan.rows(), plan.key_chunk, d, dv, plan.stage_kv) <= per_worker;
+    return WorkerBytes(plan.rows(), plan.key_chunk, d, dv, plan.stage_kv, plan.u8_weights) <=
+           per_worker;
   };
   while (!fits()) {
     if (plan.key_chunk > kPreferredMinKeyChunk) {
@@ -108,14 +127,15 @@ absl::StatusOr<BlockPlan> MakePlan(const AttentionProblem& p, const PlanOptions&
           "memory budget %d bytes over %d workers cannot hold one query row against "
           "a %d-key chunk at head_dim %d (needs %d bytes per worker)",
           o.budget_bytes, plan.workers, kMinKeyChunk, d,
-          WorkerBytes(1, kMinKeyChunk, d, dv, plan.stage_kv)));
+          WorkerBytes(1, kMinKeyChunk, d, dv, plan.stage_kv, plan.u8_weights)));
     }
   }
   plan.panel_tokens =
       o.panel_rows > 0
           ? std::min(plan.token_block, std::max<int64_t>(1, o.panel_rows / plan.head_block))
           : plan.token_block;
-  plan.worker_bytes = WorkerBytes(plan.rows(), plan.key_chunk, d, dv, plan.stage_kv);
+  plan.worker_bytes =
+      WorkerBytes(plan.rows(), plan.key_chunk, d, dv, plan.stage_kv, plan.u8_weights);
   return plan;
 }
 

@@ -40,6 +40,9 @@ struct PlanOptions {
   // (benchmarks/gemm_shapes_bench.cc).
   bool stack_heads = true;
   bool stage_kv = false;  // K/V chunks are converted to f32 in scratch
+  // FAST's P.V over int8 V as u8 weights times s8 rows (TakesU8Weights):
+  // scratch for the weights, their block scales and the integer sums.
+  bool u8_weights = false;
 };
 
 struct BlockPlan {
@@ -48,6 +51,7 @@ struct BlockPlan {
   int64_t key_chunk = 1;     // keys per S block
   int64_t panel_tokens = 1;  // positions per diagonal panel (<= token_block)
   bool stage_kv = false;
+  bool u8_weights = false;  // PlanOptions::u8_weights
   int workers = 1;
   size_t worker_bytes = 0;  // scratch of one worker, 64-byte aligned parts
 
@@ -66,6 +70,11 @@ struct BlockPlan {
 //   E is head_dim, Ev value_dim(). q, k and v
 //   hold 16-bit or int8 operands in place of f32 when the products take them
 //   (BlockContext::qk_type, pv_type), in the same bytes.
+// With u8 weights (BlockPlan::u8_weights): pw [rows * key_chunk] bytes (the
+//   chunk's weights, block after block, each block [rows, its keys]),
+//   pw_scale [rows, blocks] (each row's and block's back scale), v_scale
+//   [key_chunk] (V's row scales) and pv_sums (U8SumInts: int32 sums of a
+//   batch of blocks, [blocks, rows, Ev]).
 struct WorkerScratch {
   float* q = nullptr;
   float* s = nullptr;
@@ -77,11 +86,19 @@ struct WorkerScratch {
   float* k_scale = nullptr;
   float* k = nullptr;
   float* v = nullptr;
+  uint8_t* pw = nullptr;
+  float* pw_scale = nullptr;
+  float* v_scale = nullptr;
+  int32_t* pv_sums = nullptr;
 };
+
+// int32 entries of WorkerScratch::pv_sums: a batch of at least one block's
+// sums [rows, value_dim], else about 64 KiB.
+int64_t U8SumInts(int64_t rows, int64_t value_dim);
 
 // Bytes of one worker's scratch for these block sizes.
 size_t WorkerBytes(int64_t rows, int64_t key_chunk, int64_t head_dim, int64_t value_dim,
-                   bool stage_kv);
+                   bool stage_kv, bool u8_weights = false);
 
 // Splits `region` (at least plan.worker_bytes, 64-byte aligned) into arrays.
 WorkerScratch CarveScratch(const BlockPlan& plan, int64_t head_dim, int64_t value_dim,

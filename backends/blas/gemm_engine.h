@@ -55,6 +55,18 @@ class GemmEngine {
   virtual void Int8DotTransB(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
                              const int8_t* b, int64_t ldb, int32_t* c, int64_t ldc) {}
 
+  // Whether U8S8DotBatch exists (an integer GEMM of u8 by s8 values with
+  // exact int32 sums).
+  virtual bool HasU8S8Dot() const { return false; }
+  // For each x in [0, batch): c_x [m, n] = a_x [m, k] . b_x [k, n], exactly
+  // (|sum| <= 255 * 128 * k: exact for k < 2^16). a is u8 [batch, m, k] and
+  // c int32 [batch, m, n], both dense; b_x = b + x * stride_b is s8 [k, n]
+  // with row stride ldb. FAST's P.V over int8 V (attention_block.cc): each
+  // batch entry is one block of keys, its quantized weights against V's
+  // rows as stored. Only when HasU8S8Dot(). Safe to call from several
+  // threads at once.
+  virtual void U8S8DotBatch(int64_t batch, int64_t m, int64_t n, int64_t k, const uint8_t* a,
+                            const int8_t* b, int64_t ldb, int64_t stride_b, int32_t* c) {}
   // Whether Gemm16 takes operands of `type` (kBF16 or kF16), multiplying
   // their exact products and summing in f32.
   virtual bool HasGemm16(DType type) const { return false; }

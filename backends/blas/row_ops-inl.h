@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "core/dtype.h"
+#include "core/fast_compute.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "platform/exp_nonpositive-inl.h"
@@ -167,6 +168,84 @@ HWY_INLINE void ScaleIntRowImpl(const int32_t* sums, int64_t n, float row_factor
   for (; j < n; ++j) out[j] = static_cast<float>(sums[j]) * row_factor * col_factors[j];
 }
 
+// One block of row_ops.h QuantizeWeightsRowU8: n <= kFastWeightBlock
+// weights. A partial last vector goes through a zero-padded stack copy and
+// takes the body's arithmetic. Returns the back scale, or -1 (refused).
+HWY_INLINE float QuantizeWeightsBlockU8(const float* HWY_RESTRICT p,
+                                        const float* HWY_RESTRICT v_scale, int64_t n,
+                                        uint8_t* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint8_t, decltype(df)> d8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t body = n / N * N;
+  float tail_p[kMaxFloatLanes] = {}, tail_s[kMaxFloatLanes] = {};
+  for (int64_t t = body; t < n; ++t) {
+    tail_p[t - body] = p[t];
+    tail_s[t - body] = v_scale[t];
+  }
+  auto weights = [&](int64_t j) {  // w = p * v_scale at j, zero past n
+    return j < body ? hn::Mul(hn::LoadU(df, p + j), hn::LoadU(df, v_scale + j))
+                    : hn::Mul(hn::LoadU(df, tail_p), hn::LoadU(df, tail_s));
+  };
+  const auto zero = hn::Zero(df);
+  const auto inf = hn::Set(df, std::numeric_limits<float>::infinity());
+  auto mx = zero, bad = zero;  // bad: all bits set where a weight is NaN, Inf or < 0
+  for (int64_t j = 0; j < n; j += N) {
+    const auto x = weights(j);
+    // !(x >= 0): NaN or negative (Highway's comparisons are ordered).
+    bad = hn::Or(bad, hn::Or(hn::VecFromMask(df, hn::Not(hn::Ge(x, zero))),
+                             hn::VecFromMask(df, hn::Eq(x, inf))));
+    mx = hn::Max(mx, x);
+  }
+  if (!hn::AllTrue(di, hn::Eq(hn::BitCast(di, bad), hn::Zero(di)))) return -1.0f;
+  const float m = hn::GetLane(hn::MaxOfLanes(df, mx));
+  if (m != 0.0f && m < 1e-30f) return -1.0f;
+  const float back = m / static_cast<float>(kFastWeightSteps);
+  const auto inv = hn::Set(df, m == 0.0f ? 0.0f : 1.0f / back);  // all zeros stay 0
+  for (int64_t j = 0; j < n; j += N) {
+    const auto q = hn::DemoteTo(d8, hn::NearestInt(hn::Mul(weights(j), inv)));
+    if (j < body) {
+      hn::StoreU(q, d8, out + j);
+    } else {
+      uint8_t tail[kMaxFloatLanes];
+      hn::StoreU(q, d8, tail);
+      for (int64_t t = 0; t < n - j; ++t) out[j + t] = tail[t];
+    }
+  }
+  return back;
+}
+
+HWY_INLINE bool QuantizeWeightsRowU8Impl(const float* HWY_RESTRICT p,
+                                         const float* HWY_RESTRICT v_scale, int64_t kn,
+                                         uint8_t* out, int64_t block_stride, uint8_t* tail_out,
+                                         float* HWY_RESTRICT back) {
+  const int64_t full = kn / kFastWeightBlock;
+  for (int64_t x = 0; x <= full; ++x) {
+    const int64_t j0 = x * kFastWeightBlock;
+    const int64_t n = x < full ? kFastWeightBlock : kn - j0;
+    if (n == 0) break;
+    back[x] = QuantizeWeightsBlockU8(p + j0, v_scale + j0, n,
+                                     x < full ? out + x * block_stride : tail_out);
+    if (back[x] < 0) return false;
+  }
+  return true;
+}
+
+HWY_INLINE void AccumulateIntRowImpl(const int32_t* HWY_RESTRICT sums, int64_t n, float f,
+                                     float* HWY_RESTRICT o) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto vf = hn::Set(df, f);
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    hn::StoreU(hn::MulAdd(hn::ConvertTo(df, hn::LoadU(di, sums + j)), vf, hn::LoadU(df, o + j)), df,
+               o + j);
+  }
+  for (; j < n; ++j) o[j] += static_cast<float>(sums[j]) * f;
+}
+
 // bf16 bits of x[j] rounded to nearest even (BF16FromF32 without its NaN
 // case), written over the row's first 2n bytes. Each vector is loaded before
 // the narrower store, which only reaches floats already loaded.
@@ -273,6 +352,13 @@ void DequantizeRowT(const int8_t* src, int64_t n, float scale, float* dst) {
 void ScaleIntRowT(const int32_t* sums, int64_t n, float row_factor, const float* col_factors,
                   float* out) {
   ScaleIntRowImpl(sums, n, row_factor, col_factors, out);
+}
+bool QuantizeWeightsRowU8T(const float* p, const float* v_scale, int64_t kn, uint8_t* out,
+                           int64_t block_stride, uint8_t* tail_out, float* back) {
+  return QuantizeWeightsRowU8Impl(p, v_scale, kn, out, block_stride, tail_out, back);
+}
+void AccumulateIntRowT(const int32_t* sums, int64_t n, float f, float* o) {
+  AccumulateIntRowImpl(sums, n, f, o);
 }
 void NarrowRowBF16T(float* x, int64_t n) { NarrowRowBF16Impl(x, n); }
 void ScaleNarrowRowBF16T(const float* x, int64_t n, float f, uint16_t* out) {

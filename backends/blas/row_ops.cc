@@ -23,6 +23,8 @@ HWY_EXPORT(AllFiniteT);
 HWY_EXPORT(WidenRowT);
 HWY_EXPORT(DequantizeRowT);
 HWY_EXPORT(ScaleIntRowT);
+HWY_EXPORT(QuantizeWeightsRowU8T);
+HWY_EXPORT(AccumulateIntRowT);
 HWY_EXPORT(NarrowRowBF16T);
 HWY_EXPORT(ScaleNarrowRowBF16T);
 HWY_EXPORT(ScaleNarrowRowF16T);
@@ -47,6 +49,14 @@ void DequantizeRow(const int8_t* src, int64_t n, float scale, float* dst) {
 void ScaleIntRow(const int32_t* sums, int64_t n, float row_factor, const float* col_factors,
                  float* out) {
   HWY_DYNAMIC_DISPATCH(ScaleIntRowT)(sums, n, row_factor, col_factors, out);
+}
+bool QuantizeWeightsRowU8(const float* p, const float* v_scale, int64_t kn, uint8_t* out,
+                          int64_t block_stride, uint8_t* tail_out, float* back) {
+  return HWY_DYNAMIC_DISPATCH(QuantizeWeightsRowU8T)(p, v_scale, kn, out, block_stride, tail_out,
+                                                     back);
+}
+void AccumulateIntRow(const int32_t* sums, int64_t n, float f, float* o) {
+  HWY_DYNAMIC_DISPATCH(AccumulateIntRowT)(sums, n, f, o);
 }
 void NarrowRow(float* x, int64_t n, DType type) {
   if (type == DType::kBF16) {

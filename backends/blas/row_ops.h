@@ -48,6 +48,22 @@ void DequantizeRow(const int8_t* src, int64_t n, float scale, float* dst);
 void ScaleIntRow(const int32_t* sums, int64_t n, float row_factor, const float* col_factors,
                  float* out);
 
+// FAST's u8 weights for one row of an int8 V's P.V (core/fast_compute.h
+// FastQuantizesWeights), over keys [0, kn) in blocks of kFastWeightBlock
+// from key 0: w[j] = p[j] * v_scale[j]; in block x, q[j] = round(w[j] /
+// back[x]) to nearest even (0 .. 255) with back[x] = max w / kFastWeightSteps
+// over the block (0, and q all 0, when every weight there is 0). The full
+// blocks' q go to out + x * block_stride, the partial last block's to
+// tail_out. False when a block is refused (its q and the later blocks' are
+// then not written): a weight is NaN, Inf or negative, or the block's
+// largest is below 1e-30 but not 0, so that 1 / back stays finite
+// (x86_dot::WeightedQuadsV4 refuses the same).
+bool QuantizeWeightsRowU8(const float* p, const float* v_scale, int64_t kn, uint8_t* out,
+                          int64_t block_stride, uint8_t* tail_out, float* back);
+// o[j] += float(sums[j]) * f over [0, n): one block's exact u8 x s8 sums of
+// a row (below 2^24 in magnitude, so their conversion is exact) times its
+// back scale, into the row's f32 accumulator.
+void AccumulateIntRow(const int32_t* sums, int64_t n, float f, float* o);
 // Rounds x[0, n) (softmax weights, >= 0) to `type` (kBF16 or kF16), to
 // nearest even, and writes the 16-bit values over the row's first 2n bytes:
 // P as a 16-bit P.V operand in P's own scratch.

@@ -3,6 +3,7 @@
 // supports (dispatch follows SetSupportedTargetsForTest(GetParam())).
 #include "backends/blas/row_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/fast_compute.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
 #include "hwy/tests/hwy_gtest.h"
@@ -306,6 +308,82 @@ TEST_P(RowOpsTest, IntegerScoresTimesRowAndKeyFactors) {
     if (n > 0) {
       ASSERT_EQ(std::memcmp(again.data(), out.data(), n * sizeof(float)), 0);
     }
+  }
+}
+
+// QuantizeWeightsRowU8 against the rule written out in scalar code: per
+// block of kFastWeightBlock keys, w = p * v_scale, back = max w / 255, q =
+// round(w / back) to nearest even (w * (1 / back), as the kernels multiply).
+TEST_P(RowOpsTest, WeightsQuantizeToU8PerBlockOrAreRefused) {
+  SCOPED_TRACE(RowOpsTarget());
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<float> weight(0.0f, 1.0f), scale(0.001f, 0.02f);
+  for (const int64_t kn : {1, 5, 16, 63, 64, 65, 100, 128, 200}) {
+    const int64_t full = kn / kFastWeightBlock, blocks = (kn + kFastWeightBlock - 1) / 64;
+    const int64_t stride = kFastWeightBlock + 7;  // block starts as far apart as asked
+    std::vector<float> p(kn), vs(kn), back(blocks, -2.0f);
+    for (int64_t j = 0; j < kn; ++j) p[j] = weight(rng), vs[j] = scale(rng);
+    if (kn > 64) std::fill(p.begin() + 64, p.begin() + std::min<int64_t>(kn, 128), 0.0f);
+    std::vector<uint8_t> out(full * stride + 64, 0xEE), tail(64, 0xEE);
+    ASSERT_TRUE(
+        QuantizeWeightsRowU8(p.data(), vs.data(), kn, out.data(), stride, tail.data(), back.data()))
+        << kn;
+    for (int64_t x = 0; x < blocks; ++x) {
+      const int64_t j0 = x * kFastWeightBlock, n = std::min(kn - j0, kFastWeightBlock);
+      float m = 0;
+      for (int64_t j = j0; j < j0 + n; ++j) m = std::max(m, p[j] * vs[j]);
+      ASSERT_EQ(back[x], m / 255.0f) << "kn " << kn << " block " << x;
+      const uint8_t* q = x < full ? out.data() + x * stride : tail.data();
+      for (int64_t j = 0; j < n; ++j) {
+        const float want =
+            m == 0 ? 0.0f : std::nearbyint(p[j0 + j] * vs[j0 + j] * (1.0f / back[x]));
+        ASSERT_EQ(q[j], static_cast<uint8_t>(want)) << "kn " << kn << " key " << j0 + j;
+      }
+      ASSERT_EQ(q[n], 0xEE) << "kn " << kn << ": written past block " << x;
+    }
+  }
+  // Refused: a NaN, an Inf or a negative weight (here in the partial last
+  // block), or a block whose largest weight is tiny but not 0.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const float bad : {nan, inf, -0.5f}) {
+    std::vector<float> p(70, 0.25f), vs(70, 1.0f), back(2);
+    std::vector<uint8_t> out(64), tail(64);
+    p[66] = bad;
+    EXPECT_FALSE(
+        QuantizeWeightsRowU8(p.data(), vs.data(), 70, out.data(), 64, tail.data(), back.data()))
+        << bad;
+  }
+  {
+    std::vector<float> p(70, 0.0f), vs(70, 1.0f), back(2);
+    std::vector<uint8_t> out(64), tail(64);
+    std::fill(p.begin(), p.begin() + 64, 1e-31f);
+    EXPECT_FALSE(
+        QuantizeWeightsRowU8(p.data(), vs.data(), 70, out.data(), 64, tail.data(), back.data()));
+  }
+  // A zero weight times a negative scale is -0: not refused.
+  std::vector<float> p(8, 0.0f), vs(8, -1.0f), back(1);
+  std::vector<uint8_t> tail(8, 0xEE);
+  p[0] = 0.5f, vs[0] = 2.0f;
+  ASSERT_TRUE(QuantizeWeightsRowU8(p.data(), vs.data(), 8, nullptr, 64, tail.data(), back.data()));
+  EXPECT_EQ(tail[0], 255);
+  EXPECT_EQ(tail[7], 0);
+}
+
+TEST_P(RowOpsTest, IntegerSumsAccumulateTimesTheirScale) {
+  SCOPED_TRACE(RowOpsTarget());
+  std::mt19937 rng(22);
+  std::uniform_int_distribution<int32_t> sums(-4000000, 4000000);
+  for (int64_t n = 0; n <= 40; ++n) {
+    std::vector<int32_t> in(n);
+    std::vector<float> o(n + 1, 0.0f);
+    for (int64_t j = 0; j < n; ++j) in[j] = sums(rng), o[j] = 0.5f * static_cast<float>(j);
+    o[n] = 99.0f;
+    AccumulateIntRow(in.data(), n, 0.0625f, o.data());  // a power of two: every result exact
+    for (int64_t j = 0; j < n; ++j) {
+      ASSERT_EQ(o[j], 0.5f * static_cast<float>(j) + static_cast<float>(in[j]) * 0.0625f) << j;
+    }
+    ASSERT_EQ(o[n], 99.0f);
   }
 }
 

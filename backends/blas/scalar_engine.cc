@@ -52,6 +52,23 @@ class ScalarEngine : public GemmEngine {
     }
   }
 
+  bool HasU8S8Dot() const override { return true; }
+  void U8S8DotBatch(int64_t batch, int64_t m, int64_t n, int64_t k, const uint8_t* a,
+                    const int8_t* b, int64_t ldb, int64_t stride_b, int32_t* c) override {
+    for (int64_t x = 0; x < batch; ++x) {
+      const uint8_t* ax = a + x * m * k;
+      const int8_t* bx = b + x * stride_b;
+      int32_t* cx = c + x * m * n;
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          int32_t sum = 0;
+          for (int64_t y = 0; y < k; ++y) sum += int32_t{ax[i * k + y]} * bx[y * ldb + j];
+          cx[i * n + j] = sum;
+        }
+      }
+    }
+  }
+
   bool HasGemm16(DType type) const override { return type == DType::kBF16 || type == DType::kF16; }
   void Gemm16(DType type, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,

@@ -51,24 +51,26 @@ const char* IsaName(dnnl::cpu_isa isa) {
 
 // One GEMM as a matmul: its shape, operand layouts, types and the two
 // scalars (baked into the primitive: alpha as an output scale, beta as a sum
-// post-op).
+// post-op). A u8 GEMM (U8S8DotBatch) is `batch` products: a and c dense
+// [batch, m, k] and [batch, m, n], b's entries stride_b apart.
 struct Key {
   int64_t m, n, k, lda, ldb, ldc;
   bool trans_a, trans_b;
   dt a_type, c_type;
   uint32_t alpha_bits, beta_bits;
+  int64_t batch = 1, stride_b = 0;
 
   template <typename H>
   friend H AbslHashValue(H h, const Key& x) {
     return H::combine(std::move(h), x.m, x.n, x.k, x.lda, x.ldb, x.ldc, x.trans_a, x.trans_b,
                       static_cast<int>(x.a_type), static_cast<int>(x.c_type), x.alpha_bits,
-                      x.beta_bits);
+                      x.beta_bits, x.batch, x.stride_b);
   }
   friend bool operator==(const Key& x, const Key& y) {
     return x.m == y.m && x.n == y.n && x.k == y.k && x.lda == y.lda && x.ldb == y.ldb &&
            x.ldc == y.ldc && x.trans_a == y.trans_a && x.trans_b == y.trans_b &&
            x.a_type == y.a_type && x.c_type == y.c_type && x.alpha_bits == y.alpha_bits &&
-           x.beta_bits == y.beta_bits;
+           x.beta_bits == y.beta_bits && x.batch == y.batch && x.stride_b == y.stride_b;
   }
 };
 
@@ -114,6 +116,8 @@ struct OneDnnEngine::State {
   std::atomic<int> gemm_threads{1};
   bool int8_exact = false;
   std::string int8_note;
+  bool u8_exact = false;
+  std::string u8_note;
   bool bf16 = false;
   std::string bf16_note;
 
@@ -167,9 +171,19 @@ struct OneDnnEngine::State {
     const auto start = std::chrono::steady_clock::now();
     auto entry = std::make_shared<Entry>();
     try {
-      entry->a = Matrix(key.m, key.k, key.lda, key.trans_a, key.a_type);
-      entry->b = Matrix(key.k, key.n, key.ldb, key.trans_b, b_type);
-      entry->c = Matrix(key.m, key.n, key.ldc, false, key.c_type);
+      if (key.a_type == dt::u8) {  // dense a and c: oneDNN 2.6 then runs its brgemm
+        using dims = dnnl::memory::dims;
+        entry->a =
+            dnnl::memory::desc({key.batch, key.m, key.k}, dt::u8, dims{key.m * key.k, key.k, 1});
+        entry->b =
+            dnnl::memory::desc({key.batch, key.k, key.n}, b_type, dims{key.stride_b, key.ldb, 1});
+        entry->c = dnnl::memory::desc({key.batch, key.m, key.n}, key.c_type,
+                                      dims{key.m * key.n, key.n, 1});
+      } else {
+        entry->a = Matrix(key.m, key.k, key.lda, key.trans_a, key.a_type);
+        entry->b = Matrix(key.k, key.n, key.ldb, key.trans_b, b_type);
+        entry->c = Matrix(key.m, key.n, key.ldc, false, key.c_type);
+      }
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       float alpha, beta;
@@ -276,6 +290,47 @@ struct OneDnnEngine::State {
     }
     int8_exact = true;
   }
+
+  // Whether the batched u8 x s8 -> s32 GEMM sums exactly here, on weights
+  // of 255 against the ends of the int8 range (without VNNI, oneDNN's x86
+  // kernels saturate 255 * 127 + 255 * 127 in 16-bit lanes).
+  void ProbeU8() {
+    constexpr int64_t kBatch = 2, kM = 4, kN = 16, kK = 64, kLdb = kN + 8;
+    std::vector<uint8_t> a(kBatch * kM * kK);
+    std::vector<int8_t> b(kBatch * kK * kLdb);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = i % 5 == 0 ? 254 : 255;
+    for (size_t i = 0; i < b.size(); ++i) b[i] = (i / kLdb) % 3 == 0 ? -128 : 127;
+    std::vector<int32_t> c(kBatch * kM * kN, 0);
+    Key key{kM, kN, kK, kK, kLdb, kN, false, false, dt::u8, dt::s32, Bits(1.0f), Bits(0.0f)};
+    key.batch = kBatch;
+    key.stride_b = kK * kLdb;
+    std::shared_ptr<Entry> entry = Get(key, dt::s8);
+    if (entry == nullptr) {
+      absl::MutexLock lock(&mu);
+      u8_note = absl::StrFormat("oneDNN has no u8 x s8 -> s32 matmul here (%s)", error.message());
+      error = absl::OkStatus();
+      return;
+    }
+    Execute(*entry, a.data(), b.data(), c.data());
+    for (int64_t x = 0; x < kBatch; ++x) {
+      for (int64_t i = 0; i < kM; ++i) {
+        for (int64_t j = 0; j < kN; ++j) {
+          int64_t want = 0;
+          for (int64_t y = 0; y < kK; ++y) {
+            want += int64_t{a[(x * kM + i) * kK + y]} * b[x * kK * kLdb + y * kLdb + j];
+          }
+          if (want != c[(x * kM + i) * kN + j]) {
+            u8_note = absl::StrFormat(
+                "oneDNN's u8 x s8 GEMM is not exact on this CPU (%s: a %d-term sum gave %d, not "
+                "%d)",
+                IsaName(dnnl::get_effective_cpu_isa()), kK, c[(x * kM + i) * kN + j], want);
+            return;
+          }
+        }
+      }
+    }
+    u8_exact = true;
+  }
 };
 
 namespace {
@@ -336,6 +391,7 @@ absl::StatusOr<std::unique_ptr<OneDnnEngine>> OneDnnEngine::Create(const EngineO
     return absl::UnavailableError("oneDNN's f32 matmul gave a wrong product in its self-test");
   }
   engine->state_->ProbeInt8();
+  engine->state_->ProbeU8();
   engine->ProbeBf16();
   return engine;
 }
@@ -362,7 +418,9 @@ std::string OneDnnEngine::Remarks() const {
                              : absl::StrCat("bf16 K/V widened to f32: ", s.bf16_note),
                       "; f16 K/V widened to f32 (oneDNN 2.6's f16 matmul is not used)",
                       s.int8_exact ? "; int8 Q.K as exact s8 GEMMs under FAST"
-                                   : absl::StrCat("; int8 K/V dequantized to f32: ", s.int8_note));
+                                   : absl::StrCat("; int8 K dequantized to f32: ", s.int8_note),
+                      s.u8_exact ? "; int8 P.V as exact u8 weights x s8 V GEMMs under FAST"
+                                 : absl::StrCat("; int8 V dequantized to f32: ", s.u8_note));
 }
 
 bool OneDnnEngine::HasGemm16(DType type) const { return type == DType::kBF16 && state_->bf16; }
@@ -423,6 +481,24 @@ void OneDnnEngine::Int8DotTransB(int64_t m, int64_t n, int64_t k, const int8_t* 
     return;
   }
   const Key key{m, n, k, lda, ldb, ldc, false, true, dt::s8, dt::s32, Bits(1.0f), Bits(0.0f)};
+  std::shared_ptr<Entry> entry = state_->Get(key, dt::s8);
+  if (entry != nullptr) state_->Execute(*entry, a, b, c);
+}
+
+bool OneDnnEngine::HasU8S8Dot() const { return state_->u8_exact; }
+
+std::string OneDnnEngine::U8Note() const { return state_->u8_note; }
+
+void OneDnnEngine::U8S8DotBatch(int64_t batch, int64_t m, int64_t n, int64_t k, const uint8_t* a,
+                                const int8_t* b, int64_t ldb, int64_t stride_b, int32_t* c) {
+  if (batch <= 0 || m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    std::fill(c, c + batch * m * n, 0);
+    return;
+  }
+  Key key{m, n, k, k, ldb, n, false, false, dt::u8, dt::s32, Bits(1.0f), Bits(0.0f)};
+  key.batch = batch;
+  key.stride_b = stride_b;
   std::shared_ptr<Entry> entry = state_->Get(key, dt::s8);
   if (entry != nullptr) state_->Execute(*entry, a, b, c);
 }

@@ -64,6 +64,10 @@ class OneDnnEngine : public blas::GemmEngine {
   bool HasInt8Dot() const override;
   void Int8DotTransB(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
                      int64_t ldb, int32_t* c, int64_t ldc) override;
+  // Probed once like HasInt8Dot: exact only with VNNI here.
+  bool HasU8S8Dot() const override;
+  void U8S8DotBatch(int64_t batch, int64_t m, int64_t n, int64_t k, const uint8_t* a,
+                    const int8_t* b, int64_t ldb, int64_t stride_b, int32_t* c) override;
   bool HasGemm16(DType type) const override;
   void Gemm16(DType type, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
@@ -75,6 +79,8 @@ class OneDnnEngine : public blas::GemmEngine {
   std::string Isa() const;
   // Why HasInt8Dot is false, or "" when it is true.
   std::string Int8Note() const;
+  // Why HasU8S8Dot is false, or "" when it is true.
+  std::string U8Note() const;
   // Why HasGemm16(kBF16) is false (oneDNN 2.6 multiplies bf16 on
   // avx512_core and above), or "".
   std::string Bf16Note() const;

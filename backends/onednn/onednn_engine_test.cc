@@ -3,6 +3,7 @@
 // primitive cache, concurrent callers and the int8 dot.
 #include "backends/onednn/onednn_engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -127,6 +128,16 @@ TEST(OneDnnEngineTest, ThreadsCallAtOnce) {
   EXPECT_TRUE(e->TakeError().ok());
 }
 
+// The largest |entry| U8S8DotBatch leaves in c over an empty sum (k = 0),
+// which must clear it.
+int32_t LargestAfterEmptySum(OneDnnEngine& e) {
+  std::vector<int32_t> c(2 * 3 * 5, 7);
+  e.U8S8DotBatch(2, 3, 5, 0, nullptr, nullptr, 5, 0, c.data());
+  int32_t worst = 0;
+  for (int32_t x : c) worst = std::max(worst, x < 0 ? -x : x);
+  return worst;
+}
+
 TEST(OneDnnEngineTest, Int8DotIsExactOrSaysWhyNot) {
   std::unique_ptr<OneDnnEngine> e = NewEngine();
   ASSERT_NE(e, nullptr);
@@ -152,6 +163,46 @@ TEST(OneDnnEngineTest, Int8DotIsExactOrSaysWhyNot) {
       ASSERT_EQ(c[i * ldc + j], want) << i << "," << j;
     }
   }
+}
+
+TEST(OneDnnEngineTest, U8TimesS8BatchIsExactOrSaysWhyNot) {
+  std::unique_ptr<OneDnnEngine> e = NewEngine();
+  ASSERT_NE(e, nullptr);
+  if (!e->HasU8S8Dot()) {
+    EXPECT_FALSE(e->U8Note().empty());
+    EXPECT_NE(e->Remarks().find("V dequantized"), std::string::npos) << e->Remarks();
+    GTEST_SKIP() << "no exact u8 x s8 GEMM on " << e->Isa() << ": " << e->U8Note();
+  }
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> u(0, 255), s(-128, 127);
+  // Blocks of 64 keys as attention_block.cc multiplies them (V rows ldb
+  // apart, the batch entries 64 rows apart), a partial block, and m = 1.
+  for (const int64_t k : {64, 23}) {
+    for (const int64_t m : {4, 1}) {
+      const int64_t batch = 3, n = 72, ldb = 80, stride_b = 64 * ldb;
+      std::vector<uint8_t> a(batch * m * k);
+      std::vector<int8_t> b(batch * stride_b);
+      for (uint8_t& x : a) x = static_cast<uint8_t>(u(rng));
+      for (int8_t& x : b) x = static_cast<int8_t>(s(rng));
+      for (int64_t y = 0; y < k; ++y) a[y] = 255, b[y * ldb] = -128;  // row 0 . column 0: the ends
+      std::vector<int32_t> c(batch * m * n, -1);
+      e->U8S8DotBatch(batch, m, n, k, a.data(), b.data(), ldb, stride_b, c.data());
+      ASSERT_TRUE(e->TakeError().ok());
+      for (int64_t x = 0; x < batch; ++x) {
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            int64_t want = 0;
+            for (int64_t y = 0; y < k; ++y) {
+              want += int64_t{a[(x * m + i) * k + y]} * b[x * stride_b + y * ldb + j];
+            }
+            ASSERT_EQ(c[(x * m + i) * n + j], want)
+                << "k " << k << " m " << m << " at " << x << "," << i << "," << j;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(LargestAfterEmptySum(*e), 0);
 }
 
 TEST(OneDnnEngineTest, Bf16GemmSumsExactProductsOrSaysWhyNot) {
