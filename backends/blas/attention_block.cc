@@ -121,16 +121,6 @@ RawOperand StoredRows(const BlockContext& ctx, const TensorView& t, const Tensor
   return {dst, d};
 }
 
-// True when the 16-bit row x[0, d) of `type` holds no NaN and no Inf (all
-// exponent bits set).
-bool AllFinite16(const uint16_t* x, int64_t d, DType type) {
-  const uint16_t exponent = type == DType::kBF16 ? 0x7f80 : 0x7c00;
-  for (int64_t c = 0; c < d; ++c) {
-    if ((x[c] & exponent) == exponent) return false;
-  }
-  return true;
-}
-
 // The block's query rows as the Q.K product's operand (ctx.qk_type is not
 // kF32), stacked position-major into scratch like QueryRows: 16-bit values
 // as stored, or as FAST rounds them (RoundQueryValue, the values the
@@ -232,6 +222,9 @@ void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, i
         static_cast<const uint8_t*>(a.blocked_mask.data) + a.blocked_mask.Offset(b, h, i, k0 + lo);
     blocked_stride = a.blocked_mask.strides[3];
   }
+  // Nothing changes a plain row's scores between the finite check and the
+  // max: both in one pass (RowMaxFinite, below).
+  const bool plain = bias == nullptr && blocked == nullptr && !(p.softcap > 0) && !p.alibi;
   bool bad = false;
   if (bias != nullptr || blocked != nullptr) {
     constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -243,7 +236,7 @@ void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, i
       }
       bad = bad || !std::isfinite(x[j]) || !(bj < kInf);
     }
-  } else {
+  } else if (!plain) {
     bad = !AllFinite(x, n);
   }
   if (p.softcap > 0) SoftcapRow(x, n, p.softcap);  // keeps -inf
@@ -270,8 +263,15 @@ void SoftmaxChunkRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, i
       }
     }
   }
+  float chunk_max;
+  if (plain) {
+    bool finite = true;
+    chunk_max = RowMaxFinite(x, n, &finite);
+    bad = !finite;
+  } else {
+    chunk_max = RowMax(x, n);
+  }
   if (bad) *row_bad = 1.0f;
-  const float chunk_max = RowMax(x, n);
   if (chunk_max == kNegInf) {  // every visible key here is blocked
     std::fill(x, x + n, 0.0f);
     return;

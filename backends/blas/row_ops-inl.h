@@ -74,6 +74,32 @@ HWY_INLINE float RowMaxImpl(const float* HWY_RESTRICT s, int64_t n) {
   return m;
 }
 
+// RowMaxImpl's maximum, in its order (the same value when an entry is NaN),
+// and whether every entry is finite, in one pass.
+HWY_INLINE float RowMaxFiniteImpl(const float* HWY_RESTRICT s, int64_t n, bool* all_finite) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto kNegInf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  auto m0 = kNegInf, m1 = kNegInf;
+  auto ok = hn::Eq(hn::Zero(df), hn::Zero(df));
+  int64_t j = 0;
+  for (; j + 2 * N <= n; j += 2 * N) {
+    const auto x0 = hn::LoadU(df, s + j), x1 = hn::LoadU(df, s + j + N);
+    ok = hn::And(ok, hn::And(hn::IsFinite(x0), hn::IsFinite(x1)));
+    m0 = hn::Max(m0, x0);
+    m1 = hn::Max(m1, x1);
+  }
+  m0 = hn::Max(m0, m1);
+  float m = hn::GetLane(hn::MaxOfLanes(df, m0));
+  bool all = hn::AllTrue(df, ok);
+  for (; j < n; ++j) {
+    m = s[j] > m ? s[j] : m;
+    all = all && std::isfinite(s[j]);
+  }
+  *all_finite = all;
+  return m;
+}
+
 HWY_INLINE float ExpSubtractSumImpl(float* HWY_RESTRICT s, int64_t n, float max) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -136,6 +162,21 @@ HWY_INLINE bool AllFiniteImpl(const float* HWY_RESTRICT x, int64_t n) {
   for (; j + N <= n; j += N) ok = hn::And(ok, hn::IsFinite(hn::LoadU(df, x + j)));
   bool all = hn::AllTrue(df, ok);
   for (; j < n; ++j) all = all && std::isfinite(x[j]);
+  return all;
+}
+
+// Whether no 16-bit value of x[0, n) has every bit of `exponent` set (a
+// bf16 or f16 NaN or Inf).
+HWY_INLINE bool AllFinite16Impl(const uint16_t* HWY_RESTRICT x, int64_t n, uint16_t exponent) {
+  const hn::ScalableTag<uint16_t> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto e = hn::Set(d, exponent);
+  auto hit = hn::Zero(d);
+  int64_t j = 0;
+  for (; j + N <= n; j += N)
+    hit = hn::Or(hit, hn::VecFromMask(d, hn::Eq(hn::And(hn::LoadU(d, x + j), e), e)));
+  bool all = hn::AllTrue(d, hn::Eq(hit, hn::Zero(d)));
+  for (; j < n; ++j) all = all && (x[j] & exponent) != exponent;
   return all;
 }
 
@@ -337,12 +378,18 @@ HWY_INLINE void ScaleNarrowRowF16Impl(const float* x, int64_t n, float f, uint16
 // Wrappers with the exported signatures (HWY_EXPORT needs plain functions).
 void SoftcapRowT(float* s, int64_t n, float cap) { SoftcapRowImpl(s, n, cap); }
 float RowMaxT(const float* s, int64_t n) { return RowMaxImpl(s, n); }
+float RowMaxFiniteT(const float* s, int64_t n, bool* all_finite) {
+  return RowMaxFiniteImpl(s, n, all_finite);
+}
 float ExpSubtractSumT(float* s, int64_t n, float max) { return ExpSubtractSumImpl(s, n, max); }
 void ScaleRowT(float* x, int64_t n, float f) { ScaleRowImpl(x, n, f); }
 void AddAlibiRowT(float* x, int64_t n, float slope, float diag) {
   AddAlibiRowImpl(x, n, slope, diag);
 }
 bool AllFiniteT(const float* x, int64_t n) { return AllFiniteImpl(x, n); }
+bool AllFinite16T(const uint16_t* x, int64_t n, uint16_t exponent) {
+  return AllFinite16Impl(x, n, exponent);
+}
 void WidenRowT(const void* src, DType type, int64_t n, float* dst) {
   WidenRowToF32(src, type, static_cast<size_t>(n), dst);
 }

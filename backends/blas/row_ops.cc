@@ -16,10 +16,12 @@ namespace blas {
 
 HWY_EXPORT(SoftcapRowT);
 HWY_EXPORT(RowMaxT);
+HWY_EXPORT(RowMaxFiniteT);
 HWY_EXPORT(ExpSubtractSumT);
 HWY_EXPORT(ScaleRowT);
 HWY_EXPORT(AddAlibiRowT);
 HWY_EXPORT(AllFiniteT);
+HWY_EXPORT(AllFinite16T);
 HWY_EXPORT(WidenRowT);
 HWY_EXPORT(DequantizeRowT);
 HWY_EXPORT(ScaleIntRowT);
@@ -32,6 +34,9 @@ HWY_EXPORT(TargetT);
 
 void SoftcapRow(float* s, int64_t n, float cap) { HWY_DYNAMIC_DISPATCH(SoftcapRowT)(s, n, cap); }
 float RowMax(const float* s, int64_t n) { return HWY_DYNAMIC_DISPATCH(RowMaxT)(s, n); }
+float RowMaxFinite(const float* s, int64_t n, bool* all_finite) {
+  return HWY_DYNAMIC_DISPATCH(RowMaxFiniteT)(s, n, all_finite);
+}
 float ExpSubtractSum(float* s, int64_t n, float max) {
   return HWY_DYNAMIC_DISPATCH(ExpSubtractSumT)(s, n, max);
 }
@@ -40,6 +45,10 @@ void AddAlibiRow(float* x, int64_t n, float slope, float diag) {
   HWY_DYNAMIC_DISPATCH(AddAlibiRowT)(x, n, slope, diag);
 }
 bool AllFinite(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(AllFiniteT)(x, n); }
+bool AllFinite16(const uint16_t* x, int64_t n, DType type) {
+  const uint16_t exponent = type == DType::kBF16 ? 0x7f80 : 0x7c00;
+  return HWY_DYNAMIC_DISPATCH(AllFinite16T)(x, n, exponent);
+}
 void WidenRow(const void* src, DType type, int64_t n, float* dst) {
   HWY_DYNAMIC_DISPATCH(WidenRowT)(src, type, n, dst);
 }

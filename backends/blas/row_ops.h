@@ -23,6 +23,8 @@ void AddAlibiRow(float* x, int64_t n, float slope, float diag);
 
 // max(s[0, n)); -inf when n == 0 or every entry is -inf.
 float RowMax(const float* s, int64_t n);
+// RowMax(s, n) and, in the same pass, *all_finite = AllFinite(s, n).
+float RowMaxFinite(const float* s, int64_t n, bool* all_finite);
 
 // s = exp(s - max) in place, exactly 0 where s is -inf; returns the sum.
 // `max` must be finite and >= every entry.
@@ -30,6 +32,9 @@ float ExpSubtractSum(float* s, int64_t n, float max);
 
 // True when x[0, n) holds no NaN and no Inf.
 bool AllFinite(const float* x, int64_t n);
+// True when the 16-bit values x[0, n) of `type` (kBF16 or kF16) hold no
+// NaN and no Inf (all exponent bits set): a V row read as stored.
+bool AllFinite16(const uint16_t* x, int64_t n, DType type);
 
 // x *= f over x[0, n).
 void ScaleRow(float* x, int64_t n, float f);

@@ -311,6 +311,58 @@ TEST_P(RowOpsTest, IntegerScoresTimesRowAndKeyFactors) {
   }
 }
 
+TEST_P(RowOpsTest, MaxAndFiniteCheckInOnePassMatchTheirTwoPasses) {
+  SCOPED_TRACE(RowOpsTarget());
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> score(-30.0f, 30.0f);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), 1e30f};
+  for (int64_t n = 0; n <= 70; ++n) {
+    std::vector<float> x(n);
+    for (float& v : x) v = score(rng);
+    for (int64_t at = -1; at < n; ++at) {  // -1: no special value
+      for (const float special : specials) {
+        std::vector<float> y = x;
+        if (at >= 0) y[at] = special;
+        bool finite = false;
+        const float m = RowMaxFinite(y.data(), n, &finite);
+        const float want = RowMax(y.data(), n);
+        ASSERT_TRUE(std::memcmp(&m, &want, sizeof(m)) == 0) << "n " << n << " at " << at;
+        ASSERT_EQ(finite, AllFinite(y.data(), n)) << "n " << n << " at " << at;
+        if (at < 0) break;
+      }
+    }
+  }
+}
+
+TEST_P(RowOpsTest, SixteenBitRowsAreFiniteUnlessAnExponentIsAllOnes) {
+  SCOPED_TRACE(RowOpsTarget());
+  struct Case {
+    DType type;
+    uint16_t largest, inf, nan;  // the largest finite value, +Inf, a NaN
+  };
+  for (const Case& c :
+       {Case{DType::kBF16, 0x7f7f, 0x7f80, 0x7fc1}, Case{DType::kF16, 0x7bff, 0x7c00, 0x7e01}}) {
+    for (int64_t n = 0; n <= 70; ++n) {
+      std::vector<uint16_t> x(n + 1);
+      for (int64_t j = 0; j < n; ++j)
+        x[j] = static_cast<uint16_t>(j % 2 ? c.largest : c.largest | 0x8000);
+      x[n] = c.nan;  // past the row: never read
+      ASSERT_TRUE(AllFinite16(x.data(), n, c.type)) << DTypeName(c.type) << " n " << n;
+      for (int64_t at = 0; at < n; ++at) {
+        for (const uint16_t bad : {c.inf, c.nan, static_cast<uint16_t>(c.inf | 0x8000)}) {
+          const uint16_t saved = x[at];
+          x[at] = bad;
+          ASSERT_FALSE(AllFinite16(x.data(), n, c.type))
+              << DTypeName(c.type) << " n " << n << " at " << at;
+          x[at] = saved;
+        }
+      }
+    }
+  }
+}
+
 // QuantizeWeightsRowU8 against the rule written out in scalar code: per
 // block of kFastWeightBlock keys, w = p * v_scale, back = max w / 255, q =
 // round(w / back) to nearest even (w * (1 / back), as the kernels multiply).
