@@ -431,29 +431,32 @@ bool ChunkSeenByAllRows(const BlockContext& ctx, const BlockCoords& c, int64_t r
 
 namespace {
 
-// O [n, Ev] (+)= P [n, kn] . V [kn, Ev] for rows [r0, r0 + n) and int8 V
-// under FAST, with P rounded to V's 8 bits (core/fast_compute.h
-// FastQuantizesWeights): per row and block of kFastWeightBlock keys from
-// the chunk's start, the weights P times V's row scales quantized to u8
-// (QuantizeWeightsU8); an exact integer product of them with V's rows as
-// stored, one batch entry a block (GemmEngine::U8S8DotBatch); each block's
-// sums times its back scale added into O. `first` overwrites O instead.
-// False, with O untouched, when a block is refused (a NaN, Inf or negative
-// weight, or a tiny largest one): the caller then takes the f32 product.
-bool U8WeightsTimesV(const BlockContext& ctx, const BlockCoords& c, int64_t r0, int64_t n,
-                     int64_t k0, int64_t kn, bool first, const WorkerScratch& w) {
-  const AttentionArgs& a = *ctx.args;
+// FAST's P.V for int8 V with P rounded to V's 8 bits (core/fast_compute.h
+// FastQuantizesWeights), in blocks of kFastWeightBlock keys from the
+// chunk's start. Block x's u8 weights [n, its keys] lie at pw + x * n *
+// kBlock (QuantizeRowWeights, row by row); the chunk's P.V is then one
+// exact integer product of them with V's rows as stored, one batch entry a
+// block (GemmEngine::U8S8DotBatch), each block's sums times its back scale
+// added into O (U8BlocksTimesV).
+constexpr int64_t kBlock = kFastWeightBlock;
+
+// Row r of n's weights: P's row times V's row scales (w.v_scale), quantized
+// per block. False when a block is refused (a NaN, Inf or negative weight,
+// or a tiny largest one): the chunk then takes the f32 product.
+bool QuantizeRowWeights(const float* p_row, int64_t r, int64_t n, int64_t kn,
+                        const WorkerScratch& w) {
+  const int64_t full = kn / kBlock, tail = kn % kBlock;
+  return QuantizeWeightsRowU8(p_row, w.v_scale, kn, w.pw + r * kBlock, n * kBlock,
+                              w.pw + full * n * kBlock + r * tail,
+                              w.pw_scale + r * CeilDiv(kn, kBlock));
+}
+
+// O [n, Ev] (+)= P [n, kn] . V [kn, Ev] (`first` overwrites O) for rows
+// [r0, r0 + n) from their quantized weights and V's int8 rows `v`.
+void U8BlocksTimesV(const BlockContext& ctx, const RawOperand& v, int64_t r0, int64_t n, int64_t kn,
+                    bool first, const WorkerScratch& w) {
   const int64_t dv = ctx.problem->value_dim();
-  constexpr int64_t kBlock = kFastWeightBlock;
   const int64_t full = kn / kBlock, tail = kn % kBlock, blocks = CeilDiv(kn, kBlock);
-  const RawOperand v = StoredRows(ctx, a.v, a.v_scale, c.b, c.g, k0, kn, w.v, w.v_scale);
-  // Block x's weights [n, its keys] start at pw + x * n * kBlock.
-  for (int64_t r = 0; r < n; ++r) {
-    if (!QuantizeWeightsRowU8(w.s + r * kn, w.v_scale, kn, w.pw + r * kBlock, n * kBlock,
-                              w.pw + full * n * kBlock + r * tail, w.pw_scale + r * blocks)) {
-      return false;
-    }
-  }
   float* o = w.o + r0 * dv;
   if (first) std::fill(o, o + n * dv, 0.0f);
   const int8_t* v8 = static_cast<const int8_t*>(v.data);
@@ -471,7 +474,6 @@ bool U8WeightsTimesV(const BlockContext& ctx, const BlockCoords& c, int64_t r0, 
   const int64_t batch = std::max<int64_t>(1, U8SumInts(ctx.plan.rows(), dv) / (n * dv));
   for (int64_t x0 = 0; x0 < full; x0 += batch) add_blocks(x0, std::min(batch, full - x0), kBlock);
   if (tail > 0) add_blocks(full, 1, tail);
-  return true;
 }
 
 // Rows [r0, r0 + n) of block `c` (position-major) against keys [k0, k0 + kn):
@@ -507,36 +509,44 @@ void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const RawOpe
     e.Sgemm(false, true, n, kn, d, p.scale, static_cast<const float*>(q.data) + r0 * q.ld, q.ld,
             k.data, k.ld, 0.0f, w.s, kn);
   }
-  for (int64_t r = r0; r < r0 + n; ++r) {
-    SoftmaxChunkRow(ctx, c.b, c.h0 + r % c.num_heads, c.i0 + r / c.num_heads, kv_length, k0, kn,
-                    w.s + (r - r0) * kn, w.o + r * dv, w.row_max + r, w.row_sum + r, w.row_bad + r);
-  }
-  if (ctx.pv_type == DType::kI8 && U8WeightsTimesV(ctx, c, r0, n, k0, kn, first, w)) return;
   // V as P.V's operand: 16-bit as stored with P rounded to it in place (each
-  // row's kn floats then hold its 2 kn 16-bit weights, kn of them used), or
-  // f32 (int8 V too when its u8 weights were refused).
+  // row's kn floats then hold its 2 kn 16-bit weights, kn of them used);
+  // int8 as stored with u8 weights; or f32 (int8 V too when its weights
+  // were refused). P's rows are rounded as the softmax leaves each in L1.
   const bool narrow = ctx.pv_type == DType::kBF16 || ctx.pv_type == DType::kF16;
-  RawOperand v16{nullptr, 0};
-  if (narrow) {
-    v16 = StoredRows(ctx, a.v, a.v_scale, c.b, c.g, k0, kn, w.v, nullptr);
-    for (int64_t r = 0; r < n; ++r) NarrowRow(w.s + r * kn, kn, ctx.pv_type);
-  } else if (ctx.plan.stage_kv) {
+  bool u8 = ctx.pv_type == DType::kI8;
+  RawOperand v_stored{nullptr, 0};
+  if (narrow || u8) {
+    v_stored = StoredRows(ctx, a.v, a.v_scale, c.b, c.g, k0, kn, w.v, u8 ? w.v_scale : nullptr);
+  }
+  for (int64_t r = r0; r < r0 + n; ++r) {
+    float* s = w.s + (r - r0) * kn;
+    SoftmaxChunkRow(ctx, c.b, c.h0 + r % c.num_heads, c.i0 + r / c.num_heads, kv_length, k0, kn, s,
+                    w.o + r * dv, w.row_max + r, w.row_sum + r, w.row_bad + r);
+    if (narrow) NarrowRow(s, kn, ctx.pv_type);
+    if (u8) u8 = QuantizeRowWeights(s, r - r0, n, kn, w);
+  }
+  if (u8) {
+    U8BlocksTimesV(ctx, v_stored, r0, n, kn, first, w);
+    return;
+  }
+  if (!narrow && ctx.plan.stage_kv) {
     StageRows(ctx, a.v, a.v_scale, c.b, c.g, k0, kn, w.v);
-  } else {
+  } else if (!narrow) {
     v = {static_cast<const float*>(a.v.data) + a.v.Offset(c.b, c.g, k0, 0), a.v.strides[2]};
   }
   auto v_row_finite = [&](int64_t j) {
-    return narrow
-               ? AllFinite16(static_cast<const uint16_t*>(v16.data) + j * v16.ld, dv, ctx.pv_type)
-               : AllFinite(v.data + j * v.ld, dv);
+    return narrow ? AllFinite16(static_cast<const uint16_t*>(v_stored.data) + j * v_stored.ld, dv,
+                                ctx.pv_type)
+                  : AllFinite(v.data + j * v.ld, dv);
   };
   // O (+)= P [.., j0:j1) . V [j0:j1, ..].
   auto multiply = [&](int64_t j0, int64_t j1, float beta) {
     if (narrow) {
       e.Gemm16(ctx.pv_type, false, n, dv, j1 - j0, 1.0f,
                reinterpret_cast<const uint16_t*>(w.s) + j0, 2 * kn,
-               static_cast<const uint16_t*>(v16.data) + j0 * v16.ld, v16.ld, beta, w.o + r0 * dv,
-               dv);
+               static_cast<const uint16_t*>(v_stored.data) + j0 * v_stored.ld, v_stored.ld, beta,
+               w.o + r0 * dv, dv);
     } else {
       e.Sgemm(false, false, n, dv, j1 - j0, 1.0f, w.s + j0, kn, v.data + j0 * v.ld, v.ld, beta,
               w.o + r0 * dv, dv);
