@@ -44,11 +44,12 @@ struct EngineOptions {
 class OneDnnEngine : public blas::GemmEngine {
  public:
   // Fails (Unavailable, with oneDNN's message) when oneDNN cannot create an
-  // f32 matmul on this CPU. Probes once whether the int8 GEMM is exact here
-  // (HasInt8Dot) and whether it has a bf16 matmul (HasGemm16; f16 is not
-  // used). Without VNNI, oneDNN's x86 int8 kernels sum pairs of
-  // products in saturating 16-bit lanes (vpmaddubsw), so 127 * 127 * 128
-  // comes out as 16320 on AVX2; such an engine has no int8 dot.
+  // f32 matmul on this CPU. Probes once whether the int8 GEMMs are exact
+  // here (HasInt8Dot: s8 x s8; HasU8S8Dot: u8 x s8, batched) and whether it
+  // has a bf16 matmul (HasGemm16; f16 is not used). Without VNNI, oneDNN's
+  // x86 int8 kernels sum pairs of products in saturating 16-bit lanes
+  // (vpmaddubsw), so 127 * 127 * 128 comes out as 16320 on AVX2; such an
+  // engine has no int8 dot.
   static absl::StatusOr<std::unique_ptr<OneDnnEngine>> Create(const EngineOptions& options = {});
   ~OneDnnEngine() override;
 
