@@ -51,7 +51,8 @@ void ChooseOperandTypes(BlockContext* ctx);
 bool TakesU8Weights(const AttentionProblem& p, const GemmEngine& engine);
 
 // The K/V types for which `engine` computes FAST in the storage type
-// (Capabilities::fast_kv_dtypes): kI8 with an int8 dot, kBF16 and kF16
+// (Capabilities::fast_kv_dtypes): kI8 with an int8 dot (HasInt8Dot: Q.K; its
+// P.V is u8 weights times V when HasU8S8Dot too, else f32), kBF16 and kF16
 // with their 16-bit GEMMs.
 std::vector<DType> FastKvTypes(const GemmEngine& engine);
 

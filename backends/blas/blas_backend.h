@@ -3,8 +3,10 @@
 // on OpenBLAS; the same class with oneDNN's matmul as its GEMM library is the
 // "onednn" backend (BlasOptions::engine, backends/onednn/). See block_plan.h for the blocking and
 // attention_block.h for one block. Paged and int8 K/V are gathered and
-// dequantized into the f32 chunks the GEMMs read; a ragged batch runs as
-// its sequences (core/ragged.h), whose blocks share one work list.
+// dequantized into the f32 chunks the GEMMs read, unless the engine
+// multiplies them as stored (FAST's int8 Q.K and u8-weight P.V, 16-bit
+// GEMMs: BlockContext::qk_type, pv_type); a ragged batch runs as its
+// sequences (core/ragged.h), whose blocks share one work list.
 #ifndef ATTNKIT_BACKENDS_BLAS_BLAS_BACKEND_H_
 #define ATTNKIT_BACKENDS_BLAS_BLAS_BACKEND_H_
 

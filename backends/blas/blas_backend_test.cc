@@ -9,6 +9,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -267,16 +268,53 @@ TEST(BlasBackendTest, ProductsInTheStorageTypeAreNamedInTheKernel) {
   }
 }
 
+// The scalar engine, counting the u8 x s8 products it is asked for.
+class CountingU8Engine : public blas::GemmEngine {
+ public:
+  std::string BackendName() const override { return inner_->BackendName(); }
+  std::string Library() const override { return inner_->Library(); }
+  std::string KernelTag() const override { return inner_->KernelTag(); }
+  void SetGemmThreads(int n) override { inner_->SetGemmThreads(n); }
+  int GemmThreads() const override { return inner_->GemmThreads(); }
+  void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+             const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+             int64_t ldc) override {
+    inner_->Sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  bool HasInt8Dot() const override { return inner_->HasInt8Dot(); }
+  void Int8DotTransB(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const int8_t* b,
+                     int64_t ldb, int32_t* c, int64_t ldc) override {
+    inner_->Int8DotTransB(m, n, k, a, lda, b, ldb, c, ldc);
+  }
+  bool HasU8S8Dot() const override { return inner_->HasU8S8Dot(); }
+  void U8S8DotBatch(int64_t batch, int64_t m, int64_t n, int64_t k, const uint8_t* a,
+                    const int8_t* b, int64_t ldb, int64_t stride_b, int32_t* c) override {
+    u8_calls_ += 1;
+    inner_->U8S8DotBatch(batch, m, n, k, a, b, ldb, stride_b, c);
+  }
+  int64_t TakeU8Calls() { return u8_calls_.exchange(0); }
+
+ private:
+  std::shared_ptr<blas::GemmEngine> inner_ = blas::MakeScalarEngine();
+  std::atomic<int64_t> u8_calls_{0};
+};
+
 // FAST with int8 V on an engine with a u8 x s8 GEMM: u8 weights in blocks
 // of 64 keys from each chunk's start (full blocks in batches, a partial
-// last one), within the oracle's bound; a chunk with a negative V scale
-// (a negative weight) is refused and takes the f32 product, still within
-// it; a NaN scale poisons the rows that see its key.
+// last one), within the oracle's bound. A chunk holding a refused weight (a
+// negative V scale times a visible key's P) takes the f32 product for all
+// its rows, within the bound too; a NaN scale poisons exactly the rows that
+// see its key. Key 70 is seen by every row; key 145 (kv_len 150, q_len 9,
+// causal from the bottom right: position i sees keys [0, 142 + i)) only by
+// positions 4-8, so rows before them were quantized when the chunk is
+// refused.
 TEST(BlasBackendTest, U8WeightsTimesInt8VMatchTheOracleOrFallBack) {
   for (const int64_t max_key_chunk : {0, 100}) {  // one chunk of 150 keys, or 100 + 50
+    auto engine = std::make_shared<CountingU8Engine>();
     BlasOptions o;
-    o.engine = blas::MakeScalarEngine();
+    o.engine = engine;
     o.max_key_chunk = max_key_chunk;
+    o.num_threads = 1;
     BlasBackend backend(o);
     AttentionProblem p = SmallProblem();
     p.kv_len = 150;
@@ -288,17 +326,39 @@ TEST(BlasBackendTest, U8WeightsTimesInt8VMatchTheOracleOrFallBack) {
     ASSERT_TRUE(data.ok()) << data.status();
     const AttentionArgs args = data->args();
     float* v_scale = static_cast<float*>(args.v_scale.data);
-    for (const float bad_scale : {1.0f, -1.0f, std::numeric_limits<float>::quiet_NaN()}) {
-      const int64_t at = args.v_scale.Offset(0, 1, 70);  // batch 0, kv head 1, key 70
-      const float saved = v_scale[at];
-      if (bad_scale != 1.0f) v_scale[at] = bad_scale * std::fabs(saved);
-      RunInfo info;
-      ASSERT_TRUE(backend.Forward(p, args, &info).ok());
-      EXPECT_NE(info.kernel.find("pv=u8"), std::string::npos) << info.kernel;
-      const Comparison c = CompareToReference(p, args, ComputeReference(p, args));
-      EXPECT_TRUE(c.ok()) << "chunk " << max_key_chunk << " scale " << bad_scale << ": "
-                          << c.first_failure;
-      v_scale[at] = saved;
+    // Calls per Forward with nothing refused: 2 kv heads x chunks x (full
+    // block batches + partial blocks).
+    RunInfo info;
+    ASSERT_TRUE(backend.Forward(p, args, &info).ok());
+    EXPECT_NE(info.kernel.find("pv=u8"), std::string::npos) << info.kernel;
+    const int64_t clean_calls = engine->TakeU8Calls();
+    EXPECT_EQ(clean_calls, max_key_chunk == 0 ? 2 * 2 : 2 * (2 + 1)) << max_key_chunk;
+    EXPECT_TRUE(CompareToReference(p, args, ComputeReference(p, args)).ok());
+    for (const int64_t key : {70, 145}) {
+      for (const float bad_scale : {-1.0f, std::numeric_limits<float>::quiet_NaN()}) {
+        const int64_t at = args.v_scale.Offset(0, 1, key);  // batch 0, kv head 1
+        const float saved = v_scale[at];
+        v_scale[at] = bad_scale * std::fabs(saved);
+        ASSERT_TRUE(backend.Forward(p, args, &info).ok());
+        // Kv head 1's chunk holding the key takes the f32 product.
+        EXPECT_EQ(engine->TakeU8Calls(), clean_calls - (max_key_chunk == 0 ? 2
+                                                        : key < 100        ? 2
+                                                                           : 1))
+            << "key " << key << " scale " << bad_scale << " chunk " << max_key_chunk;
+        const Comparison c = CompareToReference(p, args, ComputeReference(p, args));
+        EXPECT_TRUE(c.ok()) << "key " << key << " scale " << bad_scale << " chunk " << max_key_chunk
+                            << ": " << c.first_failure;
+        if (std::isnan(bad_scale)) {         // the rows that see the key, and only they, are NaN
+          for (int64_t h = 2; h < 4; ++h) {  // kv head 1's query heads
+            for (int64_t i = 0; i < p.q_len; ++i) {
+              const bool sees = key < 142 + i;
+              EXPECT_EQ(std::isnan(args.o.LoadF32(args.o.Offset(0, h, i, 0))), sees)
+                  << "key " << key << " head " << h << " position " << i;
+            }
+          }
+        }
+        v_scale[at] = saved;
+      }
     }
   }
 }

@@ -92,8 +92,8 @@ struct WorkerScratch {
   int32_t* pv_sums = nullptr;
 };
 
-// int32 entries of WorkerScratch::pv_sums: a batch of at least one block's
-// sums [rows, value_dim], else about 64 KiB.
+// int32 entries of WorkerScratch::pv_sums: at least one block's sums
+// [rows, value_dim], and at least 16 Ki (64 KiB) for batches of blocks.
 int64_t U8SumInts(int64_t rows, int64_t value_dim);
 
 // Bytes of one worker's scratch for these block sizes.

@@ -67,6 +67,7 @@ class GemmEngine {
   // threads at once.
   virtual void U8S8DotBatch(int64_t batch, int64_t m, int64_t n, int64_t k, const uint8_t* a,
                             const int8_t* b, int64_t ldb, int64_t stride_b, int32_t* c) {}
+
   // Whether Gemm16 takes operands of `type` (kBF16 or kF16), multiplying
   // their exact products and summing in f32.
   virtual bool HasGemm16(DType type) const { return false; }

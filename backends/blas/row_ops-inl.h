@@ -244,6 +244,9 @@ HWY_INLINE float QuantizeWeightsBlockU8(const float* HWY_RESTRICT p,
   if (m != 0.0f && m < 1e-30f) return -1.0f;
   const float back = m / static_cast<float>(kFastWeightSteps);
   const auto inv = hn::Set(df, m == 0.0f ? 0.0f : 1.0f / back);  // all zeros stay 0
+  // NearestInt rounds to nearest even; Highway 1.0.3's SCALAR target adds
+  // 0.5 in f32 first, so a value a hair below a half can round up: an error
+  // of half a step plus 2^-25 of one, inside the oracle's 1.01 slack.
   for (int64_t j = 0; j < n; j += N) {
     const auto q = hn::DemoteTo(d8, hn::NearestInt(hn::Mul(weights(j), inv)));
     if (j < body) {

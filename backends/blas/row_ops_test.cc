@@ -371,7 +371,8 @@ TEST_P(RowOpsTest, WeightsQuantizeToU8PerBlockOrAreRefused) {
   std::mt19937 rng(21);
   std::uniform_real_distribution<float> weight(0.0f, 1.0f), scale(0.001f, 0.02f);
   for (const int64_t kn : {1, 5, 16, 63, 64, 65, 100, 128, 200}) {
-    const int64_t full = kn / kFastWeightBlock, blocks = (kn + kFastWeightBlock - 1) / 64;
+    const int64_t full = kn / kFastWeightBlock;
+    const int64_t blocks = (kn + kFastWeightBlock - 1) / kFastWeightBlock;
     const int64_t stride = kFastWeightBlock + 7;  // block starts as far apart as asked
     std::vector<float> p(kn), vs(kn), back(blocks, -2.0f);
     for (int64_t j = 0; j < kn; ++j) p[j] = weight(rng), vs[j] = scale(rng);
@@ -394,17 +395,19 @@ TEST_P(RowOpsTest, WeightsQuantizeToU8PerBlockOrAreRefused) {
       ASSERT_EQ(q[n], 0xEE) << "kn " << kn << ": written past block " << x;
     }
   }
-  // Refused: a NaN, an Inf or a negative weight (here in the partial last
-  // block), or a block whose largest weight is tiny but not 0.
+  // Refused: a NaN, an Inf or a negative weight (in a full block or in the
+  // partial last one), or a block whose largest weight is tiny but not 0.
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   for (const float bad : {nan, inf, -0.5f}) {
-    std::vector<float> p(70, 0.25f), vs(70, 1.0f), back(2);
-    std::vector<uint8_t> out(64), tail(64);
-    p[66] = bad;
-    EXPECT_FALSE(
-        QuantizeWeightsRowU8(p.data(), vs.data(), 70, out.data(), 64, tail.data(), back.data()))
-        << bad;
+    for (const int64_t at : {5, 66}) {  // a full block's vector body, the partial block
+      std::vector<float> p(70, 0.25f), vs(70, 1.0f), back(2);
+      std::vector<uint8_t> out(64), tail(64);
+      p[at] = bad;
+      EXPECT_FALSE(
+          QuantizeWeightsRowU8(p.data(), vs.data(), 70, out.data(), 64, tail.data(), back.data()))
+          << bad << " at " << at;
+    }
   }
   {
     std::vector<float> p(70, 0.0f), vs(70, 1.0f), back(2);

@@ -293,38 +293,48 @@ struct OneDnnEngine::State {
 
   // Whether the batched u8 x s8 -> s32 GEMM sums exactly here, on weights
   // of 255 against the ends of the int8 range (without VNNI, oneDNN's x86
-  // kernels saturate 255 * 127 + 255 * 127 in 16-bit lanes).
+  // kernels saturate 255 * 127 + 255 * 127 in 16-bit lanes), in the shapes
+  // attention_block.cc asks for: full 64-key blocks in a batch, and one
+  // partial block of one row (oneDNN picks its kernel per shape).
   void ProbeU8() {
-    constexpr int64_t kBatch = 2, kM = 4, kN = 16, kK = 64, kLdb = kN + 8;
-    std::vector<uint8_t> a(kBatch * kM * kK);
-    std::vector<int8_t> b(kBatch * kK * kLdb);
-    for (size_t i = 0; i < a.size(); ++i) a[i] = i % 5 == 0 ? 254 : 255;
-    for (size_t i = 0; i < b.size(); ++i) b[i] = (i / kLdb) % 3 == 0 ? -128 : 127;
-    std::vector<int32_t> c(kBatch * kM * kN, 0);
-    Key key{kM, kN, kK, kK, kLdb, kN, false, false, dt::u8, dt::s32, Bits(1.0f), Bits(0.0f)};
-    key.batch = kBatch;
-    key.stride_b = kK * kLdb;
-    std::shared_ptr<Entry> entry = Get(key, dt::s8);
-    if (entry == nullptr) {
-      absl::MutexLock lock(&mu);
-      u8_note = absl::StrFormat("oneDNN has no u8 x s8 -> s32 matmul here (%s)", error.message());
-      error = absl::OkStatus();
-      return;
-    }
-    Execute(*entry, a.data(), b.data(), c.data());
-    for (int64_t x = 0; x < kBatch; ++x) {
-      for (int64_t i = 0; i < kM; ++i) {
-        for (int64_t j = 0; j < kN; ++j) {
-          int64_t want = 0;
-          for (int64_t y = 0; y < kK; ++y) {
-            want += int64_t{a[(x * kM + i) * kK + y]} * b[x * kK * kLdb + y * kLdb + j];
-          }
-          if (want != c[(x * kM + i) * kN + j]) {
-            u8_note = absl::StrFormat(
-                "oneDNN's u8 x s8 GEMM is not exact on this CPU (%s: a %d-term sum gave %d, not "
-                "%d)",
-                IsaName(dnnl::get_effective_cpu_isa()), kK, c[(x * kM + i) * kN + j], want);
-            return;
+    struct Shape {
+      int64_t batch, m, k;
+    };
+    for (const Shape& shape : {Shape{2, 4, 64}, Shape{1, 1, 23}}) {
+      const int64_t kN = 16, kLdb = kN + 8;
+      std::vector<uint8_t> a(shape.batch * shape.m * shape.k);
+      std::vector<int8_t> b(shape.batch * shape.k * kLdb);
+      for (size_t i = 0; i < a.size(); ++i) a[i] = i % 5 == 0 ? 254 : 255;
+      for (size_t i = 0; i < b.size(); ++i) b[i] = (i / kLdb) % 3 == 0 ? -128 : 127;
+      std::vector<int32_t> c(shape.batch * shape.m * kN, 0);
+      Key key{shape.m, kN,    shape.k, shape.k, kLdb,       kN,
+              false,   false, dt::u8,  dt::s32, Bits(1.0f), Bits(0.0f)};
+      key.batch = shape.batch;
+      key.stride_b = shape.k * kLdb;
+      std::shared_ptr<Entry> entry = Get(key, dt::s8);
+      if (entry == nullptr) {
+        absl::MutexLock lock(&mu);
+        u8_note = absl::StrFormat("oneDNN has no u8 x s8 -> s32 matmul here (%s)", error.message());
+        error = absl::OkStatus();
+        return;
+      }
+      Execute(*entry, a.data(), b.data(), c.data());
+      for (int64_t x = 0; x < shape.batch; ++x) {
+        for (int64_t i = 0; i < shape.m; ++i) {
+          for (int64_t j = 0; j < kN; ++j) {
+            int64_t want = 0;
+            for (int64_t y = 0; y < shape.k; ++y) {
+              want += int64_t{a[(x * shape.m + i) * shape.k + y]} *
+                      b[x * shape.k * kLdb + y * kLdb + j];
+            }
+            const int32_t got = c[(x * shape.m + i) * kN + j];
+            if (want != got) {
+              u8_note = absl::StrFormat(
+                  "oneDNN's u8 x s8 GEMM is not exact on this CPU (%s: a %d-term sum gave %d, "
+                  "not %d)",
+                  IsaName(dnnl::get_effective_cpu_isa()), shape.k, got, want);
+              return;
+            }
           }
         }
       }

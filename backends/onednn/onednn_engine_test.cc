@@ -1,6 +1,7 @@
 // OneDnnEngine against a plain triple loop: every transposition, alpha and
 // beta, leading dimensions wider than the rows, beta 0 over NaN, the
-// primitive cache, concurrent callers and the int8 dot.
+// primitive cache, concurrent callers, the int8 dot and the batched u8 x s8
+// product.
 #include "backends/onednn/onednn_engine.h"
 
 #include <algorithm>
@@ -128,16 +129,6 @@ TEST(OneDnnEngineTest, ThreadsCallAtOnce) {
   EXPECT_TRUE(e->TakeError().ok());
 }
 
-// The largest |entry| U8S8DotBatch leaves in c over an empty sum (k = 0),
-// which must clear it.
-int32_t LargestAfterEmptySum(OneDnnEngine& e) {
-  std::vector<int32_t> c(2 * 3 * 5, 7);
-  e.U8S8DotBatch(2, 3, 5, 0, nullptr, nullptr, 5, 0, c.data());
-  int32_t worst = 0;
-  for (int32_t x : c) worst = std::max(worst, x < 0 ? -x : x);
-  return worst;
-}
-
 TEST(OneDnnEngineTest, Int8DotIsExactOrSaysWhyNot) {
   std::unique_ptr<OneDnnEngine> e = NewEngine();
   ASSERT_NE(e, nullptr);
@@ -163,6 +154,16 @@ TEST(OneDnnEngineTest, Int8DotIsExactOrSaysWhyNot) {
       ASSERT_EQ(c[i * ldc + j], want) << i << "," << j;
     }
   }
+}
+
+// The largest |entry| U8S8DotBatch leaves in c over an empty sum (k = 0),
+// which must clear it.
+int32_t LargestAfterEmptySum(OneDnnEngine& e) {
+  std::vector<int32_t> c(2 * 3 * 5, 7);
+  e.U8S8DotBatch(2, 3, 5, 0, nullptr, nullptr, 5, 0, c.data());
+  int32_t worst = 0;
+  for (int32_t x : c) worst = std::max(worst, x < 0 ? -x : x);
+  return worst;
 }
 
 TEST(OneDnnEngineTest, U8TimesS8BatchIsExactOrSaysWhyNot) {
