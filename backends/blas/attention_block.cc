@@ -432,12 +432,12 @@ bool ChunkSeenByAllRows(const BlockContext& ctx, const BlockCoords& c, int64_t r
 namespace {
 
 // FAST's P.V for int8 V with P times V's row scales quantized to u8
-// (core/fast_compute.h FastQuantizesWeights), in blocks of kFastWeightBlock keys from the
-// chunk's start. Block x's u8 weights [n, its keys] lie at pw + x * n *
-// kBlock (QuantizeRowWeights, row by row); the chunk's P.V is then one
-// exact integer product of them with V's rows as stored, one batch entry a
-// block (GemmEngine::U8S8DotBatch), each block's sums times its back scale
-// added into O (U8BlocksTimesV).
+// (core/fast_compute.h FastQuantizesWeights), in blocks of kFastWeightBlock
+// keys from the chunk's start. Block x's u8 weights [n, its keys] lie at
+// pw + x * n * kBlock (QuantizeRowWeights, row by row); the chunk's P.V is
+// then one exact integer product of them with V's rows as stored, one batch
+// entry a block (GemmEngine::U8S8DotBatch), each block's sums times its back
+// scale added into O (U8BlocksTimesV).
 constexpr int64_t kBlock = kFastWeightBlock;
 
 // Row r of n's weights: P's row times V's row scales (w.v_scale), quantized
