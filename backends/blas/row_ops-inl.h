@@ -58,25 +58,10 @@ HWY_INLINE void SoftcapRowImpl(float* HWY_RESTRICT s, int64_t n, float cap) {
   });
 }
 
-HWY_INLINE float RowMaxImpl(const float* HWY_RESTRICT s, int64_t n) {
-  const hn::ScalableTag<float> df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const auto kNegInf = hn::Set(df, -std::numeric_limits<float>::infinity());
-  auto m0 = kNegInf, m1 = kNegInf;
-  int64_t j = 0;
-  for (; j + 2 * N <= n; j += 2 * N) {
-    m0 = hn::Max(m0, hn::LoadU(df, s + j));
-    m1 = hn::Max(m1, hn::LoadU(df, s + j + N));
-  }
-  m0 = hn::Max(m0, m1);
-  float m = hn::GetLane(hn::MaxOfLanes(df, m0));
-  for (; j < n; ++j) m = s[j] > m ? s[j] : m;
-  return m;
-}
-
-// RowMaxImpl's maximum, in its order (the same value when an entry is NaN),
-// and whether every entry is finite, in one pass.
-HWY_INLINE float RowMaxFiniteImpl(const float* HWY_RESTRICT s, int64_t n, bool* all_finite) {
+// max(s[0, n)), and with kFinite whether every entry is finite, in the same
+// pass and order (RowMaxFinite's max is RowMax's, NaN entries included).
+template <bool kFinite>
+HWY_INLINE float RowMaxImpl(const float* HWY_RESTRICT s, int64_t n, bool* all_finite) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const auto kNegInf = hn::Set(df, -std::numeric_limits<float>::infinity());
@@ -85,18 +70,18 @@ HWY_INLINE float RowMaxFiniteImpl(const float* HWY_RESTRICT s, int64_t n, bool* 
   int64_t j = 0;
   for (; j + 2 * N <= n; j += 2 * N) {
     const auto x0 = hn::LoadU(df, s + j), x1 = hn::LoadU(df, s + j + N);
-    ok = hn::And(ok, hn::And(hn::IsFinite(x0), hn::IsFinite(x1)));
+    if (kFinite) ok = hn::And(ok, hn::And(hn::IsFinite(x0), hn::IsFinite(x1)));
     m0 = hn::Max(m0, x0);
     m1 = hn::Max(m1, x1);
   }
   m0 = hn::Max(m0, m1);
   float m = hn::GetLane(hn::MaxOfLanes(df, m0));
-  bool all = hn::AllTrue(df, ok);
+  bool all = !kFinite || hn::AllTrue(df, ok);
   for (; j < n; ++j) {
     m = s[j] > m ? s[j] : m;
-    all = all && std::isfinite(s[j]);
+    if (kFinite) all = all && std::isfinite(s[j]);
   }
-  *all_finite = all;
+  if (kFinite) *all_finite = all;
   return m;
 }
 
@@ -380,9 +365,9 @@ HWY_INLINE void ScaleNarrowRowF16Impl(const float* x, int64_t n, float f, uint16
 
 // Wrappers with the exported signatures (HWY_EXPORT needs plain functions).
 void SoftcapRowT(float* s, int64_t n, float cap) { SoftcapRowImpl(s, n, cap); }
-float RowMaxT(const float* s, int64_t n) { return RowMaxImpl(s, n); }
+float RowMaxT(const float* s, int64_t n) { return RowMaxImpl<false>(s, n, nullptr); }
 float RowMaxFiniteT(const float* s, int64_t n, bool* all_finite) {
-  return RowMaxFiniteImpl(s, n, all_finite);
+  return RowMaxImpl<true>(s, n, all_finite);
 }
 float ExpSubtractSumT(float* s, int64_t n, float max) { return ExpSubtractSumImpl(s, n, max); }
 void ScaleRowT(float* x, int64_t n, float f) { ScaleRowImpl(x, n, f); }

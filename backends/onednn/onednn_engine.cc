@@ -153,6 +153,15 @@ struct OneDnnEngine::State {
     if (error.ok()) error = absl::InternalError(what);
   }
 
+  // The message of the error recorded so far, cleared: a probe's primitive
+  // that oneDNN cannot create is a missing capability, not a call's error.
+  std::string TakeErrorMessage() {
+    absl::MutexLock lock(&mu);
+    std::string message(error.message());
+    error = absl::OkStatus();
+    return message;
+  }
+
   // The cached primitive for `key`, created on a miss; null (and the error
   // recorded) when oneDNN cannot create it.
   std::shared_ptr<Entry> Get(const Key& key, dt b_type) {
@@ -267,9 +276,8 @@ struct OneDnnEngine::State {
     Key key{kM, kN, kK, kK, kK, kN, false, true, dt::s8, dt::s32, Bits(1.0f), Bits(0.0f)};
     std::shared_ptr<Entry> entry = Get(key, dt::s8);
     if (entry == nullptr) {
-      absl::MutexLock lock(&mu);
-      int8_note = absl::StrFormat("oneDNN has no s8 x s8 -> s32 matmul here (%s)", error.message());
-      error = absl::OkStatus();
+      int8_note =
+          absl::StrFormat("oneDNN has no s8 x s8 -> s32 matmul here (%s)", TakeErrorMessage());
       return;
     }
     Execute(*entry, a.data(), b.data(), c.data());
@@ -313,9 +321,8 @@ struct OneDnnEngine::State {
       key.stride_b = shape.k * kLdb;
       std::shared_ptr<Entry> entry = Get(key, dt::s8);
       if (entry == nullptr) {
-        absl::MutexLock lock(&mu);
-        u8_note = absl::StrFormat("oneDNN has no u8 x s8 -> s32 matmul here (%s)", error.message());
-        error = absl::OkStatus();
+        u8_note =
+            absl::StrFormat("oneDNN has no u8 x s8 -> s32 matmul here (%s)", TakeErrorMessage());
         return;
       }
       Execute(*entry, a.data(), b.data(), c.data());
@@ -360,9 +367,8 @@ void OneDnnEngine::ProbeBf16() {
   const Key key{kM, kN, kK, kK, kK, kN, false, true, dt::bf16, dt::f32, Bits(1.0f), Bits(0.0f)};
   std::shared_ptr<Entry> entry = s.Get(key, dt::bf16);
   if (entry == nullptr) {
-    absl::MutexLock lock(&s.mu);
+    s.TakeErrorMessage();  // the note below says what is missing
     s.bf16_note = absl::StrFormat("oneDNN %s has no bf16 matmul on %s", Version(), Isa());
-    s.error = absl::OkStatus();
     return;
   }
   s.Execute(*entry, a.data(), b.data(), c.data());
