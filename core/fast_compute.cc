@@ -1,5 +1,7 @@
 #include "core/fast_compute.h"
 
+#include <cmath>
+
 #include "core/quantize.h"
 
 namespace attnkit {
@@ -40,6 +42,15 @@ double FastWeightRoundoff(const AttentionProblem& p) {
 
 bool FastQuantizesWeights(const AttentionProblem& p) {
   return p.fast() && p.kv_dtype == DType::kI8;
+}
+
+bool FastRoundsGradOperands(const AttentionProblem& p) {
+  return p.fast() && p.dtype == DType::kBF16 && p.kv_dtype == DType::kBF16;
+}
+
+uint16_t RoundGradOperand(float x) {
+  if (std::fabs(x) < kFastGradFlush) return std::signbit(x) ? 0x8000 : 0;
+  return BF16FromF32(x);
 }
 
 bool MayFlushBF16Products(const AttentionProblem& p) {

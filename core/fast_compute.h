@@ -67,6 +67,26 @@ inline constexpr int64_t kFastWeightSteps = 255;
 // times the scale: oracle/compare.cc).
 bool MayFlushBF16Products(const AttentionProblem& p);
 
+// Whether FAST lets the backward pass round the two operands it computes,
+// the weights P and the score gradients dX (dS, times softcap's derivative),
+// to bf16 before the three products that take them: dV = P^T dO, dQ = scale
+// dX K and dK = scale dX^T Q, which then multiply bf16 by bf16 like S = Q
+// K^T and dP = dO V^T. Each value is rounded to nearest even (RoundGradOperand),
+// a relative error of at most 2^-8, and a magnitude below kFastGradFlush
+// becomes 0, so that every product of two nonzero operands (bf16 Q, K and dO
+// hold no magnitude below it either, or the product runs in f32) is a normal
+// f32 that dot-product instructions which flush subnormals (vdpbf16ps) keep.
+// The oracle (oracle/compare_grad.cc) adds both errors. FAST with Q, K and V
+// (and so O and dO) all bf16; the forward's own FAST rounding of P reaches
+// the backward through O (FastWeightRoundoff).
+bool FastRoundsGradOperands(const AttentionProblem& p);
+inline constexpr float kFastGradFlush = 0x1p-63f;
+
+// One P or dX value as FAST's backward multiplies it (FastRoundsGradOperands):
+// bf16 bits, to nearest even, magnitudes below kFastGradFlush to 0 (sign
+// kept), NaN and Inf kept (NaN made quiet, as BF16FromF32).
+uint16_t RoundGradOperand(float x);
+
 }  // namespace attnkit
 
 #endif  // ATTNKIT_CORE_FAST_COMPUTE_H_

@@ -246,9 +246,12 @@ absl::Status ValidateProblem(const AttentionProblem& p) {
       return absl::InvalidArgumentError(
           "backward (true) needs return_lse: the backward pass reads the forward's lse");
     }
-    if (p.fast()) {
-      return absl::InvalidArgumentError(
-          "compute (FAST) is for the forward pass only; backward (true) needs EXACT");
+    if (p.fast() && p.dtype != p.kv_dtype) {
+      // FAST would round Q to K's type, a step with no gradient rule.
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "compute (FAST) with backward (true) needs dtype (%s) equal to kv_dtype (%s): FAST "
+          "rounds Q to K's type, which has no gradient; use EXACT",
+          DTypeName(p.dtype), DTypeName(p.kv_dtype)));
     }
   }
   if (p.nonfinite_inputs < 0 || p.nonfinite_inputs > kMaxNonfiniteInputs) {

@@ -64,6 +64,8 @@ TEST(ProblemTest, ErrorsNameFieldValueAndRule) {
        "backward (true) needs dense K/V; page_size (16) must be 0"},
       {"num_heads: 4 head_dim: 64 q_len: 4 backward: true kv_dtype: INT8",
        "kv_dtype i8 has no gradient"},
+      {"num_heads: 4 head_dim: 64 q_len: 4 backward: true compute: FAST kv_dtype: BF16",
+       "compute (FAST) with backward (true) needs dtype (f32) equal to kv_dtype (bf16)"},
   };
   for (const Case& c : cases) {
     auto p = FromText(c.text);
@@ -85,6 +87,11 @@ TEST(ProblemTest, BackwardImpliesLseAndEndsTheId) {
   AttentionProblem no_lse = *p;
   no_lse.return_lse = false;
   EXPECT_THAT(std::string(ValidateProblem(no_lse).message()), HasSubstr("needs return_lse"));
+  // FAST training steps: one dtype for Q and K/V (FastRoundsGradOperands).
+  auto fast =
+      FromText("num_heads: 4 head_dim: 16 q_len: 8 dtype: BF16 backward: true compute: FAST");
+  ASSERT_TRUE(fast.ok()) << fast.status();
+  EXPECT_THAT(fast->Id(), ::testing::EndsWith("_bf16_bwd_fast"));
 }
 
 TEST(ProblemTest, ParseErrorsGiveLineAndColumn) {

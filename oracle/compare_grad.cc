@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "core/fast_compute.h"
 
 namespace attnkit {
 namespace {
@@ -61,6 +62,19 @@ namespace {
 // above (each at least 3u > 2^-22) times that floor exceeds 2^-126 in the
 // same products. (Subnormal products of normal weights, which need dO or V
 // near 1e-38, are not covered.)
+// FAST (core/fast_compute.h). The forward's O read here carries its own
+// FAST rounding of P (compare.h): at most w (A_c + |O_c|) + W_c with
+// w = 1.01 FastWeightRoundoff and W_c its absolute floor (BoundForRow's
+// weight_floor). |O_c| <= A_c, and the reference counts each |O_c| in
+// D's magnitude as at least F = W_c / w (reference_backward.cc), so the
+// error is at most 3 w max(A_c, F):
+//   eps_D += 3 w.
+// With FastRoundsGradOperands the backward rounds P (before dV) and dX
+// (before dQ and dK) to bf16: a relative error of u16 = 2^-8 each, or, for
+// a value flushed below 2^-63, an absolute one under 2^-63, which u16 times
+// the reference's magnitude floor for those operands (2^-55) covers:
+//   dV: eps_v += 1.01 u16;  dQ, dK: eps_X += u16 (then the usual 1.01).
+// Q, K and dO are bf16 as stored; the products and sums stay f32.
 // (max_rows: over the rows of the batch entry and KV group; every row's
 // terms are a sum of non-negative parts, so the largest row's eps bounds
 // each row's share of the sum.) Each element then adds half an ulp of its
@@ -71,6 +85,11 @@ namespace {
 constexpr double kU = 1.0 / (1 << 24);
 
 double Growth(int64_t m) { return std::min(double(m), 4 * std::sqrt(double(m))); }
+
+// u16 = 2^-8 where FAST rounds P and dX to bf16 in the backward, else 0.
+double GradOperandRoundoff(const AttentionProblem& p) {
+  return FastRoundsGradOperands(p) ? DTypeEpsilon(DType::kBF16) / 2 : 0.0;
+}
 
 // Relative error factors of one row (see above).
 struct RowEps {
@@ -98,10 +117,10 @@ RowEps EpsForRow(const AttentionProblem& p, const RowErrorTerms& t) {
   const double u_o = DTypeEpsilon(p.dtype) / 2;
   RowEps r;
   r.p = e + lse + 10 * kU;
-  const double eps_d = 1.01 * o_f32 + u_o + (gdv + 2) * kU;
+  const double eps_d = 1.01 * o_f32 + u_o + (gdv + 2) * kU + 3 * 1.01 * FastWeightRoundoff(p);
   r.d = eps_d;
   r.s = r.p + eps_d + (gdv + 3) * kU;
-  r.x = r.s + (p.softcap > 0 ? 2 * e / double(p.softcap) + 4 * kU : 0.0);
+  r.x = r.s + (p.softcap > 0 ? 2 * e / double(p.softcap) + 4 * kU : 0.0) + GradOperandRoundoff(p);
   r.dq = 1.01 * (r.x + (gn + 2) * kU);
   return r;
 }
@@ -241,7 +260,7 @@ Comparison CompareGradients(const AttentionProblem& p, const GradArgs& grads,
     for (int64_t g = 0; g < G; ++g) {
       const size_t group = static_cast<size_t>(b * G + g);
       const double eps_k = 1.01 * (group_x[group] + (gm + 2) * kU);
-      const double eps_v = 1.01 * (group_p[group] + (gm + 2) * kU);
+      const double eps_v = 1.01 * (group_p[group] + (gm + 2) * kU + GradOperandRoundoff(p));
       for (int64_t j = 0; j < Tk; ++j) {
         for (int64_t x = 0; x < d; ++x) {
           const size_t at = (group * Tk + j) * d + x;

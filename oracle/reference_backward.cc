@@ -6,7 +6,9 @@
 #include <limits>
 
 #include "core/alibi.h"
+#include "core/fast_compute.h"
 #include "core/mask.h"
+#include "oracle/compare.h"
 #include "oracle/reference_f64.h"
 
 namespace attnkit {
@@ -19,6 +21,11 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // below 2^-126 (exp of a very negative score), an absolute error the bound's
 // factor (at least 2^-22) times this floor covers (oracle/compare_grad.cc).
 constexpr double kWeightMagnitudeFloor = 0x1p-100;
+// Under FastRoundsGradOperands the backward may flush a P or dX below
+// kFastGradFlush (2^-63) to 0 before its product: the magnitudes of the
+// weights in dV and of dX in dQ and dK count as at least 2^-55, which the
+// bound's rounding term (2^-8) turns into 2^-63 (oracle/compare_grad.cc).
+constexpr double kFastOperandMagnitudeFloor = 0x1p-55;
 // Added to the magnitude of softcap's derivative 1 - tanh^2: fp32 evaluates
 // it to an absolute error of a few u = 2^-24 (oracle/compare_grad.cc).
 constexpr double kSoftcapDerivativeFloor = 0x1p-20;
@@ -63,7 +70,7 @@ void RowForward::Compute(const AttentionProblem& p, const F64Inputs& in, int64_t
   visible = 0;
   poisoned = false;
   terms = RowErrorTerms{};
-  double max_score = -kInf;
+  double max_score = -kInf, sum_max_abs_v = 0;
   for (int64_t j = range.begin; j < range.end; ++j) {
     const size_t pair = row * Tk + j;
     allowed[j] = 0;
@@ -80,9 +87,12 @@ void RowForward::Compute(const AttentionProblem& p, const F64Inputs& in, int64_t
       dot += q[c] * k[c];
       abs_dot += std::fabs(q[c] * k[c]);
     }
+    double max_abs_v = 0;
     for (int64_t c = 0; c < dv; ++c) {
       if (!std::isfinite(v[c])) poisoned = true;
+      max_abs_v = std::max(max_abs_v, std::fabs(v[c]));
     }
+    sum_max_abs_v += max_abs_v;
     if (!std::isfinite(dot)) poisoned = true;
     x[j] = scale * dot;
     double s = x[j];
@@ -125,6 +135,8 @@ void RowForward::Compute(const AttentionProblem& p, const F64Inputs& in, int64_t
     if (allowed[j]) keys += std::exp(prob[j] - m);
   }
   lse = m + std::log(keys + (sink > -kInf ? std::exp(sink - m) : 0.0));
+  // As oracle/reference.cc: over the keys' weights relative to their max.
+  terms.sum_max_abs_v = sum_max_abs_v / (keys * std::exp(m - max_score));
   if (sink > -kInf) {  // the forward bound's fold terms (oracle/compare.h)
     terms.sink_shift = lse - (m + std::log(keys));
     terms.sink_abs_lse = std::fabs(lse);
@@ -223,6 +235,8 @@ ReferenceGradients BackwardF64(const AttentionProblem& p, const F64Inputs& in) {
                 d = p.head_dim, dv = p.value_dim();  // Q, K, dQ, dK: E; V, dO, dV: Ev
   const double scale = p.scale, softcap = p.softcap;
   const double o_floor = SmallestNormal(p.dtype);
+  const double fast_weights = FastWeightRoundoff(p);
+  const double operand_floor = FastRoundsGradOperands(p) ? kFastOperandMagnitudeFloor : 0.0;
   ReferenceGradients r;
   r.dq.assign(static_cast<size_t>(B * H * Tq * d), 0.0);
   r.dq_abs.assign(r.dq.size(), 0.0);
@@ -268,10 +282,19 @@ ReferenceGradients BackwardF64(const AttentionProblem& p, const F64Inputs& in) {
             abs_o[c] += f.prob[j] * std::fabs(v[c]);
           }
         }
+        // Under FAST the forward's O also errs by its weights' rounding:
+        // relative to A_c, and absolutely (weights below the normal range;
+        // BoundForRow's weight_floor), which the magnitude of each |O_c|
+        // carries as a floor of that absolute error over the relative one
+        // (oracle/compare_grad.cc).
+        double row_o_floor = o_floor;
+        if (fast_weights > 0) {
+          row_o_floor = std::max(o_floor, BoundForRow(p, f.terms).weight_floor / fast_weights);
+        }
         double D = 0, D_abs = 0;
         for (int64_t c = 0; c < dv; ++c) {
           D += d_o[c] * o[c];
-          D_abs += std::fabs(d_o[c]) * std::max(abs_o[c], o_floor);
+          D_abs += std::fabs(d_o[c]) * std::max(abs_o[c], row_o_floor);
         }
         if (!in.sinks.empty() && !(in.sinks[h] == -kInf)) {  // dSink_h = -sum P_sink D
           const double p_sink = std::exp(in.sinks[h] - f.lse);
@@ -303,7 +326,8 @@ ReferenceGradients BackwardF64(const AttentionProblem& p, const F64Inputs& in) {
             deriv = 1 - f.t[j] * f.t[j];
             deriv_abs = deriv + kSoftcapDerivativeFloor;
           }
-          const double dX = dS * deriv, dX_abs = dS_abs * deriv_abs;
+          const double dX = dS * deriv, dX_abs = std::max(dS_abs * deriv_abs, operand_floor);
+          const double P_dv_abs = std::max(P_abs, operand_floor);
           double* dk = &r.dk[key * d];
           double* dk_abs = &r.dk_abs[key * d];
           double* dv_row = &r.dv[key * dv];
@@ -316,7 +340,7 @@ ReferenceGradients BackwardF64(const AttentionProblem& p, const F64Inputs& in) {
           }
           for (int64_t c = 0; c < dv; ++c) {
             dv_row[c] += P * d_o[c];
-            dv_abs[c] += P_abs * std::fabs(d_o[c]);
+            dv_abs[c] += P_dv_abs * std::fabs(d_o[c]);
           }
         }
       }

@@ -4,6 +4,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -176,9 +177,20 @@ std::vector<GradCase> GradConformanceGrid() {
       if (si == kF32TwinShape && dtypes[0].first != DType::kF32) {
         dtypes.push_back({DType::kF32, DType::kF32});
       }
+      // Every third variant's all-bf16 case also runs under FAST
+      // (core/fast_compute.h FastRoundsGradOperands: P and dX rounded to
+      // bf16 in the backward).
+      std::vector<std::tuple<DType, DType, ComputeMode>> cells;
       for (const auto& [dtype, kv_dtype] : dtypes) {
+        cells.emplace_back(dtype, kv_dtype, ComputeMode::kExact);
+        if (dtype == DType::kBF16 && kv_dtype == DType::kBF16 && vi % 3 == 0) {
+          cells.emplace_back(dtype, kv_dtype, ComputeMode::kFast);
+        }
+      }
+      for (const auto& [dtype, kv_dtype, compute] : cells) {
         GradCase c;
         c.problem = MakeProblem(kShapes[si], v, dtype, kv_dtype);
+        c.problem.compute = compute;
         c.broadcast = v.broadcast;
         c.block_last_row = v.block_last_row;
         c.with_dbias = v.dbias && !(v.dbias_on_even_shapes && si % 2 == 1);

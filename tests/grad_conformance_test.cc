@@ -213,8 +213,12 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, GradConformanceTest,
 TEST(GradConformanceGridTest, IsSmallAndVaried) {
   const auto& grid = Grid();
   EXPECT_GE(grid.size(), 60u);
-  // 120 variant cases and five non-finite ones (two with sinks and ALiBi).
-  EXPECT_LE(grid.size(), 130u) << "the suite runs on every backend and Highway target";
+  // 120 variant cases, 8 all-bf16 ones again under FAST and five
+  // non-finite ones (two with sinks and ALiBi).
+  EXPECT_LE(grid.size(), 140u) << "the suite runs on every backend and Highway target";
+  int fast = 0;
+  for (const GradCase& c : grid) fast += c.problem.fast() ? 1 : 0;
+  EXPECT_GE(fast, 6) << "FAST training steps (core/fast_compute.h FastRoundsGradOperands)";
   std::set<int64_t> group_sizes, head_dims, q_lens, kv_lens;
   std::set<std::pair<int64_t, int64_t>> value_dim_pairs;  // (E, Ev) of Ev != E cases
   std::set<std::string> names;

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "backends/builtin.h"
+#include "core/fast_compute.h"
 #include "gtest/gtest.h"
 #include "harness/execute.h"
 #include "harness/grad_data.h"
@@ -143,6 +144,11 @@ enum class Bug {
   kDbiasSign,        // dBias = -dS
   kBlockedRowDq,     // the dense mask ignored on a fully blocked row
   kDbiasOnBlocked,   // dBias of masked pairs from the unmasked dS
+  // FAST only (FastBugs): the backward's rounding of its computed operands
+  // to 3 significant bits instead of bf16's 8 (the bound on dQ and dK
+  // also carries D's errors, O's bf16 rounding among them: 4 bits can hide).
+  kCoarseP,   // P before dV
+  kCoarseDx,  // dX before dQ and dK
 };
 
 struct BugInfo {
@@ -169,14 +175,46 @@ const std::vector<BugInfo>& Bugs() {
   return *bugs;
 }
 
+// The bugs of FAST's backward roundings (FastRoundsGradOperands).
+const std::vector<BugInfo>& FastBugs() {
+  static const auto* bugs = new std::vector<BugInfo>{
+      {Bug::kCoarseP, "P rounded to 3 bits for dV"},
+      {Bug::kCoarseDx, "dX rounded to 1 bit for dQ, dK"},
+  };
+  return *bugs;
+}
+
+// FAST's rounding of P and dX (core/fast_compute.h RoundGradOperand) in fp64.
+double Bf16GradOperand(double x) { return F32FromBF16(RoundGradOperand(static_cast<float>(x))); }
+
+// x to `bits` significant bits, to nearest.
+double RoundToBits(double x, int bits) {
+  if (x == 0 || !std::isfinite(x)) return x;
+  int e = 0;
+  std::frexp(x, &e);
+  const double step = std::ldexp(1.0, e - bits);
+  return std::nearbyint(x / step) * step;
+}
+double ThreeBits(double x) { return RoundToBits(x, 3); }
+double OneBit(double x) { return RoundToBits(x, 1); }
+
 struct Grads {
   std::vector<double> dq, dk, dv, dbias;  // canonical order, as ReferenceGradients
 };
 
 // The backward written out once more, plainly, with `bug` planted. With
 // Bug::kNone it must equal the reference (checked below), so each mutant
-// differs from the truth by its bug alone.
+// differs from the truth by its bug alone. Under FastRoundsGradOperands P
+// (before dV) and dX (before dQ, dK) are rounded as FAST permits: the clean
+// mutant is then a model of a correct FAST kernel, which must pass.
 Grads MutantBackward(const AttentionProblem& p, const internal::F64Inputs& in, Bug bug) {
+  const bool fast = FastRoundsGradOperands(p);
+  auto round_p = [&](double x) {
+    return bug == Bug::kCoarseP ? ThreeBits(x) : fast ? Bf16GradOperand(x) : x;
+  };
+  auto round_dx = [&](double x) {
+    return bug == Bug::kCoarseDx ? OneBit(x) : fast ? Bf16GradOperand(x) : x;
+  };
   const int64_t H = p.num_heads, G = p.num_kv_heads, Tq = p.q_len, Tk = p.kv_len, d = p.head_dim;
   const double scale = p.scale, cap = p.softcap;
   const double kNegInf = -std::numeric_limits<double>::infinity();
@@ -241,7 +279,8 @@ Grads MutantBackward(const AttentionProblem& p, const internal::F64Inputs& in, B
         const double dS = P * (bug == Bug::kNoD ? dP : dP - (row_blocked ? 0.0 : Di));
         r.dbias[row * Tk + j] = row_blocked ? 0.0 : (bug == Bug::kDbiasSign ? -dS : dS);
         const double t = cap > 0 ? std::tanh(x[j] / cap) : 0.0;
-        const double dX = bug == Bug::kNoSoftcapDeriv ? dS : dS * (1 - t * t);
+        const double dX = round_dx(bug == Bug::kNoSoftcapDeriv ? dS : dS * (1 - t * t));
+        const double P_v = round_p(P);
         const double q_scale = bug == Bug::kNoScaleDq ? 1.0 : scale;
         const double k_scale = bug == Bug::kNoScaleDk ? 1.0 : scale;
         for (int64_t c = 0; c < d; ++c) {
@@ -251,7 +290,7 @@ Grads MutantBackward(const AttentionProblem& p, const internal::F64Inputs& in, B
             r.dk[(g * Tk + j) * d + c] += k_scale * dX * in.q[row * d + c];
           }
           if (bug != Bug::kDvFirstHeadOnly || first_of_group) {
-            r.dv[(g * Tk + j) * d + c] += P * d_o[c];
+            r.dv[(g * Tk + j) * d + c] += P_v * d_o[c];
           }
         }
       }
@@ -297,17 +336,25 @@ struct Cell {
 };
 
 // One instance per Q/O x K/V dtype pair, each over head dims and key counts.
-class GradOracleGridTest : public ::testing::TestWithParam<std::tuple<DType, DType>> {};
+// One instance per Q/O x K/V dtype pair (and all-bf16 under FAST, whose
+// backward rounds P and dX to bf16), each over head dims and key counts.
+class GradOracleGridTest : public ::testing::TestWithParam<std::tuple<DType, DType, ComputeMode>> {
+};
 
 TEST_P(GradOracleGridTest, CatchesEveryPlantedBugAndPassesEveryBackend) {
-  const auto [qd, kd] = GetParam();
+  const auto [qd, kd, compute] = GetParam();
+  std::vector<BugInfo> bugs = Bugs();
+  if (compute == ComputeMode::kFast) {
+    bugs.insert(bugs.end(), FastBugs().begin(), FastBugs().end());
+  }
   std::map<std::string, Cell> matrix;  // bug -> counts
   std::map<std::string, double> backend_fraction;
   std::map<std::string, std::string> backend_status;
   double reference_fraction = 0;
   for (int64_t d : {16, 64, 128}) {
     for (int64_t tk : {17, 257, 1024}) {
-      const AttentionProblem p = GridProblem(qd, kd, d, tk);
+      AttentionProblem p = GridProblem(qd, kd, d, tk);
+      p.compute = compute;
       ASSERT_TRUE(ValidateProblem(p).ok()) << ValidateProblem(p);
       absl::StatusOr<ProblemData> data = GridData(p);
       ASSERT_TRUE(data.ok()) << data.status();
@@ -316,19 +363,24 @@ TEST_P(GradOracleGridTest, CatchesEveryPlantedBugAndPassesEveryBackend) {
       const ReferenceGradients ref = ComputeReferenceBackward(p, data->args(), grads->d_o.view());
       const internal::F64Inputs in = internal::LoadF64Inputs(p, data->args(), grads->d_o.view());
 
-      // The harness itself: with no bug planted, MutantBackward is the reference.
-      const Grads clean = MutantBackward(p, in, Bug::kNone);
+      // The harness itself: with no bug planted (and no FAST rounding),
+      // MutantBackward is the reference.
+      AttentionProblem exact = p;
+      exact.compute = ComputeMode::kExact;
+      const Grads clean = MutantBackward(exact, in, Bug::kNone);
       ASSERT_LE(MaxDiff(clean.dq, ref.dq), 1e-12) << p.name;
       ASSERT_LE(MaxDiff(clean.dk, ref.dk), 1e-12) << p.name;
       ASSERT_LE(MaxDiff(clean.dv, ref.dv), 1e-12) << p.name;
       ASSERT_LE(MaxDiff(clean.dbias, ref.dbias), 1e-12) << p.name;
-      StoreGrads(p, clean, *grads);
+      // The reference rounded to its dtypes (under FAST, after FAST's own
+      // roundings of P and dX) must pass.
+      StoreGrads(p, MutantBackward(p, in, Bug::kNone), *grads);
       const Comparison rounded = CompareGradients(p, grads->args(), ref);
-      EXPECT_TRUE(rounded.ok()) << p.name << ": the reference rounded to its dtypes fails: "
+      EXPECT_TRUE(rounded.ok()) << p.Id() << ": the reference rounded to its dtypes fails: "
                                 << rounded.first_failure;
       reference_fraction = std::max(reference_fraction, rounded.max_bound_fraction);
 
-      for (const BugInfo& bug : Bugs()) {
+      for (const BugInfo& bug : bugs) {
         StoreGrads(p, MutantBackward(p, in, bug.bug), *grads);
         const Comparison c = CompareGradients(p, grads->args(), ref);
         Cell& cell = matrix[bug.name];
@@ -358,10 +410,12 @@ TEST_P(GradOracleGridTest, CatchesEveryPlantedBugAndPassesEveryBackend) {
       }
     }
   }
-  std::printf("\n=== gradient catch matrix, Q/O %s, K/V %s: d {16,64,128} x Tk {17,257,1024} ===\n",
-              std::string(DTypeName(qd)).c_str(), std::string(DTypeName(kd)).c_str());
+  std::printf(
+      "\n=== gradient catch matrix, Q/O %s, K/V %s, %s: d {16,64,128} x Tk {17,257,1024} ===\n",
+      std::string(DTypeName(qd)).c_str(), std::string(DTypeName(kd)).c_str(),
+      std::string(ComputeModeName(compute)).c_str());
   std::printf("%-32s %7s %7s\n", "planted bug", "caught", "missed");
-  for (const BugInfo& bug : Bugs()) {
+  for (const BugInfo& bug : bugs) {
     const Cell& cell = matrix[bug.name];
     std::printf("%-32s %7d %7d\n", bug.name, cell.caught, cell.missed);
   }
@@ -487,19 +541,24 @@ TEST(GradOracleSinksTest, CatchesSinkGradientBugsAndPassesEveryBackend) {
   }
 }
 
-std::vector<std::tuple<DType, DType>> DTypePairs() {
-  std::vector<std::tuple<DType, DType>> pairs;
+std::vector<std::tuple<DType, DType, ComputeMode>> DTypePairs() {
+  std::vector<std::tuple<DType, DType, ComputeMode>> pairs;
   for (DType q : {DType::kF32, DType::kF16, DType::kBF16}) {
-    for (DType kv : {DType::kF32, DType::kF16, DType::kBF16}) pairs.emplace_back(q, kv);
+    for (DType kv : {DType::kF32, DType::kF16, DType::kBF16}) {
+      pairs.emplace_back(q, kv, ComputeMode::kExact);
+    }
   }
+  pairs.emplace_back(DType::kBF16, DType::kBF16, ComputeMode::kFast);
   return pairs;
 }
 
-INSTANTIATE_TEST_SUITE_P(AllDTypes, GradOracleGridTest, ::testing::ValuesIn(DTypePairs()),
-                         [](const ::testing::TestParamInfo<std::tuple<DType, DType>>& info) {
-                           return absl::StrCat("q", DTypeName(std::get<0>(info.param)), "_kv",
-                                               DTypeName(std::get<1>(info.param)));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    AllDTypes, GradOracleGridTest, ::testing::ValuesIn(DTypePairs()),
+    [](const ::testing::TestParamInfo<std::tuple<DType, DType, ComputeMode>>& info) {
+      const bool fast = std::get<2>(info.param) == ComputeMode::kFast;
+      return absl::StrCat("q", DTypeName(std::get<0>(info.param)), "_kv",
+                          DTypeName(std::get<1>(info.param)), fast ? "_fast" : "");
+    });
 
 }  // namespace
 }  // namespace attnkit

@@ -497,8 +497,9 @@ void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const RawOpe
     }
   } else if (ctx.qk_type != DType::kF32) {
     const RawOperand k = StoredRows(ctx, a.k, a.k_scale, c.b, c.g, k0, kn, w.k, nullptr);
-    e.Gemm16(ctx.qk_type, true, n, kn, d, p.scale, static_cast<const uint16_t*>(q.data) + r0 * q.ld,
-             q.ld, static_cast<const uint16_t*>(k.data), k.ld, 0.0f, w.s, kn);
+    e.Gemm16(ctx.qk_type, false, true, n, kn, d, p.scale,
+             static_cast<const uint16_t*>(q.data) + r0 * q.ld, q.ld,
+             static_cast<const uint16_t*>(k.data), k.ld, 0.0f, w.s, kn);
   } else {
     Operand k{w.k, d};
     if (ctx.plan.stage_kv) {
@@ -543,7 +544,7 @@ void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const RawOpe
   // O (+)= P [.., j0:j1) . V [j0:j1, ..].
   auto multiply = [&](int64_t j0, int64_t j1, float beta) {
     if (narrow) {
-      e.Gemm16(ctx.pv_type, false, n, dv, j1 - j0, 1.0f,
+      e.Gemm16(ctx.pv_type, false, false, n, dv, j1 - j0, 1.0f,
                reinterpret_cast<const uint16_t*>(w.s) + j0, 2 * kn,
                static_cast<const uint16_t*>(v_stored.data) + j0 * v_stored.ld, v_stored.ld, beta,
                w.o + r0 * dv, dv);

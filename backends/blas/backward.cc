@@ -13,6 +13,7 @@
 #include "backends/blas/row_ops.h"
 #include "core/alibi.h"
 #include "core/dtype.h"
+#include "core/fast_compute.h"
 #include "core/mask.h"
 
 namespace attnkit {
@@ -39,7 +40,7 @@ size_t AlignedHalves(int64_t n) {
 // `accumulators`: dk and dv live in the worker's region (not kPartitioned).
 // d is E (Q, K, dQ, dK), dv is Ev (V, O, dO, dV).
 size_t BackwardWorkerBytes(int64_t span, int64_t rows, int64_t key_chunk, int64_t d, int64_t dv,
-                           bool softcap, bool accumulators, bool gemm16) {
+                           bool softcap, bool accumulators, bool gemm16, bool round16) {
   return (accumulators ? 2 : 1) * (AlignedFloats(span * d) + AlignedFloats(span * dv))
          // kf, vf (, dk, dv)
          + 2 * AlignedFloats(std::max(rows * d, dv))            // q, dq
@@ -48,7 +49,8 @@ size_t BackwardWorkerBytes(int64_t span, int64_t rows, int64_t key_chunk, int64_
          + (softcap ? 3 : 2) * AlignedFloats(rows * key_chunk)  // s, dp (, dcap)
          + (gemm16 ? AlignedHalves(span * d) + AlignedHalves(span * dv) + AlignedHalves(rows * d) +
                          AlignedHalves(rows * dv)
-                   : 0);  // kh, vh, qh, doh
+                   : 0)                                      // kh, vh, qh, doh
+         + (round16 ? AlignedHalves(rows * key_chunk) : 0);  // g16
 }
 
 // A kPartitioned partial (one dK or dV of a pair's part) in floats.
@@ -70,12 +72,14 @@ int64_t PartialFloats(int64_t span, int64_t d, int64_t dv) { return span * std::
 // flags say whether every row of the copy is fit for Gemm16:
 //   kh [span, E], vh [span, Ev] (kv16: set by StageKv);
 //   qh [rows, E], doh [rows, Ev] (q16, do16: set by LoadBlock).
+// With plan.round16 (FAST) also
+//   g16 [rows, key_chunk]: P, then dX, rounded to bf16 (RoundGradOperandRow).
 struct BackwardScratch {
   float *kf, *vf, *dk = nullptr, *dv = nullptr;
   float *q, *d_o, *dq;
   float *row_d, *lse;
   float *s, *dp, *dcap;
-  uint16_t *kh = nullptr, *vh = nullptr, *qh = nullptr, *doh = nullptr;
+  uint16_t *kh = nullptr, *vh = nullptr, *qh = nullptr, *doh = nullptr, *g16 = nullptr;
   // Per-worker state passed by const reference with the buffers above.
   mutable bool kv16 = false, q16 = false, do16 = false;
 };
@@ -113,6 +117,7 @@ BackwardScratch Carve(const BackwardPlan& plan, int64_t d, int64_t dv, void* reg
     w.vh = take16(plan.span * dv);
     w.qh = take16(rows * d);
     w.doh = take16(rows * dv);
+    if (plan.round16) w.g16 = take16(rows * plan.key_chunk);
   }
   return w;
 }
@@ -413,27 +418,48 @@ void Tile(const Context& c, const Block& k, const BackwardScratch& w, int64_t k0
   // (Gemm16Type, Narrow16), else f32.
   const DType t16 = c.plan.gemm16;
   if (t16 != DType::kF32 && w.q16 && w.kv16) {
-    e.Gemm16(t16, true, R, N, D, scale, w.qh, D, w.kh + (k0 - kv_base) * d, D, 0.0f, w.s, N);
+    e.Gemm16(t16, false, true, R, N, D, scale, w.qh, D, w.kh + (k0 - kv_base) * d, D, 0.0f, w.s, N);
   } else {
     e.Sgemm(false, true, R, N, D, scale, w.q, D, kf, D, 0.0f, w.s, N);
   }
   for (int64_t r = 0; r < k.rows; ++r) ProbabilityRow(c, k, w, r, k0, kn);
+  const bool key_grads = (outputs & kKeyGrads) != 0;
+  float* dv_acc = key_grads ? w.dv + (k0 - kv_base) * dv : nullptr;
+  float* dk = key_grads ? w.dk + (k0 - kv_base) * d : nullptr;
+  // FAST (plan.round16): P and then dX rounded to bf16 in g16 (a block is
+  // dense [R, kn], so one call rounds it all) meet the bf16 copies of dO, Q
+  // and K; a copy that holds a tiny value (Narrow16) sends its product to f32.
+  const bool round = c.plan.round16;
+  // dV [kn, Ev] += P^T dO: a sum over the rows, i.e. over the block's
+  // positions and the group's heads.
+  if (key_grads && round && w.do16) {
+    RoundGradOperandRow(w.s, k.rows * kn, w.g16);
+    e.Gemm16(t16, true, false, N, Dv, R, 1.0f, w.g16, N, w.doh, Dv, 1.0f, dv_acc, Dv);
+  } else if (key_grads) {
+    e.Sgemm(true, false, N, Dv, R, 1.0f, w.s, N, w.d_o, Dv, 1.0f, dv_acc, Dv);
+  }
   if (t16 != DType::kF32 && w.do16 && w.kv16) {
-    e.Gemm16(t16, true, R, N, Dv, 1.0f, w.doh, Dv, w.vh + (k0 - kv_base) * dv, Dv, 0.0f, w.dp, N);
+    e.Gemm16(t16, false, true, R, N, Dv, 1.0f, w.doh, Dv, w.vh + (k0 - kv_base) * dv, Dv, 0.0f,
+             w.dp, N);
   } else {
     e.Sgemm(false, true, R, N, Dv, 1.0f, w.d_o, Dv, vf, Dv, 0.0f, w.dp, N);
   }
   const bool write_dbias = (outputs & kQueryGrads) != 0 && !c.g.dbias.empty();
   for (int64_t r = 0; r < k.rows; ++r) ScoreGradRow(c, k, w, r, k0, kn, write_dbias);
-  if ((outputs & kKeyGrads) != 0) {
-    float* dv_acc = w.dv + (k0 - kv_base) * dv;
-    float* dk = w.dk + (k0 - kv_base) * d;
-    // dV [kn, Ev] += P^T dO;  dK [kn, E] += scale dX^T Q: sums over the
-    // rows, i.e. over the block's positions and the group's heads.
-    e.Sgemm(true, false, N, Dv, R, 1.0f, w.s, N, w.d_o, Dv, 1.0f, dv_acc, Dv);
+  const bool dk16 = key_grads && round && w.q16;
+  const bool dq16 = (outputs & kQueryGrads) != 0 && round && w.kv16;
+  if (dk16 || dq16) RoundGradOperandRow(w.dp, k.rows * kn, w.g16);
+  // dK [kn, E] += scale dX^T Q (over the rows, like dV).
+  if (dk16) {
+    e.Gemm16(t16, true, false, N, D, R, scale, w.g16, N, w.qh, D, 1.0f, dk, D);
+  } else if (key_grads) {
     e.Sgemm(true, false, N, D, R, scale, w.dp, N, w.q, D, 1.0f, dk, D);
   }
-  if ((outputs & kQueryGrads) != 0) {
+  // dQ [R, E] += scale dX K.
+  if (dq16) {
+    e.Gemm16(t16, false, false, R, D, N, scale, w.g16, N, w.kh + (k0 - kv_base) * d, D, 1.0f, w.dq,
+             D);
+  } else if ((outputs & kQueryGrads) != 0) {
     e.Sgemm(false, false, R, D, N, scale, w.dp, N, kf, D, 1.0f, w.dq, D);
   }
 }
@@ -571,9 +597,10 @@ absl::StatusOr<BackwardPlan> MakeBackwardPlan(const AttentionProblem& p, const B
   plan.span = p.kv_len;
   const size_t workers = static_cast<size_t>(plan.workers);
   plan.gemm16 = o.gemm16;
+  plan.round16 = o.round16 && o.gemm16 == DType::kBF16;
   auto worker_bytes = [&](bool accumulators) {
     return BackwardWorkerBytes(plan.span, plan.rows(), plan.key_chunk, d, dv, plan.softcap,
-                               accumulators, plan.gemm16 != DType::kF32);
+                               accumulators, plan.gemm16 != DType::kF32, plan.round16);
   };
   auto finish = [&](BackwardMode mode) {
     plan.mode = mode;
@@ -628,14 +655,22 @@ DType Gemm16Type(const AttentionProblem& p, const GemmEngine& engine) {
   return t;
 }
 
+bool RoundsGradOperands(const AttentionProblem& p, const GemmEngine& engine) {
+  return FastRoundsGradOperands(p) && Gemm16Type(p, engine) == DType::kBF16;
+}
+
 std::string DescribeBackwardPlan(const BackwardPlan& plan) {
   const char* mode = plan.mode == BackwardMode::kFused         ? "fused"
                      : plan.mode == BackwardMode::kPartitioned ? "partitioned"
                                                                : "split";
-  return absl::StrFormat(
-      "%s rows %dx%d keys<=%d span %d parts %d%s", mode, plan.heads, plan.token_block,
-      plan.key_chunk, plan.span, plan.parts,
-      plan.gemm16 == DType::kF32 ? "" : absl::StrCat(" s,dp=", DTypeName(plan.gemm16)));
+  std::string products;
+  if (plan.round16) {
+    products = absl::StrCat(" s,dp,dv,dk,dq=", DTypeName(plan.gemm16));
+  } else if (plan.gemm16 != DType::kF32) {
+    products = absl::StrCat(" s,dp=", DTypeName(plan.gemm16));
+  }
+  return absl::StrFormat("%s rows %dx%d keys<=%d span %d parts %d%s", mode, plan.heads,
+                         plan.token_block, plan.key_chunk, plan.span, plan.parts, products);
 }
 
 void ComputeBackwardItem(const AttentionProblem& p, const AttentionArgs& args,

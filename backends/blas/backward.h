@@ -54,6 +54,11 @@ struct BackwardOptions {
   // kF32 for f32 GEMMs throughout: the worker regions then also hold
   // 16-bit copies of the staged rows.
   DType gemm16 = DType::kF32;
+  // FAST (core/fast_compute.h FastRoundsGradOperands, with gemm16 bf16): P
+  // and dX rounded to bf16 (RoundGradOperandRow) so that dV, dK and dQ
+  // multiply in Gemm16 too; the regions then hold one [rows, key_chunk]
+  // 16-bit block more.
+  bool round16 = false;
 };
 
 enum class BackwardMode { kFused, kPartitioned, kSplit };
@@ -70,6 +75,7 @@ struct BackwardPlan {
   size_t partial_bytes = 0;  // kPartitioned: every (b, g, part)'s dK/dV partials
   bool softcap = false;
   DType gemm16 = DType::kF32;  // BackwardOptions::gemm16
+  bool round16 = false;        // BackwardOptions::round16
 
   int64_t rows() const { return token_block * heads; }
   // The worker regions, then the partials.
@@ -100,6 +106,11 @@ absl::StatusOr<BackwardPlan> MakeBackwardPlan(const AttentionProblem& p,
 // are f32, so the gradients keep the EXACT contract; the other three GEMMs
 // multiply f32 P, dS or dX and stay f32. kF32 otherwise.
 DType Gemm16Type(const AttentionProblem& p, const GemmEngine& engine);
+
+// Whether the backward of p on `engine` rounds P and dX to bf16 for its
+// other three GEMMs (BackwardOptions::round16): FAST permits it
+// (FastRoundsGradOperands) and Gemm16Type is bf16.
+bool RoundsGradOperands(const AttentionProblem& p, const GemmEngine& engine);
 
 // The mode and block sizes, for RunInfo::kernel.
 std::string DescribeBackwardPlan(const BackwardPlan& plan);

@@ -364,11 +364,79 @@ TEST(BlasBackwardPlan, Gemm16OnlyForAll16BitProblemsAndBudgeted) {
   EXPECT_EQ(with16->worker_bytes - plain->worker_bytes,
             2 * halves(with16->span * 64) + 2 * halves(with16->rows() * 64));
   EXPECT_NE(blas::DescribeBackwardPlan(*with16).find("s,dp=bf16"), std::string::npos);
+  // FAST's rounding adds one [rows, key_chunk] 16-bit block (g16).
+  o.round16 = true;
+  absl::StatusOr<blas::BackwardPlan> rounded = blas::MakeBackwardPlan(p, o);
+  ASSERT_TRUE(rounded.ok());
+  EXPECT_TRUE(rounded->round16);
+  EXPECT_EQ(rounded->worker_bytes - with16->worker_bytes,
+            halves(rounded->rows() * rounded->key_chunk));
+  EXPECT_NE(blas::DescribeBackwardPlan(*rounded).find("s,dp,dv,dk,dq=bf16"), std::string::npos);
+  o.round16 = false;
   EXPECT_EQ(blas::DescribeBackwardPlan(*plain).find("s,dp="), std::string::npos);
   o.budget_bytes = size_t{1} << 20;  // the split plan keeps to the budget with the copies
   with16 = blas::MakeBackwardPlan(p, o);
   ASSERT_TRUE(with16.ok()) << with16.status();
   EXPECT_LE(with16->total_bytes(), o.budget_bytes);
+}
+
+// FAST on all-bf16 problems (FastRoundsGradOperands): P and dX rounded to
+// bf16, then dV, dK and dQ in Gemm16 (the scalar engine here, so every CPU
+// runs it), in each backward mode (fused, partitioned, split, small blocks
+// where rows see different chunks). The gradients pass the FAST oracle and
+// differ from EXACT's (the rounding ran); f16 and OpenBLAS stay EXACT.
+TEST(BlasBackward, FastRoundsWeightsAndScoreGradientsToBf16) {
+  const std::shared_ptr<blas::GemmEngine> scalar = blas::MakeScalarEngine();
+  AttentionProblem p = Problem(1, 4, 2, 150, 300, 64);
+  p.dtype = p.kv_dtype = DType::kBF16;
+  p.mask = MaskKind::kCausal;
+  p.alignment = Alignment::kBottomRight;
+  p.softcap = 8.0f;
+  p.compute = ComputeMode::kFast;
+  ASSERT_TRUE(ValidateProblem(p).ok()) << ValidateProblem(p);
+  EXPECT_TRUE(blas::RoundsGradOperands(p, *scalar));
+  EXPECT_FALSE(blas::RoundsGradOperands(p, *blas::MakeOpenBlasEngine())) << "no bf16 GEMM";
+  AttentionProblem exact = p;
+  exact.compute = ComputeMode::kExact;
+  EXPECT_FALSE(blas::RoundsGradOperands(exact, *scalar));
+  AttentionProblem f16 = p;
+  f16.dtype = f16.kv_dtype = DType::kF16;
+  EXPECT_FALSE(blas::RoundsGradOperands(f16, *scalar)) << "FAST rounds to bf16 only";
+
+  absl::StatusOr<ProblemData> data = ProblemData::Random(p, 31);
+  ASSERT_TRUE(data.ok()) << data.status();
+  const AttentionArgs args = data->args();
+  absl::StatusOr<GradData> grads = GradData::Random(p, 32, false);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  for (int variant = 0; variant < 4; ++variant) {
+    BlasOptions o;
+    o.engine = scalar;
+    o.num_threads = variant == 0 ? 1 : 2;                           // fused / partitioned
+    if (variant == 2) o.memory_budget_bytes = kMinBlasBudgetBytes;  // split
+    if (variant == 3) {                                             // blocks 8 x 16
+      o.max_key_chunk = 16;
+      o.target_rows = 8;
+    }
+    BlasBackend backend(o);
+    std::vector<std::vector<char>> bits[2];
+    for (const AttentionProblem* q : {&exact, &p}) {
+      ASSERT_TRUE(backend.Forward(*q, args).ok());
+      FillGradients(*grads, 0xff);
+      RunInfo info;
+      ASSERT_TRUE(backend.Backward(*q, args, grads->args(), &info).ok());
+      const bool fast = q == &p;
+      EXPECT_EQ(info.kernel.find("dv,dk,dq=bf16") != std::string::npos, fast)
+          << variant << ": " << info.kernel;
+      const ReferenceGradients ref = ComputeReferenceBackward(*q, args, grads->d_o.view());
+      const Comparison cmp = CompareGradients(*q, grads->args(), ref);
+      EXPECT_TRUE(cmp.ok()) << variant << " " << info.kernel << ": " << cmp.first_failure
+                            << "; max |err| / bound " << cmp.max_bound_fraction;
+      bits[fast] = {Bytes(grads->dq), Bytes(grads->dk), Bytes(grads->dv)};
+    }
+    EXPECT_NE(bits[0][0], bits[1][0]) << variant << ": dq did not change under FAST";
+    EXPECT_NE(bits[0][1], bits[1][1]) << variant << ": dk did not change under FAST";
+    EXPECT_NE(bits[0][2], bits[1][2]) << variant << ": dv did not change under FAST";
+  }
 }
 
 TEST(BlasBackward, CapabilitiesRefuseWhatHasNoBackward) {

@@ -281,7 +281,8 @@ absl::Status BlasBackend::BackwardImpl(const AttentionProblem& p, const Attentio
   // The forward's row and key limits cap the backward's own defaults.
   o.target_rows = std::min(o.target_rows, options_.target_rows);
   if (options_.max_key_chunk > 0) o.key_chunk = std::min(o.key_chunk, options_.max_key_chunk);
-  o.gemm16 = blas::Gemm16Type(p, *engine_);  // S and dP in 16 bits where exact
+  o.gemm16 = blas::Gemm16Type(p, *engine_);           // S and dP in 16 bits where exact
+  o.round16 = blas::RoundsGradOperands(p, *engine_);  // FAST: dV, dK, dQ too
   ATTNKIT_ASSIGN_OR_RETURN(const blas::BackwardPlan plan, blas::MakeBackwardPlan(p, o));
   // The forward's workspace, grown when the backward needs more.
   if (workspace_.size() < plan.total_bytes() || workspace_.size() > options_.memory_budget_bytes) {

@@ -72,14 +72,15 @@ class GemmEngine {
   // their exact products and summing in f32.
   virtual bool HasGemm16(DType type) const { return false; }
   // Row-major GEMM on 16-bit operands of `type` (raw bits), f32 result:
-  //   c [m, n] = alpha * a [m, k] . op(b) + beta * c,
-  // op(b) = b [k, n] (trans_b false) or b^T (b [n, k]). Every product of
+  //   c [m, n] = alpha * op(a) . op(b) + beta * c,
+  // op(a) = a [m, k] (trans_a false) or a^T (a [k, m]), op(b) = b [k, n]
+  // (trans_b false) or b^T (b [n, k]). Every product of
   // two 16-bit values is exact in f32; the sums are f32. The bf16 dot
   // instructions (vdpbf16ps) may flush subnormal inputs and products to 0
   // (core/fast_compute.h MayFlushBF16Products). Only when HasGemm16(type).
-  virtual void Gemm16(DType type, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                      const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
-                      float* c, int64_t ldc) {}
+  virtual void Gemm16(DType type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                      float alpha, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
+                      float beta, float* c, int64_t ldc) {}
 
   // The first error a GEMM met since the last call (a primitive the library
   // could not create, say), cleared by the call; the backend returns it

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "core/fast_compute.h"
 #include "hwy/highway.h"
 #include "platform/exp_nonpositive-inl.h"
 
@@ -72,6 +73,32 @@ void SoftcapGradRowT(float* HWY_RESTRICT ds, const float* HWY_RESTRICT dcap, int
     hn::StoreU(hn::Mul(hn::LoadU(df, ds + j), hn::LoadU(df, dcap + j)), df, ds + j);
   }
   for (; j < n; ++j) ds[j] *= dcap[j];
+}
+
+// out[j] = RoundGradOperand(x[j]) (core/fast_compute.h) bit for bit: bf16
+// to nearest even, magnitudes below 2^-63 to a signed 0, NaN made quiet.
+void RoundGradOperandRowT(const float* HWY_RESTRICT x, int64_t n, uint16_t* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint16_t, decltype(df)> d16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto flush = hn::Set(df, kFastGradFlush);
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto v = hn::LoadU(df, x + j);
+    const auto bits = hn::BitCast(du, v);
+    const auto high = hn::ShiftRight<16>(bits);
+    const auto lsb = hn::And(high, hn::Set(du, 1u));
+    auto h = hn::ShiftRight<16>(hn::Add(hn::Add(bits, hn::Set(du, 0x7fffu)), lsb));
+    h = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), hn::Or(high, hn::Set(du, 0x40u)), h);
+    // |v| < 2^-63 (false for NaN): the sign alone.
+    h = hn::IfThenElse(hn::RebindMask(du, hn::Lt(hn::Abs(v), flush)),
+                       hn::And(high, hn::Set(du, 0x8000u)), h);
+    // Values below 2^16: the saturating demotion keeps them.
+    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, h)), d16, out + j);
+  }
+  for (; j < n; ++j) out[j] = RoundGradOperand(x[j]);
 }
 
 }  // namespace HWY_NAMESPACE

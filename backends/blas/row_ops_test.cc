@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/blas/grad_row_ops.h"
 #include "core/dtype.h"
 #include "core/fast_compute.h"
 #include "gtest/gtest.h"
@@ -286,6 +287,51 @@ TEST_P(RowOpsTest, ScaledOutputRowsRoundAsStoreFromF32) {
       }
     }
   }
+}
+
+// FAST's backward rounding of P and dX (core/fast_compute.h
+// RoundGradOperand) bit for bit: random values over many binades, the flush
+// threshold 2^-63 on both sides, rounding ties, NaN, +-Inf and -0.
+TEST_P(RowOpsTest, RoundGradOperandRowMatchesTheScalarRule) {
+  SCOPED_TRACE(RowOpsTarget());
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<float> mant(-2.0f, 2.0f);
+  std::uniform_int_distribution<int> exp(-80, 20);
+  std::vector<float> x(203);
+  for (float& v : x) v = std::ldexp(mant(rng), exp(rng));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {0x1p-63f,
+                            std::nextafter(0x1p-63f, 0.0f),
+                            -0x1p-63f,
+                            -std::nextafter(0x1p-63f, 0.0f),
+                            1.0f + 0x1p-8f,  // a tie: to even (1)
+                            1.0f + 0x3p-8f,  // a tie: to even (1 + 2^-6)
+                            nan,
+                            -nan,
+                            inf,
+                            -inf,
+                            -0.0f,
+                            0.0f,
+                            1e-45f,
+                            3.3895314e38f};  // rounds up to Inf
+  for (size_t i = 0; i < sizeof(specials) / sizeof(specials[0]); ++i) x[i * 13 + 5] = specials[i];
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{200}}) {
+    for (int64_t off = 0; off < 3; ++off) {
+      std::vector<uint16_t> out(static_cast<size_t>(n) + 1, 0xabcd);
+      RoundGradOperandRow(x.data() + off, n, out.data());
+      for (int64_t j = 0; j < n; ++j) {
+        ASSERT_EQ(out[j], RoundGradOperand(x[off + j]))
+            << "n " << n << " j " << j << " x " << x[off + j];
+      }
+      ASSERT_EQ(out[n], 0xabcd);  // nothing past n
+    }
+  }
+  EXPECT_EQ(RoundGradOperand(std::nextafter(0x1p-63f, 0.0f)), 0);
+  EXPECT_EQ(RoundGradOperand(-std::nextafter(0x1p-63f, 0.0f)), 0x8000);
+  EXPECT_EQ(F32FromBF16(RoundGradOperand(0x1p-63f)), 0x1p-63f);
+  EXPECT_EQ(F32FromBF16(RoundGradOperand(1.0f + 0x1p-8f)), 1.0f);
+  EXPECT_TRUE(std::isnan(F32FromBF16(RoundGradOperand(nan))));
 }
 
 TEST_P(RowOpsTest, IntegerScoresTimesRowAndKeyFactors) {

@@ -70,14 +70,15 @@ class ScalarEngine : public GemmEngine {
   }
 
   bool HasGemm16(DType type) const override { return type == DType::kBF16 || type == DType::kF16; }
-  void Gemm16(DType type, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+  void Gemm16(DType type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
               int64_t ldc) override {
     auto widen = [type](uint16_t x) {
       return type == DType::kBF16 ? F32FromBF16(x) : F32FromF16(x);
     };
     Loops(
-        m, n, k, alpha, [&](int64_t i, int64_t x) { return widen(a[i * lda + x]); },
+        m, n, k, alpha,
+        [&](int64_t i, int64_t x) { return widen(trans_a ? a[x * lda + i] : a[i * lda + x]); },
         [&](int64_t x, int64_t j) { return widen(trans_b ? b[j * ldb + x] : b[x * ldb + j]); },
         beta, c, ldc);
   }

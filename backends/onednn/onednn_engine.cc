@@ -443,9 +443,9 @@ bool OneDnnEngine::HasGemm16(DType type) const { return type == DType::kBF16 && 
 
 std::string OneDnnEngine::Bf16Note() const { return state_->bf16_note; }
 
-void OneDnnEngine::Gemm16(DType type, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                          const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
-                          float beta, float* c, int64_t ldc) {
+void OneDnnEngine::Gemm16(DType type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                          float alpha, const uint16_t* a, int64_t lda, const uint16_t* b,
+                          int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     Sgemm(false, false, m, n, 0, alpha, nullptr, 1, nullptr, 1, beta, c, ldc);
@@ -456,7 +456,8 @@ void OneDnnEngine::Gemm16(DType type, bool trans_b, int64_t m, int64_t n, int64_
         absl::StrFormat("Gemm16 asked for %s, which this engine does not take", DTypeName(type)));
     return;
   }
-  const Key key{m, n, k, lda, ldb, ldc, false, trans_b, dt::bf16, dt::f32, Bits(alpha), Bits(beta)};
+  const Key key{m,       n,       k,        lda,     ldb,         ldc,
+                trans_a, trans_b, dt::bf16, dt::f32, Bits(alpha), Bits(beta)};
   std::shared_ptr<Entry> entry = state_->Get(key, dt::bf16);
   if (entry != nullptr) state_->Execute(*entry, a, b, c);
 }

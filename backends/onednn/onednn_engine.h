@@ -70,7 +70,7 @@ class OneDnnEngine : public blas::GemmEngine {
   void U8S8DotBatch(int64_t batch, int64_t m, int64_t n, int64_t k, const uint8_t* a,
                     const int8_t* b, int64_t ldb, int64_t stride_b, int32_t* c) override;
   bool HasGemm16(DType type) const override;
-  void Gemm16(DType type, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+  void Gemm16(DType type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
               int64_t ldc) override;
   absl::Status TakeError() override;

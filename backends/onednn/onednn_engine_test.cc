@@ -218,24 +218,29 @@ TEST(OneDnnEngineTest, Bf16GemmSumsExactProductsOrSaysWhyNot) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-1, 1);
   const int64_t m = 9, n = 40, k = 100;
-  for (int tb = 0; tb < 2; ++tb) {
-    for (float beta : {0.0f, 1.0f}) {
-      const int64_t lda = k + 4, ldb = (tb ? k : n) + 6, ldc = n + 1;
-      std::vector<uint16_t> a(m * lda), b((tb ? n : k) * ldb);
-      for (uint16_t& x : a) x = BF16FromF32(u(rng));
-      for (uint16_t& x : b) x = BF16FromF32(u(rng));
-      std::vector<float> c(m * ldc, beta == 0.0f ? std::numeric_limits<float>::quiet_NaN() : 0.5f);
-      e->Gemm16(DType::kBF16, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
-      ASSERT_TRUE(e->TakeError().ok());
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-          double want = 0;
-          for (int64_t x = 0; x < k; ++x) {
-            want += double{F32FromBF16(a[i * lda + x])} *
-                    F32FromBF16(tb ? b[j * ldb + x] : b[x * ldb + j]);
+  for (int ta = 0; ta < 2; ++ta) {
+    for (int tb = 0; tb < 2; ++tb) {
+      for (float beta : {0.0f, 1.0f}) {
+        const int64_t lda = (ta ? m : k) + 4, ldb = (tb ? k : n) + 6, ldc = n + 1;
+        std::vector<uint16_t> a((ta ? k : m) * lda), b((tb ? n : k) * ldb);
+        for (uint16_t& x : a) x = BF16FromF32(u(rng));
+        for (uint16_t& x : b) x = BF16FromF32(u(rng));
+        std::vector<float> c(m * ldc,
+                             beta == 0.0f ? std::numeric_limits<float>::quiet_NaN() : 0.5f);
+        e->Gemm16(DType::kBF16, ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, beta, c.data(),
+                  ldc);
+        ASSERT_TRUE(e->TakeError().ok());
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            double want = 0;
+            for (int64_t x = 0; x < k; ++x) {
+              want += double{F32FromBF16(ta ? a[x * lda + i] : a[i * lda + x])} *
+                      F32FromBF16(tb ? b[j * ldb + x] : b[x * ldb + j]);
+            }
+            want = 0.5 * want + (beta == 0.0f ? 0.0 : 0.5);
+            ASSERT_NEAR(c[i * ldc + j], want, 1e-4)
+                << "ta " << ta << " tb " << tb << " at " << i << "," << j;
           }
-          want = 0.5 * want + (beta == 0.0f ? 0.0 : 0.5);
-          ASSERT_NEAR(c[i * ldc + j], want, 1e-4) << "tb " << tb << " at " << i << "," << j;
         }
       }
     }

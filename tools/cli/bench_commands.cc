@@ -143,16 +143,12 @@ absl::Status CompareCommand(const BackendRegistry& registry, const CliOptions& o
       problems = std::move(twins);
     }
     // --compute: every suite problem in that mode. One that cannot be (a
-    // training step under FAST), or that becomes another's twin (an EXACT
-    // problem and its FAST twin in the suite), is left out and said so.
+    // training step under FAST with Q's dtype other than K/V's), or that
+    // becomes another's twin (an EXACT problem and its FAST twin in the
+    // suite), is left out and said so.
     ATTNKIT_ASSIGN_OR_RETURN(const std::optional<ComputeProto> mode,
                              ParseComputeFlag(options.compute));
     if (mode.has_value()) {
-      if (options.grad && mode == FAST) {
-        return absl::InvalidArgumentError(
-            "--compute=fast is for the forward pass; --grad times the backward pass, which is "
-            "exact");
-      }
       std::vector<AttentionProblem> kept;
       std::map<std::string, std::string> kept_ids;  // id -> the name kept
       for (AttentionProblem p : problems) {

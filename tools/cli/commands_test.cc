@@ -517,13 +517,16 @@ TEST(LoadCliConfigTest, ComputeFlagSetsTheMode) {
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.message()), HasSubstr("--compute=turbo: use exact"));
   EXPECT_THAT(std::string(bad.message()), HasSubstr("or fast"));
-  // FAST is for the forward pass: a training step's check is refused.
+  // A FAST training step needs one dtype for Q and K/V (FAST would round Q
+  // to K's type, which has no gradient): refused, naming both.
   options.compute = "fast";
   options.grad = true;
   options.backends = {"reference"};
+  options.config_flags = {{"dtype", "f32", true}, {"kv_dtype", "bf16", true}};
   std::ostringstream out;
-  EXPECT_THAT(std::string(CheckCommand(GlobalRegistry(), options, out).message()),
-              HasSubstr("compute (FAST) is for the forward pass only"));
+  const std::string refusal(CheckCommand(GlobalRegistry(), options, out).message());
+  EXPECT_THAT(refusal, HasSubstr("compute (FAST) with backward (true) needs dtype (f32)"));
+  EXPECT_THAT(refusal, HasSubstr("kv_dtype (bf16)"));
 }
 
 // check --compute=fast: the id, the table's header and the JSON say which
@@ -629,10 +632,6 @@ TEST(CompareCommandTest, ComputeFastIsInTheRecords) {
     EXPECT_EQ(r.status(), r.backend() == "blas" ? "unsupported" : "ok")
         << r.backend() << ": " << r.detail();
   }
-  options.grad = true;
-  options.config_flags.clear();  // the suite
-  EXPECT_THAT(std::string(CompareCommand(GlobalRegistry(), options, out, progress).message()),
-              HasSubstr("--compute=fast is for the forward pass"));
 }
 
 // fuzz: --compute fixes every problem's mode, else it is drawn; the JSON
@@ -664,10 +663,13 @@ TEST(FuzzCommandTest, ComputeModeIsDrawnOrFixed) {
   options.compute = "exact";
   ASSERT_TRUE(fuzz(&json).ok()) << json;
   EXPECT_THAT(json, HasSubstr("\"fast_problems\": 0,"));
+  // --grad --compute=fast: training steps FAST where Q's dtype is K/V's.
   options.compute = "fast";
   options.grad = true;
-  EXPECT_THAT(std::string(fuzz(&json).message()),
-              HasSubstr("--compute=fast is for the forward pass"));
+  options.count = 12;
+  ASSERT_TRUE(fuzz(&json).ok()) << json;
+  EXPECT_THAT(json, ::testing::Not(HasSubstr("\"fast_problems\": 0,")));
+  EXPECT_THAT(json, HasSubstr("\"mismatches\": []"));
   options.grad = false;
   options.compute = "slow";
   EXPECT_EQ(fuzz(&json).code(), absl::StatusCode::kInvalidArgument);

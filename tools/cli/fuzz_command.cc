@@ -19,10 +19,6 @@ absl::Status FuzzCommand(const BackendRegistry& registry, const CliOptions& opti
   }
   ATTNKIT_ASSIGN_OR_RETURN(const std::optional<ComputeProto> mode,
                            ParseComputeFlag(options.compute));
-  if (options.grad && mode == FAST) {
-    return absl::InvalidArgumentError(
-        "--compute=fast is for the forward pass; --grad fuzzes the backward pass, which is exact");
-  }
   FuzzOptions fuzz;
   fuzz.count = options.count;
   fuzz.seed = options.seed;

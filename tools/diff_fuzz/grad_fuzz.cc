@@ -38,7 +38,9 @@ AttentionConfig RandomGradConfig(std::mt19937_64& rng, double max_work) {
     c.clear_q_lengths();
     c.set_return_lse(true);
     c.set_nonfinite_inputs(0);
-    c.clear_compute();  // the backward pass is EXACT
+    // FAST backward needs one dtype for Q and K/V (core/problem.cc).
+    const absl::StatusOr<AttentionProblem> drawn = ProblemFromConfig(c);
+    if (drawn.ok() && drawn->dtype != drawn->kv_dtype) c.clear_compute();
     // The edits keep a config valid but for rules on the dense form (none
     // today); draw again rather than hand the fuzzer an invalid one.
     if (ProblemFromConfig(c).ok()) return c;
