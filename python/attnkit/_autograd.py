@@ -33,14 +33,14 @@ def _has_backward(backend):
 class _SdpaFunction(torch.autograd.Function):
     """Inputs: query, key, value, attn_mask (tensor, array or None), then
     the non-tensor options (is_causal, scale, enable_gqa, backend,
-    return_lse). Outputs: out, and lse (not differentiable) with
+    return_lse, compute: the forward's and the backward's). Outputs: out, and lse (not differentiable) with
     return_lse."""
 
     @staticmethod
     def forward(ctx, query, key, value, attn_mask, is_causal, scale, enable_gqa, backend,
-                return_lse):
+                return_lse, compute):
         sdpa = _ops._Sdpa(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa,
-                          backend)
+                          backend, compute)
         out, lse = sdpa.forward(return_lse=True)
         mask_is_tensor = torch.is_tensor(attn_mask)
         ctx.save_for_backward(query, key, value, out, lse,
@@ -49,7 +49,7 @@ class _SdpaFunction(torch.autograd.Function):
         # The backend as given: "auto" lets the backward pick the first host
         # backend whose backward takes the problem (CUDA tensors resolve to
         # the device backend again).
-        ctx.options = (is_causal, scale, enable_gqa, backend)
+        ctx.options = (is_causal, scale, enable_gqa, backend, compute)
         if not return_lse:
             return out
         ctx.mark_non_differentiable(lse)
@@ -68,11 +68,11 @@ class _SdpaFunction(torch.autograd.Function):
             )
         query, key, value, out, lse, mask_tensor = ctx.saved_tensors
         attn_mask = mask_tensor if mask_tensor is not None else ctx.mask
-        is_causal, scale, enable_gqa, backend = ctx.options
+        is_causal, scale, enable_gqa, backend, compute = ctx.options
         want = ctx.needs_input_grad
         mask_grad = bool(want[3])
         sdpa = _ops._Sdpa(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa,
-                          backend)
+                          backend, compute)
         dq, dk, dv, dbias, _ = sdpa.backward(out, lse, grad_out, mask_grad)
         dmask = None
         if mask_grad:
@@ -87,11 +87,12 @@ class _SdpaFunction(torch.autograd.Function):
             None,
             None,
             None,
+            None,
         )
 
 
 def sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, backend,
-         return_lse):
+         return_lse, compute="exact"):
     """scaled_dot_product_attention as an autograd node (its docstring)."""
     if dropout_p != 0.0:
         raise NotImplementedError(
@@ -100,4 +101,4 @@ def sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, 
         )
     _has_backward(backend)
     return _SdpaFunction.apply(query, key, value, attn_mask, is_causal, scale, enable_gqa,
-                               backend, return_lse)
+                               backend, return_lse, compute)

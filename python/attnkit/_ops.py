@@ -429,7 +429,6 @@ class _Sdpa:
         q, k, v, call = self.q, self.k, self.v, self.call
         if mask_grad and not self.has_bias:
             raise ValueError("mask_grad needs a float attn_mask (an additive bias)")
-        call.problem.compute = _capi.COMPUTE_EXACT  # the backward pass is exact
         call.problem.return_lse = 1
         o, o_view = self._input_like(out, "out", self.out_shape(), q.code, _as4)
         call.set("o", o, *o_view)
@@ -501,8 +500,11 @@ def scaled_dot_product_attention(
     type before Q.K, and the attention weights to the values' before P.V
     (core/fast_compute.h); it changes nothing when key and value are f32,
     and a backend that does not list the K/V dtype in its capabilities'
-    fast_kv_dtypes refuses it (NotImplementedError). "fast" is for the
-    forward pass: not with inputs that require grad.
+    fast_kv_dtypes refuses it (NotImplementedError). With inputs that
+    require grad, "fast" also governs the backward pass, which may then round
+    the attention weights and the score gradients to bf16 where query, key
+    and value are all bf16 (core/fast_compute.h FastRoundsGradOperands);
+    "fast" with grad needs query's dtype equal to key's and value's.
 
     Differentiable: when a torch tensor among query, key, value (or a float
     attn_mask) requires grad and grad mode is on, the output is an autograd
@@ -515,15 +517,10 @@ def scaled_dot_product_attention(
     backward pass has no derivative of its own.
     """
     if _wants_grad(query, key, value, attn_mask):
-        if compute_code(compute) != _capi.COMPUTE_EXACT:
-            raise ValueError(
-                "compute='fast' is for the forward pass only and an input requires grad: use "
-                "compute='exact', or call under torch.no_grad()"
-            )
         from . import _autograd
 
         return _autograd.sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale,
-                              enable_gqa, backend, return_lse)
+                              enable_gqa, backend, return_lse, compute)
     sdpa = _Sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, backend,
                  compute)
     o, lse = sdpa.forward(return_lse)
@@ -544,6 +541,7 @@ def scaled_dot_product_attention_backward(
     *,
     backend="auto",
     mask_grad=False,
+    compute="exact",
 ):
     """The backward pass of scaled_dot_product_attention, for numpy arrays
     (or torch tensors, outside autograd): dL/dquery, dL/dkey, dL/dvalue from
@@ -562,9 +560,14 @@ def scaled_dot_product_attention_backward(
     zero gradients. backend: a name or "auto" (the first host backend whose
     backward takes the problem); last_run() says which ran and why. Raises
     ValueError for mismatched shapes and NotImplementedError when no backend
-    has a backward for the problem.
+    has a backward for the problem. compute="fast" lets the backend round
+    the attention weights and the score gradients to bf16 before the
+    products that take them, where query, key and value are all bf16
+    (core/fast_compute.h FastRoundsGradOperands); it needs query's dtype
+    equal to key's and value's.
     """
-    sdpa = _Sdpa(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, backend)
+    sdpa = _Sdpa(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, backend,
+                 compute)
     dq, dk, dv, dbias, _ = sdpa.backward(out, lse, grad_out, mask_grad)
     if not mask_grad:
         return dq, dk, dv

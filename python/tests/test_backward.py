@@ -307,3 +307,36 @@ def test_autograd_refuses_what_it_cannot_differentiate():
     if "c-naive" in [b["name"] for b in attnkit.backends()]:
         with pytest.raises(NotImplementedError, match="has no backward pass"):
             attnkit.scaled_dot_product_attention(q, q, q, backend="c-naive")
+
+
+@torch_only
+def test_autograd_under_fast_rounds_bf16_weights_and_stays_close():
+    # compute="fast" reaches the backward: on all-bf16 inputs a backend may
+    # round P and dS to bf16 there (core/fast_compute.h), and its gradients
+    # stay within bf16's reach of the exact ones; "fast" with a query dtype
+    # other than the keys' is refused (FAST would round Q, which has no
+    # gradient).
+    t = _torch()
+    t.manual_seed(3)
+    names = [b["name"] for b in attnkit.backends()]
+    # onednn multiplies bf16 (its kernel name then says so); blas runs FAST
+    # as EXACT (OpenBLAS has no bf16 GEMM), which FAST permits.
+    backend = "onednn" if "onednn" in names else "blas"
+    leaves = [t.randn(1, 4, 33, 32).to(t.bfloat16) for _ in range(3)]
+    grads = {}
+    for compute in ("exact", "fast"):
+        q, k, v = (x.clone().requires_grad_() for x in leaves)
+        out = attnkit.scaled_dot_product_attention(q, k, v, is_causal=True, backend=backend,
+                                                   compute=compute)
+        (out.float() * t.linspace(-1, 1, 32)).sum().backward()
+        grads[compute] = [x.grad.float() for x in (q, k, v)]
+        run = attnkit.last_run()
+        assert run["backend"] == backend
+        if backend == "onednn" and compute == "fast":
+            assert "dv,dk,dq=bf16" in run["kernel"], run
+    for name, fast, exact in zip(("dq", "dk", "dv"), grads["fast"], grads["exact"]):
+        t.testing.assert_close(fast, exact, rtol=5e-2, atol=5e-2, msg=name)
+    q = t.randn(1, 2, 4, 8, requires_grad=True)
+    kb = t.randn(1, 2, 4, 8).to(t.bfloat16)
+    with pytest.raises((ValueError, NotImplementedError), match="kv_dtype"):
+        attnkit.scaled_dot_product_attention(q, kb, kb, compute="fast").sum().backward()
