@@ -146,18 +146,10 @@ struct Context {
 // 2^-126: an error under 2^-126 per sum, which the check cannot exclude.)
 bool Narrow16(const float* src, int64_t n, DType type, uint16_t* dst) {
   if (type == DType::kF16) {
-    for (int64_t x = 0; x < n; ++x) dst[x] = F16FromF32(src[x]);
+    ScaleNarrowRow(src, n, 1.0f, type, dst);  // exact: the values are f16's
     return true;
   }
-  bool tiny = false;
-  for (int64_t x = 0; x < n; ++x) {
-    uint32_t bits;
-    std::memcpy(&bits, &src[x], sizeof(bits));
-    const uint32_t magnitude = bits & 0x7fffffffu;
-    tiny |= magnitude != 0 && magnitude < (uint32_t{127 - 63} << 23);
-    dst[x] = static_cast<uint16_t>(bits >> 16);  // exact: the low half is 0
-  }
-  return !tiny;
+  return NarrowExactBF16Row(src, n, dst);  // exact: the low halves are 0
 }
 
 // A query block: positions [i0, i0 + tokens) of the query heads of kv head g
@@ -207,6 +199,15 @@ void StoreRow(const TensorView& t, int64_t offset, const float* src, int64_t d) 
       std::fill(out, out + d, 0.0f);
     } else {
       std::memcpy(out, src, static_cast<size_t>(d) * sizeof(float));
+    }
+    return;
+  }
+  if ((t.dtype == DType::kBF16 || t.dtype == DType::kF16) && t.strides[3] == 1) {
+    uint16_t* out = static_cast<uint16_t*>(t.data) + offset;
+    if (src == nullptr) {
+      std::fill(out, out + d, uint16_t{0});
+    } else {
+      ScaleNarrowRow(src, d, 1.0f, t.dtype, out);  // StoreFromF32's rounding, bit for bit
     }
     return;
   }

@@ -31,6 +31,11 @@ void SoftcapGradRow(float* ds, const float* dcap, int64_t n);
 // bit: P or dX as FAST's backward multiplies them in bf16.
 void RoundGradOperandRow(const float* x, int64_t n, uint16_t* out);
 
+// out[j] = the top half of x[j] (bf16 values widened to f32: exact) over
+// [0, n); false when some x[j] is nonzero and below 2^-63 in magnitude
+// (a product of two such values could be flushed by bf16 dot instructions).
+bool NarrowExactBF16Row(const float* x, int64_t n, uint16_t* out);
+
 }  // namespace blas
 }  // namespace attnkit
 

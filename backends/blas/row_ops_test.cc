@@ -334,6 +334,34 @@ TEST_P(RowOpsTest, RoundGradOperandRowMatchesTheScalarRule) {
   EXPECT_TRUE(std::isnan(F32FromBF16(RoundGradOperand(nan))));
 }
 
+// The backward's exact narrowing of staged bf16 rows: the top halves, and
+// false exactly when a nonzero magnitude below 2^-63 is present, wherever it
+// sits (vector body or tail).
+TEST_P(RowOpsTest, NarrowExactBF16RowFlagsTinyValues) {
+  SCOPED_TRACE(RowOpsTarget());
+  std::mt19937 rng(22);
+  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{16}, int64_t{37}, int64_t{100}}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = F32FromBF16(BF16FromF32(dist(rng)));
+    if (n > 3) x[3] = -0.0f;  // zero is not tiny
+    std::vector<uint16_t> out(static_cast<size_t>(n) + 1, 0xabcd);
+    EXPECT_TRUE(NarrowExactBF16Row(x.data(), n, out.data())) << n;
+    for (int64_t j = 0; j < n; ++j) ASSERT_EQ(out[j], BF16FromF32(x[j])) << n << " " << j;
+    ASSERT_EQ(out[n], 0xabcd);
+    for (int64_t at = 0; at < n; ++at) {
+      for (float tiny : {0x1p-64f, -0x1p-100f, 1e-45f}) {
+        std::vector<float> y = x;
+        y[at] = tiny;
+        EXPECT_FALSE(NarrowExactBF16Row(y.data(), n, out.data())) << n << " at " << at;
+      }
+      std::vector<float> y = x;
+      y[at] = -0x1p-63f;  // the smallest magnitude allowed
+      EXPECT_TRUE(NarrowExactBF16Row(y.data(), n, out.data())) << n << " at " << at;
+    }
+  }
+}
+
 TEST_P(RowOpsTest, IntegerScoresTimesRowAndKeyFactors) {
   SCOPED_TRACE(RowOpsTarget());
   std::mt19937 rng(12);
