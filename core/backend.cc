@@ -394,6 +394,7 @@ absl::Status ValidateGradArgs(const AttentionProblem& p, const AttentionArgs& a,
     return absl::InvalidArgumentError(
         "return_lse must be true for the backward pass: it reads the forward's lse");
   }
+  ATTNKIT_RETURN_IF_ERROR(ValidateFastBackward(p));
   // The forward's checks made these shapes; the gradients take them over.
   auto like = [](absl::string_view name, const TensorView& t, const TensorView& model) {
     return CheckTensor(name, t, model.dtype,

@@ -182,6 +182,17 @@ AttentionProblem BasicProblem(int64_t batch, int64_t heads, int64_t kv_heads, in
   return p;
 }
 
+absl::Status ValidateFastBackward(const AttentionProblem& p) {
+  if (p.fast() && p.dtype != p.kv_dtype) {
+    // FAST would round Q to K's type, a step with no gradient rule.
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "compute (FAST) with backward (true) needs dtype (%s) equal to kv_dtype (%s): FAST "
+        "rounds Q to K's type, which has no gradient; use EXACT",
+        DTypeName(p.dtype), DTypeName(p.kv_dtype)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateProblem(const AttentionProblem& p) {
   ATTNKIT_RETURN_IF_ERROR(RequireRange("batch", p.batch, 1, kMaxDim));
   ATTNKIT_RETURN_IF_ERROR(RequireRange("num_heads", p.num_heads, 1, kProblemMaxHeads));
@@ -246,13 +257,7 @@ absl::Status ValidateProblem(const AttentionProblem& p) {
       return absl::InvalidArgumentError(
           "backward (true) needs return_lse: the backward pass reads the forward's lse");
     }
-    if (p.fast() && p.dtype != p.kv_dtype) {
-      // FAST would round Q to K's type, a step with no gradient rule.
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "compute (FAST) with backward (true) needs dtype (%s) equal to kv_dtype (%s): FAST "
-          "rounds Q to K's type, which has no gradient; use EXACT",
-          DTypeName(p.dtype), DTypeName(p.kv_dtype)));
-    }
+    ATTNKIT_RETURN_IF_ERROR(ValidateFastBackward(p));
   }
   if (p.nonfinite_inputs < 0 || p.nonfinite_inputs > kMaxNonfiniteInputs) {
     return absl::InvalidArgumentError(absl::StrFormat("nonfinite_inputs (%d) must be in [0, %d]",

@@ -29,7 +29,9 @@ enum class Alignment { kTopLeft, kBottomRight };
 // How a backend may compute (config.proto compute). kExact: every product is
 // of exactly widened storage values, sums in f32. kFast: additionally Q may be
 // rounded to K's storage type before Q.K (core/fast_compute.h gives the
-// rounding) and P to V's before P.V. kFast is a permission, not an order.
+// rounding) and P to V's before P.V; in the backward pass of an all-bf16
+// problem P and dX may be rounded to bf16 before dV, dK and dQ
+// (FastRoundsGradOperands). kFast is a permission, not an order.
 enum class ComputeMode { kExact, kFast };
 
 absl::string_view MaskKindName(MaskKind kind);     // "none", "causal", "window"
@@ -125,6 +127,12 @@ AttentionProblem BasicProblem(int64_t batch, int64_t heads, int64_t kv_heads, in
 // value and the rule, e.g. "num_heads (12) must be a multiple of
 // num_kv_heads (5)".
 absl::Status ValidateProblem(const AttentionProblem& p);
+
+// The rule a backward pass adds to a FAST problem, whether or not it says
+// `backward` (ValidateProblem applies it then; every Backend::Backward
+// through ValidateGradArgs): dtype equal to kv_dtype, since FAST would round
+// Q to K's type, a step with no gradient.
+absl::Status ValidateFastBackward(const AttentionProblem& p);
 
 // Limits ValidateProblem enforces on the head count and head dim.
 constexpr int64_t kProblemMaxHeads = 65536;

@@ -276,7 +276,7 @@ TEST(CompareTest, PeakPassesRaiseALowPeakAndOverHundredIsExplained) {
 TEST(SuiteTest, StandardSuiteLoads) {
   auto suite = LoadSuite("standard");
   ASSERT_TRUE(suite.ok()) << suite.status();
-  EXPECT_EQ(suite->size(), 24u);
+  EXPECT_EQ(suite->size(), 25u);
   for (const AttentionProblem& p : *suite) EXPECT_FALSE(p.name.empty());
   // The serving problems: int8 K/V, paged K/V and a ragged mixed batch.
   int int8 = 0, paged = 0, ragged = 0;
@@ -289,22 +289,23 @@ TEST(SuiteTest, StandardSuiteLoads) {
   EXPECT_EQ(paged, 2);
   EXPECT_EQ(ragged, 1);
   // The compute modes: all-bf16 prefills in EXACT and FAST, decodes (int8,
-  // bf16, fp8) in FAST.
+  // bf16, fp8) in FAST, the all-bf16 backward in EXACT and FAST.
   int fast = 0, bf16_prefill = 0;
   for (const AttentionProblem& p : *suite) {
     fast += p.fast();
     EXPECT_EQ(p.fast(), absl::EndsWith(p.Id(), "_fast")) << p.Id();
     bf16_prefill += p.dtype == DType::kBF16 && p.q_len > 1 && !p.backward;
   }
-  EXPECT_EQ(fast, 5);
+  EXPECT_EQ(fast, 6);
   EXPECT_EQ(bf16_prefill, 4);
-  // The training problems time their backward pass; their ids say so.
+  // The training problems time their backward pass; their ids say so
+  // ("_bwd", then "_fast" under FAST).
   int backward = 0;
   for (const AttentionProblem& p : *suite) {
     backward += p.backward;
-    EXPECT_EQ(p.backward, absl::EndsWith(p.Id(), "_bwd")) << p.Id();
+    EXPECT_EQ(p.backward, absl::EndsWith(p.Id(), p.fast() ? "_bwd_fast" : "_bwd")) << p.Id();
   }
-  EXPECT_EQ(backward, 2);
+  EXPECT_EQ(backward, 3);
   EXPECT_EQ(LoadSuite("huge").status().code(), absl::StatusCode::kNotFound);
 }
 

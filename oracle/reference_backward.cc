@@ -130,13 +130,16 @@ void RowForward::Compute(const AttentionProblem& p, const F64Inputs& in, int64_t
     return;
   }
   const double m = std::max(max_score, sink);
-  double keys = 0;  // the keys' share of the sum, without the sink
+  double keys = 0;      // the keys' share of the sum, without the sink
+  double unscaled = 0;  // sum_j exp(s_j - max s), as oracle/reference.cc
   for (int64_t j = range.begin; j < range.end; ++j) {
-    if (allowed[j]) keys += std::exp(prob[j] - m);
+    if (!allowed[j]) continue;
+    keys += std::exp(prob[j] - m);
+    unscaled += std::exp(prob[j] - max_score);
   }
   lse = m + std::log(keys + (sink > -kInf ? std::exp(sink - m) : 0.0));
   // As oracle/reference.cc: over the keys' weights relative to their max.
-  terms.sum_max_abs_v = sum_max_abs_v / (keys * std::exp(m - max_score));
+  terms.sum_max_abs_v = sum_max_abs_v / unscaled;
   if (sink > -kInf) {  // the forward bound's fold terms (oracle/compare.h)
     terms.sink_shift = lse - (m + std::log(keys));
     terms.sink_abs_lse = std::fabs(lse);

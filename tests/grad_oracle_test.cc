@@ -145,10 +145,12 @@ enum class Bug {
   kBlockedRowDq,     // the dense mask ignored on a fully blocked row
   kDbiasOnBlocked,   // dBias of masked pairs from the unmasked dS
   // FAST only (FastBugs): the backward's rounding of its computed operands
-  // to 3 significant bits instead of bf16's 8 (the bound on dQ and dK
-  // also carries D's errors, O's bf16 rounding among them: 4 bits can hide).
-  kCoarseP,   // P before dV
-  kCoarseDx,  // dX before dQ and dK
+  // coarser than bf16's 8 significant bits. dQ's and dK's bound also
+  // carries D's errors (O's bf16 rounding and FAST's P rounding in the
+  // forward) relative to sums of |dX k| whose terms cancel, so a rounding of
+  // dX to 2 to 4 bits can hide in it; 1 bit cannot.
+  kCoarseP,   // P to 3 bits before dV
+  kCoarseDx,  // dX to 1 bit (a power of two) before dQ and dK
 };
 
 struct BugInfo {

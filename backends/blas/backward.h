@@ -2,7 +2,8 @@
 // dK, dV (and dBias) through blocked GEMM calls over f32 scratch whose size
 // is fixed by a budget, whatever the sequence lengths; S and dP on 16-bit
 // copies of the rows where every operand is stored in bf16 or f16 and the
-// engine multiplies it (Gemm16Type).
+// engine multiplies it (Gemm16Type), and under FAST on all-bf16 problems dV,
+// dK and dQ too, on P and dX rounded to bf16 (RoundsGradOperands).
 //
 // A query block stacks `token_block` positions of every query head of KV head
 // g position-major (row r = position i0 + r / heads of head h0 + r % heads),
@@ -104,7 +105,8 @@ absl::StatusOr<BackwardPlan> MakeBackwardPlan(const AttentionProblem& p,
 // Q, dO, K and V all stored in it (bf16 or f16) and the engine's Gemm16
 // taking it. Each product of two 16-bit values is exact in f32 and the sums
 // are f32, so the gradients keep the EXACT contract; the other three GEMMs
-// multiply f32 P, dS or dX and stay f32. kF32 otherwise.
+// multiply f32 P or dX and stay f32 unless FAST rounds those
+// (RoundsGradOperands). kF32 otherwise.
 DType Gemm16Type(const AttentionProblem& p, const GemmEngine& engine);
 
 // Whether the backward of p on `engine` rounds P and dX to bf16 for its

@@ -387,7 +387,7 @@ TEST(BlasBackwardPlan, Gemm16OnlyForAll16BitProblemsAndBudgeted) {
 // differ from EXACT's (the rounding ran); f16 and OpenBLAS stay EXACT.
 TEST(BlasBackward, FastRoundsWeightsAndScoreGradientsToBf16) {
   const std::shared_ptr<blas::GemmEngine> scalar = blas::MakeScalarEngine();
-  AttentionProblem p = Problem(1, 4, 2, 150, 300, 64);
+  AttentionProblem p = Problem(1, 4, 1, 150, 300, 64);  // one (b, g) pair
   p.dtype = p.kv_dtype = DType::kBF16;
   p.mask = MaskKind::kCausal;
   p.alignment = Alignment::kBottomRight;
@@ -408,10 +408,11 @@ TEST(BlasBackward, FastRoundsWeightsAndScoreGradientsToBf16) {
   const AttentionArgs args = data->args();
   absl::StatusOr<GradData> grads = GradData::Random(p, 32, false);
   ASSERT_TRUE(grads.ok()) << grads.status();
+  const char* const modes[] = {"fused", "partitioned", "split", "partitioned"};
   for (int variant = 0; variant < 4; ++variant) {
     BlasOptions o;
     o.engine = scalar;
-    o.num_threads = variant == 0 ? 1 : 2;                           // fused / partitioned
+    o.num_threads = variant == 0 ? 1 : 2;  // one pair: fused on 1 thread, partitioned on 2
     if (variant == 2) o.memory_budget_bytes = kMinBlasBudgetBytes;  // split
     if (variant == 3) {                                             // blocks 8 x 16
       o.max_key_chunk = 16;
@@ -427,6 +428,7 @@ TEST(BlasBackward, FastRoundsWeightsAndScoreGradientsToBf16) {
       const bool fast = q == &p;
       EXPECT_EQ(info.kernel.find("dv,dk,dq=bf16") != std::string::npos, fast)
           << variant << ": " << info.kernel;
+      EXPECT_NE(info.kernel.find(modes[variant]), std::string::npos) << info.kernel;
       const ReferenceGradients ref = ComputeReferenceBackward(*q, args, grads->d_o.view());
       const Comparison cmp = CompareGradients(*q, grads->args(), ref);
       EXPECT_TRUE(cmp.ok()) << variant << " " << info.kernel << ": " << cmp.first_failure

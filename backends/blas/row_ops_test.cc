@@ -314,7 +314,7 @@ TEST_P(RowOpsTest, RoundGradOperandRowMatchesTheScalarRule) {
                             -0.0f,
                             0.0f,
                             1e-45f,
-                            3.3895314e38f};  // rounds up to Inf
+                            0x1.ffp127f};  // rounds up to Inf
   for (size_t i = 0; i < sizeof(specials) / sizeof(specials[0]); ++i) x[i * 13 + 5] = specials[i];
   for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{200}}) {
     for (int64_t off = 0; off < 3; ++off) {

@@ -318,10 +318,11 @@ def test_autograd_under_fast_rounds_bf16_weights_and_stays_close():
     # gradient).
     t = _torch()
     t.manual_seed(3)
-    names = [b["name"] for b in attnkit.backends()]
-    # onednn multiplies bf16 (its kernel name then says so); blas runs FAST
-    # as EXACT (OpenBLAS has no bf16 GEMM), which FAST permits.
-    backend = "onednn" if "onednn" in names else "blas"
+    # onednn with a bf16 matmul rounds P and dS (its kernel name then says
+    # so); highway computes FAST's backward exactly, which FAST permits.
+    fast_bf16 = [b["name"] for b in attnkit.backends()
+                 if "bf16" in b["capabilities"]["fast_kv_dtypes"]]
+    backend = "onednn" if "onednn" in fast_bf16 else "highway"
     leaves = [t.randn(1, 4, 33, 32).to(t.bfloat16) for _ in range(3)]
     grads = {}
     for compute in ("exact", "fast"):
@@ -340,3 +341,36 @@ def test_autograd_under_fast_rounds_bf16_weights_and_stays_close():
     kb = t.randn(1, 2, 4, 8).to(t.bfloat16)
     with pytest.raises((ValueError, NotImplementedError), match="kv_dtype"):
         attnkit.scaled_dot_product_attention(q, kb, kb, compute="fast").sum().backward()
+
+
+def test_backward_under_fast_on_bf16_arrays(monkeypatch):
+    # scaled_dot_product_attention_backward(compute="fast") on bf16 arrays
+    # (no torch): the gradients of a backend that rounds P and dS to bf16
+    # (onednn with a bf16 matmul; else highway, which runs FAST's backward
+    # exactly) stay within bf16's reach of the exact ones, the kernel name
+    # says which products ran in bf16, and a FAST backward with a query dtype
+    # other than the keys' is refused by name.
+    from test_attnkit import bf16_codec
+
+    to_bf16, from_bf16 = bf16_codec(monkeypatch)
+    rng = np.random.default_rng(9)
+    q, k, v, d_o = (to_bf16(rng.uniform(-1, 1, (1, 4, 40, 32))) for _ in range(4))
+    fast_bf16 = [b["name"] for b in attnkit.backends()
+                 if "bf16" in b["capabilities"]["fast_kv_dtypes"]]
+    backend = "onednn" if "onednn" in fast_bf16 else "highway"
+    grads = {}
+    for compute in ("exact", "fast"):
+        o, lse = attnkit.scaled_dot_product_attention(q, k, v, is_causal=True, backend=backend,
+                                                      compute=compute, return_lse=True)
+        grads[compute] = [from_bf16(g) for g in attnkit.scaled_dot_product_attention_backward(
+            q, k, v, o, lse, d_o, is_causal=True, backend=backend, compute=compute)]
+        kernel = attnkit.last_run()["kernel"]
+        assert ("dv,dk,dq=bf16" in kernel) == (backend == "onednn" and compute == "fast"), kernel
+    for name, fast, exact in zip(("dq", "dk", "dv"), grads["fast"], grads["exact"]):
+        np.testing.assert_allclose(fast, exact, rtol=0, atol=3e-2, err_msg=name)
+    q32 = from_bf16(q)
+    o, lse = attnkit.scaled_dot_product_attention(q32, k, v, backend="highway", compute="fast",
+                                                  return_lse=True)
+    with pytest.raises(ValueError, match="kv_dtype"):
+        attnkit.scaled_dot_product_attention_backward(q32, k, v, o, lse, from_bf16(d_o),
+                                                      backend="highway", compute="fast")

@@ -188,10 +188,11 @@ FuzzReport RunFuzzCampaign(const std::vector<Backend*>& backends, const FuzzOpti
     if (options.compute == FuzzCompute::kExact) config.clear_compute();
     if (options.compute == FuzzCompute::kFast) {
       // A training step is FAST only with one dtype for Q and K/V
-      // (core/problem.cc); the others stay EXACT.
+      // (core/problem.h ValidateFastBackward); the others stay EXACT.
       AttentionConfig fast = config;
       fast.set_compute(FAST);
-      if (!campaign.backward || ProblemFromConfig(fast).ok()) config = fast;
+      const absl::StatusOr<AttentionProblem> p = ProblemFromConfig(fast);
+      if (!campaign.backward || (p.ok() && ValidateFastBackward(*p).ok())) config = fast;
     }
     ++report.problems;
     report.fast_problems += config.compute() == FAST ? 1 : 0;

@@ -90,7 +90,7 @@ struct FuzzCampaign {
   std::string what;         // "" (forward) or "backward ", in messages
   std::string name_prefix;  // configs are named <prefix>-<seed>-<n>
   std::string check_flags;  // extra `attnkit check` flags of the repro line
-  bool backward = false;    // checks the backward pass, which is EXACT only
+  bool backward = false;    // checks the backward pass (FAST only where dtype == kv_dtype)
   std::function<AttentionConfig(std::mt19937_64& rng)> draw;
   // OK when the backend matches the reference or declines (*ran = false).
   std::function<absl::Status(const AttentionConfig&, Backend*, bool* ran)> check;
