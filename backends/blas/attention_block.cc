@@ -520,11 +520,14 @@ void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const RawOpe
   if (narrow || u8) {
     v_stored = StoredRows(ctx, a.v, a.v_scale, c.b, c.g, k0, kn, w.v, u8 ? w.v_scale : nullptr);
   }
+  uint16_t* p16 = reinterpret_cast<uint16_t*>(w.s);
   for (int64_t r = r0; r < r0 + n; ++r) {
     float* s = w.s + (r - r0) * kn;
     SoftmaxChunkRow(ctx, c.b, c.h0 + r % c.num_heads, c.i0 + r / c.num_heads, kv_length, k0, kn, s,
                     w.o + r * dv, w.row_max + r, w.row_sum + r, w.row_bad + r);
-    if (narrow) NarrowRow(s, kn, ctx.pv_type);
+    // The 16-bit rows dense from w.s's start ([n, kn], lda = kn): oneDNN
+    // runs a dense A in its brgemm kernels, a strided one in gemm:jit.
+    if (narrow) NarrowRow(s, kn, ctx.pv_type, p16 + (r - r0) * kn);
     if (u8) u8 = QuantizeRowWeights(s, r - r0, n, kn, w);
   }
   if (u8) {
@@ -544,8 +547,7 @@ void RowsAgainstKeys(const BlockContext& ctx, const BlockCoords& c, const RawOpe
   // O (+)= P [.., j0:j1) . V [j0:j1, ..].
   auto multiply = [&](int64_t j0, int64_t j1, float beta) {
     if (narrow) {
-      e.Gemm16(ctx.pv_type, false, false, n, dv, j1 - j0, 1.0f,
-               reinterpret_cast<const uint16_t*>(w.s) + j0, 2 * kn,
+      e.Gemm16(ctx.pv_type, false, false, n, dv, j1 - j0, 1.0f, p16 + j0, kn,
                static_cast<const uint16_t*>(v_stored.data) + j0 * v_stored.ld, v_stored.ld, beta,
                w.o + r0 * dv, dv);
     } else {

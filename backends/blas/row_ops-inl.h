@@ -276,14 +276,13 @@ HWY_INLINE void AccumulateIntRowImpl(const int32_t* HWY_RESTRICT sums, int64_t n
 }
 
 // bf16 bits of x[j] rounded to nearest even (BF16FromF32 without its NaN
-// case), written over the row's first 2n bytes. Each vector is loaded before
-// the narrower store, which only reaches floats already loaded.
-HWY_INLINE void NarrowRowBF16Impl(float* x, int64_t n) {
+// case) into out[j], which may overlap x from below. Each vector is loaded
+// before the narrower store, which only reaches floats already loaded.
+HWY_INLINE void NarrowRowBF16Impl(const float* x, int64_t n, uint16_t* out) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<uint16_t, decltype(df)> d16;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  uint16_t* out = reinterpret_cast<uint16_t*>(x);
   const auto half = hn::Set(di, 0x7fff);
   const auto one = hn::Set(di, 1);
   int64_t j = 0;
@@ -395,7 +394,7 @@ bool QuantizeWeightsRowU8T(const float* p, const float* v_scale, int64_t kn, uin
 void AccumulateIntRowT(const int32_t* sums, int64_t n, float f, float* o) {
   AccumulateIntRowImpl(sums, n, f, o);
 }
-void NarrowRowBF16T(float* x, int64_t n) { NarrowRowBF16Impl(x, n); }
+void NarrowRowBF16T(const float* x, int64_t n, uint16_t* out) { NarrowRowBF16Impl(x, n, out); }
 void ScaleNarrowRowBF16T(const float* x, int64_t n, float f, uint16_t* out) {
   ScaleNarrowRowBF16Impl(x, n, f, out);
 }

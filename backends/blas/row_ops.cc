@@ -67,13 +67,12 @@ bool QuantizeWeightsRowU8(const float* p, const float* v_scale, int64_t kn, uint
 void AccumulateIntRow(const int32_t* sums, int64_t n, float f, float* o) {
   HWY_DYNAMIC_DISPATCH(AccumulateIntRowT)(sums, n, f, o);
 }
-void NarrowRow(float* x, int64_t n, DType type) {
+void NarrowRow(const float* x, int64_t n, DType type, uint16_t* out) {
   if (type == DType::kBF16) {
-    HWY_DYNAMIC_DISPATCH(NarrowRowBF16T)(x, n);
+    HWY_DYNAMIC_DISPATCH(NarrowRowBF16T)(x, n, out);
     return;
   }
-  uint16_t* out = reinterpret_cast<uint16_t*>(x);  // f16: in order, each read before its write
-  for (int64_t j = 0; j < n; ++j) out[j] = F16FromF32(x[j]);
+  for (int64_t j = 0; j < n; ++j) out[j] = F16FromF32(x[j]);  // in order: read before written
 }
 void ScaleNarrowRow(const float* x, int64_t n, float f, DType type, uint16_t* out) {
   if (type == DType::kBF16) {

@@ -70,9 +70,11 @@ bool QuantizeWeightsRowU8(const float* p, const float* v_scale, int64_t kn, uint
 // back scale, into the row's f32 accumulator.
 void AccumulateIntRow(const int32_t* sums, int64_t n, float f, float* o);
 // Rounds x[0, n) (softmax weights, >= 0) to `type` (kBF16 or kF16), to
-// nearest even, and writes the 16-bit values over the row's first 2n bytes:
-// P as a 16-bit P.V operand in P's own scratch.
-void NarrowRow(float* x, int64_t n, DType type);
+// nearest even, into out[0, n), which may overlap x from below (out's first
+// byte at or before x's): each value is read before a store can reach it.
+// P as a 16-bit P.V operand in P's own scratch, compacted so that the
+// narrowed rows of a block are dense (a GEMM operand with lda = keys).
+void NarrowRow(const float* x, int64_t n, DType type, uint16_t* out);
 
 // out[j] = x[j] * f rounded to `type` (kBF16 or kF16) as StoreFromF32
 // rounds it, bit for bit (NaN and Inf included), for j < n: an output row of

@@ -222,7 +222,7 @@ TEST_P(RowOpsTest, NarrowingRoundsToNearestEvenInPlace) {
         for (int64_t j = 0; j < n; j += 5) row[offset + j] = 1.0f + 1.0f / 256;  // a bf16 tie
         if (n > 2) row[offset + 1] = 1e-40f, row[offset + 2] = 1.0f;
         const std::vector<float> before = row;
-        NarrowRow(row.data() + offset, n, type);
+        NarrowRow(row.data() + offset, n, type, reinterpret_cast<uint16_t*>(row.data() + offset));
         const uint16_t* out = reinterpret_cast<const uint16_t*>(row.data() + offset);
         for (int64_t j = 0; j < n; ++j) {
           const float x = before[offset + j];
@@ -284,6 +284,29 @@ TEST_P(RowOpsTest, ScaledOutputRowsRoundAsStoreFromF32) {
           }
           ASSERT_EQ(out[n], 0xabcd);  // nothing past n
         }
+      }
+    }
+  }
+}
+
+// NarrowRow compacting a block's rows as attention_block.cc does: row r
+// of [rows, kn] floats narrowed to halves r * kn from the block's start, in
+// row order, so the 16-bit rows end up dense.
+TEST_P(RowOpsTest, NarrowRowCompactsRowsDense) {
+  SCOPED_TRACE(RowOpsTarget());
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (DType type : {DType::kBF16, DType::kF16}) {
+    for (int64_t kn : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{33}, int64_t{64}}) {
+      const int64_t rows = 5;
+      std::vector<float> block(static_cast<size_t>(rows * kn));
+      for (float& v : block) v = unit(rng);
+      const std::vector<float> before = block;
+      uint16_t* dense = reinterpret_cast<uint16_t*>(block.data());
+      for (int64_t r = 0; r < rows; ++r) NarrowRow(block.data() + r * kn, kn, type, dense + r * kn);
+      for (int64_t x = 0; x < rows * kn; ++x) {
+        ASSERT_EQ(dense[x], type == DType::kBF16 ? BF16FromF32(before[x]) : F16FromF32(before[x]))
+            << DTypeName(type) << " kn " << kn << " at " << x;
       }
     }
   }
