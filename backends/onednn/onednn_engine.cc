@@ -430,7 +430,8 @@ std::string OneDnnEngine::KernelTag() const { return absl::StrFormat("onednn/%s"
 
 std::string OneDnnEngine::Remarks() const {
   const State& s = *state_;
-  return absl::StrCat(s.bf16 ? "bf16 products in bf16 (Q.K when Q is bf16 or FAST; P.V under FAST)"
+  return absl::StrCat(s.bf16 ? "bf16 products in bf16 (Q.K when Q is bf16 or FAST; P.V under FAST; "
+                               "in the all-bf16 backward S and dP, and under FAST dV, dK and dQ)"
                              : absl::StrCat("bf16 K/V widened to f32: ", s.bf16_note),
                       "; f16 K/V widened to f32 (oneDNN 2.6's f16 matmul is not used)",
                       s.int8_exact ? "; int8 Q.K as exact s8 GEMMs under FAST"
