@@ -228,14 +228,17 @@ BackendResult MeasureAuto(const BackendRegistry& registry, const AttentionProble
 // The compute limit of p's products: the bf16 dot-product peak where Q.K
 // may multiply bf16 (MayFlushBF16Products: bf16 K with bf16 Q, or FAST) and
 // the CPU has it (twice the f32 FMA's multiply-adds an instruction), else
-// the f32 FMA peak; each with its lowest pass over the run.
+// the f32 FMA peak; each with its lowest pass over the run. A training step
+// counts as bf16 only under FAST (FastRoundsGradOperands: all five of its
+// products may be bf16; under EXACT three of them multiply f32 P and dX).
 struct ComputeLimit {
   double gflops;
   double min_gflops;
   const char* name;  // ProblemResult::compute_limit
 };
 ComputeLimit ComputeLimitOf(const AttentionProblem& p, const MachineLimits& limits) {
-  if (MayFlushBF16Products(p) && !p.backward && limits.peak_bf16_dot_gflops() > 0) {
+  const bool bf16_products = MayFlushBF16Products(p) && (!p.backward || FastRoundsGradOperands(p));
+  if (bf16_products && limits.peak_bf16_dot_gflops() > 0) {
     return {limits.peak_bf16_dot_gflops(), limits.peak_bf16_dot_min_gflops(),
             "bf16 dot-product peak"};
   }

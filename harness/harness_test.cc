@@ -235,6 +235,34 @@ TEST(CompareTest, MemoryBoundProblemsArePairedWithAReadLoop) {
   EXPECT_DOUBLE_EQ(report->problems(0).results(0).limit_used(), 10.0);
 }
 
+// The compute limit a problem is held to: the bf16 dot-product peak for
+// bf16 products (a FAST all-bf16 training step among them), the FMA peak for
+// f32 ones and for an EXACT bf16 training step (three of its five products
+// multiply f32 P and dX).
+TEST(CompareTest, ComputeLimitFollowsTheProductsType) {
+  BackendRegistry registry;
+  ASSERT_TRUE(registry.Register(MakeReferenceBackend()).ok());
+  CompareOptions options = QuickBackendRows();
+  options.paired_read = false;
+  MachineLimits limits = FakeLimits();
+  limits.set_peak_bf16_dot_gflops(200);
+  limits.set_read_gbps(1e6);  // compute-bound
+  AttentionProblem f32 = Small(), bf16 = Small();
+  bf16.dtype = bf16.kv_dtype = DType::kBF16;
+  AttentionProblem bwd = bf16;
+  bwd.backward = bwd.return_lse = true;
+  AttentionProblem fast_bwd = bwd;
+  fast_bwd.compute = ComputeMode::kFast;
+  auto report =
+      RunCompare(registry, {f32, bf16, bwd, fast_bwd}, options, MachineFingerprint(), limits);
+  ASSERT_TRUE(report.ok()) << report.status();
+  const char* const want[] = {"peak FMA", "bf16 dot-product peak", "peak FMA",
+                              "bf16 dot-product peak"};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(report->problems(i).compute_limit(), want[i]) << report->problems(i).id();
+  }
+}
+
 TEST(CompareTest, PeakPassesRaiseALowPeakAndOverHundredIsExplained) {
   BackendRegistry registry;
   ASSERT_TRUE(registry.Register(MakeReferenceBackend()).ok());
