@@ -8,9 +8,7 @@
 #endif
 
 #include <cstdint>
-#include <cstring>
 
-#include "core/fast_compute.h"
 #include "hwy/highway.h"
 #include "platform/exp_nonpositive-inl.h"
 
@@ -74,63 +72,6 @@ void SoftcapGradRowT(float* HWY_RESTRICT ds, const float* HWY_RESTRICT dcap, int
     hn::StoreU(hn::Mul(hn::LoadU(df, ds + j), hn::LoadU(df, dcap + j)), df, ds + j);
   }
   for (; j < n; ++j) ds[j] *= dcap[j];
-}
-
-// out[j] = RoundGradOperand(x[j]) (core/fast_compute.h) bit for bit: bf16
-// to nearest even, magnitudes below 2^-63 to a signed 0, NaN made quiet.
-void RoundGradOperandRowT(const float* HWY_RESTRICT x, int64_t n, uint16_t* HWY_RESTRICT out) {
-  const hn::ScalableTag<float> df;
-  const hn::RebindToUnsigned<decltype(df)> du;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<uint16_t, decltype(df)> d16;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const auto flush = hn::Set(df, kFastGradFlush);
-  int64_t j = 0;
-  for (; j + N <= n; j += N) {
-    const auto v = hn::LoadU(df, x + j);
-    const auto bits = hn::BitCast(du, v);
-    const auto high = hn::ShiftRight<16>(bits);
-    const auto lsb = hn::And(high, hn::Set(du, 1u));
-    auto h = hn::ShiftRight<16>(hn::Add(hn::Add(bits, hn::Set(du, 0x7fffu)), lsb));
-    h = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), hn::Or(high, hn::Set(du, 0x40u)), h);
-    // |v| < 2^-63 (false for NaN): the sign alone.
-    h = hn::IfThenElse(hn::RebindMask(du, hn::Lt(hn::Abs(v), flush)),
-                       hn::And(high, hn::Set(du, 0x8000u)), h);
-    // Values below 2^16: the saturating demotion keeps them.
-    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, h)), d16, out + j);
-  }
-  for (; j < n; ++j) out[j] = RoundGradOperand(x[j]);
-}
-
-// NarrowExactBF16Row: the top halves, and whether no value is a nonzero
-// below 2^-63.
-bool NarrowExactBF16RowT(const float* HWY_RESTRICT x, int64_t n, uint16_t* HWY_RESTRICT out) {
-  const hn::ScalableTag<float> df;
-  const hn::RebindToUnsigned<decltype(df)> du;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<uint16_t, decltype(df)> d16;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const auto abs_mask = hn::Set(di, 0x7fffffff);
-  const auto limit = hn::Set(di, (127 - 63) << 23);
-  const auto zero = hn::Zero(di);
-  auto tiny = zero;  // the OR of the magnitudes below 2^-63: nonzero iff one is
-  int64_t j = 0;
-  for (; j + N <= n; j += N) {
-    const auto bits = hn::BitCast(di, hn::LoadU(df, x + j));
-    const auto magnitude = hn::And(bits, abs_mask);
-    tiny = hn::Or(tiny, hn::IfThenElseZero(hn::Lt(magnitude, limit), magnitude));
-    const auto high = hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, bits)));
-    hn::StoreU(hn::DemoteTo(d16, high), d16, out + j);  // < 2^16: kept
-  }
-  bool any_tiny = !hn::AllFalse(di, hn::Ne(tiny, zero));
-  for (; j < n; ++j) {
-    uint32_t bits;
-    std::memcpy(&bits, &x[j], sizeof(bits));
-    const uint32_t magnitude = bits & 0x7fffffffu;
-    any_tiny |= magnitude != 0 && magnitude < (uint32_t{127 - 63} << 23);
-    out[j] = static_cast<uint16_t>(bits >> 16);
-  }
-  return !any_tiny;
 }
 
 }  // namespace HWY_NAMESPACE

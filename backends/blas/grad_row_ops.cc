@@ -18,8 +18,6 @@ namespace blas {
 HWY_EXPORT(SoftmaxGradRowT);
 HWY_EXPORT(SoftcapDerivativeRowT);
 HWY_EXPORT(SoftcapGradRowT);
-HWY_EXPORT(RoundGradOperandRowT);
-HWY_EXPORT(NarrowExactBF16RowT);
 
 void SoftmaxGradRow(const float* p, float* dp, int64_t n, float row_d) {
   HWY_DYNAMIC_DISPATCH(SoftmaxGradRowT)(p, dp, n, row_d);
@@ -29,12 +27,6 @@ void SoftcapDerivativeRow(const float* raw, float* dcap, int64_t n, float cap) {
 }
 void SoftcapGradRow(float* ds, const float* dcap, int64_t n) {
   HWY_DYNAMIC_DISPATCH(SoftcapGradRowT)(ds, dcap, n);
-}
-void RoundGradOperandRow(const float* x, int64_t n, uint16_t* out) {
-  HWY_DYNAMIC_DISPATCH(RoundGradOperandRowT)(x, n, out);
-}
-bool NarrowExactBF16Row(const float* x, int64_t n, uint16_t* out) {
-  return HWY_DYNAMIC_DISPATCH(NarrowExactBF16RowT)(x, n, out);
 }
 
 }  // namespace blas

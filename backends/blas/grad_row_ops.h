@@ -1,6 +1,7 @@
 // Vectorised per-row steps of the backward pass (backward.cc) between its
-// GEMMs: the softmax gradient dS = P (dP - D), the soft-cap chain rule and
-// FAST's rounding of P and dX to bf16.
+// GEMMs: the softmax gradient dS = P (dP - D) and the soft-cap chain rule.
+// (FAST's rounding of P and dX to bf16 is with the other narrowings, in
+// row_ops.h.)
 // Plain C++ interface; the Highway code lives in grad_row_ops-inl.h and is
 // dispatched in grad_row_ops.cc.
 #ifndef ATTNKIT_BACKENDS_BLAS_GRAD_ROW_OPS_H_
@@ -26,15 +27,6 @@ void SoftcapDerivativeRow(const float* raw, float* dcap, int64_t n, float cap);
 
 // ds[j] *= dcap[j] over [0, n): the soft-cap's chain rule.
 void SoftcapGradRow(float* ds, const float* dcap, int64_t n);
-
-// out[j] = RoundGradOperand(x[j]) (core/fast_compute.h) over [0, n), bit for
-// bit: P or dX as FAST's backward multiplies them in bf16.
-void RoundGradOperandRow(const float* x, int64_t n, uint16_t* out);
-
-// out[j] = the top half of x[j] (bf16 values widened to f32: exact) over
-// [0, n); false when some x[j] is nonzero and below 2^-63 in magnitude
-// (a product of two such values could be flushed by bf16 dot instructions).
-bool NarrowExactBF16Row(const float* x, int64_t n, uint16_t* out);
 
 }  // namespace blas
 }  // namespace attnkit

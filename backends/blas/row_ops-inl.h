@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "core/dtype.h"
@@ -315,20 +316,71 @@ HWY_INLINE void ScaleNarrowRowWith(const float* x, int64_t n, float f, uint16_t*
   for (; j < n; ++j) out[j] = scalar(x[j] * f);
 }
 
+// BF16FromF32 (core/dtype.h) per lane, in 32-bit lanes: to nearest even, a
+// NaN keeping its top bits and made quiet.
+template <class DU, class V>
+HWY_INLINE hn::Vec<DU> BF16Bits(DU du, V y) {
+  const auto bits = hn::BitCast(du, y);
+  const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
+  const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(bits, hn::Set(du, 0x7fffu)), lsb));
+  const auto nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40u));
+  return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(y)), nan, rounded);
+}
+
 // out[j] = bf16(x[j] * f) for j < n, to nearest even (core/dtype.h
 // BF16FromF32 bit for bit: a NaN keeps its top bits and is made quiet): an
 // output row in bf16, any sign, Inf or NaN.
 HWY_INLINE void ScaleNarrowRowBF16Impl(const float* x, int64_t n, float f, uint16_t* out) {
   const hn::ScalableTag<float> df;
   const hn::RebindToUnsigned<decltype(df)> du;
-  auto to16 = [du](hn::Vec<decltype(df)> y) HWY_ATTR {
-    const auto bits = hn::BitCast(du, y);
-    const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
-    const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(bits, hn::Set(du, 0x7fffu)), lsb));
-    const auto nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40u));
-    return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(y)), nan, rounded);
-  };
+  auto to16 = [du](hn::Vec<decltype(df)> y) HWY_ATTR { return BF16Bits(du, y); };
   ScaleNarrowRowWith(x, n, f, out, to16, &BF16FromF32);
+}
+
+// out[j] = RoundGradOperand(x[j]) (core/fast_compute.h) bit for bit:
+// BF16FromF32, but magnitudes below kFastGradFlush to a signed 0.
+HWY_INLINE void RoundGradOperandRowImpl(const float* x, int64_t n, uint16_t* out) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const auto flush = hn::Set(df, kFastGradFlush);
+  auto to16 = [du, flush](hn::Vec<decltype(df)> y) HWY_ATTR {
+    // |y| < 2^-63 (false for NaN): the sign alone.
+    const auto sign = hn::And(hn::ShiftRight<16>(hn::BitCast(du, y)), hn::Set(du, 0x8000u));
+    return hn::IfThenElse(hn::RebindMask(du, hn::Lt(hn::Abs(y), flush)), sign, BF16Bits(du, y));
+  };
+  ScaleNarrowRowWith(x, n, 1.0f, out, to16, &RoundGradOperand);
+}
+
+// NarrowExactBF16Row: the top halves, and whether no value is a nonzero
+// below 2^-63.
+HWY_INLINE bool NarrowExactBF16RowImpl(const float* HWY_RESTRICT x, int64_t n,
+                                       uint16_t* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint16_t, decltype(df)> d16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto abs_mask = hn::Set(di, 0x7fffffff);
+  const auto limit = hn::Set(di, (127 - 63) << 23);
+  const auto zero = hn::Zero(di);
+  auto tiny = zero;  // the OR of the magnitudes below 2^-63: nonzero iff one is
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto bits = hn::BitCast(di, hn::LoadU(df, x + j));
+    const auto magnitude = hn::And(bits, abs_mask);
+    tiny = hn::Or(tiny, hn::IfThenElseZero(hn::Lt(magnitude, limit), magnitude));
+    const auto high = hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, bits)));
+    hn::StoreU(hn::DemoteTo(d16, high), d16, out + j);  // < 2^16: kept
+  }
+  bool any_tiny = !hn::AllFalse(di, hn::Ne(tiny, zero));
+  for (; j < n; ++j) {
+    uint32_t bits;
+    std::memcpy(&bits, &x[j], sizeof(bits));
+    const uint32_t magnitude = bits & 0x7fffffffu;
+    any_tiny |= magnitude != 0 && magnitude < (uint32_t{127 - 63} << 23);
+    out[j] = static_cast<uint16_t>(bits >> 16);
+  }
+  return !any_tiny;
 }
 
 // out[j] = f16(x[j] * f) for j < n, core/dtype.cc F16FromF32 bit for bit:
@@ -395,6 +447,12 @@ void AccumulateIntRowT(const int32_t* sums, int64_t n, float f, float* o) {
   AccumulateIntRowImpl(sums, n, f, o);
 }
 void NarrowRowBF16T(const float* x, int64_t n, uint16_t* out) { NarrowRowBF16Impl(x, n, out); }
+void RoundGradOperandRowT(const float* x, int64_t n, uint16_t* out) {
+  RoundGradOperandRowImpl(x, n, out);
+}
+bool NarrowExactBF16RowT(const float* x, int64_t n, uint16_t* out) {
+  return NarrowExactBF16RowImpl(x, n, out);
+}
 void ScaleNarrowRowBF16T(const float* x, int64_t n, float f, uint16_t* out) {
   ScaleNarrowRowBF16Impl(x, n, f, out);
 }

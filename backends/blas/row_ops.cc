@@ -29,6 +29,8 @@ HWY_EXPORT(QuantizeWeightsRowU8T);
 HWY_EXPORT(AccumulateIntRowT);
 HWY_EXPORT(NarrowRowBF16T);
 HWY_EXPORT(ScaleNarrowRowBF16T);
+HWY_EXPORT(RoundGradOperandRowT);
+HWY_EXPORT(NarrowExactBF16RowT);
 HWY_EXPORT(ScaleNarrowRowF16T);
 HWY_EXPORT(TargetT);
 
@@ -80,6 +82,12 @@ void ScaleNarrowRow(const float* x, int64_t n, float f, DType type, uint16_t* ou
     return;
   }
   HWY_DYNAMIC_DISPATCH(ScaleNarrowRowF16T)(x, n, f, out);
+}
+void RoundGradOperandRow(const float* x, int64_t n, uint16_t* out) {
+  HWY_DYNAMIC_DISPATCH(RoundGradOperandRowT)(x, n, out);
+}
+bool NarrowExactBF16Row(const float* x, int64_t n, uint16_t* out) {
+  return HWY_DYNAMIC_DISPATCH(NarrowExactBF16RowT)(x, n, out);
 }
 const char* RowOpsTarget() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetT)()); }
 

@@ -81,6 +81,15 @@ void NarrowRow(const float* x, int64_t n, DType type, uint16_t* out);
 // 16-bit O.
 void ScaleNarrowRow(const float* x, int64_t n, float f, DType type, uint16_t* out);
 
+// out[j] = RoundGradOperand(x[j]) (core/fast_compute.h) over [0, n), bit for
+// bit: P or dX as FAST's backward multiplies them in bf16.
+void RoundGradOperandRow(const float* x, int64_t n, uint16_t* out);
+
+// out[j] = the top half of x[j] (bf16 values widened to f32: exact) over
+// [0, n); false when some x[j] is nonzero and below 2^-63 in magnitude
+// (a product of two such values could be flushed by bf16 dot instructions).
+bool NarrowExactBF16Row(const float* x, int64_t n, uint16_t* out);
+
 // The Highway target these functions dispatch to on this CPU, e.g. "AVX2".
 const char* RowOpsTarget();
 

@@ -11,7 +11,6 @@
 #include <random>
 #include <vector>
 
-#include "backends/blas/grad_row_ops.h"
 #include "core/dtype.h"
 #include "core/fast_compute.h"
 #include "gtest/gtest.h"
