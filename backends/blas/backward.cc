@@ -425,6 +425,7 @@ void Tile(const Context& c, const Block& k, const BackwardScratch& w, int64_t k0
   }
   for (int64_t r = 0; r < k.rows; ++r) ProbabilityRow(c, k, w, r, k0, kn);
   const bool key_grads = (outputs & kKeyGrads) != 0;
+  const bool query_grads = (outputs & kQueryGrads) != 0;
   float* dv_acc = key_grads ? w.dv + (k0 - kv_base) * dv : nullptr;
   float* dk = key_grads ? w.dk + (k0 - kv_base) * d : nullptr;
   // FAST (plan.round16): P and then dX rounded to bf16 in g16 (a block is
@@ -445,10 +446,10 @@ void Tile(const Context& c, const Block& k, const BackwardScratch& w, int64_t k0
   } else {
     e.Sgemm(false, true, R, N, Dv, 1.0f, w.d_o, Dv, vf, Dv, 0.0f, w.dp, N);
   }
-  const bool write_dbias = (outputs & kQueryGrads) != 0 && !c.g.dbias.empty();
+  const bool write_dbias = query_grads && !c.g.dbias.empty();
   for (int64_t r = 0; r < k.rows; ++r) ScoreGradRow(c, k, w, r, k0, kn, write_dbias);
   const bool dk16 = key_grads && round && w.q16;
-  const bool dq16 = (outputs & kQueryGrads) != 0 && round && w.kv16;
+  const bool dq16 = query_grads && round && w.kv16;
   if (dk16 || dq16) RoundGradOperandRow(w.dp, k.rows * kn, w.g16);
   // dK [kn, E] += scale dX^T Q (over the rows, like dV).
   if (dk16) {
@@ -460,7 +461,7 @@ void Tile(const Context& c, const Block& k, const BackwardScratch& w, int64_t k0
   if (dq16) {
     e.Gemm16(t16, false, false, R, D, N, scale, w.g16, N, w.kh + (k0 - kv_base) * d, D, 1.0f, w.dq,
              D);
-  } else if ((outputs & kQueryGrads) != 0) {
+  } else if (query_grads) {
     e.Sgemm(false, false, R, D, N, scale, w.dp, N, kf, D, 1.0f, w.dq, D);
   }
 }

@@ -33,8 +33,8 @@ def _has_backward(backend):
 class _SdpaFunction(torch.autograd.Function):
     """Inputs: query, key, value, attn_mask (tensor, array or None), then
     the non-tensor options (is_causal, scale, enable_gqa, backend,
-    return_lse, compute: the forward's and the backward's). Outputs: out, and lse (not differentiable) with
-    return_lse."""
+    return_lse, compute: the forward's and the backward's). Outputs: out,
+    and lse (not differentiable) with return_lse."""
 
     @staticmethod
     def forward(ctx, query, key, value, attn_mask, is_causal, scale, enable_gqa, backend,
