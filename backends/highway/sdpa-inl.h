@@ -177,11 +177,19 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   constexpr bool kE4M3Codes = std::is_same<T, Fp8E4M3>::value;
   const bool fp8_bf16 = kFp8Codes && dots.fp8_bf16;
   const size_t ldk = runs.ldk, ldv = runs.ldv;
-  if (kCheckNaN || (std::is_same<T, int8_t>::value && dots.vnni_pv)) {
-    // V's rows into L1 while Q.K runs, for fp8's NaN check after it, or
-    // for WeightedQuadsV4, which reads four rows at a time (int8
-    // FAST decode, one thread, paired runs: median 5.96-7.29 -> 5.74-6.15
-    // ms; at two threads within the host's noise).
+  // int8 with VNNI products on both sides takes its rows into L1 as it
+  // goes (x86_dot::L1Rows): the tile's V rows from inside Q.K, the next
+  // tile's K rows (those `ahead`: one tile on at d 128) from inside P.V.
+  const bool l1_rows = std::is_same<T, int8_t>::value && dots.vnni_pv;
+  auto l1_of = [](const T* rows, size_t ld, int64_t bytes, size_t count) {
+    return x86_dot::L1Rows{reinterpret_cast<const uint8_t*>(rows), ld * sizeof(T),
+                           static_cast<size_t>(bytes) * sizeof(T), count};
+  };
+  const x86_dot::L1Rows k_next =
+      l1_rows ? l1_of(k_ahead.rows, k_ahead.ld, p.head_dim,
+                      std::min(k_ahead.count, static_cast<size_t>(t.key_tile)))
+              : x86_dot::L1Rows{};
+  if (kCheckNaN) {  // V's rows into L1 while Q.K runs, for fp8's NaN check after it
     for (int r = 0; r < runs.count; ++r) {
       PrefetchRowsIntoL1(reinterpret_cast<const uint8_t*>(runs.v[r]), ldv,
                          static_cast<size_t>(runs.Keys(r)), static_cast<size_t>(p.value_dim));
@@ -201,6 +209,8 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
       // The first group prefetches the rows ahead (the same rows for all).
       const AheadRows<T> ka = g == 0 ? ahead_from(k_ahead, j0) : AheadRows<T>{};
       const AheadRows<T> va = g == 0 ? ahead_from(v_ahead, j0) : AheadRows<T>{};
+      const x86_dot::L1Rows v_l1 =
+          l1_rows && g == 0 ? l1_of(runs.v[r], ldv, p.value_dim, keys) : x86_dot::L1Rows{};
       if (std::is_same<T, int8_t>::value &&
           dots.vnni_qk) {  // int8 Q rows (LoadQueryInt8): scale * q_scale * q8.k8
         const int8_t* q8 = reinterpret_cast<const int8_t*>(scratch + t.off_q8);
@@ -210,7 +220,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
                scratch + t.off_qscale + g * kGroupRows, reinterpret_cast<const int8_t*>(runs.k[r]),
                ldk, static_cast<size_t>(p.head_dim), keys, sg + j0 * kGroupRows, kGroupRows,
                reinterpret_cast<const int8_t*>(ka.rows), ka.ld,
-               reinterpret_cast<const int8_t*>(va.rows), va.ld, std::min(ka.count, va.count));
+               reinterpret_cast<const int8_t*>(va.rows), va.ld, std::min(ka.count, va.count), v_l1);
       } else if (fp8_bf16) {  // bf16 Q rows (LoadQueryBlocksBF16): scale * q.code
         const int64_t ldqb = 4 * p.head_dim;
         x86_dot::Fp8QDotK4(
@@ -301,10 +311,11 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     // The weights quantized to u8 and the tile's P.V one exact integer
     // sum per element, whatever its runs: unless a row's weights are not
     // finite (or tiny), which the f32 products below then take.
+    const x86_dot::L1Rows k_l1 = g == 0 ? k_next : x86_dot::L1Rows{};
     if (int_pv &&
         x86_dot::WeightedQuadsV4(sg, static_cast<size_t>(nk), vrows,
                                  static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp),
-                                 alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp))) {
+                                 alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp), k_l1)) {
       continue;
     }
     if (fp8_pv && x86_dot::Fp8WeightedSumV4(

@@ -50,7 +50,7 @@ ATTNKIT_TARGET_AVXVNNI void AvxVnniQDotK4(const int8_t* q, size_t ldq, const int
                                           const float* row_scale, const int8_t* k, size_t ldk,
                                           size_t d, size_t keys, float* s, size_t lds,
                                           const int8_t* pf_k, size_t ld_pf_k, const int8_t* pf_v,
-                                          size_t ld_pf_v, size_t ahead) {
+                                          size_t ld_pf_v, size_t ahead, const L1Rows& l1) {
   const size_t full = d / 32 * 32;  // then a tail of 0 or 16 bytes
   const __m256i sign = _mm256_set1_epi8(static_cast<char>(0x80));
   const __m128i sum128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q_sum128));
@@ -62,6 +62,7 @@ ATTNKIT_TARGET_AVXVNNI void AvxVnniQDotK4(const int8_t* q, size_t ldq, const int
         _mm_prefetch(reinterpret_cast<const char*>(pf_v + j * ld_pf_v + off), _MM_HINT_T1);
       }
     }
+    PrefetchL1Rows(l1, j, j + 1);
     const int8_t* kj = k + j * ldk;
     __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                     _mm256_setzero_si256()};
@@ -87,6 +88,7 @@ ATTNKIT_TARGET_AVXVNNI void AvxVnniQDotK4(const int8_t* q, size_t ldq, const int
     const __m128 dots = _mm_cvtepi32_ps(_mm_sub_epi32(y, sum128));
     _mm_storeu_ps(s + j * lds, _mm_mul_ps(dots, scale));
   }
+  PrefetchL1Rows(l1, keys, l1.count);
 }
 
 bool HaveAvxVnni() {
@@ -106,7 +108,7 @@ namespace x86_dot {
 bool HaveAvxVnni() { return false; }
 void AvxVnniQDotK4(const int8_t*, size_t, const int32_t*, const float*, const int8_t*, size_t,
                    size_t, size_t, float*, size_t, const int8_t*, size_t, const int8_t*, size_t,
-                   size_t) {}
+                   size_t, const L1Rows&) {}
 
 }  // namespace x86_dot
 }  // namespace attnkit

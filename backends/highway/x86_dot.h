@@ -28,6 +28,38 @@ inline uint64_t RowBytesMask(size_t c, size_t n) {
   return c + 64 <= n ? ~uint64_t{0} : c >= n ? 0 : (uint64_t{1} << (n - c)) - 1;
 }
 
+// Rows an int8 decode kernel prefetches into L1 (prefetcht0) as it goes:
+// row j (bytes [0, bytes) at rows + j * ld) as the kernel reaches key j of
+// its own, for j < count; rows past its last key right after it. Q.K takes
+// the tile's V rows (so P.V reads them from L1), P.V the K rows of the tile
+// after (so its Q.K does): a few lines a key, where one burst of the
+// tile's V lines at its start stalled the core until they came (Zen 5, B8
+// H32/8 Tk4096 d128 int8 decode under FAST, twelve alternating rounds in
+// one process: one thread 4.56 -> 3.97 ms, two 2.14 -> 1.99 ms; each round
+// won). The fp8 kernels gain nothing from it (within 1 %: their widening
+// binds them, not memory). Empty (count 0): nothing prefetched.
+struct L1Rows {
+  const uint8_t* rows = nullptr;
+  size_t ld = 0;     // bytes from one row to the next
+  size_t bytes = 0;  // bytes of a row
+  size_t count = 0;  // rows
+};
+// Prefetches rows [from, to) of l1, those below its count, into L1. By
+// inline assembly: GCC 12 deletes a loop of __builtin_prefetch (or
+// _mm_prefetch) calls nested in the kernels' loops as one without effects.
+inline void PrefetchL1Rows(const L1Rows& l1, size_t from, size_t to) {
+  if (to > l1.count) to = l1.count;
+  for (size_t j = from; j < to; ++j) {
+    for (size_t off = 0; off < l1.bytes; off += 64) {
+#if defined(__x86_64__) && defined(__GNUC__)
+      asm volatile("prefetcht0 %0" : : "m"(l1.rows[j * l1.ld + off]));
+#else
+      __builtin_prefetch(l1.rows + j * l1.ld + off, 0, 3);
+#endif
+    }
+  }
+}
+
 // The CPU has AVX512F/BW/VL/DQ and AVX512_BF16 (checked once, by CPUID).
 bool HaveBF16Dot();
 // The CPU has AVX512F/BW/VL and AVX512_VNNI.
@@ -133,11 +165,12 @@ bool Fp8WeightedSumV4(const float* p, size_t keys, const uint8_t* const* v, size
 //   k:  int8 rows k + j * ldk (storage).
 // Also prefetches (into L2) the first `ahead` rows of pf_k and pf_v (rows
 // pf_k + j * ld_pf_k, pf_v + j * ld_pf_v), one K and one V row per key, to
-// overlap memory with this tile's products as the f32 kernels do.
+// overlap memory with this tile's products as the f32 kernels do; and into
+// L1 the rows of l1 (L1Rows: the tile's V), row j with key j.
 void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* q_sum128, const float* row_scale,
                 const int8_t* k, size_t ldk, size_t d, size_t keys, float* s, size_t lds,
                 const int8_t* pf_k, size_t ld_pf_k, const int8_t* pf_v, size_t ld_pf_v,
-                size_t ahead);
+                size_t ahead, const L1Rows& l1 = {});
 
 // Decode's P.V for a group of 4 query rows against int8 values, P
 // quantized to u8 (FAST with int8 V, core/fast_compute.h): per row r < 4,
@@ -152,10 +185,11 @@ void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* q_sum128, const floa
 // are stored). keys <= kMaxWeightedQuadsKeys.
 // Returns false, having changed nothing, where a weight is NaN, Inf or
 // negative (a negative V scale), or a row's largest weight is tiny (below
-// 1e-30, not 0).
+// 1e-30, not 0). Prefetches the rows of l1 (L1Rows: the next tile's K) into
+// L1 as it goes, whatever it returns.
 constexpr size_t kMaxWeightedQuadsKeys = 512;
 bool WeightedQuadsV4(const float* p, size_t keys, const int8_t* const* v, size_t dv, size_t dvp,
-                     const float* alpha, float* o, size_t ldo);
+                     const float* alpha, float* o, size_t ldo, const L1Rows& l1 = {});
 
 // ---- int8 (x86_avxvnni_dot.cc) ----
 
@@ -165,7 +199,7 @@ bool WeightedQuadsV4(const float* p, size_t keys, const int8_t* const* v, size_t
 void AvxVnniQDotK4(const int8_t* q, size_t ldq, const int32_t* q_sum128, const float* row_scale,
                    const int8_t* k, size_t ldk, size_t d, size_t keys, float* s, size_t lds,
                    const int8_t* pf_k, size_t ld_pf_k, const int8_t* pf_v, size_t ld_pf_v,
-                   size_t ahead);
+                   size_t ahead, const L1Rows& l1 = {});
 
 }  // namespace x86_dot
 }  // namespace attnkit

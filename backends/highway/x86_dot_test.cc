@@ -114,7 +114,8 @@ TEST(X86DotTest, VnniQDotK4IsTheExactIntegerDotTimesTheRowScale) {
   if (!x86_dot::HaveVnni()) GTEST_SKIP() << "this CPU has no AVX512_VNNI";
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> i8(-127, 127);
-  for (size_t d : {16, 48, 64, 80, 128, 1024}) {
+  // Whole 64-byte steps 1-4 (d 64-256) are written out, others looped.
+  for (size_t d : {16, 48, 64, 80, 128, 192, 256, 1024}) {
     const size_t ldq = (d + 63) / 64 * 64, keys = 19, ldk = d + 32;
     std::vector<int8_t> q(4 * ldq, 0), k(keys * ldk);
     std::vector<int32_t> sum128(4, 0);
@@ -128,11 +129,14 @@ TEST(X86DotTest, VnniQDotK4IsTheExactIntegerDotTimesTheRowScale) {
     for (size_t c = 0; c < d; ++c) k[c] = -127;  // key 0 at the other extreme
     const std::vector<float> row_scale = {1.0f, 0.5f, 0.25f, 2.0f};
     // lds 4: the packed layout (four keys stored at once); 6: rows with gaps
-    // (left untouched). 19 keys: four blocks of four, then three alone.
+    // (left untouched). 19 keys: four blocks of four, then three alone. The
+    // rows prefetched into L1 change nothing.
+    const x86_dot::L1Rows l1{reinterpret_cast<const uint8_t*>(k.data()), ldk, d, keys};
     for (size_t lds : {4, 6}) {
       std::vector<float> s(keys * lds, -1.0f);
       x86_dot::VnniQDotK4(q.data(), ldq, sum128.data(), row_scale.data(), k.data(), ldk, d, keys,
-                          s.data(), lds, k.data(), ldk, k.data(), ldk, 3);
+                          s.data(), lds, k.data(), ldk, k.data(), ldk, 3,
+                          lds == 6 ? l1 : x86_dot::L1Rows{});
       for (size_t j = 0; j < keys; ++j) {
         for (size_t r = 0; r < lds; ++r) {
           if (r >= 4) {
@@ -222,8 +226,11 @@ TEST(X86DotTest, WeightedQuadsV4IsTheExactIntegerSumOfQuantizedWeights) {
             want[r * dvp + c] = std::fma(o[r * dvp + c], a, static_cast<float>(sum) * back);
           }
         }
+        // With the first rows prefetched into L1 (as the next tile's K).
+        const x86_dot::L1Rows l1{reinterpret_cast<const uint8_t*>(rows.data()), ldv, dv, keys - 1};
         ASSERT_TRUE(x86_dot::WeightedQuadsV4(p.data(), keys, v.data(), dv, dvp,
-                                             with_alpha ? alpha.data() : nullptr, o.data(), dvp));
+                                             with_alpha ? alpha.data() : nullptr, o.data(), dvp,
+                                             with_alpha ? l1 : x86_dot::L1Rows{}));
         for (size_t x = 0; x < o.size(); ++x) {
           ASSERT_EQ(o[x], want[x])
               << "dv " << dv << " keys " << keys << " row " << x / dvp << " column " << x % dvp;
@@ -239,7 +246,7 @@ TEST(X86DotTest, WeightedQuadsV4IsTheExactIntegerSumOfQuantizedWeights) {
           }
           const std::vector<float> before = o;
           EXPECT_FALSE(x86_dot::WeightedQuadsV4(q.data(), keys, v.data(), dv, dvp, alpha.data(),
-                                                o.data(), dvp))
+                                                o.data(), dvp, l1))
               << "weight " << bad;
           EXPECT_EQ(o, before);
         }

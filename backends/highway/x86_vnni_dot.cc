@@ -11,8 +11,10 @@
 #include <limits>
 
 // GCC 12's AVX-512 headers start some intrinsics from an undefined vector,
-// which -Wmaybe-uninitialized reports at every use.
+// which -Wmaybe-uninitialized reports at every use (-Wuninitialized where
+// the use is inlined into a template, as in FourKeyBlocks).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #define ATTNKIT_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
@@ -78,62 +80,102 @@ ATTNKIT_TARGET_VNNI inline __m512i BlockPairSums(__m512i u, __m512i v) {
   return _mm512_add_epi32(_mm512_shuffle_i32x4(u, v, 0x88), _mm512_shuffle_i32x4(u, v, 0xDD));
 }
 
+// a[key][r] += the products of four keys (rows k + key * ldk) with rows r
+// < 4 over the whole 64-byte steps [0, full): written out step by step
+// where their count kSteps is known here (1-4: d up to 256), a loop
+// otherwise (kSteps 0). Written out, GCC 12 keeps the 16 accumulators in
+// registers; through the loop it copied each to a new register at every
+// step and spilled two to the stack (Zen 5, one thread, d 128, 64 keys in
+// L1: 4.3 -> 4.05 ns a key).
+template <size_t kSteps>
+ATTNKIT_TARGET_VNNI inline void FullStepsFourKeys(const int8_t* q, size_t ldq, const int8_t* k,
+                                                  size_t ldk, size_t full, __m512i (*a)[4]) {
+  const __mmask64 all = ~__mmask64{0};
+  if constexpr (kSteps == 0) {
+    for (size_t c = 0; c < full; c += 64) StepFourKeys(q, ldq, k, ldk, c, all, a);
+  } else {
+    StepFourKeys(q, ldq, k, ldk, 0, all, a);
+    if constexpr (kSteps > 1) StepFourKeys(q, ldq, k, ldk, 64, all, a);
+    if constexpr (kSteps > 2) StepFourKeys(q, ldq, k, ldk, 128, all, a);
+    if constexpr (kSteps > 3) StepFourKeys(q, ldq, k, ldk, 192, all, a);
+  }
+}
+
+// VnniQDotK4's keys [0, keys rounded down to 4), four at a time: 16
+// accumulators (key-major, 4 rows each), each Q vector loaded once for the
+// four keys, and one transposing tree that leaves the 16 sums in key-major
+// order, [key 0 rows 0-3, key 1 ...]: a quarter of the per-key reductions'
+// shuffles. Per key the tree below costs about 12 operations where
+// reducing each key alone took 17. kSteps: FullStepsFourKeys. Returns the
+// keys done.
+template <size_t kSteps>
+ATTNKIT_TARGET_VNNI size_t FourKeyBlocks(const int8_t* q, size_t ldq, const int32_t* q_sum128,
+                                         const float* row_scale, const int8_t* k, size_t ldk,
+                                         size_t d, size_t keys, float* s, size_t lds,
+                                         const int8_t* pf_k, size_t ld_pf_k, const int8_t* pf_v,
+                                         size_t ld_pf_v, size_t ahead, const L1Rows& l1) {
+  const size_t full = d / 64 * 64, rest = d - full;  // rest: 0, 16, 32 or 48 bytes
+  const __mmask64 rest_mask = rest == 0 ? 0 : (__mmask64{1} << rest) - 1;
+  const __m512i sum128 =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q_sum128)));
+  const __m512 scale = _mm512_broadcast_f32x4(_mm_loadu_ps(row_scale));
+  size_t j = 0;
+  for (; j + 4 <= keys; j += 4) {
+    for (size_t x = j; x < j + 4 && x < ahead; ++x) {
+      PrefetchRows(pf_k, ld_pf_k, pf_v, ld_pf_v, x, d);
+    }
+    PrefetchL1Rows(l1, j, j + 4);
+    __m512i a[4][4];
+#pragma GCC unroll 4
+    for (int key = 0; key < 4; ++key) {
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) a[key][r] = _mm512_setzero_si512();
+    }
+    FullStepsFourKeys<kSteps>(q, ldq, k + j * ldk, ldk, full, a);
+    // Q rows are zero past d (ldq >= d rounded up to 64), so the bytes the
+    // masked load leaves 0 (read as 128) add nothing.
+    if (rest != 0) StepFourKeys(q, ldq, k + j * ldk, ldk, full, rest_mask, a);
+    __m512i u[4];
+#pragma GCC unroll 4
+    for (int key = 0; key < 4; ++key) {
+      u[key] = QuadSums(PairSums32(a[key][0], a[key][1]), PairSums32(a[key][2], a[key][3]));
+    }
+    const __m512i dots = BlockPairSums(BlockPairSums(u[0], u[1]), BlockPairSums(u[2], u[3]));
+    // Exact integer dot products, then one f32 multiply by the row's scale.
+    const __m512 out = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(dots, sum128)), scale);
+    if (lds == 4) {  // the packed layout: the four keys' rows back to back
+      _mm512_storeu_ps(s + j * 4, out);
+    } else {
+      _mm_storeu_ps(s + j * lds, _mm512_extractf32x4_ps(out, 0));
+      _mm_storeu_ps(s + (j + 1) * lds, _mm512_extractf32x4_ps(out, 1));
+      _mm_storeu_ps(s + (j + 2) * lds, _mm512_extractf32x4_ps(out, 2));
+      _mm_storeu_ps(s + (j + 3) * lds, _mm512_extractf32x4_ps(out, 3));
+    }
+  }
+  return j;
+}
+
 }  // namespace
 
 ATTNKIT_TARGET_VNNI void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* q_sum128,
                                     const float* row_scale, const int8_t* k, size_t ldk, size_t d,
                                     size_t keys, float* s, size_t lds, const int8_t* pf_k,
                                     size_t ld_pf_k, const int8_t* pf_v, size_t ld_pf_v,
-                                    size_t ahead) {
-  const size_t full = d / 64 * 64, rest = d - full;  // rest: 0, 16, 32 or 48 bytes
+                                    size_t ahead, const L1Rows& l1) {
+  const size_t full = d / 64 * 64, rest = d - full;
   const __mmask64 rest_mask = rest == 0 ? 0 : (__mmask64{1} << rest) - 1;
-  size_t j = 0;
-  // Four keys at a time: 16 accumulators (key-major, 4 rows each), each Q
-  // vector loaded once for the four keys, and one transposing tree that
-  // leaves the 16 sums in key-major order, [key 0 rows 0-3, key 1 ...]: a
-  // quarter of the per-key reductions' shuffles. Per key the tree below
-  // costs about 12 operations where reducing each key alone took 17.
-  {
-    const __m512i sum128 =
-        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q_sum128)));
-    const __m512 scale = _mm512_broadcast_f32x4(_mm_loadu_ps(row_scale));
-    for (; j + 4 <= keys; j += 4) {
-      for (size_t x = j; x < j + 4 && x < ahead; ++x) {
-        PrefetchRows(pf_k, ld_pf_k, pf_v, ld_pf_v, x, d);
-      }
-      __m512i a[4][4];
-#pragma GCC unroll 4
-      for (int key = 0; key < 4; ++key) {
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; ++r) a[key][r] = _mm512_setzero_si512();
-      }
-      size_t c = 0;
-      for (; c < full; c += 64) StepFourKeys(q, ldq, k + j * ldk, ldk, c, ~__mmask64{0}, a);
-      // Q rows are zero past d (ldq >= d rounded up to 64), so the bytes the
-      // masked load leaves 0 (read as 128) add nothing.
-      if (rest != 0) StepFourKeys(q, ldq, k + j * ldk, ldk, c, rest_mask, a);
-      __m512i u[4];
-#pragma GCC unroll 4
-      for (int key = 0; key < 4; ++key) {
-        u[key] = QuadSums(PairSums32(a[key][0], a[key][1]), PairSums32(a[key][2], a[key][3]));
-      }
-      const __m512i dots = BlockPairSums(BlockPairSums(u[0], u[1]), BlockPairSums(u[2], u[3]));
-      // Exact integer dot products, then one f32 multiply by the row's scale.
-      const __m512 out = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(dots, sum128)), scale);
-      if (lds == 4) {  // the packed layout: the four keys' rows back to back
-        _mm512_storeu_ps(s + j * 4, out);
-      } else {
-        _mm_storeu_ps(s + j * lds, _mm512_extractf32x4_ps(out, 0));
-        _mm_storeu_ps(s + (j + 1) * lds, _mm512_extractf32x4_ps(out, 1));
-        _mm_storeu_ps(s + (j + 2) * lds, _mm512_extractf32x4_ps(out, 2));
-        _mm_storeu_ps(s + (j + 3) * lds, _mm512_extractf32x4_ps(out, 3));
-      }
-    }
-  }
+  const auto blocks = full == 64    ? &FourKeyBlocks<1>
+                      : full == 128 ? &FourKeyBlocks<2>
+                      : full == 192 ? &FourKeyBlocks<3>
+                      : full == 256 ? &FourKeyBlocks<4>
+                                    : &FourKeyBlocks<0>;
+  size_t j = blocks(q, ldq, q_sum128, row_scale, k, ldk, d, keys, s, lds, pf_k, ld_pf_k, pf_v,
+                    ld_pf_v, ahead, l1);
   const __m128i sum128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q_sum128));
   const __m128 scale = _mm_loadu_ps(row_scale);
   for (; j < keys; ++j) {
     if (j < ahead) PrefetchRows(pf_k, ld_pf_k, pf_v, ld_pf_v, j, d);
+    PrefetchL1Rows(l1, j, j + 1);
     const int8_t* kj = k + j * ldk;
     __m512i a[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
                     _mm512_setzero_si512()};
@@ -147,6 +189,7 @@ ATTNKIT_TARGET_VNNI void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* 
     const __m128 dots = _mm_cvtepi32_ps(_mm_sub_epi32(y, sum128));
     _mm_storeu_ps(s + j * lds, _mm_mul_ps(dots, scale));
   }
+  PrefetchL1Rows(l1, keys, l1.count);
 }
 
 namespace {
@@ -168,7 +211,7 @@ ATTNKIT_TARGET_VNNI inline void TransposeBlocks(const __m512i* x, __m512i* out) 
 
 ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8_t* const* v,
                                          size_t dv, size_t dvp, const float* alpha, float* o,
-                                         size_t ldo) {
+                                         size_t ldo, const L1Rows& l1) {
   // Each row's largest weight: the 128-bit blocks of a vector are keys,
   // their lanes rows. P holds zeros up to keys rounded up to 4.
   const size_t quads = (keys + 3) / 4;
@@ -181,7 +224,10 @@ ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8
     refused |= _mm512_cmp_ps_mask(w, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(w, zero, _CMP_LT_OQ);
     mx = _mm512_max_ps(mx, w);
   }
-  if (refused != 0) return false;
+  if (refused != 0) {
+    PrefetchL1Rows(l1, 0, l1.count);
+    return false;
+  }
   mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, 0x4E));  // blocks (2, 3, 0, 1)
   mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, 0xB1));  // blocks (1, 0, 3, 2)
   // Every block: [max_0, max_1, max_2, max_3]. Weights below 1e-30 (well
@@ -190,7 +236,10 @@ ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8
   alignas(64) float row_max[16];
   _mm512_store_ps(row_max, mx);
   for (int r = 0; r < 4; ++r) {
-    if (row_max[r] != 0 && row_max[r] < 1e-30f) return false;
+    if (row_max[r] != 0 && row_max[r] < 1e-30f) {
+      PrefetchL1Rows(l1, 0, l1.count);
+      return false;
+    }
   }
   // q = round(w * 255 / max) to nearest even (0 <= q <= 255), and back
   // scale max / 255: a row of zeros quantizes to zeros.
@@ -223,7 +272,10 @@ ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8
             a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00,
             a32 = a00, a33 = a00;
     const uint32_t* w = pq;
+    // l1's rows spread over the first column block, a quad per quad.
+    const L1Rows l1_here = c0 == 0 ? l1 : L1Rows{};
     for (size_t i = 0; i < quads; ++i, w += 4) {
+      PrefetchL1Rows(l1_here, 4 * i, 4 * i + 4);
       const __m512i v0 = _mm512_maskz_loadu_epi8(mask, v[4 * i] + c0);
       const __m512i v1 = _mm512_maskz_loadu_epi8(mask, v[4 * i + 1] + c0);
       const __m512i v2 = _mm512_maskz_loadu_epi8(mask, v[4 * i + 2] + c0);
@@ -253,6 +305,7 @@ ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8
       DpBusd(a32, w3, x2);
       DpBusd(a33, w3, x3);
     }
+    PrefetchL1Rows(l1_here, 4 * quads, l1_here.count);
     // O = alpha O + back * sum, 16 columns at a time below dvp: columns
     // 16 m .. 16 m + 15 are block m of the four accumulators.
     const __m512i acc[4][4] = {
@@ -291,9 +344,10 @@ namespace x86_dot {
 
 bool HaveVnni() { return false; }
 void VnniQDotK4(const int8_t*, size_t, const int32_t*, const float*, const int8_t*, size_t, size_t,
-                size_t, float*, size_t, const int8_t*, size_t, const int8_t*, size_t, size_t) {}
+                size_t, float*, size_t, const int8_t*, size_t, const int8_t*, size_t, size_t,
+                const L1Rows&) {}
 bool WeightedQuadsV4(const float*, size_t, const int8_t* const*, size_t, size_t, const float*,
-                     float*, size_t) {
+                     float*, size_t, const L1Rows&) {
   return false;
 }
 
