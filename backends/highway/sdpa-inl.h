@@ -442,14 +442,10 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   ATTNKIT_PHASE_MARK(phase_timer, kQuery);
   const int64_t kv_length = p.KvLength(it.b);
   constexpr bool kScaled = kScaledStorage<T>;  // int8 or fp8: rows times scales
-  // The item's first rows (and scales), which the kernels below do not prefetch.
+  // The item's first rows, which the kernels below do not prefetch.
   if (t.direct) {
     const int64_t first = std::min(t.ahead_keys, it.k_end - it.k_begin);
     PrefetchKeyValueRows(p, it, it.k_begin, first);
-    if constexpr (kScaled) {
-      PrefetchRowScales(p, p.k_scale, p.k_scale_view, it, it.k_begin, first);
-      PrefetchRowScales(p, p.v_scale, p.v_scale_view, it, it.k_begin, first);
-    }
   }
   // int8 and fp8 direct tiles' row scales (zeroed: PackedScale loads whole
   // vectors of them, up to a vector past the tile's last key).
@@ -526,10 +522,6 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
                    t.ahead_into_l1};
         v_ahead = {static_cast<const T*>(p.v.data) + kv.Offset(p.v, it.b, it.g, ahead), ldv, count,
                    t.ahead_into_l1};
-        if constexpr (kScaled) {  // and their scales
-          PrefetchRowScales(p, p.k_scale, p.k_scale_view, it, ahead, static_cast<int64_t>(count));
-          PrefetchRowScales(p, p.v_scale, p.v_scale_view, it, ahead, static_cast<int64_t>(count));
-        }
       }
       if constexpr (kScaled) {
         GatherRowScales(p, p.k_scale, p.k_scale_view, it, k0, nk, k_scales);

@@ -356,40 +356,16 @@ inline void ForEachScaleRun(const FlashParams& p, const float* scale, const Tens
   }
 }
 
-// The scales of rows [k0, k0 + nk) of (b, g): out[j] for j < nk.
+// The scales of rows [k0, k0 + nk) of (b, g): out[j] for j < nk. Not
+// prefetched: a loop prefetching each tile's scales ahead was measured
+// (Zen 5, B8 H32/8 Tk4096 d128 int8 and E4M3 FAST decode, alternating
+// rounds in one process) within 3 % either way of none, which is what its
+// binary had held (GCC 12 had deleted the loop: platform/prefetch.h).
 inline void GatherRowScales(const FlashParams& p, const float* scale, const TensorView& view,
                             const Item& it, int64_t k0, int64_t nk, float* HWY_RESTRICT out) {
   ForEachScaleRun(p, scale, view, it, k0, nk,
                   [out](int64_t j, const float* s, int64_t len, int64_t stride) {
                     for (int64_t i = 0; i < len; ++i) out[j + i] = s[i * stride];
-                  });
-}
-
-// Prefetches the scales GatherRowScales reads for rows [k0, k0 + nk), a
-// line at a time. Consecutive tokens' scales of one head lie a token's
-// stride apart ([B, Tk, Hkv] caches: Hkv floats), so a tile's scales span
-// lines the K/V rows' prefetching never touches; unprefetched, their misses
-// stalled an fp8 decode in GatherRowScales (5 % of its time on Zen 5).
-// Each run's lines are stepped through directly: a loop that compared each
-// scale's line with the last one's spent twice as long per tile (int8
-// FAST decode, one thread, Zen 5: the per-tile phase 1.05-1.33 -> 0.51-0.62
-// ms of 5.6-6.2).
-inline void PrefetchRowScales(const FlashParams& p, const float* scale, const TensorView& view,
-                              const Item& it, int64_t k0, int64_t nk) {
-  ForEachScaleRun(p, scale, view, it, k0, nk,
-                  [](int64_t, const float* s, int64_t len, int64_t stride) {
-                    // Addresses as integers: the last line may end past the scales.
-                    const uintptr_t step = static_cast<uintptr_t>(stride) * sizeof(float);
-                    const uintptr_t first = reinterpret_cast<uintptr_t>(s);
-                    const uintptr_t last = first + static_cast<uintptr_t>(len - 1) * step;
-                    // A line per scale where they lie a line or more apart,
-                    // else every line from the first scale's to the last
-                    // one's (one for a per-tensor view, stride 0).
-                    const uintptr_t advance = step >= 64 ? step : 64;
-                    const uintptr_t end = step >= 64 ? last : last | 63;
-                    for (uintptr_t x = first; x <= end; x += advance) {
-                      hwy::Prefetch(reinterpret_cast<const float*>(x));
-                    }
                   });
 }
 

@@ -58,8 +58,8 @@ ATTNKIT_TARGET_AVXVNNI void AvxVnniQDotK4(const int8_t* q, size_t ldq, const int
   for (size_t j = 0; j < keys; ++j) {
     if (j < ahead) {  // the rows `ahead` keys on: a K and a V row per key
       for (size_t off = 0; off < d; off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(pf_k + j * ld_pf_k + off), _MM_HINT_T1);
-        _mm_prefetch(reinterpret_cast<const char*>(pf_v + j * ld_pf_v + off), _MM_HINT_T1);
+        PrefetchL2(pf_k + j * ld_pf_k + off);
+        PrefetchL2(pf_v + j * ld_pf_v + off);
       }
     }
     PrefetchL1Rows(l1, j, j + 1);

@@ -19,6 +19,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "platform/prefetch.h"
+
 namespace attnkit {
 namespace x86_dot {
 
@@ -44,19 +46,12 @@ struct L1Rows {
   size_t bytes = 0;  // bytes of a row
   size_t count = 0;  // rows
 };
-// Prefetches rows [from, to) of l1, those below its count, into L1. By
-// inline assembly: GCC 12 deletes a loop of __builtin_prefetch (or
-// _mm_prefetch) calls nested in the kernels' loops as one without effects.
+// Prefetches rows [from, to) of l1, those below its count, into L1
+// (platform/prefetch.h: a loop of builtin prefetches, GCC 12 deleted).
 inline void PrefetchL1Rows(const L1Rows& l1, size_t from, size_t to) {
   if (to > l1.count) to = l1.count;
   for (size_t j = from; j < to; ++j) {
-    for (size_t off = 0; off < l1.bytes; off += 64) {
-#if defined(__x86_64__) && defined(__GNUC__)
-      asm volatile("prefetcht0 %0" : : "m"(l1.rows[j * l1.ld + off]));
-#else
-      __builtin_prefetch(l1.rows + j * l1.ld + off, 0, 3);
-#endif
-    }
+    for (size_t off = 0; off < l1.bytes; off += 64) PrefetchL1(l1.rows + j * l1.ld + off);
   }
 }
 

@@ -44,8 +44,8 @@ ATTNKIT_TARGET_VNNI inline void Step(__m512i kv, const int8_t* q, size_t ldq, si
 ATTNKIT_TARGET_VNNI inline void PrefetchRows(const int8_t* pf_k, size_t ld_pf_k, const int8_t* pf_v,
                                              size_t ld_pf_v, size_t j, size_t d) {
   for (size_t off = 0; off < d; off += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(pf_k + j * ld_pf_k + off), _MM_HINT_T1);
-    _mm_prefetch(reinterpret_cast<const char*>(pf_v + j * ld_pf_v + off), _MM_HINT_T1);
+    PrefetchL2(pf_k + j * ld_pf_k + off);
+    PrefetchL2(pf_v + j * ld_pf_v + off);
   }
 }
 
