@@ -179,17 +179,29 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   const size_t ldk = runs.ldk, ldv = runs.ldv;
   // int8 with VNNI products on both sides takes its rows into L1 as it
   // goes (x86_dot::L1Rows): the tile's V rows from inside Q.K, the next
-  // tile's K rows (those `ahead`: one tile on at d 128) from inside P.V.
-  const bool l1_rows = std::is_same<T, int8_t>::value && dots.vnni_pv;
-  auto l1_of = [](const T* rows, size_t ld, int64_t bytes, size_t count) {
+  // tile's K rows (the first page of them) from inside P.V. Rows back to
+  // back only (dense, no stride: AheadRows::into_l1 says why); others keep
+  // the burst of V rows below.
+  const bool int8_vnni_pv = std::is_same<T, int8_t>::value && dots.vnni_pv;
+  const bool l1_rows = int8_vnni_pv && !p.kv_rows.paged() && p.k_row_stride == p.head_dim &&
+                       p.v_row_stride == p.value_dim;
+  auto l1_of = [](const T* rows, size_t ld, int64_t values, size_t count) {
     return x86_dot::L1Rows{reinterpret_cast<const uint8_t*>(rows), ld * sizeof(T),
-                           static_cast<size_t>(bytes) * sizeof(T), count};
+                           static_cast<size_t>(values) * sizeof(T), count};
   };
-  const x86_dot::L1Rows k_next =
-      l1_rows ? l1_of(k_ahead.rows, k_ahead.ld, p.head_dim,
-                      std::min(k_ahead.count, static_cast<size_t>(t.key_tile)))
-              : x86_dot::L1Rows{};
-  if (kCheckNaN) {  // V's rows into L1 while Q.K runs, for fp8's NaN check after it
+  x86_dot::L1Rows k_next;
+  if (l1_rows) {  // tiles start at multiples of key_tile: the next one at k0 + nk
+    const int64_t next = k0 + nk;
+    const int64_t count =
+        std::min({t.key_tile, it.k_end - next, next < it.k_end ? p.kv_rows.RunLength(next) : 0});
+    if (count > 0) {
+      k_next = l1_of(static_cast<const T*>(p.k.data) + p.kv_rows.Offset(p.k, it.b, it.g, next), ldk,
+                     p.head_dim, static_cast<size_t>(count));
+    }
+  }
+  if (kCheckNaN || (int8_vnni_pv && !l1_rows)) {
+    // V's rows into L1 while Q.K runs, for fp8's NaN check after it, or
+    // for WeightedQuadsV4, which reads four rows at a time.
     for (int r = 0; r < runs.count; ++r) {
       PrefetchRowsIntoL1(reinterpret_cast<const uint8_t*>(runs.v[r]), ldv,
                          static_cast<size_t>(runs.Keys(r)), static_cast<size_t>(p.value_dim));
@@ -312,6 +324,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     // sum per element, whatever its runs: unless a row's weights are not
     // finite (or tiny), which the f32 products below then take.
     const x86_dot::L1Rows k_l1 = g == 0 ? k_next : x86_dot::L1Rows{};
+    if (!int_pv) x86_dot::PrefetchL1Rows(k_l1, 0, k_l1.count);  // WeightedQuadsV4's, below
     if (int_pv &&
         x86_dot::WeightedQuadsV4(sg, static_cast<size_t>(nk), vrows,
                                  static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp),

@@ -6,6 +6,7 @@
 // 128-bit load. Compiled for AVX2 with AVX-VNNI by its target attribute;
 // callers check HaveAvxVnni().
 #include "backends/highway/x86_dot.h"
+#include "platform/prefetch.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

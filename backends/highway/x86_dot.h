@@ -36,10 +36,12 @@ inline uint64_t RowBytesMask(size_t c, size_t n) {
 // the tile's V rows (so P.V reads them from L1), P.V the K rows of the tile
 // after (so its Q.K does): a few lines a key, where one burst of the
 // tile's V lines at its start stalled the core until they came (Zen 5, B8
-// H32/8 Tk4096 d128 int8 decode under FAST, twelve alternating rounds in
-// one process: one thread 4.56 -> 3.97 ms, two 2.14 -> 1.99 ms; each round
-// won). The fp8 kernels gain nothing from it (within 1 %: their widening
-// binds them, not memory). Empty (count 0): nothing prefetched.
+// H32/8 Tk4096 d128 int8 decode under FAST, dense rows, twelve alternating
+// rounds in one process, the same Q.K code both ways: one thread 4.56 ->
+// 3.97 ms, two 2.14 -> 1.99 ms; each round won). The fp8 kernels gain
+// nothing from it (within 1 %: their widening binds them, not memory), and
+// AVX2's AvxVnniQDotK4 takes it only to share VnniQDotK4's type (its int8
+// P.V is f32, so the caller passes none). Empty (count 0): nothing.
 struct L1Rows {
   const uint8_t* rows = nullptr;
   size_t ld = 0;     // bytes from one row to the next

@@ -16,6 +16,7 @@
 
 #include "backends/highway/x86_dot.h"
 #include "core/fp8.h"
+#include "platform/prefetch.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

@@ -4,6 +4,7 @@
 // and 128 * sum_c Q[r, c] is subtracted once per row. Compiled for AVX-512
 // with VNNI by its target attribute; callers check HaveVnni().
 #include "backends/highway/x86_dot.h"
+#include "platform/prefetch.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
