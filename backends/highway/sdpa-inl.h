@@ -201,7 +201,9 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   }
   if (kCheckNaN || (int8_vnni_pv && !l1_rows)) {
     // V's rows into L1 while Q.K runs, for fp8's NaN check after it, or
-    // for WeightedQuadsV4, which reads four rows at a time.
+    // for WeightedQuadsV4, which reads four rows at a time (int8 FAST
+    // decode, one thread, against none, paired runs: median 5.96-7.29 ->
+    // 5.74-6.15 ms; at two threads within the host's noise).
     for (int r = 0; r < runs.count; ++r) {
       PrefetchRowsIntoL1(reinterpret_cast<const uint8_t*>(runs.v[r]), ldv,
                          static_cast<size_t>(runs.Keys(r)), static_cast<size_t>(p.value_dim));
