@@ -8,6 +8,9 @@
 #ifndef ATTNKIT_PLATFORM_PREFETCH_H_
 #define ATTNKIT_PLATFORM_PREFETCH_H_
 
+#include <cstddef>
+#include <cstdint>
+
 namespace attnkit {
 
 // The line holding p into L1 (prefetcht0).
@@ -30,6 +33,20 @@ inline void PrefetchL2(const void* p) {
 #else
   (void)p;
 #endif
+}
+
+// Rows [from, to) of a matrix into L1, a line at a time: row j's first
+// `bytes` bytes at rows + j * ld. Rows back to back (ld == bytes) are one
+// run of lines.
+inline void PrefetchRowsL1(const void* rows, size_t ld, size_t bytes, size_t from, size_t to) {
+  const uint8_t* base = static_cast<const uint8_t*>(rows);
+  if (ld == bytes) {
+    for (size_t off = from * ld; off < to * ld; off += 64) PrefetchL1(base + off);
+    return;
+  }
+  for (size_t j = from; j < to; ++j) {
+    for (size_t off = 0; off < bytes; off += 64) PrefetchL1(base + j * ld + off);
+  }
 }
 
 }  // namespace attnkit

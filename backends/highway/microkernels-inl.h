@@ -270,19 +270,6 @@ HWY_INLINE bool FoldBelowLimit(const float* HWY_RESTRICT x, int64_t n, float fac
   return ok;
 }
 
-// Prefetches rows [0, n) (row j at rows + j * ld, `bytes` bytes each) into
-// L1, a line at a time.
-HWY_INLINE void PrefetchRowsIntoL1(const uint8_t* HWY_RESTRICT rows, size_t ld, size_t n,
-                                   size_t bytes) {
-  if (ld == bytes) {  // rows back to back: one run
-    bytes *= n;
-    n = 1;
-  }
-  for (size_t j = 0; j < n; ++j) {
-    for (size_t c = 0; c < bytes; c += 64) hwy::Prefetch(rows + j * ld + c);
-  }
-}
-
 // Whether any of rows [0, n) (row j at rows + j * ld, d codes each) holds a
 // special code (core/fp8.h): E4M3's NaN S.1111.111, E5M2's Inf and NaN
 // S.11111.xx; those are the codes that ORed with 0x80 (E4M3) or 0x83 (E5M2)

@@ -38,6 +38,7 @@
 #include "core/status_macros.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "platform/prefetch.h"
 #include "platform/thread_pool.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -205,8 +206,8 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     // decode, one thread, against none, paired runs: median 5.96-7.29 ->
     // 5.74-6.15 ms; at two threads within the host's noise).
     for (int r = 0; r < runs.count; ++r) {
-      PrefetchRowsIntoL1(reinterpret_cast<const uint8_t*>(runs.v[r]), ldv,
-                         static_cast<size_t>(runs.Keys(r)), static_cast<size_t>(p.value_dim));
+      PrefetchRowsL1(runs.v[r], ldv * sizeof(T), static_cast<size_t>(p.value_dim) * sizeof(T), 0,
+                     static_cast<size_t>(runs.Keys(r)));
     }
   }
   // The ahead rows (AheadRows) of the run's keys from key j0 on.

@@ -52,9 +52,7 @@ struct L1Rows {
 // (platform/prefetch.h: a loop of builtin prefetches, GCC 12 deleted).
 inline void PrefetchL1Rows(const L1Rows& l1, size_t from, size_t to) {
   if (to > l1.count) to = l1.count;
-  for (size_t j = from; j < to; ++j) {
-    for (size_t off = 0; off < l1.bytes; off += 64) PrefetchL1(l1.rows + j * l1.ld + off);
-  }
+  if (from < to) PrefetchRowsL1(l1.rows, l1.ld, l1.bytes, from, to);
 }
 
 // The CPU has AVX512F/BW/VL/DQ and AVX512_BF16 (checked once, by CPUID).
