@@ -169,23 +169,25 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   constexpr bool kScaled = kScaledStorage<T>;  // int8 or fp8: rows times scales
   constexpr bool kCheckNaN = kFp8FastTag<T>;   // fp8 read without its special codes
   // fp8 codes under FAST (dots.fp8_bf16): Q.K and P.V in bf16 (P.V in f32
-  // where a row must leave out a bad V row, or a weight is not finite). Its
-  // V rows are not prefetched into L1 below: Fp8QDotK4 brings them into L2
-  // ahead, and a 64-key tile's 128 lines at once stalled the tile's start
-  // (Zen 5, B8 d128 E4M3 decode, alternating runs: one thread 6.15-6.23 ->
-  // 5.69-5.87 ms, two 3.10-3.23 -> 2.96-3.09).
+  // where a row must leave out a bad V row, or a weight is not finite).
+  // Paged or strided fp8 rows take no burst of V rows into L1 below:
+  // Fp8QDotK4 brings them into L2 ahead, and a 64-key tile's 128 lines at
+  // once stalled the tile's start on a busy host (Zen 5, B8 d128 E4M3
+  // decode, alternating runs: one thread 6.15-6.23 -> 5.69-5.87 ms, two
+  // 3.10-3.23 -> 2.96-3.09), though on a quiet one it gained 8-10 % on
+  // dense rows (which x86_dot::L1Rows now serves, below).
   constexpr bool kFp8Codes = std::is_same<T, Fp8E4M3>::value || std::is_same<T, Fp8E5M2>::value;
   constexpr bool kE4M3Codes = std::is_same<T, Fp8E4M3>::value;
   const bool fp8_bf16 = kFp8Codes && dots.fp8_bf16;
   const size_t ldk = runs.ldk, ldv = runs.ldv;
-  // int8 with VNNI products on both sides takes its rows into L1 as it
-  // goes (x86_dot::L1Rows): the tile's V rows from inside Q.K, the next
-  // tile's K rows (the first page of them) from inside P.V. Rows back to
-  // back only (dense, no stride: AheadRows::into_l1 says why); others keep
-  // the burst of V rows below.
+  // int8 with VNNI products on both sides, and fp8 under FAST, take their
+  // rows into L1 as they go (x86_dot::L1Rows): the tile's V rows from
+  // inside Q.K, the next tile's K rows (the first page of them) from inside
+  // P.V. Rows back to back only (dense, no stride: AheadRows::into_l1 says
+  // why); others keep the burst of V rows below (int8) or none (fp8).
   const bool int8_vnni_pv = std::is_same<T, int8_t>::value && dots.vnni_pv;
-  const bool l1_rows = int8_vnni_pv && !p.kv_rows.paged() && p.k_row_stride == p.head_dim &&
-                       p.v_row_stride == p.value_dim;
+  const bool l1_rows = (int8_vnni_pv || fp8_bf16) && !p.kv_rows.paged() &&
+                       p.k_row_stride == p.head_dim && p.v_row_stride == p.value_dim;
   auto l1_of = [](const T* rows, size_t ld, int64_t values, size_t count) {
     return x86_dot::L1Rows{reinterpret_cast<const uint8_t*>(rows), ld * sizeof(T),
                            static_cast<size_t>(values) * sizeof(T), count};
@@ -243,7 +245,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
             static_cast<size_t>(ldqb), reinterpret_cast<const uint8_t*>(runs.k[r]), ldk,
             static_cast<size_t>(p.head_dim), keys, kE4M3Codes, p.scale, sg + j0 * kGroupRows,
             reinterpret_cast<const uint8_t*>(ka.rows), ka.ld,
-            reinterpret_cast<const uint8_t*>(va.rows), va.ld, std::min(ka.count, va.count));
+            reinterpret_cast<const uint8_t*>(va.rows), va.ld, std::min(ka.count, va.count), v_l1);
       } else {
         QDotKRows(qrows + g * kGroupRows * dp, static_cast<size_t>(dp), runs.k[r], ldk,
                   static_cast<size_t>(dp), kGroupRows, kGroupRows, keys, sg + j0 * kGroupRows,
@@ -327,7 +329,8 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     // sum per element, whatever its runs: unless a row's weights are not
     // finite (or tiny), which the f32 products below then take.
     const x86_dot::L1Rows k_l1 = g == 0 ? k_next : x86_dot::L1Rows{};
-    if (!int_pv) x86_dot::PrefetchL1Rows(k_l1, 0, k_l1.count);  // WeightedQuadsV4's, below
+    // The kernels below take k_l1 into L1 as they go; the f32 products do not.
+    if (!int_pv && !fp8_pv) x86_dot::PrefetchL1Rows(k_l1, 0, k_l1.count);
     if (int_pv &&
         x86_dot::WeightedQuadsV4(sg, static_cast<size_t>(nk), vrows,
                                  static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp),
@@ -337,7 +340,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     if (fp8_pv && x86_dot::Fp8WeightedSumV4(
                       sg, static_cast<size_t>(nk), reinterpret_cast<const uint8_t* const*>(vrows),
                       static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp), kE4M3Codes,
-                      alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp))) {
+                      alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp), k_l1)) {
       continue;
     }
     const float* rescale = alpha + r0;  // the first product applies it

@@ -30,7 +30,7 @@ inline uint64_t RowBytesMask(size_t c, size_t n) {
   return c + 64 <= n ? ~uint64_t{0} : c >= n ? 0 : (uint64_t{1} << (n - c)) - 1;
 }
 
-// Rows an int8 decode kernel prefetches into L1 (prefetcht0) as it goes:
+// Rows an int8 or fp8 decode kernel prefetches into L1 (prefetcht0) as it goes:
 // row j (bytes [0, bytes) at rows + j * ld) as the kernel reaches key j of
 // its own, for j < count; rows past its last key right after it. Q.K takes
 // the tile's V rows (so P.V reads them from L1), P.V the K rows of the tile
@@ -38,10 +38,13 @@ inline uint64_t RowBytesMask(size_t c, size_t n) {
 // tile's V lines at its start stalled the core until they came (Zen 5, B8
 // H32/8 Tk4096 d128 int8 decode under FAST, dense rows, twelve alternating
 // rounds in one process, the same Q.K code both ways: one thread 4.56 ->
-// 3.97 ms, two 2.14 -> 1.99 ms; each round won). The fp8 kernels gain
-// nothing from it (within 1 %: their widening binds them, not memory), and
-// AVX2's AvxVnniQDotK4 takes it only to share VnniQDotK4's type (its int8
-// P.V is f32, so the caller passes none). Empty (count 0): nothing.
+// 3.97 ms, two 2.14 -> 1.99 ms; each round won). The fp8 kernels likewise
+// (the E4M3 decode under FAST, caches swept before each call, nine rounds
+// against no L1 prefetch: one thread 4.24 -> 3.61 ms, two 2.70-2.79 ->
+// 2.25-2.32; on a host whose other tenants halved its FMA rate they had
+// gained nothing, their widening binding them). AVX2's AvxVnniQDotK4
+// takes it only to share VnniQDotK4's type (its int8 P.V is f32, so the
+// caller passes none). Empty (count 0): nothing.
 struct L1Rows {
   const uint8_t* rows = nullptr;
   size_t ld = 0;     // bytes from one row to the next
@@ -120,11 +123,11 @@ bool HaveFp8BF16Dot();
 //   qb: the 4 rows in the block layout Fp8QueryBlocks writes, rows
 //       qb + r * ldq (ldq >= 4 d).
 //   k:  fp8 rows k + j * ldk, d codes each (d a multiple of 16).
-// Also prefetches (into L2) the first `ahead` rows of pf_k and pf_v, as
-// VnniQDotK4 does.
+// Also prefetches (into L2) the first `ahead` rows of pf_k and pf_v, and
+// into L1 the rows of l1 (the tile's V), as VnniQDotK4 does.
 void Fp8QDotK4(const uint16_t* qb, size_t ldq, const uint8_t* k, size_t ldk, size_t d, size_t keys,
                bool e4m3, float scale, float* s, const uint8_t* pf_k, size_t ld_pf_k,
-               const uint8_t* pf_v, size_t ld_pf_v, size_t ahead);
+               const uint8_t* pf_v, size_t ld_pf_v, size_t ahead, const L1Rows& l1 = {});
 
 // One bf16 Q row q[0, d) (d a multiple of 8) in Fp8QDotK4's layout: each 8
 // consecutive values repeated four times (one copy per 128-bit block),
@@ -145,10 +148,12 @@ inline void Fp8QueryBlocks(const uint16_t* q, size_t d, uint16_t* out) {
 // is 0, so p must hold 0 there); no byte past dv is read. Columns [dv,
 // dvp) of O are only rescaled: dv <= dvp, dvp a multiple of 16.
 // Returns false, having changed nothing, where a weight is NaN or Inf.
-// keys <= kMaxWeightedPairsKeys.
+// keys <= kMaxWeightedPairsKeys. Prefetches the rows of l1 (the next
+// tile's K) into L1 as it goes, whatever it returns, as WeightedQuadsV4
+// does.
 constexpr size_t kMaxWeightedPairsKeys = 512;
 bool Fp8WeightedSumV4(const float* p, size_t keys, const uint8_t* const* v, size_t dv, size_t dvp,
-                      bool e4m3, const float* alpha, float* o, size_t ldo);
+                      bool e4m3, const float* alpha, float* o, size_t ldo, const L1Rows& l1 = {});
 
 // ---- int8 (x86_vnni_dot.cc) ----
 

@@ -385,8 +385,10 @@ TEST(X86DotTest, Fp8QDotK4MatchesExactProducts) {
         }
         std::vector<float> s(4 * keys + 4, -7.0f);
         const float scale = 0.25f;
+        // Odd key counts with rows prefetched into L1 (as the tile's V).
+        const x86_dot::L1Rows l1{k, ldk, d, keys};
         x86_dot::Fp8QDotK4(QueryBlocks(q, ldq, d).data(), 4 * d, k, ldk, d, keys, e4m3, scale,
-                           s.data(), k, ldk, k, ldk, keys);
+                           s.data(), k, ldk, k, ldk, keys, keys % 2 == 1 ? l1 : x86_dot::L1Rows{});
         for (size_t j = 0; j < keys; ++j) {
           for (size_t r = 0; r < 4; ++r) {
             double want = 0, abs_sum = 0;
@@ -439,8 +441,11 @@ TEST(X86DotTest, Fp8WeightedSumV4MatchesRoundedWeights) {
         std::vector<float> o(4 * dvp), o0(4 * dvp);
         for (float& x : o) x = u01(rng);
         o0 = o;
+        // Some with the first rows prefetched into L1 (as the next tile's K).
+        const x86_dot::L1Rows l1{vbytes, ldv, dv, keys - 1};
+        const x86_dot::L1Rows some = keys > 2 ? l1 : x86_dot::L1Rows{};
         ASSERT_TRUE(x86_dot::Fp8WeightedSumV4(p.data(), keys, rows.data(), dv, dvp, e4m3, alpha,
-                                              o.data(), dvp));
+                                              o.data(), dvp, some));
         for (size_t r = 0; r < 4; ++r) {
           for (size_t c = 0; c < dvp; ++c) {
             double want = double(alpha[r]) * o0[r * dvp + c], abs_sum = std::fabs(want);
@@ -459,7 +464,7 @@ TEST(X86DotTest, Fp8WeightedSumV4MatchesRoundedWeights) {
           pb[4 * (keys - 1) + 2] = bad;
           const std::vector<float> before = o;
           EXPECT_FALSE(x86_dot::Fp8WeightedSumV4(pb.data(), keys, rows.data(), dv, dvp, e4m3, alpha,
-                                                 o.data(), dvp));
+                                                 o.data(), dvp, some));
           EXPECT_EQ(o, before) << "a refused call changed O";
         }
       }

@@ -138,7 +138,7 @@ inline void PrefetchRows(const uint8_t* pf_k, size_t ld_pf_k, const uint8_t* pf_
 ATTNKIT_TARGET_FP8 void Fp8QDotK4(const uint16_t* qb, size_t ldq, const uint8_t* k, size_t ldk,
                                   size_t d, size_t keys, bool e4m3, float scale, float* s,
                                   const uint8_t* pf_k, size_t ld_pf_k, const uint8_t* pf_v,
-                                  size_t ld_pf_v, size_t ahead) {
+                                  size_t ld_pf_v, size_t ahead, const L1Rows& l1) {
   const Widener t = MakeWidener(e4m3);
   const __m512 sv = _mm512_set1_ps(scale);
   // Eight keys at a time, 16 codes of each per step: keys 4 h + b in block
@@ -159,6 +159,7 @@ ATTNKIT_TARGET_FP8 void Fp8QDotK4(const uint16_t* qb, size_t ldq, const uint8_t*
     const size_t n = keys - j < kKeys ? keys - j : kKeys;
     for (size_t x = j; x < j + n && x < ahead; ++x)
       PrefetchRows(pf_k, ld_pf_k, pf_v, ld_pf_v, x, d);
+    PrefetchL1Rows(l1, j, j + kKeys);
     const uint8_t* rows[kKeys];
     for (size_t key = 0; key < kKeys; ++key) rows[key] = k + (j + (key < n ? key : n - 1)) * ldk;
     __m512 a[2][4];  // [vector h][row r]
@@ -200,11 +201,12 @@ ATTNKIT_TARGET_FP8 void Fp8QDotK4(const uint16_t* qb, size_t ldq, const uint8_t*
       _mm512_mask_storeu_ps(s + 4 * (j + 4 * h), keep, _mm512_mul_ps(dots, sv));
     }
   }
+  PrefetchL1Rows(l1, keys, l1.count);
 }
 
 ATTNKIT_TARGET_FP8 bool Fp8WeightedSumV4(const float* p, size_t keys, const uint8_t* const* v,
                                          size_t dv, size_t dvp, bool e4m3, const float* alpha,
-                                         float* o, size_t ldo) {
+                                         float* o, size_t ldo, const L1Rows& l1) {
   // The weights as bf16 pairs of keys per row: pw[4 jp + r] = (P[2 jp, r],
   // P[2 jp + 1, r]). Four keys' 16 weights are rounded at once, and a word
   // permutation pairs each row's weights of two keys.
@@ -221,7 +223,10 @@ ATTNKIT_TARGET_FP8 bool Fp8WeightedSumV4(const float* p, size_t keys, const uint
     _mm256_store_si256(reinterpret_cast<__m256i*>(pw + 2 * j),
                        _mm256_permutexvar_epi16(pair_rows, b));
   }
-  if (bad != 0) return false;
+  if (bad != 0) {
+    PrefetchL1Rows(l1, 0, l1.count);
+    return false;
+  }
   const Widener t = MakeWidener(e4m3);
   const size_t pairs = (keys + 1) / 2;
   for (size_t c0 = 0; c0 < dvp; c0 += 64) {
@@ -239,7 +244,10 @@ ATTNKIT_TARGET_FP8 bool Fp8WeightedSumV4(const float* p, size_t keys, const uint
         acc[r][cv] = _mm512_mul_ps(a, _mm512_maskz_loadu_ps(cols[cv], o + r * ldo + c0 + 16 * cv));
       }
     }
+    // l1's rows spread over the first column block, a pair per pair.
+    const L1Rows l1_here = c0 == 0 ? l1 : L1Rows{};
     for (size_t jp = 0; jp < pairs; ++jp) {
+      PrefetchL1Rows(l1_here, 2 * jp, 2 * jp + 2);
       const __m512i v0 = _mm512_maskz_loadu_epi8(bytes, v[2 * jp] + c0);
       const __m512i v1 = _mm512_maskz_loadu_epi8(bytes, v[2 * jp + 1] + c0);
       // Codes of the two keys column by column: dword lane c of w[c / 16]
@@ -254,6 +262,7 @@ ATTNKIT_TARGET_FP8 bool Fp8WeightedSumV4(const float* p, size_t keys, const uint
         for (int cv = 0; cv < 4; ++cv) acc[r][cv] = Dot(acc[r][cv], w[cv], pr);
       }
     }
+    PrefetchL1Rows(l1_here, 2 * pairs, l1_here.count);
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
 #pragma GCC unroll 4
@@ -280,9 +289,9 @@ namespace x86_dot {
 
 bool HaveFp8BF16Dot() { return false; }
 void Fp8QDotK4(const uint16_t*, size_t, const uint8_t*, size_t, size_t, size_t, bool, float, float*,
-               const uint8_t*, size_t, const uint8_t*, size_t, size_t) {}
+               const uint8_t*, size_t, const uint8_t*, size_t, size_t, const L1Rows&) {}
 bool Fp8WeightedSumV4(const float*, size_t, const uint8_t* const*, size_t, size_t, bool,
-                      const float*, float*, size_t) {
+                      const float*, float*, size_t, const L1Rows&) {
   return false;
 }
 
