@@ -181,10 +181,13 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   const bool fp8_bf16 = kFp8Codes && dots.fp8_bf16;
   const size_t ldk = runs.ldk, ldv = runs.ldv;
   // int8 with VNNI products on both sides, and fp8 under FAST, take their
-  // rows into L1 as they go (x86_dot::L1Rows): the tile's V rows from
-  // inside Q.K, the next tile's K rows (the first page of them) from inside
-  // P.V. Rows back to back only (dense, no stride: AheadRows::into_l1 says
-  // why); others keep the burst of V rows below (int8) or none (fp8).
+  // rows into L1 as they go (x86_dot::L1Rows says why): the tile's V rows
+  // from inside Q.K, which brings only the K rows ahead into L2, and the V
+  // rows ahead (as far as their page reaches, a tile's worth at most) from
+  // inside P.V. Rows back to back only (dense, no stride:
+  // AheadRows::into_l1 says why); others keep the burst of V rows below
+  // (int8) or none (fp8), their Q.K bringing both K and V rows ahead into
+  // L2.
   const bool int8_vnni_pv = std::is_same<T, int8_t>::value && dots.vnni_pv;
   const bool l1_rows = (int8_vnni_pv || fp8_bf16) && !p.kv_rows.paged() &&
                        p.k_row_stride == p.head_dim && p.v_row_stride == p.value_dim;
@@ -192,16 +195,10 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     return x86_dot::L1Rows{reinterpret_cast<const uint8_t*>(rows), ld * sizeof(T),
                            static_cast<size_t>(values) * sizeof(T), count};
   };
-  x86_dot::L1Rows k_next;
-  if (l1_rows) {  // tiles start at multiples of key_tile: the next one at k0 + nk
-    const int64_t next = k0 + nk;
-    const int64_t count =
-        std::min({t.key_tile, it.k_end - next, next < it.k_end ? p.kv_rows.RunLength(next) : 0});
-    if (count > 0) {
-      k_next = l1_of(static_cast<const T*>(p.k.data) + p.kv_rows.Offset(p.k, it.b, it.g, next), ldk,
-                     p.head_dim, static_cast<size_t>(count));
-    }
-  }
+  const x86_dot::L1Rows v_ahead_l1 =  // the V rows ahead, for P.V
+      l1_rows ? l1_of(v_ahead.rows, v_ahead.ld, p.value_dim,
+                      std::min(v_ahead.count, static_cast<size_t>(t.key_tile)))
+              : x86_dot::L1Rows{};
   if (kCheckNaN || (int8_vnni_pv && !l1_rows)) {
     // V's rows into L1 while Q.K runs, for fp8's NaN check after it, or
     // for WeightedQuadsV4, which reads four rows at a time (int8 FAST
@@ -237,7 +234,8 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
                scratch + t.off_qscale + g * kGroupRows, reinterpret_cast<const int8_t*>(runs.k[r]),
                ldk, static_cast<size_t>(p.head_dim), keys, sg + j0 * kGroupRows, kGroupRows,
                reinterpret_cast<const int8_t*>(ka.rows), ka.ld,
-               reinterpret_cast<const int8_t*>(va.rows), va.ld, std::min(ka.count, va.count), v_l1);
+               l1_rows ? nullptr : reinterpret_cast<const int8_t*>(va.rows), va.ld,
+               std::min(ka.count, va.count), v_l1);
       } else if (fp8_bf16) {  // bf16 Q rows (LoadQueryBlocksBF16): scale * q.code
         const int64_t ldqb = 4 * p.head_dim;
         x86_dot::Fp8QDotK4(
@@ -245,7 +243,8 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
             static_cast<size_t>(ldqb), reinterpret_cast<const uint8_t*>(runs.k[r]), ldk,
             static_cast<size_t>(p.head_dim), keys, kE4M3Codes, p.scale, sg + j0 * kGroupRows,
             reinterpret_cast<const uint8_t*>(ka.rows), ka.ld,
-            reinterpret_cast<const uint8_t*>(va.rows), va.ld, std::min(ka.count, va.count), v_l1);
+            l1_rows ? nullptr : reinterpret_cast<const uint8_t*>(va.rows), va.ld,
+            std::min(ka.count, va.count), v_l1);
       } else {
         QDotKRows(qrows + g * kGroupRows * dp, static_cast<size_t>(dp), runs.k[r], ldk,
                   static_cast<size_t>(dp), kGroupRows, kGroupRows, keys, sg + j0 * kGroupRows,
@@ -328,19 +327,20 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     // The weights quantized to u8 and the tile's P.V one exact integer
     // sum per element, whatever its runs: unless a row's weights are not
     // finite (or tiny), which the f32 products below then take.
-    const x86_dot::L1Rows k_l1 = g == 0 ? k_next : x86_dot::L1Rows{};
-    // The kernels below take k_l1 into L1 as they go; the f32 products do not.
-    if (!int_pv && !fp8_pv) x86_dot::PrefetchL1Rows(k_l1, 0, k_l1.count);
+    const x86_dot::L1Rows v_l1_ahead = g == 0 ? v_ahead_l1 : x86_dot::L1Rows{};
+    // The kernels below take v_l1_ahead into L1 as they go; the f32
+    // products do not.
+    if (!int_pv && !fp8_pv) x86_dot::PrefetchL1Rows(v_l1_ahead, 0, v_l1_ahead.count);
     if (int_pv &&
         x86_dot::WeightedQuadsV4(sg, static_cast<size_t>(nk), vrows,
                                  static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp),
-                                 alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp), k_l1)) {
+                                 alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp), v_l1_ahead)) {
       continue;
     }
     if (fp8_pv && x86_dot::Fp8WeightedSumV4(
                       sg, static_cast<size_t>(nk), reinterpret_cast<const uint8_t* const*>(vrows),
                       static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp), kE4M3Codes,
-                      alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp), k_l1)) {
+                      alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp), v_l1_ahead)) {
       continue;
     }
     const float* rescale = alpha + r0;  // the first product applies it

@@ -60,7 +60,7 @@ ATTNKIT_TARGET_AVXVNNI void AvxVnniQDotK4(const int8_t* q, size_t ldq, const int
     if (j < ahead) {  // the rows `ahead` keys on: a K and a V row per key
       for (size_t off = 0; off < d; off += 64) {
         PrefetchL2(pf_k + j * ld_pf_k + off);
-        PrefetchL2(pf_v + j * ld_pf_v + off);
+        if (pf_v != nullptr) PrefetchL2(pf_v + j * ld_pf_v + off);
       }
     }
     PrefetchL1Rows(l1, j, j + 1);

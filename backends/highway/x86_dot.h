@@ -30,21 +30,23 @@ inline uint64_t RowBytesMask(size_t c, size_t n) {
   return c + 64 <= n ? ~uint64_t{0} : c >= n ? 0 : (uint64_t{1} << (n - c)) - 1;
 }
 
-// Rows an int8 or fp8 decode kernel prefetches into L1 (prefetcht0) as it goes:
-// row j (bytes [0, bytes) at rows + j * ld) as the kernel reaches key j of
-// its own, for j < count; rows past its last key right after it. Q.K takes
-// the tile's V rows (so P.V reads them from L1), P.V the K rows of the tile
-// after (so its Q.K does): a few lines a key, where one burst of the
-// tile's V lines at its start stalled the core until they came (Zen 5, B8
-// H32/8 Tk4096 d128 int8 decode under FAST, dense rows, twelve alternating
-// rounds in one process, the same Q.K code both ways: one thread 4.56 ->
-// 3.97 ms, two 2.14 -> 1.99 ms; each round won). The fp8 kernels likewise
-// (the E4M3 decode under FAST, caches swept before each call, nine rounds
-// against no L1 prefetch: one thread 4.24 -> 3.61 ms, two 2.70-2.79 ->
-// 2.25-2.32; on a host whose other tenants halved its FMA rate they had
-// gained nothing, their widening binding them). AVX2's AvxVnniQDotK4
-// takes it only to share VnniQDotK4's type (its int8 P.V is f32, so the
-// caller passes none). Empty (count 0): nothing.
+// Rows an int8 or fp8 decode kernel prefetches into L1 (prefetcht0) as it
+// goes: row j (bytes [0, bytes) at rows + j * ld) as the kernel reaches key
+// j of its own, for j < count; rows past its last key right after it.
+// Q.K takes the tile's V rows (so P.V reads them from L1) while it brings
+// the K rows ahead into L2; P.V takes the V rows ahead. So requests to
+// memory go out through the whole tile, a few lines a key, where one burst
+// of the tile's V lines at its start stalled the core until they came
+// (Zen 5, B8 H32/8 Tk4096 d128 int8 decode under FAST, dense rows, twelve
+// alternating rounds in one process: one thread 4.56 -> 3.97 ms, two 2.14
+// -> 1.99 ms; each round won), and Q.K asking for both K and V rows ahead
+// queued twice the lines behind its own (P.V taking the V rows ahead
+// instead of the next tile's K, caches swept before each call, seven
+// rounds, a quiet host: int8 one thread 3.49-3.67 -> 2.76-2.78 ms, two
+// 2.02-2.11 -> 1.82-1.91; fp8 E4M3 3.50 -> 3.38 and 2.19 -> 2.01; each
+// round or all but one won). AVX2's AvxVnniQDotK4 takes it only to share
+// VnniQDotK4's type (its int8 P.V is f32, so the caller passes none).
+// Empty (count 0): nothing.
 struct L1Rows {
   const uint8_t* rows = nullptr;
   size_t ld = 0;     // bytes from one row to the next
@@ -148,8 +150,8 @@ inline void Fp8QueryBlocks(const uint16_t* q, size_t d, uint16_t* out) {
 // is 0, so p must hold 0 there); no byte past dv is read. Columns [dv,
 // dvp) of O are only rescaled: dv <= dvp, dvp a multiple of 16.
 // Returns false, having changed nothing, where a weight is NaN or Inf.
-// keys <= kMaxWeightedPairsKeys. Prefetches the rows of l1 (the next
-// tile's K) into L1 as it goes, whatever it returns, as WeightedQuadsV4
+// keys <= kMaxWeightedPairsKeys. Prefetches the rows of l1 (the V
+// rows ahead) into L1 as it goes, whatever it returns, as WeightedQuadsV4
 // does.
 constexpr size_t kMaxWeightedPairsKeys = 512;
 bool Fp8WeightedSumV4(const float* p, size_t keys, const uint8_t* const* v, size_t dv, size_t dvp,
@@ -164,9 +166,10 @@ bool Fp8WeightedSumV4(const float* p, size_t keys, const uint8_t* const* v, size
 //   q:  int8 rows q + r * ldq (d values, d a multiple of 16).
 //   k:  int8 rows k + j * ldk (storage).
 // Also prefetches (into L2) the first `ahead` rows of pf_k and pf_v (rows
-// pf_k + j * ld_pf_k, pf_v + j * ld_pf_v), one K and one V row per key, to
-// overlap memory with this tile's products as the f32 kernels do; and into
-// L1 the rows of l1 (L1Rows: the tile's V), row j with key j.
+// pf_k + j * ld_pf_k, pf_v + j * ld_pf_v), one K and one V row per key (K
+// alone where pf_v is null), to overlap memory with this tile's products as
+// the f32 kernels do; and into L1 the rows of l1 (L1Rows: the tile's V),
+// row j with key j.
 void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* q_sum128, const float* row_scale,
                 const int8_t* k, size_t ldk, size_t d, size_t keys, float* s, size_t lds,
                 const int8_t* pf_k, size_t ld_pf_k, const int8_t* pf_v, size_t ld_pf_v,
@@ -185,7 +188,7 @@ void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* q_sum128, const floa
 // are stored). keys <= kMaxWeightedQuadsKeys.
 // Returns false, having changed nothing, where a weight is NaN, Inf or
 // negative (a negative V scale), or a row's largest weight is tiny (below
-// 1e-30, not 0). Prefetches the rows of l1 (L1Rows: the next tile's K) into
+// 1e-30, not 0). Prefetches the rows of l1 (L1Rows: the V rows ahead) into
 // L1 as it goes, whatever it returns.
 constexpr size_t kMaxWeightedQuadsKeys = 512;
 bool WeightedQuadsV4(const float* p, size_t keys, const int8_t* const* v, size_t dv, size_t dvp,

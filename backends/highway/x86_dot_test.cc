@@ -227,7 +227,7 @@ TEST(X86DotTest, WeightedQuadsV4IsTheExactIntegerSumOfQuantizedWeights) {
             want[r * dvp + c] = std::fma(o[r * dvp + c], a, static_cast<float>(sum) * back);
           }
         }
-        // With the first rows prefetched into L1 (as the next tile's K).
+        // With the first rows prefetched into L1 (as the V rows ahead).
         const x86_dot::L1Rows l1{reinterpret_cast<const uint8_t*>(rows.data()), ldv, dv, keys - 1};
         ASSERT_TRUE(x86_dot::WeightedQuadsV4(p.data(), keys, v.data(), dv, dvp,
                                              with_alpha ? alpha.data() : nullptr, o.data(), dvp,
@@ -441,7 +441,7 @@ TEST(X86DotTest, Fp8WeightedSumV4MatchesRoundedWeights) {
         std::vector<float> o(4 * dvp), o0(4 * dvp);
         for (float& x : o) x = u01(rng);
         o0 = o;
-        // Some with the first rows prefetched into L1 (as the next tile's K).
+        // Some with the first rows prefetched into L1 (as the V rows ahead).
         const x86_dot::L1Rows l1{vbytes, ldv, dv, keys - 1};
         const x86_dot::L1Rows some = keys > 2 ? l1 : x86_dot::L1Rows{};
         ASSERT_TRUE(x86_dot::Fp8WeightedSumV4(p.data(), keys, rows.data(), dv, dvp, e4m3, alpha,

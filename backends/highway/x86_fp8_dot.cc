@@ -124,12 +124,13 @@ ATTNKIT_TARGET_FP8 inline __m512 QuadSums(__m512 xy, __m512 zw) {
                        _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
 }
 
-// The rows `ahead` keys on: a K and a V row per key, into L2.
+// The rows `ahead` keys on: a K and a V row per key (K alone where pf_v
+// is null), into L2.
 inline void PrefetchRows(const uint8_t* pf_k, size_t ld_pf_k, const uint8_t* pf_v, size_t ld_pf_v,
                          size_t j, size_t d) {
   for (size_t off = 0; off < d; off += 64) {
     PrefetchL2(pf_k + j * ld_pf_k + off);
-    PrefetchL2(pf_v + j * ld_pf_v + off);
+    if (pf_v != nullptr) PrefetchL2(pf_v + j * ld_pf_v + off);
   }
 }
 

@@ -41,12 +41,13 @@ ATTNKIT_TARGET_VNNI inline void Step(__m512i kv, const int8_t* q, size_t ldq, si
   a[3] = _mm512_dpbusd_epi32(a[3], ku, _mm512_loadu_si512(q + 3 * ldq + c));
 }
 
-// The rows `ahead` keys on: a K and a V row per key, into L2.
+// The rows `ahead` keys on: a K and a V row per key (K alone where pf_v
+// is null), into L2.
 ATTNKIT_TARGET_VNNI inline void PrefetchRows(const int8_t* pf_k, size_t ld_pf_k, const int8_t* pf_v,
                                              size_t ld_pf_v, size_t j, size_t d) {
   for (size_t off = 0; off < d; off += 64) {
     PrefetchL2(pf_k + j * ld_pf_k + off);
-    PrefetchL2(pf_v + j * ld_pf_v + off);
+    if (pf_v != nullptr) PrefetchL2(pf_v + j * ld_pf_v + off);
   }
 }
 
