@@ -32,6 +32,7 @@
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "platform/exp_nonpositive-inl.h"
+#include "platform/prefetch.h"
 #include "platform/widen-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -652,10 +653,13 @@ HWY_INLINE void QDotKRows(const float* HWY_RESTRICT q, size_t ldq, const T* HWY_
 
 // One register tile of WeightedSumV: rows [r0, r0 + kRows), columns
 // [c0, c0 + kColVecs * Lanes).
+// With `ahead`, also prefetches ahead row j (its first row_bytes) with key
+// j, as QDotOneKey prefetches with K.
 template <int kRows, int kColVecs, typename T>
 HWY_INLINE void WeightedSumVTile(const float* HWY_RESTRICT p, size_t ldp, const T* HWY_RESTRICT v,
                                  size_t ldv, size_t keys, const float* HWY_RESTRICT alpha,
-                                 size_t r0, size_t c0, float* HWY_RESTRICT o, size_t ldo) {
+                                 size_t r0, size_t c0, float* HWY_RESTRICT o, size_t ldo,
+                                 const AheadRows<T>* ahead = nullptr, size_t row_bytes = 0) {
   const DF df;
   const size_t N = hn::Lanes(df);
   VF acc[kRows][kColVecs];
@@ -670,6 +674,16 @@ HWY_INLINE void WeightedSumVTile(const float* HWY_RESTRICT p, size_t ldp, const 
   const float* HWY_RESTRICT pj = p + r0;
   const T* HWY_RESTRICT vj = v + c0;
   for (size_t j = 0; j < keys; ++j, pj += ldp, vj += ldv) {
+    if (ahead != nullptr && j < ahead->count) {
+      const uint8_t* row = reinterpret_cast<const uint8_t*>(ahead->rows + j * ahead->ld);
+      for (size_t off = 0; off < row_bytes; off += 64) {
+        if (ahead->into_l1) {
+          PrefetchL1(row + off);
+        } else {
+          PrefetchL2(row + off);
+        }
+      }
+    }
     VF vv[kColVecs];
     HWY_UNROLL(8)
     for (int cv = 0; cv < kColVecs; cv += kVecsPerLoad<T>) LoadF32Vecs(df, vj + cv * N, vv + cv);
@@ -694,12 +708,17 @@ HWY_INLINE void WeightedSumVTile(const float* HWY_RESTRICT p, size_t ldp, const 
 // P is key-major [keys, ldp]; rows a multiple of kValueRows, dp of Lanes. V
 // [keys, ldv] of T is a converted f32 tile or, for decode, V storage itself:
 // each column block re-reads the tile's rows from L1, the first pass from
-// memory.
+// memory. With `ahead` (AheadRows: V rows past the tile), its first register
+// tile prefetches ahead row j with key j.
 template <typename T>
 HWY_INLINE void WeightedSumV(const float* HWY_RESTRICT p, size_t ldp, const T* HWY_RESTRICT v,
                              size_t ldv, size_t keys, const float* HWY_RESTRICT alpha, size_t rows,
-                             size_t dp, float* HWY_RESTRICT o, size_t ldo) {
+                             size_t dp, float* HWY_RESTRICT o, size_t ldo,
+                             const AheadRows<T>& ahead = {}) {
   const size_t N = hn::Lanes(DF());
+  // The first register tile prefetches the ahead rows.
+  const AheadRows<T>* first = ahead.count > 0 ? &ahead : nullptr;
+  const size_t row_bytes = dp * sizeof(T);
   if (std::is_same<T, float>::value && kValueColVecs == 4 && dp == 8 * N && rows <= 8) {
     // f32 rows of 8 vectors (d = 128 on AVX-512): two rows at a time over
     // whole V rows, so V storage is read front to back (as QDotOneKey reads
@@ -713,7 +732,8 @@ HWY_INLINE void WeightedSumV(const float* HWY_RESTRICT p, size_t ldp, const T* H
     // alternating runs: P.V phase 25.8-27.8 ms with 2x8 tiles, 21.0-22.3 ms
     // with 4x4). Every element's sum over keys keeps its order either way.
     for (size_t r0 = 0; r0 < rows; r0 += 2) {
-      WeightedSumVTile<2, 8>(p, ldp, v, ldv, keys, alpha, r0, 0, o, ldo);
+      WeightedSumVTile<2, 8>(p, ldp, v, ldv, keys, alpha, r0, 0, o, ldo, r0 == 0 ? first : nullptr,
+                             row_bytes);
     }
     return;
   }
@@ -731,23 +751,31 @@ HWY_INLINE void WeightedSumV(const float* HWY_RESTRICT p, size_t ldp, const T* H
   if (blocks_first) {
     for (size_t c0 = 0; c0 < whole; c0 += block) {
       for (size_t r0 = 0; r0 < rows; r0 += kValueRows) {
-        WeightedSumVTile<kValueRows, kValueColVecs>(p, ldp, v, ldv, keys, alpha, r0, c0, o, ldo);
+        WeightedSumVTile<kValueRows, kValueColVecs>(p, ldp, v, ldv, keys, alpha, r0, c0, o, ldo,
+                                                    first, row_bytes);
+        first = nullptr;
       }
     }
   }
   for (size_t r0 = 0; r0 < rows; r0 += kValueRows) {
     size_t c0 = blocks_first ? whole : 0;
     for (; c0 < whole; c0 += block) {
-      WeightedSumVTile<kValueRows, kValueColVecs>(p, ldp, v, ldv, keys, alpha, r0, c0, o, ldo);
+      WeightedSumVTile<kValueRows, kValueColVecs>(p, ldp, v, ldv, keys, alpha, r0, c0, o, ldo,
+                                                  first, row_bytes);
+      first = nullptr;
     }
     // The rest two vectors at a time (BF16Pairs rows come in pairs of
     // vectors: dp is then a multiple of 2 Lanes), then one.
     for (; c0 + 2 * N <= dp; c0 += 2 * N) {
-      WeightedSumVTile<kValueRows, 2>(p, ldp, v, ldv, keys, alpha, r0, c0, o, ldo);
+      WeightedSumVTile<kValueRows, 2>(p, ldp, v, ldv, keys, alpha, r0, c0, o, ldo, first,
+                                      row_bytes);
+      first = nullptr;
     }
     if constexpr (kVecsPerLoad<T> == 1) {  // BF16Pairs rows hold whole pairs
       for (; c0 < dp; c0 += N) {
-        WeightedSumVTile<kValueRows, 1>(p, ldp, v, ldv, keys, alpha, r0, c0, o, ldo);
+        WeightedSumVTile<kValueRows, 1>(p, ldp, v, ldv, keys, alpha, r0, c0, o, ldo, first,
+                                        row_bytes);
+        first = nullptr;
       }
     }
   }
