@@ -614,7 +614,8 @@ HWY_INLINE void QDotKeyPairsOfRows(const float* HWY_RESTRICT q, size_t ldq, cons
 // tile); dp (a multiple of Lanes) is the padded head dim, zero-padded in
 // both. Rows [rows rounded up to 4, rows_padded) of S are set to 0. The K
 // and V rows in k_ahead and v_ahead (see AheadRows) are prefetched along the
-// way (the same number of rows in both).
+// way (the same number of rows in both; a caller may pass the K rows for
+// both).
 template <typename T>
 HWY_INLINE void QDotKRows(const float* HWY_RESTRICT q, size_t ldq, const T* HWY_RESTRICT k,
                           size_t ldk, size_t dp, size_t rows, size_t rows_padded, size_t keys,
@@ -653,6 +654,17 @@ HWY_INLINE void QDotKRows(const float* HWY_RESTRICT q, size_t ldq, const T* HWY_
 
 // One register tile of WeightedSumV: rows [r0, r0 + kRows), columns
 // [c0, c0 + kColVecs * Lanes).
+// Ahead row j's first `bytes` into L1 or L2 (AheadRows::into_l1).
+template <typename T>
+HWY_INLINE void PrefetchAheadRow(const AheadRows<T>& ahead, size_t j, size_t bytes) {
+  const uint8_t* row = reinterpret_cast<const uint8_t*>(ahead.rows + j * ahead.ld);
+  if (ahead.into_l1) {
+    for (size_t off = 0; off < bytes; off += 64) PrefetchL1(row + off);
+  } else {
+    for (size_t off = 0; off < bytes; off += 64) PrefetchL2(row + off);
+  }
+}
+
 // With `ahead`, also prefetches ahead row j (its first row_bytes) with key
 // j, as QDotOneKey prefetches with K.
 template <int kRows, int kColVecs, typename T>
@@ -674,16 +686,7 @@ HWY_INLINE void WeightedSumVTile(const float* HWY_RESTRICT p, size_t ldp, const 
   const float* HWY_RESTRICT pj = p + r0;
   const T* HWY_RESTRICT vj = v + c0;
   for (size_t j = 0; j < keys; ++j, pj += ldp, vj += ldv) {
-    if (ahead != nullptr && j < ahead->count) {
-      const uint8_t* row = reinterpret_cast<const uint8_t*>(ahead->rows + j * ahead->ld);
-      for (size_t off = 0; off < row_bytes; off += 64) {
-        if (ahead->into_l1) {
-          PrefetchL1(row + off);
-        } else {
-          PrefetchL2(row + off);
-        }
-      }
-    }
+    if (ahead != nullptr && j < ahead->count) PrefetchAheadRow(*ahead, j, row_bytes);
     VF vv[kColVecs];
     HWY_UNROLL(8)
     for (int cv = 0; cv < kColVecs; cv += kVecsPerLoad<T>) LoadF32Vecs(df, vj + cv * N, vv + cv);

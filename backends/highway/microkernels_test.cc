@@ -157,6 +157,20 @@ void CheckWeightedSumVStorage(size_t keys, size_t dvecs) {
       ExpectNear(want, o[r * ldo + c], 1e-5 * std::sqrt(double(keys) + 1), "WeightedSumV");
     }
   }
+  // Prefetching rows ahead (fewer than the keys, into L1 and L2) changes
+  // no bit.
+  for (bool into_l1 : {false, true}) {
+    auto o_ahead = Aligned(o0);
+    const AheadRows<T> ahead{v.data() + 1, ldv, keys > 0 ? keys - 1 : 0, into_l1};
+    WeightedSumV(p.get(), ldp, v.data() + 1, ldv, keys, alpha.get(), rows, dp, o_ahead.get(), ldo,
+                 ahead);
+    for (size_t x = 0; x < rows * ldo; ++x) {
+      if (o_ahead[x] != o[x]) {
+        ExpectNear(o[x], o_ahead[x], 0.0, "WeightedSumV with ahead rows");
+        break;
+      }
+    }
+  }
 }
 
 void TestWeightedSumV() {

@@ -180,36 +180,40 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   constexpr bool kE4M3Codes = std::is_same<T, Fp8E4M3>::value;
   const bool fp8_bf16 = kFp8Codes && dots.fp8_bf16;
   const size_t ldk = runs.ldk, ldv = runs.ldv;
-  // int8 with VNNI products on both sides, and fp8 under FAST, take their
-  // rows into L1 as they go (x86_dot::L1Rows says why): the tile's V rows
-  // from inside Q.K, which brings only the K rows ahead into L2, and the V
-  // rows ahead (as far as their page reaches, a tile's worth at most) from
-  // inside P.V. Rows back to back only (dense, no stride:
-  // AheadRows::into_l1 says why); others keep the burst of V rows below
-  // (int8) or none (fp8), their Q.K bringing both K and V rows ahead into
-  // L2.
+  // Dense rows (back to back, no stride, not paged) spread their memory
+  // requests over the tile: Q.K brings the K rows ahead (AheadRows), P.V
+  // the V rows of the tile after, each a few lines a key.
+  //  - int8 with VNNI products on both sides, and fp8 under FAST (l1_rows):
+  //    into L1 from inside their kernels (x86_dot::L1Rows says why and
+  //    what it measured), Q.K also taking the tile's own V rows.
+  //  - f32 and 16-bit rows under f32 products (pv_prefetches_v): P.V's
+  //    WeightedSumV brings the V rows ahead (AheadRows). B8 H32/8 Tk4096
+  //    d128 decode, caches swept before each call, seven alternating rounds
+  //    in one process, Zen 5 AVX-512 on a quiet host, against Q.K bringing
+  //    both: bf16 one thread 4.76-5.97 -> 4.35-5.02 ms, two 2.48-3.92 ->
+  //    2.37-3.44; f32 9.02 -> 8.66 and 6.36 -> 6.04 (every round won but
+  //    one). int8 and fp8 rows under f32 products gained nothing or lost up
+  //    to 4 %.
+  // The rest (paged or strided rows, int8 and fp8 under f32 products) have
+  // Q.K bring both the K and the V rows ahead, and int8 under VNNI a burst
+  // of the tile's V rows below.
+  const bool dense =
+      !p.kv_rows.paged() && p.k_row_stride == p.head_dim && p.v_row_stride == p.value_dim;
   const bool int8_vnni_pv = std::is_same<T, int8_t>::value && dots.vnni_pv;
-  const bool l1_rows = (int8_vnni_pv || fp8_bf16) && !p.kv_rows.paged() &&
-                       p.k_row_stride == p.head_dim && p.v_row_stride == p.value_dim;
+  const bool l1_rows = (int8_vnni_pv || fp8_bf16) && dense;
+  const bool pv_prefetches_v = sizeof(T) >= 2 && dense;  // never with l1_rows (1-byte rows)
   auto l1_of = [](const T* rows, size_t ld, int64_t values, size_t count) {
     return x86_dot::L1Rows{reinterpret_cast<const uint8_t*>(rows), ld * sizeof(T),
                            static_cast<size_t>(values) * sizeof(T), count};
   };
-  // f32 and 16-bit rows back to back under f32 products spread their
-  // requests the same way: Q.K brings the K rows ahead, P.V (WeightedSumV)
-  // the V rows ahead, each along its keys. B8 H32/8 Tk4096 d128 decode,
-  // caches swept before each call, seven alternating rounds in one process,
-  // Zen 5 AVX-512 on a quiet host, against Q.K bringing both: bf16 one
-  // thread 4.76-5.97 -> 4.35-5.02 ms, two 2.48-3.92 -> 2.37-3.44; f32 9.02
-  // -> 8.66 and 6.36 -> 6.04 (every round won but one). int8 and fp8 rows
-  // under f32 products (two lines a row) gained nothing or lost up to 4 %,
-  // and keep Q.K bringing both, as paged and strided rows do.
-  const bool spread_v = sizeof(T) >= 2 && !l1_rows && !p.kv_rows.paged() &&
-                        p.k_row_stride == p.head_dim && p.v_row_stride == p.value_dim;
-  const x86_dot::L1Rows v_ahead_l1 =  // the V rows ahead, for P.V
-      l1_rows ? l1_of(v_ahead.rows, v_ahead.ld, p.value_dim,
-                      std::min(v_ahead.count, static_cast<size_t>(t.key_tile)))
-              : x86_dot::L1Rows{};
+  x86_dot::L1Rows pv_next_v;  // l1_rows: the V rows of the tile after, for P.V
+  if (l1_rows) {              // tiles start at multiples of key_tile: the next one at k0 + nk
+    const int64_t next = k0 + nk, count = std::min(t.key_tile, it.k_end - next);
+    if (count > 0) {
+      pv_next_v = l1_of(static_cast<const T*>(p.v.data) + p.kv_rows.Offset(p.v, it.b, it.g, next),
+                        ldv, p.value_dim, static_cast<size_t>(count));
+    }
+  }
   if (kCheckNaN || (int8_vnni_pv && !l1_rows)) {
     // V's rows into L1 while Q.K runs, for fp8's NaN check after it, or
     // for WeightedQuadsV4, which reads four rows at a time (int8 FAST
@@ -260,10 +264,11 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
         QDotKRows(qrows + g * kGroupRows * dp, static_cast<size_t>(dp), runs.k[r], ldk,
                   static_cast<size_t>(dp), kGroupRows, kGroupRows, keys, sg + j0 * kGroupRows,
                   kGroupRows, ka,
-                  // With spread_v, K's rows stand in for V's: the kernels
-                  // prefetch a pair of ahead rows per key without a branch,
-                  // and a line asked for twice costs one instruction.
-                  spread_v ? ka : va);
+                  // With pv_prefetches_v, K's rows stand in for V's: the
+                  // kernels prefetch a pair of ahead rows per key without a
+                  // branch, and a line asked for twice costs one
+                  // instruction.
+                  pv_prefetches_v ? ka : va);
       }
     }
     std::fill(sg + nk * kGroupRows, sg + n, kNegInf);  // keys past the tile
@@ -342,20 +347,20 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     // The weights quantized to u8 and the tile's P.V one exact integer
     // sum per element, whatever its runs: unless a row's weights are not
     // finite (or tiny), which the f32 products below then take.
-    const x86_dot::L1Rows v_l1_ahead = g == 0 ? v_ahead_l1 : x86_dot::L1Rows{};
-    // The kernels below take v_l1_ahead into L1 as they go; the f32
-    // products do not.
-    if (!int_pv && !fp8_pv) x86_dot::PrefetchL1Rows(v_l1_ahead, 0, v_l1_ahead.count);
+    // The first group's P.V takes the next tile's V rows into L1: the
+    // kernels below as they go, the f32 products (which do not) here.
+    const x86_dot::L1Rows next_v = g == 0 ? pv_next_v : x86_dot::L1Rows{};
+    if (!int_pv && !fp8_pv) x86_dot::PrefetchL1Rows(next_v, 0, next_v.count);
     if (int_pv &&
         x86_dot::WeightedQuadsV4(sg, static_cast<size_t>(nk), vrows,
                                  static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp),
-                                 alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp), v_l1_ahead)) {
+                                 alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp), next_v)) {
       continue;
     }
     if (fp8_pv && x86_dot::Fp8WeightedSumV4(
                       sg, static_cast<size_t>(nk), reinterpret_cast<const uint8_t* const*>(vrows),
                       static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp), kE4M3Codes,
-                      alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp), v_l1_ahead)) {
+                      alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp), next_v)) {
       continue;
     }
     const float* rescale = alpha + r0;  // the first product applies it
@@ -372,7 +377,8 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
                      runs.v[run] + (a - runs.begin[run]) * static_cast<int64_t>(ldv), ldv,
                      static_cast<size_t>(b - a), rescale, kGroupRows, static_cast<size_t>(dvp),
                      o + r0 * dvp, static_cast<size_t>(dvp),
-                     spread_v && g == 0 ? ahead_from(v_ahead, a) : AheadRows<T>{});
+                     // (keys of bad V rows skipped: their ahead rows too)
+                     pv_prefetches_v && g == 0 ? ahead_from(v_ahead, a) : AheadRows<T>{});
         rescale = nullptr;
         a = b;
         if (a >= j1) break;

@@ -131,12 +131,13 @@ TEST(X86DotTest, VnniQDotK4IsTheExactIntegerDotTimesTheRowScale) {
     const std::vector<float> row_scale = {1.0f, 0.5f, 0.25f, 2.0f};
     // lds 4: the packed layout (four keys stored at once); 6: rows with gaps
     // (left untouched). 19 keys: four blocks of four, then three alone. The
-    // rows prefetched into L1 change nothing.
+    // rows prefetched into L1, and K rows ahead alone (no V rows), change
+    // nothing.
     const x86_dot::L1Rows l1{reinterpret_cast<const uint8_t*>(k.data()), ldk, d, keys};
     for (size_t lds : {4, 6}) {
       std::vector<float> s(keys * lds, -1.0f);
       x86_dot::VnniQDotK4(q.data(), ldq, sum128.data(), row_scale.data(), k.data(), ldk, d, keys,
-                          s.data(), lds, k.data(), ldk, k.data(), ldk, 3,
+                          s.data(), lds, k.data(), ldk, lds == 6 ? nullptr : k.data(), ldk, 3,
                           lds == 6 ? l1 : x86_dot::L1Rows{});
       for (size_t j = 0; j < keys; ++j) {
         for (size_t r = 0; r < lds; ++r) {
@@ -287,7 +288,7 @@ TEST(X86DotTest, AvxVnniQDotK4IsTheExactIntegerDotTimesTheRowScale) {
       const std::vector<float> row_scale = {1.0f, 0.5f, 0.25f, 2.0f};
       std::vector<float> s(keys * lds, -1.0f);
       x86_dot::AvxVnniQDotK4(q.data(), ldq, sum128.data(), row_scale.data(), k, ldk, d, keys,
-                             s.data(), lds, k, ldk, k, ldk, 3);
+                             s.data(), lds, k, ldk, keys == 7 ? nullptr : k, ldk, 3);
       for (size_t j = 0; j < keys; ++j) {
         for (size_t r = 0; r < 4; ++r) {
           int64_t dot = 0;
@@ -385,10 +386,12 @@ TEST(X86DotTest, Fp8QDotK4MatchesExactProducts) {
         }
         std::vector<float> s(4 * keys + 4, -7.0f);
         const float scale = 0.25f;
-        // Odd key counts with rows prefetched into L1 (as the tile's V).
+        // Odd key counts with rows prefetched into L1 (as the tile's V) and
+        // K rows ahead alone.
         const x86_dot::L1Rows l1{k, ldk, d, keys};
         x86_dot::Fp8QDotK4(QueryBlocks(q, ldq, d).data(), 4 * d, k, ldk, d, keys, e4m3, scale,
-                           s.data(), k, ldk, k, ldk, keys, keys % 2 == 1 ? l1 : x86_dot::L1Rows{});
+                           s.data(), k, ldk, keys % 2 == 1 ? nullptr : k, ldk, keys,
+                           keys % 2 == 1 ? l1 : x86_dot::L1Rows{});
         for (size_t j = 0; j < keys; ++j) {
           for (size_t r = 0; r < 4; ++r) {
             double want = 0, abs_sum = 0;
