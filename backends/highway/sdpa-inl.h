@@ -344,13 +344,13 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     if constexpr (kScaled) {
       PackedScale(sg, static_cast<size_t>(nk4), v_scales, /*keep_zero=*/true);
     }
-    // The weights quantized to u8 and the tile's P.V one exact integer
-    // sum per element, whatever its runs: unless a row's weights are not
-    // finite (or tiny), which the f32 products below then take.
     // The first group's P.V takes the next tile's V rows into L1: the
     // kernels below as they go, the f32 products (which do not) here.
     const x86_dot::L1Rows next_v = g == 0 ? pv_next_v : x86_dot::L1Rows{};
     if (!int_pv && !fp8_pv) x86_dot::PrefetchL1Rows(next_v, 0, next_v.count);
+    // The weights quantized to u8 and the tile's P.V one exact integer
+    // sum per element, whatever its runs: unless a row's weights are not
+    // finite (or tiny), which the f32 products below then take.
     if (int_pv &&
         x86_dot::WeightedQuadsV4(sg, static_cast<size_t>(nk), vrows,
                                  static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp),
