@@ -35,18 +35,25 @@ inline void PrefetchL2(const void* p) {
 #endif
 }
 
-// Rows [from, to) of a matrix into L1, a line at a time: row j's first
-// `bytes` bytes at rows + j * ld. Rows back to back (ld == bytes) are one
-// run of lines.
-inline void PrefetchRowsL1(const void* rows, size_t ld, size_t bytes, size_t from, size_t to) {
+// Rows [from, to) of a matrix into L1 (PrefetchRowsL1) or L2
+// (PrefetchRowsL2), a line at a time: row j's first `bytes` bytes at
+// rows + j * ld. Rows back to back (ld == bytes) are one run of lines.
+template <void (*kPrefetch)(const void*)>
+inline void PrefetchRowsWith(const void* rows, size_t ld, size_t bytes, size_t from, size_t to) {
   const uint8_t* base = static_cast<const uint8_t*>(rows);
   if (ld == bytes) {
-    for (size_t off = from * ld; off < to * ld; off += 64) PrefetchL1(base + off);
+    for (size_t off = from * ld; off < to * ld; off += 64) kPrefetch(base + off);
     return;
   }
   for (size_t j = from; j < to; ++j) {
-    for (size_t off = 0; off < bytes; off += 64) PrefetchL1(base + j * ld + off);
+    for (size_t off = 0; off < bytes; off += 64) kPrefetch(base + j * ld + off);
   }
+}
+inline void PrefetchRowsL1(const void* rows, size_t ld, size_t bytes, size_t from, size_t to) {
+  PrefetchRowsWith<PrefetchL1>(rows, ld, bytes, from, to);
+}
+inline void PrefetchRowsL2(const void* rows, size_t ld, size_t bytes, size_t from, size_t to) {
+  PrefetchRowsWith<PrefetchL2>(rows, ld, bytes, from, to);
 }
 
 }  // namespace attnkit

@@ -652,21 +652,20 @@ HWY_INLINE void QDotKRows(const float* HWY_RESTRICT q, size_t ldq, const T* HWY_
   }
 }
 
-// One register tile of WeightedSumV: rows [r0, r0 + kRows), columns
-// [c0, c0 + kColVecs * Lanes).
 // Ahead row j's first `bytes` into L1 or L2 (AheadRows::into_l1).
 template <typename T>
 HWY_INLINE void PrefetchAheadRow(const AheadRows<T>& ahead, size_t j, size_t bytes) {
-  const uint8_t* row = reinterpret_cast<const uint8_t*>(ahead.rows + j * ahead.ld);
+  const size_t ld = ahead.ld * sizeof(T);
   if (ahead.into_l1) {
-    for (size_t off = 0; off < bytes; off += 64) PrefetchL1(row + off);
+    PrefetchRowsL1(ahead.rows, ld, bytes, j, j + 1);
   } else {
-    for (size_t off = 0; off < bytes; off += 64) PrefetchL2(row + off);
+    PrefetchRowsL2(ahead.rows, ld, bytes, j, j + 1);
   }
 }
 
-// With `ahead`, also prefetches ahead row j (its first row_bytes) with key
-// j, as QDotOneKey prefetches with K.
+// One register tile of WeightedSumV: rows [r0, r0 + kRows), columns
+// [c0, c0 + kColVecs * Lanes). With `ahead`, also prefetches ahead row j
+// (its first row_bytes) with key j, as QDotOneKey prefetches with K.
 template <int kRows, int kColVecs, typename T>
 HWY_INLINE void WeightedSumVTile(const float* HWY_RESTRICT p, size_t ldp, const T* HWY_RESTRICT v,
                                  size_t ldv, size_t keys, const float* HWY_RESTRICT alpha,
