@@ -12,7 +12,14 @@
 //     noise of best in all four cells, so S leaving L2 is not what keeps
 //     bf16 prefill from its target (oneDNN's bf16 GEMMs alone ran at 440-465
 //     GFLOP/s per thread at these shapes, 90 % of the bf16 peak).
-// Usage: onednn_bench [threads=2] [rounds=5] [sweep]
+//  4. with `decode-gemms`: the int8 FAST decode's GEMMs alone (DecodeGemms).
+//     Zen 5 (oneDNN avx512_core_bf16), one thread: 3.7-4.1 ms a pass (Q.K
+//     1.5-1.7, P.V 2.0-2.3; at most 0.3 of it the calls themselves, 1.6 us
+//     each), where highway's whole int8 FAST decode of that shape took
+//     2.63-2.67 ms (`attnkit compare`, problem 19, run alternately); two
+//     threads 1.87-2.15 ms against 1.39-1.75 on a noisy host. So an int8
+//     decode built from these GEMMs cannot match highway's here.
+// Usage: onednn_bench [threads=2] [rounds=5] [sweep | decode-gemms]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -26,6 +33,7 @@
 #include "backends/onednn/onednn_engine.h"
 #include "core/backend.h"
 #include "harness/problem_data.h"
+#include "platform/thread_pool.h"
 
 namespace attnkit {
 namespace {
@@ -113,6 +121,81 @@ int Sweep(int threads, int rounds) {
   return 0;
 }
 
+// The integer GEMMs of the int8 FAST decode B8 H32/8 Tk4096 d128 alone, as
+// the backend issues them (rows 4x1, keys <= 4096, attention_block.cc): per
+// (batch, KV head) one Int8DotTransB S [4, 4096] = Q [4, 128] . K^T and
+// two U8S8DotBatch of 32 blocks of 64 keys, O_x [4, 128] = P_x [4, 64] .
+// V_x. No softmax, quantization or accumulation: the floor any decode
+// built from these GEMMs has, to set against the whole decode's time
+// (`attnkit compare`, problem 19). K and V (67 MB) exceed the last-level
+// cache, so each pass reads them from memory as the decode does.
+int DecodeGemms(int threads, int rounds) {
+  constexpr int64_t kItems = 8 * 8, kKeys = 4096, kD = 128, kRows = 4, kBlock = 64;
+  constexpr int64_t kBatch = 32;  // blocks per U8S8DotBatch (block_plan.cc U8SumInts)
+  std::shared_ptr<onednn::OneDnnEngine> engine = NewEngine();
+  if (!engine->HasInt8Dot() || !engine->HasU8S8Dot()) {
+    std::printf("oneDNN %s has no exact int8 GEMMs here: %s %s\n", engine->Isa().c_str(),
+                engine->Int8Note().c_str(), engine->U8Note().c_str());
+    return 0;
+  }
+  std::vector<int8_t> k(kItems * kKeys * kD, 3), v(kItems * kKeys * kD, -5), q(kRows * kD, 7);
+  std::vector<uint8_t> pw(kKeys / kBlock * kRows * kBlock, 200);
+  struct Scratch {
+    std::vector<int32_t> s = std::vector<int32_t>(kRows * kKeys);
+    std::vector<int32_t> sums = std::vector<int32_t>(kBatch * kRows * kD);
+  };
+  std::vector<Scratch> scratch(static_cast<size_t>(threads));
+  // parts: 1 Q.K, 2 P.V, 3 both.
+  auto item = [&](int64_t i, Scratch& w, int parts) {
+    const int8_t* ki = k.data() + i * kKeys * kD;
+    const int8_t* vi = v.data() + i * kKeys * kD;
+    if (parts & 1) engine->Int8DotTransB(kRows, kKeys, kD, q.data(), kD, ki, kD, w.s.data(), kKeys);
+    for (int64_t x0 = 0; (parts & 2) && x0 < kKeys / kBlock; x0 += kBatch) {
+      engine->U8S8DotBatch(kBatch, kRows, kD, kBlock, pw.data() + x0 * kRows * kBlock,
+                           vi + x0 * kBlock * kD, kD, kBlock * kD, w.sums.data());
+    }
+  };
+  ThreadPool pool(threads);  // as the backend's: workers live across passes
+  auto pass = [&](int parts) {
+    const auto start = std::chrono::steady_clock::now();
+    pool.Run(kItems,
+             [&](int64_t i, int worker) { item(i, scratch[static_cast<size_t>(worker)], parts); });
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  pass(3);  // primitives created
+  std::vector<double> t[4];
+  for (int r = 0; r < rounds; ++r) {
+    for (int parts = 1; parts <= 3; ++parts) t[parts].push_back(pass(parts));
+  }
+  // The cost of a call itself: a small Int8DotTransB (4 x 64 x 128, operands
+  // in L1) many times on this thread, an upper bound on the part of each
+  // call above that is not arithmetic or memory.
+  std::vector<double> small;
+  for (int r = 0; r < rounds; ++r) {
+    constexpr int kCalls = 2000;
+    const auto start = std::chrono::steady_clock::now();
+    for (int c = 0; c < kCalls; ++c) {
+      engine->Int8DotTransB(kRows, kBlock, kD, q.data(), kD, k.data(), kD, scratch[0].s.data(),
+                            kBlock);
+    }
+    small.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / kCalls);
+  }
+  std::printf(
+      "oneDNN %s, %d threads, the int8 FAST decode's GEMMs alone (B8 H32/8 Tk4096 d128; per "
+      "(batch, KV head) one Int8DotTransB [4 x 4096 x 128] and %lld U8S8DotBatch of %lld x "
+      "[4 x 128 x 64]), median ms of %d passes:\n"
+      "  Q.K %.3f (K at %.1f GB/s), P.V %.3f (V at %.1f GB/s), both %.3f (%.1f GB/s)\n",
+      engine->Isa().c_str(), threads, static_cast<long long>(kKeys / kBlock / kBatch),
+      static_cast<long long>(kBatch), rounds, Median(t[1]) * 1e3, k.size() / Median(t[1]) * 1e-9,
+      Median(t[2]) * 1e3, v.size() / Median(t[2]) * 1e-9, Median(t[3]) * 1e3,
+      2.0 * k.size() / Median(t[3]) * 1e-9);
+  std::printf(
+      "  one Int8DotTransB [4 x 64 x 128] in L1: %.2f us a call (%lld calls a pass above)\n",
+      Median(small) * 1e6, static_cast<long long>(kItems * (1 + kKeys / kBlock / kBatch)));
+  return 0;
+}
+
 int Main(int threads, int rounds) {
   const std::vector<AttentionProblem> problems = {
       Problem("mha_h16_t2048_d64_causal", 1, 16, 16, 2048, 2048, 64, MaskKind::kCausal),
@@ -181,6 +264,9 @@ int Main(int threads, int rounds) {
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
+  if (argc > 3 && std::string(argv[3]) == "decode-gemms") {
+    return attnkit::DecodeGemms(std::max(1, threads), std::max(1, rounds));
+  }
   if (argc > 3 && std::string(argv[3]) == "sweep") {
     return attnkit::Sweep(std::max(1, threads), std::max(1, rounds));
   }
