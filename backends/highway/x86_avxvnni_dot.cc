@@ -57,12 +57,7 @@ ATTNKIT_TARGET_AVXVNNI void AvxVnniQDotK4(const int8_t* q, size_t ldq, const int
   const __m128i sum128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q_sum128));
   const __m128 scale = _mm_loadu_ps(row_scale);
   for (size_t j = 0; j < keys; ++j) {
-    if (j < ahead) {  // the rows `ahead` keys on: a K and a V row per key
-      for (size_t off = 0; off < d; off += 64) {
-        PrefetchL2(pf_k + j * ld_pf_k + off);
-        if (pf_v != nullptr) PrefetchL2(pf_v + j * ld_pf_v + off);
-      }
-    }
+    if (j < ahead) PrefetchAheadKeyL2(pf_k, ld_pf_k, pf_v, ld_pf_v, j, d);
     PrefetchL1Rows(l1, j, j + 1);
     const int8_t* kj = k + j * ldk;
     __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),

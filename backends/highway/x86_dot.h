@@ -60,6 +60,19 @@ inline void PrefetchL1Rows(const L1Rows& l1, size_t from, size_t to) {
   if (from < to) PrefetchRowsL1(l1.rows, l1.ld, l1.bytes, from, to);
 }
 
+// Key j's rows `ahead` of a decode tile into L2, as the kernels' Q.K asks
+// for them: the first `bytes` bytes of K's row (pf_k + j * ld_pf_k) and of
+// V's (pf_v + j * ld_pf_v; K alone where pf_v is null), a line at a time.
+inline void PrefetchAheadKeyL2(const void* pf_k, size_t ld_pf_k, const void* pf_v, size_t ld_pf_v,
+                               size_t j, size_t bytes) {
+  const uint8_t* k = static_cast<const uint8_t*>(pf_k) + j * ld_pf_k;
+  const uint8_t* v = pf_v == nullptr ? nullptr : static_cast<const uint8_t*>(pf_v) + j * ld_pf_v;
+  for (size_t off = 0; off < bytes; off += 64) {
+    PrefetchL2(k + off);
+    if (v != nullptr) PrefetchL2(v + off);
+  }
+}
+
 // The CPU has AVX512F/BW/VL/DQ and AVX512_BF16 (checked once, by CPUID).
 bool HaveBF16Dot();
 // The CPU has AVX512F/BW/VL and AVX512_VNNI.

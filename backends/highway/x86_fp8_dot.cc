@@ -124,16 +124,6 @@ ATTNKIT_TARGET_FP8 inline __m512 QuadSums(__m512 xy, __m512 zw) {
                        _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
 }
 
-// The rows `ahead` keys on: a K and a V row per key (K alone where pf_v
-// is null), into L2.
-inline void PrefetchRows(const uint8_t* pf_k, size_t ld_pf_k, const uint8_t* pf_v, size_t ld_pf_v,
-                         size_t j, size_t d) {
-  for (size_t off = 0; off < d; off += 64) {
-    PrefetchL2(pf_k + j * ld_pf_k + off);
-    if (pf_v != nullptr) PrefetchL2(pf_v + j * ld_pf_v + off);
-  }
-}
-
 }  // namespace
 
 ATTNKIT_TARGET_FP8 void Fp8QDotK4(const uint16_t* qb, size_t ldq, const uint8_t* k, size_t ldk,
@@ -159,7 +149,7 @@ ATTNKIT_TARGET_FP8 void Fp8QDotK4(const uint16_t* qb, size_t ldq, const uint8_t*
   for (size_t j = 0; j < keys; j += kKeys) {
     const size_t n = keys - j < kKeys ? keys - j : kKeys;
     for (size_t x = j; x < j + n && x < ahead; ++x)
-      PrefetchRows(pf_k, ld_pf_k, pf_v, ld_pf_v, x, d);
+      PrefetchAheadKeyL2(pf_k, ld_pf_k, pf_v, ld_pf_v, x, d);
     PrefetchL1Rows(l1, j, j + kKeys);
     const uint8_t* rows[kKeys];
     for (size_t key = 0; key < kKeys; ++key) rows[key] = k + (j + (key < n ? key : n - 1)) * ldk;
@@ -193,7 +183,6 @@ ATTNKIT_TARGET_FP8 void Fp8QDotK4(const uint16_t* qb, size_t ldq, const uint8_t*
         a[1][r] = Dot(Dot(a[1][r], w[1][0], q0), w[1][1], q1);
       }
     }
-#pragma GCC unroll 2
     for (size_t h = 0; h < 2 && 4 * h < n; ++h) {
       // Block b: [row 0, 1, 2, 3] sums of key 4 h + b, the packed order.
       const __m512 dots = QuadSums(PairSums(a[h][0], a[h][1]), PairSums(a[h][2], a[h][3]));

@@ -41,16 +41,6 @@ ATTNKIT_TARGET_VNNI inline void Step(__m512i kv, const int8_t* q, size_t ldq, si
   a[3] = _mm512_dpbusd_epi32(a[3], ku, _mm512_loadu_si512(q + 3 * ldq + c));
 }
 
-// The rows `ahead` keys on: a K and a V row per key (K alone where pf_v
-// is null), into L2.
-ATTNKIT_TARGET_VNNI inline void PrefetchRows(const int8_t* pf_k, size_t ld_pf_k, const int8_t* pf_v,
-                                             size_t ld_pf_v, size_t j, size_t d) {
-  for (size_t off = 0; off < d; off += 64) {
-    PrefetchL2(pf_k + j * ld_pf_k + off);
-    if (pf_v != nullptr) PrefetchL2(pf_v + j * ld_pf_v + off);
-  }
-}
-
 // a[key][r] += (K[key] + 128) . Q[r] over the 64 bytes at column c (those
 // `mask` keeps; the rest read as 0) for four keys (rows k + key * ldk) and
 // rows r < 4: each Q vector is loaded once for the four keys.
@@ -124,7 +114,7 @@ ATTNKIT_TARGET_VNNI size_t FourKeyBlocks(const int8_t* q, size_t ldq, const int3
   size_t j = 0;
   for (; j + 4 <= keys; j += 4) {
     for (size_t x = j; x < j + 4 && x < ahead; ++x) {
-      PrefetchRows(pf_k, ld_pf_k, pf_v, ld_pf_v, x, d);
+      PrefetchAheadKeyL2(pf_k, ld_pf_k, pf_v, ld_pf_v, x, d);
     }
     PrefetchL1Rows(l1, j, j + 4);
     __m512i a[4][4];
@@ -176,7 +166,7 @@ ATTNKIT_TARGET_VNNI void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* 
   const __m128i sum128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q_sum128));
   const __m128 scale = _mm_loadu_ps(row_scale);
   for (; j < keys; ++j) {
-    if (j < ahead) PrefetchRows(pf_k, ld_pf_k, pf_v, ld_pf_v, j, d);
+    if (j < ahead) PrefetchAheadKeyL2(pf_k, ld_pf_k, pf_v, ld_pf_v, j, d);
     PrefetchL1Rows(l1, j, j + 1);
     const int8_t* kj = k + j * ldk;
     __m512i a[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
