@@ -63,6 +63,29 @@ int Main() {
   } else {
     std::printf("int8: this CPU has no AVX512_VNNI\n");
   }
+  if (x86_dot::HaveAvxVnni()) {  // the AVX2 target's kernels
+    std::vector<int8_t> q(4 * kD), k(kKeys * kD), v(kKeys * kD);
+    for (auto* x : {&q, &k, &v}) {
+      for (int8_t& b : *x) b = static_cast<int8_t>(i8(rng));
+    }
+    const int32_t sum128[4] = {0, 0, 0, 0};
+    const float row_scale[4] = {1e-3f, 1e-3f, 1e-3f, 1e-3f};
+    std::vector<const int8_t*> rows(kKeys + 3);
+    for (size_t j = 0; j < kKeys + 3; ++j) rows[j] = v.data() + (j < kKeys ? j : kKeys - 1) * kD;
+    const double qk = NsPerKey([&] {
+      x86_dot::AvxVnniQDotK4(q.data(), kD, sum128, row_scale, k.data(), kD, kD, kKeys, s.data(), 4,
+                             nullptr, 0, nullptr, 0, 0);
+    });
+    const double pv = NsPerKey([&] {
+      x86_dot::AvxVnniWeightedQuadsV4(p.data(), kKeys, rows.data(), kD, kD, alpha, o.data(), kD);
+    });
+    std::printf(
+        "int8 (AVX-VNNI): Q.K %.2f ns a key (AvxVnniQDotK4), P.V %.2f "
+        "(AvxVnniWeightedQuadsV4)\n",
+        qk, pv);
+  } else {
+    std::printf("int8: this CPU has no AVX-VNNI\n");
+  }
   if (x86_dot::HaveFp8BF16Dot()) {
     std::vector<uint16_t> qrow(kD), qb(4 * 4 * kD);
     for (uint16_t& x : qrow) x = static_cast<uint16_t>(0x3f80 + code(rng));  // bf16 in [1, 2)

@@ -68,18 +68,19 @@ using highway_plan::Tiling;
 //            packed in key pairs (no V conversion).
 //   vnni_qk: direct (decode) int8 tiles under FAST: Q quantized per row,
 //            vpdpbusd against K storage.
-//   vnni_256: vnni_qk by AVX-VNNI's 256-bit vpdpbusd (AvxVnniQDotK4), not
-//            AVX512_VNNI's (VnniQDotK4).
-//   vnni_pv: also int8 V (AVX-512 only): P times V's scales quantized to
-//            u8 per row and tile, vpdpbusd against V storage
-//            (WeightedQuadsV4).
+//   vnni_256: vnni_qk (and vnni_pv) by AVX-VNNI's 256-bit vpdpbusd
+//            (AvxVnniQDotK4, AvxVnniWeightedQuadsV4), not AVX512_VNNI's
+//            (VnniQDotK4, WeightedQuadsV4).
+//   vnni_pv: also int8 V: P times V's scales quantized to u8 per row and
+//            tile, vpdpbusd against V storage.
 //   fp8_bf16: direct (decode) fp8 tiles under FAST (AVX-512 with BF16 and
 //            VBMI): Q and P rounded to bf16, the codes widened to bf16 by
 //            byte tables, vdpbf16ps (Fp8QDotK4, Fp8WeightedSumV4).
 // Only on CPUs that have the instructions, and on AVX-512 targets but for
-// vnni_qk, which the AVX2 target also takes with AVX-VNNI (the 256-bit
-// kernel; AVX-512 targets keep the 512-bit one where the CPU has both). A
-// forced or capped lower target keeps the f32 kernels.
+// vnni_qk and vnni_pv, which the AVX2 target also takes with AVX-VNNI (the
+// 256-bit kernels, which give the 512-bit ones' bits; AVX-512 targets keep
+// the 512-bit ones where the CPU has both). A forced or capped lower
+// target keeps the f32 kernels.
 struct DotChoice {
   bool bf16_qk = false;
   bool bf16_pv = false;
@@ -96,6 +97,7 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
   c.vnni_qk = t.packed && p.k.dtype == DType::kI8 && p.round_q && p.head_dim % 16 == 0 &&
               x86_dot::HaveAvxVnni();
   c.vnni_256 = c.vnni_qk;
+  c.vnni_pv = c.vnni_qk && p.fast && p.v.dtype == DType::kI8;
 #elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   // K storage read in pairs along d: contiguous rows and an even d. d a
   // multiple of Lanes keeps dp == d for the V rows read as storage.
@@ -350,9 +352,13 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     if (!int_pv && !fp8_pv) x86_dot::PrefetchL1Rows(next_v, 0, next_v.count);
     // The weights quantized to u8 and the tile's P.V one exact integer
     // sum per element, whatever its runs: unless a row's weights are not
-    // finite (or tiny), which the f32 products below then take.
-    if (int_pv &&
-        x86_dot::WeightedQuadsV4(sg, static_cast<size_t>(nk), vrows,
+    // finite (or tiny), which the f32 products below then take. The
+    // kernels read P a quad of keys at a time; with 8 f32 lanes (AVX2) the
+    // softmax stops at a pair, leaving a last quad's other pair as it was.
+    const auto weighted_quads =
+        dots.vnni_256 ? &x86_dot::AvxVnniWeightedQuadsV4 : &x86_dot::WeightedQuadsV4;
+    if (int_pv) std::fill(sg + nk * kGroupRows, sg + RoundUp(nk, int64_t{4}) * kGroupRows, 0.0f);
+    if (int_pv && weighted_quads(sg, static_cast<size_t>(nk), vrows,
                                  static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp),
                                  alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp), next_v)) {
       continue;
@@ -861,13 +867,14 @@ inline void MergeWorkItem(const FlashParams& p, const Tiling& t, int64_t base,
 inline void FillRunInfo(const FlashParams& p, const Tiling& t, int64_t items, int threads,
                         FlashRunInfo* info) {
   const DotChoice dots = ChooseDots(p, t);
-  info->products = dots.bf16_pv    ? "qk=bf16dot pv=bf16dot"
-                   : dots.bf16_qk  ? "qk=bf16dot"
-                   : dots.vnni_256 ? "qk=int8avxvnni"
-                   : dots.vnni_pv  ? "qk=int8vnni pv=u8vnni"
-                   : dots.vnni_qk  ? "qk=int8vnni"
-                   : dots.fp8_bf16 ? "qk=fp8bf16dot pv=fp8bf16dot"
-                                   : "";
+  info->products = dots.bf16_pv                    ? "qk=bf16dot pv=bf16dot"
+                   : dots.bf16_qk                  ? "qk=bf16dot"
+                   : dots.vnni_256 && dots.vnni_pv ? "qk=int8avxvnni pv=u8avxvnni"
+                   : dots.vnni_256                 ? "qk=int8avxvnni"
+                   : dots.vnni_pv                  ? "qk=int8vnni pv=u8vnni"
+                   : dots.vnni_qk                  ? "qk=int8vnni"
+                   : dots.fp8_bf16                 ? "qk=fp8bf16dot pv=fp8bf16dot"
+                                                   : "";
   info->target = HWY_TARGET;
   info->q_rows = t.rows_padded;
   info->key_tile = t.key_tile;

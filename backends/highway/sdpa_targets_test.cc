@@ -42,23 +42,24 @@ TEST_P(FlashTargetTest, DecodeTilesMatchReference) {
 }
 
 // int8 K/V decode under FAST (4 query rows per kv head, keys that fill no
-// whole tile, an odd count, dv = 80 ending mid-block) against the oracle,
-// and the products it ran: vpdpbusd Q.K where the target and CPU allow
-// (AVX-512 targets with AVX512_VNNI, AVX2 with AVX-VNNI), and on AVX-512
-// the u8-weight P.V (vpdpbusd); f32 products of the widened values otherwise.
+// whole tile, last tiles of 1 and 2 keys past a quad, dv = 80 ending
+// mid-block) against the oracle,
+// and the products it ran: vpdpbusd Q.K and the u8-weight P.V (vpdpbusd)
+// where the target and CPU allow (AVX-512 targets with AVX512_VNNI, AVX2
+// with AVX-VNNI); f32 products of the widened values otherwise.
 TEST_P(FlashTargetTest, Int8FastDecodeMatchesTheOracle) {
   static Backend* backend = MakeHighwayBackend({/*num_threads=*/2}).release();
   const int64_t target = GetParam();
   std::string want = "";
   if (target == HWY_AVX2 && x86_dot::HaveAvxVnni()) {
-    want = " qk=int8avxvnni";
+    want = " qk=int8avxvnni pv=u8avxvnni";
   } else if (target <= HWY_AVX3 && x86_dot::HaveVnni()) {
     want = " qk=int8vnni pv=u8vnni";
   } else if (target == HWY_AVX2) {
     std::cout << "not checking the AVX2 kernel's products: this CPU has no AVX-VNNI\n";
   }
   for (int64_t d : {128, 80}) {
-    for (int64_t kv_len : {301, 45}) {
+    for (int64_t kv_len : {301, 302, 45, 46}) {  // last tiles of 45 and 46 keys
       AttentionProblem p = MakeTestProblem(2, 8, 2, 1, kv_len, d);
       p.kv_dtype = DType::kI8;
       p.compute = ComputeMode::kFast;

@@ -44,8 +44,8 @@ inline uint64_t RowBytesMask(size_t c, size_t n) {
 // instead of the next tile's K, caches swept before each call, seven
 // rounds, a quiet host: int8 one thread 3.49-3.67 -> 2.76-2.78 ms, two
 // 2.02-2.11 -> 1.82-1.91; fp8 E4M3 3.50 -> 3.38 and 2.19 -> 2.01; each
-// round or all but one won). AVX2's AvxVnniQDotK4 takes it only to share
-// VnniQDotK4's type (its int8 P.V is f32, so the caller passes none).
+// round or all but one won). AVX2's AvxVnniQDotK4 and
+// AvxVnniWeightedQuadsV4 take them as the 512-bit kernels do.
 // Empty (count 0): nothing.
 struct L1Rows {
   const uint8_t* rows = nullptr;
@@ -77,7 +77,7 @@ inline void PrefetchAheadKeyL2(const void* pf_k, size_t ld_pf_k, const void* pf_
 bool HaveBF16Dot();
 // The CPU has AVX512F/BW/VL and AVX512_VNNI.
 bool HaveVnni();
-// The CPU has AVX2 and AVX-VNNI (the VEX-encoded 256-bit vpdpbusd).
+// The CPU has AVX2, FMA and AVX-VNNI (the VEX-encoded 256-bit vpdpbusd).
 bool HaveAvxVnni();
 
 // ---- bf16 (x86_bf16_dot.cc) ----
@@ -217,6 +217,15 @@ void AvxVnniQDotK4(const int8_t* q, size_t ldq, const int32_t* q_sum128, const f
                    const int8_t* k, size_t ldk, size_t d, size_t keys, float* s, size_t lds,
                    const int8_t* pf_k, size_t ld_pf_k, const int8_t* pf_v, size_t ld_pf_v,
                    size_t ahead, const L1Rows& l1 = {});
+
+// WeightedQuadsV4 with AVX-VNNI's 256-bit vpdpbusd, for AVX2 CPUs without
+// AVX-512: the same contract, refusals, results (bit for bit: the same
+// quantized weights, exact integer sums and f32 operations) and
+// prefetches, but for dvp, which is a multiple of 8 here (AVX2's f32
+// vectors). Reads no byte of a V row past dv.
+bool AvxVnniWeightedQuadsV4(const float* p, size_t keys, const int8_t* const* v, size_t dv,
+                            size_t dvp, const float* alpha, float* o, size_t ldo,
+                            const L1Rows& l1 = {});
 
 }  // namespace x86_dot
 }  // namespace attnkit

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -187,72 +188,150 @@ class GuardedBytes {
 // page, so a load past dv bytes faults), odd key counts, a row of zero
 // weights (O only rescaled), alpha null (1), columns [dv, dvp) only
 // rescaled; and the refusals: a NaN, Inf or negative weight, or a row
-// whose largest weight is tiny, returns false with O unchanged.
-TEST(X86DotTest, WeightedQuadsV4IsTheExactIntegerSumOfQuantizedWeights) {
-  if (!x86_dot::HaveVnni()) GTEST_SKIP() << "this CPU has no AVX512_VNNI";
+// whose largest weight is tiny, returns false with O unchanged. `lanes`:
+// the kernel's f32 vector (dvp a multiple of it); the 256-bit kernel also
+// gets head dims that end mid-way through its 32-byte column blocks.
+using WeightedQuadsFn = bool (*)(const float*, size_t, const int8_t* const*, size_t, size_t,
+                                 const float*, float*, size_t, const x86_dot::L1Rows&);
+void CheckWeightedQuads(WeightedQuadsFn weighted_quads, size_t lanes) {
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> i8(-128, 127);
   std::uniform_real_distribution<float> weight(0.0f, 1.5f);
-  for (size_t dv : {16, 40, 48, 80, 128, 144}) {
-    const size_t dvp = (dv + 15) / 16 * 16;
-    for (size_t keys : {1, 2, 3, 7, 32, 64}) {
-      for (bool with_alpha : {true, false}) {
-        const size_t ldv = dv + 16;
-        std::vector<int8_t> rows(keys * ldv);
-        for (int8_t& x : rows) x = static_cast<int8_t>(i8(rng));
-        GuardedBytes last(dv);  // the last key's row, ending at the guard
-        ASSERT_NE(last.data(), nullptr);
-        for (size_t c = 0; c < dv; ++c) last.data()[c] = static_cast<int8_t>(i8(rng));
-        std::vector<const int8_t*> v(keys + 3);
-        for (size_t j = 0; j < keys; ++j) v[j] = rows.data() + j * ldv;
-        v[keys - 1] = last.data();
-        for (size_t j = keys; j < keys + 3; ++j) v[j] = v[keys - 1];
-        const size_t keys4 = (keys + 3) / 4 * 4;
-        std::vector<float> p(keys4 * 4, 0.0f);
-        for (size_t j = 0; j < keys; ++j) {
-          for (size_t r = 0; r < 3; ++r) p[j * 4 + r] = weight(rng);
-        }  // row 3: all zero
-        const std::vector<float> alpha = {0.5f, 1.0f, 0.25f, 0.75f};
-        std::vector<float> o(4 * dvp), want(4 * dvp);
-        for (float& x : o) x = weight(rng);
-        for (size_t r = 0; r < 4; ++r) {
-          float mx = 0;
-          for (size_t j = 0; j < keys; ++j) mx = std::max(mx, std::fabs(p[j * 4 + r]));
-          const float back = mx / 255.0f, inv = mx == 0 ? 0.0f : 1.0f / back;
-          for (size_t c = 0; c < dvp; ++c) {
-            int64_t sum = 0;
-            for (size_t j = 0; c < dv && j < keys; ++j) {
-              sum += static_cast<int64_t>(std::nearbyint(p[j * 4 + r] * inv)) * v[j][c];
+  // dv 30 and 36 end inside the 256-bit kernel's last 32-byte block (30: a
+  // byte copy, 36: a dword mask); a second dvp a block or more past dv
+  // leaves whole vectors of O only rescaled.
+  for (size_t dv : {8, 16, 24, 30, 36, 40, 48, 72, 80, 128, 144}) {
+    if (dv % 16 != 0 && lanes == 16 && dv != 40) continue;  // the 512-bit kernel's set
+    for (size_t dvp : {(dv + lanes - 1) / lanes * lanes, (dv + 31) / 32 * 32 + 16}) {
+      for (size_t keys : {1, 2, 3, 7, 32, 64}) {
+        for (bool with_alpha : {true, false}) {
+          const size_t ldv = dv + 16;
+          std::vector<int8_t> rows(keys * ldv);
+          for (int8_t& x : rows) x = static_cast<int8_t>(i8(rng));
+          GuardedBytes last(dv);  // the last key's row, ending at the guard
+          ASSERT_NE(last.data(), nullptr);
+          for (size_t c = 0; c < dv; ++c) last.data()[c] = static_cast<int8_t>(i8(rng));
+          std::vector<const int8_t*> v(keys + 3);
+          for (size_t j = 0; j < keys; ++j) v[j] = rows.data() + j * ldv;
+          v[keys - 1] = last.data();
+          for (size_t j = keys; j < keys + 3; ++j) v[j] = v[keys - 1];
+          const size_t keys4 = (keys + 3) / 4 * 4;
+          std::vector<float> p(keys4 * 4, 0.0f);
+          for (size_t j = 0; j < keys; ++j) {
+            for (size_t r = 0; r < 3; ++r) p[j * 4 + r] = weight(rng);
+          }  // row 3: all zero
+          const std::vector<float> alpha = {0.5f, 1.0f, 0.25f, 0.75f};
+          // O's rows ldo = dvp + 8 apart: the 8 floats past each row's dvp
+          // (and past the last row) are NaN and must stay so.
+          const size_t ldo = dvp + 8;
+          std::vector<float> o(4 * ldo, std::nanf("")), want;
+          for (size_t r = 0; r < 4; ++r) {
+            for (size_t c = 0; c < dvp; ++c) o[r * ldo + c] = weight(rng);
+          }
+          want = o;
+          for (size_t r = 0; r < 4; ++r) {
+            float mx = 0;
+            for (size_t j = 0; j < keys; ++j) mx = std::max(mx, std::fabs(p[j * 4 + r]));
+            const float back = mx / 255.0f, inv = mx == 0 ? 0.0f : 1.0f / back;
+            for (size_t c = 0; c < dvp; ++c) {
+              int64_t sum = 0;
+              for (size_t j = 0; c < dv && j < keys; ++j) {
+                sum += static_cast<int64_t>(std::nearbyint(p[j * 4 + r] * inv)) * v[j][c];
+              }
+              const float a = with_alpha ? alpha[r] : 1.0f;
+              want[r * ldo + c] = std::fma(o[r * ldo + c], a, static_cast<float>(sum) * back);
             }
-            const float a = with_alpha ? alpha[r] : 1.0f;
-            want[r * dvp + c] = std::fma(o[r * dvp + c], a, static_cast<float>(sum) * back);
           }
-        }
-        // With the first rows prefetched into L1 (as the V rows ahead).
-        const x86_dot::L1Rows l1{reinterpret_cast<const uint8_t*>(rows.data()), ldv, dv, keys - 1};
-        ASSERT_TRUE(x86_dot::WeightedQuadsV4(p.data(), keys, v.data(), dv, dvp,
-                                             with_alpha ? alpha.data() : nullptr, o.data(), dvp,
-                                             with_alpha ? l1 : x86_dot::L1Rows{}));
-        for (size_t x = 0; x < o.size(); ++x) {
-          ASSERT_EQ(o[x], want[x])
-              << "dv " << dv << " keys " << keys << " row " << x / dvp << " column " << x % dvp;
-        }
-        // Refused, O untouched: a NaN, an Inf, a negative weight, a largest
-        // weight of 1e-35.
-        for (float bad : {std::nanf(""), INFINITY, -0.5f, 1e-35f}) {
-          std::vector<float> q = p;
-          if (bad == 1e-35f) {
-            for (size_t j = 0; j < keys; ++j) q[j * 4 + 2] = j == 0 ? bad : 0.0f;
-          } else {
-            q[(keys - 1) * 4 + 1] = bad;
+          // With the first rows prefetched into L1 (as the V rows ahead).
+          const x86_dot::L1Rows l1{reinterpret_cast<const uint8_t*>(rows.data()), ldv, dv,
+                                   keys - 1};
+          ASSERT_TRUE(weighted_quads(p.data(), keys, v.data(), dv, dvp,
+                                     with_alpha ? alpha.data() : nullptr, o.data(), ldo,
+                                     with_alpha ? l1 : x86_dot::L1Rows{}));
+          for (size_t x = 0; x < o.size(); ++x) {
+            if (std::isnan(want[x])) {
+              ASSERT_TRUE(std::isnan(o[x])) << "dv " << dv << " dvp " << dvp << " wrote " << x;
+              continue;
+            }
+            ASSERT_EQ(o[x], want[x]) << "dv " << dv << " dvp " << dvp << " keys " << keys << " row "
+                                     << x / ldo << " column " << x % ldo;
           }
-          const std::vector<float> before = o;
-          EXPECT_FALSE(x86_dot::WeightedQuadsV4(q.data(), keys, v.data(), dv, dvp, alpha.data(),
-                                                o.data(), dvp, l1))
-              << "weight " << bad;
-          EXPECT_EQ(o, before);
+          // Refused, O untouched: a NaN, an Inf, a negative weight, a
+          // largest weight of 1e-35.
+          for (float bad : {std::nanf(""), INFINITY, -0.5f, 1e-35f}) {
+            std::vector<float> q = p;
+            if (bad == 1e-35f) {
+              for (size_t j = 0; j < keys; ++j) q[j * 4 + 2] = j == 0 ? bad : 0.0f;
+            } else {
+              q[(keys - 1) * 4 + 1] = bad;
+            }
+            const std::vector<float> before = o;
+            EXPECT_FALSE(
+                weighted_quads(q.data(), keys, v.data(), dv, dvp, alpha.data(), o.data(), ldo, l1))
+                << "weight " << bad;
+            EXPECT_EQ(std::memcmp(o.data(), before.data(), o.size() * sizeof(float)), 0);
+          }
         }
       }
+    }
+  }
+}
+
+TEST(X86DotTest, WeightedQuadsV4IsTheExactIntegerSumOfQuantizedWeights) {
+  if (!x86_dot::HaveVnni()) GTEST_SKIP() << "this CPU has no AVX512_VNNI";
+  CheckWeightedQuads(&x86_dot::WeightedQuadsV4, 16);
+}
+
+TEST(X86DotTest, AvxVnniWeightedQuadsV4IsTheExactIntegerSumOfQuantizedWeights) {
+  if (!x86_dot::HaveAvxVnni()) GTEST_SKIP() << "this CPU has no AVX-VNNI (AVX2, FMA + avxvnni)";
+  CheckWeightedQuads(&x86_dot::AvxVnniWeightedQuadsV4, 8);
+}
+
+// Where the CPU has both, the 256-bit kernel gives the 512-bit one's bits
+// (so the P.V of an int8 decode tile does not depend on the target that
+// ran it): head dims with and without columns only rescaled, alpha null or
+// not, a row of zero weights, weights that scale to exact halves (rounded
+// to even), and 512 keys of V = -128 with every weight at its row's
+// largest (the integer sums' largest magnitude).
+TEST(X86DotTest, AvxVnniWeightedQuadsV4GivesWeightedQuadsV4sBits) {
+  if (!x86_dot::HaveVnni() || !x86_dot::HaveAvxVnni()) {
+    GTEST_SKIP() << "this CPU lacks AVX512_VNNI or AVX-VNNI";
+  }
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> i8(-128, 127);
+  std::uniform_real_distribution<float> weight(0.0f, 3.0f);
+  struct Case {
+    size_t dv, dvp, keys;
+    bool extreme;  // V = -128, weights at the row maximum
+  };
+  for (const Case& k : {Case{16, 16, 1, false}, Case{40, 48, 5, false}, Case{64, 64, 64, false},
+                        Case{128, 128, 61, false}, Case{144, 160, 64, false},
+                        Case{128, 128, 512, true}, Case{80, 96, 509, true}}) {
+    for (bool with_alpha : {true, false}) {
+      std::vector<int8_t> rows((k.keys + 3) * k.dv);
+      for (int8_t& x : rows) x = k.extreme ? int8_t{-128} : static_cast<int8_t>(i8(rng));
+      std::vector<const int8_t*> v(k.keys + 3);
+      for (size_t j = 0; j < k.keys + 3; ++j) v[j] = rows.data() + std::min(j, k.keys - 1) * k.dv;
+      std::vector<float> p((k.keys + 3) / 4 * 16, 0.0f);
+      for (size_t j = 0; j < k.keys; ++j) {
+        // Row 0: random; row 1: a maximum of 255 / 16 (so 255 / max is 16
+        // exactly) and weights (n + 0.5) / 16, exact halves after scaling;
+        // row 2: all zero; row 3: random or the maximum everywhere.
+        p[4 * j] = weight(rng);
+        p[4 * j + 1] = j == 0 ? 15.9375f : (static_cast<float>(j % 255) + 0.5f) / 16.0f;
+        p[4 * j + 3] = k.extreme ? 1.5f : weight(rng);
+      }
+      const std::vector<float> alpha = {0.5f, 1.0f, 0.125f, 2.0f};
+      std::vector<float> o512(4 * k.dvp), o256;
+      for (float& x : o512) x = weight(rng) - 1.5f;
+      o256 = o512;
+      const float* a = with_alpha ? alpha.data() : nullptr;
+      ASSERT_TRUE(
+          x86_dot::WeightedQuadsV4(p.data(), k.keys, v.data(), k.dv, k.dvp, a, o512.data(), k.dvp));
+      ASSERT_TRUE(x86_dot::AvxVnniWeightedQuadsV4(p.data(), k.keys, v.data(), k.dv, k.dvp, a,
+                                                  o256.data(), k.dvp));
+      ASSERT_EQ(std::memcmp(o256.data(), o512.data(), o256.size() * sizeof(float)), 0)
+          << "dv " << k.dv << " dvp " << k.dvp << " keys " << k.keys;
     }
   }
 }
