@@ -4,14 +4,13 @@
 // is out of the way: set against a decode's time per key per thread
 // (`attnkit compare`), the rest is memory, softmax and tile set-up.
 //   bazel run //benchmarks:decode_kernels_bench
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <random>
 #include <vector>
 
 #include "backends/highway/x86_dot.h"
+#include "benchmarks/best_of_rounds.h"
 
 namespace attnkit {
 namespace {
@@ -21,68 +20,54 @@ constexpr size_t kD = 128, kKeys = 64, kReps = 100000;
 // The best of five rounds of kReps calls, in ns a key.
 template <class F>
 double NsPerKey(F&& call) {
-  double best = 1e30;
-  for (int round = 0; round < 5; ++round) {
-    const auto start = std::chrono::steady_clock::now();
-    for (size_t r = 0; r < kReps; ++r) {
-      call();
-      asm volatile("" : : : "memory");  // each call's stores stay
-    }
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    best = std::min(best, s / (kReps * kKeys) * 1e9);
+  return BestSecondsPerCall(kReps, call) / kKeys * 1e9;
+}
+
+// The int8 kernels of one ISA (Q.K and P.V share their contracts across
+// ISAs): random int8 Q, K and V rows, timed, printed under `name`.
+using QDotK4Fn = void (*)(const int8_t*, size_t, const int32_t*, const float*, const int8_t*,
+                          size_t, size_t, size_t, float*, size_t, const int8_t*, size_t,
+                          const int8_t*, size_t, size_t, const x86_dot::L1Rows&);
+using WeightedQuadsFn = bool (*)(const float*, size_t, const int8_t* const*, size_t, size_t,
+                                 const float*, float*, size_t, const x86_dot::L1Rows&);
+void TimeInt8(const char* name, QDotK4Fn qdotk4, const char* qk_name,
+              WeightedQuadsFn weighted_quads, const char* pv_name, std::mt19937* rng,
+              const std::vector<float>& p, float* s, float* o) {
+  std::uniform_int_distribution<int> i8(-127, 127);
+  std::vector<int8_t> q(4 * kD), k(kKeys * kD), v(kKeys * kD);
+  for (auto* x : {&q, &k, &v}) {
+    for (int8_t& b : *x) b = static_cast<int8_t>(i8(*rng));
   }
-  return best;
+  const int32_t sum128[4] = {0, 0, 0, 0};  // any: timing only
+  const float row_scale[4] = {1e-3f, 1e-3f, 1e-3f, 1e-3f};
+  const float alpha[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+  std::vector<const int8_t*> rows(kKeys + 3);
+  for (size_t j = 0; j < kKeys + 3; ++j) rows[j] = v.data() + (j < kKeys ? j : kKeys - 1) * kD;
+  const double qk = NsPerKey([&] {
+    qdotk4(q.data(), kD, sum128, row_scale, k.data(), kD, kD, kKeys, s, 4, nullptr, 0, nullptr, 0,
+           0, {});
+  });
+  const double pv =
+      NsPerKey([&] { weighted_quads(p.data(), kKeys, rows.data(), kD, kD, alpha, o, kD, {}); });
+  std::printf("int8 (%s): Q.K %.2f ns a key (%s), P.V %.2f (%s)\n", name, qk, qk_name, pv, pv_name);
 }
 
 int Main() {
   std::mt19937 rng(1);
-  std::uniform_int_distribution<int> i8(-127, 127), code(0, 119);  // fp8: finite E4M3 codes
+  std::uniform_int_distribution<int> code(0, 119);  // fp8: finite E4M3 codes
   std::uniform_real_distribution<float> weight(0.01f, 1.0f);
   std::vector<float> p(kKeys * 4), o(4 * kD, 0.0f), s(kKeys * 4);
   for (float& x : p) x = weight(rng);
   const float alpha[4] = {1.0f, 1.0f, 1.0f, 1.0f};
   if (x86_dot::HaveVnni()) {
-    std::vector<int8_t> q(4 * kD), k(kKeys * kD), v(kKeys * kD);
-    for (auto* x : {&q, &k, &v}) {
-      for (int8_t& b : *x) b = static_cast<int8_t>(i8(rng));
-    }
-    const int32_t sum128[4] = {0, 0, 0, 0};  // any: timing only
-    const float row_scale[4] = {1e-3f, 1e-3f, 1e-3f, 1e-3f};
-    std::vector<const int8_t*> rows(kKeys + 3);
-    for (size_t j = 0; j < kKeys + 3; ++j) rows[j] = v.data() + (j < kKeys ? j : kKeys - 1) * kD;
-    const double qk = NsPerKey([&] {
-      x86_dot::VnniQDotK4(q.data(), kD, sum128, row_scale, k.data(), kD, kD, kKeys, s.data(), 4,
-                          nullptr, 0, nullptr, 0, 0);
-    });
-    const double pv = NsPerKey([&] {
-      x86_dot::WeightedQuadsV4(p.data(), kKeys, rows.data(), kD, kD, alpha, o.data(), kD);
-    });
-    std::printf("int8 (VNNI):  Q.K %.2f ns a key (VnniQDotK4), P.V %.2f (WeightedQuadsV4)\n", qk,
-                pv);
+    TimeInt8("VNNI", &x86_dot::VnniQDotK4, "VnniQDotK4", &x86_dot::WeightedQuadsV4,
+             "WeightedQuadsV4", &rng, p, s.data(), o.data());
   } else {
     std::printf("int8: this CPU has no AVX512_VNNI\n");
   }
   if (x86_dot::HaveAvxVnni()) {  // the AVX2 target's kernels
-    std::vector<int8_t> q(4 * kD), k(kKeys * kD), v(kKeys * kD);
-    for (auto* x : {&q, &k, &v}) {
-      for (int8_t& b : *x) b = static_cast<int8_t>(i8(rng));
-    }
-    const int32_t sum128[4] = {0, 0, 0, 0};
-    const float row_scale[4] = {1e-3f, 1e-3f, 1e-3f, 1e-3f};
-    std::vector<const int8_t*> rows(kKeys + 3);
-    for (size_t j = 0; j < kKeys + 3; ++j) rows[j] = v.data() + (j < kKeys ? j : kKeys - 1) * kD;
-    const double qk = NsPerKey([&] {
-      x86_dot::AvxVnniQDotK4(q.data(), kD, sum128, row_scale, k.data(), kD, kD, kKeys, s.data(), 4,
-                             nullptr, 0, nullptr, 0, 0);
-    });
-    const double pv = NsPerKey([&] {
-      x86_dot::AvxVnniWeightedQuadsV4(p.data(), kKeys, rows.data(), kD, kD, alpha, o.data(), kD);
-    });
-    std::printf(
-        "int8 (AVX-VNNI): Q.K %.2f ns a key (AvxVnniQDotK4), P.V %.2f "
-        "(AvxVnniWeightedQuadsV4)\n",
-        qk, pv);
+    TimeInt8("AVX-VNNI", &x86_dot::AvxVnniQDotK4, "AvxVnniQDotK4", &x86_dot::AvxVnniWeightedQuadsV4,
+             "AvxVnniWeightedQuadsV4", &rng, p, s.data(), o.data());
   } else {
     std::printf("int8: this CPU has no AVX-VNNI\n");
   }

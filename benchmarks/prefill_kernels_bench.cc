@@ -20,28 +20,12 @@
 #include <vector>
 
 #include "backends/highway/x86_dot.h"
+#include "benchmarks/best_of_rounds.h"
 
 namespace attnkit {
 namespace {
 
 constexpr size_t kRows = 64, kKeys = 64;
-
-// The best of five rounds of `reps` calls, in seconds a call.
-template <class F>
-double SecondsPerCall(size_t reps, F&& call) {
-  double best = 1e30;
-  for (int round = 0; round < 5; ++round) {
-    const auto start = std::chrono::steady_clock::now();
-    for (size_t r = 0; r < reps; ++r) {
-      call();
-      asm volatile("" : : : "memory");  // each call's stores stay
-    }
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    best = std::min(best, s / static_cast<double>(reps));
-  }
-  return best;
-}
 
 int Main() {
   if (!x86_dot::HaveBF16Dot()) {
@@ -70,10 +54,10 @@ int Main() {
     for (uint32_t& x : vp) x = bf16() | uint32_t{bf16()} << 16;
     for (uint16_t& x : k) x = bf16();
     std::vector<float> s(kKeys * kRows), o(kRows * d, 0.0f), alpha(kRows, 1.0f);
-    const double qk = SecondsPerCall(200000, [&] {
+    const double qk = BestSecondsPerCall(200000, [&] {
       x86_dot::BF16QDotK(qp.data(), kRows, k.data(), d, d, kRows, kKeys, 0.125f, s.data(), kRows);
     });
-    const double pv = SecondsPerCall(200000, [&] {
+    const double pv = BestSecondsPerCall(200000, [&] {
       x86_dot::BF16WeightedSumV(pp.data(), kRows, vp.data(), d, kKeys / 2, alpha.data(), kRows, d,
                                 o.data(), d);
     });
