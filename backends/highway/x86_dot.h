@@ -137,10 +137,12 @@ bool HaveFp8BF16Dot();
 // tree leaves their 16 sums in the packed order.
 //   qb: the 4 rows in the block layout Fp8QueryBlocks writes, rows
 //       qb + r * ldq (ldq >= 4 d).
-//   k:  fp8 rows k + j * ldk, d codes each (d a multiple of 16).
+//   k:  fp8 rows k + j * ldk, d codes each (d a multiple of 16, at most
+//       kMaxFp8QDotD).
 // Also prefetches (into L2) the first `ahead` rows of pf_k and pf_v (K
 // alone where pf_v is null), and into L1 the rows of l1 (the tile's V), as
 // VnniQDotK4 does.
+constexpr size_t kMaxFp8QDotD = 1024;  // core/problem.h's kProblemMaxHeadDim
 void Fp8QDotK4(const uint16_t* qb, size_t ldq, const uint8_t* k, size_t ldk, size_t d, size_t keys,
                bool e4m3, float scale, float* s, const uint8_t* pf_k, size_t ld_pf_k,
                const uint8_t* pf_v, size_t ld_pf_v, size_t ahead, const L1Rows& l1 = {});

@@ -446,8 +446,12 @@ TEST(X86DotTest, Fp8QDotK4MatchesExactProducts) {
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> code(0, 255);
   for (bool e4m3 : {true, false}) {
+    // d: a last 16 codes alone, after 32-code steps, or none; keys: fewer
+    // than a group of 8 (read from a padded copy), whole groups, and a
+    // last group that ends at the last key (keys 13, 21: recomputed, not
+    // stored again).
     for (size_t d : {16, 80, 128, 576}) {
-      for (size_t keys : {1, 3, 4, 7, 16}) {
+      for (size_t keys : {1, 3, 4, 7, 13, 16, 21}) {
         const size_t ldq = d + 8, ldk = d + 5;  // strided K rows
         std::vector<uint16_t> q(4 * ldq, 0);
         for (size_t r = 0; r < 4; ++r) {

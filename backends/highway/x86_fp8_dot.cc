@@ -39,6 +39,9 @@ struct Fp8ByteTables {
   alignas(64) uint8_t lo[2][128];
   alignas(64) uint8_t hi[2][128];
   alignas(64) uint8_t pairs[2][64];
+  // Fp8DotsOfEightKeys's registers: lo, hi (128 bytes each) and 64 sign
+  // bits 0x80 per format.
+  alignas(64) uint8_t widen[2][5][64];
 };
 const Fp8ByteTables& ByteTables() {
   static const Fp8ByteTables tables = [] {
@@ -71,6 +74,11 @@ const Fp8ByteTables& ByteTables() {
           }
         }
       }
+    }
+    for (int f = 0; f < 2; ++f) {
+      std::memcpy(t.widen[f][0], t.lo[f], 128);
+      std::memcpy(t.widen[f][2], t.hi[f], 128);
+      std::memset(t.widen[f][4], 0x80, 64);
     }
     return t;
   }();
@@ -124,71 +132,220 @@ ATTNKIT_TARGET_FP8 inline __m512 QuadSums(__m512 xy, __m512 zw) {
                        _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
 }
 
+// Q.K of eight K rows k + i ldk (i < 8) with the 4 Q rows, codes [0, d):
+// out[16 (4 h + r) + 4 b + i] summed over i < 4 is row r's dot with key
+// 4 h + b (d a multiple of 16; qa: the rows' blocks, row r at qa + r ldq
+// bytes; t: the format's Fp8ByteTables::widen).
+//
+// In assembly, all 32 vector registers named: with intrinsics GCC 12 kept
+// some of the 16 accumulators, tables or K vectors on the stack and the
+// step ran at 18 cycles (Zen 5), where its 16 vdpbf16ps take 8.
+//   zmm0-7    A[h][r] (zmm 4 h + r): sums of the first 8 codes of each 16
+//   zmm8-15   B[h][r]: of the second 8 (two chains a row: one would be
+//             bound by vdpbf16ps's 6-cycle latency)
+//   zmm16-20  lo0, lo1, hi0, hi1, sign (Widener)
+//   zmm21-24  per 32 codes: [k0 | k1] and [k2 | k3] of keys 0-3 (h 0),
+//             of keys 4-7 (h 1), 32 codes of each key
+//   zmm25-28  w0, w1 of h 0 and of h 1 (Widen)
+//   zmm29-30  the hi bytes while widening, then Q's two vectors of a row
+// Per 32 codes: 4 row loads and 4 inserts, then for each 16: a block
+// shuffle gives keys b in block b (as the masked broadcasts did, which
+// contended with vpermt2b for the shuffle ports: 13 cycles a step),
+// Widen, and 16 vdpbf16ps against Q loaded once for both h.
+//
+// ATTNKIT_FP8_WIDEN: the blocks IMM picks of zmm TA and TB (vshufi64x2)
+// into W0, widened (Widen) to w0 in W0 and w1 in W1.
+#define ATTNKIT_FP8_WIDEN(TA, TB, IMM, W0, W1)              \
+  "vshufi64x2 $" IMM ", %%zmm" TB ", %%zmm" TA ", %%zmm" W0 \
+  "\n\t"                                                    \
+  "vmovdqa64 %%zmm16, %%zmm" W1                             \
+  "\n\t"                                                    \
+  "vpermt2b %%zmm17, %%zmm" W0 ", %%zmm" W1                 \
+  "\n\t"                                                    \
+  "vmovdqa64 %%zmm18, %%zmm29\n\t"                          \
+  "vpermt2b %%zmm19, %%zmm" W0                              \
+  ", %%zmm29\n\t"                                           \
+  "vpternlogd $0xF8, %%zmm20, %%zmm" W0                     \
+  ", %%zmm29\n\t"                                           \
+  "vpunpcklbw %%zmm29, %%zmm" W1 ", %%zmm" W0               \
+  "\n\t"                                                    \
+  "vpunpckhbw %%zmm29, %%zmm" W1 ", %%zmm" W1 "\n\t"
+// ATTNKIT_FP8_DOTS: Q's 16 codes at byte OFF of each row's blocks (QROW:
+// its address), two vectors, into zmm29 and zmm30; A[h][r] += w0 . the
+// first, B[h][r] += w1 . the second, for both h.
+#define ATTNKIT_FP8_ROW_DOTS(QROW, OFF, R, B) \
+  "vmovdqu64 " OFF "" QROW                    \
+  ", %%zmm29\n\t"                             \
+  "vmovdqu64 " OFF "+64" QROW                 \
+  ", %%zmm30\n\t"                             \
+  "vdpbf16ps %%zmm29, %%zmm25, %%zmm" R       \
+  "\n\t"                                      \
+  "vdpbf16ps %%zmm30, %%zmm26, %%zmm" B "\n\t"
+#define ATTNKIT_FP8_ROW_DOTS_H1(R, B)   \
+  "vdpbf16ps %%zmm29, %%zmm27, %%zmm" R \
+  "\n\t"                                \
+  "vdpbf16ps %%zmm30, %%zmm28, %%zmm" B "\n\t"
+#define ATTNKIT_FP8_DOTS(OFF)                                                              \
+  ATTNKIT_FP8_ROW_DOTS("(%[qa])", OFF, "0", "8")                                           \
+  ATTNKIT_FP8_ROW_DOTS_H1("4", "12") ATTNKIT_FP8_ROW_DOTS("(%[qa],%[ldq])", OFF, "1", "9") \
+      ATTNKIT_FP8_ROW_DOTS_H1("5", "13") ATTNKIT_FP8_ROW_DOTS("(%[qc])", OFF, "2", "10")   \
+          ATTNKIT_FP8_ROW_DOTS_H1("6", "14")                                               \
+              ATTNKIT_FP8_ROW_DOTS("(%[qc],%[ldq])", OFF, "3", "11")                       \
+                  ATTNKIT_FP8_ROW_DOTS_H1("7", "15")
+
+ATTNKIT_TARGET_FP8 void Fp8DotsOfEightKeys(const uint8_t* k, size_t ldk, size_t d, const char* qa,
+                                           size_t ldq, const uint8_t* t, float* out) {
+  const uint8_t* k3 = k + 3 * ldk;
+  const uint8_t* k6 = k + 6 * ldk;
+  const uint8_t* const end32 = k + (d & ~size_t{31});
+  const char* qc = qa + 2 * ldq;
+  asm volatile(
+      "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
+      "vmovaps %%zmm0, %%zmm1\n\t"
+      "vmovaps %%zmm0, %%zmm2\n\t"
+      "vmovaps %%zmm0, %%zmm3\n\t"
+      "vmovaps %%zmm0, %%zmm4\n\t"
+      "vmovaps %%zmm0, %%zmm5\n\t"
+      "vmovaps %%zmm0, %%zmm6\n\t"
+      "vmovaps %%zmm0, %%zmm7\n\t"
+      "vmovaps %%zmm0, %%zmm8\n\t"
+      "vmovaps %%zmm0, %%zmm9\n\t"
+      "vmovaps %%zmm0, %%zmm10\n\t"
+      "vmovaps %%zmm0, %%zmm11\n\t"
+      "vmovaps %%zmm0, %%zmm12\n\t"
+      "vmovaps %%zmm0, %%zmm13\n\t"
+      "vmovaps %%zmm0, %%zmm14\n\t"
+      "vmovaps %%zmm0, %%zmm15\n\t"
+      "vmovdqa64 (%[t]), %%zmm16\n\t"
+      "vmovdqa64 64(%[t]), %%zmm17\n\t"
+      "vmovdqa64 128(%[t]), %%zmm18\n\t"
+      "vmovdqa64 192(%[t]), %%zmm19\n\t"
+      "vmovdqa64 256(%[t]), %%zmm20\n\t"
+      "cmp %[end], %[k]\n\t"
+      "jae 2f\n\t"
+      "1:\n\t"
+      "vmovdqu64 (%[k]), %%ymm21\n\t"
+      "vinserti64x4 $1, (%[k],%[ldk]), %%zmm21, %%zmm21\n\t"
+      "vmovdqu64 (%[k],%[ldk],2), %%ymm22\n\t"
+      "vinserti64x4 $1, (%[k3]), %%zmm22, %%zmm22\n\t"
+      "vmovdqu64 (%[k3],%[ldk]), %%ymm23\n\t"
+      "vinserti64x4 $1, (%[k3],%[ldk],2), %%zmm23, %%zmm23\n\t"
+      "vmovdqu64 (%[k6]), %%ymm24\n\t"
+      "vinserti64x4 $1, (%[k6],%[ldk]), %%zmm24, %%zmm24\n\t"
+      ATTNKIT_FP8_WIDEN("21", "22", "0x88", "25", "26")
+      ATTNKIT_FP8_WIDEN("23", "24", "0x88", "27", "28")
+      ATTNKIT_FP8_DOTS("0")
+      ATTNKIT_FP8_WIDEN("21", "22", "0xDD", "25", "26")
+      ATTNKIT_FP8_WIDEN("23", "24", "0xDD", "27", "28")
+      ATTNKIT_FP8_DOTS("128")
+      "add $32, %[k]\n\t"
+      "add $32, %[k3]\n\t"
+      "add $32, %[k6]\n\t"
+      "add $256, %[qa]\n\t"
+      "add $256, %[qc]\n\t"
+      "cmp %[end], %[k]\n\t"
+      "jb 1b\n\t"
+      "2:\n\t"
+      // A last 16 codes: each key's in its own block directly.
+      "test $16, %[d]\n\t"
+      "jz 3f\n\t"
+      "vmovdqu64 (%[k]), %%xmm25\n\t"
+      "vinserti32x4 $1, (%[k],%[ldk]), %%zmm25, %%zmm25\n\t"
+      "vinserti32x4 $2, (%[k],%[ldk],2), %%zmm25, %%zmm25\n\t"
+      "vinserti32x4 $3, (%[k3]), %%zmm25, %%zmm25\n\t"
+      "vmovdqu64 (%[k3],%[ldk]), %%xmm27\n\t"
+      "vinserti32x4 $1, (%[k3],%[ldk],2), %%zmm27, %%zmm27\n\t"
+      "vinserti32x4 $2, (%[k6]), %%zmm27, %%zmm27\n\t"
+      "vinserti32x4 $3, (%[k6],%[ldk]), %%zmm27, %%zmm27\n\t"
+      // Widen in place: the shuffle of a vector with itself, 0xE4, is a copy.
+      ATTNKIT_FP8_WIDEN("25", "25", "0xE4", "25", "26")
+      ATTNKIT_FP8_WIDEN("27", "27", "0xE4", "27", "28")
+      ATTNKIT_FP8_DOTS("0")
+      "3:\n\t"
+      "vaddps %%zmm8, %%zmm0, %%zmm0\n\t"
+      "vaddps %%zmm9, %%zmm1, %%zmm1\n\t"
+      "vaddps %%zmm10, %%zmm2, %%zmm2\n\t"
+      "vaddps %%zmm11, %%zmm3, %%zmm3\n\t"
+      "vaddps %%zmm12, %%zmm4, %%zmm4\n\t"
+      "vaddps %%zmm13, %%zmm5, %%zmm5\n\t"
+      "vaddps %%zmm14, %%zmm6, %%zmm6\n\t"
+      "vaddps %%zmm15, %%zmm7, %%zmm7\n\t"
+      "vmovups %%zmm0, (%[out])\n\t"
+      "vmovups %%zmm1, 64(%[out])\n\t"
+      "vmovups %%zmm2, 128(%[out])\n\t"
+      "vmovups %%zmm3, 192(%[out])\n\t"
+      "vmovups %%zmm4, 256(%[out])\n\t"
+      "vmovups %%zmm5, 320(%[out])\n\t"
+      "vmovups %%zmm6, 384(%[out])\n\t"
+      "vmovups %%zmm7, 448(%[out])\n\t"
+      : [k] "+r"(k), [k3] "+r"(k3), [k6] "+r"(k6), [qa] "+r"(qa), [qc] "+r"(qc)
+      : [ldk] "r"(ldk), [ldq] "r"(ldq), [end] "r"(end32), [d] "r"(d), [t] "r"(t),
+        [out] "r"(out)
+      : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
+        "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18",
+        "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28",
+        "xmm29", "xmm30");
+}
+#undef ATTNKIT_FP8_DOTS
+#undef ATTNKIT_FP8_ROW_DOTS_H1
+#undef ATTNKIT_FP8_ROW_DOTS
+#undef ATTNKIT_FP8_WIDEN
+
 }  // namespace
 
 ATTNKIT_TARGET_FP8 void Fp8QDotK4(const uint16_t* qb, size_t ldq, const uint8_t* k, size_t ldk,
                                   size_t d, size_t keys, bool e4m3, float scale, float* s,
                                   const uint8_t* pf_k, size_t ld_pf_k, const uint8_t* pf_v,
                                   size_t ld_pf_v, size_t ahead, const L1Rows& l1) {
-  const Widener t = MakeWidener(e4m3);
+  // Eight keys at a time (Fp8DotsOfEightKeys): keys 4 h + b in block b of
+  // the vectors of h, 16 codes of each per step, widened in place (the
+  // in-block byte interleave keeps each key's words in its block) against
+  // the rows' 8-value blocks (Fp8QueryBlocks). So one accumulator per row
+  // and h serves four keys, a short tree reduces 4 vectors per four keys
+  // (about 2 operations a key, where one vector per key and row took 11),
+  // and each Q vector loaded serves eight keys.
+  //
+  // A last group of fewer than 8 keys ends at the last key (its first
+  // keys computed again, not stored) where there are 8 keys at least, and
+  // otherwise reads a copy of its rows padded with the last.
+  const uint8_t* t = ByteTables().widen[e4m3 ? 0 : 1][0];
   const __m512 sv = _mm512_set1_ps(scale);
-  // Eight keys at a time, 16 codes of each per step: keys 4 h + b in block
-  // b of vector h (masked block broadcasts: loads, no shuffle). Widened in
-  // place (the in-block byte interleave keeps each key's words in its
-  // block), they meet the rows' 8-value blocks (Fp8QueryBlocks): lane i of
-  // block b sums key b's products with one row. So one accumulator per row
-  // and vector serves four keys, a short tree reduces 4 vectors per four
-  // keys (about 2 operations a key, where one vector per key and row took
-  // 11), and each Q vector loaded serves eight keys: 512-bit loads bound
-  // the step otherwise. Zen 5 here, one thread, d 128, rows in L1: 10.2 ns
-  // a key with one vector per key and row or with four keys a step (Q
-  // loaded at each use either way), 8.4 with eight and Q held, 5.8 (an
-  // upper bound, wrong results) with no Q loads at all. A last group of
-  // fewer keys repeats its last key and stores only its own sums.
   constexpr size_t kKeys = 8;
+  alignas(64) float sums[2][4][16];  // [h][r]: Fp8DotsOfEightKeys's out
   for (size_t j = 0; j < keys; j += kKeys) {
     const size_t n = keys - j < kKeys ? keys - j : kKeys;
     for (size_t x = j; x < j + n && x < ahead; ++x)
       PrefetchAheadKeyL2(pf_k, ld_pf_k, pf_v, ld_pf_v, x, d);
     PrefetchL1Rows(l1, j, j + kKeys);
-    const uint8_t* rows[kKeys];
-    for (size_t key = 0; key < kKeys; ++key) rows[key] = k + (j + (key < n ? key : n - 1)) * ldk;
-    __m512 a[2][4];  // [vector h][row r]
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) a[0][r] = a[1][r] = _mm512_setzero_ps();
-    for (size_t c = 0; c < d; c += 16) {
-      __m512i w[2][2];  // [vector h]: key 4 h + b's codes [c, c + 8), then [c + 8, c + 16)
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const uint8_t* const* rh = rows + 4 * h;
-        __m512i x =
-            _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rh[0] + c)));
-        x = _mm512_mask_broadcast_i32x4(
-            x, 0x00F0, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rh[1] + c)));
-        x = _mm512_mask_broadcast_i32x4(
-            x, 0x0F00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rh[2] + c)));
-        x = _mm512_mask_broadcast_i32x4(
-            x, 0xF000, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rh[3] + c)));
-        Widen(t, x, &w[h][0], &w[h][1]);
-      }
-      const uint16_t* qc = qb + 4 * c;  // the blocks of Q[r, c .. c + 16)
-#pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) {
-        __m512i q0 = _mm512_loadu_si512(qc + r * ldq);
-        __m512i q1 = _mm512_loadu_si512(qc + r * ldq + 32);
-        // Each loaded once for the eight keys: GCC 12 would load them again
-        // at each use instead (a memory operand costs a load each).
-        asm("" : "+v"(q0), "+v"(q1));
-        a[0][r] = Dot(Dot(a[0][r], w[0][0], q0), w[0][1], q1);
-        a[1][r] = Dot(Dot(a[1][r], w[1][0], q0), w[1][1], q1);
-      }
+    size_t first = j;  // the group's first key
+    if (n == kKeys) {
+      Fp8DotsOfEightKeys(k + j * ldk, ldk, d, reinterpret_cast<const char*>(qb), 2 * ldq, t,
+                         &sums[0][0][0]);
+    } else if (keys >= kKeys) {
+      first = keys - kKeys;
+      Fp8DotsOfEightKeys(k + first * ldk, ldk, d, reinterpret_cast<const char*>(qb), 2 * ldq, t,
+                         &sums[0][0][0]);
+    } else {
+      alignas(64) uint8_t copy[kKeys * kMaxFp8QDotD];
+      for (size_t key = 0; key < kKeys; ++key)
+        std::memcpy(copy + key * d, k + (key < n ? key : n - 1) * ldk, d);
+      Fp8DotsOfEightKeys(copy, d, d, reinterpret_cast<const char*>(qb), 2 * ldq, t, &sums[0][0][0]);
     }
-    for (size_t h = 0; h < 2 && 4 * h < n; ++h) {
-      // Block b: [row 0, 1, 2, 3] sums of key 4 h + b, the packed order.
-      const __m512 dots = QuadSums(PairSums(a[h][0], a[h][1]), PairSums(a[h][2], a[h][3]));
-      const size_t nh = n - 4 * h < 4 ? n - 4 * h : 4;
-      const __mmask16 keep = static_cast<__mmask16>((1u << (4 * nh)) - 1);
-      _mm512_mask_storeu_ps(s + 4 * (j + 4 * h), keep, _mm512_mul_ps(dots, sv));
+    // Key first + 4 h + b lands at s[4 (first + 4 h + b) + r]; keys below
+    // j are the last group's, stored already.
+    for (size_t h = 0; h < 2; ++h) {
+      const size_t key0 = first + 4 * h;             // the key of block 0
+      if (key0 + 4 <= j || key0 >= j + n) continue;  // no key of its own
+      __m512 a[4];
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) a[r] = _mm512_load_ps(sums[h][r]);
+      // Block b: [row 0, 1, 2, 3] sums of key key0 + b, the packed order.
+      const __m512 dots = QuadSums(PairSums(a[0], a[1]), PairSums(a[2], a[3]));
+      const size_t skip = key0 < j ? j - key0 : 0;  // blocks already stored
+      const size_t stop = key0 + 4 <= j + n ? 4 : j + n - key0;
+      const __mmask16 keep =
+          static_cast<__mmask16>(((1u << (4 * stop)) - 1) & ~((1u << (4 * skip)) - 1));
+      _mm512_mask_storeu_ps(s + 4 * key0, keep, _mm512_mul_ps(dots, sv));
     }
   }
   PrefetchL1Rows(l1, keys, l1.count);
