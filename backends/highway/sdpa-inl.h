@@ -112,6 +112,8 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
                x86_dot::HaveFp8BF16Dot();
   static_assert(kMaxKeyTile <= static_cast<int64_t>(x86_dot::kMaxWeightedQuadsKeys),
                 "WeightedQuadsV4's integer sums hold at most kMaxWeightedQuadsKeys keys");
+  static_assert(kProblemMaxHeadDim <= static_cast<int64_t>(x86_dot::kMaxFp8QDotD),
+                "Fp8QDotK4 takes head dims up to kMaxFp8QDotD");
   static_assert(kMaxKeyTile <= static_cast<int64_t>(x86_dot::kMaxWeightedPairsKeys),
                 "Fp8WeightedSumV4 takes at most kMaxWeightedPairsKeys keys");
   static_assert(kMaxKeyTile <= kFastWeightBlock,

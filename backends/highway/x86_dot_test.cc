@@ -395,7 +395,7 @@ std::vector<uint16_t> QueryBlocks(const std::vector<uint16_t>& q, size_t ldq, si
 // each code's value out of a K row exactly (special codes in a row of their
 // own: NaN, and E5M2's Inf times 1). Then random rows against double sums
 // (exact products, f32 sums), the last key's row ending on a guarded page,
-// and key counts that leave a partial group of four.
+// and key counts that leave a partial group of eight.
 TEST(X86DotTest, Fp8QDotK4WidensEveryCodeExactly) {
   if (!x86_dot::HaveFp8BF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16 with AVX512_VBMI";
   const uint16_t one = BF16FromF32(1.0f);
@@ -411,30 +411,42 @@ TEST(X86DotTest, Fp8QDotK4WidensEveryCodeExactly) {
       for (uint8_t& x : finite) {
         if (!std::isfinite(Fp8CodeValue(x, e4m3))) x = 0;
       }
-      float s[4] = {-1, -1, -1, -1};
-      x86_dot::Fp8QDotK4(QueryBlocks(q, ldq, d).data(), 4 * d, finite.data(), d, d, 1, e4m3, 1.0f,
-                         s, nullptr, 0, nullptr, 0, 0);
-      for (size_t r = 0; r < 4; ++r) {
-        const float want = Fp8CodeValue(finite[c0 + r], e4m3);
-        EXPECT_EQ(s[r], want) << (e4m3 ? "e4m3" : "e5m2") << " code " << c0 + r;
+      // One key (a padded copy of its row), and the row as 8 keys (a group).
+      for (size_t keys : {1, 8}) {
+        std::vector<float> s(4 * keys, -1.0f);
+        x86_dot::Fp8QDotK4(QueryBlocks(q, ldq, d).data(), 4 * d, finite.data(), 0, d, keys, e4m3,
+                           1.0f, s.data(), nullptr, 0, nullptr, 0, 0);
+        for (size_t j = 0; j < keys; ++j) {
+          for (size_t r = 0; r < 4; ++r) {
+            const float want = Fp8CodeValue(finite[c0 + r], e4m3);
+            EXPECT_EQ(s[4 * j + r], want) << (e4m3 ? "e4m3" : "e5m2") << " code " << c0 + r;
+          }
+        }
       }
     }
-    // Each special code alone in a row: the value itself.
+    // Each special code alone in key 6's row of 9 (zero rows around it): the
+    // value itself there, 0 for the other keys (the first group of 8 and
+    // the last, which ends at key 8).
     for (int code = 0; code < 256; ++code) {
       const float value = Fp8CodeValue(static_cast<uint8_t>(code), e4m3);
       if (std::isfinite(value)) continue;
-      std::vector<uint8_t> row(64, 0);
-      row[5] = static_cast<uint8_t>(code);
+      constexpr size_t kKeys = 9, kSpecial = 6;
+      std::vector<uint8_t> rows(kKeys * 64, 0);
+      rows[kSpecial * 64 + 5] = static_cast<uint8_t>(code);
       std::vector<uint16_t> q(4 * 64, 0);
       for (size_t r = 0; r < 4; ++r) q[r * 64 + 5] = one;
-      float s[4];
-      x86_dot::Fp8QDotK4(QueryBlocks(q, 64, 64).data(), 4 * 64, row.data(), 64, 64, 1, e4m3, 1.0f,
-                         s, nullptr, 0, nullptr, 0, 0);
-      for (size_t r = 0; r < 4; ++r) {
-        if (std::isnan(value)) {
-          EXPECT_TRUE(std::isnan(s[r])) << "code " << code;
-        } else {
-          EXPECT_EQ(s[r], value) << "code " << code;
+      float s[4 * kKeys];
+      x86_dot::Fp8QDotK4(QueryBlocks(q, 64, 64).data(), 4 * 64, rows.data(), 64, 64, kKeys, e4m3,
+                         1.0f, s, nullptr, 0, nullptr, 0, 0);
+      for (size_t j = 0; j < kKeys; ++j) {
+        for (size_t r = 0; r < 4; ++r) {
+          if (j != kSpecial) {
+            EXPECT_EQ(s[4 * j + r], 0.0f) << "code " << code << " key " << j;
+          } else if (std::isnan(value)) {
+            EXPECT_TRUE(std::isnan(s[4 * j + r])) << "code " << code;
+          } else {
+            EXPECT_EQ(s[4 * j + r], value) << "code " << code;
+          }
         }
       }
     }
@@ -446,12 +458,12 @@ TEST(X86DotTest, Fp8QDotK4MatchesExactProducts) {
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> code(0, 255);
   for (bool e4m3 : {true, false}) {
-    // d: a last 16 codes alone, after 32-code steps, or none; keys: fewer
-    // than a group of 8 (read from a padded copy), whole groups, and a
-    // last group that ends at the last key (keys 13, 21: recomputed, not
-    // stored again).
-    for (size_t d : {16, 80, 128, 576}) {
-      for (size_t keys : {1, 3, 4, 7, 13, 16, 21}) {
+    // d: a last 16 codes alone, after 32-code steps, or none, up to
+    // kMaxFp8QDotD; keys: fewer than a group of 8 (read from a padded
+    // copy), whole groups, and last groups of 1-7 that end at the last key
+    // (their first keys recomputed, not stored again).
+    for (size_t d : {size_t{16}, size_t{80}, size_t{128}, size_t{576}, x86_dot::kMaxFp8QDotD}) {
+      for (size_t keys : {1, 3, 4, 7, 9, 12, 13, 15, 16, 21}) {
         const size_t ldq = d + 8, ldk = d + 5;  // strided K rows
         std::vector<uint16_t> q(4 * ldq, 0);
         for (size_t r = 0; r < 4; ++r) {

@@ -39,9 +39,12 @@ struct Fp8ByteTables {
   alignas(64) uint8_t lo[2][128];
   alignas(64) uint8_t hi[2][128];
   alignas(64) uint8_t pairs[2][64];
-  // Fp8DotsOfEightKeys's registers: lo, hi (128 bytes each) and 64 sign
-  // bits 0x80 per format.
-  alignas(64) uint8_t widen[2][5][64];
+  // Fp8DotsOfEightKeys's table registers per format, in its load order.
+  struct Registers {
+    alignas(64) uint8_t lo[128];
+    alignas(64) uint8_t hi[128];
+    alignas(64) uint8_t sign[64];  // 0x80 in every byte
+  } widen[2];
 };
 const Fp8ByteTables& ByteTables() {
   static const Fp8ByteTables tables = [] {
@@ -76,9 +79,9 @@ const Fp8ByteTables& ByteTables() {
       }
     }
     for (int f = 0; f < 2; ++f) {
-      std::memcpy(t.widen[f][0], t.lo[f], 128);
-      std::memcpy(t.widen[f][2], t.hi[f], 128);
-      std::memset(t.widen[f][4], 0x80, 64);
+      std::memcpy(t.widen[f].lo, t.lo[f], sizeof(t.widen[f].lo));
+      std::memcpy(t.widen[f].hi, t.hi[f], sizeof(t.widen[f].hi));
+      std::memset(t.widen[f].sign, 0x80, sizeof(t.widen[f].sign));
     }
     return t;
   }();
@@ -135,63 +138,57 @@ ATTNKIT_TARGET_FP8 inline __m512 QuadSums(__m512 xy, __m512 zw) {
 // Q.K of eight K rows k + i ldk (i < 8) with the 4 Q rows, codes [0, d):
 // out[16 (4 h + r) + 4 b + i] summed over i < 4 is row r's dot with key
 // 4 h + b (d a multiple of 16; qa: the rows' blocks, row r at qa + r ldq
-// bytes; t: the format's Fp8ByteTables::widen).
+// bytes; t: the format's Fp8ByteTables::widen, 64-byte aligned).
 //
-// In assembly, all 32 vector registers named: with intrinsics GCC 12 kept
-// some of the 16 accumulators, tables or K vectors on the stack and the
-// step ran at 18 cycles (Zen 5), where its 16 vdpbf16ps take 8.
+// In assembly, the vector registers named (zmm0-30): with intrinsics GCC 12
+// kept some of the 16 accumulators, tables or K vectors on the stack and
+// the step (8 keys x 16 codes) ran at 18 cycles on Zen 5, where its 16
+// vdpbf16ps take 8.
 //   zmm0-7    A[h][r] (zmm 4 h + r): sums of the first 8 codes of each 16
 //   zmm8-15   B[h][r]: of the second 8 (two chains a row: one would be
 //             bound by vdpbf16ps's 6-cycle latency)
 //   zmm16-20  lo0, lo1, hi0, hi1, sign (Widener)
 //   zmm21-24  per 32 codes: [k0 | k1] and [k2 | k3] of keys 0-3 (h 0),
-//             of keys 4-7 (h 1), 32 codes of each key
+//             then of keys 4-7 (h 1), 32 codes of each key
 //   zmm25-28  w0, w1 of h 0 and of h 1 (Widen)
 //   zmm29-30  the hi bytes while widening, then Q's two vectors of a row
-// Per 32 codes: 4 row loads and 4 inserts, then for each 16: a block
-// shuffle gives keys b in block b (as the masked broadcasts did, which
-// contended with vpermt2b for the shuffle ports: 13 cycles a step),
-// Widen, and 16 vdpbf16ps against Q loaded once for both h.
+// Per 32 codes: 4 row loads and 4 inserts, then for each 16 codes a block
+// shuffle that puts key b in block b (masked block broadcasts did that
+// before, and contended with vpermt2b for the shuffle ports: 13 cycles a
+// step), Widen, and 16 vdpbf16ps against Q loaded once for both h.
 //
-// ATTNKIT_FP8_WIDEN: the blocks IMM picks of zmm TA and TB (vshufi64x2)
-// into W0, widened (Widen) to w0 in W0 and w1 in W1.
-#define ATTNKIT_FP8_WIDEN(TA, TB, IMM, W0, W1)              \
-  "vshufi64x2 $" IMM ", %%zmm" TB ", %%zmm" TA ", %%zmm" W0 \
-  "\n\t"                                                    \
-  "vmovdqa64 %%zmm16, %%zmm" W1                             \
-  "\n\t"                                                    \
-  "vpermt2b %%zmm17, %%zmm" W0 ", %%zmm" W1                 \
-  "\n\t"                                                    \
-  "vmovdqa64 %%zmm18, %%zmm29\n\t"                          \
-  "vpermt2b %%zmm19, %%zmm" W0                              \
-  ", %%zmm29\n\t"                                           \
-  "vpternlogd $0xF8, %%zmm20, %%zmm" W0                     \
-  ", %%zmm29\n\t"                                           \
-  "vpunpcklbw %%zmm29, %%zmm" W1 ", %%zmm" W0               \
-  "\n\t"                                                    \
+// ATTNKIT_FP8_WIDEN_IN_PLACE(W0, W1): the codes in zmm W0 widened (Widen)
+//   to w0 in W0 and w1 in W1.
+// ATTNKIT_FP8_WIDEN(TA, TB, IMM, W0, W1): first the blocks IMM picks of
+//   zmm TA and TB (vshufi64x2) into W0.
+// ATTNKIT_FP8_DOTS(OFF): for each row r, Q's two vectors at byte OFF of
+//   the row into zmm29 and zmm30 (ATTNKIT_FP8_ROW_DOTS, QROW: the row's
+//   address), then A[h][r] += w0 . the first, B[h][r] += w1 . the second,
+//   for both h.
+// clang-format off
+#define ATTNKIT_FP8_WIDEN_IN_PLACE(W0, W1)                 \
+  "vmovdqa64 %%zmm16, %%zmm" W1 "\n\t"                     \
+  "vpermt2b %%zmm17, %%zmm" W0 ", %%zmm" W1 "\n\t"         \
+  "vmovdqa64 %%zmm18, %%zmm29\n\t"                         \
+  "vpermt2b %%zmm19, %%zmm" W0 ", %%zmm29\n\t"             \
+  "vpternlogd $0xF8, %%zmm20, %%zmm" W0 ", %%zmm29\n\t"    \
+  "vpunpcklbw %%zmm29, %%zmm" W1 ", %%zmm" W0 "\n\t"       \
   "vpunpckhbw %%zmm29, %%zmm" W1 ", %%zmm" W1 "\n\t"
-// ATTNKIT_FP8_DOTS: Q's 16 codes at byte OFF of each row's blocks (QROW:
-// its address), two vectors, into zmm29 and zmm30; A[h][r] += w0 . the
-// first, B[h][r] += w1 . the second, for both h.
-#define ATTNKIT_FP8_ROW_DOTS(QROW, OFF, R, B) \
-  "vmovdqu64 " OFF "" QROW                    \
-  ", %%zmm29\n\t"                             \
-  "vmovdqu64 " OFF "+64" QROW                 \
-  ", %%zmm30\n\t"                             \
-  "vdpbf16ps %%zmm29, %%zmm25, %%zmm" R       \
-  "\n\t"                                      \
-  "vdpbf16ps %%zmm30, %%zmm26, %%zmm" B "\n\t"
-#define ATTNKIT_FP8_ROW_DOTS_H1(R, B)   \
-  "vdpbf16ps %%zmm29, %%zmm27, %%zmm" R \
-  "\n\t"                                \
-  "vdpbf16ps %%zmm30, %%zmm28, %%zmm" B "\n\t"
-#define ATTNKIT_FP8_DOTS(OFF)                                                              \
-  ATTNKIT_FP8_ROW_DOTS("(%[qa])", OFF, "0", "8")                                           \
-  ATTNKIT_FP8_ROW_DOTS_H1("4", "12") ATTNKIT_FP8_ROW_DOTS("(%[qa],%[ldq])", OFF, "1", "9") \
-      ATTNKIT_FP8_ROW_DOTS_H1("5", "13") ATTNKIT_FP8_ROW_DOTS("(%[qc])", OFF, "2", "10")   \
-          ATTNKIT_FP8_ROW_DOTS_H1("6", "14")                                               \
-              ATTNKIT_FP8_ROW_DOTS("(%[qc],%[ldq])", OFF, "3", "11")                       \
-                  ATTNKIT_FP8_ROW_DOTS_H1("7", "15")
+#define ATTNKIT_FP8_WIDEN(TA, TB, IMM, W0, W1)                        \
+  "vshufi64x2 $" IMM ", %%zmm" TB ", %%zmm" TA ", %%zmm" W0 "\n\t"    \
+  ATTNKIT_FP8_WIDEN_IN_PLACE(W0, W1)
+#define ATTNKIT_FP8_ROW_DOTS(QROW, OFF, A0, B0, A1, B1)   \
+  "vmovdqu64 " OFF QROW ", %%zmm29\n\t"                  \
+  "vmovdqu64 " OFF "+64" QROW ", %%zmm30\n\t"            \
+  "vdpbf16ps %%zmm29, %%zmm25, %%zmm" A0 "\n\t"          \
+  "vdpbf16ps %%zmm30, %%zmm26, %%zmm" B0 "\n\t"          \
+  "vdpbf16ps %%zmm29, %%zmm27, %%zmm" A1 "\n\t"          \
+  "vdpbf16ps %%zmm30, %%zmm28, %%zmm" B1 "\n\t"
+#define ATTNKIT_FP8_DOTS(OFF)                                          \
+  ATTNKIT_FP8_ROW_DOTS("(%[qa])", OFF, "0", "8", "4", "12")            \
+  ATTNKIT_FP8_ROW_DOTS("(%[qa],%[ldq])", OFF, "1", "9", "5", "13")     \
+  ATTNKIT_FP8_ROW_DOTS("(%[qc])", OFF, "2", "10", "6", "14")           \
+  ATTNKIT_FP8_ROW_DOTS("(%[qc],%[ldq])", OFF, "3", "11", "7", "15")
 
 ATTNKIT_TARGET_FP8 void Fp8DotsOfEightKeys(const uint8_t* k, size_t ldk, size_t d, const char* qa,
                                            size_t ldq, const uint8_t* t, float* out) {
@@ -223,7 +220,7 @@ ATTNKIT_TARGET_FP8 void Fp8DotsOfEightKeys(const uint8_t* k, size_t ldk, size_t 
       "vmovdqa64 256(%[t]), %%zmm20\n\t"
       "cmp %[end], %[k]\n\t"
       "jae 2f\n\t"
-      "1:\n\t"
+      "1:\n\t"  // 32 codes of each key
       "vmovdqu64 (%[k]), %%ymm21\n\t"
       "vinserti64x4 $1, (%[k],%[ldk]), %%zmm21, %%zmm21\n\t"
       "vmovdqu64 (%[k],%[ldk],2), %%ymm22\n\t"
@@ -257,9 +254,8 @@ ATTNKIT_TARGET_FP8 void Fp8DotsOfEightKeys(const uint8_t* k, size_t ldk, size_t 
       "vinserti32x4 $1, (%[k3],%[ldk],2), %%zmm27, %%zmm27\n\t"
       "vinserti32x4 $2, (%[k6]), %%zmm27, %%zmm27\n\t"
       "vinserti32x4 $3, (%[k6],%[ldk]), %%zmm27, %%zmm27\n\t"
-      // Widen in place: the shuffle of a vector with itself, 0xE4, is a copy.
-      ATTNKIT_FP8_WIDEN("25", "25", "0xE4", "25", "26")
-      ATTNKIT_FP8_WIDEN("27", "27", "0xE4", "27", "28")
+      ATTNKIT_FP8_WIDEN_IN_PLACE("25", "26")
+      ATTNKIT_FP8_WIDEN_IN_PLACE("27", "28")
       ATTNKIT_FP8_DOTS("0")
       "3:\n\t"
       "vaddps %%zmm8, %%zmm0, %%zmm0\n\t"
@@ -286,10 +282,23 @@ ATTNKIT_TARGET_FP8 void Fp8DotsOfEightKeys(const uint8_t* k, size_t ldk, size_t 
         "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28",
         "xmm29", "xmm30");
 }
+// clang-format on
 #undef ATTNKIT_FP8_DOTS
-#undef ATTNKIT_FP8_ROW_DOTS_H1
 #undef ATTNKIT_FP8_ROW_DOTS
 #undef ATTNKIT_FP8_WIDEN
+#undef ATTNKIT_FP8_WIDEN_IN_PLACE
+
+// Fp8DotsOfEightKeys on the n < 8 rows k + i ldk, padded to eight with
+// copies of the last (a group smaller than 8 with no 8 keys to end at).
+// Apart, so that its 8 KiB buffer is no part of Fp8QDotK4's frame.
+__attribute__((noinline)) ATTNKIT_TARGET_FP8 void Fp8DotsOfFewKeys(const uint8_t* k, size_t ldk,
+                                                                   size_t n, size_t d,
+                                                                   const char* qa, size_t ldq,
+                                                                   const uint8_t* t, float* out) {
+  alignas(64) uint8_t rows[8 * kMaxFp8QDotD];
+  for (size_t i = 0; i < 8; ++i) std::memcpy(rows + i * d, k + (i < n ? i : n - 1) * ldk, d);
+  Fp8DotsOfEightKeys(rows, d, d, qa, ldq, t, out);
+}
 
 }  // namespace
 
@@ -298,7 +307,7 @@ ATTNKIT_TARGET_FP8 void Fp8QDotK4(const uint16_t* qb, size_t ldq, const uint8_t*
                                   const uint8_t* pf_k, size_t ld_pf_k, const uint8_t* pf_v,
                                   size_t ld_pf_v, size_t ahead, const L1Rows& l1) {
   // Eight keys at a time (Fp8DotsOfEightKeys): keys 4 h + b in block b of
-  // the vectors of h, 16 codes of each per step, widened in place (the
+  // the vectors of h, 16 codes of each per widening, widened in place (the
   // in-block byte interleave keeps each key's words in its block) against
   // the rows' 8-value blocks (Fp8QueryBlocks). So one accumulator per row
   // and h serves four keys, a short tree reduces 4 vectors per four keys
@@ -308,37 +317,34 @@ ATTNKIT_TARGET_FP8 void Fp8QDotK4(const uint16_t* qb, size_t ldq, const uint8_t*
   // A last group of fewer than 8 keys ends at the last key (its first
   // keys computed again, not stored) where there are 8 keys at least, and
   // otherwise reads a copy of its rows padded with the last.
-  const uint8_t* t = ByteTables().widen[e4m3 ? 0 : 1][0];
+  const uint8_t* const t = ByteTables().widen[e4m3 ? 0 : 1].lo;
+  const char* const qa = reinterpret_cast<const char*>(qb);
   const __m512 sv = _mm512_set1_ps(scale);
   constexpr size_t kKeys = 8;
-  alignas(64) float sums[2][4][16];  // [h][r]: Fp8DotsOfEightKeys's out
+  // [h][r]: Fp8DotsOfEightKeys's out, read unaligned: ASan's use-after-
+  // return stack aligns frames to 32 bytes only (tools/ci_hardening.sh),
+  // where an aligned 64-byte load faulted.
+  alignas(64) float sums[2][4][16];
   for (size_t j = 0; j < keys; j += kKeys) {
     const size_t n = keys - j < kKeys ? keys - j : kKeys;
     for (size_t x = j; x < j + n && x < ahead; ++x)
       PrefetchAheadKeyL2(pf_k, ld_pf_k, pf_v, ld_pf_v, x, d);
     PrefetchL1Rows(l1, j, j + kKeys);
-    size_t first = j;  // the group's first key
-    if (n == kKeys) {
-      Fp8DotsOfEightKeys(k + j * ldk, ldk, d, reinterpret_cast<const char*>(qb), 2 * ldq, t,
-                         &sums[0][0][0]);
-    } else if (keys >= kKeys) {
-      first = keys - kKeys;
-      Fp8DotsOfEightKeys(k + first * ldk, ldk, d, reinterpret_cast<const char*>(qb), 2 * ldq, t,
-                         &sums[0][0][0]);
+    // The group's first key: j, or keys - 8 for a last group of fewer.
+    const size_t first = n == kKeys || keys < kKeys ? j : keys - kKeys;
+    if (n == kKeys || keys >= kKeys) {
+      Fp8DotsOfEightKeys(k + first * ldk, ldk, d, qa, 2 * ldq, t, &sums[0][0][0]);
     } else {
-      alignas(64) uint8_t copy[kKeys * kMaxFp8QDotD];
-      for (size_t key = 0; key < kKeys; ++key)
-        std::memcpy(copy + key * d, k + (key < n ? key : n - 1) * ldk, d);
-      Fp8DotsOfEightKeys(copy, d, d, reinterpret_cast<const char*>(qb), 2 * ldq, t, &sums[0][0][0]);
+      Fp8DotsOfFewKeys(k + j * ldk, ldk, n, d, qa, 2 * ldq, t, &sums[0][0][0]);
     }
     // Key first + 4 h + b lands at s[4 (first + 4 h + b) + r]; keys below
-    // j are the last group's, stored already.
+    // j are the previous group's, stored already.
     for (size_t h = 0; h < 2; ++h) {
       const size_t key0 = first + 4 * h;             // the key of block 0
       if (key0 + 4 <= j || key0 >= j + n) continue;  // no key of its own
       __m512 a[4];
 #pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) a[r] = _mm512_load_ps(sums[h][r]);
+      for (int r = 0; r < 4; ++r) a[r] = _mm512_loadu_ps(sums[h][r]);
       // Block b: [row 0, 1, 2, 3] sums of key key0 + b, the packed order.
       const __m512 dots = QuadSums(PairSums(a[0], a[1]), PairSums(a[2], a[3]));
       const size_t skip = key0 < j ? j - key0 : 0;  // blocks already stored
