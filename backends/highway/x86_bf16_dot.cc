@@ -99,7 +99,7 @@ ATTNKIT_TARGET_BF16 inline __m512i InterleaveIndex(int first, int b_base) {
     idx[2 * i] = static_cast<int16_t>(first + i);
     idx[2 * i + 1] = static_cast<int16_t>(b_base + first + i);
   }
-  return _mm512_load_si512(idx);
+  return _mm512_loadu_si512(idx);
 }
 
 }  // namespace
@@ -198,7 +198,7 @@ ATTNKIT_TARGET_BF16 double BF16DotPeakLoop(int64_t iterations) {
   float sum = 0;
   alignas(64) float lanes[16];
   for (int i = 0; i < 16; ++i) {
-    _mm512_store_ps(lanes, acc[i]);
+    _mm512_storeu_ps(lanes, acc[i]);
     sum += lanes[0];
   }
   volatile float sink = sum;

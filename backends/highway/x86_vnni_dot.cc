@@ -226,7 +226,7 @@ ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8
   // before 255 / max overflows) send the tile, as a NaN or Inf does, to the
   // caller's f32 kernel.
   alignas(64) float row_max[16];
-  _mm512_store_ps(row_max, mx);
+  _mm512_storeu_ps(row_max, mx);
   for (int r = 0; r < 4; ++r) {
     if (row_max[r] != 0 && row_max[r] < 1e-30f) {
       PrefetchL1Rows(l1, 0, l1.count);
@@ -241,7 +241,7 @@ ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8
     inv[r] = row_max[r] == 0 ? 0.0f : 1.0f / back[r];
   }
   for (int r = 4; r < 16; ++r) inv[r] = inv[r % 4];
-  const __m512 inv_v = _mm512_load_ps(inv);
+  const __m512 inv_v = _mm512_loadu_ps(inv);
   // pq[4 i + r]: row r's u8 weights of keys 4i .. 4i + 3, low byte first,
   // as vpdpbusd multiplies them with V's interleaved rows. A vector's 16
   // bytes [key 4i rows 0-3, key 4i + 1 rows 0-3, ...] are transposed.
