@@ -33,18 +33,17 @@ namespace x86_dot {
 namespace {
 
 // The bf16 of each fp8 magnitude m < 128 (the code without its sign), as
-// two byte tables per format: lo[m] and hi[m], bf16 = lo | hi << 8.
-// Also the byte orders of Widener (built once: a call decodes one tile).
+// two byte tables per format: lo[m] and hi[m], bf16 = lo | hi << 8, with
+// the sign bits, in the order Fp8DotsOfEightKeys loads them into its
+// registers. Also the byte orders of Widener (built once: a call decodes
+// one tile).
 struct Fp8ByteTables {
-  alignas(64) uint8_t lo[2][128];
-  alignas(64) uint8_t hi[2][128];
-  alignas(64) uint8_t pairs[2][64];
-  // Fp8DotsOfEightKeys's table registers per format, in its load order.
-  struct Registers {
+  struct Format {
     alignas(64) uint8_t lo[128];
     alignas(64) uint8_t hi[128];
     alignas(64) uint8_t sign[64];  // 0x80 in every byte
   } widen[2];
+  alignas(64) uint8_t pairs[2][64];
 };
 const Fp8ByteTables& ByteTables() {
   static const Fp8ByteTables tables = [] {
@@ -56,9 +55,10 @@ const Fp8ByteTables& ByteTables() {
         std::memcpy(&bits, &x, sizeof(bits));
         // Exact: every fp8 value (NaN as the quiet 0x7FC00000) has 16 zero
         // low bits in f32.
-        t.lo[f][m] = static_cast<uint8_t>(bits >> 16);
-        t.hi[f][m] = static_cast<uint8_t>(bits >> 24);
+        t.widen[f].lo[m] = static_cast<uint8_t>(bits >> 16);
+        t.widen[f].hi[m] = static_cast<uint8_t>(bits >> 24);
       }
+      std::memset(t.widen[f].sign, 0x80, sizeof(t.widen[f].sign));
     }
     // pairs[h]: columns [32 h, 32 h + 32) of two rows a and b (vpermt2b:
     // b's bytes are numbered from 64) ordered so that Widen leaves the
@@ -78,11 +78,6 @@ const Fp8ByteTables& ByteTables() {
         }
       }
     }
-    for (int f = 0; f < 2; ++f) {
-      std::memcpy(t.widen[f].lo, t.lo[f], sizeof(t.widen[f].lo));
-      std::memcpy(t.widen[f].hi, t.hi[f], sizeof(t.widen[f].hi));
-      std::memset(t.widen[f].sign, 0x80, sizeof(t.widen[f].sign));
-    }
     return t;
   }();
   return tables;
@@ -95,13 +90,9 @@ struct Widener {
 };
 ATTNKIT_TARGET_FP8 inline Widener MakeWidener(bool e4m3) {
   const Fp8ByteTables& t = ByteTables();
-  const int f = e4m3 ? 0 : 1;
-  return {_mm512_load_si512(t.lo[f]),
-          _mm512_load_si512(t.lo[f] + 64),
-          _mm512_load_si512(t.hi[f]),
-          _mm512_load_si512(t.hi[f] + 64),
-          _mm512_set1_epi8(static_cast<char>(0x80)),
-          _mm512_load_si512(t.pairs[0]),
+  const Fp8ByteTables::Format& f = t.widen[e4m3 ? 0 : 1];
+  return {_mm512_load_si512(f.lo),      _mm512_load_si512(f.lo + 64), _mm512_load_si512(f.hi),
+          _mm512_load_si512(f.hi + 64), _mm512_load_si512(f.sign),    _mm512_load_si512(t.pairs[0]),
           _mm512_load_si512(t.pairs[1])};
 }
 
@@ -321,10 +312,10 @@ ATTNKIT_TARGET_FP8 void Fp8QDotK4(const uint16_t* qb, size_t ldq, const uint8_t*
   const char* const qa = reinterpret_cast<const char*>(qb);
   const __m512 sv = _mm512_set1_ps(scale);
   constexpr size_t kKeys = 8;
-  // [h][r]: Fp8DotsOfEightKeys's out, read unaligned: ASan's use-after-
-  // return stack aligns frames to 32 bytes only (tools/ci_hardening.sh),
-  // where an aligned 64-byte load faulted.
-  alignas(64) float sums[2][4][16];
+  // [h][r]: Fp8DotsOfEightKeys's out, written and read unaligned: ASan's
+  // use-after-return stack aligns frames to 32 bytes only
+  // (tools/ci_hardening.sh), where an aligned 64-byte load faulted.
+  float sums[2][4][16];
   for (size_t j = 0; j < keys; j += kKeys) {
     const size_t n = keys - j < kKeys ? keys - j : kKeys;
     for (size_t x = j; x < j + n && x < ahead; ++x)
