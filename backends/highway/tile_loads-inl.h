@@ -23,6 +23,7 @@
 #include "core/tensor.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "platform/prefetch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attnkit {
@@ -67,6 +68,23 @@ inline void LoadQueryRow(const FlashParams& p, int64_t b, int64_t h, int64_t i, 
 // nq queries), column 0.
 inline int64_t QueryRowOffset(const FlashParams& p, const Item& it, int64_t r) {
   return p.q.Offset(it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, 0);
+}
+
+// Every line of the item's first `rows` Q rows requested at once (into L1):
+// the item's Q is cold (read once per call), and row by row its misses would
+// wait one after another. By inline assembly (platform/prefetch.h), which
+// GCC 12 never deletes.
+template <void (*kPrefetch)(const void*) = PrefetchL1>
+inline void PrefetchQueryRows(const FlashParams& p, const Item& it, int64_t rows) {
+  const size_t es = DTypeSize(p.q.dtype);
+  const size_t row_bytes = static_cast<size_t>((p.head_dim - 1) * p.q.strides[3] + 1) * es;
+  for (int64_t r = 0; r < rows; ++r) {
+    const char* q = static_cast<const char*>(p.q.data) + QueryRowOffset(p, it, r) * es;
+    for (size_t off = 0; off < row_bytes; off += 64) kPrefetch(q + off);
+  }
+}
+inline void PrefetchQueryRowsL2(const FlashParams& p, const Item& it) {
+  PrefetchQueryRows<PrefetchL2>(p, it, it.nh * it.nq);
 }
 
 // index[r] = (Q offset of item row min(r0 + r, rows - 1) - base) / unit
@@ -149,6 +167,7 @@ inline void LoadQueryPairs(const FlashParams& p, const Tiling& t, const Item& it
                            uint32_t* HWY_RESTRICT qp, float* HWY_RESTRICT row) {
   const int64_t mp = t.rows_padded, pairs = p.head_dim / 2;
   const int64_t rows = it.nh * it.nq;
+  PrefetchQueryRows(p, it, rows);
   // Gathers are slower where the tile stays in L1 (GQA H32/8 T1024 d128
   // bf16 prefill, 16 KiB: query phase 1.9-2.3 -> 2.7-2.9 ms).
   constexpr int64_t kL1TileBytes = 32 << 10;
@@ -208,14 +227,7 @@ inline void LoadQueryTile(const FlashParams& p, const Tiling& t, const Item& it,
   const int64_t mp = t.rows_padded, d = p.head_dim;
   const int64_t rows = it.nh * it.nq;
   HWY_ALIGN float block[kBlock * kProblemMaxHeadDim];
-  // Every row's lines requested at once: the item's Q is cold (read once
-  // per call), and row by row its misses would wait one after another.
-  const size_t es = DTypeSize(p.q.dtype);
-  const size_t row_bytes = static_cast<size_t>((d - 1) * p.q.strides[3] + 1) * es;
-  for (int64_t r = 0; r < rows; ++r) {
-    const char* q = static_cast<const char*>(p.q.data) + QueryRowOffset(p, it, r) * es;
-    for (size_t off = 0; off < row_bytes; off += 64) hwy::Prefetch(q + off);
-  }
+  PrefetchQueryRows(p, it, rows);
   const bool gathered = p.q.dtype == DType::kF32 && p.q.strides[3] == 1 && !p.round_q &&
                         GatherQueryTileF32(p, it, rows, mp, qt);
   for (int64_t r0 = 0; r0 < rows && !gathered; r0 += kBlock) {
