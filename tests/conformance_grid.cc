@@ -311,6 +311,10 @@ void AppendNonFiniteCases(std::vector<AttentionProblem>* grid, std::set<std::str
       {{2, 6, 2, 129, 257, 16}, DType::kF16, DType::kF16, MaskKind::kSlidingWindow, true, 4},
       {{1, 8, 2, 1, 5000, 128}, DType::kBF16, DType::kBF16, MaskKind::kNone, false, 1},  // split-K
       {{2, 4, 1, 1, 300, 64}, DType::kF32, DType::kBF16, MaskKind::kNone, true, 1},
+      // All-bf16 causal prefill over several query tiles (small enough for
+      // its FAST twin): FAST reads V as pairs prepared once per call, and the
+      // tiles the diagonal cuts find V's non-finite rows in those pairs.
+      {{1, 2, 1, 120, 120, 64}, DType::kBF16, DType::kBF16, MaskKind::kCausal, false, 6},
   };
   for (const Case& c : cases) {
     const Shape& s = c.shape;

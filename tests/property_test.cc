@@ -287,7 +287,8 @@ TEST_P(PropertyTest, FullyBlockedRowsGiveZeros) {
 // each kernel path: prefill tiles cut by the causal diagonal (a V row seen by
 // some rows of a tile and not others), decode read in place (f32, bf16 as
 // pairs, f16), split-K merges, several query positions per decode tile,
-// padding, windows, the dense mask, bias with and without softcap.
+// padding, windows, the dense mask, bias with and without softcap, and
+// FAST bf16 prefill (V as prepared pairs).
 TEST_P(PropertyTest, NonFiniteInputsMakeExactlyTheRowsThatReadThemNaN) {
   std::vector<AttentionProblem> cases;
   auto add = [&cases](AttentionProblem p, const std::string& name) {
@@ -322,6 +323,14 @@ TEST_P(PropertyTest, NonFiniteInputsMakeExactlyTheRowsThatReadThemNaN) {
   p.dtype = DType::kBF16;
   p.kv_dtype = DType::kBF16;
   add(p, "dense_mask_bias_bf16");
+  // FAST all-bf16 prefill over several query tiles: V read as pairs
+  // prepared once per call, a V row with a NaN or Inf found in them.
+  p = BasicProblem(1, 2, 1, 120, 120, 64);
+  p.mask = MaskKind::kCausal;
+  p.dtype = DType::kBF16;
+  p.kv_dtype = DType::kBF16;
+  p.compute = ComputeMode::kFast;
+  add(p, "prefill_bf16_fast_causal");
   int ran = 0;
   int64_t poisoned_rows = 0, clean_rows = 0;
   for (const AttentionProblem& c : cases) {

@@ -138,14 +138,16 @@ inline void AddAlibi(const FlashParams& p, const Item& it, int64_t k0, int64_t n
 // non-finite V row reaches every row's accumulator, which the final check
 // catches. v [nk, ldv] of T: a converted tile or V storage (dp values).
 // row_at(j): V row j of the tile (rows need not be evenly spaced: paged).
-template <typename T, class RowAt>
-int64_t FlagNonFiniteValueRowsAt(const RowAt& row_at, int64_t nk, int64_t dp,
-                                 const float* HWY_RESTRICT s, const ScoreLayout& lay, int64_t rows,
-                                 float* HWY_RESTRICT bad, int32_t* HWY_RESTRICT bad_keys) {
+// The keys j < nk with is_bad(j): their indices to bad_keys (returns how
+// many), and every row that sees one (a score not -inf) flagged in bad.
+template <class IsBad>
+int64_t FlagValueRowsWhere(const IsBad& is_bad, int64_t nk, const float* HWY_RESTRICT s,
+                           const ScoreLayout& lay, int64_t rows, float* HWY_RESTRICT bad,
+                           int32_t* HWY_RESTRICT bad_keys) {
   const float kNegInf = -std::numeric_limits<float>::infinity();
   int64_t n = 0;
   for (int64_t j = 0; j < nk; ++j) {
-    if (AllFinite(static_cast<const T*>(row_at(j)), static_cast<size_t>(dp))) continue;
+    if (!is_bad(j)) continue;
     bad_keys[n++] = static_cast<int32_t>(j);
     for (int64_t r = 0; r < rows; ++r) {
       if (s[lay.At(j, r)] != kNegInf) bad[r] = 1.0f;
@@ -153,6 +155,57 @@ int64_t FlagNonFiniteValueRowsAt(const RowAt& row_at, int64_t nk, int64_t dp,
   }
   return n;
 }
+template <typename T, class RowAt>
+int64_t FlagNonFiniteValueRowsAt(const RowAt& row_at, int64_t nk, int64_t dp,
+                                 const float* HWY_RESTRICT s, const ScoreLayout& lay, int64_t rows,
+                                 float* HWY_RESTRICT bad, int32_t* HWY_RESTRICT bad_keys) {
+  return FlagValueRowsWhere(
+      [&](int64_t j) {
+        return !AllFinite(static_cast<const T*>(row_at(j)), static_cast<size_t>(dp));
+      },
+      nk, s, lay, rows, bad, bad_keys);
+}
+// FlagNonFiniteValueRowsAt for bf16 V already packed as pairs along the
+// keys (x86_dot::BF16PackValues' layout: pair row jp holds keys 2 jp and
+// 2 jp + 1 as the low and high halves of each of its dvp 32-bit values),
+// nk even: the pairs P.V reads next, where the V rows themselves are cold
+// (FAST d 64 causal bf16 prefill, one thread, Zen 5: the diagonal tiles'
+// scan of the stored rows took 0.4 of 26 ms). A bf16 value is NaN or Inf
+// where its 8 exponent bits are all set.
+inline int64_t FlagNonFiniteValuePairs(const uint32_t* HWY_RESTRICT pairs, size_t dvp, int64_t nk,
+                                       const float* HWY_RESTRICT s, const ScoreLayout& lay,
+                                       int64_t rows, float* HWY_RESTRICT bad,
+                                       int32_t* HWY_RESTRICT bad_keys) {
+  const hn::ScalableTag<uint32_t> du;
+  const size_t N = hn::Lanes(du);
+  const auto lo = hn::Set(du, 0x00007F80u);  // key 2 jp's exponent bits
+  const auto hi = hn::Set(du, 0x7F800000u);  // key 2 jp + 1's
+  bool bad_key[highway_plan::kMaxKeyTile] = {};
+  bool any = false;
+  for (int64_t jp = 0; jp < nk / 2; ++jp) {
+    const uint32_t* HWY_RESTRICT row = pairs + jp * dvp;
+    auto lo_all = hn::Zero(du), hi_all = hn::Zero(du);  // lanes with every exponent bit set
+    size_t c = 0;
+    for (; c + N <= dvp; c += N) {
+      const auto x = hn::LoadU(du, row + c);
+      lo_all = hn::Or(lo_all, hn::VecFromMask(du, hn::Eq(hn::And(x, lo), lo)));
+      hi_all = hn::Or(hi_all, hn::VecFromMask(du, hn::Eq(hn::And(x, hi), hi)));
+    }
+    bool lo_bad = !hn::AllTrue(du, hn::Eq(lo_all, hn::Zero(du)));
+    bool hi_bad = !hn::AllTrue(du, hn::Eq(hi_all, hn::Zero(du)));
+    for (; c < dvp; ++c) {
+      lo_bad = lo_bad || (row[c] & 0x00007F80u) == 0x00007F80u;
+      hi_bad = hi_bad || (row[c] & 0x7F800000u) == 0x7F800000u;
+    }
+    bad_key[2 * jp] = lo_bad;
+    bad_key[2 * jp + 1] = hi_bad;
+    any = any || lo_bad || hi_bad;
+  }
+  if (!any) return 0;
+  return FlagValueRowsWhere([&bad_key](int64_t j) { return bad_key[j]; }, nk, s, lay, rows, bad,
+                            bad_keys);
+}
+
 template <typename T>
 int64_t FlagNonFiniteValueRows(const T* HWY_RESTRICT v, size_t ldv, int64_t nk, int64_t dp,
                                const float* HWY_RESTRICT s, const ScoreLayout& lay, int64_t rows,

@@ -659,7 +659,17 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     // Keys some row may not see: V rows with a NaN or Inf are left out.
     int32_t bad_keys[kMaxKeyTile];
     int64_t n_bad = 0;
-    if (bf16_pv && (per_pair || structured)) {  // V storage itself (dvp == dv)
+    // FAST bf16 P.V reads V's pairs prepared once per call where the tile
+    // holds whole pairs (below): their scan leaves them in cache for it.
+    const uint32_t* prepared_pairs =
+        bf16_pv && p.prepared_v != nullptr && k0 % 2 == 0 && nk % 2 == 0
+            ? reinterpret_cast<const uint32_t*>(p.prepared_v) +
+                  (it.b * p.num_kv_heads + it.g) * p.prepared_stride + k0 / 2 * dvp
+            : nullptr;
+    if (prepared_pairs != nullptr && (per_pair || structured)) {
+      n_bad = FlagNonFiniteValuePairs(prepared_pairs, static_cast<size_t>(dvp), nk, s, lay, rows,
+                                      bad, bad_keys);
+    } else if (bf16_pv && (per_pair || structured)) {  // V storage itself (dvp == dv)
       n_bad = FlagNonFiniteValueRowsAt<hwy::bfloat16_t>(
           [&](int64_t j) { return reinterpret_cast<const hwy::bfloat16_t*>(v16_row(j)); }, nk, dvp,
           s, lay, rows, bad, bad_keys);
@@ -675,9 +685,8 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       // The pairs prepared once per call serve tiles of whole pairs with no
       // NaN row to leave out; others pack their own.
       const uint32_t* vpairs = vp;
-      if (p.prepared_v != nullptr && k0 % 2 == 0 && nk % 2 == 0 && n_bad == 0) {
-        vpairs = reinterpret_cast<const uint32_t*>(p.prepared_v) +
-                 (it.b * p.num_kv_heads + it.g) * p.prepared_stride + k0 / 2 * dvp;
+      if (prepared_pairs != nullptr && n_bad == 0) {
+        vpairs = prepared_pairs;
       } else {  // rows holding a NaN or Inf as zeros
         const uint16_t* vrows[kMaxKeyTile];
         for (int64_t j = 0; j < nk; ++j) vrows[j] = v16_row(j);
