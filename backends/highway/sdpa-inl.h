@@ -770,34 +770,64 @@ void RunItem(const FlashParams& p, const Tiling& t, const Item& it, float* scrat
 // dst[c] = row[c] as bf16 for c < n, rounded to nearest even with NaN kept
 // quiet (BF16FromF32's rule, core/dtype.h), a vector at a time: bf16
 // outputs were converted one element per call, 4 % of an all-bf16 prefill.
-HWY_INLINE void StoreRowAsBF16(const float* HWY_RESTRICT row, size_t n,
-                               uint16_t* HWY_RESTRICT dst) {
+// A vector of row as bf16 (BF16FromF32's rule), in half a vector of u16.
+HWY_INLINE hn::Vec<hn::Rebind<uint16_t, DF>> BF16OfVector(const float* HWY_RESTRICT row) {
   const DF df;
   const hn::RebindToUnsigned<DF> du;
   const hn::RebindToSigned<DF> di;
+  const auto bits = hn::BitCast(du, hn::LoadU(df, row));
+  const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
+  const auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du, 0x7fffu), lsb)));
+  const auto quiet = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40u));
+  const auto magnitude = hn::BitCast(di, hn::And(bits, hn::Set(du, 0x7fffffffu)));
+  const auto is_nan = hn::RebindMask(du, hn::Gt(magnitude, hn::Set(di, 0x7f800000)));
+  const auto out = hn::BitCast(di, hn::IfThenElse(is_nan, quiet, rounded));  // <= 0xffff
+  return hn::DemoteTo(hn::Rebind<uint16_t, DF>(), out);
+}
+
+HWY_INLINE void StoreRowAsBF16(const float* HWY_RESTRICT row, size_t n,
+                               uint16_t* HWY_RESTRICT dst) {
+  const DF df;
   const hn::Rebind<uint16_t, DF> d16;
   const size_t N = hn::Lanes(df);
   size_t c = 0;
-  for (; c + N <= n; c += N) {
-    const auto bits = hn::BitCast(du, hn::LoadU(df, row + c));
-    const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
-    const auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du, 0x7fffu), lsb)));
-    const auto quiet = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40u));
-    const auto magnitude = hn::BitCast(di, hn::And(bits, hn::Set(du, 0x7fffffffu)));
-    const auto is_nan = hn::RebindMask(du, hn::Gt(magnitude, hn::Set(di, 0x7f800000)));
-    const auto out = hn::BitCast(di, hn::IfThenElse(is_nan, quiet, rounded));  // <= 0xffff
-    hn::StoreU(hn::DemoteTo(d16, out), d16, dst + c);
-  }
+  for (; c + N <= n; c += N) hn::StoreU(BF16OfVector(row + c), d16, dst + c);
   for (; c < n; ++c) dst[c] = BF16FromF32(row[c]);
 }
 
-// f32 outputs of at least this many bytes are written with non-temporal
+// StoreRowAsBF16 with non-temporal stores of whole vectors (see
+// kStreamOutputBytes): dst 64-byte aligned, n a multiple of 32. False
+// where the target's vectors are narrower than two halves (SCALAR).
+HWY_INLINE bool StreamRowAsBF16(const float* HWY_RESTRICT row, size_t n,
+                                uint16_t* HWY_RESTRICT dst) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)row;
+  (void)n;
+  (void)dst;
+  return false;
+#else
+  const DF df;
+  const hn::Repartition<uint16_t, DF> d16;  // twice BF16OfVector's lanes
+  const size_t N = hn::Lanes(df);
+  for (size_t c = 0; c < n; c += 2 * N) {
+    hn::Stream(hn::Combine(d16, BF16OfVector(row + c + N), BF16OfVector(row + c)), d16, dst + c);
+  }
+  return true;
+#endif
+}
+
+// f32 and bf16 outputs of at least this many bytes are written with non-temporal
 // stores (past the caches: O is not read again by the call, and a store that
 // misses first reads its line from memory; 5 % of a GQA d128 prefill).
 constexpr int64_t kStreamOutputBytes = int64_t{8} << 20;
 inline bool StreamsOutput(const FlashParams& p) {
-  return p.o.dtype == DType::kF32 && p.o.strides[3] == 1 && p.value_dim % 16 == 0 &&
-         p.batch * p.num_heads * p.q_len * p.value_dim * 4 >= kStreamOutputBytes;
+  const bool rows_of_lines = p.o.dtype == DType::kF32    ? p.value_dim % 16 == 0
+                             : p.o.dtype == DType::kBF16 ? p.value_dim % 32 == 0
+                                                         : false;
+  return rows_of_lines && p.o.strides[3] == 1 &&
+         p.batch * p.num_heads * p.q_len * p.value_dim *
+                 static_cast<int64_t>(DTypeSize(p.o.dtype)) >=
+             kStreamOutputBytes;
 }
 
 // Writes one finished row of `it` to O (and lse), converting to O's dtype;
@@ -827,7 +857,11 @@ inline void StoreOutputRow(const FlashParams& p, const Item& it, int64_t r, floa
       std::copy(row, row + p.value_dim, o32);
     }
   } else if (p.o.dtype == DType::kBF16 && cs == 1) {
-    StoreRowAsBF16(row, static_cast<size_t>(p.value_dim), static_cast<uint16_t*>(p.o.data) + base);
+    uint16_t* o16 = static_cast<uint16_t*>(p.o.data) + base;
+    if (!StreamsOutput(p) || reinterpret_cast<uintptr_t>(o16) % 64 != 0 ||
+        !StreamRowAsBF16(row, static_cast<size_t>(p.value_dim), o16)) {
+      StoreRowAsBF16(row, static_cast<size_t>(p.value_dim), o16);
+    }
   } else {
     for (int64_t c = 0; c < p.value_dim; ++c)
       StoreFromF32(p.o.data, p.o.dtype, base + c * cs, row[c]);
