@@ -859,6 +859,25 @@ HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t ke
     const VF a = ExpNonPositive(df, hn::Sub(m_old, m_use));
     VF sum0 = hn::Zero(df), sum1 = hn::Zero(df);
     size_t j = 0;
+    // Four keys a step, where two left the exp's chains of multiply-adds
+    // less room to overlap (softmax phase of the d64 causal prefills, one
+    // thread, Zen 5, alternating builds: 4.59-4.88 -> 4.31-4.56 ms).
+    for (; j + 4 <= keys; j += 4) {
+      float* s0 = s + j * lds + r0;
+      float* s1 = s0 + lds;
+      float* s2 = s1 + lds;
+      float* s3 = s2 + lds;
+      const VF p0 = ExpNonPositive(df, hn::Sub(hn::Load(df, s0), m_use));
+      const VF p1 = ExpNonPositive(df, hn::Sub(hn::Load(df, s1), m_use));
+      const VF p2 = ExpNonPositive(df, hn::Sub(hn::Load(df, s2), m_use));
+      const VF p3 = ExpNonPositive(df, hn::Sub(hn::Load(df, s3), m_use));
+      hn::Store(p0, df, s0);
+      hn::Store(p1, df, s1);
+      hn::Store(p2, df, s2);
+      hn::Store(p3, df, s3);
+      sum0 = hn::Add(sum0, hn::Add(p0, p2));
+      sum1 = hn::Add(sum1, hn::Add(p1, p3));
+    }
     for (; j + 2 <= keys; j += 2) {
       float* s0 = s + j * lds + r0;
       float* s1 = s0 + lds;
