@@ -19,14 +19,18 @@
 //     2.63-2.67 ms (`attnkit compare`, problem 19, run alternately); two
 //     threads 1.87-2.15 ms against 1.39-1.75 on a noisy host. So an int8
 //     decode built from these GEMMs cannot match highway's here.
-// Usage: onednn_bench [threads=2] [rounds=5] [sweep | decode-gemms]
+//  5. with `prefill-gemms`: the FAST bf16 prefills' time and the part of it
+//     spent in oneDNN's GEMMs (PrefillGemms).
+// Usage: onednn_bench [threads=2] [rounds=5] [sweep | decode-gemms | prefill-gemms]
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/blas/blas_backend.h"
@@ -196,6 +200,100 @@ int DecodeGemms(int threads, int rounds) {
   return 0;
 }
 
+// A oneDNN engine that also sums the seconds its 16-bit and f32 GEMMs take
+// (over all threads) and the FLOPs they compute: the backend's own GEMMs,
+// in its own plan, timed inside a whole Forward.
+class TimedEngine : public blas::GemmEngine {
+ public:
+  explicit TimedEngine(std::shared_ptr<onednn::OneDnnEngine> inner) : inner_(std::move(inner)) {}
+  std::string BackendName() const override { return inner_->BackendName(); }
+  std::string Library() const override { return inner_->Library(); }
+  std::string KernelTag() const override { return inner_->KernelTag(); }
+  void SetGemmThreads(int n) override { inner_->SetGemmThreads(n); }
+  int GemmThreads() const override { return inner_->GemmThreads(); }
+  bool HasInt8Dot() const override { return inner_->HasInt8Dot(); }
+  bool HasU8S8Dot() const override { return inner_->HasU8S8Dot(); }
+  bool HasGemm16(DType type) const override { return inner_->HasGemm16(type); }
+  absl::Status TakeError() override { return inner_->TakeError(); }
+  void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+             const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+             int64_t ldc) override {
+    Timed(m, n, k,
+          [&] { inner_->Sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); });
+  }
+  void Gemm16(DType type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+              int64_t ldc) override {
+    Timed(m, n, k, [&] {
+      inner_->Gemm16(type, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    });
+  }
+  // Seconds and FLOPs since the last call, and resets them.
+  std::pair<double, double> Take() {
+    return {ns_.exchange(0) * 1e-9, static_cast<double>(flops_.exchange(0))};
+  }
+
+ private:
+  template <class Fn>
+  void Timed(int64_t m, int64_t n, int64_t k, const Fn& fn) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                start)
+               .count();
+    flops_ += 2 * m * n * k;
+  }
+  std::shared_ptr<onednn::OneDnnEngine> inner_;
+  std::atomic<int64_t> ns_{0}, flops_{0};
+};
+
+// The FAST all-bf16 causal prefills of the standard suite (16: GQA B1 H32/8
+// T1024 d128; 18: B1 H16 T2048 d64) on the oneDNN backend: each Forward's
+// time, and the part of it its threads spent inside oneDNN's GEMMs (their
+// seconds summed over the threads, divided by the thread count) with the
+// GEMMs' GFLOP/s. Issue 32 asks this backend's FAST prefill for 1.8x the
+// best f32 backend (highway, `attnkit compare` 03 and 02): the GEMMs alone,
+// in the backend's plan, are a floor under the backend's time.
+int PrefillGemms(int threads, int rounds) {
+  struct Shape {
+    const char* name;
+    int64_t heads, kv_heads, tokens, d;
+  };
+  const Shape shapes[] = {{"16 GQA B1 H32/8 T1024 d128", 32, 8, 1024, 128},
+                          {"18 B1 H16 T2048 d64", 16, 16, 2048, 64}};
+  auto engine = std::make_shared<TimedEngine>(NewEngine());
+  BlasOptions o;
+  o.num_threads = threads;
+  o.engine = engine;
+  BlasBackend backend(o);
+  std::printf("oneDNN %s, %d threads, FAST all-bf16 causal prefills, median of %d calls:\n",
+              NewEngine()->Isa().c_str(), threads, rounds);
+  std::printf("  %-28s %10s %10s %12s %10s\n", "problem", "call ms", "GEMM ms", "GEMM GFLOP/s",
+              "GEMM GFLOP");
+  for (const Shape& sh : shapes) {
+    AttentionProblem p =
+        Problem(sh.name, 1, sh.heads, sh.kv_heads, sh.tokens, sh.tokens, sh.d, MaskKind::kCausal);
+    p.dtype = p.kv_dtype = DType::kBF16;
+    p.compute = ComputeMode::kFast;
+    auto data = ProblemData::Random(p, 1);
+    if (!data.ok()) return 1;
+    const AttentionArgs args = data->args();
+    Seconds(backend, p, args);  // primitives created
+    engine->Take();
+    std::vector<double> call, gemm, rate;
+    for (int r = 0; r < rounds; ++r) {
+      call.push_back(Seconds(backend, p, args));
+      const auto [seconds, flops] = engine->Take();
+      gemm.push_back(seconds / threads);
+      rate.push_back(flops / seconds * threads);
+    }
+    const double flops = rate[0] * gemm[0];
+    std::printf("  %-28s %10.3f %10.3f %12.1f %10.2f\n", sh.name, Median(call) * 1e3,
+                Median(gemm) * 1e3, Median(rate) * 1e-9, flops * 1e-9);
+  }
+  return 0;
+}
+
 int Main(int threads, int rounds) {
   const std::vector<AttentionProblem> problems = {
       Problem("mha_h16_t2048_d64_causal", 1, 16, 16, 2048, 2048, 64, MaskKind::kCausal),
@@ -266,6 +364,9 @@ int main(int argc, char** argv) {
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
   if (argc > 3 && std::string(argv[3]) == "decode-gemms") {
     return attnkit::DecodeGemms(std::max(1, threads), std::max(1, rounds));
+  }
+  if (argc > 3 && std::string(argv[3]) == "prefill-gemms") {
+    return attnkit::PrefillGemms(std::max(1, threads), std::max(1, rounds));
   }
   if (argc > 3 && std::string(argv[3]) == "sweep") {
     return attnkit::Sweep(std::max(1, threads), std::max(1, rounds));
