@@ -767,10 +767,8 @@ void RunItem(const FlashParams& p, const Tiling& t, const Item& it, float* scrat
   }
 }
 
-// dst[c] = row[c] as bf16 for c < n, rounded to nearest even with NaN kept
-// quiet (BF16FromF32's rule, core/dtype.h), a vector at a time: bf16
-// outputs were converted one element per call, 4 % of an all-bf16 prefill.
-// A vector of row as bf16 (BF16FromF32's rule), in half a vector of u16.
+// A vector of row as bf16, rounded to nearest even with NaN kept quiet
+// (BF16FromF32's rule, core/dtype.h), in half a vector of u16.
 HWY_INLINE hn::Vec<hn::Rebind<uint16_t, DF>> BF16OfVector(const float* HWY_RESTRICT row) {
   const DF df;
   const hn::RebindToUnsigned<DF> du;
@@ -785,6 +783,9 @@ HWY_INLINE hn::Vec<hn::Rebind<uint16_t, DF>> BF16OfVector(const float* HWY_RESTR
   return hn::DemoteTo(hn::Rebind<uint16_t, DF>(), out);
 }
 
+// dst[c] = row[c] as bf16 for c < n, a vector at a time (BF16OfVector):
+// bf16 outputs were converted one element per call, 4 % of an all-bf16
+// prefill.
 HWY_INLINE void StoreRowAsBF16(const float* HWY_RESTRICT row, size_t n,
                                uint16_t* HWY_RESTRICT dst) {
   const DF df;
@@ -816,9 +817,10 @@ HWY_INLINE bool StreamRowAsBF16(const float* HWY_RESTRICT row, size_t n,
 #endif
 }
 
-// f32 and bf16 outputs of at least this many bytes are written with non-temporal
-// stores (past the caches: O is not read again by the call, and a store that
-// misses first reads its line from memory; 5 % of a GQA d128 prefill).
+// f32 and bf16 outputs of at least this many bytes are written with
+// non-temporal stores (past the caches: O is not read again by the call, and
+// a store that misses first reads its line from memory; 5 % of a GQA d128
+// prefill).
 constexpr int64_t kStreamOutputBytes = int64_t{8} << 20;
 inline bool StreamsOutput(const FlashParams& p) {
   const bool rows_of_lines = p.o.dtype == DType::kF32    ? p.value_dim % 16 == 0
