@@ -202,7 +202,9 @@ int DecodeGemms(int threads, int rounds) {
 
 // A oneDNN engine that also sums the seconds its 16-bit and f32 GEMMs take
 // (over all threads) and the FLOPs they compute: the backend's own GEMMs,
-// in its own plan, timed inside a whole Forward.
+// in its own plan, timed inside a whole Forward. GEMM ms below (the sum over
+// threads / threads) assumes one-thread GEMMs, which the backend's threading
+// picks for these prefills.
 class TimedEngine : public blas::GemmEngine {
  public:
   explicit TimedEngine(std::shared_ptr<onednn::OneDnnEngine> inner) : inner_(std::move(inner)) {}
@@ -211,8 +213,11 @@ class TimedEngine : public blas::GemmEngine {
   std::string KernelTag() const override { return inner_->KernelTag(); }
   void SetGemmThreads(int n) override { inner_->SetGemmThreads(n); }
   int GemmThreads() const override { return inner_->GemmThreads(); }
-  bool HasInt8Dot() const override { return inner_->HasInt8Dot(); }
-  bool HasU8S8Dot() const override { return inner_->HasU8S8Dot(); }
+  std::string Remarks() const override { return inner_->Remarks(); }
+  // Only the f32 and 16-bit GEMMs are passed through (and timed): the
+  // integer ones are declared absent, so no backend calls their empty bodies.
+  bool HasInt8Dot() const override { return false; }
+  bool HasU8S8Dot() const override { return false; }
   bool HasGemm16(DType type) const override { return inner_->HasGemm16(type); }
   absl::Status TakeError() override { return inner_->TakeError(); }
   void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

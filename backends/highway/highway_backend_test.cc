@@ -171,10 +171,11 @@ TEST(HighwayStrides, Bf16PrefillWithColumnStridedKOrVMatchesTheOracle) {
 
 // Outputs of at least 8 MiB (f32, and bf16 with d a multiple of 32) are
 // written with non-temporal stores of whole vectors (StreamsOutput): every
-// row written, each as the cached stores would write it. O starts as NaN,
-// so a row left unwritten fails; the reference is fp64.
+// row written, each as the cached stores would write it, on the best target
+// and on AVX2 and SSE4 where the CPU has them (their vectors join other
+// halves). O starts as NaN, so a row left unwritten fails; the reference is
+// fp64.
 TEST(HighwayOutputs, LargeOutputsAreStreamedWholeAndMatchTheOracle) {
-  auto backend = MakeHighwayBackend({2});
   struct Case {
     DType dtype;
     ComputeMode mode;
@@ -182,20 +183,28 @@ TEST(HighwayOutputs, LargeOutputsAreStreamedWholeAndMatchTheOracle) {
   for (const Case& c :
        {Case{DType::kBF16, ComputeMode::kExact}, Case{DType::kBF16, ComputeMode::kFast},
         Case{DType::kF32, ComputeMode::kExact}}) {
-    // O [1, 32, 1024, 128]: 8 MiB in bf16, 16 MiB in f32; few keys keep the
-    // fp64 reference quick.
-    AttentionProblem p = MakeTestProblem(1, 32, 8, 1024, 48, 128);
+    // O [1, 32, 1280, 128]: 10 MiB in bf16, 20 MiB in f32, over the 8 MiB
+    // threshold; few keys keep the fp64 reference quick.
+    AttentionProblem p = MakeTestProblem(1, 32, 8, 1280, 48, 128);
     p.dtype = p.kv_dtype = c.dtype;
     p.compute = c.mode;
     p.return_lse = true;
     absl::StatusOr<ProblemData> data = ProblemData::Random(p, 5);
     ASSERT_TRUE(data.ok()) << data.status();
-    const TensorView o = data->o.view();
-    ForEachOffset(o, [&o](int64_t at) { StoreFromF32(o.data, o.dtype, at, NAN); });
-    RunInfo info;
-    ASSERT_TRUE(backend->Forward(p, data->args(), &info).ok());
-    const Comparison cmp = CompareToReference(p, data->args(), ComputeReference(p, data->args()));
-    EXPECT_TRUE(cmp.ok()) << p.Id() << ": " << cmp.first_failure << " kernel " << info.kernel;
+    const ReferenceResult want = ComputeReference(p, data->args());
+    for (const char* target : {"", "AVX2", "SSE4"}) {
+      HighwayOptions o;
+      o.num_threads = 2;
+      o.target = target;
+      auto backend = MakeHighwayBackend(o);
+      if (!backend->Available().ok()) continue;  // a target this CPU lacks
+      const TensorView out = data->o.view();
+      ForEachOffset(out, [&out](int64_t at) { StoreFromF32(out.data, out.dtype, at, NAN); });
+      RunInfo info;
+      ASSERT_TRUE(backend->Forward(p, data->args(), &info).ok());
+      const Comparison cmp = CompareToReference(p, data->args(), want);
+      EXPECT_TRUE(cmp.ok()) << p.Id() << " kernel " << info.kernel << ": " << cmp.first_failure;
+    }
   }
 }
 

@@ -128,16 +128,6 @@ inline void AddAlibi(const FlashParams& p, const Item& it, int64_t k0, int64_t n
   }
 }
 
-// The V rows of tile keys j < nk that hold a NaN or Inf: their indices go to
-// bad_keys (returns how many), and every real row that sees such a key (a
-// score not -inf after masking) is flagged in bad. The caller leaves those
-// keys out of P.V: 0 * NaN is NaN, and a row that does not see a key must
-// not be changed by it (a key no row sees may hold anything: padding, or keys
-// the dense mask blocks, found by `attnkit fuzz` with poison_blocked).
-// Only tiles where some row may not see some key need this; on the others a
-// non-finite V row reaches every row's accumulator, which the final check
-// catches. v [nk, ldv] of T: a converted tile or V storage (dp values).
-// row_at(j): V row j of the tile (rows need not be evenly spaced: paged).
 // The keys j < nk with is_bad(j): their indices to bad_keys (returns how
 // many), and every row that sees one (a score not -inf) flagged in bad.
 template <class IsBad>
@@ -155,6 +145,16 @@ int64_t FlagValueRowsWhere(const IsBad& is_bad, int64_t nk, const float* HWY_RES
   }
   return n;
 }
+// The V rows of tile keys j < nk that hold a NaN or Inf: their indices go to
+// bad_keys (returns how many), and every real row that sees such a key (a
+// score not -inf after masking) is flagged in bad. The caller leaves those
+// keys out of P.V: 0 * NaN is NaN, and a row that does not see a key must
+// not be changed by it (a key no row sees may hold anything: padding, or keys
+// the dense mask blocks, found by `attnkit fuzz` with poison_blocked).
+// Only tiles where some row may not see some key need this; on the others a
+// non-finite V row reaches every row's accumulator, which the final check
+// catches. v [nk, ldv] of T: a converted tile or V storage (dp values).
+// row_at(j): V row j of the tile (rows need not be evenly spaced: paged).
 template <typename T, class RowAt>
 int64_t FlagNonFiniteValueRowsAt(const RowAt& row_at, int64_t nk, int64_t dp,
                                  const float* HWY_RESTRICT s, const ScoreLayout& lay, int64_t rows,
@@ -168,7 +168,8 @@ int64_t FlagNonFiniteValueRowsAt(const RowAt& row_at, int64_t nk, int64_t dp,
 // FlagNonFiniteValueRowsAt for bf16 V already packed as pairs along the
 // keys (x86_dot::BF16PackValues' layout: pair row jp holds keys 2 jp and
 // 2 jp + 1 as the low and high halves of each of its dvp 32-bit values),
-// nk even: the pairs P.V reads next, where the V rows themselves are cold
+// nk even (an odd nk would leave its last key unread: callers check): the
+// pairs P.V reads next, where the V rows themselves are cold
 // (FAST d 64 causal bf16 prefill, one thread, Zen 5: the diagonal tiles'
 // scan of the stored rows took 0.4 of 26 ms). A bf16 value is NaN or Inf
 // where its 8 exponent bits are all set.

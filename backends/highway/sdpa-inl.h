@@ -798,7 +798,8 @@ HWY_INLINE void StoreRowAsBF16(const float* HWY_RESTRICT row, size_t n,
 
 // StoreRowAsBF16 with non-temporal stores of whole vectors (see
 // kStreamOutputBytes): dst 64-byte aligned, n a multiple of 32. False
-// where the target's vectors are narrower than two halves (SCALAR).
+// where the target's vectors are narrower than two halves (SCALAR) or two
+// vectors do not divide n.
 HWY_INLINE bool StreamRowAsBF16(const float* HWY_RESTRICT row, size_t n,
                                 uint16_t* HWY_RESTRICT dst) {
 #if HWY_TARGET == HWY_SCALAR
@@ -810,6 +811,7 @@ HWY_INLINE bool StreamRowAsBF16(const float* HWY_RESTRICT row, size_t n,
   const DF df;
   const hn::Repartition<uint16_t, DF> d16;  // twice BF16OfVector's lanes
   const size_t N = hn::Lanes(df);
+  if (n % (2 * N) != 0) return false;  // vectors wider than a line (not on x86)
   for (size_t c = 0; c < n; c += 2 * N) {
     hn::Stream(hn::Combine(d16, BF16OfVector(row + c + N), BF16OfVector(row + c)), d16, dst + c);
   }

@@ -70,10 +70,10 @@ inline int64_t QueryRowOffset(const FlashParams& p, const Item& it, int64_t r) {
   return p.q.Offset(it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, 0);
 }
 
-// Every line of the item's first `rows` Q rows requested at once (into L1):
-// the item's Q is cold (read once per call), and row by row its misses would
-// wait one after another. By inline assembly (platform/prefetch.h), which
-// GCC 12 never deletes.
+// Every line of the item's first `rows` Q rows requested at once, into L1
+// (kPrefetch = PrefetchL1) or L2 (PrefetchL2): the item's Q is cold (read
+// once per call), and row by row its misses would wait one after another.
+// By inline assembly (platform/prefetch.h), which GCC 12 never deletes.
 template <void (*kPrefetch)(const void*) = PrefetchL1>
 inline void PrefetchQueryRows(const FlashParams& p, const Item& it, int64_t rows) {
   const size_t es = DTypeSize(p.q.dtype);
@@ -83,6 +83,7 @@ inline void PrefetchQueryRows(const FlashParams& p, const Item& it, int64_t rows
     for (size_t off = 0; off < row_bytes; off += 64) kPrefetch(q + off);
   }
 }
+// All of an item's Q rows into L2: the item a thread will likely run next.
 inline void PrefetchQueryRowsL2(const FlashParams& p, const Item& it) {
   PrefetchQueryRows<PrefetchL2>(p, it, it.nh * it.nq);
 }
