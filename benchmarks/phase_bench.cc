@@ -5,7 +5,10 @@
 // fraction of the FMA peak measured in the same run.
 //   bazel run //benchmarks:phase_bench -- [filter] [threads] [seconds]
 // filter: a substring of the problem names (default: every f32 prefill,
-// "prefill"); threads: default 2; seconds: timed per problem (default 1).
+// "prefill"), or a text-format config file (a name ending in .textproto:
+// that problem alone, e.g. a suite shape with a shorter kv_len to see it
+// with K and V in cache); threads: default 2; seconds: timed per problem
+// (default 1).
 // The marks cost a few ns per phase per tile: the printed wall time is a
 // little above an untimed build's (compare it with `attnkit compare`).
 #include <algorithm>
@@ -13,21 +16,49 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "backends/highway/highway_backend.h"
 #include "backends/highway/phase_timing.h"
 #include "core/problem.h"
+#include "core/problem_config.h"
+#include "core/status_macros.h"
 #include "harness/machine_kernels.h"
 #include "harness/problem_data.h"
 #include "harness/suite.h"
+#include "io/config_io.h"
 
 namespace attnkit {
 namespace {
 
 namespace pt = phase_timing;
+
+// The forward problems `filter` names: a config file's problem, or the
+// standard suite's whose names contain it.
+absl::StatusOr<std::vector<AttentionProblem>> ForwardProblems(const std::string& filter) {
+  std::vector<AttentionProblem> problems;
+  if (absl::EndsWith(filter, ".textproto")) {
+    ATTNKIT_ASSIGN_OR_RETURN(AttentionConfig config, LoadConfigFile(filter));
+    ATTNKIT_ASSIGN_OR_RETURN(AttentionProblem problem, ProblemFromConfig(config));
+    if (problem.backward) {
+      return absl::InvalidArgumentError(filter +
+                                        ": backward is true; phase_bench times forward "
+                                        "passes (set it false)");
+    }
+    problems.push_back(std::move(problem));
+    return problems;
+  }
+  ATTNKIT_ASSIGN_OR_RETURN(std::vector<AttentionProblem> suite, LoadSuite("standard"));
+  for (AttentionProblem& p : suite) {
+    if (!p.backward && absl::StrContains(p.name, filter)) problems.push_back(std::move(p));
+  }
+  return problems;
+}
 
 int Main(int argc, char** argv) {
   const std::string filter = argc > 1 ? argv[1] : "prefill";
@@ -37,9 +68,9 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "usage: phase_bench [filter] [threads >= 1] [seconds > 0]\n");
     return 2;
   }
-  auto suite = LoadSuite("standard");
-  if (!suite.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(suite.status().message()).c_str());
+  auto problems = ForwardProblems(filter);
+  if (!problems.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(problems.status().message()).c_str());
     return 1;
   }
   auto backend = MakeHighwayBackend({threads});
@@ -47,8 +78,7 @@ int Main(int argc, char** argv) {
   const double tps = pt::TicksPerSecond();
   std::printf("phase_bench: %d threads, %s, %.0f MHz time-stamp counter\n", threads,
               HighwayTargetName(targets.front()).c_str(), tps * 1e-6);
-  for (const AttentionProblem& p : *suite) {
-    if (p.backward || !absl::StrContains(p.name, filter)) continue;
+  for (const AttentionProblem& p : *problems) {
     auto data = ProblemData::Random(p, p.seed);
     if (!data.ok()) {
       std::fprintf(stderr, "%s: %s\n", p.name.c_str(),
