@@ -6,12 +6,29 @@
 
 namespace attnkit {
 
+namespace {
+
+// x rounded to the nearest integer, ties to even, for |x| <= 2^22: adding
+// 1.5 * 2^23 leaves no fraction bits, so the sum is rounded as
+// std::nearbyint rounds (the default rounding mode), and subtracting it
+// again is exact. Inline, where std::nearbyint is a libm call on the
+// baseline ISA (SSE4.1's roundss is not assumed). An int8 FAST decode
+// quantizes each Q row per item: Zen 5, B8 H32/8 Tk4096 d128, one thread,
+// query phase 0.101-0.109 -> 0.074-0.081 ms (phase_bench, alternating).
+inline float RoundHalfEvenSmall(float x) {
+  constexpr float kShift = 12582912.0f;  // 1.5 * 2^23
+  return (x + kShift) - kShift;
+}
+
+}  // namespace
+
 float QuantizeRowI8(const float* x, int64_t n, int8_t* out) {
   float max_abs = 0.0f;
   bool finite = true;
   for (int64_t c = 0; c < n; ++c) {
-    finite = finite && std::isfinite(x[c]);
-    max_abs = std::max(max_abs, std::fabs(x[c]));
+    const float a = std::fabs(x[c]);
+    finite &= a <= std::numeric_limits<float>::max();  // false for NaN and Inf
+    max_abs = std::max(max_abs, a);
   }
   if (!finite) {
     for (int64_t c = 0; c < n; ++c) out[c] = 0;
@@ -24,7 +41,8 @@ float QuantizeRowI8(const float* x, int64_t n, int8_t* out) {
   const float scale = max_abs / 127.0f;
   const float inv = 127.0f / max_abs;
   for (int64_t c = 0; c < n; ++c) {
-    const float q = std::nearbyint(x[c] * inv);
+    // |x[c] * inv| <= 127 (and a rounding): well within RoundHalfEvenSmall.
+    const float q = RoundHalfEvenSmall(x[c] * inv);
     out[c] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, q)));
   }
   return scale;

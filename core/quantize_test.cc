@@ -39,6 +39,25 @@ TEST(QuantizeTest, RoundsHalfToEven) {
   EXPECT_EQ(q, (std::vector<int8_t>{127, 0, 2, -2, 2, -127}));
 }
 
+// Every tie and the values beside it across the range, against
+// std::nearbyint (QuantizeRowI8 rounds inline): x = k / 4 with 127 the row's
+// largest magnitude, so scale is 1 and x * 127 / 127 is x exactly.
+TEST(QuantizeTest, RoundsAsNearbyintAcrossTheRange) {
+  std::vector<float> x = {127.0f};
+  for (int k = -508; k <= 508; ++k) x.push_back(static_cast<float>(k) / 4.0f);
+  for (float y : {0.5f, 1.5f, 126.5f}) {  // just beside a tie, both sides
+    x.push_back(std::nextafter(y, 0.0f));
+    x.push_back(std::nextafter(y, 200.0f));
+    x.push_back(-std::nextafter(y, 0.0f));
+  }
+  float scale = 0;
+  const std::vector<int8_t> q = Quantize(x, &scale);
+  ASSERT_EQ(scale, 1.0f);
+  for (size_t c = 0; c < x.size(); ++c) {
+    EXPECT_EQ(q[c], static_cast<int8_t>(std::nearbyint(x[c]))) << "x = " << x[c];
+  }
+}
+
 TEST(QuantizeTest, ZeroRowHasScaleZero) {
   float scale = -1;
   EXPECT_EQ(Quantize({0.0f, -0.0f, 0.0f}, &scale), (std::vector<int8_t>{0, 0, 0}));
