@@ -17,21 +17,24 @@ namespace attnkit {
 namespace HWY_NAMESPACE {
 
 // exp(x) for x <= 0 (a score minus its max): 2^q * e^r with
-// q = round(x / ln 2), r = x - q ln 2 (|r| <= ln 2 / 2), e^r = 1 + r +
-// r^2 P(r) with P a degree-4 fit of (e^r - 1 - r) / r^2 (relative error of
-// e^r under 4e-9 with the f32 coefficients, largest at |r| = ln 2 / 2: a
-// fifteenth of f32's half ulp; Highway's degree 5 is 1.1e-9, bought with a
-// multiply-add more), and 2^q applied by adding q to
-// e^r's exponent field (an integer add, where a multiply by 2^q took an FMA
-// slot: results >= e^-87 stay normal, so the add is exact as the multiply
-// was). Below -87, where 2^q would leave the normal range, and for -inf or
-// NaN the result is 0 (hn::Exp also gives 0 for NaN; it is 0 only below
-// -104). q comes from the float rounding of a shifted sum, not a
-// float-to-int conversion with overflow fix-ups: about 1.8x hn::Exp's
-// speed on AVX2, about the same accuracy (8.3e-8 relative on [-87, 0],
-// 8.0e-8 with the degree-5 fit). The exp is most of a softmax, and bound
-// by multiply-adds: 9 a value, 11 before (FAST d64 causal bf16 prefill, one
-// thread, Zen 5, alternating runs: softmax phase 9.10-9.22 -> 8.34-8.46 ms).
+// q = round(x / ln 2), r = x - q ln 2 (|r| <= ln 2 / 2, ln 2 in two parts),
+// e^r = 1 + r P(r) with P a degree-4 fit of (e^r - 1) / r (relative error
+// of e^r 9.2e-8 in exact arithmetic), and 2^q applied by adding q to e^r's
+// exponent field (an integer add, where a multiply by 2^q took an FMA slot:
+// results >= e^-87 stay normal, so the add is exact as the multiply was).
+// Below -87, where 2^q would leave the normal range, and for -inf or NaN
+// the result is 0 (hn::Exp also gives 0 for NaN; it is 0 only below -104).
+// q comes from the float rounding of a shifted sum, not a float-to-int
+// conversion with overflow fix-ups: about 1.8x hn::Exp's speed on AVX2.
+// Relative error over every float in [-1, 0] and a sample of [-87, -1],
+// f32 FMAs: 1.6e-7 (2.7 u), within the 8 u the oracle grants exp
+// (oracle/compare.h) and the 3e-7 TestExpNonPositive checks. The exp is
+// most of a softmax, and bound by multiply-adds: 8 a value. The form
+// 1 + r + r^2 P(r) with P of degree 4 (8.2e-8) took 9 and an add (d64
+// causal prefills, one thread, Zen 5 AVX-512, alternating builds, three
+// rounds: softmax phase 4.41-4.50 -> 3.97-4.03 ms in f32, 4.27-4.30 ->
+// 3.86-3.88 in bf16 EXACT and 4.31-4.34 -> 3.86-3.91 in FAST); before
+// that it had taken 11 (FAST: 9.10-9.22 -> 8.34-8.46 ms).
 template <class D, class V>
 HWY_INLINE V ExpNonPositive(D d, V x) {
   namespace hn = hwy::HWY_NAMESPACE;
@@ -44,13 +47,13 @@ HWY_INLINE V ExpNonPositive(D d, V x) {
   const V qf = hn::Sub(t, kShift);
   V r = hn::MulAdd(qf, hn::Set(d, -0.693145751953125f), x);
   r = hn::MulAdd(qf, hn::Set(d, -1.428606765330187045e-6f), r);
-  // Horner form of the degree-4 (e^r - 1 - r) / r^2 fit on |r| <= ln 2 / 2.
-  V poly = hn::Set(d, 0.001381461275741458f);
-  poly = hn::MulAdd(poly, r, hn::Set(d, 0.008368710055947304f));
-  poly = hn::MulAdd(poly, r, hn::Set(d, 0.04166838899254799f));
-  poly = hn::MulAdd(poly, r, hn::Set(d, 0.1666652113199234f));
-  poly = hn::MulAdd(poly, r, hn::Set(d, 0.4999999403953552f));
-  const V er = hn::Add(hn::MulAdd(poly, hn::Mul(r, r), r), hn::Set(d, 1.0f));
+  // Horner form of the degree-4 (e^r - 1) / r fit on |r| <= ln 2 / 2.
+  V poly = hn::Set(d, 0.008290272206068039f);
+  poly = hn::MulAdd(poly, r, hn::Set(d, 0.04189816117286682f));
+  poly = hn::MulAdd(poly, r, hn::Set(d, 0.1666763871908188f));
+  poly = hn::MulAdd(poly, r, hn::Set(d, 0.4999914765357971f));
+  poly = hn::MulAdd(poly, r, hn::Set(d, 0.9999997019767761f));
+  const V er = hn::MulAdd(poly, r, hn::Set(d, 1.0f));
   const V result =
       hn::BitCast(d, hn::Add(hn::BitCast(di, er), hn::ShiftLeft<23>(hn::BitCast(di, t))));
   return hn::IfThenElseZero(hn::Ge(x, hn::Set(d, -87.0f)), result);
