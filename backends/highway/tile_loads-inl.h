@@ -373,20 +373,16 @@ inline void ForEachScaleRun(const FlashParams& p, const float* scale, const Tens
 // prefetched: a loop prefetching each tile's scales ahead was measured
 // (Zen 5, B8 H32/8 Tk4096 d128 int8 and E4M3 FAST decode, alternating
 // rounds in one process) within 3 % either way of none, which is what its
-// binary had held (GCC 12 had deleted the loop: platform/prefetch.h).
+// binary had held (GCC 12 had deleted the loop: platform/prefetch.h). Nor
+// vectorized: a stride-1 copy GCC vectorizes cut the kv load phase with K
+// and V in L3 (B1, one thread: 0.026-0.031 -> 0.012 ms), but from memory
+// the tiles then waited longer than that (`compare`, B8, alternating
+// builds, three rounds: int8 FAST one thread 2.66-2.73 -> 2.68-2.80 ms,
+// two 1.37-1.43 -> 1.46-1.69; E4M3 FAST one thread 3.14-3.42 -> 3.38-3.44).
 inline void GatherRowScales(const FlashParams& p, const float* scale, const TensorView& view,
                             const Item& it, int64_t k0, int64_t nk, float* HWY_RESTRICT out) {
   ForEachScaleRun(p, scale, view, it, k0, nk,
                   [out](int64_t j, const float* s, int64_t len, int64_t stride) {
-                    // [B, G, Tk] scales: a loop GCC vectorizes, where the
-                    // strided one copied a float at a time (Zen 5, int8
-                    // FAST decode B1 H32/8 Tk4096 d128, K and V in L3, one
-                    // thread: kv load phase 0.026-0.031 -> 0.012 ms; at B8,
-                    // from memory, the tiles then wait that much longer).
-                    if (stride == 1) {
-                      for (int64_t i = 0; i < len; ++i) out[j + i] = s[i];
-                      return;
-                    }
                     for (int64_t i = 0; i < len; ++i) out[j + i] = s[i * stride];
                   });
 }
