@@ -43,7 +43,11 @@ namespace pt = phase_timing;
 absl::StatusOr<std::vector<AttentionProblem>> ForwardProblems(const std::string& filter) {
   std::vector<AttentionProblem> problems;
   if (absl::EndsWith(filter, ".textproto")) {
-    ATTNKIT_ASSIGN_OR_RETURN(AttentionConfig config, LoadConfigFile(filter));
+    // Relative to where `bazel run` was called from (it runs us elsewhere).
+    const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
+    const std::string path =
+        filter.front() != '/' && cwd != nullptr ? std::string(cwd) + "/" + filter : filter;
+    ATTNKIT_ASSIGN_OR_RETURN(AttentionConfig config, LoadConfigFile(path));
     ATTNKIT_ASSIGN_OR_RETURN(AttentionProblem problem, ProblemFromConfig(config));
     if (problem.backward) {
       return absl::InvalidArgumentError(filter +

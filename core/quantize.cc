@@ -42,6 +42,8 @@ float QuantizeRowI8(const float* x, int64_t n, int8_t* out) {
   const float inv = 127.0f / max_abs;
   for (int64_t c = 0; c < n; ++c) {
     // |x[c] * inv| <= 127 (and a rounding): well within RoundHalfEvenSmall.
+    // The product is rounded to f32 first (core/BUILD builds this file
+    // without fused multiply-adds): as std::nearbyint(x[c] * inv) was.
     const float q = RoundHalfEvenSmall(x[c] * inv);
     out[c] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, q)));
   }

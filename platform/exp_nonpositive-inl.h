@@ -19,15 +19,16 @@ namespace HWY_NAMESPACE {
 // exp(x) for x <= 0 (a score minus its max): 2^q * e^r with
 // q = round(x / ln 2), r = x - q ln 2 (|r| <= ln 2 / 2, ln 2 in two parts),
 // e^r = 1 + r P(r) with P a degree-4 fit of (e^r - 1) / r (relative error
-// of e^r 9.2e-8 in exact arithmetic), and 2^q applied by adding q to e^r's
+// of e^r 9.3e-8 in exact arithmetic), and 2^q applied by adding q to e^r's
 // exponent field (an integer add, where a multiply by 2^q took an FMA slot:
 // results >= e^-87 stay normal, so the add is exact as the multiply was).
 // Below -87, where 2^q would leave the normal range, and for -inf or NaN
 // the result is 0 (hn::Exp also gives 0 for NaN; it is 0 only below -104).
 // q comes from the float rounding of a shifted sum, not a float-to-int
 // conversion with overflow fix-ups: about 1.8x hn::Exp's speed on AVX2.
-// Relative error over every float in [-1, 0] and a sample of [-87, -1],
-// f32 FMAs: 1.6e-7 (2.7 u), within the 8 u the oracle grants exp
+// Relative error over every float in [-1, 0] and a sample of [-87, -1]:
+// 1.6e-7 (2.7 u) with FMAs, 1.8e-7 (3.1 u) on targets without them (SSE4,
+// SCALAR: a multiply and an add), within the 8 u the oracle grants exp
 // (oracle/compare.h) and the 3e-7 TestExpNonPositive checks. The exp is
 // most of a softmax, and bound by multiply-adds: 8 a value. The form
 // 1 + r + r^2 P(r) with P of degree 4 (8.2e-8) took 9 and an add (d64
