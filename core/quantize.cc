@@ -20,9 +20,9 @@ inline float RoundHalfEvenSmall(float x) {
   return (x + kShift) - kShift;
 }
 
-}  // namespace
-
-float QuantizeRowI8(const float* x, int64_t n, int8_t* out) {
+// The largest |x[c]| of a row, or NaN where it holds a NaN or Inf: the
+// scale rule both quantizers share.
+float MaxAbsOrNaN(const float* x, int64_t n) {
   float max_abs = 0.0f;
   bool finite = true;
   for (int64_t c = 0; c < n; ++c) {
@@ -30,13 +30,16 @@ float QuantizeRowI8(const float* x, int64_t n, int8_t* out) {
     finite &= a <= std::numeric_limits<float>::max();  // false for NaN and Inf
     max_abs = std::max(max_abs, a);
   }
-  if (!finite) {
-    for (int64_t c = 0; c < n; ++c) out[c] = 0;
-    return std::numeric_limits<float>::quiet_NaN();
-  }
-  if (max_abs == 0.0f) {
-    for (int64_t c = 0; c < n; ++c) out[c] = 0;
-    return 0.0f;
+  return finite ? max_abs : std::numeric_limits<float>::quiet_NaN();
+}
+
+}  // namespace
+
+float QuantizeRowI8(const float* x, int64_t n, int8_t* out) {
+  const float max_abs = MaxAbsOrNaN(x, n);
+  if (!(max_abs > 0.0f)) {  // an all-zero row (scale 0) or a non-finite one (NaN)
+    std::fill(out, out + n, int8_t{0});
+    return max_abs;
   }
   const float scale = max_abs / 127.0f;
   const float inv = 127.0f / max_abs;
@@ -51,15 +54,10 @@ float QuantizeRowI8(const float* x, int64_t n, int8_t* out) {
 }
 
 float QuantizeRowFp8(const float* x, int64_t n, Fp8Format format, uint8_t* out) {
-  float max_abs = 0.0f;
-  bool finite = true;
-  for (int64_t c = 0; c < n; ++c) {
-    finite = finite && std::isfinite(x[c]);
-    max_abs = std::max(max_abs, std::fabs(x[c]));
-  }
-  if (!finite || max_abs == 0.0f) {
-    for (int64_t c = 0; c < n; ++c) out[c] = 0;
-    return finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+  const float max_abs = MaxAbsOrNaN(x, n);
+  if (!(max_abs > 0.0f)) {  // as QuantizeRowI8
+    std::fill(out, out + n, uint8_t{0});
+    return max_abs;
   }
   const float scale = max_abs / Fp8Max(format);
   for (int64_t c = 0; c < n; ++c) out[c] = EncodeFp8(x[c] / scale, format);
