@@ -841,12 +841,16 @@ HWY_INLINE VF TileRowMax(const float* HWY_RESTRICT s, size_t lds, size_t keys, s
 //   P[j, r] = exp(S[j, r] - m');  l' = alpha * l + sum_j P[j, r].
 // Every exp argument is <= 0 (ExpNonPositive); blocked scores are -inf and
 // give P = 0. While a row has seen only -inf, m' = -inf and exp is taken
-// relative to 0 instead, so no -inf - -inf = NaN appears; l stays 0. S is
-// overwritten with P. With `bad` (a tile whose every pair is visible), the
-// rows holding a NaN or Inf score are flagged too, as by FlagIfNonFinite.
-HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t keys, size_t rows,
-                                    float* HWY_RESTRICT m, float* HWY_RESTRICT l,
-                                    float* HWY_RESTRICT alpha, float* HWY_RESTRICT bad = nullptr) {
+// relative to 0 instead, so no -inf - -inf = NaN appears; l stays 0. With
+// `bad` (a tile whose every pair is visible), the rows holding a NaN or Inf
+// score are flagged too, as by FlagIfNonFinite. P goes to store_p: a pair of
+// keys (j even) as store_p(j, r0, P[j], P[j + 1]), an odd tile's last key as
+// store_p(j, r0, P[j], 0) (see OnlineSoftmaxUpdate for S's own storage).
+template <class StoreP>
+HWY_INLINE void OnlineSoftmaxUpdateWith(const float* HWY_RESTRICT s, size_t lds, size_t keys,
+                                        size_t rows, float* HWY_RESTRICT m, float* HWY_RESTRICT l,
+                                        float* HWY_RESTRICT alpha, float* HWY_RESTRICT bad,
+                                        const StoreP& store_p) {
   const DF df;
   const size_t N = hn::Lanes(df);
   const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
@@ -861,37 +865,31 @@ HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t ke
     size_t j = 0;
     // Four keys a step, where two left the exp's chains of multiply-adds
     // less room to overlap (softmax phase of the d64 causal prefills, one
-    // thread, Zen 5, alternating builds: 4.59-4.88 -> 4.31-4.56 ms).
+    // thread, Zen 5, alternating builds: 4.59-4.88 -> 4.31-4.56 ms), their
+    // exps interleaved step by step (ExpNonPositiveN; one after another,
+    // FAST: 4.53-4.66 -> 4.14-4.40 ms; eight keys a step measured the same).
     for (; j + 4 <= keys; j += 4) {
-      float* s0 = s + j * lds + r0;
-      float* s1 = s0 + lds;
-      float* s2 = s1 + lds;
-      float* s3 = s2 + lds;
-      const VF p0 = ExpNonPositive(df, hn::Sub(hn::Load(df, s0), m_use));
-      const VF p1 = ExpNonPositive(df, hn::Sub(hn::Load(df, s1), m_use));
-      const VF p2 = ExpNonPositive(df, hn::Sub(hn::Load(df, s2), m_use));
-      const VF p3 = ExpNonPositive(df, hn::Sub(hn::Load(df, s3), m_use));
-      hn::Store(p0, df, s0);
-      hn::Store(p1, df, s1);
-      hn::Store(p2, df, s2);
-      hn::Store(p3, df, s3);
-      sum0 = hn::Add(sum0, hn::Add(p0, p2));
-      sum1 = hn::Add(sum1, hn::Add(p1, p3));
+      const float* s0 = s + j * lds + r0;
+      VF p[4];
+      HWY_UNROLL(4)
+      for (int i = 0; i < 4; ++i) p[i] = hn::Sub(hn::Load(df, s0 + i * lds), m_use);
+      ExpNonPositiveN<4>(df, p);
+      store_p(j, r0, p[0], p[1]);
+      store_p(j + 2, r0, p[2], p[3]);
+      sum0 = hn::Add(sum0, hn::Add(p[0], p[2]));
+      sum1 = hn::Add(sum1, hn::Add(p[1], p[3]));
     }
     for (; j + 2 <= keys; j += 2) {
-      float* s0 = s + j * lds + r0;
-      float* s1 = s0 + lds;
-      const VF p0 = ExpNonPositive(df, hn::Sub(hn::Load(df, s0), m_use));
-      const VF p1 = ExpNonPositive(df, hn::Sub(hn::Load(df, s1), m_use));
-      hn::Store(p0, df, s0);
-      hn::Store(p1, df, s1);
-      sum0 = hn::Add(sum0, p0);
-      sum1 = hn::Add(sum1, p1);
+      const float* s0 = s + j * lds + r0;
+      VF p[2] = {hn::Sub(hn::Load(df, s0), m_use), hn::Sub(hn::Load(df, s0 + lds), m_use)};
+      ExpNonPositiveN<2>(df, p);
+      store_p(j, r0, p[0], p[1]);
+      sum0 = hn::Add(sum0, p[0]);
+      sum1 = hn::Add(sum1, p[1]);
     }
     if (j < keys) {
-      float* s0 = s + j * lds + r0;
-      const VF p0 = ExpNonPositive(df, hn::Sub(hn::Load(df, s0), m_use));
-      hn::Store(p0, df, s0);
+      const VF p0 = ExpNonPositive(df, hn::Sub(hn::Load(df, s + j * lds + r0), m_use));
+      store_p(j, r0, p0, hn::Zero(df));
       sum0 = hn::Add(sum0, p0);
     }
     hn::Store(m_new, df, m + r0);
@@ -899,6 +897,52 @@ HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t ke
     hn::Store(a, df, alpha + r0);
   }
 }
+
+// OnlineSoftmaxUpdate storing P over S as f32.
+HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t keys, size_t rows,
+                                    float* HWY_RESTRICT m, float* HWY_RESTRICT l,
+                                    float* HWY_RESTRICT alpha, float* HWY_RESTRICT bad = nullptr) {
+  const DF df;
+  OnlineSoftmaxUpdateWith(s, lds, keys, rows, m, l, alpha, bad,
+                          [&](size_t j, size_t r0, VF p0, VF p1) HWY_ATTR {
+                            hn::Store(p0, df, s + j * lds + r0);
+                            if (j + 1 < keys) hn::Store(p1, df, s + (j + 1) * lds + r0);
+                          });
+}
+
+#if HWY_TARGET == HWY_AVX3_DL && defined(__x86_64__) && defined(__GNUC__)
+// AVX3_DL's instructions plus AVX512_BF16's, for a function or lambda.
+#define ATTNKIT_AVX3_DL_BF16 __attribute__((target("avx512bf16")))
+// OnlineSoftmaxUpdate for FAST bf16 P.V: P goes straight to bf16 key pairs
+// as x86_dot::BF16PackWeights lays them out and rounds them (nearest even),
+// pp [(keys + 1) / 2, ldpp], pp[jp * ldpp + r] = P[2 jp, r] in the low half
+// and P[2 jp + 1, r] (0 past keys) in the high half; S is left as it was.
+// This skips P's f32 store and the pack's second pass over it (FAST d64
+// causal prefill, one thread, Zen 5, alternating builds, three rounds:
+// softmax 4.30-4.57 -> 4.51-4.66 ms, P.V with the pack 9.85-10.47 ->
+// 9.08-9.41, the call 25.7-27.4 -> 25.0-26.0). Compiled for AVX3_DL plus
+// AVX512_BF16 (vcvtne2ps2bf16): call only where x86_dot::HaveBF16Dot().
+ATTNKIT_AVX3_DL_BF16 HWY_NOINLINE inline void OnlineSoftmaxUpdateToBF16Pairs(
+    const float* HWY_RESTRICT s, size_t lds, size_t keys, size_t rows, float* HWY_RESTRICT m,
+    float* HWY_RESTRICT l, float* HWY_RESTRICT alpha, float* HWY_RESTRICT bad,
+    uint32_t* HWY_RESTRICT pp, size_t ldpp) {
+  // 16-bit lane 2 i <- lane i, 2 i + 1 <- lane 16 + i: the two keys'
+  // roundings of row i side by side.
+  alignas(64) int16_t order[32];
+  for (int i = 0; i < 16; ++i) {
+    order[2 * i] = static_cast<int16_t>(i);
+    order[2 * i + 1] = static_cast<int16_t>(16 + i);
+  }
+  const __m512i interleave = _mm512_load_si512(order);
+  OnlineSoftmaxUpdateWith(s, lds, keys, rows, m, l, alpha, bad,
+                          [&](size_t j, size_t r0, VF p0, VF p1) ATTNKIT_AVX3_DL_BF16 {
+                            // Low 16 lanes p0, high 16 p1, each rounded.
+                            const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(p1.raw, p0.raw);
+                            _mm512_storeu_si512(pp + j / 2 * ldpp + r0,
+                                                _mm512_permutexvar_epi16(interleave, both));
+                          });
+}
+#endif
 
 // Flags (see FlagIfNonFinite) every score of S [keys, lds], rows < `rows` (a
 // multiple of Lanes): a tile whose every pair is visible.

@@ -1,6 +1,7 @@
 // Unit tests of the micro-kernels against simple scalar functions, for every
 // compiled target (so every vector width), with odd sizes.
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -14,6 +15,7 @@
 // clang-format on
 
 #include "backends/highway/microkernels-inl.h"
+#include "backends/highway/x86_dot.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
 #include "hwy/tests/hwy_gtest.h"
@@ -495,6 +497,22 @@ void TestExpNonPositive() {
   for (size_t i = 0; i < x.size(); i += N) {
     hn::Store(ExpNonPositive(df, hn::Load(df, in.get() + i)), df, out.get() + i);
   }
+  // Interleaved over 4 and 3 vectors: the same bits as one at a time.
+  for (size_t i = 0; i + 4 * N <= x.size(); i += 4 * N) {
+    VF v4[4], v3[3];
+    for (size_t k = 0; k < 4; ++k) v4[k] = hn::Load(df, in.get() + i + k * N);
+    for (size_t k = 0; k < 3; ++k) v3[k] = hn::Load(df, in.get() + i + k * N);
+    ExpNonPositiveN<4>(df, v4);
+    ExpNonPositiveN<3>(df, v3);
+    for (size_t k = 0; k < 4; ++k) {
+      auto lanes = hwy::AllocateAligned<float>(N);
+      hn::Store(v4[k], df, lanes.get());
+      EXPECT_EQ(0, std::memcmp(lanes.get(), out.get() + i + k * N, N * sizeof(float))) << i;
+      if (k == 3) continue;
+      hn::Store(v3[k], df, lanes.get());
+      EXPECT_EQ(0, std::memcmp(lanes.get(), out.get() + i + k * N, N * sizeof(float))) << i;
+    }
+  }
   for (size_t i = 0; i < x.size(); ++i) {
     if (!(x[i] >= -87.0f)) {  // below range, -inf, NaN
       EXPECT_EQ(out[i], 0.0f) << x[i];
@@ -503,6 +521,56 @@ void TestExpNonPositive() {
       EXPECT_NEAR(out[i], want, 3e-7 * want) << x[i];
     }
   }
+}
+
+// OnlineSoftmaxUpdateToBF16Pairs (AVX3_DL on a CPU with AVX512_BF16) gives
+// the m, l, alpha and flags OnlineSoftmaxUpdate gives, and the pairs
+// x86_dot::BF16PackWeights makes of its P, bit for bit: odd key counts,
+// blocked scores, rows blocked throughout and a NaN flagged in the max pass.
+void TestSoftmaxToBF16Pairs() {
+#if HWY_TARGET == HWY_AVX3_DL && defined(__x86_64__) && defined(__GNUC__)
+  if (!x86_dot::HaveBF16Dot()) {
+    fprintf(stderr, "TestSoftmaxToBF16Pairs: not run, this CPU has no AVX512_BF16\n");
+    return;
+  }
+  const size_t N = hn::Lanes(DF());
+  const size_t rows = 2 * N, lds = rows;
+  for (size_t keys : {1, 2, 5, 8, 63, 64}) {
+    for (bool flag : {false, true}) {
+      std::vector<float> s0 = Random(keys * lds, 11 + keys);
+      for (size_t j = 0; j < keys; ++j) {
+        s0[j * lds + rows - 1] = kNegInf;  // blocked throughout
+        if (j % 3 == 1) s0[j * lds + 2] = kNegInf;
+        s0[j * lds + 3] *= 40.0f;  // exps far below 1
+      }
+      if (flag) s0[(keys - 1) * lds + 5] = std::numeric_limits<float>::quiet_NaN();
+      auto plain = Aligned(s0), fused = Aligned(s0);
+      auto make = [&](float init) {
+        auto v = hwy::AllocateAligned<float>(rows);
+        std::fill(v.get(), v.get() + rows, init);
+        return v;
+      };
+      auto m0 = make(kNegInf), l0 = make(0.0f), a0 = make(0.0f), bad0 = make(0.0f);
+      auto m1 = make(kNegInf), l1 = make(0.0f), a1 = make(0.0f), bad1 = make(0.0f);
+      m0[4] = m1[4] = 0.25f;  // a row seen before: alpha < 1
+      l0[4] = l1[4] = 3.0f;
+      const size_t pairs = (keys + 1) / 2;
+      std::vector<uint32_t> pp0(pairs * rows), pp1(pairs * rows, 0xdeadbeef);
+      OnlineSoftmaxUpdate(plain.get(), lds, keys, rows, m0.get(), l0.get(), a0.get(),
+                          flag ? bad0.get() : nullptr);
+      x86_dot::BF16PackWeights(plain.get(), lds, keys, rows, pp0.data(), rows);
+      OnlineSoftmaxUpdateToBF16Pairs(fused.get(), lds, keys, rows, m1.get(), l1.get(), a1.get(),
+                                     flag ? bad1.get() : nullptr, pp1.data(), rows);
+      const size_t bytes = rows * sizeof(float);
+      EXPECT_EQ(0, std::memcmp(m0.get(), m1.get(), bytes)) << keys;
+      EXPECT_EQ(0, std::memcmp(l0.get(), l1.get(), bytes)) << keys;
+      EXPECT_EQ(0, std::memcmp(a0.get(), a1.get(), bytes)) << keys;
+      EXPECT_EQ(0, std::memcmp(bad0.get(), bad1.get(), bytes)) << keys;
+      EXPECT_EQ(pp0, pp1) << keys << " " << flag;
+      EXPECT_EQ(0, std::memcmp(fused.get(), s0.data(), keys * lds * sizeof(float)));  // S as was
+    }
+  }
+#endif
 }
 
 }  // namespace
@@ -524,5 +592,6 @@ HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestSoftCapAndLoadRow);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestMergeLsePartials);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestExpNonPositive);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestBF16Pairs);
+HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestSoftmaxToBF16Pairs);
 }  // namespace attnkit
 #endif

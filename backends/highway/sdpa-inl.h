@@ -677,11 +677,25 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       n_bad = FlagNonFiniteValueRows(vtile, ldv, nk, dvp, s, lay, rows, bad, bad_keys);
     }
     ATTNKIT_PHASE_MARK(phase_timer, kMask);
-    OnlineSoftmaxUpdate(s, mp, nkp, mp, m, l, alpha, flag_in_max ? bad : nullptr);
+    float* const flags = flag_in_max ? bad : nullptr;
+#if HWY_TARGET == HWY_AVX3_DL && defined(__x86_64__) && defined(__GNUC__)
+    // FAST bf16 P.V: P straight to bf16 pairs (bf16_pv: the CPU has BF16).
+    if (bf16_pv) {
+      OnlineSoftmaxUpdateToBF16Pairs(s, mp, nkp, mp, m, l, alpha, flags, pp, mp);
+    } else {
+      OnlineSoftmaxUpdate(s, mp, nkp, mp, m, l, alpha, flags);
+    }
+    constexpr bool kPairsFromSoftmax = true;
+#else
+    OnlineSoftmaxUpdate(s, mp, nkp, mp, m, l, alpha, flags);
+    constexpr bool kPairsFromSoftmax = false;
+#endif
     ATTNKIT_PHASE_MARK(phase_timer, kSoftmax);
     if (bf16_pv) {  // FAST: O = alpha O + bf16(P) . V, with V rows that hold a NaN as 0
-      x86_dot::BF16PackWeights(s, static_cast<size_t>(mp), static_cast<size_t>(nk),
-                               static_cast<size_t>(mp), pp, static_cast<size_t>(mp));
+      if (!kPairsFromSoftmax) {
+        x86_dot::BF16PackWeights(s, static_cast<size_t>(mp), static_cast<size_t>(nk),
+                                 static_cast<size_t>(mp), pp, static_cast<size_t>(mp));
+      }
       // The pairs prepared once per call serve tiles of whole pairs with no
       // NaN row to leave out; others pack their own.
       const uint32_t* vpairs = vp;
