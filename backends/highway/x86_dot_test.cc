@@ -33,32 +33,35 @@ std::vector<uint16_t> RandomBF16(size_t n, std::mt19937* rng) {
 TEST(X86DotTest, BF16QDotKMatchesExactProducts) {
   if (!x86_dot::HaveBF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
   std::mt19937 rng(1);
-  for (size_t d : {16, 64, 128}) {
-    for (size_t keys : {1, 2, 7, 8, 13, 64}) {
-      const size_t rows = 64, ldk = d + 6;  // strided K rows
-      const std::vector<uint16_t> q = RandomBF16(rows * d, &rng);
-      const std::vector<uint16_t> k = RandomBF16(keys * ldk, &rng);
-      std::vector<uint32_t> qp(d / 2 * rows);
-      for (size_t r = 0; r < rows; ++r) {
-        for (size_t c = 0; c < d; c += 2) {
-          qp[c / 2 * rows + r] = q[r * d + c] | static_cast<uint32_t>(q[r * d + c + 1]) << 16;
-        }
-      }
-      std::vector<float> s(keys * rows, -1.0f);
-      const float scale = 0.125f;  // a power of two: the product is exact
-      x86_dot::BF16QDotK(qp.data(), rows, k.data(), ldk, d, rows, keys, scale, s.data(), rows);
-      for (size_t j = 0; j < keys; ++j) {
+  // 64 rows: blocks of 4 vectors; 32 and 96: blocks of 2.
+  for (size_t rows : {32, 64, 96}) {
+    for (size_t d : {16, 64, 128}) {
+      for (size_t keys : {1, 2, 7, 8, 13, 64}) {
+        const size_t ldk = d + 6;  // strided K rows
+        const std::vector<uint16_t> q = RandomBF16(rows * d, &rng);
+        const std::vector<uint16_t> k = RandomBF16(keys * ldk, &rng);
+        std::vector<uint32_t> qp(d / 2 * rows);
         for (size_t r = 0; r < rows; ++r) {
-          double want = 0, abs_sum = 0;
-          for (size_t c = 0; c < d; ++c) {
-            const double x = double(F32FromBF16(q[r * d + c])) * F32FromBF16(k[j * ldk + c]);
-            want += x;
-            abs_sum += std::fabs(x);
+          for (size_t c = 0; c < d; c += 2) {
+            qp[c / 2 * rows + r] = q[r * d + c] | static_cast<uint32_t>(q[r * d + c + 1]) << 16;
           }
-          // d f32 roundings of partial sums at most (the products are exact).
-          const double bound = scale * d * std::ldexp(abs_sum, -24);
-          ASSERT_NEAR(s[j * rows + r], scale * want, bound)
-              << "d " << d << " key " << j << " row " << r;
+        }
+        std::vector<float> s(keys * rows, -1.0f);
+        const float scale = 0.125f;  // a power of two: the product is exact
+        x86_dot::BF16QDotK(qp.data(), rows, k.data(), ldk, d, rows, keys, scale, s.data(), rows);
+        for (size_t j = 0; j < keys; ++j) {
+          for (size_t r = 0; r < rows; ++r) {
+            double want = 0, abs_sum = 0;
+            for (size_t c = 0; c < d; ++c) {
+              const double x = double(F32FromBF16(q[r * d + c])) * F32FromBF16(k[j * ldk + c]);
+              want += x;
+              abs_sum += std::fabs(x);
+            }
+            // d f32 roundings of partial sums at most (the products are exact).
+            const double bound = scale * d * std::ldexp(abs_sum, -24);
+            ASSERT_NEAR(s[j * rows + r], scale * want, bound)
+                << "rows " << rows << " d " << d << " key " << j << " row " << r;
+          }
         }
       }
     }
