@@ -990,7 +990,14 @@ inline void PrepareValues(const FlashParams& p, const Tiling& t, const DotChoice
           reinterpret_cast<uint32_t*>(head) + k0 / 2 * dvp, static_cast<size_t>(dvp));
       return;
     }
+    // Rows kRowsAhead on into L1 as BF16PackValues does: V comes from
+    // memory, and each row's conversion otherwise waits on its load.
+    constexpr int64_t kRowsAhead = 16;
+    const size_t row_bytes = static_cast<size_t>(p.value_dim) * DTypeSize(p.v.dtype);
     for (int64_t j = 0; j < n; ++j) {
+      if (j + kRowsAhead < n && p.v.strides[3] == 1) {
+        PrefetchRowsL1(rows[j + kRowsAhead], row_bytes, row_bytes, 0, 1);
+      }
       LoadRowAsF32(rows[j], p.v.dtype, p.v.strides[3], static_cast<size_t>(p.value_dim),
                    static_cast<size_t>(dvp), head + (k0 + j) * ld);
     }
