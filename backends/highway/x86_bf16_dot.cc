@@ -189,6 +189,57 @@ ATTNKIT_TARGET_BF16 void BF16PackValues(const uint16_t* const* rows, size_t keys
   }
 }
 
+ATTNKIT_TARGET_BF16 void BF16TransposePairs(const uint16_t* const* rows, size_t pairs, uint32_t* qp,
+                                            size_t ldq) {
+  // A 16 x 16 block of 32-bit pairs at a time: rows in, columns out, in
+  // four rounds of shuffles (64 for 256 pairs, where a pair at a time took
+  // a store each to as many lines).
+  const size_t whole = pairs - pairs % 16;
+  for (size_t c2 = 0; c2 < whole; c2 += 16) {
+    __m512i x[16], y[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) {
+      x[r] = rows[r] == nullptr ? _mm512_setzero_si512() : _mm512_loadu_si512(rows[r] + 2 * c2);
+    }
+    // Round 1: pairs of rows, 32-bit lanes interleaved within 128 bits.
+#pragma GCC unroll 8
+    for (int r = 0; r < 16; r += 2) {
+      y[r] = _mm512_unpacklo_epi32(x[r], x[r + 1]);
+      y[r + 1] = _mm512_unpackhi_epi32(x[r], x[r + 1]);
+    }
+    // Round 2: quads of rows, 64-bit lanes interleaved: each 128-bit block
+    // of x[4 q + i] now holds column 4 b + i of rows 4 q .. 4 q + 3 (block b).
+#pragma GCC unroll 4
+    for (int r = 0; r < 16; r += 4) {
+      x[r] = _mm512_unpacklo_epi64(y[r], y[r + 2]);
+      x[r + 1] = _mm512_unpackhi_epi64(y[r], y[r + 2]);
+      x[r + 2] = _mm512_unpacklo_epi64(y[r + 1], y[r + 3]);
+      x[r + 3] = _mm512_unpackhi_epi64(y[r + 1], y[r + 3]);
+    }
+    // Rounds 3 and 4: 128-bit blocks across the four quads.
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      const __m512i a = _mm512_shuffle_i32x4(x[i], x[4 + i], 0x44);  // blocks 0, 1 of each
+      const __m512i b = _mm512_shuffle_i32x4(x[i], x[4 + i], 0xee);  // blocks 2, 3
+      const __m512i c = _mm512_shuffle_i32x4(x[8 + i], x[12 + i], 0x44);
+      const __m512i e = _mm512_shuffle_i32x4(x[8 + i], x[12 + i], 0xee);
+      y[i] = _mm512_shuffle_i32x4(a, c, 0x88);       // block 0 of each quad: column i
+      y[4 + i] = _mm512_shuffle_i32x4(a, c, 0xdd);   // block 1: column 4 + i
+      y[8 + i] = _mm512_shuffle_i32x4(b, e, 0x88);   // block 2: column 8 + i
+      y[12 + i] = _mm512_shuffle_i32x4(b, e, 0xdd);  // block 3: column 12 + i
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < 16; ++c) _mm512_storeu_si512(qp + (c2 + c) * ldq, y[c]);
+  }
+  for (int r = 0; r < 16; ++r) {
+    for (size_t c2 = whole; c2 < pairs; ++c2) {
+      uint32_t pair = 0;
+      if (rows[r] != nullptr) std::memcpy(&pair, rows[r] + 2 * c2, sizeof(pair));
+      qp[c2 * ldq + r] = pair;
+    }
+  }
+}
+
 ATTNKIT_TARGET_BF16 void BF16WeightedSumV(const uint32_t* pp, size_t ldpp, const uint32_t* vp,
                                           size_t ldvp, size_t key_pairs, const float* alpha,
                                           size_t rows, size_t dp, float* o, size_t ldo) {
@@ -258,6 +309,7 @@ void BF16QDotK(const uint32_t*, size_t, const uint16_t*, size_t, size_t, size_t,
                float*, size_t) {}
 void BF16PackWeights(const float*, size_t, size_t, size_t, uint32_t*, size_t) {}
 void BF16PackValues(const uint16_t* const*, size_t, size_t, size_t, uint32_t*, size_t) {}
+void BF16TransposePairs(const uint16_t* const*, size_t, uint32_t*, size_t) {}
 void BF16WeightedSumV(const uint32_t*, size_t, const uint32_t*, size_t, size_t, const float*,
                       size_t, size_t, float*, size_t) {}
 

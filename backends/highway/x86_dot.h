@@ -110,6 +110,10 @@ void BF16PackWeights(const float* p, size_t ldp, size_t keys, size_t rows, uint3
 void BF16PackValues(const uint16_t* const* rows, size_t keys, size_t d, size_t dp, uint32_t* vp,
                     size_t ldvp);
 
+// 16 rows of bf16 pairs transposed: qp[c2 * ldq + r] = the pair (rows[r][2
+// c2], rows[r][2 c2 + 1]) for r < 16 and c2 < pairs; a null row is 0.
+void BF16TransposePairs(const uint16_t* const* rows, size_t pairs, uint32_t* qp, size_t ldq);
+
 // O[r, c] = alpha[r] O[r, c] + sum_{j < 2 key_pairs} P[j, r] V[j, c] for r <
 // rows (a multiple of 4), c < dp (a multiple of 16); alpha null = 1. pp and
 // vp as the packers above give them.

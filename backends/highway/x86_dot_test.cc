@@ -68,6 +68,29 @@ TEST(X86DotTest, BF16QDotKMatchesExactProducts) {
   }
 }
 
+TEST(X86DotTest, BF16TransposePairsMovesEveryPair) {
+  if (!x86_dot::HaveBF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937 rng(5);
+  for (size_t pairs : {1, 15, 16, 17, 32, 64, 72}) {
+    const size_t ldq = 48;  // 16 rows of a wider tile
+    const std::vector<uint16_t> q = RandomBF16(16 * 2 * pairs, &rng);
+    const uint16_t* rows[16];
+    for (size_t r = 0; r < 16; ++r) rows[r] = r % 5 == 4 ? nullptr : q.data() + r * 2 * pairs;
+    std::vector<uint32_t> qp(pairs * ldq, 0xdeadbeef);
+    x86_dot::BF16TransposePairs(rows, pairs, qp.data() + 8, ldq);
+    for (size_t c2 = 0; c2 < pairs; ++c2) {
+      for (size_t r = 0; r < ldq; ++r) {
+        uint32_t want = 0xdeadbeef;  // outside the 16 rows: untouched
+        if (r >= 8 && r < 24) {
+          const uint16_t* row = rows[r - 8];
+          want = row == nullptr ? 0 : row[2 * c2] | static_cast<uint32_t>(row[2 * c2 + 1]) << 16;
+        }
+        ASSERT_EQ(qp[c2 * ldq + r], want) << "pairs " << pairs << " pair " << c2 << " row " << r;
+      }
+    }
+  }
+}
+
 TEST(X86DotTest, BF16WeightedSumVMatchesRoundedWeights) {
   if (!x86_dot::HaveBF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
   std::mt19937 rng(2);
