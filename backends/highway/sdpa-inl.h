@@ -734,6 +734,10 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   // Without split-K the head's sink joins each row's sum here (core/sinks.h);
   // split-K partials keep their keys' lse and MergeWorkItem folds it.
   const bool fold_sink = p.sinks != nullptr && t.splits == 1;
+  // A row's lse is read by split-K merges and the caller's lse output
+  // only; elsewhere its log is left out (a libm call a row: 1 % of a bf16
+  // d64 prefill).
+  const bool needs_lse = p.lse != nullptr || t.splits > 1;
   for (int64_t r = 0; r < rows; ++r) {
     float* orow = o + r * dvp;
     float lse = kNegInf;
@@ -744,6 +748,8 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       // its head's sink is NaN or +inf.
       lse = std::numeric_limits<float>::quiet_NaN();
       std::fill(orow, orow + dvp, lse);
+    } else if (l[r] > 0.0f && !needs_lse && sink == kNegInf) {
+      ScaleRowInPlace(orow, static_cast<size_t>(dvp), 1.0f / l[r]);  // lse unread
     } else if (l[r] > 0.0f) {
       const SinkNorm norm = NormalizeWithSink(m[r], l[r], sink);
       ScaleRowInPlace(orow, static_cast<size_t>(dvp), norm.inv);
