@@ -711,7 +711,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       x86_dot::BF16WeightedSumV(pp, static_cast<size_t>(mp), vpairs, static_cast<size_t>(dvp),
                                 static_cast<size_t>((nk + 1) / 2), alpha,
                                 static_cast<size_t>(value_rows), static_cast<size_t>(dvp), o,
-                                static_cast<size_t>(dvp));
+                                static_cast<size_t>(dvp), structured ? ke : nullptr);
       ATTNKIT_PHASE_MARK(phase_timer, kPV);
       continue;
     }

@@ -240,30 +240,43 @@ ATTNKIT_TARGET_BF16 void BF16TransposePairs(const uint16_t* const* rows, size_t 
   }
 }
 
+// The key pairs rows [r0, r0 + n) need: up to the one holding their last
+// visible key (key_end), at most key_pairs.
+inline size_t PairsOfRows(const float* key_end, size_t r0, size_t n, size_t key_pairs) {
+  if (key_end == nullptr) return key_pairs;
+  float end = 0.0f;
+  for (size_t r = r0; r < r0 + n; ++r) end = key_end[r] > end ? key_end[r] : end;
+  const size_t pairs = (static_cast<size_t>(end) + 1) / 2;
+  return pairs < key_pairs ? pairs : key_pairs;
+}
+
 ATTNKIT_TARGET_BF16 void BF16WeightedSumV(const uint32_t* pp, size_t ldpp, const uint32_t* vp,
                                           size_t ldvp, size_t key_pairs, const float* alpha,
-                                          size_t rows, size_t dp, float* o, size_t ldo) {
+                                          size_t rows, size_t dp, float* o, size_t ldo,
+                                          const float* key_end) {
   // 8 rows x 2 vectors, as QDotKBlock's 8 keys x 2 vectors: each V load
   // feeds 8 products (same microbenchmark: d64 2.47 -> 2.43 us a tile).
   if (rows % 8 == 0 && dp % 32 == 0) {
     for (size_t r0 = 0; r0 < rows; r0 += 8) {
+      const size_t pairs = PairsOfRows(key_end, r0, 8, key_pairs);
       for (size_t c0 = 0; c0 < dp; c0 += 32) {
-        WeightedSumVTile<2, 8>(pp, ldpp, vp, ldvp, key_pairs, alpha, r0, c0, o, ldo);
+        WeightedSumVTile<2, 8>(pp, ldpp, vp, ldvp, pairs, alpha, r0, c0, o, ldo);
       }
     }
     return;
   }
   for (size_t r0 = 0; r0 < rows; r0 += 4) {
+    const size_t pairs = PairsOfRows(key_end, r0, 4, key_pairs);
     size_t c0 = 0;
     // 4 rows x 4 vectors: 16 accumulators, each broadcast weight pair feeds 4.
     for (; c0 + 64 <= dp; c0 += 64) {
-      WeightedSumVTile<4>(pp, ldpp, vp, ldvp, key_pairs, alpha, r0, c0, o, ldo);
+      WeightedSumVTile<4>(pp, ldpp, vp, ldvp, pairs, alpha, r0, c0, o, ldo);
     }
     for (; c0 + 32 <= dp; c0 += 32) {
-      WeightedSumVTile<2>(pp, ldpp, vp, ldvp, key_pairs, alpha, r0, c0, o, ldo);
+      WeightedSumVTile<2>(pp, ldpp, vp, ldvp, pairs, alpha, r0, c0, o, ldo);
     }
     for (; c0 < dp; c0 += 16) {
-      WeightedSumVTile<1>(pp, ldpp, vp, ldvp, key_pairs, alpha, r0, c0, o, ldo);
+      WeightedSumVTile<1>(pp, ldpp, vp, ldvp, pairs, alpha, r0, c0, o, ldo);
     }
   }
 }
@@ -311,7 +324,7 @@ void BF16PackWeights(const float*, size_t, size_t, size_t, uint32_t*, size_t) {}
 void BF16PackValues(const uint16_t* const*, size_t, size_t, size_t, uint32_t*, size_t) {}
 void BF16TransposePairs(const uint16_t* const*, size_t, uint32_t*, size_t) {}
 void BF16WeightedSumV(const uint32_t*, size_t, const uint32_t*, size_t, size_t, const float*,
-                      size_t, size_t, float*, size_t) {}
+                      size_t, size_t, float*, size_t, const float*) {}
 
 }  // namespace x86_dot
 }  // namespace attnkit

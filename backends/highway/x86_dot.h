@@ -116,10 +116,13 @@ void BF16TransposePairs(const uint16_t* const* rows, size_t pairs, uint32_t* qp,
 
 // O[r, c] = alpha[r] O[r, c] + sum_{j < 2 key_pairs} P[j, r] V[j, c] for r <
 // rows (a multiple of 4), c < dp (a multiple of 16); alpha null = 1. pp and
-// vp as the packers above give them.
+// vp as the packers above give them. key_end (null: every key) says where
+// each row's visible keys end (masking-inl.h's RowKeyRanges, ke): its
+// weights past it are 0, so a block of rows stops at the pair holding the
+// last key one of them sees (half of a causal diagonal tile's products).
 void BF16WeightedSumV(const uint32_t* pp, size_t ldpp, const uint32_t* vp, size_t ldvp,
                       size_t key_pairs, const float* alpha, size_t rows, size_t dp, float* o,
-                      size_t ldo);
+                      size_t ldo, const float* key_end = nullptr);
 
 // ---- fp8 through bf16 (x86_fp8_dot.cc) ----
 

@@ -98,39 +98,52 @@ TEST(X86DotTest, BF16WeightedSumVMatchesRoundedWeights) {
   // d 64 and 128 take the 8-row tiles, the rest 4-row ones.
   for (size_t d : {16, 48, 64, 80, 128}) {
     for (size_t keys : {1, 2, 5, 33, 64}) {
-      const size_t rows = 32, ldv = d + 10;
-      std::vector<float> p(keys * rows);
-      for (float& x : p) x = u01(rng);
-      const std::vector<uint16_t> v = RandomBF16(keys * ldv, &rng);
-      std::vector<int32_t> zero_rows;
-      if (keys > 3) zero_rows = {1, static_cast<int32_t>(keys - 1)};  // incl. an odd last row
-      const size_t pairs = (keys + 1) / 2;
-      std::vector<uint32_t> pp(pairs * rows), vp(pairs * d);
-      x86_dot::BF16PackWeights(p.data(), rows, keys, rows, pp.data(), rows);
-      std::vector<const uint16_t*> row_ptrs(keys);
-      for (size_t j = 0; j < keys; ++j) row_ptrs[j] = v.data() + j * ldv;
-      for (int32_t z : zero_rows) row_ptrs[z] = nullptr;
-      x86_dot::BF16PackValues(row_ptrs.data(), keys, d, d, vp.data(), d);
-      std::vector<float> o(rows * d), alpha(rows);
-      for (size_t i = 0; i < o.size(); ++i) o[i] = u01(rng);
-      for (float& a : alpha) a = u01(rng);
-      const std::vector<float> o0 = o;
-      x86_dot::BF16WeightedSumV(pp.data(), rows, vp.data(), d, pairs, alpha.data(), rows, d,
-                                o.data(), d);
-      for (size_t r = 0; r < rows; ++r) {
-        for (size_t c = 0; c < d; ++c) {
-          double want = double(alpha[r]) * o0[r * d + c], abs_sum = std::fabs(want);
+      for (bool ends : {false, true}) {
+        const size_t rows = 32, ldv = d + 10;
+        std::vector<float> p(keys * rows);
+        for (float& x : p) x = u01(rng);
+        // With key_end: row r sees keys [0, key_end[r]) (causal-like, some
+        // rows none, some all), its weights past them 0.
+        std::vector<float> key_end(rows, static_cast<float>(keys));
+        for (size_t r = 0; ends && r < rows; ++r) {
+          key_end[r] = r % 7 == 3
+                           ? static_cast<float>(keys + 1)
+                           : static_cast<float>((r * keys) / rows) - (r % 5 == 0 ? 1.0f : 0.0f);
           for (size_t j = 0; j < keys; ++j) {
-            bool zero = false;
-            for (int32_t z : zero_rows) zero = zero || static_cast<size_t>(z) == j;
-            if (zero) continue;
-            const double w = F32FromBF16(BF16FromF32(p[j * rows + r]));  // nearest even
-            want += w * F32FromBF16(v[j * ldv + c]);
-            abs_sum += std::fabs(w * F32FromBF16(v[j * ldv + c]));
+            if (static_cast<float>(j) >= key_end[r]) p[j * rows + r] = 0.0f;
           }
-          const double bound = (keys + 2) * std::ldexp(abs_sum, -24);
-          ASSERT_NEAR(o[r * d + c], want, bound)
-              << "d " << d << " keys " << keys << " row " << r << " col " << c;
+        }
+        const std::vector<uint16_t> v = RandomBF16(keys * ldv, &rng);
+        std::vector<int32_t> zero_rows;
+        if (keys > 3) zero_rows = {1, static_cast<int32_t>(keys - 1)};  // incl. an odd last row
+        const size_t pairs = (keys + 1) / 2;
+        std::vector<uint32_t> pp(pairs * rows), vp(pairs * d);
+        x86_dot::BF16PackWeights(p.data(), rows, keys, rows, pp.data(), rows);
+        std::vector<const uint16_t*> row_ptrs(keys);
+        for (size_t j = 0; j < keys; ++j) row_ptrs[j] = v.data() + j * ldv;
+        for (int32_t z : zero_rows) row_ptrs[z] = nullptr;
+        x86_dot::BF16PackValues(row_ptrs.data(), keys, d, d, vp.data(), d);
+        std::vector<float> o(rows * d), alpha(rows);
+        for (size_t i = 0; i < o.size(); ++i) o[i] = u01(rng);
+        for (float& a : alpha) a = u01(rng);
+        const std::vector<float> o0 = o;
+        x86_dot::BF16WeightedSumV(pp.data(), rows, vp.data(), d, pairs, alpha.data(), rows, d,
+                                  o.data(), d, ends ? key_end.data() : nullptr);
+        for (size_t r = 0; r < rows; ++r) {
+          for (size_t c = 0; c < d; ++c) {
+            double want = double(alpha[r]) * o0[r * d + c], abs_sum = std::fabs(want);
+            for (size_t j = 0; j < keys; ++j) {
+              bool zero = false;
+              for (int32_t z : zero_rows) zero = zero || static_cast<size_t>(z) == j;
+              if (zero) continue;
+              const double w = F32FromBF16(BF16FromF32(p[j * rows + r]));  // nearest even
+              want += w * F32FromBF16(v[j * ldv + c]);
+              abs_sum += std::fabs(w * F32FromBF16(v[j * ldv + c]));
+            }
+            const double bound = (keys + 2) * std::ldexp(abs_sum, -24);
+            ASSERT_NEAR(o[r * d + c], want, bound) << "d " << d << " keys " << keys << " row " << r
+                                                   << " col " << c << " ends " << ends;
+          }
         }
       }
     }
