@@ -36,52 +36,78 @@ namespace HWY_NAMESPACE {
 // rounds: softmax phase 4.41-4.50 -> 3.97-4.03 ms in f32, 4.27-4.30 ->
 // 3.86-3.88 in bf16 EXACT and 4.31-4.34 -> 3.86-3.91 in FAST); before
 // that it had taken 11 (FAST: 9.10-9.22 -> 8.34-8.46 ms).
-// ExpNonPositiveN computes it for kN vectors in place, one step for all of
-// them before the next: the same operations on each (the same results as
-// ExpNonPositive), with kN independent chains of multiply-adds side by side
-// in the instruction stream, which the out-of-order core overlaps better
-// than kN whole chains one after another (see OnlineSoftmaxUpdateWith).
+namespace exp_nonpositive {
+// t = x / ln 2 + 1.5 * 2^23 holds q = round(x / ln 2) in its low mantissa
+// bits (two's complement below the 2^22 bit), so t's bits shifted left by
+// 23 are q times the exponent field's unit, modulo 2^32.
+constexpr float kShift = 12582912.0f;
+constexpr float kLog2E = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693145751953125f;  // ln 2 in two parts
+constexpr float kLn2Lo = 1.428606765330187045e-6f;
+// The degree-4 (e^r - 1) / r fit on |r| <= ln 2 / 2, highest power first.
+constexpr float kP4 = 0.008290272206068039f, kP3 = 0.04189816117286682f, kP2 = 0.1666763871908188f,
+                kP1 = 0.4999914765357971f, kP0 = 0.9999997019767761f;
+constexpr float kLowest = -87.0f;  // below it the result is 0
+}  // namespace exp_nonpositive
+
+template <class D, class V>
+HWY_INLINE V ExpNonPositive(D d, V x) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  namespace c = exp_nonpositive;
+  const hn::Rebind<int32_t, D> di;
+  const V shift = hn::Set(d, c::kShift);
+  const V t = hn::MulAdd(x, hn::Set(d, c::kLog2E), shift);
+  const V qf = hn::Sub(t, shift);
+  V r = hn::MulAdd(qf, hn::Set(d, -c::kLn2Hi), x);
+  r = hn::MulAdd(qf, hn::Set(d, -c::kLn2Lo), r);
+  V poly = hn::MulAdd(hn::Set(d, c::kP4), r, hn::Set(d, c::kP3));  // Horner
+  poly = hn::MulAdd(poly, r, hn::Set(d, c::kP2));
+  poly = hn::MulAdd(poly, r, hn::Set(d, c::kP1));
+  poly = hn::MulAdd(poly, r, hn::Set(d, c::kP0));
+  const V er = hn::MulAdd(poly, r, hn::Set(d, 1.0f));
+  const V result =
+      hn::BitCast(d, hn::Add(hn::BitCast(di, er), hn::ShiftLeft<23>(hn::BitCast(di, t))));
+  return hn::IfThenElseZero(hn::Ge(x, hn::Set(d, c::kLowest)), result);
+}
+
+// ExpNonPositive of kN vectors in place, one step for all of them before
+// the next: the same operations on each (the same results), with kN
+// independent chains of multiply-adds side by side in the instruction
+// stream, which the out-of-order core overlaps better than kN whole chains
+// one after another (see OnlineSoftmaxUpdateWith). ExpNonPositive is not
+// this with kN = 1: GCC 12 then needed over 6 MiB of stack (internal
+// compiler error, segmentation fault, in the packed decode tiles of
+// backends/highway/sdpa.cc, with the default 8 MiB only now and then).
 template <int kN, class D, class V>
 HWY_INLINE void ExpNonPositiveN(D d, V* HWY_RESTRICT x) {
   namespace hn = hwy::HWY_NAMESPACE;
+  namespace c = exp_nonpositive;
   const hn::Rebind<int32_t, D> di;
-  // t = x / ln 2 + 1.5 * 2^23 holds q = round(x / ln 2) in its low mantissa
-  // bits (two's complement below the 2^22 bit), so t's bits shifted left by
-  // 23 are q times the exponent field's unit, modulo 2^32.
-  const V kShift = hn::Set(d, 12582912.0f);
+  const V shift = hn::Set(d, c::kShift);
   V t[kN], r[kN], poly[kN];
   HWY_UNROLL(8)
-  for (int i = 0; i < kN; ++i) t[i] = hn::MulAdd(x[i], hn::Set(d, 1.44269504088896341f), kShift);
-  HWY_UNROLL(8)
-  for (int i = 0; i < kN; ++i) {  // r = x - q ln 2, ln 2 in two parts
-    const V qf = hn::Sub(t[i], kShift);
-    r[i] = hn::MulAdd(qf, hn::Set(d, -0.693145751953125f), x[i]);
-    r[i] = hn::MulAdd(qf, hn::Set(d, -1.428606765330187045e-6f), r[i]);
-  }
-  // Horner form of the degree-4 (e^r - 1) / r fit on |r| <= ln 2 / 2.
+  for (int i = 0; i < kN; ++i) t[i] = hn::MulAdd(x[i], hn::Set(d, c::kLog2E), shift);
   HWY_UNROLL(8)
   for (int i = 0; i < kN; ++i) {
-    poly[i] = hn::MulAdd(hn::Set(d, 0.008290272206068039f), r[i], hn::Set(d, 0.04189816117286682f));
+    const V qf = hn::Sub(t[i], shift);
+    r[i] = hn::MulAdd(qf, hn::Set(d, -c::kLn2Hi), x[i]);
+    r[i] = hn::MulAdd(qf, hn::Set(d, -c::kLn2Lo), r[i]);
   }
   HWY_UNROLL(8)
-  for (int i = 0; i < kN; ++i) poly[i] = hn::MulAdd(poly[i], r[i], hn::Set(d, 0.1666763871908188f));
+  for (int i = 0; i < kN; ++i) poly[i] = hn::MulAdd(hn::Set(d, c::kP4), r[i], hn::Set(d, c::kP3));
   HWY_UNROLL(8)
-  for (int i = 0; i < kN; ++i) poly[i] = hn::MulAdd(poly[i], r[i], hn::Set(d, 0.4999914765357971f));
+  for (int i = 0; i < kN; ++i) poly[i] = hn::MulAdd(poly[i], r[i], hn::Set(d, c::kP2));
   HWY_UNROLL(8)
-  for (int i = 0; i < kN; ++i) poly[i] = hn::MulAdd(poly[i], r[i], hn::Set(d, 0.9999997019767761f));
+  for (int i = 0; i < kN; ++i) poly[i] = hn::MulAdd(poly[i], r[i], hn::Set(d, c::kP1));
+  HWY_UNROLL(8)
+  for (int i = 0; i < kN; ++i) poly[i] = hn::MulAdd(poly[i], r[i], hn::Set(d, c::kP0));
   HWY_UNROLL(8)
   for (int i = 0; i < kN; ++i) {
     const V er = hn::MulAdd(poly[i], r[i], hn::Set(d, 1.0f));
     const V result =
         hn::BitCast(d, hn::Add(hn::BitCast(di, er), hn::ShiftLeft<23>(hn::BitCast(di, t[i]))));
-    x[i] = hn::IfThenElseZero(hn::Ge(x[i], hn::Set(d, -87.0f)), result);
+    x[i] = hn::IfThenElseZero(hn::Ge(x[i], hn::Set(d, c::kLowest)), result);
   }
-}
-
-template <class D, class V>
-HWY_INLINE V ExpNonPositive(D d, V x) {
-  ExpNonPositiveN<1>(d, &x);
-  return x;
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
