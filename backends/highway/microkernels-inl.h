@@ -846,15 +846,24 @@ HWY_INLINE VF TileRowMax(const float* HWY_RESTRICT s, size_t lds, size_t keys, s
 // score are flagged too, as by FlagIfNonFinite. P goes to store_p: a pair of
 // keys (j even) as store_p(j, r0, P[j], P[j + 1]), an odd tile's last key as
 // store_p(j, r0, P[j], 0) (see OnlineSoftmaxUpdate for S's own storage).
+// With key_end (RowKeyRanges' ke: every score of row r from key ke[r] on
+// is -inf), a vector of rows stops after the pair holding the last key one
+// of them sees: the P left out would be 0, and no one reads it.
 template <class StoreP>
-HWY_INLINE void OnlineSoftmaxUpdateWith(const float* HWY_RESTRICT s, size_t lds, size_t keys,
+HWY_INLINE void OnlineSoftmaxUpdateWith(const float* HWY_RESTRICT s, size_t lds, size_t all_keys,
                                         size_t rows, float* HWY_RESTRICT m, float* HWY_RESTRICT l,
                                         float* HWY_RESTRICT alpha, float* HWY_RESTRICT bad,
-                                        const StoreP& store_p) {
+                                        const float* HWY_RESTRICT key_end, const StoreP& store_p) {
   const DF df;
   const size_t N = hn::Lanes(df);
   const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
   for (size_t r0 = 0; r0 < rows; r0 += N) {
+    size_t keys = all_keys;
+    if (key_end != nullptr) {
+      const float end = hn::GetLane(hn::MaxOfLanes(df, hn::Load(df, key_end + r0)));
+      const size_t pairs_end = end > 0.0f ? 2 * ((static_cast<size_t>(end) + 1) / 2) : 0;
+      keys = std::min(keys, pairs_end);
+    }
     const VF tile_max = bad != nullptr ? TileRowMax<true>(s, lds, keys, r0, bad)
                                        : TileRowMax<false>(s, lds, keys, r0, nullptr);
     const VF m_old = hn::Load(df, m + r0);
@@ -903,7 +912,7 @@ HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t ke
                                     float* HWY_RESTRICT m, float* HWY_RESTRICT l,
                                     float* HWY_RESTRICT alpha, float* HWY_RESTRICT bad = nullptr) {
   const DF df;
-  OnlineSoftmaxUpdateWith(s, lds, keys, rows, m, l, alpha, bad,
+  OnlineSoftmaxUpdateWith(s, lds, keys, rows, m, l, alpha, bad, /*key_end=*/nullptr,
                           [&](size_t j, size_t r0, VF p0, VF p1) HWY_ATTR {
                             hn::Store(p0, df, s + j * lds + r0);
                             if (j + 1 < keys) hn::Store(p1, df, s + (j + 1) * lds + r0);
@@ -917,6 +926,9 @@ HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t ke
 // as x86_dot::BF16PackWeights lays them out and rounds them (nearest even),
 // pp [(keys + 1) / 2, ldpp], pp[jp * ldpp + r] = P[2 jp, r] in the low half
 // and P[2 jp + 1, r] (0 past keys) in the high half; S is left as it was.
+// With key_end (see OnlineSoftmaxUpdateWith), pairs past a vector of rows'
+// last visible key are not written: BF16WeightedSumV given the same ends
+// never reads them.
 // This skips P's f32 store and the pack's second pass over it (FAST d64
 // causal prefill, one thread, Zen 5, alternating builds, three rounds:
 // softmax 4.30-4.57 -> 4.51-4.66 ms, P.V with the pack 9.85-10.47 ->
@@ -925,7 +937,7 @@ HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t ke
 ATTNKIT_AVX3_DL_BF16 HWY_NOINLINE inline void OnlineSoftmaxUpdateToBF16Pairs(
     const float* HWY_RESTRICT s, size_t lds, size_t keys, size_t rows, float* HWY_RESTRICT m,
     float* HWY_RESTRICT l, float* HWY_RESTRICT alpha, float* HWY_RESTRICT bad,
-    uint32_t* HWY_RESTRICT pp, size_t ldpp) {
+    const float* HWY_RESTRICT key_end, uint32_t* HWY_RESTRICT pp, size_t ldpp) {
   // 16-bit lane 2 i <- lane i, 2 i + 1 <- lane 16 + i: the two keys'
   // roundings of row i side by side.
   alignas(64) int16_t order[32];
@@ -934,7 +946,7 @@ ATTNKIT_AVX3_DL_BF16 HWY_NOINLINE inline void OnlineSoftmaxUpdateToBF16Pairs(
     order[2 * i + 1] = static_cast<int16_t>(16 + i);
   }
   const __m512i interleave = _mm512_load_si512(order);
-  OnlineSoftmaxUpdateWith(s, lds, keys, rows, m, l, alpha, bad,
+  OnlineSoftmaxUpdateWith(s, lds, keys, rows, m, l, alpha, bad, key_end,
                           [&](size_t j, size_t r0, VF p0, VF p1) ATTNKIT_AVX3_DL_BF16 {
                             // Low 16 lanes p0, high 16 p1, each rounded.
                             const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(p1.raw, p0.raw);

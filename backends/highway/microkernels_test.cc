@@ -536,7 +536,9 @@ void TestSoftmaxToBF16Pairs() {
   const size_t N = hn::Lanes(DF());
   const size_t rows = 2 * N, lds = rows;
   for (size_t keys : {1, 2, 5, 8, 63, 64}) {
-    for (bool flag : {false, true}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      const bool flag = variant == 1;  // a NaN flagged in the max pass
+      const bool ends = variant == 2;  // key ends: a causal-like diagonal
       std::vector<float> s0 = Random(keys * lds, 11 + keys);
       for (size_t j = 0; j < keys; ++j) {
         s0[j * lds + rows - 1] = kNegInf;  // blocked throughout
@@ -544,6 +546,17 @@ void TestSoftmaxToBF16Pairs() {
         s0[j * lds + 3] *= 40.0f;  // exps far below 1
       }
       if (flag) s0[(keys - 1) * lds + 5] = std::numeric_limits<float>::quiet_NaN();
+      // Row r sees keys [0, ke[r]) (the first vector of rows fewer than
+      // the second), its scores past them -inf, as MaskKeyRange leaves them.
+      auto ke = hwy::AllocateAligned<float>(rows);
+      for (size_t r = 0; r < rows; ++r) {
+        ke[r] =
+            static_cast<float>(std::min(keys, (r * keys) / (2 * rows) + (r >= N ? keys / 2 : 0)));
+        if (r == 1) ke[r] = 0.0f;  // none at all
+        for (size_t j = 0; ends && j < keys; ++j) {
+          if (static_cast<float>(j) >= ke[r]) s0[j * lds + r] = kNegInf;
+        }
+      }
       auto plain = Aligned(s0), fused = Aligned(s0);
       auto make = [&](float init) {
         auto v = hwy::AllocateAligned<float>(rows);
@@ -560,13 +573,26 @@ void TestSoftmaxToBF16Pairs() {
                           flag ? bad0.get() : nullptr);
       x86_dot::BF16PackWeights(plain.get(), lds, keys, rows, pp0.data(), rows);
       OnlineSoftmaxUpdateToBF16Pairs(fused.get(), lds, keys, rows, m1.get(), l1.get(), a1.get(),
-                                     flag ? bad1.get() : nullptr, pp1.data(), rows);
+                                     flag ? bad1.get() : nullptr, ends ? ke.get() : nullptr,
+                                     pp1.data(), rows);
+      if (ends) {  // the pairs past a vector's last visible key are not written: match them
+        for (size_t r0 = 0; r0 < rows; r0 += N) {
+          float end = 0.0f;
+          for (size_t r = r0; r < r0 + N; ++r) end = std::max(end, ke[r]);
+          for (size_t jp = (static_cast<size_t>(end) + 1) / 2; jp < pairs; ++jp) {
+            for (size_t r = r0; r < r0 + N; ++r) {
+              EXPECT_EQ(pp1[jp * rows + r], 0xdeadbeef) << keys << " pair " << jp;
+              pp1[jp * rows + r] = pp0[jp * rows + r];
+            }
+          }
+        }
+      }
       const size_t bytes = rows * sizeof(float);
       EXPECT_EQ(0, std::memcmp(m0.get(), m1.get(), bytes)) << keys;
       EXPECT_EQ(0, std::memcmp(l0.get(), l1.get(), bytes)) << keys;
       EXPECT_EQ(0, std::memcmp(a0.get(), a1.get(), bytes)) << keys;
       EXPECT_EQ(0, std::memcmp(bad0.get(), bad1.get(), bytes)) << keys;
-      EXPECT_EQ(pp0, pp1) << keys << " " << flag;
+      EXPECT_EQ(pp0, pp1) << keys << " " << variant;
       EXPECT_EQ(0, std::memcmp(fused.get(), s0.data(), keys * lds * sizeof(float)));  // S as was
     }
   }

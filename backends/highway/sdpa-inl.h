@@ -681,7 +681,8 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
 #if HWY_TARGET == HWY_AVX3_DL && defined(__x86_64__) && defined(__GNUC__)
     // FAST bf16 P.V: P straight to bf16 pairs (bf16_pv: the CPU has BF16).
     if (bf16_pv) {
-      OnlineSoftmaxUpdateToBF16Pairs(s, mp, nkp, mp, m, l, alpha, flags, pp, mp);
+      OnlineSoftmaxUpdateToBF16Pairs(s, mp, nkp, mp, m, l, alpha, flags, structured ? ke : nullptr,
+                                     pp, mp);
     } else {
       OnlineSoftmaxUpdate(s, mp, nkp, mp, m, l, alpha, flags);
     }
