@@ -35,6 +35,15 @@ inline void PrefetchL2(const void* p) {
 #endif
 }
 
+// Every line bytes (> 0) at p touch into L1, wherever p lies in its line.
+inline void PrefetchSpanL1(const void* p, size_t bytes) {
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(p) + bytes - 1) & ~uintptr_t{63};
+  for (uintptr_t line = first; line <= last; line += 64) {
+    PrefetchL1(reinterpret_cast<const void*>(line));
+  }
+}
+
 // Rows [from, to) of a matrix into L1 (PrefetchRowsL1) or L2
 // (PrefetchRowsL2), a line at a time: row j's first `bytes` bytes at
 // rows + j * ld. Rows back to back (ld == bytes) are one run of lines.

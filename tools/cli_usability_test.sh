@@ -205,7 +205,9 @@ assert len(rows) == len(want), (rows, want)
 for row, (backend, status, median) in zip(rows, want):
     assert row[1] == backend and row[2] == status, (row, backend, status)
     if status == "ok":
-        assert abs(float(row[3]) - median * 1e3) < 5e-4, (row, median)
+        # The page rounds to 3 decimals in ms and the report to 3 significant
+        # digits: a median near a tie (9.35e-05 s shown as 0.093) is still right.
+        assert abs(float(row[3]) - median * 1e3) <= 5e-4 + 5e-3 * median * 1e3 + 1e-9, (row, median)
 print("rendered rows:", len(rows))
 PY
 fi

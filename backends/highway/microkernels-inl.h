@@ -850,8 +850,8 @@ HWY_INLINE VF TileRowMax(const float* HWY_RESTRICT s, size_t lds, size_t keys, s
 // is -inf), a vector of rows stops after the pair holding the last key one
 // of them sees: the P left out would be 0, and no one reads it.
 template <class StoreP>
-HWY_INLINE void OnlineSoftmaxUpdateWith(const float* HWY_RESTRICT s, size_t lds, size_t all_keys,
-                                        size_t rows, float* HWY_RESTRICT m, float* HWY_RESTRICT l,
+HWY_INLINE void OnlineSoftmaxUpdateWith(const float* s, size_t lds, size_t all_keys, size_t rows,
+                                        float* HWY_RESTRICT m, float* HWY_RESTRICT l,
                                         float* HWY_RESTRICT alpha, float* HWY_RESTRICT bad,
                                         const float* HWY_RESTRICT key_end, const StoreP& store_p) {
   const DF df;
@@ -930,9 +930,9 @@ HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t ke
 // last visible key are not written: BF16WeightedSumV given the same ends
 // never reads them.
 // This skips P's f32 store and the pack's second pass over it (FAST d64
-// causal prefill, one thread, Zen 5, alternating builds, three rounds:
-// softmax 4.30-4.57 -> 4.51-4.66 ms, P.V with the pack 9.85-10.47 ->
-// 9.08-9.41, the call 25.7-27.4 -> 25.0-26.0). Compiled for AVX3_DL plus
+// causal prefill, one thread, Zen 5, alternating builds, three rounds, the
+// fusion alone: softmax 4.30-4.57 -> 4.51-4.66 ms, P.V with the pack
+// 9.85-10.47 -> 9.08-9.41, the call 25.7-27.4 -> 25.0-26.0). Compiled for AVX3_DL plus
 // AVX512_BF16 (vcvtne2ps2bf16): call only where x86_dot::HaveBF16Dot().
 ATTNKIT_AVX3_DL_BF16 HWY_NOINLINE inline void OnlineSoftmaxUpdateToBF16Pairs(
     const float* HWY_RESTRICT s, size_t lds, size_t keys, size_t rows, float* HWY_RESTRICT m,
@@ -954,6 +954,7 @@ ATTNKIT_AVX3_DL_BF16 HWY_NOINLINE inline void OnlineSoftmaxUpdateToBF16Pairs(
                                                 _mm512_permutexvar_epi16(interleave, both));
                           });
 }
+#undef ATTNKIT_AVX3_DL_BF16
 #endif
 
 // Flags (see FlagIfNonFinite) every score of S [keys, lds], rows < `rows` (a

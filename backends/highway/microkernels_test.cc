@@ -1,7 +1,6 @@
 // Unit tests of the micro-kernels against simple scalar functions, for every
 // compiled target (so every vector width), with odd sizes.
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -529,10 +528,7 @@ void TestExpNonPositive() {
 // blocked scores, rows blocked throughout and a NaN flagged in the max pass.
 void TestSoftmaxToBF16Pairs() {
 #if HWY_TARGET == HWY_AVX3_DL && defined(__x86_64__) && defined(__GNUC__)
-  if (!x86_dot::HaveBF16Dot()) {
-    fprintf(stderr, "TestSoftmaxToBF16Pairs: not run, this CPU has no AVX512_BF16\n");
-    return;
-  }
+  if (!x86_dot::HaveBF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
   const size_t N = hn::Lanes(DF());
   const size_t rows = 2 * N, lds = rows;
   for (size_t keys : {1, 2, 5, 8, 63, 64}) {

@@ -401,7 +401,9 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
 // Runs one item, reading K and V as T: f32 scratch tiles, or (t.direct) the
 // storage of type T itself. Passes each normalised row and its lse to
 // store_row(r, row, lse). Fully blocked rows give 0 and -inf; rows that read a
-// NaN or Inf give NaN and NaN (oracle/reference.h).
+// NaN or Inf give NaN and NaN (oracle/reference.h). The lse of other rows is
+// computed only where it is read (p.lse, split-K partials, a sink); elsewhere
+// store_row gets -inf for it and must not read it.
 template <typename T, class StoreRow>
 void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scratch,
                const StoreRow& store_row) {
@@ -736,8 +738,8 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   // split-K partials keep their keys' lse and MergeWorkItem folds it.
   const bool fold_sink = p.sinks != nullptr && t.splits == 1;
   // A row's lse is read by split-K merges and the caller's lse output
-  // only; elsewhere its log is left out (a libm call a row: 1 % of a bf16
-  // d64 prefill).
+  // only, and a sink needs it (NormalizeWithSink, below); elsewhere its log
+  // is left out (a libm call a row: 1 % of a bf16 d64 prefill).
   const bool needs_lse = p.lse != nullptr || t.splits > 1;
   for (int64_t r = 0; r < rows; ++r) {
     float* orow = o + r * dvp;
@@ -1003,7 +1005,7 @@ inline void PrepareValues(const FlashParams& p, const Tiling& t, const DotChoice
     const size_t row_bytes = static_cast<size_t>(p.value_dim) * DTypeSize(p.v.dtype);
     for (int64_t j = 0; j < n; ++j) {
       if (j + kRowsAhead < n && p.v.strides[3] == 1) {
-        PrefetchRowsL1(rows[j + kRowsAhead], row_bytes, row_bytes, 0, 1);
+        PrefetchSpanL1(rows[j + kRowsAhead], row_bytes);
       }
       LoadRowAsF32(rows[j], p.v.dtype, p.v.strides[3], static_cast<size_t>(p.value_dim),
                    static_cast<size_t>(dvp), head + (k0 + j) * ld);

@@ -108,6 +108,16 @@ ATTNKIT_TARGET_BF16 inline __m512i InterleaveIndex(int first, int b_base) {
   return _mm512_loadu_si512(idx);
 }
 
+// The key pairs rows [r0, r0 + n) need: up to the one holding their last
+// visible key (key_end), at most key_pairs.
+inline size_t PairsOfRows(const float* key_end, size_t r0, size_t n, size_t key_pairs) {
+  if (key_end == nullptr) return key_pairs;
+  float end = 0.0f;
+  for (size_t r = r0; r < r0 + n; ++r) end = key_end[r] > end ? key_end[r] : end;
+  const size_t pairs = (static_cast<size_t>(end) + 1) / 2;
+  return pairs < key_pairs ? pairs : key_pairs;
+}
+
 }  // namespace
 
 ATTNKIT_TARGET_BF16 void BF16QDotK(const uint32_t* qp, size_t ldq, const uint16_t* k, size_t ldk,
@@ -173,7 +183,7 @@ ATTNKIT_TARGET_BF16 void BF16PackValues(const uint16_t* const* rows, size_t keys
     // ms). Null rows (NaN rows of a tile's own pack) are skipped.
     constexpr size_t kRowsAhead = 16;
     for (size_t x = 2 * jp + kRowsAhead; x < 2 * jp + kRowsAhead + 2 && x < keys; ++x) {
-      if (rows[x] != nullptr) PrefetchRowsL1(rows[x], 2 * d, 2 * d, 0, 1);
+      if (rows[x] != nullptr) PrefetchSpanL1(rows[x], 2 * d);
     }
     uint32_t* out = vp + jp * ldvp;
     for (size_t c0 = 0; c0 < dp; c0 += 32) {
@@ -238,16 +248,6 @@ ATTNKIT_TARGET_BF16 void BF16TransposePairs(const uint16_t* const* rows, size_t 
       qp[c2 * ldq + r] = pair;
     }
   }
-}
-
-// The key pairs rows [r0, r0 + n) need: up to the one holding their last
-// visible key (key_end), at most key_pairs.
-inline size_t PairsOfRows(const float* key_end, size_t r0, size_t n, size_t key_pairs) {
-  if (key_end == nullptr) return key_pairs;
-  float end = 0.0f;
-  for (size_t r = r0; r < r0 + n; ++r) end = key_end[r] > end ? key_end[r] : end;
-  const size_t pairs = (static_cast<size_t>(end) + 1) / 2;
-  return pairs < key_pairs ? pairs : key_pairs;
 }
 
 ATTNKIT_TARGET_BF16 void BF16WeightedSumV(const uint32_t* pp, size_t ldpp, const uint32_t* vp,

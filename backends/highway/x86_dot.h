@@ -118,8 +118,12 @@ void BF16TransposePairs(const uint16_t* const* rows, size_t pairs, uint32_t* qp,
 // rows (a multiple of 4), c < dp (a multiple of 16); alpha null = 1. pp and
 // vp as the packers above give them. key_end (null: every key) says where
 // each row's visible keys end (masking-inl.h's RowKeyRanges, ke): its
-// weights past it are 0, so a block of rows stops at the pair holding the
-// last key one of them sees (half of a causal diagonal tile's products).
+// weights past it are 0, so a block of rows (8 or 4, aligned) stops at the
+// pair holding the last key one of them sees (half of a causal diagonal
+// tile's products) and never reads the pairs past it, which may then hold
+// anything: the FAST softmax (OnlineSoftmaxUpdateToBF16Pairs) does not
+// write them past its own vectors of 16 rows, each a whole number of
+// these blocks.
 void BF16WeightedSumV(const uint32_t* pp, size_t ldpp, const uint32_t* vp, size_t ldvp,
                       size_t key_pairs, const float* alpha, size_t rows, size_t dp, float* o,
                       size_t ldo, const float* key_end = nullptr);
