@@ -76,6 +76,10 @@ using highway_plan::Tiling;
 //   fp8_bf16: direct (decode) fp8 tiles under FAST (AVX-512 with BF16 and
 //            VBMI): Q and P rounded to bf16, the codes widened to bf16 by
 //            byte tables, vdpbf16ps (Fp8QDotK4, Fp8WeightedSumV4).
+//   bf16_dec: direct (decode) bf16 tiles, Q bf16 or rounded to it
+//            (FAST): vdpbf16ps on Q rows against K storage (BF16QDotK4).
+//   bf16_dec_pv: also FAST: P rounded to bf16, vdpbf16ps against pairs of
+//            V rows (BF16WeightedSumV4).
 // Only on CPUs that have the instructions, and on AVX-512 targets but for
 // vnni_qk and vnni_pv, which the AVX2 target also takes with AVX-VNNI (the
 // 256-bit kernels, which give the 512-bit ones' bits; AVX-512 targets keep
@@ -88,6 +92,8 @@ struct DotChoice {
   bool vnni_256 = false;
   bool vnni_pv = false;
   bool fp8_bf16 = false;
+  bool bf16_dec = false;
+  bool bf16_dec_pv = false;
 };
 inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
   DotChoice c;
@@ -110,6 +116,10 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
   c.vnni_pv = c.vnni_qk && p.fast && p.v.dtype == DType::kI8;
   c.fp8_bf16 = t.packed && IsFp8(p.k.dtype) && p.round_q && p.head_dim % 16 == 0 &&
                x86_dot::HaveFp8BF16Dot();
+  // Direct tiles: contiguous rows, d and Ev multiples of 16 (t.dp == d).
+  c.bf16_dec = t.packed && p.k.dtype == DType::kBF16 && (p.q.dtype == DType::kBF16 || p.round_q) &&
+               x86_dot::HaveBF16Dot();
+  c.bf16_dec_pv = c.bf16_dec && p.fast && p.v.dtype == DType::kBF16;
   static_assert(kMaxKeyTile <= static_cast<int64_t>(x86_dot::kMaxWeightedQuadsKeys),
                 "WeightedQuadsV4's integer sums hold at most kMaxWeightedQuadsKeys keys");
   static_assert(kProblemMaxHeadDim <= static_cast<int64_t>(x86_dot::kMaxFp8QDotD),
@@ -183,6 +193,12 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   constexpr bool kFp8Codes = std::is_same<T, Fp8E4M3>::value || std::is_same<T, Fp8E5M2>::value;
   constexpr bool kE4M3Codes = std::is_same<T, Fp8E4M3>::value;
   const bool fp8_bf16 = kFp8Codes && dots.fp8_bf16;
+  // bf16 rows with bf16 products (dots.bf16_dec; under FAST also P.V):
+  // Q.K always, P.V as fp8's (f32 products where a weight is not finite or
+  // a row must leave out a bad V row).
+  constexpr bool kBF16Rows = std::is_same<T, hwy::bfloat16_t>::value;
+  const bool bf16_dec = kBF16Rows && dots.bf16_dec;
+  const bool bf16_dec_pv = kBF16Rows && dots.bf16_dec_pv;
   const size_t ldk = runs.ldk, ldv = runs.ldv;
   // Dense rows (back to back, no stride, not paged) spread their memory
   // requests over the tile: Q.K brings the K rows ahead (AheadRows), P.V
@@ -204,8 +220,8 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   const bool dense =
       !p.kv_rows.paged() && p.k_row_stride == p.head_dim && p.v_row_stride == p.value_dim;
   const bool int8_vnni_pv = std::is_same<T, int8_t>::value && dots.vnni_pv;
-  const bool l1_rows = (int8_vnni_pv || fp8_bf16) && dense;
-  const bool pv_prefetches_v = sizeof(T) >= 2 && dense;  // never with l1_rows (1-byte rows)
+  const bool l1_rows = (int8_vnni_pv || fp8_bf16 || bf16_dec_pv) && dense;
+  const bool pv_prefetches_v = sizeof(T) >= 2 && dense && !l1_rows;
   auto l1_of = [](const T* rows, size_t ld, int64_t values, size_t count) {
     return x86_dot::L1Rows{reinterpret_cast<const uint8_t*>(rows), ld * sizeof(T),
                            static_cast<size_t>(values) * sizeof(T), count};
@@ -255,6 +271,15 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
                reinterpret_cast<const int8_t*>(ka.rows), ka.ld,
                l1_rows ? nullptr : reinterpret_cast<const int8_t*>(va.rows), va.ld,
                std::min(ka.count, va.count), v_l1);
+      } else if (bf16_dec) {  // bf16 Q rows (LoadQueryRowsBF16): scale * q.k
+        x86_dot::BF16QDotK4(
+            reinterpret_cast<const uint16_t*>(scratch + t.off_qb16) + g * kGroupRows * t.ldqb16,
+            static_cast<size_t>(t.ldqb16), reinterpret_cast<const uint16_t*>(runs.k[r]), ldk,
+            static_cast<size_t>(p.head_dim), keys, p.scale, sg + j0 * kGroupRows,
+            reinterpret_cast<const uint16_t*>(ka.rows), ka.ld,
+            // (with pv_prefetches_v, P.V brings the V rows ahead)
+            l1_rows || pv_prefetches_v ? nullptr : reinterpret_cast<const uint16_t*>(va.rows),
+            va.ld, std::min(ka.count, va.count), v_l1);
       } else if (fp8_bf16) {  // bf16 Q rows (LoadQueryBlocksBF16): scale * q.code
         const int64_t ldqb = 4 * p.head_dim;
         x86_dot::Fp8QDotK4(
@@ -331,10 +356,12 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // above (n_bad).
   const bool fp8_pv = fp8_bf16 && n_bad == 0;
   const bool int_pv = std::is_same<T, int8_t>::value && dots.vnni_pv && n_bad == 0;
-  const int8_t* vrows[kMaxKeyTile + 3];
-  if (int_pv || fp8_pv) {
+  const bool bf16_pv = bf16_dec_pv && n_bad == 0;
+  // (bf16 rows: pointers to T, read as x86_dot's uint16_t rows)
+  const T* vrows[kMaxKeyTile + 3];
+  if (int_pv || fp8_pv || bf16_pv) {
     for (int r = 0; r < runs.count; ++r) {  // a run at a time (VRow per key searched the runs)
-      const int8_t* row = reinterpret_cast<const int8_t*>(runs.v[r]);
+      const T* row = runs.v[r];
       for (int64_t j = runs.begin[r]; j < runs.begin[r + 1]; ++j, row += ldv) vrows[j] = row;
     }
     // A last quad (pair for fp8) of keys past the tile: weight 0.
@@ -351,7 +378,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     // The first group's P.V takes the next tile's V rows into L1: the
     // kernels below as they go, the f32 products (which do not) here.
     const x86_dot::L1Rows next_v = g == 0 ? pv_next_v : x86_dot::L1Rows{};
-    if (!int_pv && !fp8_pv) x86_dot::PrefetchL1Rows(next_v, 0, next_v.count);
+    if (!int_pv && !fp8_pv && !bf16_pv) x86_dot::PrefetchL1Rows(next_v, 0, next_v.count);
     // The weights quantized to u8 and the tile's P.V one exact integer
     // sum per element, whatever its runs: unless a row's weights are not
     // finite (or tiny), which the f32 products below then take. The
@@ -360,9 +387,16 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     const auto weighted_quads =
         dots.vnni_256 ? &x86_dot::AvxVnniWeightedQuadsV4 : &x86_dot::WeightedQuadsV4;
     if (int_pv) std::fill(sg + nk * kGroupRows, sg + RoundUp(nk, int64_t{4}) * kGroupRows, 0.0f);
-    if (int_pv && weighted_quads(sg, static_cast<size_t>(nk), vrows,
-                                 static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp),
-                                 alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp), next_v)) {
+    if (int_pv &&
+        weighted_quads(sg, static_cast<size_t>(nk), reinterpret_cast<const int8_t* const*>(vrows),
+                       static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp), alpha + r0,
+                       o + r0 * dvp, static_cast<size_t>(dvp), next_v)) {
+      continue;
+    }
+    if (bf16_pv && x86_dot::BF16WeightedSumV4(
+                       sg, static_cast<size_t>(nk), reinterpret_cast<const uint16_t* const*>(vrows),
+                       static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp), alpha + r0,
+                       o + r0 * dvp, static_cast<size_t>(dvp), next_v)) {
       continue;
     }
     if (fp8_pv && x86_dot::Fp8WeightedSumV4(
@@ -467,6 +501,9 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     } else if (t.narrow && kFp8 && dots.fp8_bf16) {
       LoadQueryBlocksBF16(p, it, reinterpret_cast<uint16_t*>(scratch + t.off_qbf),
                           scratch + t.off_qrow);
+    } else if (t.narrow && std::is_same<T, hwy::bfloat16_t>::value && dots.bf16_dec) {
+      LoadQueryRowsBF16(p, it, t.ldqb16, reinterpret_cast<uint16_t*>(scratch + t.off_qb16),
+                        scratch + t.off_qrow);
     } else if (t.narrow) {
       LoadQueryRows(p, t, it, qrows);
       if constexpr (kFp8) {
@@ -773,7 +810,9 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
 template <class StoreRow>
 void RunItem(const FlashParams& p, const Tiling& t, const Item& it, float* scratch,
              const StoreRow& store_row) {
-  if (t.bf16_pairs) {
+  // bf16 products on direct tiles (BF16QDotK4) read the rows as they lie:
+  // BF16Pairs's column order is for the f32 kernels' loads.
+  if (t.bf16_pairs && !ChooseDots(p, t).bf16_dec) {
     RunItemAs<BF16Pairs>(p, t, it, scratch, store_row);
   } else if (t.direct && p.k.dtype == DType::kBF16) {
     RunItemAs<hwy::bfloat16_t>(p, t, it, scratch, store_row);
@@ -946,6 +985,8 @@ inline void FillRunInfo(const FlashParams& p, const Tiling& t, int64_t items, in
                    : dots.vnni_pv                  ? "qk=int8vnni pv=u8vnni"
                    : dots.vnni_qk                  ? "qk=int8vnni"
                    : dots.fp8_bf16                 ? "qk=fp8bf16dot pv=fp8bf16dot"
+                   : dots.bf16_dec_pv              ? "qk=bf16dot4 pv=bf16dot4"
+                   : dots.bf16_dec                 ? "qk=bf16dot4"
                                                    : "";
   info->target = HWY_TARGET;
   info->q_rows = t.rows_padded;

@@ -146,5 +146,63 @@ TEST_P(FlashTargetTest, Fp8DecodeTilesMatchTheOracle) {
   }
 }
 
+// bf16 K/V decode tiles against the oracle, for f32 and bf16 Q under EXACT
+// and FAST: two query rows per head (causal, bottom-right: the first never
+// sees the last key), subnormal bf16 values in K and V in every 16 keys
+// (which vdpbf16ps reads as 0: the oracle's MayFlushBF16Products), a NaN
+// in the last key of one head's K and of another's V (their heads' second
+// rows come out NaN; those tiles' P.V takes the f32 products), d 128 and
+// 80 (a last K step of 16 values, a last V block of 16 columns), last
+// tiles of 5 and 6 keys. On AVX-512 targets of a CPU with AVX512_BF16:
+// bf16 products for Q.K (BF16QDotK4) where Q is bf16 or FAST rounds it,
+// and for P.V (BF16WeightedSumV4) under FAST; f32 products otherwise.
+TEST_P(FlashTargetTest, BF16DecodeTilesMatchTheOracle) {
+  static Backend* backend = MakeHighwayBackend({/*num_threads=*/2}).release();
+  const bool bf16_dots = GetParam() <= HWY_AVX3 && x86_dot::HaveBF16Dot();
+  for (const DType q_type : {DType::kF32, DType::kBF16}) {
+    for (const ComputeMode mode : {ComputeMode::kExact, ComputeMode::kFast}) {
+      for (int64_t d : {128, 80}) {
+        for (int64_t kv_len : {293, 294}) {
+          AttentionProblem p = MakeTestProblem(2, 8, 4, 2, kv_len, d);
+          p.dtype = q_type;
+          p.kv_dtype = DType::kBF16;
+          p.compute = mode;
+          p.mask = MaskKind::kCausal;
+          p.alignment = Alignment::kBottomRight;
+          p.return_lse = true;
+          absl::StatusOr<ProblemData> data = ProblemData::Random(p, 13);
+          ASSERT_TRUE(data.ok()) << data.status();
+          const AttentionArgs& a = data->args();
+          auto* k = static_cast<uint16_t*>(a.k.data);
+          auto* v = static_cast<uint16_t*>(a.v.data);
+          for (int64_t b = 0; b < p.batch; ++b) {
+            for (int64_t g = 0; g < p.num_kv_heads; ++g) {
+              for (int64_t j = 3; j < p.kv_len; j += 16) {
+                k[a.k.Offset(b, g, j, j % d)] = static_cast<uint16_t>(1 + j % 5);
+                v[a.v.Offset(b, g, j, (j + 5) % d)] = static_cast<uint16_t>(0x8000 | (1 + j % 7));
+              }
+            }
+          }
+          const int64_t last = p.kv_len - 1;
+          k[a.k.Offset(1, 0, last, 7)] = 0x7FC0;  // NaN
+          v[a.v.Offset(0, 3, last, 9)] = 0xFFC0;  // NaN
+          RunInfo info;
+          const absl::Status s = backend->Forward(p, a, &info);
+          ASSERT_TRUE(s.ok()) << p.Id() << ": " << s;
+          const Comparison c = CompareToReference(p, a, ComputeReference(p, a));
+          EXPECT_TRUE(c.ok()) << p.Id() << ": " << c.first_failure << " kernel " << info.kernel;
+          // 2 heads per KV head, 2 KV heads poisoned, their second rows.
+          EXPECT_EQ(c.poisoned_rows, 4) << p.Id();
+          const bool fast = mode == ComputeMode::kFast;
+          const bool qk = info.kernel.find("qk=bf16dot4") != std::string::npos;
+          const bool pv = info.kernel.find("pv=bf16dot4") != std::string::npos;
+          EXPECT_EQ(qk, bf16_dots && (fast || q_type == DType::kBF16)) << p.Id() << info.kernel;
+          EXPECT_EQ(pv, bf16_dots && fast) << p.Id() << " " << info.kernel;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attnkit

@@ -283,6 +283,21 @@ inline void LoadQueryBlocksBF16(const FlashParams& p, const Item& it, uint16_t* 
   }
 }
 
+// The item's Q rows as bf16 for x86_dot::BF16QDotK4: out[r * ldq + c] =
+// bf16(Q[b, h0 + r / nq, q0 + r % nq, c]) (nearest even: FAST's rounding,
+// exact for bf16 Q), unscaled, zero for c in [d, ldq) and for rows up to a
+// whole group of 4.
+inline void LoadQueryRowsBF16(const FlashParams& p, const Item& it, int64_t ldq,
+                              uint16_t* HWY_RESTRICT out, float* HWY_RESTRICT row) {
+  const int64_t d = p.head_dim, rows = it.nh * it.nq;
+  const int64_t rows4 = (rows + 3) / 4 * 4;
+  std::fill(out, out + rows4 * ldq, uint16_t{0});
+  for (int64_t r = 0; r < rows; ++r) {
+    LoadQueryRowAsIs(p, it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, row);
+    for (int64_t c = 0; c < d; ++c) out[r * ldq + c] = BF16FromF32(row[c]);
+  }
+}
+
 // Narrow tiles (QDotKRows): the same rows row-major, without the transposed
 // tile: q[r, c] = scale * Q[b, h0 + r / nq, q0 + r % nq, c], zero-padded to
 // [rows_padded, dp]. f32 rows are read as rows (the per-item setup of decode).

@@ -106,8 +106,10 @@ struct Tiling {
   size_t off_qt, off_q, off_k, off_v, off_s, off_o, off_m, off_l, off_alpha, off_kb, off_ke,
       off_bad, off_row, off_qrow, off_pp, off_q8, off_qsum, off_qscale, off_alibi_slope,
       off_alibi_diag, off_qfold,  // off_qfold: fp8 direct Q rows times 2^bias
-      off_qbf;                    // off_qbf: fp8 direct Q rows as bf16 (FAST)
+      off_qbf,                    // off_qbf: fp8 direct Q rows as bf16 (FAST)
+      off_qb16;                   // off_qb16: bf16 direct Q rows as bf16 (BF16QDotK4)
   int64_t ldq8;                   // bytes per int8 Q row of the VNNI tiles
+  int64_t ldqb16;                 // values per bf16 Q row of off_qb16
   int64_t ldv;  // floats between rows of the f32 V tile at off_v (PaddedRowFloats)
   size_t scratch_floats;
   size_t partial_floats;  // split-K partials: [base_items, splits, rows, dvp + 1]

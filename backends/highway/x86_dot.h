@@ -128,6 +128,41 @@ void BF16WeightedSumV(const uint32_t* pp, size_t ldpp, const uint32_t* vp, size_
                       size_t key_pairs, const float* alpha, size_t rows, size_t dp, float* o,
                       size_t ldo, const float* key_end = nullptr);
 
+// ---- bf16 decode (x86_bf16_decode.cc) ----
+
+// Decode's Q.K for a group of 4 query rows against bf16 keys, Q rows
+// rounded to bf16 (FAST) or bf16 already: s[4 j + r] = scale * sum_{c < d}
+// Q[r, c] K[j, c] for r < 4, j < keys (the packed layout); the products
+// exact in f32, the sums f32 (vdpbf16ps: pairs of columns per lane, lanes
+// summed by a tree at the end).
+//   q:  bf16 rows q + r * ldq, zero from d to d rounded up to 32 (ldq >=
+//       that).
+//   k:  bf16 rows k + j * ldk (storage), d values each (d even).
+// Prefetches as VnniQDotK4 does: into L2 the first `ahead` rows of pf_k and
+// pf_v (ld_pf_k, ld_pf_v in values), into L1 the rows of l1.
+void BF16QDotK4(const uint16_t* q, size_t ldq, const uint16_t* k, size_t ldk, size_t d, size_t keys,
+                float scale, float* s, const uint16_t* pf_k, size_t ld_pf_k, const uint16_t* pf_v,
+                size_t ld_pf_v, size_t ahead, const L1Rows& l1 = {});
+
+// Weights of a group of 4 rows, packed p[4 j + r] = P[j, r] (j < keys),
+// rounded to bf16 (nearest even) as pairs of keys per row: pw[4 jp + r] =
+// (P[2 jp, r], P[2 jp + 1, r]), a missing odd last key 0. pw holds keys
+// rounded up to 4, times 2 uint32. Returns false where a weight is NaN or
+// Inf (pw then holds anything).
+bool BF16WeightPairs4(const float* p, size_t keys, uint32_t* pw);
+
+// Decode's P.V for a group of 4 query rows against bf16 values (FAST: P
+// rounded to bf16 by BF16WeightPairs4):
+//   O[r, c] = alpha[r] O[r, c] + sum_{j < keys} P[j, r] V[j, c]
+// for r < 4, c < dvp (alpha null: 1), in pairs of keys (vdpbf16ps). v[j]:
+// key j's row of dv values (j < keys rounded up to 2; an extra key's weight
+// is 0); no value past dv is read. Columns [dv, dvp) of O are only
+// rescaled: dv <= dvp, dvp a multiple of 16. Returns false, having changed
+// nothing, where a weight is NaN or Inf. keys <= kMaxWeightedPairsKeys.
+// Prefetches the rows of l1 into L1 as it goes, whatever it returns.
+bool BF16WeightedSumV4(const float* p, size_t keys, const uint16_t* const* v, size_t dv, size_t dvp,
+                       const float* alpha, float* o, size_t ldo, const L1Rows& l1 = {});
+
 // ---- fp8 through bf16 (x86_fp8_dot.cc) ----
 
 // The CPU has HaveBF16Dot()'s instructions and AVX512_VBMI (vpermi2b).

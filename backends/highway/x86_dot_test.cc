@@ -620,5 +620,109 @@ TEST(X86DotTest, Fp8WeightedSumV4MatchesRoundedWeights) {
   }
 }
 
+// The bf16 decode kernels: Q.K of bf16 Q rows (zero past d up to 32
+// values) against bf16 K rows, products exact, sums f32; keys in fours and
+// one by one; d a whole number of 32-value steps or not; the last K row
+// ending on a guarded page; the prefetch arguments in their forms.
+TEST(X86DotTest, BF16QDotK4MatchesExactProducts) {
+  if (!x86_dot::HaveBF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937 rng(7);
+  for (size_t d : {16, 48, 64, 80, 128, 576}) {
+    for (size_t keys : {1, 3, 4, 5, 8, 13, 64}) {
+      const size_t ldq = (d + 31) / 32 * 32 + 32, ldk = d + 6;  // strided K rows
+      std::vector<uint16_t> q(4 * ldq, 0);
+      for (size_t r = 0; r < 4; ++r) {
+        const std::vector<uint16_t> row = RandomBF16(d, &rng);
+        std::copy(row.begin(), row.end(), q.begin() + r * ldq);
+      }
+      const size_t k_values = (keys - 1) * ldk + d;
+      GuardedBytes kb(2 * k_values);
+      ASSERT_NE(kb.data(), nullptr) << "mmap";
+      auto* k = reinterpret_cast<uint16_t*>(kb.data());
+      const std::vector<uint16_t> kv = RandomBF16(k_values, &rng);
+      std::copy(kv.begin(), kv.end(), k);
+      std::vector<float> s(4 * keys + 4, -7.0f);
+      const float scale = 0.125f;  // a power of two: the product is exact
+      const x86_dot::L1Rows l1{reinterpret_cast<const uint8_t*>(k), 2 * ldk, 2 * d, keys};
+      x86_dot::BF16QDotK4(q.data(), ldq, k, ldk, d, keys, scale, s.data(), k, ldk,
+                          keys % 2 == 1 ? nullptr : k, ldk, keys,
+                          keys % 2 == 1 ? l1 : x86_dot::L1Rows{});
+      for (size_t j = 0; j < keys; ++j) {
+        for (size_t r = 0; r < 4; ++r) {
+          double want = 0, abs_sum = 0;
+          for (size_t c = 0; c < d; ++c) {
+            const double x = double(F32FromBF16(q[r * ldq + c])) * F32FromBF16(k[j * ldk + c]);
+            want += x;
+            abs_sum += std::fabs(x);
+          }
+          // d f32 roundings of partial sums at most (the products are exact).
+          const double bound = scale * d * std::ldexp(abs_sum, -24);
+          ASSERT_NEAR(s[4 * j + r], scale * want, bound)
+              << "d " << d << " keys " << keys << " key " << j << " row " << r;
+        }
+      }
+      EXPECT_EQ(s[4 * keys], -7.0f) << "wrote past the last key";
+    }
+  }
+}
+
+// P.V against bf16 V rows: each weight rounded to bf16 (nearest even), its
+// products exact, sums in f32; alpha, columns [dv, dvp) only rescaled,
+// column blocks of 64 whole, half or in part, an odd key count (the extra
+// key's weight 0), the last row on a guarded page; a NaN or Inf weight
+// refused with O untouched.
+TEST(X86DotTest, BF16WeightedSumV4MatchesRoundedWeights) {
+  if (!x86_dot::HaveBF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> u01(0.0f, 1.0f);
+  for (size_t dv : {16, 48, 80, 96, 128, 512}) {
+    for (size_t keys : {1, 2, 9, 32, 64}) {
+      const size_t dvp = dv + (dv == 80 ? 32 : 0), ldv = dv + 3;
+      GuardedBytes vb(2 * keys * ldv);
+      ASSERT_NE(vb.data(), nullptr) << "mmap";
+      auto* values = reinterpret_cast<uint16_t*>(vb.data());
+      const std::vector<uint16_t> vv = RandomBF16(keys * ldv, &rng);
+      std::copy(vv.begin(), vv.end(), values);
+      // The last row starts dv values before the guard page.
+      std::vector<const uint16_t*> rows(keys + 1);
+      for (size_t j = 0; j < keys; ++j) rows[j] = values + j * ldv;
+      rows[keys - 1] = values + keys * ldv - dv;
+      rows[keys] = rows[keys - 1];
+      std::vector<float> p((keys + 3) / 4 * 16, 0.0f);
+      for (size_t i = 0; i < 4 * keys; ++i) p[i] = u01(rng) * 0.01f;
+      const float alpha[4] = {0.5f, 1.0f, 0.25f, 0.0f};
+      std::vector<float> o(4 * dvp), o0(4 * dvp);
+      for (float& x : o) x = u01(rng);
+      o0 = o;
+      const x86_dot::L1Rows l1{reinterpret_cast<const uint8_t*>(values), 2 * ldv, 2 * dv, keys - 1};
+      const x86_dot::L1Rows some = keys > 2 ? l1 : x86_dot::L1Rows{};
+      ASSERT_TRUE(x86_dot::BF16WeightedSumV4(p.data(), keys, rows.data(), dv, dvp,
+                                             keys == 9 ? nullptr : alpha, o.data(), dvp, some));
+      for (size_t r = 0; r < 4; ++r) {
+        const double a = keys == 9 ? 1.0 : alpha[r];
+        for (size_t c = 0; c < dvp; ++c) {
+          double want = a * o0[r * dvp + c], abs_sum = std::fabs(want);
+          for (size_t j = 0; c < dv && j < keys; ++j) {
+            const double x =
+                double(F32FromBF16(BF16FromF32(p[4 * j + r]))) * F32FromBF16(rows[j][c]);
+            want += x;
+            abs_sum += std::fabs(x);
+          }
+          ASSERT_NEAR(o[r * dvp + c], want, (keys + 2) * std::ldexp(abs_sum, -24))
+              << "dv " << dv << " keys " << keys << " row " << r << " col " << c;
+        }
+      }
+      for (float bad : {NAN, INFINITY}) {
+        std::vector<float> pb = p;
+        pb[4 * (keys - 1) + 2] = bad;
+        const std::vector<float> before = o;
+        EXPECT_FALSE(x86_dot::BF16WeightedSumV4(pb.data(), keys, rows.data(), dv, dvp, alpha,
+                                                o.data(), dvp, some));
+        EXPECT_EQ(o, before) << "a refused call changed O";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attnkit

@@ -352,22 +352,9 @@ ATTNKIT_TARGET_FP8 bool Fp8WeightedSumV4(const float* p, size_t keys, const uint
                                          size_t dv, size_t dvp, bool e4m3, const float* alpha,
                                          float* o, size_t ldo, const L1Rows& l1) {
   // The weights as bf16 pairs of keys per row: pw[4 jp + r] = (P[2 jp, r],
-  // P[2 jp + 1, r]). Four keys' 16 weights are rounded at once, and a word
-  // permutation pairs each row's weights of two keys.
+  // P[2 jp + 1, r]).
   alignas(64) uint32_t pw[kMaxWeightedPairsKeys / 2 * 4 + 8];
-  alignas(32) static constexpr int16_t kPairRows[16] = {0, 4,  1, 5,  2,  6,  3,  7,
-                                                        8, 12, 9, 13, 10, 14, 11, 15};
-  const __m256i pair_rows = _mm256_load_si256(reinterpret_cast<const __m256i*>(kPairRows));
-  __mmask16 bad = 0;
-  for (size_t j = 0; j < keys; j += 4) {
-    const size_t n = keys - j < 4 ? keys - j : 4;
-    const __m512 x = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << (4 * n)) - 1), p + 4 * j);
-    bad |= _mm512_fpclass_ps_mask(x, 0x99);  // QNaN, +Inf, -Inf, SNaN
-    const __m256i b = (__m256i)_mm512_cvtneps_pbh(x);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(pw + 2 * j),
-                       _mm256_permutexvar_epi16(pair_rows, b));
-  }
-  if (bad != 0) {
+  if (!BF16WeightPairs4(p, keys, pw)) {
     PrefetchL1Rows(l1, 0, l1.count);
     return false;
   }
