@@ -76,10 +76,12 @@ using highway_plan::Tiling;
 //   fp8_bf16: direct (decode) fp8 tiles under FAST (AVX-512 with BF16 and
 //            VBMI): Q and P rounded to bf16, the codes widened to bf16 by
 //            byte tables, vdpbf16ps (Fp8QDotK4, Fp8WeightedSumV4).
-//   bf16_dec: direct (decode) bf16 tiles, Q bf16 or rounded to it
-//            (FAST): vdpbf16ps on Q rows against K storage (BF16QDotK4).
-//   bf16_dec_pv: also FAST: P rounded to bf16, vdpbf16ps against pairs of
-//            V rows (BF16WeightedSumV4).
+//   bf16_dec: direct (decode) bf16 tiles under FAST: Q and P rounded to
+//            bf16, vdpbf16ps on Q rows against K storage (BF16QDotK4) and
+//            on P against pairs of V rows (BF16WeightedSumV4). (Under
+//            EXACT, bf16 Q alone, with P.V in f32, ran slower than the f32
+//            kernels on BF16Pairs: Zen 5, B8 H32/8 Tk4096 d128 all-bf16
+//            decode, one thread, 4.80-4.84 -> 5.36-5.52 ms.)
 // Only on CPUs that have the instructions, and on AVX-512 targets but for
 // vnni_qk and vnni_pv, which the AVX2 target also takes with AVX-VNNI (the
 // 256-bit kernels, which give the 512-bit ones' bits; AVX-512 targets keep
@@ -93,7 +95,6 @@ struct DotChoice {
   bool vnni_pv = false;
   bool fp8_bf16 = false;
   bool bf16_dec = false;
-  bool bf16_dec_pv = false;
 };
 inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
   DotChoice c;
@@ -117,9 +118,8 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
   c.fp8_bf16 = t.packed && IsFp8(p.k.dtype) && p.round_q && p.head_dim % 16 == 0 &&
                x86_dot::HaveFp8BF16Dot();
   // Direct tiles: contiguous rows, d and Ev multiples of 16 (t.dp == d).
-  c.bf16_dec = t.packed && p.k.dtype == DType::kBF16 && (p.q.dtype == DType::kBF16 || p.round_q) &&
+  c.bf16_dec = t.packed && p.k.dtype == DType::kBF16 && p.v.dtype == DType::kBF16 && p.fast &&
                x86_dot::HaveBF16Dot();
-  c.bf16_dec_pv = c.bf16_dec && p.fast && p.v.dtype == DType::kBF16;
   static_assert(kMaxKeyTile <= static_cast<int64_t>(x86_dot::kMaxWeightedQuadsKeys),
                 "WeightedQuadsV4's integer sums hold at most kMaxWeightedQuadsKeys keys");
   static_assert(kProblemMaxHeadDim <= static_cast<int64_t>(x86_dot::kMaxFp8QDotD),
@@ -138,13 +138,15 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
 
 // This target's kernel shape, for the plans (tiling.h).
 inline KernelShape KernelShapeOfTarget() {
-  return {static_cast<int64_t>(hn::Lanes(DF())),
-          kValueRows,
-          kNarrowRowVecs,
-          kWideRowVecs,
-          kNarrowKeys,
-          kHaveBF16Pairs,
-          kHavePackedScores};
+  return {
+    static_cast<int64_t>(hn::Lanes(DF())), kValueRows, kNarrowRowVecs, kWideRowVecs, kNarrowKeys,
+        kHaveBF16Pairs, kHavePackedScores,
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+        x86_dot::HaveBF16Dot()
+#else
+        false
+#endif
+  };
 }
 
 #if HWY_TARGET != HWY_SCALAR  // kHavePackedScores
@@ -193,12 +195,10 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   constexpr bool kFp8Codes = std::is_same<T, Fp8E4M3>::value || std::is_same<T, Fp8E5M2>::value;
   constexpr bool kE4M3Codes = std::is_same<T, Fp8E4M3>::value;
   const bool fp8_bf16 = kFp8Codes && dots.fp8_bf16;
-  // bf16 rows with bf16 products (dots.bf16_dec; under FAST also P.V):
-  // Q.K always, P.V as fp8's (f32 products where a weight is not finite or
-  // a row must leave out a bad V row).
-  constexpr bool kBF16Rows = std::is_same<T, hwy::bfloat16_t>::value;
-  const bool bf16_dec = kBF16Rows && dots.bf16_dec;
-  const bool bf16_dec_pv = kBF16Rows && dots.bf16_dec_pv;
+  // bf16 rows under FAST (dots.bf16_dec): Q.K and P.V in bf16 (P.V in f32
+  // as fp8's: where a weight is not finite or a row must leave out a bad V
+  // row).
+  const bool bf16_dec = std::is_same<T, hwy::bfloat16_t>::value && dots.bf16_dec;
   const size_t ldk = runs.ldk, ldv = runs.ldv;
   // Dense rows (back to back, no stride, not paged) spread their memory
   // requests over the tile: Q.K brings the K rows ahead (AheadRows), P.V
@@ -220,7 +220,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   const bool dense =
       !p.kv_rows.paged() && p.k_row_stride == p.head_dim && p.v_row_stride == p.value_dim;
   const bool int8_vnni_pv = std::is_same<T, int8_t>::value && dots.vnni_pv;
-  const bool l1_rows = (int8_vnni_pv || fp8_bf16 || bf16_dec_pv) && dense;
+  const bool l1_rows = (int8_vnni_pv || fp8_bf16 || bf16_dec) && dense;
   const bool pv_prefetches_v = sizeof(T) >= 2 && dense && !l1_rows;
   auto l1_of = [](const T* rows, size_t ld, int64_t values, size_t count) {
     return x86_dot::L1Rows{reinterpret_cast<const uint8_t*>(rows), ld * sizeof(T),
@@ -356,7 +356,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // above (n_bad).
   const bool fp8_pv = fp8_bf16 && n_bad == 0;
   const bool int_pv = std::is_same<T, int8_t>::value && dots.vnni_pv && n_bad == 0;
-  const bool bf16_pv = bf16_dec_pv && n_bad == 0;
+  const bool bf16_pv = bf16_dec && n_bad == 0;
   // (bf16 rows: pointers to T, read as x86_dot's uint16_t rows)
   const T* vrows[kMaxKeyTile + 3];
   if (int_pv || fp8_pv || bf16_pv) {
@@ -985,8 +985,7 @@ inline void FillRunInfo(const FlashParams& p, const Tiling& t, int64_t items, in
                    : dots.vnni_pv                  ? "qk=int8vnni pv=u8vnni"
                    : dots.vnni_qk                  ? "qk=int8vnni"
                    : dots.fp8_bf16                 ? "qk=fp8bf16dot pv=fp8bf16dot"
-                   : dots.bf16_dec_pv              ? "qk=bf16dot4 pv=bf16dot4"
-                   : dots.bf16_dec                 ? "qk=bf16dot4"
+                   : dots.bf16_dec                 ? "qk=bf16dot4 pv=bf16dot4"
                                                    : "";
   info->target = HWY_TARGET;
   info->q_rows = t.rows_padded;

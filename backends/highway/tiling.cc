@@ -60,6 +60,9 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
     const bool fp8_fast = IsFp8(p.k.dtype) && p.round_q;
     if (fp8_fast && k.packed_scores) {
       t.key_tile = std::min(kPackedFp8KeyTile, FloorPow2(std::max<int64_t>(1, 8192 / kv_floats)));
+    } else if (p.k.dtype == DType::kBF16 && p.fast && k.packed_scores &&
+               k.bf16_dots) {  // 32 keys: 16 KiB at d = 128
+      t.key_tile = std::min(kPackedBF16KeyTile, FloorPow2(std::max<int64_t>(1, 4096 / kv_floats)));
     } else if (p.k.dtype == DType::kI8 && k.packed_scores) {  // 64 keys: 16 KiB at d = 128
       t.key_tile = std::min(kPackedInt8KeyTile, FloorPow2(std::max<int64_t>(1, 8192 / kv_floats)));
     } else {
@@ -126,12 +129,10 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
   // two-byte values.
   t.off_qfold = take(t.packed && IsFp8(p.k.dtype) ? mp * t.dp : 0);
   t.off_qbf = take(t.packed && IsFp8(p.k.dtype) && p.round_q ? mp * 2 * d : 0);
-  // Direct bf16 tiles with bf16 (or FAST-rounded) Q: Q rows as bf16 for
-  // x86_dot::BF16QDotK4, [mp, ldqb16] two-byte values, zero past d.
+  // Direct bf16 tiles under FAST: Q rows as bf16 for x86_dot::BF16QDotK4,
+  // [mp, ldqb16] two-byte values, zero past d.
   t.ldqb16 = RoundUp(d, 32);
-  const bool bf16_q =
-      t.packed && p.k.dtype == DType::kBF16 && (p.q.dtype == DType::kBF16 || p.round_q);
-  t.off_qb16 = take(bf16_q ? mp * t.ldqb16 / 2 : 0);
+  t.off_qb16 = take(t.packed && p.k.dtype == DType::kBF16 && p.fast ? mp * t.ldqb16 / 2 : 0);
   t.scratch_floats = off;
   t.partial_floats = PartialFloats(t);
   return t;

@@ -59,9 +59,19 @@ constexpr int64_t kPackedInt8KeyTile = 64;
 // against 32-key tiles (phase_bench, 3 rounds): one thread 6.35-6.65 ->
 // 6.11-6.42 ms, two 3.26-3.35 -> 3.12-3.22 ms.
 constexpr int64_t kPackedFp8KeyTile = 64;
+// Direct bf16 tiles under FAST, with bf16 products (x86_dot::BF16QDotK4,
+// BF16WeightedSumV4), hold up to this many keys, 16 KiB of K and V at d =
+// 128: each tile's P.V permutes O's columns in and out, and its softmax
+// and masks have a cost per tile. Zen 5, B8 H32/8 Tk4096 d128 bf16-kv
+// FAST decode, one thread, phase_bench, two rounds: 16 keys 4.30-4.54 ms,
+// 32 keys 3.91-4.02, 64 keys 3.90-4.09.
+constexpr int64_t kPackedBF16KeyTile = 32;
 constexpr int kMaxTileRuns = static_cast<int>(kPackedFp8KeyTile / kMinPageSize);
-static_assert(kPackedInt8KeyTile % kMinPageSize == 0 && kPackedFp8KeyTile % kMinPageSize == 0,
+static_assert(kPackedInt8KeyTile % kMinPageSize == 0 && kPackedFp8KeyTile % kMinPageSize == 0 &&
+                  kPackedBF16KeyTile % kMinPageSize == 0,
               "a packed tile must hold whole minimum pages (tiles start at its multiples)");
+static_assert(kPackedInt8KeyTile <= kPackedFp8KeyTile && kPackedBF16KeyTile <= kPackedFp8KeyTile,
+              "a packed tile spans at most kMaxTileRuns runs");
 constexpr int64_t kMaxKeyTile = 64;  // every key_tile PlanTiling chooses is at most this
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -82,6 +92,7 @@ struct KernelShape {
   int64_t narrow_keys;      // kNarrowKeys: key step of narrow tiles
   bool bf16_pairs;          // kHaveBF16Pairs
   bool packed_scores;       // kHavePackedScores
+  bool bf16_dots;           // x86_dot's bf16 kernels run here (AVX-512, AVX512_BF16)
 };
 
 // How the problem is cut into work items and tiles.
