@@ -186,6 +186,15 @@ std::vector<AttentionProblem> PagedCases() {
   cases.push_back(Named(p, "decode_fp8"));
   p.kv_dtype = DType::kI8;
   cases.push_back(Named(p, "decode_int8_pages16"));
+  // bf16 decode under FAST in 16-key pages: highway's 32-key tiles
+  // (kPackedBF16KeyTile) span two pages, and a sliding window starts the
+  // first sequence's keys at 98, so runs end between multiples of 4 keys.
+  p.kv_dtype = DType::kBF16;
+  p.compute = ComputeMode::kFast;
+  p.mask = MaskKind::kSlidingWindow;
+  p.window_left = 201;
+  cases.push_back(Named(p, "decode_bf16_fast_window"));
+  p.compute = ComputeMode::kExact;
   p = BasicProblem(1, 4, 1, 1, 2049, 80);  // one long decode: split-K paths
   p.page_size = 256;
   p.num_pages = 9;

@@ -125,7 +125,7 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
   static_assert(kProblemMaxHeadDim <= static_cast<int64_t>(x86_dot::kMaxFp8QDotD),
                 "Fp8QDotK4 takes head dims up to kMaxFp8QDotD");
   static_assert(kMaxKeyTile <= static_cast<int64_t>(x86_dot::kMaxWeightedPairsKeys),
-                "Fp8WeightedSumV4 takes at most kMaxWeightedPairsKeys keys");
+                "Fp8WeightedSumV4 and BF16WeightedSumV4 take at most kMaxWeightedPairsKeys keys");
   static_assert(kMaxKeyTile <= kFastWeightBlock,
                 "FAST quantizes int8 V's weights per block of at most kFastWeightBlock keys "
                 "(core/fast_compute.h); a tile is one block");
@@ -203,7 +203,8 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // Dense rows (back to back, no stride, not paged) spread their memory
   // requests over the tile: Q.K brings the K rows ahead (AheadRows), P.V
   // the V rows of the tile after, each a few lines a key.
-  //  - int8 with VNNI products on both sides, and fp8 under FAST (l1_rows):
+  //  - int8 with VNNI products on both sides, fp8 and bf16 under FAST
+  //    (l1_rows):
   //    into L1 from inside their kernels (x86_dot::L1Rows says why and
   //    what it measured), Q.K also taking the tile's own V rows.
   //  - f32 and 16-bit rows under f32 products (pv_prefetches_v): P.V's
@@ -277,9 +278,8 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
             static_cast<size_t>(t.ldqb16), reinterpret_cast<const uint16_t*>(runs.k[r]), ldk,
             static_cast<size_t>(p.head_dim), keys, p.scale, sg + j0 * kGroupRows,
             reinterpret_cast<const uint16_t*>(ka.rows), ka.ld,
-            // (with pv_prefetches_v, P.V brings the V rows ahead)
-            l1_rows || pv_prefetches_v ? nullptr : reinterpret_cast<const uint16_t*>(va.rows),
-            va.ld, std::min(ka.count, va.count), v_l1);
+            l1_rows ? nullptr : reinterpret_cast<const uint16_t*>(va.rows), va.ld,
+            std::min(ka.count, va.count), v_l1);
       } else if (fp8_bf16) {  // bf16 Q rows (LoadQueryBlocksBF16): scale * q.code
         const int64_t ldqb = 4 * p.head_dim;
         x86_dot::Fp8QDotK4(
@@ -364,7 +364,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
       const T* row = runs.v[r];
       for (int64_t j = runs.begin[r]; j < runs.begin[r + 1]; ++j, row += ldv) vrows[j] = row;
     }
-    // A last quad (pair for fp8) of keys past the tile: weight 0.
+    // A last quad (pair for fp8 and bf16) of keys past the tile: weight 0.
     std::fill(vrows + nk, vrows + RoundUp(nk, int64_t{4}), vrows[nk - 1]);
   }
   for (int64_t g = 0; g < groups; ++g) {
@@ -618,7 +618,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     }
     ATTNKIT_PHASE_MARK(phase_timer, kKvLoad);
 #if HWY_TARGET != HWY_SCALAR
-    if (t.packed) {  // int8 and fp8 FAST tiles may span pages (kMaxTileRuns)
+    if (t.packed) {  // int8, fp8 and bf16 FAST tiles may span pages (kMaxTileRuns)
       if constexpr (kFp8) {
         if (dots.fp8_bf16) {  // FAST: bf16 dot products on the codes
           PackedTileUpdate<T>(p, t, it, k0, nk, vis, runs, k_ahead, v_ahead, k_scales, v_scales,

@@ -132,7 +132,8 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
   // Direct bf16 tiles under FAST: Q rows as bf16 for x86_dot::BF16QDotK4,
   // [mp, ldqb16] two-byte values, zero past d.
   t.ldqb16 = RoundUp(d, 32);
-  t.off_qb16 = take(t.packed && p.k.dtype == DType::kBF16 && p.fast ? mp * t.ldqb16 / 2 : 0);
+  const bool bf16_q = t.packed && k.bf16_dots && p.k.dtype == DType::kBF16 && p.fast;
+  t.off_qb16 = take(bf16_q ? mp * t.ldqb16 / 2 : 0);
   t.scratch_floats = off;
   t.partial_floats = PartialFloats(t);
   return t;

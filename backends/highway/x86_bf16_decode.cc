@@ -14,41 +14,26 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include "backends/highway/x86_bf16_ops.h"
+
 // GCC 12's AVX-512 headers start some intrinsics from an undefined vector,
 // which -Wmaybe-uninitialized reports at every use.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-#define ATTNKIT_TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
-
 namespace attnkit {
 namespace x86_dot {
 namespace {
 
-ATTNKIT_TARGET_BF16 inline __m512 Dot(__m512 acc, __m512i a, __m512i b) {
-  return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
-}
+using bf16_ops::BlockPairSums;
+using bf16_ops::Dot;
+using bf16_ops::PairSums;
+using bf16_ops::QuadSums;
 
 // The bf16 values [c, c + 32) of a row of n values that lie below n, as the
 // mask of a 32-value masked load; 0 where c >= n.
 inline __mmask32 RowValuesMask(size_t c, size_t n) {
   return c + 32 <= n ? ~__mmask32{0} : c >= n ? 0 : static_cast<__mmask32>((1u << (n - c)) - 1);
-}
-
-// The reduction tree of VnniQDotK4 (x86_vnni_dot.cc), in f32: pairs of
-// vectors (x, y) -> per 128-bit block [x0+x2, y0+y2, x1+x3, y1+y3]; two of
-// those -> per block the four block sums of x, y, z, w; then blocks (0, 1)
-// and (2, 3) of u and of v added: [u0+u1, u2+u3, v0+v1, v2+v3].
-ATTNKIT_TARGET_BF16 inline __m512 PairSums(__m512 x, __m512 y) {
-  return _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y));
-}
-ATTNKIT_TARGET_BF16 inline __m512 QuadSums(__m512 xy, __m512 zw) {
-  const __m512d a = _mm512_castps_pd(xy), b = _mm512_castps_pd(zw);
-  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
-                       _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-}
-ATTNKIT_TARGET_BF16 inline __m512 BlockPairSums(__m512 u, __m512 v) {
-  return _mm512_add_ps(_mm512_shuffle_f32x4(u, v, 0x88), _mm512_shuffle_f32x4(u, v, 0xDD));
 }
 
 // a[key][r] += K[key] . Q[r] over the 32 values at column c (those `mask`
@@ -89,6 +74,9 @@ ATTNKIT_TARGET_BF16 void BF16QDotK4(const uint16_t* q, size_t ldq, const uint16_
                                     size_t d, size_t keys, float scale, float* s,
                                     const uint16_t* pf_k, size_t ld_pf_k, const uint16_t* pf_v,
                                     size_t ld_pf_v, size_t ahead, const L1Rows& l1) {
+  // scale multiplies the sums (the reference's order for a rounded Q row,
+  // core/fast_compute.h): a sum past FLT_MAX that scale would bring back
+  // in range comes out Inf here, only with K values near bf16's maximum.
   const __m512 sv = _mm512_set1_ps(scale);
   const size_t row_bytes = 2 * d;
   size_t j = 0;
@@ -115,11 +103,14 @@ ATTNKIT_TARGET_BF16 void BF16QDotK4(const uint16_t* q, size_t ldq, const uint16_
     PrefetchL1Rows(l1, j, j + 1);
     __m512 a[1][4];
     KeySums<1>(q, ldq, k + j * ldk, ldk, d, a);
-    // Per block [rows 0-3]; then the four blocks added.
+    // Per block [rows 0-3]; then the four blocks added as the tree above
+    // adds them, (b0 + b1) + (b2 + b3), so that a key's score has the same
+    // bits whether it falls in a group of four or here (a run of paged
+    // rows may end anywhere: paged equals dense bit for bit).
     const __m512 u = QuadSums(PairSums(a[0][0], a[0][1]), PairSums(a[0][2], a[0][3]));
-    const __m256 x = _mm256_add_ps(_mm512_castps512_ps256(u), _mm512_extractf32x8_ps(u, 1));
-    const __m128 y = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    _mm_storeu_ps(s + 4 * j, _mm_mul_ps(y, _mm512_castps512_ps128(sv)));
+    const __m512 x = BlockPairSums(u, u);
+    const __m512 y = BlockPairSums(x, x);
+    _mm_storeu_ps(s + 4 * j, _mm512_castps512_ps128(_mm512_mul_ps(y, sv)));
   }
   PrefetchL1Rows(l1, keys, l1.count);
 }

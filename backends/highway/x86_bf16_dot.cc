@@ -10,19 +10,17 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include "backends/highway/x86_bf16_ops.h"
+
 // GCC 12's AVX-512 headers start some intrinsics from an undefined vector,
 // which -Wmaybe-uninitialized reports at every use.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-#define ATTNKIT_TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 namespace attnkit {
 namespace x86_dot {
 namespace {
 
-ATTNKIT_TARGET_BF16 inline __m512 Dot(__m512 acc, __m512i a, __m512i b) {
-  return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
-}
+using bf16_ops::Dot;
 
 // kKeys keys x kRowVecs vectors of rows (16 each) of Q.K.
 template <int kKeys, int kRowVecs = 2>

@@ -629,12 +629,18 @@ TEST(X86DotTest, BF16QDotK4MatchesExactProducts) {
   std::mt19937 rng(7);
   for (size_t d : {16, 48, 64, 80, 128, 576}) {
     for (size_t keys : {1, 3, 4, 5, 8, 13, 64}) {
-      const size_t ldq = (d + 31) / 32 * 32 + 32, ldk = d + 6;  // strided K rows
-      std::vector<uint16_t> q(4 * ldq, 0);
+      // Q rows padded with zeros to 32 values exactly, the last ending where
+      // an inaccessible page begins; strided K rows.
+      const size_t ldq = (d + 31) / 32 * 32, ldk = d + 6;
+      GuardedBytes qb(2 * 4 * ldq);
+      ASSERT_NE(qb.data(), nullptr) << "mmap";
+      auto* qrows = reinterpret_cast<uint16_t*>(qb.data());
+      std::fill(qrows, qrows + 4 * ldq, uint16_t{0});
       for (size_t r = 0; r < 4; ++r) {
         const std::vector<uint16_t> row = RandomBF16(d, &rng);
-        std::copy(row.begin(), row.end(), q.begin() + r * ldq);
+        std::copy(row.begin(), row.end(), qrows + r * ldq);
       }
+      const std::vector<uint16_t> q(qrows, qrows + 4 * ldq);
       const size_t k_values = (keys - 1) * ldk + d;
       GuardedBytes kb(2 * k_values);
       ASSERT_NE(kb.data(), nullptr) << "mmap";
@@ -644,7 +650,7 @@ TEST(X86DotTest, BF16QDotK4MatchesExactProducts) {
       std::vector<float> s(4 * keys + 4, -7.0f);
       const float scale = 0.125f;  // a power of two: the product is exact
       const x86_dot::L1Rows l1{reinterpret_cast<const uint8_t*>(k), 2 * ldk, 2 * d, keys};
-      x86_dot::BF16QDotK4(q.data(), ldq, k, ldk, d, keys, scale, s.data(), k, ldk,
+      x86_dot::BF16QDotK4(qrows, ldq, k, ldk, d, keys, scale, s.data(), k, ldk,
                           keys % 2 == 1 ? nullptr : k, ldk, keys,
                           keys % 2 == 1 ? l1 : x86_dot::L1Rows{});
       for (size_t j = 0; j < keys; ++j) {
@@ -662,6 +668,32 @@ TEST(X86DotTest, BF16QDotK4MatchesExactProducts) {
         }
       }
       EXPECT_EQ(s[4 * keys], -7.0f) << "wrote past the last key";
+    }
+  }
+}
+
+// A key's score has the same bits wherever it falls in a call: in a group
+// of four or among the last keys, as when a run of paged rows ends between
+// multiples of four (paged equals dense bit for bit).
+TEST(X86DotTest, BF16QDotK4ScoresDoNotDependOnTheKeysPosition) {
+  if (!x86_dot::HaveBF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937 rng(9);
+  const size_t d = 128, ldq = 128, keys = 13;
+  std::vector<uint16_t> q = RandomBF16(4 * ldq, &rng);
+  const std::vector<uint16_t> k = RandomBF16(keys * d, &rng);
+  std::vector<float> whole(4 * keys);
+  x86_dot::BF16QDotK4(q.data(), ldq, k.data(), d, d, keys, 0.125f, whole.data(), nullptr, 0,
+                      nullptr, 0, 0);
+  for (size_t cut = 1; cut < keys; ++cut) {
+    std::vector<float> parts(4 * keys);
+    x86_dot::BF16QDotK4(q.data(), ldq, k.data(), d, d, cut, 0.125f, parts.data(), nullptr, 0,
+                        nullptr, 0, 0);
+    x86_dot::BF16QDotK4(q.data(), ldq, k.data() + cut * d, d, d, keys - cut, 0.125f,
+                        parts.data() + 4 * cut, nullptr, 0, nullptr, 0, 0);
+    for (size_t i = 0; i < 4 * keys; ++i) {
+      ASSERT_EQ(std::memcmp(&parts[i], &whole[i], sizeof(float)), 0)
+          << "cut " << cut << " key " << i / 4 << " row " << i % 4 << ": " << parts[i] << " vs "
+          << whole[i];
     }
   }
 }
@@ -688,7 +720,9 @@ TEST(X86DotTest, BF16WeightedSumV4MatchesRoundedWeights) {
       for (size_t j = 0; j < keys; ++j) rows[j] = values + j * ldv;
       rows[keys - 1] = values + keys * ldv - dv;
       rows[keys] = rows[keys - 1];
-      std::vector<float> p((keys + 3) / 4 * 16, 0.0f);
+      // Weights past the last key that must not be read (the softmax leaves
+      // them as they were): an odd last key's pair takes 0, not them.
+      std::vector<float> p((keys + 3) / 4 * 16, NAN);
       for (size_t i = 0; i < 4 * keys; ++i) p[i] = u01(rng) * 0.01f;
       const float alpha[4] = {0.5f, 1.0f, 0.25f, 0.0f};
       std::vector<float> o(4 * dvp), o0(4 * dvp);

@@ -21,6 +21,8 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include "backends/highway/x86_bf16_ops.h"
+
 // GCC 12's AVX-512 headers start some intrinsics from an undefined vector,
 // which -Wmaybe-uninitialized reports at every use.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -110,21 +112,9 @@ ATTNKIT_TARGET_FP8 inline void Widen(const Widener& t, __m512i codes, __m512i* w
   *w1 = _mm512_unpackhi_epi8(lo, hi);
 }
 
-ATTNKIT_TARGET_FP8 inline __m512 Dot(__m512 acc, __m512i a, __m512i b) {
-  return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
-}
-
-// The first levels of VnniQDotK4's reduction tree, in f32: pairs of
-// vectors (x, y) -> per 128-bit block [x0+x2, y0+y2, x1+x3, y1+y3]; two of
-// those -> per block the four block sums of x, y, z, w.
-ATTNKIT_TARGET_FP8 inline __m512 PairSums(__m512 x, __m512 y) {
-  return _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y));
-}
-ATTNKIT_TARGET_FP8 inline __m512 QuadSums(__m512 xy, __m512 zw) {
-  const __m512d a = _mm512_castps_pd(xy), b = _mm512_castps_pd(zw);
-  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
-                       _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-}
+using bf16_ops::Dot;
+using bf16_ops::PairSums;
+using bf16_ops::QuadSums;
 
 // Q.K of eight K rows k + i ldk (i < 8) with the 4 Q rows, codes [0, d):
 // out[16 (4 h + r) + 4 b + i] summed over i < 4 is row r's dot with key
