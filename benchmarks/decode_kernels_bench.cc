@@ -94,6 +94,25 @@ int Main() {
   } else {
     std::printf("fp8: this CPU has no AVX512_BF16 with VBMI\n");
   }
+  if (x86_dot::HaveBF16Dot()) {  // bf16 K/V under FAST
+    std::vector<uint16_t> q(4 * kD), k(kKeys * kD), v(kKeys * kD);
+    for (auto* x : {&q, &k, &v}) {
+      for (uint16_t& b : *x) b = static_cast<uint16_t>(0x3f80 + code(rng));  // bf16 in [1, 2)
+    }
+    std::vector<const uint16_t*> rows(kKeys + 1);
+    for (size_t j = 0; j < kKeys + 1; ++j) rows[j] = v.data() + (j < kKeys ? j : kKeys - 1) * kD;
+    const double qk = NsPerKey([&] {
+      x86_dot::BF16QDotK4(q.data(), kD, k.data(), kD, kD, kKeys, 0.1f, s.data(), nullptr, 0,
+                          nullptr, 0, 0);
+    });
+    const double pv = NsPerKey([&] {
+      x86_dot::BF16WeightedSumV4(p.data(), kKeys, rows.data(), kD, kD, alpha, o.data(), kD);
+    });
+    std::printf("bf16 (BF16):  Q.K %.2f ns a key (BF16QDotK4), P.V %.2f (BF16WeightedSumV4)\n", qk,
+                pv);
+  } else {
+    std::printf("bf16: this CPU has no AVX512_BF16\n");
+  }
   return 0;
 }
 
