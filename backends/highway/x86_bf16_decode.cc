@@ -25,6 +25,7 @@ namespace attnkit {
 namespace x86_dot {
 namespace {
 
+using bf16_ops::AddWeightedPair4x4;
 using bf16_ops::BlockPairSums;
 using bf16_ops::Dot;
 using bf16_ops::PairSums;
@@ -189,12 +190,7 @@ ATTNKIT_TARGET_BF16 bool BF16WeightedSumV4(const float* p, size_t keys, const ui
         w[2 * h] = _mm512_unpacklo_epi16(a, b);
         w[2 * h + 1] = _mm512_unpackhi_epi16(a, b);
       }
-#pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) {
-        const __m512i pr = _mm512_set1_epi32(static_cast<int>(pw[4 * jp + r]));
-#pragma GCC unroll 4
-        for (int cv = 0; cv < 4; ++cv) acc[r][cv] = Dot(acc[r][cv], w[cv], pr);
-      }
+      AddWeightedPair4x4(pw + 4 * jp, w, acc);
     }
     PrefetchL1Rows(l1_here, 2 * pairs, l1_here.count);
 #pragma GCC unroll 4

@@ -9,6 +9,8 @@
 
 #include <immintrin.h>
 
+#include <cstdint>
+
 #define ATTNKIT_TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 namespace attnkit {
@@ -34,6 +36,19 @@ ATTNKIT_TARGET_BF16 inline __m512 QuadSums(__m512 xy, __m512 zw) {
 // Blocks (0, 1) and (2, 3) of u and of v added: [u0+u1, u2+u3, v0+v1, v2+v3].
 ATTNKIT_TARGET_BF16 inline __m512 BlockPairSums(__m512 u, __m512 v) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(u, v, 0x88), _mm512_shuffle_f32x4(u, v, 0xDD));
+}
+
+// One pair of keys of a decode P.V over 64 columns for a group of 4 rows:
+// acc[r][cv] += the products of w[cv] (the two keys' values, column by
+// column) with row r's weight pair pw[r], broadcast, for r < 4, cv < 4.
+ATTNKIT_TARGET_BF16 inline void AddWeightedPair4x4(const uint32_t* pw, const __m512i* w,
+                                                   __m512 (*acc)[4]) {
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) {
+    const __m512i pr = _mm512_set1_epi32(static_cast<int>(pw[r]));
+#pragma GCC unroll 4
+    for (int cv = 0; cv < 4; ++cv) acc[r][cv] = Dot(acc[r][cv], w[cv], pr);
+  }
 }
 
 }  // namespace bf16_ops

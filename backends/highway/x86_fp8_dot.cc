@@ -112,6 +112,7 @@ ATTNKIT_TARGET_FP8 inline void Widen(const Widener& t, __m512i codes, __m512i* w
   *w1 = _mm512_unpackhi_epi8(lo, hi);
 }
 
+using bf16_ops::AddWeightedPair4x4;
 using bf16_ops::Dot;
 using bf16_ops::PairSums;
 using bf16_ops::QuadSums;
@@ -376,12 +377,7 @@ ATTNKIT_TARGET_FP8 bool Fp8WeightedSumV4(const float* p, size_t keys, const uint
       __m512i w[4];
       Widen(t, _mm512_permutex2var_epi8(v0, t.pair0, v1), &w[0], &w[1]);
       Widen(t, _mm512_permutex2var_epi8(v0, t.pair1, v1), &w[2], &w[3]);
-#pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) {
-        const __m512i pr = _mm512_set1_epi32(static_cast<int>(pw[4 * jp + r]));
-#pragma GCC unroll 4
-        for (int cv = 0; cv < 4; ++cv) acc[r][cv] = Dot(acc[r][cv], w[cv], pr);
-      }
+      AddWeightedPair4x4(pw + 4 * jp, w, acc);
     }
     PrefetchL1Rows(l1_here, 2 * pairs, l1_here.count);
 #pragma GCC unroll 4
