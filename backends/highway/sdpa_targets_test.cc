@@ -80,6 +80,19 @@ TEST_P(FlashTargetTest, Int8FastDecodeMatchesTheOracle) {
   }
 }
 
+// A decode of two query rows per head (causal, bottom-right: the first
+// never sees the last key), B2 H8/4, over kv_len keys of type kv, with its
+// LSE: the shape of the fp8 and bf16 decode-tile tests below.
+AttentionProblem TwoRowDecode(DType kv, ComputeMode mode, int64_t kv_len, int64_t d) {
+  AttentionProblem p = MakeTestProblem(2, 8, 4, 2, kv_len, d);
+  p.kv_dtype = kv;
+  p.compute = mode;
+  p.mask = MaskKind::kCausal;
+  p.alignment = Alignment::kBottomRight;
+  p.return_lse = true;
+  return p;
+}
+
 // fp8 decode tiles take one of three decodes (sdpa-inl.h): the 2^bias
 // folded into Q and the V scales, the 2^bias multiplied in where a factor
 // could overflow (|q| >= 2^7, a V scale >= 2^7), and NaN and Inf built
@@ -102,12 +115,7 @@ TEST_P(FlashTargetTest, Fp8DecodeTilesMatchTheOracle) {
     const bool e4m3 = kv == DType::kF8E4M3;
     const uint8_t mantissa = e4m3 ? 0x07 : 0x03;  // S.0...0.m: subnormal codes
     for (int64_t d : {128, 64}) {
-      AttentionProblem p = MakeTestProblem(2, 8, 4, 2, 301, d);
-      p.kv_dtype = kv;
-      p.compute = mode;
-      p.mask = MaskKind::kCausal;
-      p.alignment = Alignment::kBottomRight;
-      p.return_lse = true;
+      const AttentionProblem p = TwoRowDecode(kv, mode, 301, d);
       absl::StatusOr<ProblemData> data = ProblemData::Random(p, 11);
       ASSERT_TRUE(data.ok()) << data.status();
       const AttentionArgs& a = data->args();
@@ -163,13 +171,8 @@ TEST_P(FlashTargetTest, BF16DecodeTilesMatchTheOracle) {
     for (const ComputeMode mode : {ComputeMode::kExact, ComputeMode::kFast}) {
       for (int64_t d : {128, 80}) {
         for (int64_t kv_len : {293, 294}) {
-          AttentionProblem p = MakeTestProblem(2, 8, 4, 2, kv_len, d);
+          AttentionProblem p = TwoRowDecode(DType::kBF16, mode, kv_len, d);
           p.dtype = q_type;
-          p.kv_dtype = DType::kBF16;
-          p.compute = mode;
-          p.mask = MaskKind::kCausal;
-          p.alignment = Alignment::kBottomRight;
-          p.return_lse = true;
           absl::StatusOr<ProblemData> data = ProblemData::Random(p, 13);
           ASSERT_TRUE(data.ok()) << data.status();
           const AttentionArgs& a = data->args();

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -446,6 +447,67 @@ std::vector<uint16_t> QueryBlocks(const std::vector<uint16_t>& q, size_t ldq, si
 // own: NaN, and E5M2's Inf times 1). Then random rows against double sums
 // (exact products, f32 sums), the last key's row ending on a guarded page,
 // and key counts that leave a partial group of eight.
+// The decode kernels' checks, for a group of 4 query rows (x86_dot.h's
+// packed layout); `where` names the case in failure messages. Callers wrap
+// them in ASSERT_NO_FATAL_FAILURE.
+
+// Scores s[4 j + r] = scale * sum_{c < d} q(r, c) k(j, c) for j < keys,
+// r < 4: products exact, so at most d f32 roundings of partial sums; and
+// nothing written at s[4 keys] (holding -7).
+template <class QValue, class KValue>
+void ExpectPackedScores(const std::vector<float>& s, size_t keys, size_t d, float scale,
+                        const QValue& q, const KValue& k, const std::string& where) {
+  for (size_t j = 0; j < keys; ++j) {
+    for (size_t r = 0; r < 4; ++r) {
+      double want = 0, abs_sum = 0;
+      for (size_t c = 0; c < d; ++c) {
+        const double x = double(q(r, c)) * k(j, c);
+        want += x;
+        abs_sum += std::fabs(x);
+      }
+      const double bound = scale * d * std::ldexp(abs_sum, -24);
+      ASSERT_NEAR(s[4 * j + r], scale * want, bound) << where << " key " << j << " row " << r;
+    }
+  }
+  EXPECT_EQ(s[4 * keys], -7.0f) << where << ": wrote past the last key";
+}
+
+// O[r, c] = alpha[r] O0[r, c] + sum_{j < keys} bf16(p[4 j + r]) v(j, c) for
+// c < dv, alpha[r] O0[r, c] for c in [dv, dvp): the weights rounded to
+// bf16 (nearest even), their products exact, sums in f32.
+template <class VValue>
+void ExpectWeightedSum(const std::vector<float>& o, const std::vector<float>& o0,
+                       const std::vector<float>& p, size_t keys, size_t dv, size_t dvp,
+                       const double alpha[4], const VValue& v, const std::string& where) {
+  for (size_t r = 0; r < 4; ++r) {
+    for (size_t c = 0; c < dvp; ++c) {
+      double want = alpha[r] * o0[r * dvp + c], abs_sum = std::fabs(want);
+      for (size_t j = 0; c < dv && j < keys; ++j) {
+        const double x = double(F32FromBF16(BF16FromF32(p[4 * j + r]))) * v(j, c);
+        want += x;
+        abs_sum += std::fabs(x);
+      }
+      ASSERT_NEAR(o[r * dvp + c], want, (keys + 2) * std::ldexp(abs_sum, -24))
+          << where << " row " << r << " col " << c;
+    }
+  }
+}
+
+// A NaN or Inf weight (row 2 of the last key) refused, and O (which
+// weighted_sum(weights) writes) left as it was.
+template <class WeightedSum>
+void ExpectNonFiniteWeightsRefused(const std::vector<float>& p, size_t keys,
+                                   const std::vector<float>& o, const WeightedSum& weighted_sum,
+                                   const std::string& where) {
+  for (float bad : {NAN, INFINITY}) {
+    std::vector<float> pb = p;
+    pb[4 * (keys - 1) + 2] = bad;
+    const std::vector<float> before = o;
+    EXPECT_FALSE(weighted_sum(pb.data())) << where << ": weight " << bad;
+    EXPECT_EQ(o, before) << where << ": a refused call changed O";
+  }
+}
+
 TEST(X86DotTest, Fp8QDotK4WidensEveryCodeExactly) {
   if (!x86_dot::HaveFp8BF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16 with AVX512_VBMI";
   const uint16_t one = BF16FromF32(1.0f);
@@ -537,21 +599,10 @@ TEST(X86DotTest, Fp8QDotK4MatchesExactProducts) {
         x86_dot::Fp8QDotK4(QueryBlocks(q, ldq, d).data(), 4 * d, k, ldk, d, keys, e4m3, scale,
                            s.data(), k, ldk, keys % 2 == 1 ? nullptr : k, ldk, keys,
                            keys % 2 == 1 ? l1 : x86_dot::L1Rows{});
-        for (size_t j = 0; j < keys; ++j) {
-          for (size_t r = 0; r < 4; ++r) {
-            double want = 0, abs_sum = 0;
-            for (size_t c = 0; c < d; ++c) {
-              const double x =
-                  double(F32FromBF16(q[r * ldq + c])) * Fp8CodeValue(k[j * ldk + c], e4m3);
-              want += x;
-              abs_sum += std::fabs(x);
-            }
-            const double bound = scale * d * std::ldexp(abs_sum, -24);
-            ASSERT_NEAR(s[4 * j + r], scale * want, bound)
-                << "d " << d << " keys " << keys << " key " << j << " row " << r;
-          }
-        }
-        EXPECT_EQ(s[4 * keys], -7.0f) << "wrote past the last key";
+        ASSERT_NO_FATAL_FAILURE(ExpectPackedScores(
+            s, keys, d, scale, [&](size_t r, size_t c) { return F32FromBF16(q[r * ldq + c]); },
+            [&](size_t j, size_t c) { return Fp8CodeValue(k[j * ldk + c], e4m3); },
+            "d " + std::to_string(d) + " keys " + std::to_string(keys)));
       }
     }
   }
@@ -594,27 +645,18 @@ TEST(X86DotTest, Fp8WeightedSumV4MatchesRoundedWeights) {
         const x86_dot::L1Rows some = keys > 2 ? l1 : x86_dot::L1Rows{};
         ASSERT_TRUE(x86_dot::Fp8WeightedSumV4(p.data(), keys, rows.data(), dv, dvp, e4m3, alpha,
                                               o.data(), dvp, some));
-        for (size_t r = 0; r < 4; ++r) {
-          for (size_t c = 0; c < dvp; ++c) {
-            double want = double(alpha[r]) * o0[r * dvp + c], abs_sum = std::fabs(want);
-            for (size_t j = 0; c < dv && j < keys; ++j) {
-              const double x =
-                  double(F32FromBF16(BF16FromF32(p[4 * j + r]))) * Fp8CodeValue(rows[j][c], e4m3);
-              want += x;
-              abs_sum += std::fabs(x);
-            }
-            ASSERT_NEAR(o[r * dvp + c], want, (keys + 2) * std::ldexp(abs_sum, -24))
-                << "dv " << dv << " keys " << keys << " row " << r << " col " << c;
-          }
-        }
-        for (float bad : {NAN, INFINITY}) {
-          std::vector<float> pb = p;
-          pb[4 * (keys - 1) + 2] = bad;
-          const std::vector<float> before = o;
-          EXPECT_FALSE(x86_dot::Fp8WeightedSumV4(pb.data(), keys, rows.data(), dv, dvp, e4m3, alpha,
-                                                 o.data(), dvp, some));
-          EXPECT_EQ(o, before) << "a refused call changed O";
-        }
+        const std::string where = "dv " + std::to_string(dv) + " keys " + std::to_string(keys);
+        const double alpha_d[4] = {alpha[0], alpha[1], alpha[2], alpha[3]};
+        ASSERT_NO_FATAL_FAILURE(ExpectWeightedSum(
+            o, o0, p, keys, dv, dvp, alpha_d,
+            [&](size_t j, size_t c) { return Fp8CodeValue(rows[j][c], e4m3); }, where));
+        ExpectNonFiniteWeightsRefused(
+            p, keys, o,
+            [&](const float* pb) {
+              return x86_dot::Fp8WeightedSumV4(pb, keys, rows.data(), dv, dvp, e4m3, alpha,
+                                               o.data(), dvp, some);
+            },
+            where);
       }
     }
   }
@@ -653,21 +695,10 @@ TEST(X86DotTest, BF16QDotK4MatchesExactProducts) {
       x86_dot::BF16QDotK4(qrows, ldq, k, ldk, d, keys, scale, s.data(), k, ldk,
                           keys % 2 == 1 ? nullptr : k, ldk, keys,
                           keys % 2 == 1 ? l1 : x86_dot::L1Rows{});
-      for (size_t j = 0; j < keys; ++j) {
-        for (size_t r = 0; r < 4; ++r) {
-          double want = 0, abs_sum = 0;
-          for (size_t c = 0; c < d; ++c) {
-            const double x = double(F32FromBF16(q[r * ldq + c])) * F32FromBF16(k[j * ldk + c]);
-            want += x;
-            abs_sum += std::fabs(x);
-          }
-          // d f32 roundings of partial sums at most (the products are exact).
-          const double bound = scale * d * std::ldexp(abs_sum, -24);
-          ASSERT_NEAR(s[4 * j + r], scale * want, bound)
-              << "d " << d << " keys " << keys << " key " << j << " row " << r;
-        }
-      }
-      EXPECT_EQ(s[4 * keys], -7.0f) << "wrote past the last key";
+      ASSERT_NO_FATAL_FAILURE(ExpectPackedScores(
+          s, keys, d, scale, [&](size_t r, size_t c) { return F32FromBF16(q[r * ldq + c]); },
+          [&](size_t j, size_t c) { return F32FromBF16(k[j * ldk + c]); },
+          "d " + std::to_string(d) + " keys " + std::to_string(keys)));
     }
   }
 }
@@ -732,28 +763,19 @@ TEST(X86DotTest, BF16WeightedSumV4MatchesRoundedWeights) {
       const x86_dot::L1Rows some = keys > 2 ? l1 : x86_dot::L1Rows{};
       ASSERT_TRUE(x86_dot::BF16WeightedSumV4(p.data(), keys, rows.data(), dv, dvp,
                                              keys == 9 ? nullptr : alpha, o.data(), dvp, some));
-      for (size_t r = 0; r < 4; ++r) {
-        const double a = keys == 9 ? 1.0 : alpha[r];
-        for (size_t c = 0; c < dvp; ++c) {
-          double want = a * o0[r * dvp + c], abs_sum = std::fabs(want);
-          for (size_t j = 0; c < dv && j < keys; ++j) {
-            const double x =
-                double(F32FromBF16(BF16FromF32(p[4 * j + r]))) * F32FromBF16(rows[j][c]);
-            want += x;
-            abs_sum += std::fabs(x);
-          }
-          ASSERT_NEAR(o[r * dvp + c], want, (keys + 2) * std::ldexp(abs_sum, -24))
-              << "dv " << dv << " keys " << keys << " row " << r << " col " << c;
-        }
-      }
-      for (float bad : {NAN, INFINITY}) {
-        std::vector<float> pb = p;
-        pb[4 * (keys - 1) + 2] = bad;
-        const std::vector<float> before = o;
-        EXPECT_FALSE(x86_dot::BF16WeightedSumV4(pb.data(), keys, rows.data(), dv, dvp, alpha,
-                                                o.data(), dvp, some));
-        EXPECT_EQ(o, before) << "a refused call changed O";
-      }
+      const std::string where = "dv " + std::to_string(dv) + " keys " + std::to_string(keys);
+      const double ones[4] = {1.0, 1.0, 1.0, 1.0};
+      const double alpha_d[4] = {alpha[0], alpha[1], alpha[2], alpha[3]};
+      ASSERT_NO_FATAL_FAILURE(ExpectWeightedSum(
+          o, o0, p, keys, dv, dvp, keys == 9 ? ones : alpha_d,
+          [&](size_t j, size_t c) { return F32FromBF16(rows[j][c]); }, where));
+      ExpectNonFiniteWeightsRefused(
+          p, keys, o,
+          [&](const float* pb) {
+            return x86_dot::BF16WeightedSumV4(pb, keys, rows.data(), dv, dvp, alpha, o.data(), dvp,
+                                              some);
+          },
+          where);
     }
   }
 }
