@@ -117,9 +117,9 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
   c.vnni_pv = c.vnni_qk && p.fast && p.v.dtype == DType::kI8;
   c.fp8_bf16 = t.packed && IsFp8(p.k.dtype) && p.round_q && p.head_dim % 16 == 0 &&
                x86_dot::HaveFp8BF16Dot();
-  // Direct tiles: contiguous rows, d and Ev multiples of 16 (t.dp == d).
-  c.bf16_dec = t.packed && p.k.dtype == DType::kBF16 && p.v.dtype == DType::kBF16 && p.fast &&
-               x86_dot::HaveBF16Dot();
+  // Planned with this target's KernelShape::bf16_dots (HaveBF16Dot());
+  // direct tiles: contiguous rows, d and Ev multiples of 16 (t.dp == d).
+  c.bf16_dec = t.bf16_dec;
   static_assert(kMaxKeyTile <= static_cast<int64_t>(x86_dot::kMaxWeightedQuadsKeys),
                 "WeightedQuadsV4's integer sums hold at most kMaxWeightedQuadsKeys keys");
   static_assert(kProblemMaxHeadDim <= static_cast<int64_t>(x86_dot::kMaxFp8QDotD),
@@ -810,9 +810,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
 template <class StoreRow>
 void RunItem(const FlashParams& p, const Tiling& t, const Item& it, float* scratch,
              const StoreRow& store_row) {
-  // bf16 products on direct tiles (BF16QDotK4) read the rows as they lie:
-  // BF16Pairs's column order is for the f32 kernels' loads.
-  if (t.bf16_pairs && !ChooseDots(p, t).bf16_dec) {
+  if (t.bf16_pairs) {
     RunItemAs<BF16Pairs>(p, t, it, scratch, store_row);
   } else if (t.direct && p.k.dtype == DType::kBF16) {
     RunItemAs<hwy::bfloat16_t>(p, t, it, scratch, store_row);

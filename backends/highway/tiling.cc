@@ -49,6 +49,8 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
   t.direct = t.narrow && p.k.dtype == p.v.dtype && p.k.strides[3] == 1 && p.v.strides[3] == 1 &&
              p.k_row_stride > 0 && p.v_row_stride > 0 && t.dp == d && t.dvp == dv &&
              p.blocked == nullptr;
+  t.packed = k.packed_scores && t.direct;
+  t.bf16_dec = t.packed && k.bf16_dots && p.k.dtype == DType::kBF16 && p.fast;
   // Decode-like tiles (one vector of rows) do little work per key: keep the
   // converted K and V tile (key_tile x (dp + dvp) floats) within 16 KiB of L1.
   const int64_t kv_floats = (t.dp + t.dvp) / 2;  // per key and tensor, on average
@@ -60,8 +62,7 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
     const bool fp8_fast = IsFp8(p.k.dtype) && p.round_q;
     if (fp8_fast && k.packed_scores) {
       t.key_tile = std::min(kPackedFp8KeyTile, FloorPow2(std::max<int64_t>(1, 8192 / kv_floats)));
-    } else if (p.k.dtype == DType::kBF16 && p.fast && k.packed_scores &&
-               k.bf16_dots) {  // 32 keys: 16 KiB at d = 128
+    } else if (t.bf16_dec) {  // 32 keys: 16 KiB at d = 128
       t.key_tile = std::min(kPackedBF16KeyTile, FloorPow2(std::max<int64_t>(1, 4096 / kv_floats)));
     } else if (p.k.dtype == DType::kI8 && k.packed_scores) {  // 64 keys: 16 KiB at d = 128
       t.key_tile = std::min(kPackedInt8KeyTile, FloorPow2(std::max<int64_t>(1, 8192 / kv_floats)));
@@ -72,9 +73,8 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
   }
   // BF16Pairs permutes the columns of Q, K, V and O alike, in blocks of two
   // vectors: both padded dims must be whole blocks.
-  t.bf16_pairs = k.bf16_pairs && t.direct && p.k.dtype == DType::kBF16 &&
+  t.bf16_pairs = k.bf16_pairs && t.direct && !t.bf16_dec && p.k.dtype == DType::kBF16 &&
                  t.dp % (2 * k.lanes) == 0 && t.dvp % (2 * k.lanes) == 0;
-  t.packed = k.packed_scores && t.direct;
   const int64_t row_bytes = d * static_cast<int64_t>(DTypeSize(p.k.dtype));
   t.ahead_keys = std::max<int64_t>(t.key_tile, kAheadBytes / row_bytes);
   // f32 rows that lie back to back (dense BHTD) only: see AheadRows.
@@ -132,8 +132,7 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
   // Direct bf16 tiles under FAST: Q rows as bf16 for x86_dot::BF16QDotK4,
   // [mp, ldqb16] two-byte values, zero past d.
   t.ldqb16 = RoundUp(d, 32);
-  const bool bf16_q = t.packed && k.bf16_dots && p.k.dtype == DType::kBF16 && p.fast;
-  t.off_qb16 = take(bf16_q ? mp * t.ldqb16 / 2 : 0);
+  t.off_qb16 = take(t.bf16_dec ? mp * t.ldqb16 / 2 : 0);
   t.scratch_floats = off;
   t.partial_floats = PartialFloats(t);
   return t;

@@ -111,6 +111,9 @@ struct Tiling {
   bool direct;         // narrow, and K/V rows are read from storage as is
   bool bf16_pairs;     // direct bf16 read as BF16Pairs (columns permuted)
   bool packed;         // direct, with packed score tiles (packed_scores-inl.h)
+  // packed bf16 tiles under FAST with x86_dot's bf16 kernels (BF16QDotK4,
+  // BF16WeightedSumV4), which read the rows as they lie (not as BF16Pairs)
+  bool bf16_dec;
   int64_t ahead_keys;  // direct: keys past the tile whose rows are prefetched
   bool ahead_into_l1;  // direct: prefetch them into L1 (AheadRows::into_l1)
   // Per-thread scratch offsets, in floats.
