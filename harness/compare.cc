@@ -225,10 +225,11 @@ BackendResult MeasureAuto(const BackendRegistry& registry, const AttentionProble
   return r;
 }
 
-// The compute limit of p's products: the bf16 dot-product peak where Q.K
-// may multiply bf16 (MayFlushBF16Products: bf16 K with bf16 Q, or FAST) and
-// the CPU has it (twice the f32 FMA's multiply-adds an instruction), else
-// the f32 FMA peak; each with its lowest pass over the run. A training step
+// The compute limit of p's products: where Q.K may multiply bf16
+// (MayFlushBF16Products: bf16 K with bf16 Q, or FAST), the AMX bf16 peak
+// where the CPU has AMX, else the bf16 dot-product peak where it has
+// AVX512_BF16 (twice the f32 FMA's multiply-adds an instruction), else the
+// f32 FMA peak; each with its lowest pass over the run. A training step
 // counts as bf16 only under FAST (FastRoundsGradOperands: all five of its
 // products may be bf16; under EXACT three of them multiply f32 P and dX).
 struct ComputeLimit {
@@ -238,6 +239,9 @@ struct ComputeLimit {
 };
 ComputeLimit ComputeLimitOf(const AttentionProblem& p, const MachineLimits& limits) {
   const bool bf16_products = MayFlushBF16Products(p) && (!p.backward || FastRoundsGradOperands(p));
+  if (bf16_products && limits.peak_amx_bf16_gflops() > 0) {
+    return {limits.peak_amx_bf16_gflops(), limits.peak_amx_bf16_min_gflops(), "bf16 AMX peak"};
+  }
   if (bf16_products && limits.peak_bf16_dot_gflops() > 0) {
     return {limits.peak_bf16_dot_gflops(), limits.peak_bf16_dot_min_gflops(),
             "bf16 dot-product peak"};
@@ -464,12 +468,19 @@ std::string FormatCompareTable(const CompareReport& report, bool wide) {
           spread ? absl::StrFormat("; highest of %d passes over the run, lowest %.1f",
                                    l.peak_passes(), l.peak_fma_min_gflops())
                  : "",
-          l.peak_bf16_dot_gflops() > 0
-              ? absl::StrFormat(
-                    ", bf16 dot products %.1f GFLOP/s%s", l.peak_bf16_dot_gflops(),
-                    spread ? absl::StrFormat(" (lowest pass %.1f)", l.peak_bf16_dot_min_gflops())
-                           : "")
-              : "",
+          absl::StrCat(
+              l.peak_bf16_dot_gflops() > 0
+                  ? absl::StrFormat(", bf16 dot products %.1f GFLOP/s%s", l.peak_bf16_dot_gflops(),
+                                    spread ? absl::StrFormat(" (lowest pass %.1f)",
+                                                             l.peak_bf16_dot_min_gflops())
+                                           : "")
+                  : "",
+              l.peak_amx_bf16_gflops() > 0
+                  ? absl::StrFormat(", bf16 AMX tiles %.1f GFLOP/s%s", l.peak_amx_bf16_gflops(),
+                                    spread ? absl::StrFormat(" (lowest pass %.1f)",
+                                                             l.peak_amx_bf16_min_gflops())
+                                           : "")
+                  : ""),
           l.read_gbps(),
           l.read_passes() > 0
               ? absl::StrFormat(" (passes %.1f-%.1f)", l.read_gbps_min(), l.read_gbps_max())

@@ -235,9 +235,9 @@ TEST(CompareTest, MemoryBoundProblemsArePairedWithAReadLoop) {
   EXPECT_DOUBLE_EQ(report->problems(0).results(0).limit_used(), 10.0);
 }
 
-// The compute limit a problem is held to: the bf16 dot-product peak for
-// bf16 products (a FAST all-bf16 training step among them), the FMA peak for
-// f32 ones and for an EXACT bf16 training step (three of its five products
+// The compute limit a problem is held to: the bf16 dot-product peak (the
+// AMX peak where the machine has one) for bf16 products (a FAST all-bf16 training step among them),
+// the FMA peak for f32 ones and for an EXACT bf16 training step (three of its five products
 // multiply f32 P and dX).
 TEST(CompareTest, ComputeLimitFollowsTheProductsType) {
   BackendRegistry registry;
@@ -260,6 +260,15 @@ TEST(CompareTest, ComputeLimitFollowsTheProductsType) {
                               "bf16 dot-product peak"};
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(report->problems(i).compute_limit(), want[i]) << report->problems(i).id();
+  }
+  // With AMX, bf16 products are held to its tiles' peak instead.
+  limits.set_peak_amx_bf16_gflops(4000);
+  limits.set_peak_amx_bf16_min_gflops(4000);
+  report = RunCompare(registry, {f32, bf16, bwd, fast_bwd}, options, MachineFingerprint(), limits);
+  ASSERT_TRUE(report.ok()) << report.status();
+  const char* const want_amx[] = {"peak FMA", "bf16 AMX peak", "peak FMA", "bf16 AMX peak"};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(report->problems(i).compute_limit(), want_amx[i]) << report->problems(i).id();
   }
 }
 

@@ -114,6 +114,8 @@ MachineLimits MeasureLimits(int threads) {
   }
   l.set_peak_fma_gflops(best);
   l.set_peak_bf16_dot_gflops(MeasureBF16DotGflops(threads));
+  l.set_peak_amx_bf16_gflops(MeasureAmxBF16Gflops(threads));
+  l.set_peak_amx_bf16_min_gflops(l.peak_amx_bf16_gflops());
   l.set_peak_passes(1);
   l.set_peak_fma_min_gflops(l.peak_fma_gflops());
   l.set_peak_bf16_dot_min_gflops(l.peak_bf16_dot_gflops());
@@ -141,6 +143,9 @@ void AddPeakPass(int threads, MachineLimits* limits, int trials) {
   const double bf16 = limits->peak_bf16_dot_gflops() > 0
                           ? MeasureBF16DotGflops(threads, trials, kBF16DotLoopIterations / 4)
                           : 0.0;
+  const double amx = limits->peak_amx_bf16_gflops() > 0
+                         ? MeasureAmxBF16Gflops(threads, trials, kAmxBF16LoopIterations / 4)
+                         : 0.0;
   if (limits->peak_passes() == 0) {  // a cache from before the spread was kept
     limits->set_peak_fma_min_gflops(limits->peak_fma_gflops());
     limits->set_peak_bf16_dot_min_gflops(limits->peak_bf16_dot_gflops());
@@ -152,6 +157,10 @@ void AddPeakPass(int threads, MachineLimits* limits, int trials) {
   if (bf16 > 0) {
     limits->set_peak_bf16_dot_gflops(std::max(limits->peak_bf16_dot_gflops(), bf16));
     limits->set_peak_bf16_dot_min_gflops(std::min(limits->peak_bf16_dot_min_gflops(), bf16));
+  }
+  if (amx > 0) {
+    limits->set_peak_amx_bf16_gflops(std::max(limits->peak_amx_bf16_gflops(), amx));
+    limits->set_peak_amx_bf16_min_gflops(std::min(limits->peak_amx_bf16_min_gflops(), amx));
   }
   (*limits->mutable_fma_gflops())[limits->best_target()] = limits->peak_fma_gflops();
 }

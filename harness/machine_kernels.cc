@@ -78,6 +78,13 @@ double MeasureBF16DotGflops(int threads, int trials, int64_t iterations) {
                              [iterations] { return x86_dot::BF16DotPeakLoop(iterations); });
 }
 
+double MeasureAmxBF16Gflops(int threads, int trials, int64_t iterations) {
+  if (!x86_dot::HaveAmxBF16()) return 0;
+  x86_dot::AmxBF16PeakLoop(iterations / 10);  // warm up
+  return BestGflopsOnThreads(threads, trials,
+                             [iterations] { return x86_dot::AmxBF16PeakLoop(iterations); });
+}
+
 float StreamingSum(const float* data, size_t n) { return HWY_DYNAMIC_DISPATCH(SumFloats)(data, n); }
 
 float StreamingSumFourStreams(const float* data, size_t n) {

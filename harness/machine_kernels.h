@@ -32,6 +32,13 @@ inline constexpr int64_t kBF16DotLoopIterations = 10'000'000;
 double MeasureBF16DotGflops(int threads, int trials = 3,
                             int64_t iterations = kBF16DotLoopIterations);
 
+// Peak AMX bf16 throughput (x86 tdpbf16ps, x86_dot.h) measured the same
+// way (`iterations` x 6 instructions); 0 where x86_dot::HaveAmxBF16() is
+// false.
+inline constexpr int64_t kAmxBF16LoopIterations = 1'000'000;
+double MeasureAmxBF16Gflops(int threads, int trials = 3,
+                            int64_t iterations = kAmxBF16LoopIterations);
+
 // Sums `n` floats with the best target (a streaming read); returns the sum
 // so the compiler cannot drop the reads.
 float StreamingSum(const float* data, size_t n);

@@ -90,6 +90,7 @@ using highway_plan::Tiling;
 struct DotChoice {
   bool bf16_qk = false;
   bool bf16_pv = false;
+  bool amx = false;  // bf16_qk and bf16_pv's products on AMX tiles
   bool vnni_qk = false;
   bool vnni_256 = false;
   bool vnni_pv = false;
@@ -113,6 +114,9 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
               x86_dot::HaveBF16Dot();
   c.bf16_pv = c.bf16_qk && p.fast && p.v.dtype == DType::kBF16 && p.v.strides[3] == 1 &&
               p.value_dim % 16 == 0 && t.dvp == p.value_dim;
+  // AMX takes d in steps of 32 (a tile row is 32 bf16); the choice is the
+  // problem's, so paged and dense runs of it multiply alike.
+  c.amx = c.bf16_qk && p.head_dim % 32 == 0 && x86_dot::HaveAmxBF16();
   c.vnni_qk = t.packed && p.k.dtype == DType::kI8 && p.round_q && x86_dot::HaveVnni();
   c.vnni_pv = c.vnni_qk && p.fast && p.v.dtype == DType::kI8;
   c.fp8_bf16 = t.packed && IsFp8(p.k.dtype) && p.round_q && p.head_dim % 16 == 0 &&
@@ -124,6 +128,8 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
                 "WeightedQuadsV4's integer sums hold at most kMaxWeightedQuadsKeys keys");
   static_assert(kProblemMaxHeadDim <= static_cast<int64_t>(x86_dot::kMaxFp8QDotD),
                 "Fp8QDotK4 takes head dims up to kMaxFp8QDotD");
+  static_assert(kMaxKeyTile <= static_cast<int64_t>(x86_dot::kMaxAmxKeys),
+                "AmxWeightedSumV takes at most kMaxAmxKeys keys");
   static_assert(kMaxKeyTile <= static_cast<int64_t>(x86_dot::kMaxWeightedPairsKeys),
                 "Fp8WeightedSumV4 and BF16WeightedSumV4 take at most kMaxWeightedPairsKeys keys");
   static_assert(kMaxKeyTile <= kFastWeightBlock,
@@ -656,10 +662,10 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     } else if (bf16_qk) {  // scale * Q.K from bf16 pairs, a run of rows at a time; 0 past nk
       for (int64_t j = 0, len = 0; j < nk; j += len) {
         len = std::min(nk - j, p.kv_rows.RunLength(k0 + j));
-        x86_dot::BF16QDotK(qp, static_cast<size_t>(mp), k16_row(j),
-                           static_cast<size_t>(p.k_row_stride), static_cast<size_t>(d),
-                           static_cast<size_t>(mp), static_cast<size_t>(len), p.scale, s + j * mp,
-                           static_cast<size_t>(mp));
+        (dots.amx ? x86_dot::AmxQDotK : x86_dot::BF16QDotK)(
+            qp, static_cast<size_t>(mp), k16_row(j), static_cast<size_t>(p.k_row_stride),
+            static_cast<size_t>(d), static_cast<size_t>(mp), static_cast<size_t>(len), p.scale,
+            s + j * mp, static_cast<size_t>(mp));
       }
       std::fill(s + nk * mp, s + nkp * mp, 0.0f);
     } else {
@@ -748,10 +754,10 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
         x86_dot::BF16PackValues(vrows, static_cast<size_t>(nk), static_cast<size_t>(dv),
                                 static_cast<size_t>(dvp), vp, static_cast<size_t>(dvp));
       }
-      x86_dot::BF16WeightedSumV(pp, static_cast<size_t>(mp), vpairs, static_cast<size_t>(dvp),
-                                static_cast<size_t>((nk + 1) / 2), alpha,
-                                static_cast<size_t>(value_rows), static_cast<size_t>(dvp), o,
-                                static_cast<size_t>(dvp), structured ? ke : nullptr);
+      (dots.amx ? x86_dot::AmxWeightedSumV : x86_dot::BF16WeightedSumV)(
+          pp, static_cast<size_t>(mp), vpairs, static_cast<size_t>(dvp),
+          static_cast<size_t>((nk + 1) / 2), alpha, static_cast<size_t>(value_rows),
+          static_cast<size_t>(dvp), o, static_cast<size_t>(dvp), structured ? ke : nullptr);
       ATTNKIT_PHASE_MARK(phase_timer, kPV);
       continue;
     }
@@ -976,7 +982,9 @@ inline void MergeWorkItem(const FlashParams& p, const Tiling& t, int64_t base,
 inline void FillRunInfo(const FlashParams& p, const Tiling& t, int64_t items, int threads,
                         FlashRunInfo* info) {
   const DotChoice dots = ChooseDots(p, t);
-  info->products = dots.bf16_pv                    ? "qk=bf16dot pv=bf16dot"
+  info->products = dots.amx && dots.bf16_pv        ? "qk=bf16amx pv=bf16amx"
+                   : dots.amx                      ? "qk=bf16amx"
+                   : dots.bf16_pv                  ? "qk=bf16dot pv=bf16dot"
                    : dots.bf16_qk                  ? "qk=bf16dot"
                    : dots.vnni_256 && dots.vnni_pv ? "qk=int8avxvnni pv=u8avxvnni"
                    : dots.vnni_256                 ? "qk=int8avxvnni"

@@ -1,9 +1,12 @@
 // The flash kernels under every compiled Highway target this CPU supports
 // (not only the best), against the fp64 reference on a representative grid.
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/str_split.h"
 #include "backends/highway/flash_test_util.h"
 #include "backends/highway/highway_backend.h"
 #include "backends/highway/x86_dot.h"
@@ -202,6 +205,62 @@ TEST_P(FlashTargetTest, BF16DecodeTilesMatchTheOracle) {
           EXPECT_EQ(qk, bf16_dots && fast) << p.Id() << " " << info.kernel;
           EXPECT_EQ(pv, bf16_dots && fast) << p.Id() << " " << info.kernel;
         }
+      }
+    }
+  }
+}
+
+// All-bf16 prefill (GQA, causal from the bottom right, Tq 37 over Tk 100:
+// tiles that end inside a block of 16 keys; a window of 21 keys back: key
+// runs that start anywhere), dense and in pages of 16 keys, under EXACT and FAST, d 128 and 96
+// (multiples of 32) and 80, with subnormal K and V values in every 16 keys, against the oracle, and
+// the products it ran: on AVX-512 targets of a CPU with AMX, tdpbf16ps where d is a multiple of 32
+// (AmxQDotK; under FAST also AmxWeightedSumV), vdpbf16ps otherwise (where the CPU has AVX512_BF16).
+TEST_P(FlashTargetTest, BF16PrefillTilesMatchTheOracle) {
+  static Backend* backend = MakeHighwayBackend({/*num_threads=*/2}).release();
+  const bool bf16_dots = GetParam() <= HWY_AVX3 && x86_dot::HaveBF16Dot();
+  const bool amx = bf16_dots && x86_dot::HaveAmxBF16();
+  for (const ComputeMode mode : {ComputeMode::kExact, ComputeMode::kFast}) {
+    for (int64_t d : {128, 96, 80}) {
+      for (const auto [page, window] :
+           {std::pair<int64_t, bool>{0, false}, {16, false}, {0, true}, {16, true}}) {
+        AttentionProblem p = MakeTestProblem(2, 8, 2, 37, 100, d);
+        p.dtype = p.kv_dtype = DType::kBF16;
+        p.compute = mode;
+        p.mask = window ? MaskKind::kSlidingWindow : MaskKind::kCausal;
+        p.window_left = window ? 21 : 0;
+        p.alignment = Alignment::kBottomRight;
+        p.scale = 0.125f;
+        if (page > 0) {
+          p.page_size = page;
+          p.num_pages = p.batch * p.max_pages() + 3;
+        }
+        absl::StatusOr<ProblemData> data = ProblemData::Random(p, 17);
+        ASSERT_TRUE(data.ok()) << data.status();
+        const AttentionArgs& a = data->args();
+        auto* k = static_cast<uint16_t*>(a.k.data);
+        auto* v = static_cast<uint16_t*>(a.v.data);
+        for (int64_t b = 0; b < p.batch; ++b) {
+          for (int64_t g = 0; g < p.num_kv_heads; ++g) {
+            for (int64_t j = 5; j < p.kv_len; j += 16) {
+              k[a.k.Offset(b, g, j, j % d)] = static_cast<uint16_t>(1 + j % 5);
+              v[a.v.Offset(b, g, j, (j + 3) % d)] = static_cast<uint16_t>(0x8000 | (1 + j % 7));
+            }
+          }
+        }
+        RunInfo info;
+        const absl::Status s = backend->Forward(p, a, &info);
+        ASSERT_TRUE(s.ok()) << p.Id() << ": " << s;
+        const Comparison c = CompareToReference(p, a, ComputeReference(p, a));
+        EXPECT_TRUE(c.ok()) << p.Id() << ": " << c.first_failure << " kernel " << info.kernel;
+        const bool fast = mode == ComputeMode::kFast, tiles = amx && d % 32 == 0;
+        const std::vector<std::string> words = absl::StrSplit(info.kernel, ' ');
+        auto has = [&words](const char* word) {
+          return std::find(words.begin(), words.end(), word) != words.end();
+        };
+        EXPECT_EQ(has("qk=bf16amx"), tiles) << p.Id() << " " << info.kernel;
+        EXPECT_EQ(has("pv=bf16amx"), tiles && fast) << p.Id() << " " << info.kernel;
+        EXPECT_EQ(has("qk=bf16dot"), bf16_dots && !tiles) << p.Id() << " " << info.kernel;
       }
     }
   }

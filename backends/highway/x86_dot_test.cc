@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -31,25 +32,31 @@ std::vector<uint16_t> RandomBF16(size_t n, std::mt19937* rng) {
   return out;
 }
 
-TEST(X86DotTest, BF16QDotKMatchesExactProducts) {
-  if (!x86_dot::HaveBF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
-  std::mt19937 rng(1);
-  // 64 and 128 rows: blocks of 4 vectors; 32 and 96: blocks of 2.
-  for (size_t rows : {32, 64, 96, 128}) {
-    for (size_t d : {16, 64, 128}) {
-      for (size_t keys : {1, 2, 7, 8, 13, 64}) {
+using QDotKFn = void (*)(const uint32_t*, size_t, const uint16_t*, size_t, size_t, size_t, size_t,
+                         float, float*, size_t);
+
+// kernel (BF16QDotK's contract) against exact products on every rows x d x
+// keys given: strided K rows, scores written for the keys asked only.
+void ExpectQDotKExact(QDotKFn kernel, std::initializer_list<size_t> rows_list,
+                      std::initializer_list<size_t> ds, std::initializer_list<size_t> keys_list,
+                      std::mt19937* rng) {
+  for (size_t rows : rows_list) {
+    for (size_t d : ds) {
+      for (size_t keys : keys_list) {
         const size_t ldk = d + 6;  // strided K rows
-        const std::vector<uint16_t> q = RandomBF16(rows * d, &rng);
-        const std::vector<uint16_t> k = RandomBF16(keys * ldk, &rng);
+        const std::vector<uint16_t> q = RandomBF16(rows * d, rng);
+        const std::vector<uint16_t> k = RandomBF16(keys * ldk, rng);
         std::vector<uint32_t> qp(d / 2 * rows);
         for (size_t r = 0; r < rows; ++r) {
           for (size_t c = 0; c < d; c += 2) {
             qp[c / 2 * rows + r] = q[r * d + c] | static_cast<uint32_t>(q[r * d + c + 1]) << 16;
           }
         }
-        std::vector<float> s(keys * rows, -1.0f);
+        // One key row past `keys` of NaN scores: never written.
+        std::vector<float> s((keys + 1) * rows, std::nanf(""));
         const float scale = 0.125f;  // a power of two: the product is exact
-        x86_dot::BF16QDotK(qp.data(), rows, k.data(), ldk, d, rows, keys, scale, s.data(), rows);
+        kernel(qp.data(), rows, k.data(), ldk, d, rows, keys, scale, s.data(), rows);
+        for (size_t r = 0; r < rows; ++r) ASSERT_TRUE(std::isnan(s[keys * rows + r]));
         for (size_t j = 0; j < keys; ++j) {
           for (size_t r = 0; r < rows; ++r) {
             double want = 0, abs_sum = 0;
@@ -66,6 +73,49 @@ TEST(X86DotTest, BF16QDotKMatchesExactProducts) {
         }
       }
     }
+  }
+}
+
+TEST(X86DotTest, BF16QDotKMatchesExactProducts) {
+  if (!x86_dot::HaveBF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937 rng(1);
+  // 64 and 128 rows: blocks of 4 vectors; 32 and 96: blocks of 2.
+  ExpectQDotKExact(x86_dot::BF16QDotK, {32, 64, 96, 128}, {16, 64, 128}, {1, 2, 7, 8, 13, 64},
+                   &rng);
+}
+
+TEST(X86DotTest, AmxQDotKMatchesExactProducts) {
+  if (!x86_dot::HaveAmxBF16()) {
+    GTEST_SKIP() << "no AMX-BF16 here (CPU, Linux's tile permission or ATTNKIT_AMX=0)";
+  }
+  std::mt19937 rng(11);
+  // Blocks of 32 keys, then of 16, then a padded one; d up to MLA's 576.
+  ExpectQDotKExact(x86_dot::AmxQDotK, {32, 64, 96}, {32, 64, 128, 576},
+                   {1, 2, 15, 16, 17, 31, 32, 33, 47, 64, 100}, &rng);
+}
+
+TEST(X86DotTest, AmxQDotKScoresDoNotDependOnTheKeysPosition) {
+  if (!x86_dot::HaveAmxBF16()) {
+    GTEST_SKIP() << "no AMX-BF16 here (CPU, Linux's tile permission or ATTNKIT_AMX=0)";
+  }
+  // Runs of paged rows end anywhere: a key's scores must not depend on
+  // which block (32, 16 or a padded one) computed them, or paged and dense
+  // results would differ.
+  std::mt19937 rng(12);
+  const size_t rows = 32, d = 128, keys = 50;
+  const std::vector<uint16_t> k = RandomBF16(keys * d, &rng);
+  const std::vector<uint16_t> q = RandomBF16(rows * d, &rng);
+  std::vector<uint32_t> qp(d / 2 * rows);
+  std::memcpy(qp.data(), q.data(), qp.size() * sizeof(uint32_t));  // any pairs will do
+  std::vector<float> whole(keys * rows);
+  x86_dot::AmxQDotK(qp.data(), rows, k.data(), d, d, rows, keys, 0.3f, whole.data(), rows);
+  for (size_t split = 1; split < keys; ++split) {
+    std::vector<float> parts(keys * rows);
+    x86_dot::AmxQDotK(qp.data(), rows, k.data(), d, d, rows, split, 0.3f, parts.data(), rows);
+    x86_dot::AmxQDotK(qp.data(), rows, k.data() + split * d, d, d, rows, keys - split, 0.3f,
+                      parts.data() + split * rows, rows);
+    ASSERT_EQ(std::memcmp(parts.data(), whole.data(), whole.size() * sizeof(float)), 0)
+        << "split at " << split;
   }
 }
 
@@ -92,55 +142,63 @@ TEST(X86DotTest, BF16TransposePairsMovesEveryPair) {
   }
 }
 
-TEST(X86DotTest, BF16WeightedSumVMatchesRoundedWeights) {
-  if (!x86_dot::HaveBF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
-  std::mt19937 rng(2);
+using WeightedSumVFn = void (*)(const uint32_t*, size_t, const uint32_t*, size_t, size_t,
+                                const float*, size_t, size_t, float*, size_t, const float*);
+
+// kernel (BF16WeightedSumV's contract) against the bf16-rounded weights:
+// `rows` rows of O (pp and P padded to ldp rows), pairs past each aligned
+// block of `block` rows' last visible key NaN (the FAST softmax leaves them
+// unwritten past its vectors of 16 rows).
+void ExpectWeightedSumV(WeightedSumVFn kernel, size_t rows, size_t ldp, size_t block,
+                        std::initializer_list<size_t> ds, std::initializer_list<size_t> keys_list,
+                        std::mt19937* rng) {
   std::uniform_real_distribution<float> u01(0.0f, 1.0f);
-  // d 64 and 128 take the 8-row tiles, the rest 4-row ones.
-  for (size_t d : {16, 48, 64, 80, 128}) {
-    for (size_t keys : {1, 2, 5, 33, 64}) {
+  for (size_t d : ds) {
+    for (size_t keys : keys_list) {
       for (bool ends : {false, true}) {
-        const size_t rows = 32, ldv = d + 10;
-        std::vector<float> p(keys * rows);
-        for (float& x : p) x = u01(rng);
+        const size_t ldv = d + 10;
+        std::vector<float> p(keys * ldp);
+        for (float& x : p) x = u01(*rng);
         // With key_end: row r sees keys [0, key_end[r]) (causal-like, some
-        // rows none, some all, so that 8-row and 4-row blocks stop short),
-        // its weights past them 0.
-        std::vector<float> key_end(rows, static_cast<float>(keys));
-        for (size_t r = 0; ends && r < rows; ++r) {
+        // rows none, some all, so that blocks stop short), its weights past
+        // them 0.
+        std::vector<float> key_end(ldp, static_cast<float>(keys));
+        for (size_t r = 0; ends && r < ldp; ++r) {
           key_end[r] = r % 16 == 15
                            ? static_cast<float>(keys + 1)
-                           : static_cast<float>((r * keys) / rows) - (r % 5 == 0 ? 1.0f : 0.0f);
+                           : static_cast<float>((r * keys) / ldp) - (r % 5 == 0 ? 1.0f : 0.0f);
           for (size_t j = 0; j < keys; ++j) {
-            if (static_cast<float>(j) >= key_end[r]) p[j * rows + r] = 0.0f;
+            if (static_cast<float>(j) >= key_end[r]) p[j * ldp + r] = 0.0f;
           }
         }
-        const std::vector<uint16_t> v = RandomBF16(keys * ldv, &rng);
+        const std::vector<uint16_t> v = RandomBF16(keys * ldv, rng);
         std::vector<int32_t> zero_rows;
         if (keys > 3) zero_rows = {1, static_cast<int32_t>(keys - 1)};  // incl. an odd last row
         const size_t pairs = (keys + 1) / 2;
-        std::vector<uint32_t> pp(pairs * rows), vp(pairs * d);
-        x86_dot::BF16PackWeights(p.data(), rows, keys, rows, pp.data(), rows);
-        // Past each aligned 8-row block's last visible key the pairs may hold
-        // anything (the FAST softmax leaves them unwritten): NaN, which
-        // reaches the output if they are read.
-        for (size_t r0 = 0; ends && r0 < rows; r0 += 8) {
+        // One pair row of V past the last: NaN, never to be read.
+        std::vector<uint32_t> pp(pairs * ldp), vp((pairs + 1) * d, 0x7fc07fc0);
+        x86_dot::BF16PackWeights(p.data(), ldp, keys, ldp, pp.data(), ldp);
+        // Past each aligned block's last visible key the pairs may hold
+        // anything: NaN, which reaches the output if they are read.
+        for (size_t r0 = 0; ends && r0 < ldp; r0 += block) {
           float end = 0.0f;
-          for (size_t r = r0; r < r0 + 8; ++r) end = std::max(end, key_end[r]);
+          for (size_t r = r0; r < r0 + block; ++r) end = std::max(end, key_end[r]);
           for (size_t jp = (static_cast<size_t>(end) + 1) / 2; jp < pairs; ++jp) {
-            for (size_t r = r0; r < r0 + 8; ++r) pp[jp * rows + r] = 0x7fc07fc0;
+            for (size_t r = r0; r < r0 + block; ++r) pp[jp * ldp + r] = 0x7fc07fc0;
           }
         }
         std::vector<const uint16_t*> row_ptrs(keys);
         for (size_t j = 0; j < keys; ++j) row_ptrs[j] = v.data() + j * ldv;
         for (int32_t z : zero_rows) row_ptrs[z] = nullptr;
         x86_dot::BF16PackValues(row_ptrs.data(), keys, d, d, vp.data(), d);
-        std::vector<float> o(rows * d), alpha(rows);
-        for (size_t i = 0; i < o.size(); ++i) o[i] = u01(rng);
-        for (float& a : alpha) a = u01(rng);
+        // O rows past `rows`: NaN, to stay so.
+        std::vector<float> o(ldp * d, std::nanf("")), alpha(ldp);
+        for (size_t i = 0; i < rows * d; ++i) o[i] = u01(*rng);
+        for (float& a : alpha) a = u01(*rng);
         const std::vector<float> o0 = o;
-        x86_dot::BF16WeightedSumV(pp.data(), rows, vp.data(), d, pairs, alpha.data(), rows, d,
-                                  o.data(), d, ends ? key_end.data() : nullptr);
+        kernel(pp.data(), ldp, vp.data(), d, pairs, alpha.data(), rows, d, o.data(), d,
+               ends ? key_end.data() : nullptr);
+        for (size_t i = rows * d; i < ldp * d; ++i) ASSERT_TRUE(std::isnan(o[i]));
         for (size_t r = 0; r < rows; ++r) {
           for (size_t c = 0; c < d; ++c) {
             double want = double(alpha[r]) * o0[r * d + c], abs_sum = std::fabs(want);
@@ -148,7 +206,7 @@ TEST(X86DotTest, BF16WeightedSumVMatchesRoundedWeights) {
               bool zero = false;
               for (int32_t z : zero_rows) zero = zero || static_cast<size_t>(z) == j;
               if (zero) continue;
-              const double w = F32FromBF16(BF16FromF32(p[j * rows + r]));  // nearest even
+              const double w = F32FromBF16(BF16FromF32(p[j * ldp + r]));  // nearest even
               want += w * F32FromBF16(v[j * ldv + c]);
               abs_sum += std::fabs(w * F32FromBF16(v[j * ldv + c]));
             }
@@ -159,6 +217,28 @@ TEST(X86DotTest, BF16WeightedSumVMatchesRoundedWeights) {
         }
       }
     }
+  }
+}
+
+TEST(X86DotTest, BF16WeightedSumVMatchesRoundedWeights) {
+  if (!x86_dot::HaveBF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937 rng(2);
+  // d 64 and 128 take the 8-row tiles, the rest 4-row ones.
+  ExpectWeightedSumV(x86_dot::BF16WeightedSumV, 32, 32, 8, {16, 48, 64, 80, 128}, {1, 2, 5, 33, 64},
+                     &rng);
+}
+
+TEST(X86DotTest, AmxWeightedSumVMatchesRoundedWeights) {
+  if (!x86_dot::HaveAmxBF16()) {
+    GTEST_SKIP() << "no AMX-BF16 here (CPU, Linux's tile permission or ATTNKIT_AMX=0)";
+  }
+  std::mt19937 rng(13);
+  // Blocks of 16 rows; rows 20 and 40 end inside one; 16 columns left
+  // alone where d is an odd number of 16s; keys past 32 and 64 take
+  // another chunk of 16 pairs.
+  for (size_t rows : {32, 20, 40, 64}) {
+    ExpectWeightedSumV(x86_dot::AmxWeightedSumV, rows, (rows + 31) / 32 * 32, 16,
+                       {16, 48, 64, 128, 512}, {1, 2, 5, 31, 32, 33, 64, 100, 128}, &rng);
   }
 }
 

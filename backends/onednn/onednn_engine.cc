@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "oneapi/dnnl/dnnl.hpp"
+#include "platform/amx.h"
 
 namespace attnkit {
 namespace onednn {
@@ -94,8 +95,31 @@ dnnl::memory::desc Matrix(int64_t rows, int64_t cols, int64_t ld, bool trans, dt
                             trans ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1});
 }
 
+// oneDNN 2.6 dispatches to AMX where CPUID shows it but does not ask Linux
+// for the tile state, so its first AMX kernel faulted with SIGILL in a
+// process where nothing else had asked (Intel Xeon with AMX: a bf16
+// backward's brgemm). Asked here before oneDNN's first primitive; where
+// Linux refuses, oneDNN is capped below AMX (set_max_cpu_isa works only
+// before its first use), and the note says so.
+const std::string& AmxNote() {
+  static const std::string* note = [] {
+    if (!CpuHasAmxBF16() || AmxTilesGranted()) return new std::string();
+    try {
+      dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx512_core_bf16);
+    } catch (const dnnl::error&) {
+    }
+    return new std::string(
+        "Linux refused the AMX tile state (arch_prctl), so oneDNN is capped at "
+        "avx512_core_bf16");
+  }();
+  return *note;
+}
+
 const dnnl::engine& CpuEngine() {
-  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  static const dnnl::engine* engine = [] {
+    AmxNote();
+    return new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return *engine;
 }
 
@@ -109,6 +133,19 @@ struct Slot {
   std::vector<char> scratchpad;
 };
 
+// oneDNN 2.6.3's AMX kernels fault (SIGILL: a tdpbf16ps or tdpbusd on
+// tiles it configured with unequal shapes) where a row of the reduction
+// holds 125 to 127 bytes and M has a tail past 32 rows: bf16 k = 63, int8
+// k = 125..127 (Intel Xeon with AMX, matmuls of M 1..129, N 1..65, every
+// layout; k up to 520). No k whose bytes are a multiple of 4 ever did. So
+// on AMX the GEMMs run the first k - r columns in oneDNN, r the fewest that
+// leave a multiple of 4 bytes, and add the last r columns' products here.
+int64_t AmxSafeK(bool amx, int64_t k, int64_t value_bytes) {
+  if (!amx) return k;
+  const int64_t per4 = 4 / value_bytes;  // values in 4 bytes
+  return k - k % per4;
+}
+
 }  // namespace
 
 struct OneDnnEngine::State {
@@ -120,6 +157,7 @@ struct OneDnnEngine::State {
   std::string u8_note;
   bool bf16 = false;
   std::string bf16_note;
+  bool amx = false;  // oneDNN dispatches to AMX here (AmxSafeK)
 
   mutable absl::Mutex mu;
   absl::flat_hash_map<Key, std::shared_ptr<Entry>, absl::Hash<Key>> cache ABSL_GUARDED_BY(mu);
@@ -182,8 +220,8 @@ struct OneDnnEngine::State {
     try {
       if (key.a_type == dt::u8) {  // dense a and c: oneDNN 2.6 then runs its brgemm
         using dims = dnnl::memory::dims;
-        entry->a =
-            dnnl::memory::desc({key.batch, key.m, key.k}, dt::u8, dims{key.m * key.k, key.k, 1});
+        entry->a = dnnl::memory::desc({key.batch, key.m, key.k}, dt::u8,
+                                      dims{key.m * key.lda, key.lda, 1});
         entry->b =
             dnnl::memory::desc({key.batch, key.k, key.n}, b_type, dims{key.stride_b, key.ldb, 1});
         entry->c = dnnl::memory::desc({key.batch, key.m, key.n}, key.c_type,
@@ -392,7 +430,8 @@ absl::StatusOr<std::unique_ptr<OneDnnEngine>> OneDnnEngine::Create(const EngineO
   state->options = options;
   state->options.max_cached_primitives = std::max<size_t>(options.max_cached_primitives, 1);
   try {
-    CpuEngine();
+    CpuEngine();  // first: it may cap oneDNN's ISA (AmxNote)
+    state->amx = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
   } catch (const dnnl::error& e) {
     return absl::UnavailableError(absl::StrFormat("oneDNN has no CPU engine: %s", e.what()));
   }
@@ -437,7 +476,8 @@ std::string OneDnnEngine::Remarks() const {
                       s.int8_exact ? "; int8 Q.K as exact s8 GEMMs under FAST"
                                    : absl::StrCat("; int8 K dequantized to f32: ", s.int8_note),
                       s.u8_exact ? "; int8 P.V as exact u8 weights x s8 V GEMMs under FAST"
-                                 : absl::StrCat("; int8 V dequantized to f32: ", s.u8_note));
+                                 : absl::StrCat("; int8 V dequantized to f32: ", s.u8_note),
+                      AmxNote().empty() ? "" : absl::StrCat("; ", AmxNote()));
 }
 
 bool OneDnnEngine::HasGemm16(DType type) const { return type == DType::kBF16 && state_->bf16; }
@@ -457,10 +497,26 @@ void OneDnnEngine::Gemm16(DType type, bool trans_a, bool trans_b, int64_t m, int
         absl::StrFormat("Gemm16 asked for %s, which this engine does not take", DTypeName(type)));
     return;
   }
-  const Key key{m,       n,       k,        lda,     ldb,         ldc,
-                trans_a, trans_b, dt::bf16, dt::f32, Bits(alpha), Bits(beta)};
-  std::shared_ptr<Entry> entry = state_->Get(key, dt::bf16);
-  if (entry != nullptr) state_->Execute(*entry, a, b, c);
+  const int64_t k0 = AmxSafeK(state_->amx, k, 2);
+  if (k0 == 0) {
+    Sgemm(false, false, m, n, 0, alpha, nullptr, 1, nullptr, 1, beta, c, ldc);
+  } else {
+    const Key key{m,       n,       k0,       lda,     ldb,         ldc,
+                  trans_a, trans_b, dt::bf16, dt::f32, Bits(alpha), Bits(beta)};
+    std::shared_ptr<Entry> entry = state_->Get(key, dt::bf16);
+    if (entry == nullptr) return;
+    state_->Execute(*entry, a, b, c);
+  }
+  // The columns AmxSafeK left out (bf16 products are exact in f32).
+  for (int64_t kk = k0; kk < k; ++kk) {
+    for (int64_t i = 0; i < m; ++i) {
+      const float ai = F32FromBF16(trans_a ? a[kk * lda + i] : a[i * lda + kk]);
+      for (int64_t j = 0; j < n; ++j) {
+        const float bj = F32FromBF16(trans_b ? b[j * ldb + kk] : b[kk * ldb + j]);
+        c[i * ldc + j] += alpha * (ai * bj);
+      }
+    }
+  }
 }
 
 void OneDnnEngine::SetGemmThreads(int n) {
@@ -498,9 +554,22 @@ void OneDnnEngine::Int8DotTransB(int64_t m, int64_t n, int64_t k, const int8_t* 
     for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0);
     return;
   }
-  const Key key{m, n, k, lda, ldb, ldc, false, true, dt::s8, dt::s32, Bits(1.0f), Bits(0.0f)};
-  std::shared_ptr<Entry> entry = state_->Get(key, dt::s8);
-  if (entry != nullptr) state_->Execute(*entry, a, b, c);
+  const int64_t k0 = AmxSafeK(state_->amx, k, 1);
+  if (k0 == 0) {
+    for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0);
+  } else {
+    const Key key{m, n, k0, lda, ldb, ldc, false, true, dt::s8, dt::s32, Bits(1.0f), Bits(0.0f)};
+    std::shared_ptr<Entry> entry = state_->Get(key, dt::s8);
+    if (entry == nullptr) return;
+    state_->Execute(*entry, a, b, c);
+  }
+  for (int64_t i = 0; i < m; ++i) {  // the columns AmxSafeK left out, exact
+    for (int64_t j = 0; j < n; ++j) {
+      int32_t sum = 0;
+      for (int64_t kk = k0; kk < k; ++kk) sum += int32_t{a[i * lda + kk]} * b[j * ldb + kk];
+      c[i * ldc + j] += sum;
+    }
+  }
 }
 
 bool OneDnnEngine::HasU8S8Dot() const { return state_->u8_exact; }
@@ -514,11 +583,28 @@ void OneDnnEngine::U8S8DotBatch(int64_t batch, int64_t m, int64_t n, int64_t k, 
     std::fill(c, c + batch * m * n, 0);
     return;
   }
-  Key key{m, n, k, k, ldb, n, false, false, dt::u8, dt::s32, Bits(1.0f), Bits(0.0f)};
-  key.batch = batch;
-  key.stride_b = stride_b;
-  std::shared_ptr<Entry> entry = state_->Get(key, dt::s8);
-  if (entry != nullptr) state_->Execute(*entry, a, b, c);
+  const int64_t k0 = AmxSafeK(state_->amx, k, 1);
+  if (k0 == 0) {
+    std::fill(c, c + batch * m * n, 0);
+  } else {  // a's rows stay k apart
+    Key key{m, n, k0, k, ldb, n, false, false, dt::u8, dt::s32, Bits(1.0f), Bits(0.0f)};
+    key.batch = batch;
+    key.stride_b = stride_b;
+    std::shared_ptr<Entry> entry = state_->Get(key, dt::s8);
+    if (entry == nullptr) return;
+    state_->Execute(*entry, a, b, c);
+  }
+  for (int64_t x = 0; x < batch; ++x) {  // the columns AmxSafeK left out, exact
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        int32_t sum = 0;
+        for (int64_t kk = k0; kk < k; ++kk) {
+          sum += int32_t{a[(x * m + i) * k + kk]} * b[x * stride_b + kk * ldb + j];
+        }
+        c[(x * m + i) * n + j] += sum;
+      }
+    }
+  }
 }
 
 absl::Status OneDnnEngine::TakeError() {

@@ -50,6 +50,10 @@ absl::Status PeakCommand(const CliOptions& options, std::ostream& json_out) {
     out << absl::StrFormat("  bf16 dot products %7.1f GFLOP/s (vdpbf16ps)\n",
                            l.peak_bf16_dot_gflops());
   }
+  if (l.peak_amx_bf16_gflops() > 0) {
+    out << absl::StrFormat("  bf16 AMX tiles    %7.1f GFLOP/s (tdpbf16ps)\n",
+                           l.peak_amx_bf16_gflops());
+  }
   out << absl::StrFormat(
       "  streaming read   %8.1f GB/s (median of %d passes, spread %.1f-%.1f, over %d MiB = "
       "%s)\n",
