@@ -10,7 +10,8 @@
 // (87-94 %); d 128 about 2.0 us each (94-99 %). In the FAST d 64 prefill
 // (phase_bench, two threads) the same calls ran at 84 % (q.k) and 81 %
 // (p.v, with the weights' packing): the gap to the f32 products' 90 % is
-// around the kernels, not in their inner loops.
+// around the kernels, not in their inner loops. On a CPU with AMX-BF16 the
+// same tile also through AmxQDotK and AmxWeightedSumV, against the AMX peak.
 //   bazel run //benchmarks:prefill_kernels_bench
 #include <algorithm>
 #include <chrono>
@@ -43,6 +44,23 @@ int Main() {
   }
   const double peak = 64.0 * 16.0 * kPeakIters / peak_s;
   std::printf("bf16 dot-product peak, one thread: %.1f GFLOP/s\n", peak * 1e-9);
+  // AMX's (AmxBF16PeakLoop: 6 independent tdpbf16ps a round), where the
+  // CPU has it: AmxQDotK and AmxWeightedSumV are held to it.
+  const bool amx = x86_dot::HaveAmxBF16();
+  double amx_peak = 0;
+  if (amx) {
+    constexpr int64_t kAmxIters = 1000000;
+    double amx_s = 1e30;
+    for (int round = 0; round < 5; ++round) {
+      const auto start = std::chrono::steady_clock::now();
+      const double flops = x86_dot::AmxBF16PeakLoop(kAmxIters);
+      amx_s = std::min(
+          amx_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      amx_peak = flops;
+    }
+    amx_peak /= amx_s;
+    std::printf("AMX bf16 peak, one thread: %.1f GFLOP/s\n", amx_peak * 1e-9);
+  }
   std::mt19937 rng(1);
   std::uniform_int_distribution<int> mant(0, 127);
   auto bf16 = [&] { return static_cast<uint16_t>(0x3f80 + mant(rng)); };  // in [1, 2)
@@ -66,6 +84,19 @@ int Main() {
         "d %3zu, %zu rows x %zu keys: Q.K %.3f us (%.0f %% of peak, BF16QDotK), "
         "P.V %.3f us (%.0f %%, BF16WeightedSumV)\n",
         d, kRows, kKeys, qk * 1e6, 100.0 * flops / qk / peak, pv * 1e6, 100.0 * flops / pv / peak);
+    if (!amx) continue;
+    const double amx_qk = BestSecondsPerCall(200000, [&] {
+      x86_dot::AmxQDotK(qp.data(), kRows, k.data(), d, d, kRows, kKeys, 0.125f, s.data(), kRows);
+    });
+    const double amx_pv = BestSecondsPerCall(200000, [&] {
+      x86_dot::AmxWeightedSumV(pp.data(), kRows, vp.data(), d, kKeys / 2, alpha.data(), kRows, d,
+                               o.data(), d);
+    });
+    std::printf(
+        "d %3zu, %zu rows x %zu keys: Q.K %.3f us (%.0f %% of the AMX peak, AmxQDotK), "
+        "P.V %.3f us (%.0f %%, AmxWeightedSumV)\n",
+        d, kRows, kKeys, amx_qk * 1e6, 100.0 * flops / amx_qk / amx_peak, amx_pv * 1e6,
+        100.0 * flops / amx_pv / amx_peak);
   }
   return 0;
 }

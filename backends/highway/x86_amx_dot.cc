@@ -38,16 +38,18 @@ struct TileConfig {
   uint8_t rows[16];
 };
 
-ATTNKIT_TARGET_AMX inline void ConfigureTiles() {
-  alignas(64) TileConfig c;
-  std::memset(&c, 0, sizeof(c));
-  c.palette_id = 1;
-  for (int t = 0; t < 8; ++t) {
-    c.colsb[t] = 64;
-    c.rows[t] = 16;
-  }
-  _tile_loadconfig(&c);
-}
+// A constant in memory: GCC 12 treats ldtilecfg's operand as unread and
+// may drop stores that build it on the stack (a test program's loop of
+// colsb and rows stores vanished, and its first tilezero faulted).
+alignas(64) constexpr TileConfig kTileConfig = {
+    /*palette_id=*/1,
+    /*start_row=*/0,
+    /*reserved=*/{},
+    /*colsb=*/{64, 64, 64, 64, 64, 64, 64, 64},
+    /*rows=*/{16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+ATTNKIT_TARGET_AMX inline void ConfigureTiles() { _tile_loadconfig(&kTileConfig); }
 
 // Rows [0, 16) of a 16 x 16 f32 block at b (row stride ldb floats) times
 // `scale`, in place.
