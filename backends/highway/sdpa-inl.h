@@ -109,19 +109,21 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
 #elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   // K storage read in pairs along d: contiguous rows and an even d. d a
   // multiple of Lanes keeps dp == d for the V rows read as storage.
-  c.bf16_qk = !t.narrow && p.k.dtype == DType::kBF16 && (p.q.dtype == DType::kBF16 || p.round_q) &&
-              p.k.strides[3] == 1 && p.head_dim % 16 == 0 && t.dp == p.head_dim &&
-              x86_dot::HaveBF16Dot();
+  const bool bf16_operands = !t.narrow && p.k.dtype == DType::kBF16 &&
+                             (p.q.dtype == DType::kBF16 || p.round_q) && p.k.strides[3] == 1 &&
+                             p.head_dim % 16 == 0 && t.dp == p.head_dim && x86_dot::HaveBF16Dot();
+  // AMX takes d in steps of 32 (a tile row is 32 bf16); the choice is the
+  // problem's, so paged and dense runs of it multiply alike. vdpbf16ps only
+  // where it outruns the FMAs (PreferBF16Dot).
+  c.amx = bf16_operands && p.head_dim % 32 == 0 && x86_dot::HaveAmxBF16();
+  c.bf16_qk = bf16_operands && (c.amx || x86_dot::PreferBF16Dot());
   c.bf16_pv = c.bf16_qk && p.fast && p.v.dtype == DType::kBF16 && p.v.strides[3] == 1 &&
               p.value_dim % 16 == 0 && t.dvp == p.value_dim;
-  // AMX takes d in steps of 32 (a tile row is 32 bf16); the choice is the
-  // problem's, so paged and dense runs of it multiply alike.
-  c.amx = c.bf16_qk && p.head_dim % 32 == 0 && x86_dot::HaveAmxBF16();
   c.vnni_qk = t.packed && p.k.dtype == DType::kI8 && p.round_q && x86_dot::HaveVnni();
   c.vnni_pv = c.vnni_qk && p.fast && p.v.dtype == DType::kI8;
   c.fp8_bf16 = t.packed && IsFp8(p.k.dtype) && p.round_q && p.head_dim % 16 == 0 &&
-               x86_dot::HaveFp8BF16Dot();
-  // Planned with this target's KernelShape::bf16_dots (HaveBF16Dot());
+               x86_dot::HaveFp8BF16Dot() && x86_dot::PreferBF16Dot();
+  // Planned with this target's KernelShape::bf16_dots (PreferBF16Dot());
   // direct tiles: contiguous rows, d and Ev multiples of 16 (t.dp == d).
   c.bf16_dec = t.bf16_dec;
   static_assert(kMaxKeyTile <= static_cast<int64_t>(x86_dot::kMaxWeightedQuadsKeys),
@@ -148,7 +150,7 @@ inline KernelShape KernelShapeOfTarget() {
     static_cast<int64_t>(hn::Lanes(DF())), kValueRows, kNarrowRowVecs, kWideRowVecs, kNarrowKeys,
         kHaveBF16Pairs, kHavePackedScores,
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-        x86_dot::HaveBF16Dot()
+        x86_dot::PreferBF16Dot()
 #else
         false
 #endif

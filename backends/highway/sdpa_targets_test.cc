@@ -106,11 +106,13 @@ AttentionProblem TwoRowDecode(DType kv, ComputeMode mode, int64_t kv_len, int64_
 // and another's V. Two query rows per head (causal): the first never sees
 // the last key, so it checks the rerun tile's finite output, the second
 // comes out NaN. Under FAST the same, and on AVX-512 targets of a CPU with
-// AVX512_BF16 and VBMI the codes widened to bf16 (Fp8QDotK4, and
-// Fp8WeightedSumV4 but in the tiles with the special V code).
+// AVX512_BF16 and VBMI that prefer vdpbf16ps to FMAs (PreferBF16Dot) the
+// codes widened to bf16 (Fp8QDotK4, and Fp8WeightedSumV4 but in the tiles
+// with the special V code).
 TEST_P(FlashTargetTest, Fp8DecodeTilesMatchTheOracle) {
   static Backend* backend = MakeHighwayBackend({/*num_threads=*/2}).release();
-  const bool bf16_codes = GetParam() <= HWY_AVX3 && x86_dot::HaveFp8BF16Dot();
+  const bool bf16_codes =
+      GetParam() <= HWY_AVX3 && x86_dot::HaveFp8BF16Dot() && x86_dot::PreferBF16Dot();
   for (const auto [kv, mode] : {std::pair{DType::kF8E4M3, ComputeMode::kExact},
                                 {DType::kF8E5M2, ComputeMode::kExact},
                                 {DType::kF8E4M3, ComputeMode::kFast},
@@ -165,11 +167,11 @@ TEST_P(FlashTargetTest, Fp8DecodeTilesMatchTheOracle) {
 // rows come out NaN; those tiles' P.V takes the f32 products), d 128 and
 // 80 (a last K step of 16 values, a last V block of 16 columns), last
 // tiles of 5 and 6 keys. Under FAST, on AVX-512 targets of a CPU with
-// AVX512_BF16, bf16 products (BF16QDotK4, BF16WeightedSumV4); f32 products
-// otherwise.
+// AVX512_BF16 that prefers it to FMAs (PreferBF16Dot), bf16 products
+// (BF16QDotK4, BF16WeightedSumV4); f32 products otherwise.
 TEST_P(FlashTargetTest, BF16DecodeTilesMatchTheOracle) {
   static Backend* backend = MakeHighwayBackend({/*num_threads=*/2}).release();
-  const bool bf16_dots = GetParam() <= HWY_AVX3 && x86_dot::HaveBF16Dot();
+  const bool bf16_dots = GetParam() <= HWY_AVX3 && x86_dot::PreferBF16Dot();
   for (const DType q_type : {DType::kF32, DType::kBF16}) {
     for (const ComputeMode mode : {ComputeMode::kExact, ComputeMode::kFast}) {
       for (int64_t d : {128, 80}) {
@@ -212,14 +214,16 @@ TEST_P(FlashTargetTest, BF16DecodeTilesMatchTheOracle) {
 
 // All-bf16 prefill (GQA, causal from the bottom right, Tq 37 over Tk 100:
 // tiles that end inside a block of 16 keys; a window of 21 keys back: key
-// runs that start anywhere), dense and in pages of 16 keys, under EXACT and FAST, d 128 and 96
-// (multiples of 32) and 80, with subnormal K and V values in every 16 keys, against the oracle, and
-// the products it ran: on AVX-512 targets of a CPU with AMX, tdpbf16ps where d is a multiple of 32
-// (AmxQDotK; under FAST also AmxWeightedSumV), vdpbf16ps otherwise (where the CPU has AVX512_BF16).
+// runs that start anywhere), dense and in pages of 16 keys, under EXACT
+// and FAST, d 128 and 96 (multiples of 32) and 80, with subnormal K and V
+// values in every 16 keys, against the oracle, and the products it ran: on
+// AVX-512 targets of a CPU with AMX, tdpbf16ps where d is a multiple of 32
+// (AmxQDotK; under FAST also AmxWeightedSumV), vdpbf16ps otherwise where
+// the CPU prefers it to FMAs (PreferBF16Dot), f32 products elsewhere.
 TEST_P(FlashTargetTest, BF16PrefillTilesMatchTheOracle) {
   static Backend* backend = MakeHighwayBackend({/*num_threads=*/2}).release();
-  const bool bf16_dots = GetParam() <= HWY_AVX3 && x86_dot::HaveBF16Dot();
-  const bool amx = bf16_dots && x86_dot::HaveAmxBF16();
+  const bool bf16_dots = GetParam() <= HWY_AVX3 && x86_dot::PreferBF16Dot();
+  const bool amx = GetParam() <= HWY_AVX3 && x86_dot::HaveBF16Dot() && x86_dot::HaveAmxBF16();
   for (const ComputeMode mode : {ComputeMode::kExact, ComputeMode::kFast}) {
     for (int64_t d : {128, 96, 80}) {
       for (const auto [page, window] :

@@ -8,6 +8,7 @@
 #include "backends/highway/x86_dot.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include "backends/highway/x86_bf16_ops.h"
@@ -298,6 +299,15 @@ ATTNKIT_TARGET_BF16 double BF16DotPeakLoop(int64_t iterations) {
   return 64.0 * 16.0 * static_cast<double>(iterations);
 }
 
+bool PreferBF16Dot() {
+  static const bool prefer = [] {
+    unsigned eax, vendor[3];
+    if (!HaveBF16Dot() || !__get_cpuid(0, &eax, &vendor[0], &vendor[2], &vendor[1])) return false;
+    return std::memcmp(vendor, "AuthenticAMD", 12) == 0;  // ebx, edx, ecx
+  }();
+  return prefer;
+}
+
 bool HaveBF16Dot() {
   static const bool have =
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -315,6 +325,7 @@ namespace attnkit {
 namespace x86_dot {
 
 bool HaveBF16Dot() { return false; }
+bool PreferBF16Dot() { return false; }
 double BF16DotPeakLoop(int64_t) { return 0; }
 void BF16QDotK(const uint32_t*, size_t, const uint16_t*, size_t, size_t, size_t, size_t, float,
                float*, size_t) {}

@@ -75,6 +75,14 @@ inline void PrefetchAheadKeyL2(const void* pf_k, size_t ld_pf_k, const void* pf_
 
 // The CPU has AVX512F/BW/VL/DQ and AVX512_BF16 (checked once, by CPUID).
 bool HaveBF16Dot();
+// HaveBF16Dot(), and the CPU's vdpbf16ps outruns its f32 FMAs, so that the
+// kernels below beat the f32 ones on widened values: AMD's (Zen 5, 2
+// threads: 1148 GFLOP/s against 571). Intel's run at half the FMA rate
+// (a Xeon with AMX, 2 threads: 203 against 386 GFLOP/s; the FAST bf16
+// decode B8 H32/8 Tk4096 d128 took 8.03 ms on them against EXACT's 6.16 on
+// FMAs, fp8 FAST 5.50 against 4.63), so there the kernels run only where a
+// test calls them, and the flash loop keeps FMAs (and AMX for prefill).
+bool PreferBF16Dot();
 // The CPU has AVX512F/BW/VL and AVX512_VNNI.
 bool HaveVnni();
 // The CPU has AVX2, FMA and AVX-VNNI (the VEX-encoded 256-bit vpdpbusd).
