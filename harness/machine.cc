@@ -172,7 +172,9 @@ MachineLimits LoadOrMeasureLimits(int threads, bool refresh, std::string* how) {
     MachineLimits cached;
     if (text.ok() && google::protobuf::TextFormat::ParseFromString(*text, &cached) &&
         cached.threads() == threads && cached.peak_fma_gflops() > 0 &&
-        cached.read_passes() > 0) {  // older caches lack the read spread: re-measure
+        cached.read_passes() > 0 &&  // older caches lack the read spread: re-measure
+        // and the AMX peak (a bf16 problem's limit where the CPU has AMX)
+        (cached.peak_amx_bf16_gflops() > 0 || !HaveAmxBF16Peak())) {
       *how = absl::StrCat("cached in ", path, " (measured ", cached.measured_at(),
                           "; refresh with `attnkit peak --refresh`)");
       return cached;

@@ -78,6 +78,8 @@ double MeasureBF16DotGflops(int threads, int trials, int64_t iterations) {
                              [iterations] { return x86_dot::BF16DotPeakLoop(iterations); });
 }
 
+bool HaveAmxBF16Peak() { return x86_dot::HaveAmxBF16(); }
+
 double MeasureAmxBF16Gflops(int threads, int trials, int64_t iterations) {
   if (!x86_dot::HaveAmxBF16()) return 0;
   x86_dot::AmxBF16PeakLoop(iterations / 10);  // warm up

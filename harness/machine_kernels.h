@@ -36,6 +36,7 @@ double MeasureBF16DotGflops(int threads, int trials = 3,
 // way (`iterations` x 6 instructions); 0 where x86_dot::HaveAmxBF16() is
 // false.
 inline constexpr int64_t kAmxBF16LoopIterations = 1'000'000;
+bool HaveAmxBF16Peak();  // x86_dot::HaveAmxBF16(): MeasureAmxBF16Gflops measures
 double MeasureAmxBF16Gflops(int threads, int trials = 3,
                             int64_t iterations = kAmxBF16LoopIterations);
 

@@ -849,14 +849,34 @@ HWY_INLINE VF TileRowMax(const float* HWY_RESTRICT s, size_t lds, size_t keys, s
 // With key_end (RowKeyRanges' ke: every score of row r from key ke[r] on
 // is -inf), a vector of rows stops after the pair holding the last key one
 // of them sees: the P left out would be 0, and no one reads it.
-template <class StoreP>
+// kScaleScores: S holds the scores divided by score_scale (0 < score_scale
+// <= 1, so no finite score overflows), each multiplied here as it is read:
+// the same rounded scores, and the same flags and -inf, as a pass over S.
+template <bool kScaleScores = false, class StoreP>
 HWY_INLINE void OnlineSoftmaxUpdateWith(const float* s, size_t lds, size_t all_keys, size_t rows,
                                         float* HWY_RESTRICT m, float* HWY_RESTRICT l,
                                         float* HWY_RESTRICT alpha, float* HWY_RESTRICT bad,
-                                        const float* HWY_RESTRICT key_end, const StoreP& store_p) {
+                                        const float* HWY_RESTRICT key_end, float score_scale,
+                                        const StoreP& store_p) {
   const DF df;
   const size_t N = hn::Lanes(df);
   const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  const VF sv = hn::Set(df, score_scale);
+  // A score as the exps take it: the product rounded on its own. (GCC
+  // fuses a multiply and the max's subtraction into one FMA, whose exact
+  // product can exceed the rounded max: an exp argument above 0, and
+  // weights other than a pass over S gives. The empty asm hides it.)
+  auto score = [&](const float* at) HWY_ATTR {
+    VF x = hn::Load(df, at);
+    if constexpr (kScaleScores) {
+      x = hn::Mul(x, sv);
+#if HWY_ARCH_X86 && defined(__GNUC__)
+      asm("" : "+v"(x.raw));
+#endif
+    }
+    return x;
+  };
+  (void)sv;
   for (size_t r0 = 0; r0 < rows; r0 += N) {
     size_t keys = all_keys;
     if (key_end != nullptr) {
@@ -864,8 +884,10 @@ HWY_INLINE void OnlineSoftmaxUpdateWith(const float* s, size_t lds, size_t all_k
       const size_t pairs_end = end > 0.0f ? 2 * ((static_cast<size_t>(end) + 1) / 2) : 0;
       keys = std::min(keys, pairs_end);
     }
-    const VF tile_max = bad != nullptr ? TileRowMax<true>(s, lds, keys, r0, bad)
-                                       : TileRowMax<false>(s, lds, keys, r0, nullptr);
+    VF tile_max = bad != nullptr ? TileRowMax<true>(s, lds, keys, r0, bad)
+                                 : TileRowMax<false>(s, lds, keys, r0, nullptr);
+    // The max of the rounded products is the rounded max (scale > 0).
+    if constexpr (kScaleScores) tile_max = hn::Mul(tile_max, sv);
     const VF m_old = hn::Load(df, m + r0);
     const VF m_new = hn::Max(m_old, tile_max);
     const VF m_use = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
@@ -881,7 +903,7 @@ HWY_INLINE void OnlineSoftmaxUpdateWith(const float* s, size_t lds, size_t all_k
       const float* s0 = s + j * lds + r0;
       VF p[4];
       HWY_UNROLL(4)
-      for (int i = 0; i < 4; ++i) p[i] = hn::Sub(hn::Load(df, s0 + i * lds), m_use);
+      for (int i = 0; i < 4; ++i) p[i] = hn::Sub(score(s0 + i * lds), m_use);
       ExpNonPositiveN<4>(df, p);
       store_p(j, r0, p[0], p[1]);
       store_p(j + 2, r0, p[2], p[3]);
@@ -890,14 +912,14 @@ HWY_INLINE void OnlineSoftmaxUpdateWith(const float* s, size_t lds, size_t all_k
     }
     for (; j + 2 <= keys; j += 2) {
       const float* s0 = s + j * lds + r0;
-      VF p[2] = {hn::Sub(hn::Load(df, s0), m_use), hn::Sub(hn::Load(df, s0 + lds), m_use)};
+      VF p[2] = {hn::Sub(score(s0), m_use), hn::Sub(score(s0 + lds), m_use)};
       ExpNonPositiveN<2>(df, p);
       store_p(j, r0, p[0], p[1]);
       sum0 = hn::Add(sum0, p[0]);
       sum1 = hn::Add(sum1, p[1]);
     }
     if (j < keys) {
-      const VF p0 = ExpNonPositive(df, hn::Sub(hn::Load(df, s + j * lds + r0), m_use));
+      const VF p0 = ExpNonPositive(df, hn::Sub(score(s + j * lds + r0), m_use));
       store_p(j, r0, p0, hn::Zero(df));
       sum0 = hn::Add(sum0, p0);
     }
@@ -907,16 +929,24 @@ HWY_INLINE void OnlineSoftmaxUpdateWith(const float* s, size_t lds, size_t all_k
   }
 }
 
-// OnlineSoftmaxUpdate storing P over S as f32.
+// OnlineSoftmaxUpdate storing P over S as f32; score_scale != 1: S holds
+// the scores divided by it (OnlineSoftmaxUpdateWith's kScaleScores).
 HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t keys, size_t rows,
                                     float* HWY_RESTRICT m, float* HWY_RESTRICT l,
-                                    float* HWY_RESTRICT alpha, float* HWY_RESTRICT bad = nullptr) {
+                                    float* HWY_RESTRICT alpha, float* HWY_RESTRICT bad = nullptr,
+                                    float score_scale = 1.0f) {
   const DF df;
-  OnlineSoftmaxUpdateWith(s, lds, keys, rows, m, l, alpha, bad, /*key_end=*/nullptr,
-                          [&](size_t j, size_t r0, VF p0, VF p1) HWY_ATTR {
-                            hn::Store(p0, df, s + j * lds + r0);
-                            if (j + 1 < keys) hn::Store(p1, df, s + (j + 1) * lds + r0);
-                          });
+  auto store_p = [&](size_t j, size_t r0, VF p0, VF p1) HWY_ATTR {
+    hn::Store(p0, df, s + j * lds + r0);
+    if (j + 1 < keys) hn::Store(p1, df, s + (j + 1) * lds + r0);
+  };
+  if (score_scale != 1.0f) {
+    OnlineSoftmaxUpdateWith<true>(s, lds, keys, rows, m, l, alpha, bad, /*key_end=*/nullptr,
+                                  score_scale, store_p);
+  } else {
+    OnlineSoftmaxUpdateWith(s, lds, keys, rows, m, l, alpha, bad, /*key_end=*/nullptr, 1.0f,
+                            store_p);
+  }
 }
 
 #if HWY_TARGET == HWY_AVX3_DL && defined(__x86_64__) && defined(__GNUC__)
@@ -934,10 +964,12 @@ HWY_INLINE void OnlineSoftmaxUpdate(float* HWY_RESTRICT s, size_t lds, size_t ke
 // fusion alone: softmax 4.30-4.57 -> 4.51-4.66 ms, P.V with the pack
 // 9.85-10.47 -> 9.08-9.41, the call 25.7-27.4 -> 25.0-26.0). Compiled for AVX3_DL plus
 // AVX512_BF16 (vcvtne2ps2bf16): call only where x86_dot::HaveBF16Dot().
+// score_scale as OnlineSoftmaxUpdate's.
 ATTNKIT_AVX3_DL_BF16 HWY_NOINLINE inline void OnlineSoftmaxUpdateToBF16Pairs(
     const float* HWY_RESTRICT s, size_t lds, size_t keys, size_t rows, float* HWY_RESTRICT m,
     float* HWY_RESTRICT l, float* HWY_RESTRICT alpha, float* HWY_RESTRICT bad,
-    const float* HWY_RESTRICT key_end, uint32_t* HWY_RESTRICT pp, size_t ldpp) {
+    const float* HWY_RESTRICT key_end, uint32_t* HWY_RESTRICT pp, size_t ldpp,
+    float score_scale = 1.0f) {
   // 16-bit lane 2 i <- lane i, 2 i + 1 <- lane 16 + i: the two keys'
   // roundings of row i side by side.
   alignas(64) int16_t order[32];
@@ -946,13 +978,17 @@ ATTNKIT_AVX3_DL_BF16 HWY_NOINLINE inline void OnlineSoftmaxUpdateToBF16Pairs(
     order[2 * i + 1] = static_cast<int16_t>(16 + i);
   }
   const __m512i interleave = _mm512_load_si512(order);
-  OnlineSoftmaxUpdateWith(s, lds, keys, rows, m, l, alpha, bad, key_end,
-                          [&](size_t j, size_t r0, VF p0, VF p1) ATTNKIT_AVX3_DL_BF16 {
-                            // Low 16 lanes p0, high 16 p1, each rounded.
-                            const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(p1.raw, p0.raw);
-                            _mm512_storeu_si512(pp + j / 2 * ldpp + r0,
-                                                _mm512_permutexvar_epi16(interleave, both));
-                          });
+  auto store_p = [&](size_t j, size_t r0, VF p0, VF p1) ATTNKIT_AVX3_DL_BF16 {
+    // Low 16 lanes p0, high 16 p1, each rounded.
+    const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(p1.raw, p0.raw);
+    _mm512_storeu_si512(pp + j / 2 * ldpp + r0, _mm512_permutexvar_epi16(interleave, both));
+  };
+  if (score_scale != 1.0f) {
+    OnlineSoftmaxUpdateWith<true>(s, lds, keys, rows, m, l, alpha, bad, key_end, score_scale,
+                                  store_p);
+  } else {
+    OnlineSoftmaxUpdateWith(s, lds, keys, rows, m, l, alpha, bad, key_end, 1.0f, store_p);
+  }
 }
 #undef ATTNKIT_AVX3_DL_BF16
 #endif

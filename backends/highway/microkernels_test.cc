@@ -595,6 +595,66 @@ void TestSoftmaxToBF16Pairs() {
 #endif
 }
 
+// A score scale applied in the softmax (score_scale: S holds unscaled
+// scores, as AMX Q.K leaves them) gives, bit for bit, what the softmax
+// gives on S scaled beforehand in f32 (m, l, alpha, flags and P, and on
+// AVX3_DL with AVX512_BF16 the bf16 pairs): blocked scores, a NaN flagged
+// in the max pass, large scores, two tiles (a rescale), scale 1/sqrt(128).
+void TestSoftmaxScoreScale() {
+  const size_t N = hn::Lanes(DF());
+  const size_t rows = std::max<size_t>(2 * N, 8), lds = rows;  // rows 3 and 5 below
+  const float scale = 1.0f / std::sqrt(128.0f);
+  for (size_t keys : {1, 2, 5, 64}) {
+    for (const bool flag : {false, true}) {
+      auto make = [&](float init) {
+        auto v = hwy::AllocateAligned<float>(rows);
+        std::fill(v.get(), v.get() + rows, init);
+        return v;
+      };
+      auto m0 = make(kNegInf), l0 = make(0.0f), a0 = make(0.0f), bad0 = make(0.0f);
+      auto m1 = make(kNegInf), l1 = make(0.0f), a1 = make(0.0f), bad1 = make(0.0f);
+      for (int tile = 0; tile < 2; ++tile) {
+        std::vector<float> raw = Random(keys * lds, 31 + keys + tile);
+        for (size_t j = 0; j < keys; ++j) {
+          raw[j * lds + rows - 1] = kNegInf;                          // blocked throughout
+          raw[j * lds + 3] *= 300.0f * static_cast<float>(tile + 1);  // a rescale in tile 1
+        }
+        if (flag) raw[(keys - 1) * lds + 5] = std::numeric_limits<float>::quiet_NaN();
+        std::vector<float> scaled = raw;
+        for (float& x : scaled) x *= scale;
+        auto before = Aligned(scaled), deferred = Aligned(raw);
+        OnlineSoftmaxUpdate(before.get(), lds, keys, rows, m0.get(), l0.get(), a0.get(),
+                            flag ? bad0.get() : nullptr);
+        OnlineSoftmaxUpdate(deferred.get(), lds, keys, rows, m1.get(), l1.get(), a1.get(),
+                            flag ? bad1.get() : nullptr, scale);
+        const size_t bytes = rows * sizeof(float);
+        EXPECT_EQ(0, std::memcmp(m0.get(), m1.get(), bytes)) << keys;
+        EXPECT_EQ(0, std::memcmp(l0.get(), l1.get(), bytes)) << keys;
+        EXPECT_EQ(0, std::memcmp(a0.get(), a1.get(), bytes)) << keys;
+        EXPECT_EQ(0, std::memcmp(bad0.get(), bad1.get(), bytes)) << keys;
+        EXPECT_EQ(0, std::memcmp(before.get(), deferred.get(), keys * lds * sizeof(float)))
+            << keys << " P";
+#if HWY_TARGET == HWY_AVX3_DL && defined(__x86_64__) && defined(__GNUC__)
+        if (!x86_dot::HaveBF16Dot()) continue;
+        auto m2 = make(kNegInf), l2 = make(0.0f), a2 = make(0.0f), bad2 = make(0.0f);
+        auto m3 = make(kNegInf), l3 = make(0.0f), a3 = make(0.0f), bad3 = make(0.0f);
+        const size_t pairs = (keys + 1) / 2;
+        std::vector<uint32_t> pp0(pairs * rows), pp1(pairs * rows);
+        auto s2 = Aligned(scaled), s3 = Aligned(raw);
+        OnlineSoftmaxUpdateToBF16Pairs(s2.get(), lds, keys, rows, m2.get(), l2.get(), a2.get(),
+                                       flag ? bad2.get() : nullptr, nullptr, pp0.data(), rows);
+        OnlineSoftmaxUpdateToBF16Pairs(s3.get(), lds, keys, rows, m3.get(), l3.get(), a3.get(),
+                                       flag ? bad3.get() : nullptr, nullptr, pp1.data(), rows,
+                                       scale);
+        EXPECT_EQ(0, std::memcmp(m2.get(), m3.get(), bytes)) << keys;
+        EXPECT_EQ(0, std::memcmp(l2.get(), l3.get(), bytes)) << keys;
+        EXPECT_EQ(pp0, pp1) << keys;
+#endif
+      }
+    }
+  }
+}
+
 }  // namespace
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace HWY_NAMESPACE
@@ -615,5 +675,6 @@ HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestMergeLsePartials);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestExpNonPositive);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestBF16Pairs);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestSoftmaxToBF16Pairs);
+HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestSoftmaxScoreScale);
 }  // namespace attnkit
 #endif

@@ -22,12 +22,16 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backends/highway/x86_bf16_ops.h"
+
 #define ATTNKIT_TARGET_AMX \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
 
 namespace attnkit {
 namespace x86_dot {
 namespace {
+
+using bf16_ops::PairsOfRows;
 
 // ldtilecfg's 64-byte operand (palette 1).
 struct TileConfig {
@@ -38,9 +42,10 @@ struct TileConfig {
   uint8_t rows[16];
 };
 
-// A constant in memory: GCC 12 treats ldtilecfg's operand as unread and
-// may drop stores that build it on the stack (a test program's loop of
-// colsb and rows stores vanished, and its first tilezero faulted).
+// A constant in memory: GCC 12's _tile_loadconfig tells the compiler it
+// reads 8 bytes of its 64, so stores that build the rest on the stack may
+// be dropped (a test program's loop of colsb and rows stores vanished, and
+// its first tilezero faulted).
 alignas(64) constexpr TileConfig kTileConfig = {
     /*palette_id=*/1,
     /*start_row=*/0,
@@ -50,6 +55,11 @@ alignas(64) constexpr TileConfig kTileConfig = {
 };
 
 ATTNKIT_TARGET_AMX inline void ConfigureTiles() { _tile_loadconfig(&kTileConfig); }
+
+// GCC 12's _tile_loadd tells the compiler it reads no memory: after this
+// function's own stores to a buffer a tile then loads, this barrier keeps
+// them (and keeps them before the load).
+inline void TileInputsWritten() { asm volatile("" ::: "memory"); }
 
 // Rows [0, 16) of a 16 x 16 f32 block at b (row stride ldb floats) times
 // `scale`, in place.
@@ -68,6 +78,7 @@ ATTNKIT_TARGET_AMX inline void LoadPartialKeys(const uint16_t* k, size_t ldk, si
     const __m512i row = j < keys ? _mm512_loadu_si512(k + j * ldk + c) : _mm512_setzero_si512();
     _mm512_storeu_si512(buf + 32 * j, row);
   }
+  TileInputsWritten();
   _tile_loadd(4, buf, 64);
 }
 
@@ -89,16 +100,6 @@ ATTNKIT_TARGET_AMX inline void QDotK16(const uint32_t* qp, size_t ldq, const uin
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
   }
-}
-
-// The key pairs rows [r0, r0 + n) need: up to the one holding their last
-// visible key (key_end), at most key_pairs (as x86_bf16_dot.cc's).
-inline size_t PairsOfRows(const float* key_end, size_t r0, size_t n, size_t key_pairs) {
-  if (key_end == nullptr) return key_pairs;
-  float end = 0.0f;
-  for (size_t r = r0; r < r0 + n; ++r) end = key_end[r] > end ? key_end[r] : end;
-  const size_t pairs = (static_cast<size_t>(end) + 1) / 2;
-  return pairs < key_pairs ? pairs : key_pairs;
 }
 
 // O rows [r0, r0 + n) (n <= 16), columns [c0, c0 + 16) = alpha O + the
@@ -144,10 +145,12 @@ ATTNKIT_TARGET_AMX void AmxQDotK(const uint32_t* qp, size_t ldq, const uint16_t*
       _tile_stored(1, out + 16, sb);
       _tile_stored(2, out + 16 * lds, sb);
       _tile_stored(3, out + 16 * lds + 16, sb);
-      ScaleBlock(out, lds, scale);
-      ScaleBlock(out + 16, lds, scale);
-      ScaleBlock(out + 16 * lds, lds, scale);
-      ScaleBlock(out + 16 * lds + 16, lds, scale);
+      if (scale != 1.0f) {  // a pass of its own (the flash loop defers it to its softmax)
+        ScaleBlock(out, lds, scale);
+        ScaleBlock(out + 16, lds, scale);
+        ScaleBlock(out + 16 * lds, lds, scale);
+        ScaleBlock(out + 16 * lds + 16, lds, scale);
+      }
     }
   }
   // The last keys, 16 at a time; a block of fewer goes through a buffer
@@ -162,8 +165,10 @@ ATTNKIT_TARGET_AMX void AmxQDotK(const uint32_t* qp, size_t ldq, const uint16_t*
       if (n == 16) {
         _tile_stored(0, out, sb);
         _tile_stored(1, out + 16, sb);
-        ScaleBlock(out, lds, scale);
-        ScaleBlock(out + 16, lds, scale);
+        if (scale != 1.0f) {
+          ScaleBlock(out, lds, scale);
+          ScaleBlock(out + 16, lds, scale);
+        }
         continue;
       }
       _tile_stored(0, part[0], 64);
@@ -212,6 +217,7 @@ ATTNKIT_TARGET_AMX void AmxWeightedSumV(const uint32_t* pp, size_t ldpp, const u
         BF16TransposePairs(in, 16, pt[b][ch], 16);
       }
     }
+    TileInputsWritten();
     const size_t full = pairs / 16;  // chunks read from vp in place
     for (size_t c0 = 0; c0 < dp; c0 += 32) {
       const bool two = c0 + 16 < dp;  // a second block of 16 columns
@@ -225,6 +231,7 @@ ATTNKIT_TARGET_AMX void AmxWeightedSumV(const uint32_t* pp, size_t ldpp, const u
           _mm512_store_si512(vlast + 32 * i, lo);
           _mm512_store_si512(vlast + 32 * i + 16, hi);
         }
+        TileInputsWritten();
       }
       _tile_zero(0);
       _tile_zero(1);
@@ -265,6 +272,7 @@ ATTNKIT_TARGET_AMX double AmxBF16PeakLoop(int64_t iterations) {
   ConfigureTiles();
   alignas(64) uint16_t ones[16 * 32];
   for (uint16_t& x : ones) x = 0x3f80;  // 1.0
+  TileInputsWritten();
   alignas(64) float out[16 * 16];
   // Six sums: more than the instruction's latency over its issue interval.
   _tile_zero(0);

@@ -22,6 +22,7 @@ namespace x86_dot {
 namespace {
 
 using bf16_ops::Dot;
+using bf16_ops::PairsOfRows;
 
 // kKeys keys x kRowVecs vectors of rows (16 each) of Q.K.
 template <int kKeys, int kRowVecs = 2>
@@ -105,16 +106,6 @@ ATTNKIT_TARGET_BF16 inline __m512i InterleaveIndex(int first, int b_base) {
     idx[2 * i + 1] = static_cast<int16_t>(b_base + first + i);
   }
   return _mm512_loadu_si512(idx);
-}
-
-// The key pairs rows [r0, r0 + n) need: up to the one holding their last
-// visible key (key_end), at most key_pairs.
-inline size_t PairsOfRows(const float* key_end, size_t r0, size_t n, size_t key_pairs) {
-  if (key_end == nullptr) return key_pairs;
-  float end = 0.0f;
-  for (size_t r = r0; r < r0 + n; ++r) end = key_end[r] > end ? key_end[r] : end;
-  const size_t pairs = (static_cast<size_t>(end) + 1) / 2;
-  return pairs < key_pairs ? pairs : key_pairs;
 }
 
 }  // namespace

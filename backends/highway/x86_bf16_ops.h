@@ -1,5 +1,6 @@
 // Small AVX512_BF16 helpers the x86 dot-product kernels share
-// (x86_bf16_dot.cc, x86_bf16_decode.cc, x86_fp8_dot.cc): vdpbf16ps on
+// (x86_bf16_dot.cc, x86_bf16_decode.cc, x86_fp8_dot.cc, x86_amx_dot.cc):
+// vdpbf16ps on
 // integer-typed vectors, and the f32 levels of VnniQDotK4's transposing
 // reduction tree. Each compiled for AVX-512 with BF16 by its target
 // attribute, inlined into kernels compiled for at least that. Include only
@@ -9,6 +10,7 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #define ATTNKIT_TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
@@ -36,6 +38,16 @@ ATTNKIT_TARGET_BF16 inline __m512 QuadSums(__m512 xy, __m512 zw) {
 // Blocks (0, 1) and (2, 3) of u and of v added: [u0+u1, u2+u3, v0+v1, v2+v3].
 ATTNKIT_TARGET_BF16 inline __m512 BlockPairSums(__m512 u, __m512 v) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(u, v, 0x88), _mm512_shuffle_f32x4(u, v, 0xDD));
+}
+
+// The key pairs rows [r0, r0 + n) of a prefill P.V need: up to the one
+// holding their last visible key (key_end; null: all), at most key_pairs.
+inline size_t PairsOfRows(const float* key_end, size_t r0, size_t n, size_t key_pairs) {
+  if (key_end == nullptr) return key_pairs;
+  float end = 0.0f;
+  for (size_t r = r0; r < r0 + n; ++r) end = key_end[r] > end ? key_end[r] : end;
+  const size_t pairs = (static_cast<size_t>(end) + 1) / 2;
+  return pairs < key_pairs ? pairs : key_pairs;
 }
 
 // One pair of keys of a decode P.V over 64 columns for a group of 4 rows:

@@ -146,24 +146,29 @@ bool HaveAmxBF16();
 // BF16QDotK on AMX (tdpbf16ps): the same contract, layouts and results but
 // for the order of the f32 sums, for d a multiple of 32 (rows a multiple of
 // 32). Reads K rows [0, keys) only; a key's sums do not depend on the keys
-// beside it.
+// beside it. The scale takes a pass over the scores of its own (a third of
+// the call at d 128 here), so callers that can apply it later pass 1.
 void AmxQDotK(const uint32_t* qp, size_t ldq, const uint16_t* k, size_t ldk, size_t d, size_t rows,
               size_t keys, float scale, float* s, size_t lds);
 
-// BF16WeightedSumV on AMX: the same contract (key_end included) but for
-// the order of the f32 sums, for any rows (pp holding them rounded up to
-// 16 in each of its pair rows) and dp a multiple of 16; 2 key_pairs <=
-// kMaxAmxKeys. Reads V's pair rows [0, key_pairs) only.
+// BF16WeightedSumV on AMX: the same contract but for the order of the f32
+// sums and key_end's blocks, which are aligned blocks of 16 rows (the AMX
+// tile's): a block reads the pairs up to the last key one of its 16 rows
+// sees, so pairs past a row's own last key must be 0 up to that block's
+// end (the FAST softmax, OnlineSoftmaxUpdateToBF16Pairs, writes whole
+// vectors of 16 rows). Any rows (pp holding them rounded up to 16 in each
+// of its pair rows), dp a multiple of 16, 2 key_pairs <= kMaxAmxKeys.
+// Reads V's pair rows [0, key_pairs) only.
 constexpr size_t kMaxAmxKeys = 128;
+void AmxWeightedSumV(const uint32_t* pp, size_t ldpp, const uint32_t* vp, size_t ldvp,
+                     size_t key_pairs, const float* alpha, size_t rows, size_t dp, float* o,
+                     size_t ldo, const float* key_end = nullptr);
 
 // The machine limit of AMX bf16 products (harness/machine.cc):
 // `iterations` rounds of 6 independent tdpbf16ps on tiles; returns the
 // FLOPs done (16384 per instruction: 16 x 16 sums of 32 products), for
 // the caller to time. Call only where HaveAmxBF16().
 double AmxBF16PeakLoop(int64_t iterations);
-void AmxWeightedSumV(const uint32_t* pp, size_t ldpp, const uint32_t* vp, size_t ldvp,
-                     size_t key_pairs, const float* alpha, size_t rows, size_t dp, float* o,
-                     size_t ldo, const float* key_end = nullptr);
 
 // ---- bf16 decode (x86_bf16_decode.cc) ----
 

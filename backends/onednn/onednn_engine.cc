@@ -101,6 +101,8 @@ dnnl::memory::desc Matrix(int64_t rows, int64_t cols, int64_t ld, bool trans, dt
 // backward's brgemm). Asked here before oneDNN's first primitive; where
 // Linux refuses, oneDNN is capped below AMX (set_max_cpu_isa works only
 // before its first use), and the note says so.
+// A cap that fails (oneDNN already used, or ONEDNN_MAX_CPU_ISA set) leaves
+// the engine unusable: AmxFaults().
 const std::string& AmxNote() {
   static const std::string* note = [] {
     if (!CpuHasAmxBF16() || AmxTilesGranted()) return new std::string();
@@ -108,11 +110,19 @@ const std::string& AmxNote() {
       dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx512_core_bf16);
     } catch (const dnnl::error&) {
     }
+    if (dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx) {
+      return new std::string(
+          "Linux refused the AMX tile state (arch_prctl), and oneDNN could not be capped below "
+          "AMX, whose first instruction would fault");
+    }
     return new std::string(
         "Linux refused the AMX tile state (arch_prctl), so oneDNN is capped at "
         "avx512_core_bf16");
   }();
   return *note;
+}
+bool AmxFaults() {
+  return !AmxNote().empty() && dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
 }
 
 const dnnl::engine& CpuEngine() {
@@ -218,7 +228,10 @@ struct OneDnnEngine::State {
     const auto start = std::chrono::steady_clock::now();
     auto entry = std::make_shared<Entry>();
     try {
-      if (key.a_type == dt::u8) {  // dense a and c: oneDNN 2.6 then runs its brgemm
+      // Batched u8: c dense, a's rows lda apart (dense where lda == k, as
+      // U8S8DotBatch asks but where AmxSafeK peels k; oneDNN 2.6 runs its
+      // brgemm on dense operands).
+      if (key.a_type == dt::u8) {
         using dims = dnnl::memory::dims;
         entry->a = dnnl::memory::desc({key.batch, key.m, key.k}, dt::u8,
                                       dims{key.m * key.lda, key.lda, 1});
@@ -435,6 +448,7 @@ absl::StatusOr<std::unique_ptr<OneDnnEngine>> OneDnnEngine::Create(const EngineO
   } catch (const dnnl::error& e) {
     return absl::UnavailableError(absl::StrFormat("oneDNN has no CPU engine: %s", e.what()));
   }
+  if (AmxFaults()) return absl::UnavailableError(AmxNote());
   std::unique_ptr<OneDnnEngine> engine(new OneDnnEngine(std::move(state)));
   // One small f32 product: a library that cannot create it is unusable.
   float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {0, 0, 0, 0};
