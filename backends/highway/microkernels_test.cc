@@ -41,6 +41,11 @@ hwy::AlignedFreeUniquePtr<float[]> Aligned(const std::vector<float>& v) {
   return p;
 }
 
+// n floats, each `init`, aligned: a softmax's row state (m, l, alpha, flags).
+hwy::AlignedFreeUniquePtr<float[]> Filled(size_t n, float init) {
+  return Aligned(std::vector<float>(n, init));
+}
+
 void ExpectNear(double want, double got, double tol, const char* what) {
   EXPECT_NEAR(want, got, tol * (1.0 + std::abs(want))) << what;
 }
@@ -554,13 +559,10 @@ void TestSoftmaxToBF16Pairs() {
         }
       }
       auto plain = Aligned(s0), fused = Aligned(s0);
-      auto make = [&](float init) {
-        auto v = hwy::AllocateAligned<float>(rows);
-        std::fill(v.get(), v.get() + rows, init);
-        return v;
-      };
-      auto m0 = make(kNegInf), l0 = make(0.0f), a0 = make(0.0f), bad0 = make(0.0f);
-      auto m1 = make(kNegInf), l1 = make(0.0f), a1 = make(0.0f), bad1 = make(0.0f);
+      auto m0 = Filled(rows, kNegInf), l0 = Filled(rows, 0.0f), a0 = Filled(rows, 0.0f);
+      auto bad0 = Filled(rows, 0.0f);
+      auto m1 = Filled(rows, kNegInf), l1 = Filled(rows, 0.0f), a1 = Filled(rows, 0.0f);
+      auto bad1 = Filled(rows, 0.0f);
       m0[4] = m1[4] = 0.25f;  // a row seen before: alpha < 1
       l0[4] = l1[4] = 3.0f;
       const size_t pairs = (keys + 1) / 2;
@@ -606,13 +608,10 @@ void TestSoftmaxScoreScale() {
   const float scale = 1.0f / std::sqrt(128.0f);
   for (size_t keys : {1, 2, 5, 64}) {
     for (const bool flag : {false, true}) {
-      auto make = [&](float init) {
-        auto v = hwy::AllocateAligned<float>(rows);
-        std::fill(v.get(), v.get() + rows, init);
-        return v;
-      };
-      auto m0 = make(kNegInf), l0 = make(0.0f), a0 = make(0.0f), bad0 = make(0.0f);
-      auto m1 = make(kNegInf), l1 = make(0.0f), a1 = make(0.0f), bad1 = make(0.0f);
+      auto m0 = Filled(rows, kNegInf), l0 = Filled(rows, 0.0f), a0 = Filled(rows, 0.0f);
+      auto bad0 = Filled(rows, 0.0f);
+      auto m1 = Filled(rows, kNegInf), l1 = Filled(rows, 0.0f), a1 = Filled(rows, 0.0f);
+      auto bad1 = Filled(rows, 0.0f);
       for (int tile = 0; tile < 2; ++tile) {
         std::vector<float> raw = Random(keys * lds, 31 + keys + tile);
         for (size_t j = 0; j < keys; ++j) {
@@ -636,8 +635,10 @@ void TestSoftmaxScoreScale() {
             << keys << " P";
 #if HWY_TARGET == HWY_AVX3_DL && defined(__x86_64__) && defined(__GNUC__)
         if (!x86_dot::HaveBF16Dot()) continue;
-        auto m2 = make(kNegInf), l2 = make(0.0f), a2 = make(0.0f), bad2 = make(0.0f);
-        auto m3 = make(kNegInf), l3 = make(0.0f), a3 = make(0.0f), bad3 = make(0.0f);
+        auto m2 = Filled(rows, kNegInf), l2 = Filled(rows, 0.0f), a2 = Filled(rows, 0.0f);
+        auto bad2 = Filled(rows, 0.0f);
+        auto m3 = Filled(rows, kNegInf), l3 = Filled(rows, 0.0f), a3 = Filled(rows, 0.0f);
+        auto bad3 = Filled(rows, 0.0f);
         const size_t pairs = (keys + 1) / 2;
         std::vector<uint32_t> pp0(pairs * rows), pp1(pairs * rows);
         auto s2 = Aligned(scaled), s3 = Aligned(raw);

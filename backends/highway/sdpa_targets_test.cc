@@ -96,6 +96,24 @@ AttentionProblem TwoRowDecode(DType kv, ComputeMode mode, int64_t kv_len, int64_
   return p;
 }
 
+// Subnormal bf16 values in every 16th key of K and V from key `first` on
+// (K's at column j % d, V's at (j + v_shift) % d): the bf16 dot products
+// read them as 0 (the oracle's MayFlushBF16Products).
+void PlantSubnormalKV(const AttentionProblem& p, const AttentionArgs& a, int64_t first,
+                      int64_t v_shift) {
+  auto* k = static_cast<uint16_t*>(a.k.data);
+  auto* v = static_cast<uint16_t*>(a.v.data);
+  const int64_t d = p.head_dim;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t g = 0; g < p.num_kv_heads; ++g) {
+      for (int64_t j = first; j < p.kv_len; j += 16) {
+        k[a.k.Offset(b, g, j, j % d)] = static_cast<uint16_t>(1 + j % 5);
+        v[a.v.Offset(b, g, j, (j + v_shift) % d)] = static_cast<uint16_t>(0x8000 | (1 + j % 7));
+      }
+    }
+  }
+}
+
 // fp8 decode tiles take one of three decodes (sdpa-inl.h): the 2^bias
 // folded into Q and the V scales, the 2^bias multiplied in where a factor
 // could overflow (|q| >= 2^7, a V scale >= 2^7), and NaN and Inf built
@@ -181,16 +199,9 @@ TEST_P(FlashTargetTest, BF16DecodeTilesMatchTheOracle) {
           absl::StatusOr<ProblemData> data = ProblemData::Random(p, 13);
           ASSERT_TRUE(data.ok()) << data.status();
           const AttentionArgs& a = data->args();
+          PlantSubnormalKV(p, a, /*first=*/3, /*v_shift=*/5);
           auto* k = static_cast<uint16_t*>(a.k.data);
           auto* v = static_cast<uint16_t*>(a.v.data);
-          for (int64_t b = 0; b < p.batch; ++b) {
-            for (int64_t g = 0; g < p.num_kv_heads; ++g) {
-              for (int64_t j = 3; j < p.kv_len; j += 16) {
-                k[a.k.Offset(b, g, j, j % d)] = static_cast<uint16_t>(1 + j % 5);
-                v[a.v.Offset(b, g, j, (j + 5) % d)] = static_cast<uint16_t>(0x8000 | (1 + j % 7));
-              }
-            }
-          }
           const int64_t last = p.kv_len - 1;
           k[a.k.Offset(1, 0, last, 7)] = 0x7FC0;  // NaN
           v[a.v.Offset(0, 3, last, 9)] = 0xFFC0;  // NaN
@@ -242,16 +253,7 @@ TEST_P(FlashTargetTest, BF16PrefillTilesMatchTheOracle) {
         absl::StatusOr<ProblemData> data = ProblemData::Random(p, 17);
         ASSERT_TRUE(data.ok()) << data.status();
         const AttentionArgs& a = data->args();
-        auto* k = static_cast<uint16_t*>(a.k.data);
-        auto* v = static_cast<uint16_t*>(a.v.data);
-        for (int64_t b = 0; b < p.batch; ++b) {
-          for (int64_t g = 0; g < p.num_kv_heads; ++g) {
-            for (int64_t j = 5; j < p.kv_len; j += 16) {
-              k[a.k.Offset(b, g, j, j % d)] = static_cast<uint16_t>(1 + j % 5);
-              v[a.v.Offset(b, g, j, (j + 3) % d)] = static_cast<uint16_t>(0x8000 | (1 + j % 7));
-            }
-          }
-        }
+        PlantSubnormalKV(p, a, /*first=*/5, /*v_shift=*/3);
         RunInfo info;
         const absl::Status s = backend->Forward(p, a, &info);
         ASSERT_TRUE(s.ok()) << p.Id() << ": " << s;
