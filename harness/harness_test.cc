@@ -236,9 +236,9 @@ TEST(CompareTest, MemoryBoundProblemsArePairedWithAReadLoop) {
 }
 
 // The compute limit a problem is held to: the bf16 dot-product peak (the
-// AMX peak where the machine has one) for bf16 products (a FAST all-bf16 training step among them),
-// the FMA peak for f32 ones and for an EXACT bf16 training step (three of its five products
-// multiply f32 P and dX).
+// AMX peak where the machine has one) for bf16 products (a FAST all-bf16
+// training step among them), the FMA peak for f32 ones and for an EXACT
+// bf16 training step (three of its five products multiply f32 P and dX).
 TEST(CompareTest, ComputeLimitFollowsTheProductsType) {
   BackendRegistry registry;
   ASSERT_TRUE(registry.Register(MakeReferenceBackend()).ok());

@@ -565,12 +565,8 @@ std::string OneDnnEngine::Int8Note() const { return state_->int8_note; }
 void OneDnnEngine::Int8DotTransB(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
                                  const int8_t* b, int64_t ldb, int32_t* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0);
-    return;
-  }
   const int64_t k0 = AmxSafeK(state_->amx, k, 1);
-  if (k0 == 0) {
+  if (k0 <= 0) {  // an empty sum (k <= 0), or columns all left to the loop below
     for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0);
   } else {
     const Key key{m, n, k0, lda, ldb, ldc, false, true, dt::s8, dt::s32, Bits(1.0f), Bits(0.0f)};
@@ -594,12 +590,8 @@ std::string OneDnnEngine::U8Note() const { return state_->u8_note; }
 void OneDnnEngine::U8S8DotBatch(int64_t batch, int64_t m, int64_t n, int64_t k, const uint8_t* a,
                                 const int8_t* b, int64_t ldb, int64_t stride_b, int32_t* c) {
   if (batch <= 0 || m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    std::fill(c, c + batch * m * n, 0);
-    return;
-  }
   const int64_t k0 = AmxSafeK(state_->amx, k, 1);
-  if (k0 == 0) {
+  if (k0 <= 0) {  // an empty sum (k <= 0), or columns all left to the loop below
     std::fill(c, c + batch * m * n, 0);
   } else {  // a's rows stay k apart
     Key key{m, n, k0, k, ldb, n, false, false, dt::u8, dt::s32, Bits(1.0f), Bits(0.0f)};
