@@ -9,10 +9,9 @@
 // order of the f32 sums differs.
 //
 // Tiles: a process asks Linux once for the AMX state (platform/amx.h);
-// each call loads its own configuration (8 tiles of
-// 16 rows x 64 bytes: 0-3 the sums, 4-5 the left operands, 6-7 the right
-// ones), since another library in the process (oneDNN) may have loaded
-// its own on this thread.
+// each call makes sure its thread's tiles hold the shared configuration
+// (x86_amx_tiles.h: 8 tiles of 16 rows x 64 bytes; here 0-3 the sums, 4-5
+// the left operands, 6-7 the right ones).
 #include "backends/highway/x86_dot.h"
 #include "platform/amx.h"
 
@@ -22,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backends/highway/x86_amx_tiles.h"
 #include "backends/highway/x86_bf16_ops.h"
 
 #define ATTNKIT_TARGET_AMX \
@@ -33,33 +33,8 @@ namespace {
 
 using bf16_ops::PairsOfRows;
 
-// ldtilecfg's 64-byte operand (palette 1).
-struct TileConfig {
-  uint8_t palette_id;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
-
-// A constant in memory: GCC 12's _tile_loadconfig tells the compiler it
-// reads 8 bytes of its 64, so stores that build the rest on the stack may
-// be dropped (a test program's loop of colsb and rows stores vanished, and
-// its first tilezero faulted).
-alignas(64) constexpr TileConfig kTileConfig = {
-    /*palette_id=*/1,
-    /*start_row=*/0,
-    /*reserved=*/{},
-    /*colsb=*/{64, 64, 64, 64, 64, 64, 64, 64},
-    /*rows=*/{16, 16, 16, 16, 16, 16, 16, 16},
-};
-
-ATTNKIT_TARGET_AMX inline void ConfigureTiles() { _tile_loadconfig(&kTileConfig); }
-
-// GCC 12's _tile_loadd tells the compiler it reads no memory: after this
-// function's own stores to a buffer a tile then loads, this barrier keeps
-// them (and keeps them before the load).
-inline void TileInputsWritten() { asm volatile("" ::: "memory"); }
+using amx_tiles::EnsureTileConfig;
+using amx_tiles::TileInputsWritten;
 
 // Rows [0, 16) of a 16 x 16 f32 block at b (row stride ldb floats) times
 // `scale`, in place.
@@ -119,7 +94,7 @@ ATTNKIT_TARGET_AMX inline void AddBlockToO(const float* t, const float* alpha, s
 ATTNKIT_TARGET_AMX void AmxQDotK(const uint32_t* qp, size_t ldq, const uint16_t* k, size_t ldk,
                                  size_t d, size_t rows, size_t keys, float scale, float* s,
                                  size_t lds) {
-  ConfigureTiles();
+  EnsureTileConfig();
   const size_t kb = ldk * sizeof(uint16_t), qb = ldq * sizeof(uint32_t), sb = lds * sizeof(float);
   size_t j = 0;
   // 32 keys x 32 rows a step: 4 sums, each loaded operand feeding two.
@@ -186,7 +161,7 @@ ATTNKIT_TARGET_AMX void AmxWeightedSumV(const uint32_t* pp, size_t ldpp, const u
                                         size_t ldvp, size_t key_pairs, const float* alpha,
                                         size_t rows, size_t dp, float* o, size_t ldo,
                                         const float* key_end) {
-  ConfigureTiles();
+  EnsureTileConfig();
   constexpr size_t kChunks = kMaxAmxKeys / 32;  // of 16 key pairs
   // P transposed for two blocks of 16 rows: pt[b][ch] is the left operand
   // of rows r0 + 16 b, key pairs [16 ch, 16 ch + 16) (row r: its 16 pairs).
@@ -269,7 +244,7 @@ ATTNKIT_TARGET_AMX void AmxWeightedSumV(const uint32_t* pp, size_t ldpp, const u
 }
 
 ATTNKIT_TARGET_AMX double AmxBF16PeakLoop(int64_t iterations) {
-  ConfigureTiles();
+  EnsureTileConfig();
   alignas(64) uint16_t ones[16 * 32];
   for (uint16_t& x : ones) x = 0x3f80;  // 1.0
   TileInputsWritten();

@@ -244,6 +244,38 @@ TEST(X86DotTest, AmxWeightedSumVMatchesRoundedWeights) {
   }
 }
 
+// A thread's tiles as another library may leave them: a configuration of
+// its own (every tile 8 rows x 32 bytes) or released (tilerelease).
+__attribute__((target("amx-tile"))) void LoadOtherTileConfiguration() {
+  alignas(64) static const uint8_t config[64] = {
+      1,  0, 0,  0, 0,  0, 0,  0, 0,  0, 0,  0, 0,  0, 0,  0,   // palette 1
+      32, 0, 32, 0, 32, 0, 32, 0, 32, 0, 32, 0, 32, 0, 32, 0,   // colsb 0-7
+      0,  0, 0,  0, 0,  0, 0,  0, 0,  0, 0,  0, 0,  0, 0,  0,   // colsb 8-15
+      8,  8, 8,  8, 8,  8, 8,  8, 0,  0, 0,  0, 0,  0, 0,  0};  // rows
+  asm volatile("ldtilecfg %0" ::"m"(config));
+}
+__attribute__((target("amx-tile"))) void ReleaseTiles() { asm volatile("tilerelease"); }
+
+// The kernels load their configuration where the thread's tiles hold
+// another or none (x86_amx_tiles.h reads the state rather than remember
+// it): with the other library's 8 x 32 tiles left in place, their sums
+// would cover a quarter of the products.
+TEST(X86DotTest, AmxKernelsConfigureTilesLeftByAnotherLibrary) {
+  if (!x86_dot::HaveAmxBF16()) {
+    GTEST_SKIP() << "no AMX-BF16 here (CPU, Linux's tile permission or ATTNKIT_AMX=0)";
+  }
+  std::mt19937 rng(12);
+  ExpectQDotKExact(x86_dot::AmxQDotK, {32}, {64}, {16}, &rng);  // configured by the kernel
+  LoadOtherTileConfiguration();
+  ExpectQDotKExact(x86_dot::AmxQDotK, {32}, {64}, {16, 40}, &rng);
+  LoadOtherTileConfiguration();
+  ExpectWeightedSumV(x86_dot::AmxWeightedSumV, 32, 32, 16, {64}, {32}, &rng);
+  ReleaseTiles();
+  ExpectQDotKExact(x86_dot::AmxQDotK, {32}, {64}, {16}, &rng);
+  ReleaseTiles();
+  ExpectWeightedSumV(x86_dot::AmxWeightedSumV, 32, 32, 16, {64}, {32}, &rng);
+}
+
 TEST(X86DotTest, VnniQDotK4IsTheExactIntegerDotTimesTheRowScale) {
   if (!x86_dot::HaveVnni()) GTEST_SKIP() << "this CPU has no AVX512_VNNI";
   std::mt19937 rng(3);
