@@ -47,10 +47,12 @@ alignas(64) inline constexpr TileConfig kTileConfig = {
 // -> 0.54 us; FAST bf16 prefill 16 and 18, 2 threads, three alternating
 // rounds: 10.61-11.05 -> 10.30-10.91 ms and 14.41-15.33 -> 13.51-14.02).
 ATTNKIT_TARGET_AMX_TILE inline void EnsureTileConfig() {
-  alignas(64) TileConfig now;
+  // Unaligned loads: under ASan's use-after-return detection a frame may
+  // be only 32-byte aligned whatever alignas asks (tools/ci_hardening.sh).
+  TileConfig now;
   asm volatile("sttilecfg %0" : "=m"(now));
-  const __m512i have = _mm512_load_si512(&now);
-  const __m512i want = _mm512_load_si512(&kTileConfig);
+  const __m512i have = _mm512_loadu_si512(&now);
+  const __m512i want = _mm512_loadu_si512(&kTileConfig);
   if (_mm512_cmpneq_epi64_mask(have, want) != 0) {
     asm volatile("ldtilecfg %0" ::"m"(kTileConfig));
   }
