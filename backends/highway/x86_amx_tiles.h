@@ -1,8 +1,8 @@
 // The tile configuration of the AMX kernels (x86_amx_dot.cc): 8 tiles of
-// 16 rows x 64 bytes, palette 1, loaded once per thread rather than once
-// per call.
-// Include only from translation units compiled with AMX-TILE (x86-64 with
-// GCC or Clang).
+// 16 rows x 64 bytes, palette 1, loaded where a thread's tiles do not hold
+// it (the first call, or after another library's) rather than at every
+// call. Include only where x86-64 with GCC or Clang is known (the
+// functions carry their own target attributes).
 #ifndef ATTNKIT_BACKENDS_HIGHWAY_X86_AMX_TILES_H_
 #define ATTNKIT_BACKENDS_HIGHWAY_X86_AMX_TILES_H_
 
@@ -26,10 +26,11 @@ struct TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
 
-// A constant in memory, read and written through asm operands of its full
-// size: GCC 12's _tile_loadconfig and _tile_storeconfig tell the compiler
-// they touch 8 bytes of the 64 (a test program's stack-built configuration
-// lost its colsb and rows stores, and its first tilezero faulted).
+// A constant in memory. ldtilecfg reads it, and sttilecfg writes the
+// thread's state, through asm operands of the full 64 bytes: GCC 12's
+// _tile_loadconfig and _tile_storeconfig tell the compiler they touch 8
+// (a test program's stack-built configuration lost its colsb and rows
+// stores, and its first tilezero faulted).
 alignas(64) inline constexpr TileConfig kTileConfig = {
     /*palette_id=*/1,
     /*start_row=*/0,

@@ -170,6 +170,17 @@ void AmxWeightedSumV(const uint32_t* pp, size_t ldpp, const uint32_t* vp, size_t
 // the caller to time. Call only where HaveAmxBF16().
 double AmxBF16PeakLoop(int64_t iterations);
 
+// Decode's kernels stay off AMX. A group of 4 query rows fills a quarter
+// of a tile, and both designs tried ran slower end to end than the vector
+// kernels (a Xeon with AMX, B8 H32/8 Tk4096 d128, 2 threads, alternating
+// runs): int8 Q.K with tdpbssd on K's rows as stored, 2.1 against 4.3 ns
+// a key with the rows in L1, took the FAST decode from 2.7-3.1 to 3.8-4.3
+// ms (tile loads that miss L1 hold the tile pipeline where vector loads
+// overlap); fp8 under FAST, the codes widened into L1 buffers for
+// tdpbf16ps (Q.K 10-13 and P.V 11-13 ns a key against vdpbf16ps's 16-17),
+// took 6.0-6.9 ms against 4.5-4.8 on f32 FMAs (a tile load waits for the
+// stores it reads to reach L1).
+
 // ---- bf16 decode (x86_bf16_decode.cc) ----
 
 // Decode's Q.K for a group of 4 query rows against bf16 keys, Q rows
@@ -262,17 +273,6 @@ bool Fp8WeightedSumV4(const float* p, size_t keys, const uint8_t* const* v, size
                       bool e4m3, const float* alpha, float* o, size_t ldo, const L1Rows& l1 = {});
 
 // ---- int8 (x86_vnni_dot.cc) ----
-
-// Decode's kernels stay off AMX. A group of 4 query rows fills a quarter
-// of a tile, and both designs tried ran slower end to end than the vector
-// kernels (a Xeon with AMX, B8 H32/8 Tk4096 d128, 2 threads, alternating
-// runs): int8 Q.K with tdpbssd on K's rows as stored, 2.1 against 4.3 ns
-// a key with the rows in L1, took the FAST decode from 2.7-3.1 to 3.8-4.3
-// ms (tile loads that miss L1 hold the tile pipeline where vector loads
-// overlap); fp8 under FAST, the codes widened into L1 buffers for
-// tdpbf16ps (Q.K 10-13 and P.V 11-12 ns a key against vdpbf16ps's 16-17),
-// took 6.0-6.9 ms against 4.5-4.8 on f32 FMAs (a tile load waits for the
-// stores it reads to reach L1).
 
 // Decode's Q.K for a group of 4 query rows against int8 keys:
 // s[j * lds + r] = row_scale[r] * sum_{c < d} Q[r, c] K[j, c] for r < 4,
