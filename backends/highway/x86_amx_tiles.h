@@ -48,9 +48,10 @@ alignas(64) inline constexpr TileConfig kTileConfig = {
 // -> 0.54 us; FAST bf16 prefill 16 and 18, 2 threads, three alternating
 // rounds: 10.61-11.05 -> 10.30-10.91 ms and 14.41-15.33 -> 13.51-14.02).
 ATTNKIT_TARGET_AMX_TILE inline void EnsureTileConfig() {
-  // Unaligned loads: under ASan's use-after-return detection a frame may
-  // be only 32-byte aligned whatever alignas asks (tools/ci_hardening.sh).
-  TileConfig now;
+  // Stored to memory of the thread's own, not to the stack: under ASan's
+  // use-after-return detection (tools/ci_hardening.sh) a local written by
+  // sttilecfg and read back faulted.
+  alignas(64) static thread_local TileConfig now;
   asm volatile("sttilecfg %0" : "=m"(now));
   const __m512i have = _mm512_loadu_si512(&now);
   const __m512i want = _mm512_loadu_si512(&kTileConfig);
