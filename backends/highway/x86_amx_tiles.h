@@ -47,7 +47,9 @@ alignas(64) inline constexpr TileConfig kTileConfig = {
 // makes two calls (prefill_kernels_bench, one thread, d 64: AmxQDotK 0.67
 // -> 0.54 us; FAST bf16 prefill 16 and 18, 2 threads, three alternating
 // rounds: 10.61-11.05 -> 10.30-10.91 ms and 14.41-15.33 -> 13.51-14.02).
-ATTNKIT_TARGET_AMX_TILE inline void EnsureTileConfig() {
+// static: its thread_local stays internal to the translation unit, where
+// an inline function's would be a symbol the plugins export.
+ATTNKIT_TARGET_AMX_TILE static inline void EnsureTileConfig() {
   // Stored to memory of the thread's own, not to the stack: under ASan's
   // use-after-return detection (tools/ci_hardening.sh) a local written by
   // sttilecfg and read back faulted.
