@@ -1,0 +1,388 @@
+// The floor of a decode on this CPU: what streaming the standard suite's
+// B8 H32/8 Tk4096 d128 K/V through the fewest instructions any kernel of
+// each kind must issue costs, against a read loop over the same bytes,
+// timed in one run (issue 31's int8 target, issue 36's fp8 one).
+//
+// For each (batch, KV head) item and each 64-key tile, a "floor" kernel
+// loads every byte of the tile's K rows and then of its V rows and, per
+// 64 bytes, issues the arithmetic a group of 4 query rows needs for them,
+// with no softmax, scaling, reductions or stores:
+//   read:   one vpaddd (the read loop: what memory alone allows);
+//   int8:   4 vpdpbusd (AVX512_VNNI; 64 products each: 4 rows x 64 values);
+//   fp8:    per 16 codes a sign-extend, a shift and an AND (the cheapest
+//           exact widening of E4M3 to f32, microkernels-inl.h's
+//           Fp8Folded) and 4 FMAs: 28 instructions;
+//   bf16:   per 32 values a shift and an AND (both halves of each 32-bit
+//           lane to f32) and 8 FMAs: 10 instructions.
+// Each kind runs three ways:
+//   streamed: the problem's K and V (67 MB of int8 or fp8, 134 MB of
+//             bf16: in this machine's LLC where it holds them, as in
+//             `attnkit compare`'s repeated calls), rows read once a call;
+//   +prefetch: the same with each line prefetched 8 KiB ahead, as
+//             attnkit's decode kernels ask for theirs (tiling.h
+//             kAheadBytes);
+//   in L1:    the same instructions on one 64-key tile per worker, read
+//             again for every tile: the arithmetic alone (c).
+// A decode whose arithmetic overlapped its memory traffic would take
+// about max(c, read); one whose times add, about c + read. The streamed
+// floor says which this CPU does; with the decode's own times from
+// `attnkit compare` (run beside it) it bounds the ratios the issues ask
+// for. int8's real kernels (x86_dot's VnniQDotK4 and WeightedQuadsV4,
+// prefetching as the decode has them) run the same three ways.
+// Xeon with AMX (AVX-512 VNNI; 2 threads, quiet host, 2026-12-07), ms:
+//               streamed  +prefetch  in L1 (c)   `attnkit compare` (same hour)
+//   read          1.23      1.18       0.16
+//   int8 floor    1.29      1.18       0.45      19 (int8 FAST):  2.38
+//   int8 kernels  2.06      1.88       1.22
+//   fp8 floor     2.88      2.26       2.18      24 (fp8 FAST):   4.15
+//   bf16 read     3.24      3.13       0.29
+//   bf16 floor    6.86      3.56       1.68      09 (bf16):       5.71
+// With prefetches the floors' arithmetic hides under their memory traffic
+// (int8 at 101 % of the read loop; fp8 takes its c), so neither issue's
+// target is out of this CPU's reach: 19's 80 % of the read loop needs
+// Q.K and P.V kernels about twice as cheap as VnniQDotK4 and
+// WeightedQuadsV4 (which alone, streamed, take 1.88 ms, beyond 80 %'s
+// 1.65), and 24's 1.6x of 09 (3.57 ms) needs an fp8 decode within 1.6x
+// of its floor (it runs at 1.8x).
+//   bazel run -c opt //benchmarks:decode_floor_bench -- [threads=2] [rounds=7]
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/highway/x86_dot.h"
+#include "platform/thread_pool.h"
+
+namespace attnkit {
+namespace {
+
+// Problems 09, 19, 23 and 24: B8, 8 KV heads, 4096 keys, d 128, groups of 4.
+constexpr int64_t kItems = 8 * 8, kKeys = 4096, kD = 128, kTileKeys = 64;
+constexpr size_t kAhead = 8 << 10;  // bytes, as tiling.h's kAheadBytes
+
+// Aligned, first-touched once (pages cost ~11 us each the first time).
+struct Buffer {
+  uint8_t* data = nullptr;
+  size_t bytes = 0;
+  explicit Buffer(size_t n) : data(static_cast<uint8_t*>(std::aligned_alloc(64, n))), bytes(n) {}
+  ~Buffer() { std::free(data); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+};
+
+// ---- Floor kernels: `bytes` (a multiple of 256) from p, prefetching each
+// line `ahead` bytes on when ahead > 0; the accumulators go to *sink so
+// nothing is dropped. ----
+
+#define ATTNKIT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
+ATTNKIT_AVX512 void ReadFloor(const uint8_t* p, size_t bytes, size_t ahead, float* sink) {
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i < bytes; i += 256) {
+    if (ahead) {
+      for (size_t l = 0; l < 256; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p + i + ahead + l), _MM_HINT_T0);
+    }
+    a0 = _mm512_add_epi32(a0, _mm512_load_si512(p + i));
+    a1 = _mm512_add_epi32(a1, _mm512_load_si512(p + i + 64));
+    a2 = _mm512_add_epi32(a2, _mm512_load_si512(p + i + 128));
+    a3 = _mm512_add_epi32(a3, _mm512_load_si512(p + i + 192));
+  }
+  const __m512i s = _mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3));
+  *sink += static_cast<float>(_mm512_reduce_add_epi32(s));
+}
+
+// The accumulators are named variables, each step written out: GCC 12 at
+// -O2 kept an indexed array of them on the stack.
+
+// 4 rows x 64 values a vpdpbusd: 4 per 64 bytes, 8 chains.
+ATTNKIT_AVX512 void Int8Floor(const uint8_t* p, size_t bytes, size_t ahead, float* sink) {
+  const __m512i q0 = _mm512_set1_epi32(0x01020304), q1 = _mm512_set1_epi32(0x05060708);
+  const __m512i q2 = _mm512_set1_epi32(0x090a0b0c), q3 = _mm512_set1_epi32(0x0d0e0f10);
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+          a7 = a0;
+  for (size_t i = 0; i < bytes; i += 128) {
+    if (ahead) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + ahead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + ahead + 64), _MM_HINT_T0);
+    }
+    const __m512i x = _mm512_load_si512(p + i), y = _mm512_load_si512(p + i + 64);
+    a0 = _mm512_dpbusd_epi32(a0, q0, x);
+    a1 = _mm512_dpbusd_epi32(a1, q1, x);
+    a2 = _mm512_dpbusd_epi32(a2, q2, x);
+    a3 = _mm512_dpbusd_epi32(a3, q3, x);
+    a4 = _mm512_dpbusd_epi32(a4, q0, y);
+    a5 = _mm512_dpbusd_epi32(a5, q1, y);
+    a6 = _mm512_dpbusd_epi32(a6, q2, y);
+    a7 = _mm512_dpbusd_epi32(a7, q3, y);
+  }
+  const __m512i s =
+      _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
+                       _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7)));
+  *sink += static_cast<float>(_mm512_reduce_add_epi32(s));
+}
+
+// E4M3 codes to f32 times 2^-120 (sign-extend, shift, mask) and 4 FMAs
+// per 16 codes: 28 instructions per 64 bytes, 8 FMA chains. The Q rows
+// carry the 2^120 (as Fp8Folded's do): products of the tiny widened
+// codes with Q rows of order 1 would be subnormal, which take slow paths.
+ATTNKIT_AVX512 inline __m512 WidenE4M3(const uint8_t* p, __m512i mask) {
+  const __m128i codes = _mm_load_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm512_castsi512_ps(
+      _mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(codes), 20), mask));
+}
+ATTNKIT_AVX512 void Fp8Floor(const uint8_t* p, size_t bytes, size_t ahead, float* sink) {
+  const __m512 q0 = _mm512_set1_ps(0x1p120f), q1 = _mm512_set1_ps(-0x1p120f);
+  const __m512 q2 = _mm512_set1_ps(0x1p119f), q3 = _mm512_set1_ps(-0x1p119f);
+  const __m512i mask = _mm512_set1_epi32(static_cast<int32_t>(0x87F00000u));
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  for (size_t i = 0; i < bytes; i += 64) {
+    if (ahead) _mm_prefetch(reinterpret_cast<const char*>(p + i + ahead), _MM_HINT_T0);
+    __m512 k = WidenE4M3(p + i, mask);
+    a0 = _mm512_fmadd_ps(q0, k, a0);
+    a1 = _mm512_fmadd_ps(q1, k, a1);
+    a2 = _mm512_fmadd_ps(q2, k, a2);
+    a3 = _mm512_fmadd_ps(q3, k, a3);
+    k = WidenE4M3(p + i + 16, mask);
+    a4 = _mm512_fmadd_ps(q0, k, a4);
+    a5 = _mm512_fmadd_ps(q1, k, a5);
+    a6 = _mm512_fmadd_ps(q2, k, a6);
+    a7 = _mm512_fmadd_ps(q3, k, a7);
+    k = WidenE4M3(p + i + 32, mask);
+    a0 = _mm512_fmadd_ps(q0, k, a0);
+    a1 = _mm512_fmadd_ps(q1, k, a1);
+    a2 = _mm512_fmadd_ps(q2, k, a2);
+    a3 = _mm512_fmadd_ps(q3, k, a3);
+    k = WidenE4M3(p + i + 48, mask);
+    a4 = _mm512_fmadd_ps(q0, k, a4);
+    a5 = _mm512_fmadd_ps(q1, k, a5);
+    a6 = _mm512_fmadd_ps(q2, k, a6);
+    a7 = _mm512_fmadd_ps(q3, k, a7);
+  }
+  const __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                                 _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+  *sink += _mm512_reduce_add_ps(s);
+}
+
+// bf16 pairs to f32 (the low half shifted up, the high half masked) and 8
+// FMAs per 32 values: 10 instructions per 64 bytes, 8 FMA chains.
+ATTNKIT_AVX512 void BF16Floor(const uint8_t* p, size_t bytes, size_t ahead, float* sink) {
+  const __m512 q0 = _mm512_set1_ps(1.0f), q1 = _mm512_set1_ps(-1.0f);
+  const __m512 q2 = _mm512_set1_ps(0.5f), q3 = _mm512_set1_ps(-0.5f);
+  const __m512i high = _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  for (size_t i = 0; i < bytes; i += 64) {
+    if (ahead) _mm_prefetch(reinterpret_cast<const char*>(p + i + ahead), _MM_HINT_T0);
+    const __m512i x = _mm512_load_si512(p + i);
+    const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(x, high));
+    a0 = _mm512_fmadd_ps(q0, lo, a0);
+    a1 = _mm512_fmadd_ps(q1, lo, a1);
+    a2 = _mm512_fmadd_ps(q2, lo, a2);
+    a3 = _mm512_fmadd_ps(q3, lo, a3);
+    a4 = _mm512_fmadd_ps(q0, hi, a4);
+    a5 = _mm512_fmadd_ps(q1, hi, a5);
+    a6 = _mm512_fmadd_ps(q2, hi, a6);
+    a7 = _mm512_fmadd_ps(q3, hi, a7);
+  }
+  const __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                                 _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+  *sink += _mm512_reduce_add_ps(s);
+}
+
+#undef ATTNKIT_AVX512
+
+using FloorFn = void (*)(const uint8_t*, size_t, size_t, float*);
+
+// K and V of the problem at `value_bytes` a value, item-major ([items,
+// keys, d] each, as a BHTD cache), and per worker one tile of each.
+struct KvData {
+  size_t value_bytes;
+  size_t item_bytes() const { return static_cast<size_t>(kKeys * kD) * value_bytes; }
+  size_t tile_bytes() const { return static_cast<size_t>(kTileKeys * kD) * value_bytes; }
+  Buffer k, v, l1;
+  KvData(size_t vb, int workers, std::mt19937* rng)
+      : value_bytes(vb),
+        k(kItems * item_bytes() + kAhead),
+        v(kItems * item_bytes() + kAhead),
+        l1(static_cast<size_t>(workers) * 2 * tile_bytes()) {
+    // Normal finite values: int8 and E4M3 codes with exponent 1-14 and
+    // either sign; bf16 in [1, 2) (subnormals may take slow paths).
+    std::uniform_int_distribution<int> code(0x08, 0x77), sign(0, 1);
+    for (Buffer* b : {&k, &v, &l1}) {
+      for (size_t i = 0; i < b->bytes; ++i) {
+        b->data[i] = vb == 2 ? static_cast<uint8_t>(i % 2 ? 0x3f : code(*rng))
+                             : static_cast<uint8_t>(code(*rng) | (sign(*rng) << 7));
+      }
+    }
+  }
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+enum class Where { kStreamed, kPrefetched, kL1 };
+
+// One pass over every item's tiles (K's then V's rows of each), items
+// spread over the pool's workers; seconds.
+double Pass(ThreadPool& pool, const KvData& kv, Where where,
+            const std::function<void(const uint8_t*, const uint8_t*, size_t, float*)>& tile,
+            std::vector<float>& sinks) {
+  const auto start = std::chrono::steady_clock::now();
+  pool.Run(kItems, [&](int64_t item, int worker) {
+    float* sink = &sinks[static_cast<size_t>(worker) * 16];  // a line a worker
+    const size_t tb = kv.tile_bytes();
+    for (int64_t t = 0; t < kKeys / kTileKeys; ++t) {
+      if (where == Where::kL1) {
+        const uint8_t* w = kv.l1.data + static_cast<size_t>(worker) * 2 * tb;
+        tile(w, w + tb, tb, sink);
+      } else {
+        const size_t off =
+            static_cast<size_t>(item) * kv.item_bytes() + static_cast<size_t>(t) * tb;
+        tile(kv.k.data + off, kv.v.data + off, tb, sink);
+      }
+    }
+  });
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// int8's real decode kernels on a tile: VnniQDotK4 (Q.K of 4 rows, the
+// next kAhead bytes of K and V asked for into L2 as the decode does) and
+// WeightedQuadsV4 (P.V, the tile's V rows into L1 from Q.K, the next
+// tile's from P.V).
+struct Int8Kernels {
+  alignas(64) int8_t q[4 * kD] = {};
+  int32_t qsum[4] = {};
+  float qscale[4] = {1e-3f, 1e-3f, 1e-3f, 1e-3f};
+  float alpha[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+  std::vector<float> p = std::vector<float>(4 * (kTileKeys + 4), 0.25f);
+
+  void Tile(const uint8_t* k, const uint8_t* v, bool prefetch, float* s, float* o) const {
+    const int8_t* k8 = reinterpret_cast<const int8_t*>(k);
+    const int8_t* v8 = reinterpret_cast<const int8_t*>(v);
+    const size_t ahead_rows = prefetch ? kAhead / kD : 0;
+    x86_dot::L1Rows v_l1{v, kD, kD, static_cast<size_t>(kTileKeys)};
+    x86_dot::VnniQDotK4(q, kD, qsum, qscale, k8, kD, kD, kTileKeys, s, 4,
+                        prefetch ? k8 + kAhead : nullptr, kD, prefetch ? v8 + kAhead : nullptr, kD,
+                        ahead_rows, prefetch ? v_l1 : x86_dot::L1Rows{});
+    const int8_t* rows[kTileKeys + 3];
+    for (int64_t j = 0; j < kTileKeys + 3; ++j) rows[j] = v8 + std::min(j, kTileKeys - 1) * kD;
+    // The next tile's V rows into L1 as P.V goes (sdpa-inl.h pv_next_v).
+    const x86_dot::L1Rows next_v{v + kTileKeys * kD, kD, kD, static_cast<size_t>(kTileKeys)};
+    x86_dot::WeightedQuadsV4(p.data(), kTileKeys, rows, kD, kD, alpha, o, kD,
+                             prefetch ? next_v : x86_dot::L1Rows{});
+  }
+};
+
+struct Row {
+  std::string name;
+  std::function<void(const uint8_t*, const uint8_t*, size_t, float*)> streamed, prefetched;
+};
+
+int Main(int threads, int rounds) {
+  if (!__builtin_cpu_supports("avx512f") || !x86_dot::HaveVnni()) {
+    std::printf("decode_floor_bench: needs AVX-512 with VNNI; this CPU has %s\n",
+                __builtin_cpu_supports("avx512f") ? "AVX-512 without VNNI" : "no AVX-512");
+    return 0;
+  }
+  std::mt19937 rng(1);
+  ThreadPool pool(threads);
+  std::vector<float> sinks(static_cast<size_t>(threads) * 16);
+  // Per worker: scores and an accumulator for the real int8 kernels.
+  std::vector<std::vector<float>> s(threads, std::vector<float>(4 * (kTileKeys + 4)));
+  std::vector<std::vector<float>> o(threads, std::vector<float>(4 * kD));
+  Int8Kernels int8;
+  auto floor = [](FloorFn f, size_t ahead) {
+    return [f, ahead](const uint8_t* k, const uint8_t* v, size_t bytes, float* sink) {
+      f(k, bytes, ahead, sink);
+      f(v, bytes, ahead, sink);
+    };
+  };
+  auto real_int8 = [&](bool prefetch) {
+    return [&, prefetch](const uint8_t* k, const uint8_t* v, size_t, float* sink) {
+      // The worker's scratch: the sink's index says which.
+      const size_t w = static_cast<size_t>(sink - sinks.data()) / 16;
+      int8.Tile(k, v, prefetch, s[w].data(), o[w].data());
+    };
+  };
+  struct Kind {
+    const char* name;
+    size_t value_bytes;
+    std::vector<Row> rows;
+  };
+  const Kind kinds[] = {
+      {"int8 / fp8 bytes (problems 19, 23, 24)",
+       1,
+       {{"read", floor(ReadFloor, 0), floor(ReadFloor, kAhead)},
+        {"int8 floor (vpdpbusd)", floor(Int8Floor, 0), floor(Int8Floor, kAhead)},
+        {"int8 kernels (VnniQDotK4 + WeightedQuadsV4)", real_int8(false), real_int8(true)},
+        {"fp8 floor (widen + FMA)", floor(Fp8Floor, 0), floor(Fp8Floor, kAhead)}}},
+      {"bf16 bytes (problems 09, 20)",
+       2,
+       {{"read", floor(ReadFloor, 0), floor(ReadFloor, kAhead)},
+        {"bf16 floor (widen + FMA)", floor(BF16Floor, 0), floor(BF16Floor, kAhead)}}},
+  };
+  std::printf(
+      "decode floors, B8 H32/8 Tk4096 d128 (K and V of 64 items x 4096 keys), %d threads, "
+      "median of %d passes, ms a pass (GB/s of K and V; %% of the read loop's GB/s in the same "
+      "run)\n",
+      threads, rounds);
+  for (const Kind& kind : kinds) {
+    KvData kv(kind.value_bytes, threads, &rng);
+    const double bytes = 2.0 * kItems * static_cast<double>(kv.item_bytes());
+    std::printf("\n%s: %.1f MB\n  %-46s %20s %20s %10s %16s\n", kind.name, bytes * 1e-6, "kernel",
+                "streamed", "+prefetch", "in L1 (c)", "read + c");
+    // Rounds alternate the rows (the host is shared); each row's three ways.
+    std::vector<std::vector<double>> t(kind.rows.size() * 3);
+    for (int r = -1; r < rounds; ++r) {  // round -1 warms the caches
+      for (size_t i = 0; i < kind.rows.size(); ++i) {
+        const double a = Pass(pool, kv, Where::kStreamed, kind.rows[i].streamed, sinks);
+        const double b = Pass(pool, kv, Where::kPrefetched, kind.rows[i].prefetched, sinks);
+        const double c = Pass(pool, kv, Where::kL1, kind.rows[i].streamed, sinks);
+        if (r < 0) continue;
+        t[3 * i].push_back(a);
+        t[3 * i + 1].push_back(b);
+        t[3 * i + 2].push_back(c);
+      }
+    }
+    const double read = std::min(Median(t[0]), Median(t[1]));
+    for (size_t i = 0; i < kind.rows.size(); ++i) {
+      const double a = Median(t[3 * i]), b = Median(t[3 * i + 1]), c = Median(t[3 * i + 2]);
+      auto cell = [&](double x) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.3f (%.1f, %3.0f%%)", x * 1e3, bytes / x * 1e-9,
+                      100.0 * read / x);
+        return std::string(buf);
+      };
+      std::printf("  %-46s %20s %20s %10.3f %16s\n", kind.rows[i].name.c_str(), cell(a).c_str(),
+                  cell(b).c_str(), c * 1e3, i == 0 ? "" : cell(read + c).c_str());
+    }
+  }
+  float total = 0;
+  for (float x : sinks) total += x;
+  std::printf("\n(sink %g)\n", total);
+  return 0;
+}
+
+}  // namespace
+}  // namespace attnkit
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  const int rounds = argc > 2 ? std::atoi(argv[2]) : 7;
+  if (threads < 1 || rounds < 1) {
+    std::fprintf(stderr, "usage: decode_floor_bench [threads >= 1] [rounds >= 1]\n");
+    return 2;
+  }
+  return attnkit::Main(threads, rounds);
+}
