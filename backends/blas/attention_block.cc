@@ -351,9 +351,14 @@ void ChooseOperandTypes(BlockContext* ctx) {
     if (TakesU8Weights(p, e)) ctx->pv_type = DType::kI8;
     return;
   }
-  if ((kv != DType::kBF16 && kv != DType::kF16) || !e.HasGemm16(kv)) return;
-  if (p.dtype == kv || p.fast()) ctx->qk_type = kv;
-  if (p.fast()) ctx->pv_type = kv;
+  if (MultipliesQK16(p, e)) ctx->qk_type = kv;
+  if (p.fast() && (kv == DType::kBF16 || kv == DType::kF16) && e.HasGemm16(kv)) ctx->pv_type = kv;
+}
+
+bool MultipliesQK16(const AttentionProblem& p, const GemmEngine& engine) {
+  const DType kv = p.kv_dtype;
+  return (kv == DType::kBF16 || kv == DType::kF16) && engine.HasGemm16(kv) &&
+         (p.dtype == kv || p.fast());
 }
 
 bool TakesU8Weights(const AttentionProblem& p, const GemmEngine& engine) {

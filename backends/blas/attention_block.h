@@ -45,6 +45,11 @@ struct BlockContext {
 // products of two 16-bit values are exact in f32), else f32.
 void ChooseOperandTypes(BlockContext* ctx);
 
+// Whether Q.K runs as a 16-bit GEMM (GemmEngine::Gemm16) for `p` on
+// `engine`, as ChooseOperandTypes picks: bf16 or f16 K/V the engine
+// multiplies, with Q of that type or under FAST.
+bool MultipliesQK16(const AttentionProblem& p, const GemmEngine& engine);
+
 // Whether P.V takes u8 weights times int8 V's rows as stored: FAST with
 // int8 V (core/fast_compute.h FastQuantizesWeights) on an engine with an
 // exact u8 x s8 GEMM.

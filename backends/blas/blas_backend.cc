@@ -135,13 +135,18 @@ absl::StatusOr<int64_t> BlasBackend::PlanEach(absl::Span<blas::BlockContext> seg
                                               int workers) const {
   blas::PlanOptions o;
   o.budget_bytes = options_.memory_budget_bytes;
-  o.target_rows = options_.target_rows;
   o.max_key_chunk = options_.max_key_chunk;
   o.panel_rows = options_.panel_rows;
   o.stack_heads = options_.stack_group_heads;
   o.workers = workers;
   int64_t items = 0;
+  const int64_t rows16 = engine_->PreferredRows16();
   for (blas::BlockContext& ctx : segments) {
+    o.target_rows = options_.target_rows;  // asked for: as is
+    if (o.target_rows <= 0) {
+      const bool rows16_apply = rows16 > 0 && blas::MultipliesQK16(*ctx.problem, *engine_);
+      o.target_rows = rows16_apply ? rows16 : kDefaultTargetRows;
+    }
     o.stage_kv = blas::StagesKv(*ctx.problem, ctx.args);
     o.u8_weights = blas::TakesU8Weights(*ctx.problem, *engine_);
     ATTNKIT_ASSIGN_OR_RETURN(ctx.plan, blas::MakePlan(*ctx.problem, o));
@@ -279,7 +284,7 @@ absl::Status BlasBackend::BackwardImpl(const AttentionProblem& p, const Attentio
   o.budget_bytes = options_.memory_budget_bytes;
   o.workers = use_items ? num_threads_ : 1;
   // The forward's row and key limits cap the backward's own defaults.
-  o.target_rows = std::min(o.target_rows, options_.target_rows);
+  if (options_.target_rows > 0) o.target_rows = std::min(o.target_rows, options_.target_rows);
   if (options_.max_key_chunk > 0) o.key_chunk = std::min(o.key_chunk, options_.max_key_chunk);
   o.gemm16 = blas::Gemm16Type(p, *engine_);           // S and dP in 16 bits where exact
   o.round16 = blas::RoundsGradOperands(p, *engine_);  // FAST: dV, dK, dQ too

@@ -52,7 +52,9 @@ struct BlasOptions {
   // false runs each query head as its own GEMM over the same token blocks,
   // only to measure what stacking a group's heads buys.
   bool stack_group_heads = true;
-  int64_t target_rows = 256;  // stacked query rows per GEMM (block_plan.h)
+  // Stacked query rows per GEMM (block_plan.h); 0 = kDefaultTargetRows, or
+  // the engine's GemmEngine::PreferredRows16 where Q.K is a 16-bit GEMM.
+  int64_t target_rows = 0;
   int64_t max_key_chunk = 0;  // 0 = as many keys per S block as fit
   int64_t panel_rows = 64;    // query rows per causal-diagonal panel, 0 = none
   // The GEMM library, which also names the backend (gemm_engine.h); null =
@@ -61,6 +63,7 @@ struct BlasOptions {
 };
 
 constexpr size_t kMinBlasBudgetBytes = size_t{1} << 20;
+constexpr int64_t kDefaultTargetRows = 256;
 
 class BlasBackend : public Backend {
  public:

@@ -433,6 +433,77 @@ TEST(BlasBackendTest, DecodeStacksTheGroupsQueryHeadsAsRows) {
   EXPECT_EQ(plan->key_chunk, 1000);
 }
 
+// The scalar engine (bf16 and f16 GEMMs included), preferring blocks of
+// `rows16` stacked rows where Q.K is a 16-bit GEMM (as oneDNN on AMX does).
+class Rows16Engine : public blas::GemmEngine {
+ public:
+  explicit Rows16Engine(int64_t rows16) : rows16_(rows16) {}
+  std::string BackendName() const override { return inner_->BackendName(); }
+  std::string Library() const override { return inner_->Library(); }
+  std::string KernelTag() const override { return inner_->KernelTag(); }
+  void SetGemmThreads(int n) override { inner_->SetGemmThreads(n); }
+  int GemmThreads() const override { return inner_->GemmThreads(); }
+  void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+             const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+             int64_t ldc) override {
+    inner_->Sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  bool HasGemm16(DType type) const override { return inner_->HasGemm16(type); }
+  void Gemm16(DType type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+              int64_t ldc) override {
+    inner_->Gemm16(type, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  int64_t PreferredRows16() const override { return rows16_; }
+
+ private:
+  int64_t rows16_;
+  std::shared_ptr<blas::GemmEngine> inner_ = blas::MakeScalarEngine();
+};
+
+// The engine's preferred rows set the default block height where Q.K is a
+// 16-bit GEMM (bf16 K/V with bf16 Q, or under FAST), and only there; a
+// target_rows asked for wins. The blocks still match the oracle.
+TEST(BlasBackendTest, EnginesPreferredRowsAreTheDefaultFor16BitProducts) {
+  AttentionProblem p = SmallProblem();
+  p.num_heads = 8;
+  p.num_kv_heads = 2;  // groups of 4 rows a position
+  p.q_len = p.kv_len = 100;
+  p.mask = MaskKind::kCausal;
+  struct Case {
+    DType dtype, kv_dtype;
+    ComputeMode compute;
+    int64_t target_rows, want_rows;
+  };
+  const Case cases[] = {
+      {DType::kBF16, DType::kBF16, ComputeMode::kExact, 0, 16},
+      {DType::kF32, DType::kBF16, ComputeMode::kFast, 0, 16},
+      {DType::kF32, DType::kBF16, ComputeMode::kExact, 0, 256},  // f32 products
+      {DType::kF32, DType::kF32, ComputeMode::kFast, 0, 256},
+      {DType::kBF16, DType::kBF16, ComputeMode::kFast, 40, 40},  // asked for
+  };
+  for (const Case& c : cases) {
+    BlasOptions o;
+    o.engine = std::make_shared<Rows16Engine>(16);
+    o.target_rows = c.target_rows;
+    o.num_threads = 1;
+    BlasBackend backend(o);
+    p.dtype = c.dtype;
+    p.kv_dtype = c.kv_dtype;
+    p.compute = c.compute;
+    auto plan = backend.PlanFor(p);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    // Whole positions of 4 rows, at most q_len of them.
+    EXPECT_EQ(plan->rows(), 4 * std::min<int64_t>(p.q_len, c.want_rows / 4)) << p.Id();
+    auto data = ProblemData::Random(p, 3);
+    ASSERT_TRUE(data.ok()) << data.status();
+    const AttentionArgs args = data->args();
+    ASSERT_TRUE(backend.Forward(p, args).ok()) << p.Id();
+    const Comparison cmp = CompareToReference(p, args, ComputeReference(p, args));
+    EXPECT_TRUE(cmp.ok()) << p.Id() << ": " << cmp.first_failure;
+  }
+}
+
 TEST(BlasBackendTest, WorkspaceIsAllocatedOnceAndReused) {
   BlasOptions o;
   o.num_threads = 2;

@@ -82,6 +82,13 @@ class GemmEngine {
                       float alpha, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
                       float beta, float* c, int64_t ldc) {}
 
+  // Stacked query rows per forward block at which this engine's 16-bit
+  // GEMMs run best (the plan's default where Q.K is one and
+  // BlasOptions::target_rows is 0; block_plan.h); 0: no preference. The
+  // block's S [rows, keys] f32 and its P in 16 bits are the GEMMs' output
+  // and input.
+  virtual int64_t PreferredRows16() const { return 0; }
+
   // The first error a GEMM met since the last call (a primitive the library
   // could not create, say), cleared by the call; the backend returns it
   // after its blocks have run. OpenBLAS's cblas_sgemm cannot fail.

@@ -499,6 +499,10 @@ bool OneDnnEngine::HasGemm16(DType type) const { return type == DType::kBF16 && 
 
 std::string OneDnnEngine::Bf16Note() const { return state_->bf16_note; }
 
+int64_t OneDnnEngine::PreferredRows16() const {
+  return state_->amx && state_->bf16 ? kAmxRows16 : 0;
+}
+
 void OneDnnEngine::Gemm16(DType type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                           float alpha, const uint16_t* a, int64_t lda, const uint16_t* b,
                           int64_t ldb, float beta, float* c, int64_t ldc) {

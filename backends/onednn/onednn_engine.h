@@ -74,6 +74,14 @@ class OneDnnEngine : public blas::GemmEngine {
               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
               int64_t ldc) override;
   absl::Status TakeError() override;
+  // kAmxRows16 where oneDNN multiplies bf16 on AMX, else no preference.
+  // The bf16 prefills ran fastest with blocks of 64 stacked rows there
+  // (Xeon with AMX, 2 threads, `onednn_bench 2 3 sweep`, FAST, all keys
+  // per S block: B1 H16 T2048 d64 causal 23.2 ms at 64 rows against 31.0
+  // at 256 and 30.7 at 32; GQA H32/8 T1024 d128 18.8 against 23.9 and
+  // 28.0), where Zen 5's AVX512_BF16 GEMMs ran best at the default 256.
+  int64_t PreferredRows16() const override;
+  static constexpr int64_t kAmxRows16 = 64;
 
   // The ISA oneDNN dispatches to here, as oneDNN names it (e.g. "avx2",
   // "avx512_core_bf16", "avx512_core_amx").

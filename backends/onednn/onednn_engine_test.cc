@@ -266,6 +266,15 @@ TEST(OneDnnEngineTest, NamesTheLibraryAndIsa) {
   EXPECT_NE(e->Isa(), "unknown");
 }
 
+// Blocks of kAmxRows16 stacked rows for bf16 products where oneDNN runs
+// them on AMX; elsewhere the backend's default.
+TEST(OneDnnEngineTest, PrefersShortBlocksForBf16OnAmx) {
+  std::unique_ptr<OneDnnEngine> e = NewEngine();
+  ASSERT_NE(e, nullptr);
+  const bool amx_bf16 = e->Isa().find("amx") != std::string::npos && e->HasGemm16(DType::kBF16);
+  EXPECT_EQ(e->PreferredRows16(), amx_bf16 ? OneDnnEngine::kAmxRows16 : 0) << e->Isa();
+}
+
 }  // namespace
 }  // namespace onednn
 }  // namespace attnkit
