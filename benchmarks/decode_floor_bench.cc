@@ -139,63 +139,54 @@ ATTNKIT_AVX512 inline __m512 WidenE4M3(const uint8_t* p, __m512i mask) {
   return _mm512_castsi512_ps(
       _mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(codes), 20), mask));
 }
+// The 4 query rows' values (q) times one widened vector k, into one bank
+// of 4 accumulators.
+struct QRows {
+  __m512 q0, q1, q2, q3;
+};
+ATTNKIT_AVX512 inline void Fma4(const QRows& q, __m512 k, __m512& a0, __m512& a1, __m512& a2,
+                                __m512& a3) {
+  a0 = _mm512_fmadd_ps(q.q0, k, a0);
+  a1 = _mm512_fmadd_ps(q.q1, k, a1);
+  a2 = _mm512_fmadd_ps(q.q2, k, a2);
+  a3 = _mm512_fmadd_ps(q.q3, k, a3);
+}
+ATTNKIT_AVX512 inline float SumOf8(__m512 a0, __m512 a1, __m512 a2, __m512 a3, __m512 a4, __m512 a5,
+                                   __m512 a6, __m512 a7) {
+  const __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                                 _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+  return _mm512_reduce_add_ps(s);
+}
+
 ATTNKIT_AVX512 void Fp8Floor(const uint8_t* p, size_t bytes, size_t ahead, float* sink) {
-  const __m512 q0 = _mm512_set1_ps(0x1p120f), q1 = _mm512_set1_ps(-0x1p120f);
-  const __m512 q2 = _mm512_set1_ps(0x1p119f), q3 = _mm512_set1_ps(-0x1p119f);
+  const QRows q{_mm512_set1_ps(0x1p120f), _mm512_set1_ps(-0x1p120f), _mm512_set1_ps(0x1p119f),
+                _mm512_set1_ps(-0x1p119f)};
   const __m512i mask = _mm512_set1_epi32(static_cast<int32_t>(0x87F00000u));
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
   for (size_t i = 0; i < bytes; i += 64) {
     if (ahead) _mm_prefetch(reinterpret_cast<const char*>(p + i + ahead), _MM_HINT_T0);
-    __m512 k = WidenE4M3(p + i, mask);
-    a0 = _mm512_fmadd_ps(q0, k, a0);
-    a1 = _mm512_fmadd_ps(q1, k, a1);
-    a2 = _mm512_fmadd_ps(q2, k, a2);
-    a3 = _mm512_fmadd_ps(q3, k, a3);
-    k = WidenE4M3(p + i + 16, mask);
-    a4 = _mm512_fmadd_ps(q0, k, a4);
-    a5 = _mm512_fmadd_ps(q1, k, a5);
-    a6 = _mm512_fmadd_ps(q2, k, a6);
-    a7 = _mm512_fmadd_ps(q3, k, a7);
-    k = WidenE4M3(p + i + 32, mask);
-    a0 = _mm512_fmadd_ps(q0, k, a0);
-    a1 = _mm512_fmadd_ps(q1, k, a1);
-    a2 = _mm512_fmadd_ps(q2, k, a2);
-    a3 = _mm512_fmadd_ps(q3, k, a3);
-    k = WidenE4M3(p + i + 48, mask);
-    a4 = _mm512_fmadd_ps(q0, k, a4);
-    a5 = _mm512_fmadd_ps(q1, k, a5);
-    a6 = _mm512_fmadd_ps(q2, k, a6);
-    a7 = _mm512_fmadd_ps(q3, k, a7);
+    Fma4(q, WidenE4M3(p + i, mask), a0, a1, a2, a3);
+    Fma4(q, WidenE4M3(p + i + 16, mask), a4, a5, a6, a7);
+    Fma4(q, WidenE4M3(p + i + 32, mask), a0, a1, a2, a3);
+    Fma4(q, WidenE4M3(p + i + 48, mask), a4, a5, a6, a7);
   }
-  const __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                                 _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-  *sink += _mm512_reduce_add_ps(s);
+  *sink += SumOf8(a0, a1, a2, a3, a4, a5, a6, a7);
 }
 
 // bf16 pairs to f32 (the low half shifted up, the high half masked) and 8
 // FMAs per 32 values: 10 instructions per 64 bytes, 8 FMA chains.
 ATTNKIT_AVX512 void BF16Floor(const uint8_t* p, size_t bytes, size_t ahead, float* sink) {
-  const __m512 q0 = _mm512_set1_ps(1.0f), q1 = _mm512_set1_ps(-1.0f);
-  const __m512 q2 = _mm512_set1_ps(0.5f), q3 = _mm512_set1_ps(-0.5f);
+  const QRows q{_mm512_set1_ps(1.0f), _mm512_set1_ps(-1.0f), _mm512_set1_ps(0.5f),
+                _mm512_set1_ps(-0.5f)};
   const __m512i high = _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
   for (size_t i = 0; i < bytes; i += 64) {
     if (ahead) _mm_prefetch(reinterpret_cast<const char*>(p + i + ahead), _MM_HINT_T0);
     const __m512i x = _mm512_load_si512(p + i);
-    const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-    const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(x, high));
-    a0 = _mm512_fmadd_ps(q0, lo, a0);
-    a1 = _mm512_fmadd_ps(q1, lo, a1);
-    a2 = _mm512_fmadd_ps(q2, lo, a2);
-    a3 = _mm512_fmadd_ps(q3, lo, a3);
-    a4 = _mm512_fmadd_ps(q0, hi, a4);
-    a5 = _mm512_fmadd_ps(q1, hi, a5);
-    a6 = _mm512_fmadd_ps(q2, hi, a6);
-    a7 = _mm512_fmadd_ps(q3, hi, a7);
+    Fma4(q, _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)), a0, a1, a2, a3);
+    Fma4(q, _mm512_castsi512_ps(_mm512_and_si512(x, high)), a4, a5, a6, a7);
   }
-  const __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                                 _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-  *sink += _mm512_reduce_add_ps(s);
+  *sink += SumOf8(a0, a1, a2, a3, a4, a5, a6, a7);
 }
 
 #undef ATTNKIT_AVX512

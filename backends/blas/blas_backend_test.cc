@@ -268,8 +268,8 @@ TEST(BlasBackendTest, ProductsInTheStorageTypeAreNamedInTheKernel) {
   }
 }
 
-// The scalar engine, counting the u8 x s8 products it is asked for.
-class CountingU8Engine : public blas::GemmEngine {
+// The scalar engine behind a GemmEngine that tests extend.
+class ScalarForwardingEngine : public blas::GemmEngine {
  public:
   std::string BackendName() const override { return inner_->BackendName(); }
   std::string Library() const override { return inner_->Library(); }
@@ -289,13 +289,30 @@ class CountingU8Engine : public blas::GemmEngine {
   bool HasU8S8Dot() const override { return inner_->HasU8S8Dot(); }
   void U8S8DotBatch(int64_t batch, int64_t m, int64_t n, int64_t k, const uint8_t* a,
                     const int8_t* b, int64_t ldb, int64_t stride_b, int32_t* c) override {
-    u8_calls_ += 1;
     inner_->U8S8DotBatch(batch, m, n, k, a, b, ldb, stride_b, c);
+  }
+  bool HasGemm16(DType type) const override { return inner_->HasGemm16(type); }
+  void Gemm16(DType type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+              int64_t ldc) override {
+    inner_->Gemm16(type, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+
+ private:
+  std::shared_ptr<blas::GemmEngine> inner_ = blas::MakeScalarEngine();
+};
+
+// The scalar engine, counting the u8 x s8 products it is asked for.
+class CountingU8Engine : public ScalarForwardingEngine {
+ public:
+  void U8S8DotBatch(int64_t batch, int64_t m, int64_t n, int64_t k, const uint8_t* a,
+                    const int8_t* b, int64_t ldb, int64_t stride_b, int32_t* c) override {
+    u8_calls_ += 1;
+    ScalarForwardingEngine::U8S8DotBatch(batch, m, n, k, a, b, ldb, stride_b, c);
   }
   int64_t TakeU8Calls() { return u8_calls_.exchange(0); }
 
  private:
-  std::shared_ptr<blas::GemmEngine> inner_ = blas::MakeScalarEngine();
   std::atomic<int64_t> u8_calls_{0};
 };
 
@@ -435,30 +452,13 @@ TEST(BlasBackendTest, DecodeStacksTheGroupsQueryHeadsAsRows) {
 
 // The scalar engine (bf16 and f16 GEMMs included), preferring blocks of
 // `rows16` stacked rows where Q.K is a 16-bit GEMM (as oneDNN on AMX does).
-class Rows16Engine : public blas::GemmEngine {
+class Rows16Engine : public ScalarForwardingEngine {
  public:
   explicit Rows16Engine(int64_t rows16) : rows16_(rows16) {}
-  std::string BackendName() const override { return inner_->BackendName(); }
-  std::string Library() const override { return inner_->Library(); }
-  std::string KernelTag() const override { return inner_->KernelTag(); }
-  void SetGemmThreads(int n) override { inner_->SetGemmThreads(n); }
-  int GemmThreads() const override { return inner_->GemmThreads(); }
-  void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-             const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-             int64_t ldc) override {
-    inner_->Sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  }
-  bool HasGemm16(DType type) const override { return inner_->HasGemm16(type); }
-  void Gemm16(DType type, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-              const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
-              int64_t ldc) override {
-    inner_->Gemm16(type, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  }
   int64_t PreferredRows16() const override { return rows16_; }
 
  private:
   int64_t rows16_;
-  std::shared_ptr<blas::GemmEngine> inner_ = blas::MakeScalarEngine();
 };
 
 // The engine's preferred rows set the default block height where Q.K is a
