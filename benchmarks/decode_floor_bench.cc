@@ -18,9 +18,10 @@
 //   streamed: the problem's K and V (67 MB of int8 or fp8, 134 MB of
 //             bf16: in this machine's LLC where it holds them, as in
 //             `attnkit compare`'s repeated calls), rows read once a call;
-//   +prefetch: the same with each line prefetched 8 KiB ahead, as
-//             attnkit's decode kernels ask for theirs (tiling.h
-//             kAheadBytes);
+//   +prefetch: the same with each line prefetched into L1 8 KiB ahead
+//             (the distance of attnkit's decode kernels, tiling.h
+//             kAheadBytes; they ask for L2, and their tile's V rows for
+//             L1);
 //   in L1:    the same instructions on one 64-key tile per worker, read
 //             again for every tile: the arithmetic alone (c).
 // A decode whose arithmetic overlapped its memory traffic would take
@@ -28,23 +29,26 @@
 // floor says which this CPU does; with the decode's own times from
 // `attnkit compare` (run beside it) it bounds the ratios the issues ask
 // for. int8's real kernels (x86_dot's VnniQDotK4 and WeightedQuadsV4,
-// prefetching as the decode has them) run the same three ways.
-// Xeon with AMX (AVX-512 VNNI; 2 threads, quiet host, 2026-12-07), ms:
-//               streamed  +prefetch  in L1 (c)   `attnkit compare` (same hour)
-//   read          1.23      1.18       0.16
-//   int8 floor    1.29      1.18       0.45      19 (int8 FAST):  2.38
-//   int8 kernels  2.06      1.88       1.22
-//   fp8 floor     2.88      2.26       2.18      24 (fp8 FAST):   4.15
-//   bf16 read     3.24      3.13       0.29
-//   bf16 floor    6.86      3.56       1.68      09 (bf16):       5.71
+// prefetching as the decode has them in +prefetch) run the same three
+// ways.
+// Xeon with AMX (AVX-512 VNNI), 2 threads, two rounds, each beside one
+// `attnkit compare --backends=highway --threads=2` of 09, 19 and 24, ms:
+//               streamed   +prefetch  in L1 (c)   `attnkit compare`
+//   read        1.30-1.42  1.21-1.31  0.18
+//   int8 floor  1.58-1.81  1.31-1.36  0.50-0.54   19 (int8 FAST): 3.24-3.49
+//   int8 kernels 2.32-2.63 2.14-2.28  1.31-1.34
+//   fp8 floor   3.32-3.86  2.43-2.48  2.39-2.49   24 (fp8 FAST):  4.79-4.87
+//   bf16 read   4.38-4.48  4.35-4.61  0.31-0.35
+//   bf16 floor  8.25-8.27  5.43-5.65  1.86-1.89   09 (bf16):      6.74-6.81
 // With prefetches the floors' arithmetic hides under their memory traffic
-// (int8 at 101 % of the read loop; fp8 takes its c), so neither issue's
-// target is out of this CPU's reach: 19's 80 % of the read loop needs
-// Q.K and P.V kernels about twice as cheap as VnniQDotK4 and
-// WeightedQuadsV4 (which alone, streamed, take 1.88 ms, beyond 80 %'s
-// 1.65), and 24's 1.6x of 09 (3.57 ms) needs an fp8 decode within 1.6x
-// of its floor (it runs at 1.8x).
+// (int8 at 93-97 % of the read loop; fp8 takes its c), so neither issue's
+// target is out of this CPU's reach. 19's 80 % of the read loop (about
+// 1.5-1.6 ms here) needs Q.K and P.V kernels about twice as cheap as
+// VnniQDotK4 and WeightedQuadsV4, which alone take 2.14-2.28 ms streamed.
+// 24's 1.6x of 09 (4.2 ms) needs an fp8 decode within 1.7x of its floor;
+// it runs at 1.95x.
 //   bazel run -c opt //benchmarks:decode_floor_bench -- [threads=2] [rounds=7]
+#if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -210,7 +214,7 @@ struct KvData {
     std::uniform_int_distribution<int> code(0x08, 0x77), sign(0, 1);
     for (Buffer* b : {&k, &v, &l1}) {
       for (size_t i = 0; i < b->bytes; ++i) {
-        b->data[i] = vb == 2 ? static_cast<uint8_t>(i % 2 ? 0x3f : code(*rng))
+        b->data[i] = vb == 2 ? static_cast<uint8_t>(i % 2 ? 0x3f : code(*rng) | 0x80)
                              : static_cast<uint8_t>(code(*rng) | (sign(*rng) << 7));
       }
     }
@@ -231,7 +235,7 @@ double Pass(ThreadPool& pool, const KvData& kv, Where where,
             std::vector<float>& sinks) {
   const auto start = std::chrono::steady_clock::now();
   pool.Run(kItems, [&](int64_t item, int worker) {
-    float* sink = &sinks[static_cast<size_t>(worker) * 16];  // a line a worker
+    float* sink = &sinks[static_cast<size_t>(worker) * 16];  // 64 bytes apart
     const size_t tb = kv.tile_bytes();
     for (int64_t t = 0; t < kKeys / kTileKeys; ++t) {
       if (where == Where::kL1) {
@@ -247,10 +251,11 @@ double Pass(ThreadPool& pool, const KvData& kv, Where where,
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// int8's real decode kernels on a tile: VnniQDotK4 (Q.K of 4 rows, the
-// next kAhead bytes of K and V asked for into L2 as the decode does) and
-// WeightedQuadsV4 (P.V, the tile's V rows into L1 from Q.K, the next
-// tile's from P.V).
+// int8's real decode kernels on a tile, with `prefetch` as the decode
+// calls them on dense rows (sdpa-inl.h PackedTileUpdate, l1_rows):
+// VnniQDotK4 (Q.K of 4 rows; the K rows kAhead bytes on into L2, the
+// tile's V rows into L1) and WeightedQuadsV4 (P.V; the next tile's V rows
+// into L1).
 struct Int8Kernels {
   alignas(64) int8_t q[4 * kD] = {};
   int32_t qsum[4] = {};
@@ -264,8 +269,8 @@ struct Int8Kernels {
     const size_t ahead_rows = prefetch ? kAhead / kD : 0;
     x86_dot::L1Rows v_l1{v, kD, kD, static_cast<size_t>(kTileKeys)};
     x86_dot::VnniQDotK4(q, kD, qsum, qscale, k8, kD, kD, kTileKeys, s, 4,
-                        prefetch ? k8 + kAhead : nullptr, kD, prefetch ? v8 + kAhead : nullptr, kD,
-                        ahead_rows, prefetch ? v_l1 : x86_dot::L1Rows{});
+                        prefetch ? k8 + kAhead : nullptr, kD, nullptr, kD, ahead_rows,
+                        prefetch ? v_l1 : x86_dot::L1Rows{});
     const int8_t* rows[kTileKeys + 3];
     for (int64_t j = 0; j < kTileKeys + 3; ++j) rows[j] = v8 + std::min(j, kTileKeys - 1) * kD;
     // The next tile's V rows into L1 as P.V goes (sdpa-inl.h pv_next_v).
@@ -377,3 +382,10 @@ int main(int argc, char** argv) {
   }
   return attnkit::Main(threads, rounds);
 }
+#else  // x86-64 with GCC or Clang
+#include <cstdio>
+int main() {
+  std::printf("decode_floor_bench: needs an x86-64 CPU with AVX-512\n");
+  return 0;
+}
+#endif

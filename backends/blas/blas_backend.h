@@ -52,7 +52,7 @@ struct BlasOptions {
   // false runs each query head as its own GEMM over the same token blocks,
   // only to measure what stacking a group's heads buys.
   bool stack_group_heads = true;
-  // Stacked query rows per GEMM (block_plan.h); 0 = kDefaultTargetRows, or
+  // Stacked query rows per GEMM (block_plan.h); <= 0: kDefaultTargetRows, or
   // the engine's GemmEngine::PreferredRows16 where Q.K is a 16-bit GEMM.
   int64_t target_rows = 0;
   int64_t max_key_chunk = 0;  // 0 = as many keys per S block as fit

@@ -85,8 +85,8 @@ class GemmEngine {
   // Stacked query rows per forward block at which this engine's 16-bit
   // GEMMs run best (the plan's default where Q.K is one and
   // BlasOptions::target_rows is 0; block_plan.h); 0: no preference. The
-  // block's S [rows, keys] f32 and its P in 16 bits are the GEMMs' output
-  // and input.
+  // block's S [rows, keys] f32 is Q.K's output, and under FAST its P in 16
+  // bits is P.V's input.
   virtual int64_t PreferredRows16() const { return 0; }
 
   // The first error a GEMM met since the last call (a primitive the library

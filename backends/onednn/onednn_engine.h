@@ -75,11 +75,14 @@ class OneDnnEngine : public blas::GemmEngine {
               int64_t ldc) override;
   absl::Status TakeError() override;
   // kAmxRows16 where oneDNN multiplies bf16 on AMX, else no preference.
-  // The bf16 prefills ran fastest with blocks of 64 stacked rows there
-  // (Xeon with AMX, 2 threads, `onednn_bench 2 3 sweep`, FAST, all keys
+  // The FAST bf16 prefills ran fastest with blocks of 64 stacked rows
+  // there (Xeon with AMX, 2 threads, `onednn_bench 2 3 sweep`, all keys
   // per S block: B1 H16 T2048 d64 causal 23.2 ms at 64 rows against 31.0
-  // at 256 and 30.7 at 32; GQA H32/8 T1024 d128 18.8 against 23.9 and
-  // 28.0), where Zen 5's AVX512_BF16 GEMMs ran best at the default 256.
+  // at 256, 28.7 at 128 and 30.7 at 32 (its rows list extended for that
+  // run); GQA H32/8 T1024 d128 18.8 against 23.9, 23.5 and 28.0), where
+  // Zen 5's AVX512_BF16 GEMMs ran best at the default 256. All-bf16 EXACT
+  // (f32 P.V) measured 64 and 256 within noise (59.2 and 62.8 ms; 55.4
+  // and 53.4), and takes 64 too.
   int64_t PreferredRows16() const override;
   static constexpr int64_t kAmxRows16 = 64;
 
