@@ -226,11 +226,10 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-enum class Where { kStreamed, kPrefetched, kL1 };
-
 // One pass over every item's tiles (K's then V's rows of each), items
-// spread over the pool's workers; seconds.
-double Pass(ThreadPool& pool, const KvData& kv, Where where,
+// spread over the pool's workers; seconds. in_l1: each worker's one tile
+// of kv.l1 instead, every time.
+double Pass(ThreadPool& pool, const KvData& kv, bool in_l1,
             const std::function<void(const uint8_t*, const uint8_t*, size_t, float*)>& tile,
             std::vector<float>& sinks) {
   const auto start = std::chrono::steady_clock::now();
@@ -238,7 +237,7 @@ double Pass(ThreadPool& pool, const KvData& kv, Where where,
     float* sink = &sinks[static_cast<size_t>(worker) * 16];  // 64 bytes apart
     const size_t tb = kv.tile_bytes();
     for (int64_t t = 0; t < kKeys / kTileKeys; ++t) {
-      if (where == Where::kL1) {
+      if (in_l1) {
         const uint8_t* w = kv.l1.data + static_cast<size_t>(worker) * 2 * tb;
         tile(w, w + tb, tb, sink);
       } else {
@@ -342,9 +341,9 @@ int Main(int threads, int rounds) {
     std::vector<std::vector<double>> t(kind.rows.size() * 3);
     for (int r = -1; r < rounds; ++r) {  // round -1 warms the caches
       for (size_t i = 0; i < kind.rows.size(); ++i) {
-        const double a = Pass(pool, kv, Where::kStreamed, kind.rows[i].streamed, sinks);
-        const double b = Pass(pool, kv, Where::kPrefetched, kind.rows[i].prefetched, sinks);
-        const double c = Pass(pool, kv, Where::kL1, kind.rows[i].streamed, sinks);
+        const double a = Pass(pool, kv, /*in_l1=*/false, kind.rows[i].streamed, sinks);
+        const double b = Pass(pool, kv, /*in_l1=*/false, kind.rows[i].prefetched, sinks);
+        const double c = Pass(pool, kv, /*in_l1=*/true, kind.rows[i].streamed, sinks);
         if (r < 0) continue;
         t[3 * i].push_back(a);
         t[3 * i + 1].push_back(b);

@@ -338,6 +338,12 @@ void StoreRow(const BlockContext& ctx, int64_t b, int64_t h, int64_t i, float* a
   if (ctx.problem->return_lse) static_cast<float*>(a.lse.data)[a.lse.Offset(b, h, i)] = lse;
 }
 
+// Whether K/V is bf16 or f16 and `engine` multiplies that type as stored.
+bool Gemm16OfKvType(const AttentionProblem& p, const GemmEngine& engine) {
+  const DType kv = p.kv_dtype;
+  return (kv == DType::kBF16 || kv == DType::kF16) && engine.HasGemm16(kv);
+}
+
 }  // namespace
 
 void ChooseOperandTypes(BlockContext* ctx) {
@@ -352,13 +358,11 @@ void ChooseOperandTypes(BlockContext* ctx) {
     return;
   }
   if (MultipliesQK16(p, e)) ctx->qk_type = kv;
-  if (p.fast() && (kv == DType::kBF16 || kv == DType::kF16) && e.HasGemm16(kv)) ctx->pv_type = kv;
+  if (p.fast() && Gemm16OfKvType(p, e)) ctx->pv_type = kv;
 }
 
 bool MultipliesQK16(const AttentionProblem& p, const GemmEngine& engine) {
-  const DType kv = p.kv_dtype;
-  return (kv == DType::kBF16 || kv == DType::kF16) && engine.HasGemm16(kv) &&
-         (p.dtype == kv || p.fast());
+  return Gemm16OfKvType(p, engine) && (p.dtype == p.kv_dtype || p.fast());
 }
 
 bool TakesU8Weights(const AttentionProblem& p, const GemmEngine& engine) {
