@@ -96,6 +96,22 @@ int Main() {
   } else {
     std::printf("fp8: this CPU has no AVX512_BF16 with VBMI\n");
   }
+  if (x86_dot::HaveFp8FmaDot()) {  // fp8 on f32 FMAs (EXACT, and FAST where !PreferBF16Dot)
+    alignas(64) static float q[4 * kD];
+    alignas(64) static uint8_t k[kKeys * kD];
+    for (float& x : q) x = 0x1p120f * weight(rng);  // Q rows carry 2^120 (Fp8Folded)
+    // Normal codes only: a subnormal code widens to a subnormal f32 (its
+    // value times 2^-120), and FMAs on those take microcode assists on
+    // Intel (Xeon with AMX: 697 ns a key with codes 0-119, 10.6 with
+    // 0x08-0x77).
+    std::uniform_int_distribution<int> normal_code(0x08, 0x77);
+    for (uint8_t& b : k) b = static_cast<uint8_t>(normal_code(rng));
+    const double qk = NsPerKey([&] {
+      x86_dot::Fp8FmaQDotK4(q, kD, k, kD, kD, kKeys, /*e4m3=*/true, s.data(), nullptr, 0, nullptr,
+                            0, 0);
+    });
+    std::printf("fp8 (FMA):    Q.K %.2f ns a key (Fp8FmaQDotK4)\n", qk);
+  }
   if (x86_dot::HaveBF16Dot()) {  // bf16 K/V under FAST
     std::vector<uint16_t> q(4 * kD), k(kKeys * kD), v(kKeys * kD);
     for (auto* x : {&q, &k, &v}) {

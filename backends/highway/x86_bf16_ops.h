@@ -1,10 +1,11 @@
-// Small AVX512_BF16 helpers the x86 dot-product kernels share
-// (x86_bf16_dot.cc, x86_bf16_decode.cc, x86_fp8_dot.cc, x86_amx_dot.cc):
-// vdpbf16ps on
-// integer-typed vectors, and the f32 levels of VnniQDotK4's transposing
-// reduction tree. Each compiled for AVX-512 with BF16 by its target
-// attribute, inlined into kernels compiled for at least that. Include only
-// from those translation units (x86-64 with GCC or Clang).
+// Small AVX-512 helpers the x86 dot-product kernels share
+// (x86_bf16_dot.cc, x86_bf16_decode.cc, x86_fp8_dot.cc, x86_fp8_fma.cc,
+// x86_amx_dot.cc): vdpbf16ps on integer-typed vectors, compiled for AVX-512
+// with BF16 by its target attribute, and the f32 levels of VnniQDotK4's
+// transposing reduction tree, compiled for AVX-512 alone (so that the fp8
+// FMA kernels, which need no BF16, inline them too). Each is inlined into
+// kernels compiled for at least its target. Include only from those
+// translation units (x86-64 with GCC or Clang).
 #ifndef ATTNKIT_BACKENDS_HIGHWAY_X86_BF16_OPS_H_
 #define ATTNKIT_BACKENDS_HIGHWAY_X86_BF16_OPS_H_
 
@@ -14,6 +15,7 @@
 #include <cstdint>
 
 #define ATTNKIT_TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define ATTNKIT_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
 namespace attnkit {
 namespace x86_dot {
@@ -26,17 +28,17 @@ ATTNKIT_TARGET_BF16 inline __m512 Dot(__m512 acc, __m512i a, __m512i b) {
 
 // Pairs of vectors (x, y) -> per 128-bit block [x0+x2, y0+y2, x1+x3,
 // y1+y3] (lane indices within the block).
-ATTNKIT_TARGET_BF16 inline __m512 PairSums(__m512 x, __m512 y) {
+ATTNKIT_TARGET_AVX512 inline __m512 PairSums(__m512 x, __m512 y) {
   return _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y));
 }
 // Two PairSums results -> per 128-bit block the four block sums of x, y, z, w.
-ATTNKIT_TARGET_BF16 inline __m512 QuadSums(__m512 xy, __m512 zw) {
+ATTNKIT_TARGET_AVX512 inline __m512 QuadSums(__m512 xy, __m512 zw) {
   const __m512d a = _mm512_castps_pd(xy), b = _mm512_castps_pd(zw);
   return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
                        _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
 }
 // Blocks (0, 1) and (2, 3) of u and of v added: [u0+u1, u2+u3, v0+v1, v2+v3].
-ATTNKIT_TARGET_BF16 inline __m512 BlockPairSums(__m512 u, __m512 v) {
+ATTNKIT_TARGET_AVX512 inline __m512 BlockPairSums(__m512 u, __m512 v) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(u, v, 0x88), _mm512_shuffle_f32x4(u, v, 0xDD));
 }
 

@@ -272,6 +272,35 @@ constexpr size_t kMaxWeightedPairsKeys = 512;
 bool Fp8WeightedSumV4(const float* p, size_t keys, const uint8_t* const* v, size_t dv, size_t dvp,
                       bool e4m3, const float* alpha, float* o, size_t ldo, const L1Rows& l1 = {});
 
+// ---- fp8 on f32 FMAs (x86_fp8_fma.cc) ----
+
+// The CPU has AVX512F/BW/VL/DQ (checked once).
+bool HaveFp8FmaDot();
+
+// fp8 decode's Q.K on f32 FMAs, for the CPUs whose vdpbf16ps does not
+// outrun their FMAs (!PreferBF16Dot()), EXACT and FAST alike: for r < 4,
+// j < keys (the packed layout)
+//   s[4 j + r] = sum_{c < d} Q[r, c] * code(K[j, c]) * 2^-bias
+// in f32 (bias 120 for E4M3, 112 for E5M2: the caller's Q rows carry
+// 2^bias, microkernels-inl.h's Fp8Folded). Each product is of the f32 Q
+// value and the code's exact value, as the Highway kernels' are; the sums
+// f32 in another order. Four keys at a time share each Q vector, and one
+// transposing tree (VnniQDotK4's) leaves their 16 sums in order.
+//   q:  f32 rows q + r * ldq, d values each (zero past d to d rounded up
+//       to 16: ldq at least that).
+//   k:  fp8 rows k + j * ldk, d codes each (any d: no byte past d is
+//       read), none of them a special code (the caller checks:
+//       Fp8RowsHaveSpecial), whose widening here gives no NaN or Inf.
+// Prefetches as VnniQDotK4 does: into L2 the first `ahead` rows of pf_k and
+// pf_v (K alone where pf_v is null), into L1 the rows of l1. A subnormal
+// code widens to a subnormal f32, and FMAs on those take microcode assists
+// on Intel (decode_kernels_bench says how much); K caches rarely hold such
+// codes (values below 2^-6 times the row's scale for E4M3, 2^-14 for
+// E5M2).
+void Fp8FmaQDotK4(const float* q, size_t ldq, const uint8_t* k, size_t ldk, size_t d, size_t keys,
+                  bool e4m3, float* s, const uint8_t* pf_k, size_t ld_pf_k, const uint8_t* pf_v,
+                  size_t ld_pf_v, size_t ahead, const L1Rows& l1 = {});
+
 // ---- int8 (x86_vnni_dot.cc) ----
 
 // Decode's Q.K for a group of 4 query rows against int8 keys:

@@ -547,6 +547,18 @@ TEST(X86DotTest, AvxVnniQDotK4IsTheExactIntegerDotTimesTheRowScale) {
   }
 }
 
+size_t RoundUpTo16(size_t n) { return (n + 15) / 16 * 16; }
+
+// n random codes of the format at k, none of them NaN or Inf.
+void FillFiniteCodes(uint8_t* k, size_t n, bool e4m3, std::mt19937* rng) {
+  std::uniform_int_distribution<int> code(0, 255);
+  for (size_t i = 0; i < n; ++i) {
+    uint8_t x = static_cast<uint8_t>(code(*rng));
+    while (!std::isfinite(Fp8CodeValue(x, e4m3))) x = static_cast<uint8_t>(code(*rng));
+    k[i] = x;
+  }
+}
+
 // Four bf16 Q rows of d values (d a multiple of 8), rows ldq apart, in
 // Fp8QDotK4's block layout: rows 4 d apart.
 std::vector<uint16_t> QueryBlocks(const std::vector<uint16_t>& q, size_t ldq, size_t d) {
@@ -682,7 +694,6 @@ TEST(X86DotTest, Fp8QDotK4WidensEveryCodeExactly) {
 TEST(X86DotTest, Fp8QDotK4MatchesExactProducts) {
   if (!x86_dot::HaveFp8BF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16 with AVX512_VBMI";
   std::mt19937 rng(5);
-  std::uniform_int_distribution<int> code(0, 255);
   for (bool e4m3 : {true, false}) {
     // d: a last 16 codes alone, after 32-code steps, or none, up to
     // kMaxFp8QDotD; keys: fewer than a group of 8 (read from a padded
@@ -700,11 +711,7 @@ TEST(X86DotTest, Fp8QDotK4MatchesExactProducts) {
         GuardedBytes kb((keys - 1) * ldk + d);
         ASSERT_NE(kb.data(), nullptr) << "mmap";
         auto* k = reinterpret_cast<uint8_t*>(kb.data());
-        for (size_t i = 0; i < (keys - 1) * ldk + d; ++i) {
-          uint8_t x = static_cast<uint8_t>(code(rng));
-          while (!std::isfinite(Fp8CodeValue(x, e4m3))) x = static_cast<uint8_t>(code(rng));
-          k[i] = x;
-        }
+        FillFiniteCodes(k, (keys - 1) * ldk + d, e4m3, &rng);
         std::vector<float> s(4 * keys + 4, -7.0f);
         const float scale = 0.25f;
         // Odd key counts with rows prefetched into L1 (as the tile's V) and
@@ -722,6 +729,81 @@ TEST(X86DotTest, Fp8QDotK4MatchesExactProducts) {
   }
 }
 
+// fp8 on f32 FMAs: Q rows carry 2^bias (Fp8Folded), so a score is the sum
+// of Q times each code's value. Every finite code of both formats through
+// one-hot Q rows (exactly its value), in a group of four keys and alone
+// (a last group of one), with d a multiple of 16 and with a masked tail.
+TEST(X86DotTest, Fp8FmaQDotK4WidensEveryFiniteCodeExactly) {
+  if (!x86_dot::HaveFp8FmaDot()) GTEST_SKIP() << "this CPU has no AVX-512";
+  for (bool e4m3 : {true, false}) {
+    const float two_to_bias = e4m3 ? 0x1p120f : 0x1p112f;
+    for (size_t d : {size_t{256}, size_t{260}}) {
+      std::vector<uint8_t> k(d);
+      for (size_t c = 0; c < d; ++c) {
+        const uint8_t x = static_cast<uint8_t>(c);
+        k[c] = std::isfinite(Fp8CodeValue(x, e4m3)) ? x : 0;  // d 260: codes 0-3 again
+      }
+      const size_t ldq = RoundUpTo16(d);
+      for (size_t c0 = 0; c0 < d; c0 += 4) {
+        std::vector<float> q(4 * ldq, 0.0f);
+        for (size_t r = 0; r < 4 && c0 + r < d; ++r) q[r * ldq + c0 + r] = two_to_bias;
+        for (size_t keys : {1, 4}) {  // the same row for every key
+          std::vector<float> s(4 * keys, -1.0f);
+          x86_dot::Fp8FmaQDotK4(q.data(), ldq, k.data(), 0, d, keys, e4m3, s.data(), nullptr, 0,
+                                nullptr, 0, 0);
+          for (size_t j = 0; j < keys; ++j) {
+            for (size_t r = 0; r < 4 && c0 + r < d; ++r) {
+              EXPECT_EQ(s[4 * j + r], Fp8CodeValue(k[c0 + r], e4m3))
+                  << (e4m3 ? "e4m3" : "e5m2") << " d " << d << " code " << int{k[c0 + r]};
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Random f32 Q rows and finite codes against double sums (exact products,
+// f32 sums): d with and without a tail of fewer than 16 codes, written-out
+// and looped steps; key counts with last groups of 1-3 keys (nothing
+// written past the last); strided K rows, the last ending where an
+// inaccessible page begins; the prefetch arguments of both schedules.
+TEST(X86DotTest, Fp8FmaQDotK4MatchesExactProducts) {
+  if (!x86_dot::HaveFp8FmaDot()) GTEST_SKIP() << "this CPU has no AVX-512";
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+  for (bool e4m3 : {true, false}) {
+    const float two_to_bias = e4m3 ? 0x1p120f : 0x1p112f;
+    for (size_t d : {size_t{8}, size_t{16}, size_t{72}, size_t{128}, size_t{130}, size_t{576},
+                     x86_dot::kMaxFp8QDotD}) {
+      for (size_t keys : {1, 2, 3, 4, 5, 7, 8, 13}) {
+        const size_t ldq = RoundUpTo16(d) + 16, ldk = d + 5;
+        std::vector<float> q(4 * ldq, 0.0f);
+        for (size_t r = 0; r < 4; ++r) {
+          for (size_t c = 0; c < d; ++c) q[r * ldq + c] = value(rng) * two_to_bias;
+        }
+        GuardedBytes kb((keys - 1) * ldk + d);
+        ASSERT_NE(kb.data(), nullptr) << "mmap";
+        auto* k = reinterpret_cast<uint8_t*>(kb.data());
+        FillFiniteCodes(k, (keys - 1) * ldk + d, e4m3, &rng);
+        std::vector<float> s(4 * keys + 4, -7.0f);
+        // Odd key counts: K rows ahead into L2 alone, rows into L1; even:
+        // K and V rows ahead into L2.
+        const x86_dot::L1Rows l1{k, ldk, d, keys};
+        x86_dot::Fp8FmaQDotK4(q.data(), ldq, k, ldk, d, keys, e4m3, s.data(), k, ldk,
+                              keys % 2 == 1 ? nullptr : k, ldk, keys,
+                              keys % 2 == 1 ? l1 : x86_dot::L1Rows{});
+        ASSERT_NO_FATAL_FAILURE(ExpectPackedScores(
+            s, keys, d, 1.0f, [&](size_t r, size_t c) { return q[r * ldq + c]; },
+            [&](size_t j, size_t c) {
+              return std::ldexp(double{Fp8CodeValue(k[j * ldk + c], e4m3)}, e4m3 ? -120 : -112);
+            },
+            "d " + std::to_string(d) + " keys " + std::to_string(keys)));
+      }
+    }
+  }
+}
+
 // P.V: each weight rounded to bf16 (nearest even), its products with the
 // codes exact, sums in f32; alpha, columns [dv, dvp) only rescaled, an odd
 // key count (the extra key's weight 0), the last row on a guarded page; a
@@ -729,7 +811,6 @@ TEST(X86DotTest, Fp8QDotK4MatchesExactProducts) {
 TEST(X86DotTest, Fp8WeightedSumV4MatchesRoundedWeights) {
   if (!x86_dot::HaveFp8BF16Dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16 with AVX512_VBMI";
   std::mt19937 rng(6);
-  std::uniform_int_distribution<int> code(0, 255);
   std::uniform_real_distribution<float> u01(0.0f, 1.0f);
   for (bool e4m3 : {true, false}) {
     for (size_t dv : {16, 80, 128, 512}) {
@@ -738,11 +819,7 @@ TEST(X86DotTest, Fp8WeightedSumV4MatchesRoundedWeights) {
         GuardedBytes vb(keys * ldv);
         ASSERT_NE(vb.data(), nullptr) << "mmap";
         auto* vbytes = reinterpret_cast<uint8_t*>(vb.data());
-        for (size_t i = 0; i < keys * ldv; ++i) {
-          uint8_t x = static_cast<uint8_t>(code(rng));
-          while (!std::isfinite(Fp8CodeValue(x, e4m3))) x = static_cast<uint8_t>(code(rng));
-          vbytes[i] = x;
-        }
+        FillFiniteCodes(vbytes, keys * ldv, e4m3, &rng);
         // The last row starts dv bytes before the guard page.
         std::vector<const uint8_t*> rows(keys + 1);
         for (size_t j = 0; j < keys; ++j) rows[j] = vbytes + j * ldv;
