@@ -95,6 +95,7 @@ struct DotChoice {
   bool vnni_256 = false;
   bool vnni_pv = false;
   bool fp8_bf16 = false;
+  bool fp8_fma = false;  // fp8 Q.K of Fp8Folded tiles by x86_dot::Fp8FmaQDotK4
   bool bf16_dec = false;
 };
 inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
@@ -123,6 +124,7 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
   c.vnni_pv = c.vnni_qk && p.fast && p.v.dtype == DType::kI8;
   c.fp8_bf16 = t.packed && IsFp8(p.k.dtype) && p.round_q && p.head_dim % 16 == 0 &&
                x86_dot::HaveFp8BF16Dot() && x86_dot::PreferBF16Dot();
+  c.fp8_fma = t.packed && IsFp8(p.k.dtype) && !c.fp8_bf16 && x86_dot::HaveFp8FmaDot();
   // Planned with this target's KernelShape::bf16_dots (PreferBF16Dot());
   // direct tiles: contiguous rows, d and Ev multiples of 16 (t.dp == d).
   c.bf16_dec = t.bf16_dec;
@@ -231,6 +233,18 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   const bool int8_vnni_pv = std::is_same<T, int8_t>::value && dots.vnni_pv;
   const bool l1_rows = (int8_vnni_pv || fp8_bf16 || bf16_dec) && dense;
   const bool pv_prefetches_v = sizeof(T) >= 2 && dense && !l1_rows;
+  // fp8 codes widened to f32 (Fp8Folded) with Q.K by Fp8FmaQDotK4
+  // (dots.fp8_fma) on dense rows: each side takes its rows of the tile
+  // after into L1 as it goes, Q.K the K rows and P.V (WeightedSumV) the V
+  // rows, one prefetch a line spread over the tile, so that the
+  // special-code check finds the V rows in L1 without a burst of them at
+  // the tile's start. Against the K and V rows ahead into L2 during Q.K
+  // and that burst, B8 H32/8 Tk4096 d128 E4M3 FAST decode (24), Xeon with
+  // AMX, phase_bench, two threads, four alternating rounds: 3.94-4.11 ->
+  // 3.82-3.88 ms (each round won); the kernel alone with the old
+  // prefetches 3.85-4.16.
+  const bool fp8_fma = kFp8FoldedTag<T> && dots.fp8_fma;
+  const bool fp8_fma_l1 = fp8_fma && dense;
   auto l1_of = [](const T* rows, size_t ld, int64_t values, size_t count) {
     return x86_dot::L1Rows{reinterpret_cast<const uint8_t*>(rows), ld * sizeof(T),
                            static_cast<size_t>(values) * sizeof(T), count};
@@ -243,7 +257,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
                         ldv, p.value_dim, static_cast<size_t>(count));
     }
   }
-  if (kCheckNaN || (int8_vnni_pv && !l1_rows)) {
+  if ((kCheckNaN && !fp8_fma_l1) || (int8_vnni_pv && !l1_rows)) {
     // V's rows into L1 while Q.K runs, for fp8's NaN check after it, or
     // for WeightedQuadsV4, which reads four rows at a time (int8 FAST
     // decode, one thread, against none, paired runs: median 5.96-7.29 ->
@@ -297,6 +311,16 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
             reinterpret_cast<const uint8_t*>(ka.rows), ka.ld,
             l1_rows ? nullptr : reinterpret_cast<const uint8_t*>(va.rows), va.ld,
             std::min(ka.count, va.count), v_l1);
+      } else if (fp8_fma) {  // f32 Q rows times 2^bias (Fp8Folded): q.code
+        const bool e4m3 = std::is_same<T, Fp8Folded<true>>::value;
+        const auto* k_ahead_rows = reinterpret_cast<const uint8_t*>(ka.rows);
+        const x86_dot::L1Rows next_k =
+            fp8_fma_l1 ? l1_of(ka.rows, ka.ld, p.head_dim, ka.count) : x86_dot::L1Rows{};
+        x86_dot::Fp8FmaQDotK4(qrows + g * kGroupRows * dp, static_cast<size_t>(dp),
+                              reinterpret_cast<const uint8_t*>(runs.k[r]), ldk,
+                              static_cast<size_t>(p.head_dim), keys, e4m3, sg + j0 * kGroupRows,
+                              k_ahead_rows, ka.ld, reinterpret_cast<const uint8_t*>(va.rows), va.ld,
+                              fp8_fma_l1 ? 0 : std::min(ka.count, va.count), next_k);
       } else {
         QDotKRows(qrows + g * kGroupRows * dp, static_cast<size_t>(dp), runs.k[r], ldk,
                   static_cast<size_t>(dp), kGroupRows, kGroupRows, keys, sg + j0 * kGroupRows,
@@ -329,6 +353,12 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
                   /*keep_zero=*/false);
     }
   }
+  // WeightedSumV's V rows ahead from key a on (fp8_fma_l1: into L1).
+  auto pv_ahead = [&](int64_t a) {
+    AheadRows<T> x = ahead_from(v_ahead, a);
+    x.into_l1 = x.into_l1 || fp8_fma_l1;
+    return x;
+  };
   const bool per_pair = p.per_pair();
   const bool structured = vis != TileVisibility::kVisible || nk4 != nk;
   if (structured) RowKeyRanges(p, t, it, k0, nk, kb, ke);
@@ -428,7 +458,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
                      static_cast<size_t>(b - a), rescale, kGroupRows, static_cast<size_t>(dvp),
                      o + r0 * dvp, static_cast<size_t>(dvp),
                      // (keys of bad V rows skipped: their ahead rows too)
-                     pv_prefetches_v && g == 0 ? ahead_from(v_ahead, a) : AheadRows<T>{});
+                     (pv_prefetches_v || fp8_fma_l1) && g == 0 ? pv_ahead(a) : AheadRows<T>{});
         rescale = nullptr;
         a = b;
         if (a >= j1) break;
@@ -1001,6 +1031,7 @@ inline void FillRunInfo(const FlashParams& p, const Tiling& t, int64_t items, in
                    : dots.vnni_pv                  ? "qk=int8vnni pv=u8vnni"
                    : dots.vnni_qk                  ? "qk=int8vnni"
                    : dots.fp8_bf16                 ? "qk=fp8bf16dot pv=fp8bf16dot"
+                   : dots.fp8_fma                  ? "qk=fp8fma"
                    : dots.bf16_dec                 ? "qk=bf16dot4 pv=bf16dot4"
                                                    : "";
   info->target = HWY_TARGET;

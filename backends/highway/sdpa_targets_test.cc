@@ -126,11 +126,13 @@ void PlantSubnormalKV(const AttentionProblem& p, const AttentionArgs& a, int64_t
 // comes out NaN. Under FAST the same, and on AVX-512 targets of a CPU with
 // AVX512_BF16 and VBMI that prefer vdpbf16ps to FMAs (PreferBF16Dot) the
 // codes widened to bf16 (Fp8QDotK4, and Fp8WeightedSumV4 but in the tiles
-// with the special V code).
+// with the special V code); on the other AVX-512 targets' runs, Q.K by
+// Fp8FmaQDotK4 (f32 FMAs on the codes widened as Fp8Folded).
 TEST_P(FlashTargetTest, Fp8DecodeTilesMatchTheOracle) {
   static Backend* backend = MakeHighwayBackend({/*num_threads=*/2}).release();
   const bool bf16_codes =
       GetParam() <= HWY_AVX3 && x86_dot::HaveFp8BF16Dot() && x86_dot::PreferBF16Dot();
+  const bool avx512 = GetParam() <= HWY_AVX3 && x86_dot::HaveFp8FmaDot();
   for (const auto [kv, mode] : {std::pair{DType::kF8E4M3, ComputeMode::kExact},
                                 {DType::kF8E5M2, ComputeMode::kExact},
                                 {DType::kF8E4M3, ComputeMode::kFast},
@@ -173,6 +175,8 @@ TEST_P(FlashTargetTest, Fp8DecodeTilesMatchTheOracle) {
       EXPECT_EQ(c.poisoned_rows, 4) << p.Id();
       const bool fp8_dots = info.kernel.find("qk=fp8bf16dot") != std::string::npos;
       EXPECT_EQ(fp8_dots, bf16_codes && mode == ComputeMode::kFast) << info.kernel;
+      const bool fma_dots = info.kernel.find("qk=fp8fma") != std::string::npos;
+      EXPECT_EQ(fma_dots, avx512 && !fp8_dots) << info.kernel;
     }
   }
 }
