@@ -184,6 +184,11 @@ std::vector<AttentionProblem> PagedCases() {
   p.num_pages = 2 * p.max_pages();
   p.kv_lengths = {300, 77};
   cases.push_back(Named(p, "decode_fp8"));
+  // fp8 under FAST: highway's 64-key tiles span four pages, a Q.K call
+  // (Fp8FmaQDotK4 or Fp8QDotK4) per page.
+  p.compute = ComputeMode::kFast;
+  cases.push_back(Named(p, "decode_fp8_fast"));
+  p.compute = ComputeMode::kExact;
   p.kv_dtype = DType::kI8;
   cases.push_back(Named(p, "decode_int8_pages16"));
   // bf16 decode under FAST in 16-key pages: highway's 32-key tiles

@@ -86,7 +86,8 @@ struct AheadRows {
   size_t ld = 0;
   size_t count = 0;
   // Prefetch f32 rows into L1 (prefetcht0) rather than L2 (prefetcht1):
-  // for rows that lie back to back. Rows far apart (paged caches hold all KV
+  // for rows that lie back to back (and dense fp8 V rows under
+  // Fp8FmaQDotK4's schedule: sdpa-inl.h's fp8_fma_l1). Rows far apart (paged caches hold all KV
   // heads of a token in one page row: 2 KiB apart at Hkv 8, d 128, bf16)
   // fall into few L1 sets and evict each other there. Zen 5, B8 H32/8
   // Tk4096 d128 decode, alternating runs, L1 against L2: dense f32 8.1-8.4
@@ -561,7 +562,8 @@ HWY_INLINE void QDotKeysOfRows(const float* HWY_RESTRICT q, size_t ldq, const T*
   const float* HWY_RESTRICT q0 = q + r0 * ldq;
   const size_t ahead = r0 == 0 ? std::min(keys, k_ahead.count) : 0;
   size_t j = 0;
-  // into_l1 is set for f32 rows only (PlanTiling); sizeof(T) keeps the L1
+  // into_l1 is set for f32 rows only here (PlanTiling; PackedTileUpdate sets
+  // it for fp8 V rows, which only WeightedSumV reads); sizeof(T) keeps the L1
   // loop out of the other types' code.
   if (sizeof(T) == 4 && k_ahead.into_l1) {
     for (; j < ahead; ++j) {

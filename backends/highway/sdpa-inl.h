@@ -76,6 +76,11 @@ using highway_plan::Tiling;
 //   fp8_bf16: direct (decode) fp8 tiles under FAST (AVX-512 with BF16 and
 //            VBMI): Q and P rounded to bf16, the codes widened to bf16 by
 //            byte tables, vdpbf16ps (Fp8QDotK4, Fp8WeightedSumV4).
+//   fp8_fma: direct (decode) fp8 tiles that widen codes to f32 (Fp8Folded:
+//            Q and the V scales fold 2^bias, no special code), on CPUs
+//            whose vdpbf16ps does not outrun their FMAs (!PreferBF16Dot:
+//            Intel's, where it was measured), EXACT and FAST: Q.K by
+//            Fp8FmaQDotK4, P.V by the f32 kernels.
 //   bf16_dec: direct (decode) bf16 tiles under FAST: Q and P rounded to
 //            bf16, vdpbf16ps on Q rows against K storage (BF16QDotK4) and
 //            on P against pairs of V rows (BF16WeightedSumV4). (Under
@@ -95,7 +100,7 @@ struct DotChoice {
   bool vnni_256 = false;
   bool vnni_pv = false;
   bool fp8_bf16 = false;
-  bool fp8_fma = false;  // fp8 Q.K of Fp8Folded tiles by x86_dot::Fp8FmaQDotK4
+  bool fp8_fma = false;
   bool bf16_dec = false;
 };
 inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
@@ -124,7 +129,7 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
   c.vnni_pv = c.vnni_qk && p.fast && p.v.dtype == DType::kI8;
   c.fp8_bf16 = t.packed && IsFp8(p.k.dtype) && p.round_q && p.head_dim % 16 == 0 &&
                x86_dot::HaveFp8BF16Dot() && x86_dot::PreferBF16Dot();
-  c.fp8_fma = t.packed && IsFp8(p.k.dtype) && !c.fp8_bf16 && x86_dot::HaveFp8FmaDot();
+  c.fp8_fma = t.packed && IsFp8(p.k.dtype) && x86_dot::HaveFp8FmaDot() && !x86_dot::PreferBF16Dot();
   // Planned with this target's KernelShape::bf16_dots (PreferBF16Dot());
   // direct tiles: contiguous rows, d and Ev multiples of 16 (t.dp == d).
   c.bf16_dec = t.bf16_dec;
@@ -225,24 +230,27 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   //    2.37-3.44; f32 9.02 -> 8.66 and 6.36 -> 6.04 (every round won but
   //    one). int8 and fp8 rows under f32 products gained nothing or lost up
   //    to 4 %.
-  // The rest (paged or strided rows, int8 and fp8 under f32 products) have
-  // Q.K bring both the K and the V rows ahead, and int8 under VNNI a burst
-  // of the tile's V rows below.
+  //  - fp8 rows widened to f32 with Q.K by Fp8FmaQDotK4 (fp8_fma_l1, below).
+  // The rest (paged or strided rows, int8 and other fp8 under f32
+  // products) have Q.K bring both the K and the V rows ahead, and int8
+  // under VNNI and fp8 a burst of the tile's V rows below.
   const bool dense =
       !p.kv_rows.paged() && p.k_row_stride == p.head_dim && p.v_row_stride == p.value_dim;
   const bool int8_vnni_pv = std::is_same<T, int8_t>::value && dots.vnni_pv;
   const bool l1_rows = (int8_vnni_pv || fp8_bf16 || bf16_dec) && dense;
   const bool pv_prefetches_v = sizeof(T) >= 2 && dense && !l1_rows;
   // fp8 codes widened to f32 (Fp8Folded) with Q.K by Fp8FmaQDotK4
-  // (dots.fp8_fma) on dense rows: each side takes its rows of the tile
-  // after into L1 as it goes, Q.K the K rows and P.V (WeightedSumV) the V
-  // rows, one prefetch a line spread over the tile, so that the
+  // (dots.fp8_fma) on dense rows: each side takes its rows ahead
+  // (AheadRows: 8 KiB on, the next tile at d 128 under FAST) into L1 as
+  // it goes, Q.K the K rows and P.V (WeightedSumV) the V rows, one
+  // prefetch a line spread over the tile, so that the
   // special-code check finds the V rows in L1 without a burst of them at
   // the tile's start. Against the K and V rows ahead into L2 during Q.K
   // and that burst, B8 H32/8 Tk4096 d128 E4M3 FAST decode (24), Xeon with
   // AMX, phase_bench, two threads, four alternating rounds: 3.94-4.11 ->
   // 3.82-3.88 ms (each round won); the kernel alone with the old
-  // prefetches 3.85-4.16.
+  // prefetches 3.85-4.16. Under EXACT (23, 16-key tiles) within the noise,
+  // three rounds: old kernel and prefetches 4.74-4.99, new 4.71-4.98.
   const bool fp8_fma = kFp8FoldedTag<T> && dots.fp8_fma;
   const bool fp8_fma_l1 = fp8_fma && dense;
   auto l1_of = [](const T* rows, size_t ld, int64_t values, size_t count) {
@@ -258,7 +266,8 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     }
   }
   if ((kCheckNaN && !fp8_fma_l1) || (int8_vnni_pv && !l1_rows)) {
-    // V's rows into L1 while Q.K runs, for fp8's NaN check after it, or
+    // V's rows into L1 while Q.K runs, for fp8's NaN check after it
+    // (fp8_fma_l1: the last tile's P.V took them), or
     // for WeightedQuadsV4, which reads four rows at a time (int8 FAST
     // decode, one thread, against none, paired runs: median 5.96-7.29 ->
     // 5.74-6.15 ms; at two threads within the host's noise).
@@ -314,13 +323,13 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
       } else if (fp8_fma) {  // f32 Q rows times 2^bias (Fp8Folded): q.code
         const bool e4m3 = std::is_same<T, Fp8Folded<true>>::value;
         const auto* k_ahead_rows = reinterpret_cast<const uint8_t*>(ka.rows);
-        const x86_dot::L1Rows next_k =
+        const x86_dot::L1Rows k_ahead_l1 =
             fp8_fma_l1 ? l1_of(ka.rows, ka.ld, p.head_dim, ka.count) : x86_dot::L1Rows{};
         x86_dot::Fp8FmaQDotK4(qrows + g * kGroupRows * dp, static_cast<size_t>(dp),
                               reinterpret_cast<const uint8_t*>(runs.k[r]), ldk,
                               static_cast<size_t>(p.head_dim), keys, e4m3, sg + j0 * kGroupRows,
                               k_ahead_rows, ka.ld, reinterpret_cast<const uint8_t*>(va.rows), va.ld,
-                              fp8_fma_l1 ? 0 : std::min(ka.count, va.count), next_k);
+                              fp8_fma_l1 ? 0 : std::min(ka.count, va.count), k_ahead_l1);
       } else {
         QDotKRows(qrows + g * kGroupRows * dp, static_cast<size_t>(dp), runs.k[r], ldk,
                   static_cast<size_t>(dp), kGroupRows, kGroupRows, keys, sg + j0 * kGroupRows,
@@ -334,7 +343,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     }
     std::fill(sg + nk * kGroupRows, sg + n, kNegInf);  // keys past the tile
   }
-  if constexpr (kCheckNaN) {  // K's rows are in L1 now, V's on their way
+  if constexpr (kCheckNaN) {  // K's rows are in L1 now, V's there or on their way
     constexpr bool kE4M3 =
         std::is_same<T, Fp8Finite<true>>::value || std::is_same<T, Fp8Folded<true>>::value;
     for (int r = 0; r < runs.count; ++r) {

@@ -126,13 +126,15 @@ void PlantSubnormalKV(const AttentionProblem& p, const AttentionArgs& a, int64_t
 // comes out NaN. Under FAST the same, and on AVX-512 targets of a CPU with
 // AVX512_BF16 and VBMI that prefer vdpbf16ps to FMAs (PreferBF16Dot) the
 // codes widened to bf16 (Fp8QDotK4, and Fp8WeightedSumV4 but in the tiles
-// with the special V code); on the other AVX-512 targets' runs, Q.K by
-// Fp8FmaQDotK4 (f32 FMAs on the codes widened as Fp8Folded).
+// with the special V code); on AVX-512 targets of the other CPUs (EXACT
+// and FAST), Q.K by Fp8FmaQDotK4 in the tiles whose Q and V scales fold
+// (f32 FMAs on the codes widened as Fp8Folded).
 TEST_P(FlashTargetTest, Fp8DecodeTilesMatchTheOracle) {
   static Backend* backend = MakeHighwayBackend({/*num_threads=*/2}).release();
   const bool bf16_codes =
       GetParam() <= HWY_AVX3 && x86_dot::HaveFp8BF16Dot() && x86_dot::PreferBF16Dot();
-  const bool avx512 = GetParam() <= HWY_AVX3 && x86_dot::HaveFp8FmaDot();
+  const bool fma_codes =
+      GetParam() <= HWY_AVX3 && x86_dot::HaveFp8FmaDot() && !x86_dot::PreferBF16Dot();
   for (const auto [kv, mode] : {std::pair{DType::kF8E4M3, ComputeMode::kExact},
                                 {DType::kF8E5M2, ComputeMode::kExact},
                                 {DType::kF8E4M3, ComputeMode::kFast},
@@ -166,17 +168,19 @@ TEST_P(FlashTargetTest, Fp8DecodeTilesMatchTheOracle) {
       const int64_t last = p.kv_len - 1;
       k[a.k.Offset(1, 0, last, 7)] = e4m3 ? 0x7F : 0x7C;  // NaN; +Inf
       v[a.v.Offset(0, 3, last, 9)] = e4m3 ? 0xFF : 0xFE;  // NaN
+      // And one in a tile whose Q and V scales fold (Fp8FmaQDotK4's).
+      v[a.v.Offset(1, 2, last, 11)] = e4m3 ? 0x7F : 0x7E;  // NaN
       RunInfo info;
       const absl::Status s = backend->Forward(p, a, &info);
       ASSERT_TRUE(s.ok()) << p.Id() << ": " << s;
       const Comparison c = CompareToReference(p, a, ComputeReference(p, a));
       EXPECT_TRUE(c.ok()) << p.Id() << ": " << c.first_failure << " kernel " << info.kernel;
-      // The special codes' heads' second rows: 2 heads per KV head, 2 KV heads.
-      EXPECT_EQ(c.poisoned_rows, 4) << p.Id();
+      // The special codes' heads' second rows: 2 heads per KV head, 3 KV heads.
+      EXPECT_EQ(c.poisoned_rows, 6) << p.Id();
       const bool fp8_dots = info.kernel.find("qk=fp8bf16dot") != std::string::npos;
       EXPECT_EQ(fp8_dots, bf16_codes && mode == ComputeMode::kFast) << info.kernel;
       const bool fma_dots = info.kernel.find("qk=fp8fma") != std::string::npos;
-      EXPECT_EQ(fma_dots, avx512 && !fp8_dots) << info.kernel;
+      EXPECT_EQ(fma_dots, fma_codes) << info.kernel;
     }
   }
 }

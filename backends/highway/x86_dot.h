@@ -46,7 +46,8 @@ inline uint64_t RowBytesMask(size_t c, size_t n) {
 // 2.02-2.11 -> 1.82-1.91; fp8 E4M3 3.50 -> 3.38 and 2.19 -> 2.01; each
 // round or all but one won). AVX2's AvxVnniQDotK4 and
 // AvxVnniWeightedQuadsV4 take them as the 512-bit kernels do.
-// Empty (count 0): nothing.
+// (Fp8FmaQDotK4's caller passes the K rows ahead instead, and P.V takes
+// the V rows ahead: sdpa-inl.h's fp8_fma_l1.) Empty (count 0): nothing.
 struct L1Rows {
   const uint8_t* rows = nullptr;
   size_t ld = 0;     // bytes from one row to the next
@@ -289,8 +290,9 @@ bool HaveFp8FmaDot();
 //   q:  f32 rows q + r * ldq, d values each (zero past d to d rounded up
 //       to 16: ldq at least that).
 //   k:  fp8 rows k + j * ldk, d codes each (any d: no byte past d is
-//       read), none of them a special code (the caller checks:
-//       Fp8RowsHaveSpecial), whose widening here gives no NaN or Inf.
+//       read). A special code (E4M3's NaN, E5M2's Inf and NaN) widens to
+//       a finite value of no meaning: the caller checks the rows for them
+//       (Fp8RowsHaveSpecial) and runs such a tile again.
 // Prefetches as VnniQDotK4 does: into L2 the first `ahead` rows of pf_k and
 // pf_v (K alone where pf_v is null), into L1 the rows of l1. A subnormal
 // code widens to a subnormal f32, and FMAs on those take microcode assists

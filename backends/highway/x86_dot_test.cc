@@ -774,8 +774,8 @@ TEST(X86DotTest, Fp8FmaQDotK4MatchesExactProducts) {
   std::uniform_real_distribution<float> value(-2.0f, 2.0f);
   for (bool e4m3 : {true, false}) {
     const float two_to_bias = e4m3 ? 0x1p120f : 0x1p112f;
-    for (size_t d : {size_t{8}, size_t{16}, size_t{72}, size_t{128}, size_t{130}, size_t{576},
-                     x86_dot::kMaxFp8QDotD}) {
+    for (size_t d : {size_t{8}, size_t{16}, size_t{72}, size_t{128}, size_t{130}, size_t{200},
+                     size_t{256}, size_t{576}, x86_dot::kMaxFp8QDotD}) {
       for (size_t keys : {1, 2, 3, 4, 5, 7, 8, 13}) {
         const size_t ldq = RoundUpTo16(d) + 16, ldk = d + 5;
         std::vector<float> q(4 * ldq, 0.0f);

@@ -1,8 +1,8 @@
 // fp8 decode Q.K on f32 FMAs (x86_dot.h), for AVX-512 CPUs whose bf16
-// products do not outrun their FMAs (Intel's: PreferBF16Dot() false), and
-// for every AVX-512 CPU under EXACT: the tiles that widen codes to f32
-// without their special codes (microkernels-inl.h's Fp8Folded). Compiled
-// for AVX-512 by its target attribute; callers check HaveFp8FmaDot().
+// products do not outrun their FMAs (Intel's: PreferBF16Dot() false),
+// under EXACT and FAST: the tiles that widen codes to f32 without their
+// special codes (microkernels-inl.h's Fp8Folded). Compiled for AVX-512 by
+// its target attribute; callers check HaveFp8FmaDot().
 //
 // Why by hand: the flash loop's Highway kernel for these tiles
 // (QDotTwoKeys) issues the same widening and FMAs per code, but reduces
@@ -16,6 +16,13 @@
 // the decode, B1 H32/8 Tk512 d128 E4M3 FAST (K and V in L2), phase_bench,
 // one thread, two alternating rounds: decode tiles 0.111-0.113 -> 0.104-
 // 0.106 ms.
+//
+// Tried and left out: widening by GFNI and VBMI, 6 operations per 64 codes
+// where this takes 12 (vgf2p8affineqb picking each code's two bytes of
+// f32 out of its bits for 64 codes at once, one vpermt2b per 16 codes
+// placing them in the lanes): slower here, Q.K 12.6-13.1 against 10.5-11.0
+// ns a key, and a P.V written so 11.1-11.8 against the f32 kernels'
+// roughly 9 in the decode.
 #include "backends/highway/x86_dot.h"
 #include "platform/prefetch.h"
 
@@ -31,7 +38,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-#define ATTNKIT_TARGET_FP8_FMA __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define ATTNKIT_TARGET_FP8_FMA ATTNKIT_TARGET_AVX512  // x86_bf16_ops.h's: AVX-512 F/BW/VL/DQ
 
 namespace attnkit {
 namespace x86_dot {
