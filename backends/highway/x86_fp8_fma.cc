@@ -22,7 +22,10 @@
 // f32 out of its bits for 64 codes at once, one vpermt2b per 16 codes
 // placing them in the lanes): slower here, Q.K 12.6-13.1 against 10.5-11.0
 // ns a key, and a P.V written so 11.1-11.8 against the f32 kernels'
-// roughly 9 in the decode.
+// roughly 9 in the decode (vpermt2b issues one per 2 cycles here). Nor
+// with one vpermd, two vgf2p8affineqb and byte and word unpacks (9
+// operations per 64 codes, the same sums): 11.5-12.3 against 11.0-11.5,
+// GCC keeping Q's 16 vectors in registers across the four keys, spilling.
 #include "backends/highway/x86_dot.h"
 #include "platform/prefetch.h"
 
