@@ -28,6 +28,7 @@ namespace {
 using bf16_ops::AddWeightedPair4x4;
 using bf16_ops::BlockPairSums;
 using bf16_ops::Dot;
+using bf16_ops::FourKeySums;
 using bf16_ops::PairSums;
 using bf16_ops::QuadSums;
 
@@ -91,12 +92,7 @@ ATTNKIT_TARGET_BF16 void BF16QDotK4(const uint16_t* q, size_t ldq, const uint16_
     PrefetchL1Rows(l1, j, j + 4);
     __m512 a[4][4];
     KeySums<4>(q, ldq, k + j * ldk, ldk, d, a);
-    __m512 u[4];
-#pragma GCC unroll 4
-    for (int key = 0; key < 4; ++key) {
-      u[key] = QuadSums(PairSums(a[key][0], a[key][1]), PairSums(a[key][2], a[key][3]));
-    }
-    const __m512 dots = BlockPairSums(BlockPairSums(u[0], u[1]), BlockPairSums(u[2], u[3]));
+    const __m512 dots = FourKeySums(a);
     _mm512_storeu_ps(s + 4 * j, _mm512_mul_ps(dots, sv));
   }
   for (; j < keys; ++j) {  // the last keys one at a time

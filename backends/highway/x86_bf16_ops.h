@@ -41,6 +41,17 @@ ATTNKIT_TARGET_AVX512 inline __m512 QuadSums(__m512 xy, __m512 zw) {
 ATTNKIT_TARGET_AVX512 inline __m512 BlockPairSums(__m512 u, __m512 v) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(u, v, 0x88), _mm512_shuffle_f32x4(u, v, 0xDD));
 }
+// The lane sums of four keys' accumulators a[key][r] (r < 4), in the
+// packed order [key 0 rows 0-3, key 1 ...]: the whole transposing tree,
+// about 11 operations a key (the decode Q.K kernels' four-key step).
+ATTNKIT_TARGET_AVX512 inline __m512 FourKeySums(__m512 (*a)[4]) {
+  __m512 u[4];
+#pragma GCC unroll 4
+  for (int key = 0; key < 4; ++key) {
+    u[key] = QuadSums(PairSums(a[key][0], a[key][1]), PairSums(a[key][2], a[key][3]));
+  }
+  return BlockPairSums(BlockPairSums(u[0], u[1]), BlockPairSums(u[2], u[3]));
+}
 
 // The key pairs rows [r0, r0 + n) of a prefill P.V need: up to the one
 // holding their last visible key (key_end; null: all), at most key_pairs.

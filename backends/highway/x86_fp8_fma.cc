@@ -47,9 +47,7 @@ namespace attnkit {
 namespace x86_dot {
 namespace {
 
-using bf16_ops::BlockPairSums;
-using bf16_ops::PairSums;
-using bf16_ops::QuadSums;
+using bf16_ops::FourKeySums;
 
 // 16 codes from p (those `mask` keeps; the rest read as code 0) as f32:
 // each code's value times 2^-bias (microkernels-inl.h's Fp8Folded):
@@ -130,12 +128,7 @@ ATTNKIT_TARGET_FP8_FMA void QDotK4(const float* q, size_t ldq, const uint8_t* k,
     }
     FullSteps<kE4M3, kSteps>(q, ldq, rows, full, a);
     if (rest != 0) StepFourKeys<kE4M3>(q, ldq, rows, full, rest_mask, a);
-    __m512 u[4];
-#pragma GCC unroll 4
-    for (int key = 0; key < 4; ++key) {
-      u[key] = QuadSums(PairSums(a[key][0], a[key][1]), PairSums(a[key][2], a[key][3]));
-    }
-    const __m512 dots = BlockPairSums(BlockPairSums(u[0], u[1]), BlockPairSums(u[2], u[3]));
+    const __m512 dots = FourKeySums(a);
     if (n == 4) {
       _mm512_storeu_ps(s + j * 4, dots);
     } else {
