@@ -46,6 +46,9 @@ class PairedReadLoop {
   // kept for later problems. False when the memory cannot be had.
   bool Resize(int64_t bytes);
   int64_t bytes() const { return bytes_; }
+  // The first bytes() of the buffer the passes read (null before Resize), so
+  // a test can read the very same memory another way.
+  const float* data() const { return buffer_ == nullptr ? nullptr : buffer_->data(); }
 
   // One timed pass over bytes() on every thread; its seconds. Resize first.
   double TimeOnePass();

@@ -245,7 +245,7 @@ TEST_P(FlashTargetTest, BF16PrefillTilesMatchTheOracle) {
   const bool amx = GetParam() <= HWY_AVX3 && x86_dot::HaveBF16Dot() && x86_dot::HaveAmxBF16();
   for (const ComputeMode mode : {ComputeMode::kExact, ComputeMode::kFast}) {
     for (int64_t d : {128, 96, 80}) {
-      for (const auto [page, window] :
+      for (const auto& [page, window] :
            {std::pair<int64_t, bool>{0, false}, {16, false}, {0, true}, {16, true}}) {
         AttentionProblem p = MakeTestProblem(2, 8, 2, 37, 100, d);
         p.dtype = p.kv_dtype = DType::kBF16;
