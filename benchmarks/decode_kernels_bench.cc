@@ -103,7 +103,8 @@ int Main() {
     // Normal codes only: a subnormal code widens to a subnormal f32 (its
     // value times 2^-120), and FMAs on those take microcode assists on
     // Intel (Xeon with AMX: 697 ns a key with codes 0-119, 10.6 with
-    // 0x08-0x77).
+    // 0x08-0x77). The decode runs a tile with more than a few such codes
+    // decoded instead (microkernels-inl.h's Fp8RowsNeedDecoding).
     std::uniform_int_distribution<int> normal_code(0x08, 0x77);
     for (uint8_t& b : k) b = static_cast<uint8_t>(normal_code(rng));
     const double qk = NsPerKey([&] {

@@ -3,18 +3,22 @@
 // (backends/highway/phase_timing.h), each phase as a share of the threads'
 // time and, for Q.K and P.V, the rate it reaches while it runs as a
 // fraction of the FMA peak measured in the same run.
-//   bazel run //benchmarks:phase_bench -- [filter] [threads] [seconds]
+//   bazel run //benchmarks:phase_bench -- [filter] [threads] [seconds] [unit-scale]
 // filter: a substring of the problem names (default: every f32 prefill,
 // "prefill"), or a text-format config file (a name ending in .textproto:
 // that problem alone, e.g. a suite shape with a shorter kv_len to see it
 // with K and V in cache); threads: default 2; seconds: timed per problem
-// (default 1).
+// (default 1); unit-scale: fp8 K and V drawn from N(0, 1) and stored with
+// scale 1 (vLLM's fp8 cache without calibrated scales), where the random
+// inputs' own-scale rows hold almost no subnormal code: with E4M3 about
+// 1.2 % of the codes are subnormal (|x| < 2^-6).
 // The marks cost a few ns per phase per tile: the printed wall time is a
 // little above an untimed build's (compare it with `attnkit compare`).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +29,7 @@
 #include "absl/strings/str_format.h"
 #include "backends/highway/highway_backend.h"
 #include "backends/highway/phase_timing.h"
+#include "core/fp8.h"
 #include "core/problem.h"
 #include "core/problem_config.h"
 #include "core/status_macros.h"
@@ -64,12 +69,29 @@ absl::StatusOr<std::vector<AttentionProblem>> ForwardProblems(const std::string&
   return problems;
 }
 
+// fp8 K and V (any layout: every code) redrawn from N(0, 1) and encoded with
+// scale 1; the scale tensors set to 1.
+void RedrawFp8WithUnitScale(const AttentionProblem& p, ProblemData& data) {
+  std::mt19937_64 rng(p.seed * 4 + 5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const Fp8Format format = Fp8FormatOf(p.kv_dtype);
+  for (Tensor* t : {&data.k, &data.v}) {
+    auto* codes = static_cast<uint8_t*>(t->data());
+    for (int64_t i = 0; i < t->view().NumElements(); ++i) codes[i] = EncodeFp8(normal(rng), format);
+  }
+  for (Tensor* t : {&data.k_scale, &data.v_scale}) {
+    auto* s = static_cast<float*>(t->data());
+    std::fill(s, s + t->view().NumElements(), 1.0f);
+  }
+}
+
 int Main(int argc, char** argv) {
   const std::string filter = argc > 1 ? argv[1] : "prefill";
   const int threads = argc > 2 ? std::atoi(argv[2]) : 2;
   const double seconds = argc > 3 ? std::atof(argv[3]) : 1.0;
-  if (threads < 1 || seconds <= 0) {
-    std::fprintf(stderr, "usage: phase_bench [filter] [threads >= 1] [seconds > 0]\n");
+  const bool unit_scale = argc > 4 && std::string(argv[4]) == "unit-scale";
+  if (threads < 1 || seconds <= 0 || (argc > 4 && !unit_scale)) {
+    std::fprintf(stderr, "usage: phase_bench [filter] [threads >= 1] [seconds > 0] [unit-scale]\n");
     return 2;
   }
   auto problems = ForwardProblems(filter);
@@ -88,6 +110,13 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "%s: %s\n", p.name.c_str(),
                    std::string(data.status().message()).c_str());
       return 1;
+    }
+    if (unit_scale) {
+      if (!IsFp8(p.kv_dtype)) {
+        std::printf("%s: unit-scale is for fp8 K/V; skipped\n", p.name.c_str());
+        continue;
+      }
+      RedrawFp8WithUnitScale(p, *data);
     }
     RunInfo info;
     if (auto s = backend->Forward(p, data->args(), &info); !s.ok()) {  // warm-up

@@ -194,10 +194,10 @@ HWY_INLINE VF LoadF32(DF df, const Fp8E4M3* HWY_RESTRICT p) {
 HWY_INLINE VF LoadF32(DF df, const Fp8E5M2* HWY_RESTRICT p) {
   return LoadFp8AsF32(df, reinterpret_cast<const uint8_t*>(p), /*e4m3=*/false);
 }
-// fp8 codes of a tile known to hold no special code (Fp8RowsHaveSpecial:
-// E4M3's NaN, E5M2's Inf and NaN), read without building one: exact for
-// every other code. A code sign-extended to 32 bits and shifted left by
-// kFp8Shift (20 for E4M3, 21 for E5M2) puts the sign at bit 31 (its copies
+// fp8 codes of a tile known to hold no special code (Fp8RowsNeedDecoding:
+// E4M3's NaN, E5M2's Inf and NaN) and few subnormal ones (exact, but slow
+// on Intel), read without building one: exact for every other code. A code sign-extended to 32 bits
+// and shifted left by kFp8Shift (20 for E4M3, 21 for E5M2) puts the sign at bit 31 (its copies
 // below, masked off) and the magnitude under f32's exponent; that is the
 // value times 2^-kFp8Bias (120 = 127 - 7, 112 = 127 - 15), subnormal codes
 // included. Three integer operations per vector against LoadFp8AsF32's
@@ -272,37 +272,112 @@ HWY_INLINE bool FoldBelowLimit(const float* HWY_RESTRICT x, int64_t n, float fac
   return ok;
 }
 
-// Whether any of rows [0, n) (row j at rows + j * ld, d codes each) holds a
-// special code (core/fp8.h): E4M3's NaN S.1111.111, E5M2's Inf and NaN
-// S.11111.xx; those are the codes that ORed with 0x80 (E4M3) or 0x83 (E5M2)
-// give 0xFF. One OR and one max per vector of codes, against the operations
-// per vector of f32 that building them in the decode costs.
-template <bool kE4M3>
-HWY_INLINE bool Fp8RowsHaveSpecial(const uint8_t* HWY_RESTRICT rows, size_t ld, size_t n,
-                                   size_t d) {
-  if (ld == d) {  // rows back to back: one run of n * d codes (no per-row loop and tail)
-    d *= n;
-    n = 1;
-  }
+// Whether a tile's fp8 rows must be read decoded (LoadFp8AsF32) rather than
+// by the folded reads (Fp8Finite, Fp8Folded, x86_dot::Fp8FmaQDotK4). The
+// rows come in `count` runs (pages): run r's rows are rows[r] + j * ld for
+// j < begin[r + 1] - begin[r], d codes each. True where they hold
+//  - a special code (core/fp8.h): E4M3's NaN S.1111.111, E5M2's Inf and
+//    NaN S.11111.xx, the codes that ORed with kOthers (0x80, 0x83) give
+//    0xFF. Read as f32 bits they are finite values of no meaning.
+//  - more than kFp8SubnormalCodesFolded subnormal codes (exponent 0,
+//    mantissa not 0). Such a code is exact as f32 bits, but an f32
+//    subnormal, and Intel's FMAs take a microcode assist on each (about 35
+//    ns against 0.26 a vector, Xeon with AMX; in the decode 4 FMAs a code,
+//    about 130 ns). Rows quantized with their own scale (max|x| / 448) hold
+//    a few in a tile at most, cheaper taken as assists than a decoded
+//    tile; a cache with one scale per tensor (vLLM's default scale is 1)
+//    holds them in every tile wherever |x| < 2^-6 (E4M3; 2^-14 for E5M2),
+//    and LoadFp8AsF32 widens them through f16 on x86, without assists.
+// The answer depends on the codes alone, not on how the runs split the
+// rows (so paged tiles take the path dense ones take). Per vector of
+// codes: an OR, a max (specials) and a min (exponent 0: a zero or a
+// subnormal code); only a tile with a code of exponent 0 is read again to
+// count the subnormal ones (zeros are harmless). Measured on B8 H32/8
+// Tk4096 d128 E4M3 FAST (24; a quarter of its tiles hold a subnormal code
+// on each side), phase_bench, Xeon with AMX, three alternating rounds: 2
+// threads 3.34-3.56 -> 3.49-3.78 ms against the specials alone, 1 thread
+// 6.70-7.33 -> 7.04-7.41; with one scale per tensor 100 -> 10.3 ms (1
+// thread). Counting as a saturating sum in the first pass instead (two
+// operations more a vector), or keeping the min per 1 KiB block and
+// recounting only the blocks it marks, was no faster.
+constexpr size_t kFp8SubnormalCodesFolded = 8;
+template <bool kE4M3, typename T>
+HWY_INLINE bool Fp8RowsNeedDecoding(const T* const* rows, const int64_t* begin, int count,
+                                    size_t ld, size_t d) {
+  static_assert(sizeof(T) == 1, "fp8 codes");
   const hn::ScalableTag<uint8_t> d8;
   const size_t N = hn::Lanes(d8);
-  constexpr uint8_t kOthers = kE4M3 ? 0x80 : 0x83;  // the bits that do not decide
+  // Run r as n_r rows of d_r codes (rows back to back: one row of n * d).
+  auto shape = [&](int r, size_t& n, size_t& row_codes) {
+    n = static_cast<size_t>(begin[r + 1] - begin[r]);
+    row_codes = d;
+    if (ld == d) {
+      row_codes *= n;
+      n = 1;
+    }
+  };
+  auto codes_of = [&](int r) { return reinterpret_cast<const uint8_t*>(rows[r]); };
+  constexpr uint8_t kOthers = kE4M3 ? 0x80 : 0x83;  // the bits that do not decide specials
+  // code | kOthers at most this: exponent 0 (a zero or a subnormal code)
+  constexpr uint8_t kExponentZero = kE4M3 ? 0x87 : 0x83;
   const auto others = hn::Set(d8, kOthers);
-  auto most = hn::Zero(d8);  // 0xFF in a lane iff a special code
-  uint8_t tail = 0;
-  for (size_t j = 0; j < n; ++j) {
-    const uint8_t* HWY_RESTRICT row = rows + j * ld;
-    size_t c = 0;
-    for (; c + N <= d; c += N) most = hn::Max(most, hn::Or(hn::LoadU(d8, row + c), others));
-    for (; c < d; ++c) tail = std::max<uint8_t>(tail, static_cast<uint8_t>(row[c] | kOthers));
+  auto most = hn::Zero(d8);        // 0xFF in a lane iff a special code
+  auto least = hn::Set(d8, 0xFF);  // at most kExponentZero iff a zero or subnormal code
+  uint8_t tail_most = 0, tail_least = 0xFF;
+  for (int r = 0; r < count; ++r) {
+    size_t n, row_codes;
+    shape(r, n, row_codes);
+    for (size_t j = 0; j < n; ++j) {
+      const uint8_t* HWY_RESTRICT row = codes_of(r) + j * ld;
+      size_t c = 0;
+      for (; c + N <= row_codes; c += N) {
+        const auto x = hn::Or(hn::LoadU(d8, row + c), others);
+        most = hn::Max(most, x);
+        least = hn::Min(least, x);
+      }
+      for (; c < row_codes; ++c) {
+        const uint8_t x = static_cast<uint8_t>(row[c] | kOthers);
+        tail_most = std::max(tail_most, x);
+        tail_least = std::min(tail_least, x);
+      }
+    }
   }
-  return tail == 0xFF || !hn::AllFalse(d8, hn::Eq(most, hn::Set(d8, 0xFF)));
+  if (tail_most == 0xFF || !hn::AllFalse(d8, hn::Eq(most, hn::Set(d8, 0xFF)))) return true;
+  if (tail_least > kExponentZero && hn::AllTrue(d8, hn::Gt(least, hn::Set(d8, kExponentZero)))) {
+    return false;
+  }
+  // Count the subnormal codes: (code & 0x7F) ^ kExponent is above kExponent
+  // exactly for those (a zero gives kExponent; a normal code's exponent
+  // bits are not all flipped to ones). Two vector operations and a
+  // popcount per vector of codes.
+  constexpr uint8_t kExponent = kE4M3 ? 0x78 : 0x7C;  // the exponent bits
+  const auto magnitude = hn::Set(d8, 0x7F);
+  const auto exponent = hn::Set(d8, kExponent);
+  size_t subnormal = 0;
+  for (int r = 0; r < count; ++r) {
+    size_t n, row_codes;
+    shape(r, n, row_codes);
+    for (size_t j = 0; j < n; ++j) {
+      const uint8_t* HWY_RESTRICT row = codes_of(r) + j * ld;
+      size_t c = 0;
+      for (; c + N <= row_codes; c += N) {
+        const auto flipped = hn::Xor(hn::And(hn::LoadU(d8, row + c), magnitude), exponent);
+        subnormal += hn::CountTrue(d8, hn::Gt(flipped, exponent));
+      }
+      for (; c < row_codes; ++c) subnormal += ((row[c] & 0x7F) ^ kExponent) > kExponent;
+    }
+  }
+  return subnormal > kFp8SubnormalCodesFolded;
 }
 
 template <typename T>
 constexpr bool kFp8FastTag =
     std::is_same<T, Fp8Finite<true>>::value || std::is_same<T, Fp8Finite<false>>::value ||
     std::is_same<T, Fp8Folded<true>>::value || std::is_same<T, Fp8Folded<false>>::value;
+// E4M3 (not E5M2) for the fast tags.
+template <typename T>
+constexpr bool kFp8TagE4M3 =
+    std::is_same<T, Fp8Finite<true>>::value || std::is_same<T, Fp8Folded<true>>::value;
 template <typename T>
 constexpr bool kFp8FoldedTag =
     std::is_same<T, Fp8Folded<true>>::value || std::is_same<T, Fp8Folded<false>>::value;

@@ -5,6 +5,7 @@
 #include <limits>
 #include <random>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #undef HWY_TARGET_INCLUDE
@@ -656,6 +657,104 @@ void TestSoftmaxScoreScale() {
   }
 }
 
+// Fp8RowsNeedDecoding on rows of normal codes (each format, back to back
+// and strided, with and without a tail past the whole vectors, as one run
+// and split in two): a special code anywhere (every special code, in the
+// vectors and in the tail) makes it true; zeros never do; subnormal codes
+// do once there are more than kFp8SubnormalCodesFolded of them, wherever
+// they are (the same column of several rows, the tail), with zeros about.
+template <bool kE4M3>
+void CheckFp8RowsNeedDecoding() {
+  constexpr size_t kLimit = kFp8SubnormalCodesFolded;
+  constexpr uint8_t kExponent = kE4M3 ? 0x78 : 0x7C;
+  constexpr uint8_t kMantissa = kE4M3 ? 0x07 : 0x03;
+  for (size_t d : {size_t{128}, size_t{100}, size_t{7}}) {
+    for (size_t ld : {d, d + 5}) {
+      for (size_t n : {size_t{1}, size_t{3}, size_t{16}}) {
+        SCOPED_TRACE(testing::Message()
+                     << (kE4M3 ? "E4M3" : "E5M2") << " d=" << d << " ld=" << ld << " rows=" << n);
+        std::mt19937_64 rng(d * 131 + ld * 7 + n);
+        std::vector<uint8_t> rows(n * ld + 64);
+        // Normal codes only: an exponent field from 1 to its largest
+        // finite (E4M3's top one with a mantissa below 7).
+        auto normal = [&] {
+          for (;;) {
+            const uint8_t code = static_cast<uint8_t>(rng());
+            const uint8_t e = code & kExponent;
+            if (e != 0 && (kE4M3 ? (code & 0x7F) != 0x7F : e != kExponent)) return code;
+          }
+        };
+        auto fill = [&] {
+          for (uint8_t& c : rows) c = normal();
+        };
+        auto at = [&](size_t row, size_t col) -> uint8_t& { return rows[row * ld + col]; };
+        // The answer for the rows as one run, checked equal with the rows
+        // split in two runs (a page boundary after the first row).
+        auto need = [&] {
+          const uint8_t* one[1] = {rows.data()};
+          const int64_t one_begin[2] = {0, static_cast<int64_t>(n)};
+          const bool whole = Fp8RowsNeedDecoding<kE4M3>(one, one_begin, 1, ld, d);
+          if (n > 1) {
+            const uint8_t* two[2] = {rows.data(), rows.data() + ld};
+            const int64_t two_begin[3] = {0, 1, static_cast<int64_t>(n)};
+            EXPECT_EQ(Fp8RowsNeedDecoding<kE4M3>(two, two_begin, 2, ld, d), whole) << "split";
+          }
+          return whole;
+        };
+        fill();
+        EXPECT_FALSE(need());
+        // Every special code, at the first, a middle and the last place.
+        for (int code = 0; code < 256; ++code) {
+          const bool special = kE4M3 ? (code & 0x7F) == 0x7F : (code & kExponent) == kExponent;
+          if (!special) continue;
+          for (const auto& [row, col] :
+               {std::pair<size_t, size_t>{0, 0}, {n / 2, d / 2}, {n - 1, d - 1}}) {
+            fill();
+            at(row, col) = static_cast<uint8_t>(code);
+            EXPECT_TRUE(need()) << code << " at " << row << "," << col;
+          }
+        }
+        // Zeros (both signs) everywhere.
+        for (size_t row = 0; row < n; ++row) {
+          for (size_t col = 0; col < d; ++col) at(row, col) = col % 2 ? 0x80 : 0x00;
+        }
+        EXPECT_FALSE(need());
+        // kLimit (+1) subnormal codes, both signs, with zeros in the rest of
+        // the first row: in the first columns of the last row, in one column
+        // (rows permitting), and in the last columns of the first row (the
+        // tail where d is not whole vectors).
+        for (size_t count : {kLimit, kLimit + 1}) {
+          auto subnormal = [&](size_t i) {
+            return static_cast<uint8_t>((i % 2 ? 0x80 : 0) | (1 + i % kMantissa));
+          };
+          auto zeros = [&] {
+            fill();
+            for (size_t col = 0; col < d; ++col) at(0, col) = 0x00;
+          };
+          if (count <= d) {
+            zeros();
+            for (size_t i = 0; i < count; ++i) at(n - 1, i) = subnormal(i);
+            EXPECT_EQ(need(), count > kLimit) << count << " in a row";
+            zeros();
+            for (size_t i = 0; i < count; ++i) at(0, d - 1 - i) = subnormal(i);
+            EXPECT_EQ(need(), count > kLimit) << count << " at the end of a row";
+          }
+          if (count <= n) {
+            fill();
+            for (size_t i = 0; i < count; ++i) at(i, d / 3) = subnormal(i);
+            EXPECT_EQ(need(), count > kLimit) << count << " in a column";
+          }
+        }
+      }
+    }
+  }
+}
+
+void TestFp8RowsNeedDecoding() {
+  CheckFp8RowsNeedDecoding<true>();
+  CheckFp8RowsNeedDecoding<false>();
+}
+
 }  // namespace
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace HWY_NAMESPACE
@@ -677,5 +776,6 @@ HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestExpNonPositive);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestBF16Pairs);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestSoftmaxToBF16Pairs);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestSoftmaxScoreScale);
+HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestFp8RowsNeedDecoding);
 }  // namespace attnkit
 #endif

@@ -175,8 +175,10 @@ inline KernelShape KernelShapeOfTarget() {
 // Q.K by x86_dot::VnniQDotK4 (AvxVnniQDotK4 if dots.vnni_256) on the rows
 // LoadQueryInt8 stored. Returns false, having changed no state (m, l,
 // alpha, O, the flags), when T is Fp8Finite or Fp8Folded (either format)
-// and the tile holds a special code (NaN; E5M2's Inf) after all: the
-// caller then runs it as Fp8E4M3 or Fp8E5M2, which build them.
+// and the tile holds a special code (NaN; E5M2's Inf) or many subnormal
+// ones after all (Fp8RowsNeedDecoding): the caller then runs it as
+// Fp8E4M3 or Fp8E5M2, which build the special values and widen subnormal
+// codes without f32 subnormals (LoadFp8AsF32).
 template <typename T>
 bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0, int64_t nk,
                       TileVisibility vis, const TileRuns<T>& runs, const AheadRows<T>& k_ahead,
@@ -266,7 +268,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     }
   }
   if ((kCheckNaN && !fp8_fma_l1) || (int8_vnni_pv && !l1_rows)) {
-    // V's rows into L1 while Q.K runs, for fp8's NaN check after it
+    // V's rows into L1 while Q.K runs, for fp8's check of them after it
     // (fp8_fma_l1: the last tile's P.V took them), or
     // for WeightedQuadsV4, which reads four rows at a time (int8 FAST
     // decode, one thread, against none, paired runs: median 5.96-7.29 ->
@@ -274,6 +276,16 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     for (int r = 0; r < runs.count; ++r) {
       PrefetchRowsL1(runs.v[r], ldv * sizeof(T), static_cast<size_t>(p.value_dim) * sizeof(T), 0,
                      static_cast<size_t>(runs.Keys(r)));
+    }
+  }
+  // K's rows before Q.K: many subnormal codes would cost the FMAs a
+  // microcode assist each (Fp8RowsNeedDecoding), so such a tile goes back
+  // to the caller before any product. The rows are in L1 or L2 by now
+  // (the tile before asked for them), and Q.K reads them from L1 after.
+  if constexpr (kCheckNaN) {
+    if (Fp8RowsNeedDecoding<kFp8TagE4M3<T>>(runs.k, runs.begin, runs.count, ldk,
+                                            static_cast<size_t>(p.head_dim))) {
+      return false;
     }
   }
   // The ahead rows (AheadRows) of the run's keys from key j0 on.
@@ -343,17 +355,10 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     }
     std::fill(sg + nk * kGroupRows, sg + n, kNegInf);  // keys past the tile
   }
-  if constexpr (kCheckNaN) {  // K's rows are in L1 now, V's there or on their way
-    constexpr bool kE4M3 =
-        std::is_same<T, Fp8Finite<true>>::value || std::is_same<T, Fp8Folded<true>>::value;
-    for (int r = 0; r < runs.count; ++r) {
-      const size_t keys = static_cast<size_t>(runs.Keys(r));
-      if (Fp8RowsHaveSpecial<kE4M3>(reinterpret_cast<const uint8_t*>(runs.k[r]), ldk, keys,
-                                    static_cast<size_t>(p.head_dim)) ||
-          Fp8RowsHaveSpecial<kE4M3>(reinterpret_cast<const uint8_t*>(runs.v[r]), ldv, keys,
-                                    static_cast<size_t>(p.value_dim))) {
-        return false;
-      }
+  if constexpr (kCheckNaN) {  // V's rows are in L1 now or on their way
+    if (Fp8RowsNeedDecoding<kFp8TagE4M3<T>>(runs.v, runs.begin, runs.count, ldv,
+                                            static_cast<size_t>(p.value_dim))) {
+      return false;
     }
   }
   if constexpr (kScaled) {  // integer dot products times the key scales
@@ -682,9 +687,10 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
           continue;
         }
         // fp8 decodes at about half the cost where a tile holds no special
-        // code (Fp8Finite), cheaper still with the 2^bias folded into Q and
-        // the V scales where neither can overflow (Fp8Folded); a tile that
-        // holds one runs again with NaN and Inf built.
+        // code and few subnormal ones (Fp8Finite), cheaper still with the 2^bias
+        // folded into Q and the V scales where neither can overflow
+        // (Fp8Folded); a tile that holds one runs again decoded
+        // (LoadFp8AsF32: NaN and Inf built, subnormal codes through f16).
         constexpr bool kE4M3 = std::is_same<T, Fp8E4M3>::value;
         // The tile's storage read as tag U (the type of `tag`).
         auto update_as = [&](auto tag, const float* HWY_RESTRICT value_scales) HWY_ATTR {

@@ -119,7 +119,9 @@ void PlantSubnormalKV(const AttentionProblem& p, const AttentionArgs& a, int64_t
 // could overflow (|q| >= 2^7, a V scale >= 2^7), and NaN and Inf built
 // where a tile holds a special code (the tile runs again). Each against the
 // oracle, in both formats: batch 0's queries times 4000 (scaled, up to
-// 354), two V rows' scales 500, subnormal codes in every tile, and a
+// 354), two V rows' scales 500, a few subnormal codes in every tile (taken
+// as they are), many in the tiles of keys 64-191 of one KV head's K and
+// another's V (so those tiles run decoded: Fp8RowsNeedDecoding), and a
 // special code (E4M3 NaN; E5M2 Inf, NaN) in the last key of one head's K
 // and another's V. Two query rows per head (causal): the first never sees
 // the last key, so it checks the rerun tile's finite output, the second
@@ -163,6 +165,13 @@ TEST_P(FlashTargetTest, Fp8DecodeTilesMatchTheOracle) {
             k[a.k.Offset(b, g, j, j % d)] = static_cast<uint8_t>(1 + j % mantissa);
             v[a.v.Offset(b, g, j, (j + 5) % d)] = static_cast<uint8_t>(0x80 | (1 + j % mantissa));
           }
+        }
+      }
+      // 16 subnormal codes a row (more lanes than kFp8SubnormalLanesFolded).
+      for (int64_t j = 64; j < 192; ++j) {
+        for (int64_t c = 0; c < 16; ++c) {
+          k[a.k.Offset(1, 1, j, c)] = static_cast<uint8_t>(1 + (j + c) % mantissa);
+          v[a.v.Offset(0, 2, j, 20 + c)] = static_cast<uint8_t>(0x80 | (1 + (j * c) % mantissa));
         }
       }
       const int64_t last = p.kv_len - 1;

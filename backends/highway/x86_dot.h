@@ -291,14 +291,14 @@ bool HaveFp8FmaDot();
 //       to 16: ldq at least that).
 //   k:  fp8 rows k + j * ldk, d codes each (any d: no byte past d is
 //       read). A special code (E4M3's NaN, E5M2's Inf and NaN) widens to
-//       a finite value of no meaning: the caller checks the rows for them
-//       (Fp8RowsHaveSpecial) and runs such a tile again.
+//       a finite value of no meaning, and a subnormal code to an f32
+//       subnormal, exact, but FMAs on those take a microcode assist on
+//       Intel (decode_kernels_bench says how much; a cache quantized with
+//       one scale per tensor holds many): the caller checks the rows for
+//       both before the products (Fp8RowsNeedDecoding) and runs a tile
+//       with a special code or many subnormal ones another way.
 // Prefetches as VnniQDotK4 does: into L2 the first `ahead` rows of pf_k and
-// pf_v (K alone where pf_v is null), into L1 the rows of l1. A subnormal
-// code widens to a subnormal f32, and FMAs on those take microcode assists
-// on Intel (decode_kernels_bench says how much); K caches rarely hold such
-// codes (values below 2^-6 times the row's scale for E4M3, 2^-14 for
-// E5M2).
+// pf_v (K alone where pf_v is null), into L1 the rows of l1.
 void Fp8FmaQDotK4(const float* q, size_t ldq, const uint8_t* k, size_t ldk, size_t d, size_t keys,
                   bool e4m3, float* s, const uint8_t* pf_k, size_t ld_pf_k, const uint8_t* pf_v,
                   size_t ld_pf_v, size_t ahead, const L1Rows& l1 = {});
