@@ -3,19 +3,23 @@
 // (backends/highway/phase_timing.h), each phase as a share of the threads'
 // time and, for Q.K and P.V, the rate it reaches while it runs as a
 // fraction of the FMA peak measured in the same run.
-//   bazel run //benchmarks:phase_bench -- [filter] [threads] [seconds] [unit-scale]
+//   bazel run //benchmarks:phase_bench -- [filter] [threads] [seconds] [fp8 scales]
 // filter: a substring of the problem names (default: every f32 prefill,
 // "prefill"), or a text-format config file (a name ending in .textproto:
 // that problem alone, e.g. a suite shape with a shorter kv_len to see it
 // with K and V in cache); threads: default 2; seconds: timed per problem
-// (default 1); unit-scale: fp8 K and V drawn from N(0, 1) and stored with
-// scale 1 (vLLM's fp8 cache without calibrated scales), where the random
-// inputs' own-scale rows hold almost no subnormal code: with E4M3 about
-// 1.2 % of the codes are subnormal (|x| < 2^-6).
+// (default 1); fp8 scales (fp8 K/V only; default: the random inputs' own
+// scale per row, max|x| / the format's largest, whose rows hold almost no
+// subnormal code): K and V redrawn from N(0, 1) and stored with one scale
+//   unit-scale: 1, as vLLM stores an fp8 cache without calibrated scales
+//     (with E4M3 about 1.2 % of the codes subnormal: |x| < 2^-6);
+//   tensor-scale: each tensor's max|x| / the format's largest (E4M3: about
+//     one subnormal code in 6,000).
 // The marks cost a few ns per phase per tile: the printed wall time is a
 // little above an untimed build's (compare it with `attnkit compare`).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -29,6 +33,7 @@
 #include "absl/strings/str_format.h"
 #include "backends/highway/highway_backend.h"
 #include "backends/highway/phase_timing.h"
+#include "backends/highway/sdpa.h"
 #include "core/fp8.h"
 #include "core/problem.h"
 #include "core/problem_config.h"
@@ -70,18 +75,24 @@ absl::StatusOr<std::vector<AttentionProblem>> ForwardProblems(const std::string&
 }
 
 // fp8 K and V (any layout: every code) redrawn from N(0, 1) and encoded with
-// scale 1; the scale tensors set to 1.
-void RedrawFp8WithUnitScale(const AttentionProblem& p, ProblemData& data) {
+// one scale per tensor: 1, or (per_tensor_max) the tensor's max|x| / the
+// format's largest; the scale tensors set to it.
+void RedrawFp8WithOneScale(const AttentionProblem& p, bool per_tensor_max, ProblemData& data) {
   std::mt19937_64 rng(p.seed * 4 + 5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const Fp8Format format = Fp8FormatOf(p.kv_dtype);
-  for (Tensor* t : {&data.k, &data.v}) {
+  for (auto [t, scales] : {std::pair{&data.k, &data.k_scale}, {&data.v, &data.v_scale}}) {
+    std::vector<float> x(static_cast<size_t>(t->view().NumElements()));
+    float max_abs = 0;
+    for (float& v : x) {
+      v = normal(rng);
+      max_abs = std::max(max_abs, std::fabs(v));
+    }
+    const float scale = per_tensor_max ? max_abs / Fp8Max(format) : 1.0f;
     auto* codes = static_cast<uint8_t*>(t->data());
-    for (int64_t i = 0; i < t->view().NumElements(); ++i) codes[i] = EncodeFp8(normal(rng), format);
-  }
-  for (Tensor* t : {&data.k_scale, &data.v_scale}) {
-    auto* s = static_cast<float*>(t->data());
-    std::fill(s, s + t->view().NumElements(), 1.0f);
+    for (size_t i = 0; i < x.size(); ++i) codes[i] = EncodeFp8(x[i] / scale, format);
+    auto* s = static_cast<float*>(scales->data());
+    std::fill(s, s + scales->view().NumElements(), scale);
   }
 }
 
@@ -89,9 +100,12 @@ int Main(int argc, char** argv) {
   const std::string filter = argc > 1 ? argv[1] : "prefill";
   const int threads = argc > 2 ? std::atoi(argv[2]) : 2;
   const double seconds = argc > 3 ? std::atof(argv[3]) : 1.0;
-  const bool unit_scale = argc > 4 && std::string(argv[4]) == "unit-scale";
-  if (threads < 1 || seconds <= 0 || (argc > 4 && !unit_scale)) {
-    std::fprintf(stderr, "usage: phase_bench [filter] [threads >= 1] [seconds > 0] [unit-scale]\n");
+  const std::string scales = argc > 4 ? argv[4] : "";
+  if (threads < 1 || seconds <= 0 ||
+      !(scales.empty() || scales == "unit-scale" || scales == "tensor-scale")) {
+    std::fprintf(stderr,
+                 "usage: phase_bench [filter] [threads >= 1] [seconds > 0] "
+                 "[unit-scale | tensor-scale]\n");
     return 2;
   }
   auto problems = ForwardProblems(filter);
@@ -111,12 +125,12 @@ int Main(int argc, char** argv) {
                    std::string(data.status().message()).c_str());
       return 1;
     }
-    if (unit_scale) {
+    if (!scales.empty()) {
       if (!IsFp8(p.kv_dtype)) {
-        std::printf("%s: unit-scale is for fp8 K/V; skipped\n", p.name.c_str());
+        std::printf("%s: %s is for fp8 K/V; skipped\n", p.name.c_str(), scales.c_str());
         continue;
       }
-      RedrawFp8WithUnitScale(p, *data);
+      RedrawFp8WithOneScale(p, scales == "tensor-scale", *data);
     }
     RunInfo info;
     if (auto s = backend->Forward(p, data->args(), &info); !s.ok()) {  // warm-up
@@ -128,6 +142,7 @@ int Main(int argc, char** argv) {
     const double peak_before =
         MeasureFmaGflops(targets.front(), threads, 3, kFmaLoopIterations / 4);
     pt::Take();
+    const int64_t decoded_before = Fp8TilesRunDecoded();
     std::vector<double> times;
     const auto begin = std::chrono::steady_clock::now();
     double elapsed = 0;
@@ -139,6 +154,7 @@ int Main(int argc, char** argv) {
       elapsed = std::chrono::duration<double>(end - begin).count();
     }
     const pt::Totals totals = pt::Take();
+    const int64_t decoded = Fp8TilesRunDecoded() - decoded_before;
     // And after: the peak is the higher (contention only lowers a pass).
     const double peak = std::max(
         peak_before, MeasureFmaGflops(targets.front(), threads, 3, kFmaLoopIterations / 4));
@@ -151,6 +167,10 @@ int Main(int argc, char** argv) {
                 p.name.c_str(), p.Id().c_str(), info.kernel.c_str(), times[times.size() / 2] * 1e3,
                 flops / times[times.size() / 2] * 1e-9,
                 100.0 * flops / times[times.size() / 2] * 1e-9 / peak, peak);
+    if (IsFp8(p.kv_dtype)) {  // microkernels-inl.h's Fp8RowsNeedDecoding
+      std::printf("  fp8 tiles run decoded (a special code or many subnormal ones): %.1f a call\n",
+                  static_cast<double>(decoded) / static_cast<double>(times.size()));
+    }
     // Thread-seconds per call of each phase; the threads' time is wall * threads.
     const double thread_seconds = wall * threads / calls;
     double accounted = 0;

@@ -201,7 +201,8 @@ HWY_INLINE VF LoadF32(DF df, const Fp8E5M2* HWY_RESTRICT p) {
 // below, masked off) and the magnitude under f32's exponent; that is the
 // value times 2^-kFp8Bias (120 = 127 - 7, 112 = 127 - 15), subnormal codes
 // included. Three integer operations per vector against LoadFp8AsF32's
-// eight (E4M3) or a conversion through f16 (E5M2): decode with an fp8
+// conversion through f16 and its NaN (x86 from AVX2 up; elsewhere eight
+// operations for E4M3, the f32 bits): decode with an fp8
 // cache is bound by these instructions (Zen 3, B8 H32/8 Tk4096 d128: 9.1
 // -> 6.4 ms with Fp8Folded).
 //   Fp8Finite<kE4M3>: times 2^kFp8Bias in the load (one multiply more);
@@ -287,20 +288,34 @@ HWY_INLINE bool FoldBelowLimit(const float* HWY_RESTRICT x, int64_t n, float fac
 //    a few in a tile at most, cheaper taken as assists than a decoded
 //    tile; a cache with one scale per tensor (vLLM's default scale is 1)
 //    holds them in every tile wherever |x| < 2^-6 (E4M3; 2^-14 for E5M2),
-//    and LoadFp8AsF32 widens them through f16 on x86, without assists.
+//    and LoadFp8AsF32 widens them through f16 on x86 from AVX2 up, without
+//    assists. Counted there only (kFp8CountsSubnormal): SSE4's decoding
+//    makes the same f32 subnormals, and other CPUs (Arm's) take no assist.
 // The answer depends on the codes alone, not on how the runs split the
 // rows (so paged tiles take the path dense ones take). Per vector of
 // codes: an OR, a max (specials) and a min (exponent 0: a zero or a
 // subnormal code); only a tile with a code of exponent 0 is read again to
 // count the subnormal ones (zeros are harmless). Measured on B8 H32/8
-// Tk4096 d128 E4M3 FAST (24; a quarter of its tiles hold a subnormal code
-// on each side), phase_bench, Xeon with AMX, three alternating rounds: 2
-// threads 3.34-3.56 -> 3.49-3.78 ms against the specials alone, 1 thread
-// 6.70-7.33 -> 7.04-7.41; with one scale per tensor 100 -> 10.3 ms (1
-// thread). Counting as a saturating sum in the first pass instead (two
-// operations more a vector), or keeping the min per 1 KiB block and
-// recounting only the blocks it marks, was no faster.
+// Tk4096 d128 E4M3 FAST (24), phase_bench, Xeon with AMX, alternating
+// rounds, against the specials alone:
+//  - the suite's rows, their own scale (a quarter of the tiles hold a
+//    subnormal code on each side): 2 threads 3.43-3.69 -> 3.56-3.75 ms, 1
+//    thread 6.98-7.19 -> 7.06-7.54;
+//  - one scale per tensor, max|x| / 448 (about 2.6 subnormal codes in a
+//    64-key tile, left to their assists; most tiles counted again): 2
+//    threads 4.02-4.04 -> 4.21-4.32, 1 thread 7.81 -> 8.99;
+//  - unit scale (every tile decoded): 1 thread 106.6 -> 11.2 ms.
+// Tried and no better: a saturating sum of weights per code of exponent 0
+// in the first pass (two operations more a vector, counting again only
+// past the limit: 3.60-3.64 and 4.15-4.26 ms at 2 threads); the min kept
+// per 1 KiB block, counting again only the blocks it marks; the min taken
+// on every fourth row only (per-row loops cost more than they saved).
 constexpr size_t kFp8SubnormalCodesFolded = 8;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+constexpr bool kFp8CountsSubnormal = true;
+#else
+constexpr bool kFp8CountsSubnormal = false;
+#endif
 template <bool kE4M3, typename T>
 HWY_INLINE bool Fp8RowsNeedDecoding(const T* const* rows, const int64_t* begin, int count,
                                     size_t ld, size_t d) {
@@ -333,7 +348,7 @@ HWY_INLINE bool Fp8RowsNeedDecoding(const T* const* rows, const int64_t* begin, 
       for (; c + N <= row_codes; c += N) {
         const auto x = hn::Or(hn::LoadU(d8, row + c), others);
         most = hn::Max(most, x);
-        least = hn::Min(least, x);
+        if constexpr (kFp8CountsSubnormal) least = hn::Min(least, x);
       }
       for (; c < row_codes; ++c) {
         const uint8_t x = static_cast<uint8_t>(row[c] | kOthers);
@@ -343,7 +358,8 @@ HWY_INLINE bool Fp8RowsNeedDecoding(const T* const* rows, const int64_t* begin, 
     }
   }
   if (tail_most == 0xFF || !hn::AllFalse(d8, hn::Eq(most, hn::Set(d8, 0xFF)))) return true;
-  if (tail_least > kExponentZero && hn::AllTrue(d8, hn::Gt(least, hn::Set(d8, kExponentZero)))) {
+  if (!kFp8CountsSubnormal ||
+      (tail_least > kExponentZero && hn::AllTrue(d8, hn::Gt(least, hn::Set(d8, kExponentZero))))) {
     return false;
   }
   // Count the subnormal codes: (code & 0x7F) ^ kExponent is above kExponent

@@ -28,6 +28,7 @@
 #include "backends/highway/packed_scores-inl.h"
 #include "backends/highway/phase_timing.h"
 #include "backends/highway/ragged_schedule.h"
+#include "backends/highway/sdpa.h"
 #include "backends/highway/tile_loads-inl.h"
 #include "backends/highway/tiling.h"
 #include "backends/highway/workspace.h"
@@ -77,7 +78,8 @@ using highway_plan::Tiling;
 //            VBMI): Q and P rounded to bf16, the codes widened to bf16 by
 //            byte tables, vdpbf16ps (Fp8QDotK4, Fp8WeightedSumV4).
 //   fp8_fma: direct (decode) fp8 tiles that widen codes to f32 (Fp8Folded:
-//            Q and the V scales fold 2^bias, no special code), on CPUs
+//            Q and the V scales fold 2^bias, no special code and at most
+//            kFp8SubnormalCodesFolded subnormal ones), on CPUs
 //            whose vdpbf16ps does not outrun their FMAs (!PreferBF16Dot:
 //            Intel's, where it was measured), EXACT and FAST: Q.K by
 //            Fp8FmaQDotK4, P.V by the f32 kernels.
@@ -200,7 +202,9 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   float* HWY_RESTRICT bad = scratch + t.off_bad;
   const float kNegInf = -std::numeric_limits<float>::infinity();
   constexpr bool kScaled = kScaledStorage<T>;  // int8 or fp8: rows times scales
-  constexpr bool kCheckNaN = kFp8FastTag<T>;   // fp8 read without its special codes
+  // fp8 read without building its special codes, and with subnormal codes
+  // on f32 subnormals: checked for both (Fp8RowsNeedDecoding)
+  constexpr bool kCheckNaN = kFp8FastTag<T>;
   // fp8 codes under FAST (dots.fp8_bf16): Q.K and P.V in bf16 (P.V in f32
   // where a row must leave out a bad V row, or a weight is not finite).
   // Paged or strided fp8 rows take no burst of V rows into L1 below:
@@ -246,7 +250,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // (AheadRows: 8 KiB on, the next tile at d 128 under FAST) into L1 as
   // it goes, Q.K the K rows and P.V (WeightedSumV) the V rows, one
   // prefetch a line spread over the tile, so that the
-  // special-code check finds the V rows in L1 without a burst of them at
+  // check of the codes finds the V rows in L1 without a burst of them at
   // the tile's start. Against the K and V rows ahead into L2 during Q.K
   // and that burst, B8 H32/8 Tk4096 d128 E4M3 FAST decode (24), Xeon with
   // AMX, phase_bench, two threads, four alternating rounds: 3.94-4.11 ->
@@ -280,8 +284,9 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   }
   // K's rows before Q.K: many subnormal codes would cost the FMAs a
   // microcode assist each (Fp8RowsNeedDecoding), so such a tile goes back
-  // to the caller before any product. The rows are in L1 or L2 by now
-  // (the tile before asked for them), and Q.K reads them from L1 after.
+  // to the caller before any product. The tile before asked for the rows
+  // ahead (an item's first tile excepted), and Q.K reads them from L1
+  // after the check.
   if constexpr (kCheckNaN) {
     if (Fp8RowsNeedDecoding<kFp8TagE4M3<T>>(runs.k, runs.begin, runs.count, ldk,
                                             static_cast<size_t>(p.head_dim))) {
@@ -705,6 +710,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
           ATTNKIT_PHASE_MARK(phase_timer, kDecodeTile);
           continue;
         }
+        CountFp8TileRunDecoded();
       }
       PackedTileUpdate<T>(p, t, it, k0, nk, vis, runs, k_ahead, v_ahead, k_scales, v_scales, dots,
                           scratch);

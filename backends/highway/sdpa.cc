@@ -26,6 +26,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <algorithm>
+#include <atomic>
 
 #include "absl/strings/str_join.h"
 #include "backends/highway/sdpa.h"
@@ -34,6 +35,13 @@ HWY_AFTER_NAMESPACE();
 namespace attnkit {
 
 HWY_EXPORT(FlashForwardTarget);
+
+namespace {
+std::atomic<int64_t> fp8_tiles_run_decoded{0};
+}  // namespace
+
+int64_t Fp8TilesRunDecoded() { return fp8_tiles_run_decoded.load(std::memory_order_relaxed); }
+void CountFp8TileRunDecoded() { fp8_tiles_run_decoded.fetch_add(1, std::memory_order_relaxed); }
 
 absl::Status FlashAttention(const FlashParams& p, int64_t target, ThreadPool* pool, Workspace* ws,
                             FlashRunInfo* info) {

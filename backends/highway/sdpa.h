@@ -34,6 +34,13 @@ std::vector<int64_t> AvailableFlashTargets();
 // compiled or not supported by this CPU.
 absl::StatusOr<int64_t> ParseFlashTarget(const std::string& name);
 
+// fp8 decode tiles the folded reads handed back (a special code, or more
+// than a few subnormal codes: microkernels-inl.h's Fp8RowsNeedDecoding) and
+// that ran decoded instead, over the process's calls on every thread; for
+// tests and benchmarks. CountFp8TileRunDecoded adds one (sdpa-inl.h).
+int64_t Fp8TilesRunDecoded();
+void CountFp8TileRunDecoded();
+
 }  // namespace attnkit
 
 #endif  // ATTNKIT_BACKENDS_HIGHWAY_SDPA_H_

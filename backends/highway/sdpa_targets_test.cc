@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "backends/highway/flash_test_util.h"
 #include "backends/highway/highway_backend.h"
+#include "backends/highway/sdpa.h"
 #include "backends/highway/x86_dot.h"
 #include "harness/problem_data.h"
 #include "hwy/targets.h"
@@ -167,7 +168,7 @@ TEST_P(FlashTargetTest, Fp8DecodeTilesMatchTheOracle) {
           }
         }
       }
-      // 16 subnormal codes a row (more lanes than kFp8SubnormalLanesFolded).
+      // 16 subnormal codes a row (more than kFp8SubnormalCodesFolded a tile).
       for (int64_t j = 64; j < 192; ++j) {
         for (int64_t c = 0; c < 16; ++c) {
           k[a.k.Offset(1, 1, j, c)] = static_cast<uint8_t>(1 + (j + c) % mantissa);
@@ -190,6 +191,62 @@ TEST_P(FlashTargetTest, Fp8DecodeTilesMatchTheOracle) {
       EXPECT_EQ(fp8_dots, bf16_codes && mode == ComputeMode::kFast) << info.kernel;
       const bool fma_dots = info.kernel.find("qk=fp8fma") != std::string::npos;
       EXPECT_EQ(fma_dots, fma_codes) << info.kernel;
+    }
+  }
+}
+
+// Which fp8 decode tiles run decoded (Fp8TilesRunDecoded counts them): on
+// x86 targets from AVX2 up, where the folded reads would take a microcode
+// assist per subnormal code, a tile with more than 8 subnormal codes in K
+// (checked before Q.K) or in V (after it); none where the rows hold the
+// random inputs' few (their own scale per row) or 8 a tile, nor on SSE4
+// (whose decoding makes the same f32 subnormals), nor where the codes are
+// widened to bf16 by tables (AMD under FAST: no folded reads). Each run
+// against the oracle too.
+TEST_P(FlashTargetTest, Fp8TilesWithManySubnormalCodesRunDecoded) {
+  static Backend* backend = MakeHighwayBackend({/*num_threads=*/2}).release();
+  const bool counts = GetParam() <= HWY_AVX2;
+  const bool bf16_codes =
+      GetParam() <= HWY_AVX3 && x86_dot::HaveFp8BF16Dot() && x86_dot::PreferBF16Dot();
+  for (const auto& [kv, mode] : {std::pair{DType::kF8E4M3, ComputeMode::kExact},
+                                 {DType::kF8E5M2, ComputeMode::kFast},
+                                 {DType::kF8E4M3, ComputeMode::kFast}}) {
+    const uint8_t mantissa = kv == DType::kF8E4M3 ? 0x07 : 0x03;
+    // Subnormal codes planted in the first 16 keys of the tiles at keys 64
+    // and 128 (16-key tiles under EXACT, 64 under FAST) of KV head 1 of
+    // batch 1: none, 8 (in K), 9 (in K), 9 (in V) a tile; the random
+    // inputs' own codes of exponent 0 made normal first.
+    for (const auto& [planted, in_k] :
+         {std::pair<int64_t, bool>{0, true}, {8, true}, {9, true}, {9, false}}) {
+      const AttentionProblem p = TwoRowDecode(kv, mode, 301, 128);
+      absl::StatusOr<ProblemData> data = ProblemData::Random(p, 17);
+      ASSERT_TRUE(data.ok()) << data.status();
+      const AttentionArgs& a = data->args();
+      const uint8_t exponent_bits = kv == DType::kF8E4M3 ? 0x78 : 0x7C;
+      const uint8_t exponent_one = kv == DType::kF8E4M3 ? 0x08 : 0x04;
+      for (const TensorView* t : {&a.k, &a.v}) {
+        auto* all = static_cast<uint8_t*>(t->data);
+        for (int64_t i = 0; i < t->NumElements(); ++i) {
+          if ((all[i] & exponent_bits) == 0) all[i] |= exponent_one;
+        }
+      }
+      const TensorView& rows = in_k ? a.k : a.v;
+      auto* codes = static_cast<uint8_t*>(rows.data);
+      for (int64_t j : {64, 128}) {
+        for (int64_t i = 0; i < planted; ++i) {  // one a row
+          codes[rows.Offset(1, 1, j + i, 3 * i)] = static_cast<uint8_t>(1 + i % mantissa);
+        }
+      }
+      const int64_t before = Fp8TilesRunDecoded();
+      RunInfo info;
+      const absl::Status s = backend->Forward(p, a, &info);
+      ASSERT_TRUE(s.ok()) << p.Id() << ": " << s;
+      const int64_t decoded = Fp8TilesRunDecoded() - before;
+      const bool want = counts && planted > 8 && !(bf16_codes && mode == ComputeMode::kFast);
+      EXPECT_EQ(decoded > 0, want) << p.Id() << " planted " << planted << (in_k ? " in K" : " in V")
+                                   << ": " << decoded << " tiles decoded, kernel " << info.kernel;
+      const Comparison c = CompareToReference(p, a, ComputeReference(p, a));
+      EXPECT_TRUE(c.ok()) << p.Id() << ": " << c.first_failure;
     }
   }
 }

@@ -1,7 +1,8 @@
 // fp8 decode Q.K on f32 FMAs (x86_dot.h), for AVX-512 CPUs whose bf16
 // products do not outrun their FMAs (Intel's: PreferBF16Dot() false),
 // under EXACT and FAST: the tiles that widen codes to f32 without their
-// special codes (microkernels-inl.h's Fp8Folded). Compiled for AVX-512 by
+// special codes and with few subnormal ones (microkernels-inl.h's
+// Fp8Folded, Fp8RowsNeedDecoding). Compiled for AVX-512 by
 // its target attribute; callers check HaveFp8FmaDot().
 //
 // Why by hand: the flash loop's Highway kernel for these tiles
