@@ -316,22 +316,29 @@ constexpr bool kFp8CountsSubnormal = true;
 #else
 constexpr bool kFp8CountsSubnormal = false;
 #endif
+// Calls visit(codes, n) for the tile's fp8 rows run by run (the runs as
+// Fp8RowsNeedDecoding takes them), each row a span of d codes, or a run's
+// rows back to back (ld == d) one span of all their codes.
+template <typename T, class Visit>
+HWY_INLINE void ForEachFp8Span(const T* const* rows, const int64_t* begin, int count, size_t ld,
+                               size_t d, const Visit& visit) {
+  static_assert(sizeof(T) == 1, "fp8 codes");
+  for (int r = 0; r < count; ++r) {
+    const uint8_t* first = reinterpret_cast<const uint8_t*>(rows[r]);
+    const size_t n = static_cast<size_t>(begin[r + 1] - begin[r]);
+    if (ld == d) {
+      visit(first, n * d);
+    } else {
+      for (size_t j = 0; j < n; ++j) visit(first + j * ld, d);
+    }
+  }
+}
+
 template <bool kE4M3, typename T>
 HWY_INLINE bool Fp8RowsNeedDecoding(const T* const* rows, const int64_t* begin, int count,
                                     size_t ld, size_t d) {
-  static_assert(sizeof(T) == 1, "fp8 codes");
   const hn::ScalableTag<uint8_t> d8;
   const size_t N = hn::Lanes(d8);
-  // Run r as n_r rows of d_r codes (rows back to back: one row of n * d).
-  auto shape = [&](int r, size_t& n, size_t& row_codes) {
-    n = static_cast<size_t>(begin[r + 1] - begin[r]);
-    row_codes = d;
-    if (ld == d) {
-      row_codes *= n;
-      n = 1;
-    }
-  };
-  auto codes_of = [&](int r) { return reinterpret_cast<const uint8_t*>(rows[r]); };
   constexpr uint8_t kOthers = kE4M3 ? 0x80 : 0x83;  // the bits that do not decide specials
   // code | kOthers at most this: exponent 0 (a zero or a subnormal code)
   constexpr uint8_t kExponentZero = kE4M3 ? 0x87 : 0x83;
@@ -339,24 +346,19 @@ HWY_INLINE bool Fp8RowsNeedDecoding(const T* const* rows, const int64_t* begin, 
   auto most = hn::Zero(d8);        // 0xFF in a lane iff a special code
   auto least = hn::Set(d8, 0xFF);  // at most kExponentZero iff a zero or subnormal code
   uint8_t tail_most = 0, tail_least = 0xFF;
-  for (int r = 0; r < count; ++r) {
-    size_t n, row_codes;
-    shape(r, n, row_codes);
-    for (size_t j = 0; j < n; ++j) {
-      const uint8_t* HWY_RESTRICT row = codes_of(r) + j * ld;
-      size_t c = 0;
-      for (; c + N <= row_codes; c += N) {
-        const auto x = hn::Or(hn::LoadU(d8, row + c), others);
-        most = hn::Max(most, x);
-        if constexpr (kFp8CountsSubnormal) least = hn::Min(least, x);
-      }
-      for (; c < row_codes; ++c) {
-        const uint8_t x = static_cast<uint8_t>(row[c] | kOthers);
-        tail_most = std::max(tail_most, x);
-        tail_least = std::min(tail_least, x);
-      }
+  ForEachFp8Span(rows, begin, count, ld, d, [&](const uint8_t* HWY_RESTRICT codes, size_t n) {
+    size_t c = 0;
+    for (; c + N <= n; c += N) {
+      const auto x = hn::Or(hn::LoadU(d8, codes + c), others);
+      most = hn::Max(most, x);
+      if constexpr (kFp8CountsSubnormal) least = hn::Min(least, x);
     }
-  }
+    for (; c < n; ++c) {
+      const uint8_t x = static_cast<uint8_t>(codes[c] | kOthers);
+      tail_most = std::max(tail_most, x);
+      tail_least = std::min(tail_least, x);
+    }
+  });
   if (tail_most == 0xFF || !hn::AllFalse(d8, hn::Eq(most, hn::Set(d8, 0xFF)))) return true;
   if (!kFp8CountsSubnormal ||
       (tail_least > kExponentZero && hn::AllTrue(d8, hn::Gt(least, hn::Set(d8, kExponentZero))))) {
@@ -370,19 +372,14 @@ HWY_INLINE bool Fp8RowsNeedDecoding(const T* const* rows, const int64_t* begin, 
   const auto magnitude = hn::Set(d8, 0x7F);
   const auto exponent = hn::Set(d8, kExponent);
   size_t subnormal = 0;
-  for (int r = 0; r < count; ++r) {
-    size_t n, row_codes;
-    shape(r, n, row_codes);
-    for (size_t j = 0; j < n; ++j) {
-      const uint8_t* HWY_RESTRICT row = codes_of(r) + j * ld;
-      size_t c = 0;
-      for (; c + N <= row_codes; c += N) {
-        const auto flipped = hn::Xor(hn::And(hn::LoadU(d8, row + c), magnitude), exponent);
-        subnormal += hn::CountTrue(d8, hn::Gt(flipped, exponent));
-      }
-      for (; c < row_codes; ++c) subnormal += ((row[c] & 0x7F) ^ kExponent) > kExponent;
+  ForEachFp8Span(rows, begin, count, ld, d, [&](const uint8_t* HWY_RESTRICT codes, size_t n) {
+    size_t c = 0;
+    for (; c + N <= n; c += N) {
+      const auto flipped = hn::Xor(hn::And(hn::LoadU(d8, codes + c), magnitude), exponent);
+      subnormal += hn::CountTrue(d8, hn::Gt(flipped, exponent));
     }
-  }
+    for (; c < n; ++c) subnormal += ((codes[c] & 0x7F) ^ kExponent) > kExponent;
+  });
   return subnormal > kFp8SubnormalCodesFolded;
 }
 
