@@ -227,7 +227,8 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   //  - int8 with VNNI products on both sides, fp8 and bf16 under FAST
   //    (l1_rows):
   //    into L1 from inside their kernels (x86_dot::L1Rows says why and
-  //    what it measured), Q.K also taking the tile's own V rows.
+  //    what it measured), Q.K also taking the tile's own V rows (int8:
+  //    P.V the next tile's K rows instead, int8_next_k below).
   //  - f32 and 16-bit rows under f32 products (pv_prefetches_v): P.V's
   //    WeightedSumV brings the V rows ahead (AheadRows). B8 H32/8 Tk4096
   //    d128 decode, caches swept before each call, seven alternating rounds
@@ -263,12 +264,25 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     return x86_dot::L1Rows{reinterpret_cast<const uint8_t*>(rows), ld * sizeof(T),
                            static_cast<size_t>(values) * sizeof(T), count};
   };
-  x86_dot::L1Rows pv_next_v;  // l1_rows: the V rows of the tile after, for P.V
-  if (l1_rows) {              // tiles start at multiples of key_tile: the next one at k0 + nk
+  // int8 under VNNI products on both sides, dense rows (int8_next_k): P.V
+  // takes the next tile's K rows into L1 instead of its V rows, and Q.K
+  // asks for no rows ahead into L2 (the hardware's streams bring them),
+  // only the tile's own V rows into L1. So every row reaches L1 a kernel
+  // before the kernel that reads it, and no prefetch to L2 holds a fill
+  // buffer a whole memory latency. B8 H32/8 Tk4096 d128 int8 FAST decode
+  // (19), Xeon with AMX, AVX3_DL, phase_bench, two threads, alternating
+  // runs: 2.18-2.28 -> 2.02-2.13 ms (each round won); without the rows
+  // ahead alone 2.19-2.29, the next K alone 2.27-2.34.
+  const bool int8_next_k = int8_vnni_pv && l1_rows;
+  x86_dot::L1Rows pv_next;  // l1_rows: the next tile's V rows (int8_next_k: K rows), for P.V
+  if (l1_rows) {            // tiles start at multiples of key_tile: the next one at k0 + nk
     const int64_t next = k0 + nk, count = std::min(t.key_tile, it.k_end - next);
-    if (count > 0) {
-      pv_next_v = l1_of(static_cast<const T*>(p.v.data) + p.kv_rows.Offset(p.v, it.b, it.g, next),
-                        ldv, p.value_dim, static_cast<size_t>(count));
+    if (count > 0 && int8_next_k) {
+      pv_next = l1_of(static_cast<const T*>(p.k.data) + p.kv_rows.Offset(p.k, it.b, it.g, next),
+                      ldk, p.head_dim, static_cast<size_t>(count));
+    } else if (count > 0) {
+      pv_next = l1_of(static_cast<const T*>(p.v.data) + p.kv_rows.Offset(p.v, it.b, it.g, next),
+                      ldv, p.value_dim, static_cast<size_t>(count));
     }
   }
   if ((kCheckNaN && !fp8_fma_l1) || (int8_vnni_pv && !l1_rows)) {
@@ -319,7 +333,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
                ldk, static_cast<size_t>(p.head_dim), keys, sg + j0 * kGroupRows, kGroupRows,
                reinterpret_cast<const int8_t*>(ka.rows), ka.ld,
                l1_rows ? nullptr : reinterpret_cast<const int8_t*>(va.rows), va.ld,
-               std::min(ka.count, va.count), v_l1);
+               int8_next_k ? 0 : std::min(ka.count, va.count), v_l1);
       } else if (bf16_dec) {  // bf16 Q rows (LoadQueryRowsBF16): scale * q.k
         x86_dot::BF16QDotK4(
             reinterpret_cast<const uint16_t*>(scratch + t.off_qb16) + g * kGroupRows * t.ldqb16,
@@ -432,10 +446,11 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     if constexpr (kScaled) {
       PackedScale(sg, static_cast<size_t>(nk4), v_scales, /*keep_zero=*/true);
     }
-    // The first group's P.V takes the next tile's V rows into L1: the
-    // kernels below as they go, the f32 products (which do not) here.
-    const x86_dot::L1Rows next_v = g == 0 ? pv_next_v : x86_dot::L1Rows{};
-    if (!int_pv && !fp8_pv && !bf16_pv) x86_dot::PrefetchL1Rows(next_v, 0, next_v.count);
+    // The first group's P.V takes the next tile's V rows (int8_next_k: K
+    // rows) into L1: the kernels below as they go, the f32 products (which
+    // do not) here.
+    const x86_dot::L1Rows next_rows = g == 0 ? pv_next : x86_dot::L1Rows{};
+    if (!int_pv && !fp8_pv && !bf16_pv) x86_dot::PrefetchL1Rows(next_rows, 0, next_rows.count);
     // The weights quantized to u8 and the tile's P.V one exact integer
     // sum per element, whatever its runs: unless a row's weights are not
     // finite (or tiny), which the f32 products below then take. The
@@ -447,19 +462,19 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     if (int_pv &&
         weighted_quads(sg, static_cast<size_t>(nk), reinterpret_cast<const int8_t* const*>(vrows),
                        static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp), alpha + r0,
-                       o + r0 * dvp, static_cast<size_t>(dvp), next_v)) {
+                       o + r0 * dvp, static_cast<size_t>(dvp), next_rows)) {
       continue;
     }
     if (bf16_pv && x86_dot::BF16WeightedSumV4(
                        sg, static_cast<size_t>(nk), reinterpret_cast<const uint16_t* const*>(vrows),
                        static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp), alpha + r0,
-                       o + r0 * dvp, static_cast<size_t>(dvp), next_v)) {
+                       o + r0 * dvp, static_cast<size_t>(dvp), next_rows)) {
       continue;
     }
     if (fp8_pv && x86_dot::Fp8WeightedSumV4(
                       sg, static_cast<size_t>(nk), reinterpret_cast<const uint8_t* const*>(vrows),
                       static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp), kE4M3Codes,
-                      alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp), next_v)) {
+                      alpha + r0, o + r0 * dvp, static_cast<size_t>(dvp), next_rows)) {
       continue;
     }
     const float* rescale = alpha + r0;  // the first product applies it
