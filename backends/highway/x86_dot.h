@@ -47,7 +47,9 @@ inline uint64_t RowBytesMask(size_t c, size_t n) {
 // round or all but one won). AVX2's AvxVnniQDotK4 and
 // AvxVnniWeightedQuadsV4 take them as the 512-bit kernels do.
 // (Fp8FmaQDotK4's caller passes the K rows ahead instead, and P.V takes
-// the V rows ahead: sdpa-inl.h's fp8_fma_l1.) Empty (count 0): nothing.
+// the V rows ahead: sdpa-inl.h's fp8_fma_l1. int8's passes P.V the next
+// tile's K rows, and Q.K no rows ahead: sdpa-inl.h's int8_next_k.)
+// Empty (count 0): nothing.
 struct L1Rows {
   const uint8_t* rows = nullptr;
   size_t ld = 0;     // bytes from one row to the next
@@ -180,7 +182,21 @@ double AmxBF16PeakLoop(int64_t iterations);
 // overlap); fp8 under FAST, the codes widened into L1 buffers for
 // tdpbf16ps (Q.K 10-13 and P.V 11-13 ns a key against vdpbf16ps's 16-17),
 // took 6.0-6.9 ms against 4.5-4.8 on f32 FMAs (a tile load waits for the
-// stores it reads to reach L1).
+// stores it reads to reach L1). Tried again with P.V on AMX too, with no
+// relayout of V: V's rows as stored are the right operand of tdpbusd (16
+// keys x 16 groups of 4 columns), the left one holds the u8 weights, row
+// (r, i) with row r's weight of key j in byte i of group j and zeros
+// elsewhere, so its sums (r, i) column n are row r's column 4 n + i
+// (bit for bit WeightedQuadsV4's results). One thread, rows in L1, ns a
+// key: Q.K 3.83 -> 1.57, P.V 4.05 -> 3.2 (the weights' stores, the tile
+// loads that wait for them and the sums' way back through memory
+// chain); two threads, the whole B8 problem's K and V in L1
+// (decode_floor_bench's in L1): both kernels 1.12-1.24 -> 0.85-0.93 ms,
+// P.V alone 0.67 either way. Streamed from the last-level cache they took
+// about the read loop plus their L1 time (1.9-2.6 against the vector
+// kernels' 1.7-2.0 ms, whichever rows were prefetched into L1 a tile
+// ahead), and in the decode, problem 19 at two threads, 2.5-2.9 ms
+// against 2.1-2.3.
 
 // ---- bf16 decode (x86_bf16_decode.cc) ----
 
