@@ -142,7 +142,7 @@ int Main(int argc, char** argv) {
     const double peak_before =
         MeasureFmaGflops(targets.front(), threads, 3, kFmaLoopIterations / 4);
     pt::Take();
-    const int64_t decoded_before = Fp8TilesRunDecoded();
+    const int64_t decoded_before = Fp8TilesRunDecoded(), half_before = Fp8TilesRunHalf();
     std::vector<double> times;
     const auto begin = std::chrono::steady_clock::now();
     double elapsed = 0;
@@ -155,6 +155,7 @@ int Main(int argc, char** argv) {
     }
     const pt::Totals totals = pt::Take();
     const int64_t decoded = Fp8TilesRunDecoded() - decoded_before;
+    const int64_t half = Fp8TilesRunHalf() - half_before;
     // And after: the peak is the higher (contention only lowers a pass).
     const double peak = std::max(
         peak_before, MeasureFmaGflops(targets.front(), threads, 3, kFmaLoopIterations / 4));
@@ -168,8 +169,10 @@ int Main(int argc, char** argv) {
                 flops / times[times.size() / 2] * 1e-9,
                 100.0 * flops / times[times.size() / 2] * 1e-9 / peak, peak);
     if (IsFp8(p.kv_dtype)) {  // microkernels-inl.h's Fp8RowsNeedDecoding
-      std::printf("  fp8 tiles run decoded (a special code or many subnormal ones): %.1f a call\n",
-                  static_cast<double>(decoded) / static_cast<double>(times.size()));
+      std::printf(
+          "  fp8 tiles run decoded (a special code): %.1f a call; through f16 (many subnormal "
+          "codes, E4M3): %.1f\n",
+          static_cast<double>(decoded) / calls, static_cast<double>(half) / calls);
     }
     // Thread-seconds per call of each phase; the threads' time is wall * threads.
     const double thread_seconds = wall * threads / calls;

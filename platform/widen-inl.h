@@ -42,6 +42,24 @@ HWY_INLINE hwy::HWY_NAMESPACE::Vec<DF> LoadF16AsF32(DF df, const hwy::float16_t*
 #endif
 }
 
+#if HWY_TARGET <= HWY_AVX2 && HWY_ARCH_X86
+// The Lanes(df) E4M3 codes at p times 2^-8, through f16 as LoadFp8AsF32
+// widens them before its multiply: exact for every code but the NaN ones
+// (S.1111.111, read as +-480 * 2^-8), subnormal codes included, and never
+// an f32 subnormal.
+template <class DF>
+HWY_INLINE hwy::HWY_NAMESPACE::Vec<DF> LoadE4M3TimesTwoToMinus8(DF df,
+                                                                const uint8_t* HWY_RESTRICT p) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const hn::Rebind<int16_t, DF> d16;
+  const auto wide =
+      hn::PromoteTo(d16, hn::LoadU(hn::Rebind<int8_t, DF>(), reinterpret_cast<const int8_t*>(p)));
+  const auto h = hn::And(hn::ShiftLeft<7>(wide), hn::Set(d16, static_cast<int16_t>(0xBF80)));
+  return hn::PromoteTo(df, hn::BitCast(dh, h));  // F16C: exact
+}
+#endif
+
 // The Lanes(df) fp8 codes at p (core/fp8.h; E4M3 when e4m3, else E5M2)
 // decoded to f32, exactly, from the bits.
 //  - E4M3 where the target converts f16 in hardware (x86 AVX2 and up: F16C):
@@ -69,11 +87,7 @@ HWY_INLINE hwy::HWY_NAMESPACE::Vec<DF> LoadFp8AsF32(DF df, const uint8_t* HWY_RE
 #if HWY_TARGET <= HWY_AVX2 && HWY_ARCH_X86
   const hn::Rebind<hwy::float16_t, DF> dh;
   if (e4m3) {
-    const hn::Rebind<int16_t, DF> d16;
-    const auto wide =
-        hn::PromoteTo(d16, hn::LoadU(hn::Rebind<int8_t, DF>(), reinterpret_cast<const int8_t*>(p)));
-    const auto h = hn::And(hn::ShiftLeft<7>(wide), hn::Set(d16, static_cast<int16_t>(0xBF80)));
-    const auto value = hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, h)), hn::Set(df, 0x1p8f));
+    const auto value = hn::Mul(LoadE4M3TimesTwoToMinus8(df, p), hn::Set(df, 0x1p8f));
     const auto nan = hn::Eq(hn::Abs(value), hn::Set(df, 480.0f));  // S.1111.111 read as finite
     return hn::IfThenElse(nan, hn::Set(df, std::numeric_limits<float>::quiet_NaN()), value);
   }

@@ -245,6 +245,37 @@ HWY_INLINE VF LoadF32(DF df, const Fp8Folded<kE4M3>* HWY_RESTRICT p) {
   return LoadFp8TimesTwoToMinusBias<kE4M3>(df, reinterpret_cast<const uint8_t*>(p));
 }
 
+// Fp8HalfFolded: E4M3 codes of a tile that holds no special code but many
+// subnormal ones (Fp8RowsNeedDecoding true, Fp8RowsHaveSpecial false), as
+// one cached with a single scale per tensor (vLLM's default scale is 1)
+// holds in most tiles: on x86 from AVX2 up (kFp8CountsSubnormal), widened
+// through f16 as LoadFp8AsF32 widens them but without its multiply by 2^8
+// and its NaN, to the value times 2^-8, exact and never an f32 subnormal.
+// The 2^8 is left to the other factor as Fp8Folded leaves its 2^bias: Q
+// rows and the V scales times kFp8HalfFactor, where neither can overflow
+// (FoldBelowLimit), so the products equal the decoded path's. Five
+// operations a vector against the decoding's nine. B8 H32/8 Tk4096 d128
+// E4M3 decode, K and V from N(0, 1) stored with scale 1 (every tile holds
+// many subnormal codes: phase_bench's unit-scale), Xeon with AMX, two
+// alternating rounds, decoded -> through f16: FAST (24) 2 threads
+// 5.54-5.67 -> 4.67-4.69 ms, 1 thread 10.65-10.76 -> 8.60-8.80; EXACT (23)
+// 6.71-6.83 -> 5.91-6.03 and 12.15-12.16 -> 10.68-10.69. (The folded reads
+// of the suite's own-scale rows: 24 at 3.9-4.0 and 8.1-8.5 in the same
+// runs.) The checks it adds (Fp8RowsHaveSpecial on K and V) run only on
+// tiles handed back.
+struct Fp8HalfFolded {
+  uint8_t bits;
+};
+constexpr float kFp8HalfFactor = 0x1p8f;
+HWY_INLINE VF LoadF32(DF df, const Fp8HalfFolded* HWY_RESTRICT p) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  return LoadE4M3TimesTwoToMinus8(df, reinterpret_cast<const uint8_t*>(p));
+#else  // (not taken there: the same values from the f32 bits)
+  return hn::Mul(LoadFp8TimesTwoToMinusBias<true>(df, reinterpret_cast<const uint8_t*>(p)),
+                 hn::Set(df, 0x1p112f));
+#endif
+}
+
 // folded[i] = x[i] * factor for i < n, and true, where every finite x[i]
 // is below kFp8FoldLimit in magnitude (NaN and Inf stay what they are);
 // else false (folded is then unspecified). For Q rows and V row scales.
@@ -289,8 +320,9 @@ HWY_INLINE bool FoldBelowLimit(const float* HWY_RESTRICT x, int64_t n, float fac
 //    tile; a cache with one scale per tensor (vLLM's default scale is 1)
 //    holds them in every tile wherever |x| < 2^-6 (E4M3; 2^-14 for E5M2),
 //    and LoadFp8AsF32 widens them through f16 on x86 from AVX2 up, without
-//    assists. Counted there only (kFp8CountsSubnormal): SSE4's decoding
-//    makes the same f32 subnormals, and other CPUs (Arm's) take no assist.
+//    assists (E4M3 tiles without a special code: Fp8HalfFolded, the same
+//    widening without its multiply and NaN). Counted there only (kFp8CountsSubnormal): SSE4's
+//    decoding makes the same f32 subnormals, and other CPUs (Arm's) take no assist.
 // The answer depends on the codes alone, not on how the runs split the
 // rows (so paged tiles take the path dense ones take). Per vector of
 // codes: an OR, a max (specials) and a min (exponent 0: a zero or a
@@ -334,9 +366,11 @@ HWY_INLINE void ForEachFp8Span(const T* const* rows, const int64_t* begin, int c
   }
 }
 
-template <bool kE4M3, typename T>
-HWY_INLINE bool Fp8RowsNeedDecoding(const T* const* rows, const int64_t* begin, int count,
-                                    size_t ld, size_t d) {
+// Fp8RowsNeedDecoding, and with kCountSubnormal false its specials alone
+// (Fp8RowsHaveSpecial).
+template <bool kE4M3, bool kCountSubnormal, typename T>
+HWY_INLINE bool Fp8RowsCheck(const T* const* rows, const int64_t* begin, int count, size_t ld,
+                             size_t d) {
   const hn::ScalableTag<uint8_t> d8;
   const size_t N = hn::Lanes(d8);
   constexpr uint8_t kOthers = kE4M3 ? 0x80 : 0x83;  // the bits that do not decide specials
@@ -351,7 +385,7 @@ HWY_INLINE bool Fp8RowsNeedDecoding(const T* const* rows, const int64_t* begin, 
     for (; c + N <= n; c += N) {
       const auto x = hn::Or(hn::LoadU(d8, codes + c), others);
       most = hn::Max(most, x);
-      if constexpr (kFp8CountsSubnormal) least = hn::Min(least, x);
+      if constexpr (kCountSubnormal) least = hn::Min(least, x);
     }
     for (; c < n; ++c) {
       const uint8_t x = static_cast<uint8_t>(codes[c] | kOthers);
@@ -360,7 +394,7 @@ HWY_INLINE bool Fp8RowsNeedDecoding(const T* const* rows, const int64_t* begin, 
     }
   });
   if (tail_most == 0xFF || !hn::AllFalse(d8, hn::Eq(most, hn::Set(d8, 0xFF)))) return true;
-  if (!kFp8CountsSubnormal ||
+  if (!kCountSubnormal ||
       (tail_least > kExponentZero && hn::AllTrue(d8, hn::Gt(least, hn::Set(d8, kExponentZero))))) {
     return false;
   }
@@ -382,6 +416,17 @@ HWY_INLINE bool Fp8RowsNeedDecoding(const T* const* rows, const int64_t* begin, 
   });
   return subnormal > kFp8SubnormalCodesFolded;
 }
+template <bool kE4M3, typename T>
+HWY_INLINE bool Fp8RowsNeedDecoding(const T* const* rows, const int64_t* begin, int count,
+                                    size_t ld, size_t d) {
+  return Fp8RowsCheck<kE4M3, kFp8CountsSubnormal>(rows, begin, count, ld, d);
+}
+// Whether the rows (as Fp8RowsNeedDecoding takes them) hold a special code.
+template <bool kE4M3, typename T>
+HWY_INLINE bool Fp8RowsHaveSpecial(const T* const* rows, const int64_t* begin, int count, size_t ld,
+                                   size_t d) {
+  return Fp8RowsCheck<kE4M3, false>(rows, begin, count, ld, d);
+}
 
 template <typename T>
 constexpr bool kFp8FastTag =
@@ -394,12 +439,14 @@ constexpr bool kFp8TagE4M3 =
 template <typename T>
 constexpr bool kFp8FoldedTag =
     std::is_same<T, Fp8Folded<true>>::value || std::is_same<T, Fp8Folded<false>>::value;
+template <typename T>
+constexpr bool kFp8HalfTag = std::is_same<T, Fp8HalfFolded>::value;
 
 // K/V storage read times a row scale applied to the scores and weights
 // (ScaleKeyColumns, PackedScale): int8 and the fp8 tags.
 template <typename T>
 constexpr bool kScaledStorage = std::is_same<T, int8_t>::value || std::is_same<T, Fp8E4M3>::value ||
-                                kFp8FastTag<T> || std::is_same<T, Fp8E5M2>::value;
+                                kFp8FastTag<T> || kFp8HalfTag<T> || std::is_same<T, Fp8E5M2>::value;
 
 // Storage tag: bf16 K/V rows read two f32 vectors at a time. One load of
 // 2 * Lanes bf16 as 32-bit lanes gives both (a bf16 is the upper half of an

@@ -16,6 +16,7 @@
 
 #include "backends/highway/microkernels-inl.h"
 #include "backends/highway/x86_dot.h"
+#include "core/fp8.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
 #include "hwy/tests/hwy_gtest.h"
@@ -717,8 +718,16 @@ void CheckFp8RowsNeedDecoding() {
           }
           return whole;
         };
+        // Fp8RowsHaveSpecial: the specials alone (whatever the subnormal
+        // codes), one run.
+        auto has_special = [&] {
+          const uint8_t* one[1] = {rows.data()};
+          const int64_t one_begin[2] = {0, static_cast<int64_t>(n)};
+          return Fp8RowsHaveSpecial<kE4M3>(one, one_begin, 1, ld, d);
+        };
         fill();
         EXPECT_FALSE(need());
+        EXPECT_FALSE(has_special());
         // Every special code, at the first, a middle and the last place.
         for (int code = 0; code < 256; ++code) {
           const bool special = kE4M3 ? (code & 0x7F) == 0x7F : (code & kExponent) == kExponent;
@@ -728,6 +737,7 @@ void CheckFp8RowsNeedDecoding() {
             fill();
             at(row, col) = static_cast<uint8_t>(code);
             EXPECT_TRUE(need()) << code << " at " << row << "," << col;
+            EXPECT_TRUE(has_special()) << code << " at " << row << "," << col;
           }
         }
         // Zeros (both signs) everywhere.
@@ -751,6 +761,7 @@ void CheckFp8RowsNeedDecoding() {
             zeros();
             for (size_t i = 0; i < count; ++i) at(n - 1, i) = subnormal(i);
             EXPECT_EQ(need(), kFp8CountsSubnormal && count > kLimit) << count << " in a row";
+            EXPECT_FALSE(has_special()) << count << " in a row";
             zeros();
             for (size_t i = 0; i < count; ++i) at(0, d - 1 - i) = subnormal(i);
             EXPECT_EQ(need(), kFp8CountsSubnormal && count > kLimit)
@@ -770,6 +781,28 @@ void CheckFp8RowsNeedDecoding() {
 void TestFp8RowsNeedDecoding() {
   CheckFp8RowsNeedDecoding<true>();
   CheckFp8RowsNeedDecoding<false>();
+}
+
+// Fp8HalfFolded's read: every E4M3 code but the two NaN ones (which its
+// tiles never hold) is its value times 2^-8, exactly, subnormal codes
+// included, on every target.
+void TestFp8HalfFoldedLoad() {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  std::vector<uint8_t> codes(256 + N);  // code c at c
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>(i);
+  auto out = hwy::AllocateAligned<float>(N);
+  for (size_t c0 = 0; c0 < 256; c0 += N) {
+    hn::Store(LoadF32(df, reinterpret_cast<const Fp8HalfFolded*>(codes.data() + c0)), df,
+              out.get());
+    for (size_t i = 0; i < N && c0 + i < 256; ++i) {
+      const uint8_t code = static_cast<uint8_t>(c0 + i);
+      if ((code & 0x7F) == 0x7F) continue;
+      const float want = std::ldexp(Fp8CodeValue(code, /*e4m3=*/true), -8);
+      EXPECT_EQ(out[i], want) << "code " << int{code};
+      EXPECT_EQ(std::signbit(out[i]), std::signbit(want)) << "code " << int{code};
+    }
+  }
 }
 
 }  // namespace
@@ -794,5 +827,6 @@ HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestBF16Pairs);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestSoftmaxToBF16Pairs);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestSoftmaxScoreScale);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestFp8RowsNeedDecoding);
+HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestFp8HalfFoldedLoad);
 }  // namespace attnkit
 #endif

@@ -179,8 +179,9 @@ inline KernelShape KernelShapeOfTarget() {
 // alpha, O, the flags), when T is Fp8Finite or Fp8Folded (either format)
 // and the tile holds a special code (NaN; E5M2's Inf) or many subnormal
 // ones after all (Fp8RowsNeedDecoding): the caller then runs it as
-// Fp8E4M3 or Fp8E5M2, which build the special values and widen subnormal
-// codes without f32 subnormals (LoadFp8AsF32).
+// Fp8HalfFolded (E4M3 with subnormal codes alone, x86 from AVX2 up), or
+// as Fp8E4M3 or Fp8E5M2, which build the special values and widen
+// subnormal codes without f32 subnormals (LoadFp8AsF32).
 template <typename T>
 bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0, int64_t nk,
                       TileVisibility vis, const TileRuns<T>& runs, const AheadRows<T>& k_ahead,
@@ -191,7 +192,9 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   const int64_t nk4 = RoundUp(nk, static_cast<int64_t>(PackedKeysPerVec()));
   const ScoreLayout lay{kGroupRows, RoundUp(t.key_tile, 4) * kGroupRows};
   const size_t n = static_cast<size_t>(nk4) * kGroupRows;  // floats per group tile
-  const float* HWY_RESTRICT qrows = scratch + (kFp8FoldedTag<T> ? t.off_qfold : t.off_q);
+  const float* HWY_RESTRICT qrows = scratch + (kFp8FoldedTag<T> ? t.off_qfold
+                                               : kFp8HalfTag<T> ? t.off_qhalf
+                                                                : t.off_q);
   float* HWY_RESTRICT s = scratch + t.off_s;
   float* HWY_RESTRICT o = scratch + t.off_o;
   float* HWY_RESTRICT m = scratch + t.off_m;
@@ -591,6 +594,10 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
           // Every row the row groups read: the zero rows past `rows` too.
           q_folds = FoldBelowLimit(qrows, mp * dp, kFp8TwoToBias<std::is_same<T, Fp8E4M3>::value>,
                                    scratch + t.off_qfold);
+          // (The same limit: Q folds by 2^8 exactly where it folds by 2^bias.)
+          if (std::is_same<T, Fp8E4M3>::value && kFp8CountsSubnormal && q_folds) {
+            FoldBelowLimit(qrows, mp * dp, kFp8HalfFactor, scratch + t.off_qhalf);
+          }
         }
       }
     } else if (bf16_qk) {
@@ -709,8 +716,10 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
         // fp8 decodes at about half the cost where a tile holds no special
         // code and few subnormal ones (Fp8Finite), cheaper still with the 2^bias
         // folded into Q and the V scales where neither can overflow
-        // (Fp8Folded); a tile that holds one runs again decoded
-        // (LoadFp8AsF32: NaN and Inf built, subnormal codes through f16).
+        // (Fp8Folded); a tile that holds one runs again through f16
+        // (Fp8HalfFolded: E4M3 without a special code, x86 from AVX2 up) or
+        // decoded (LoadFp8AsF32: NaN and Inf built, subnormal codes through
+        // f16).
         constexpr bool kE4M3 = std::is_same<T, Fp8E4M3>::value;
         // The tile's storage read as tag U (the type of `tag`).
         auto update_as = [&](auto tag, const float* HWY_RESTRICT value_scales) HWY_ATTR {
@@ -724,6 +733,21 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
                   : update_as(Fp8Finite<kE4M3>{}, v_scales)) {
           ATTNKIT_PHASE_MARK(phase_timer, kDecodeTile);
           continue;
+        }
+        // E4M3 handed back for its subnormal codes alone: through f16, the
+        // 2^8 folded into Q and the V scales (Fp8HalfFolded).
+        if constexpr (kE4M3 && kFp8CountsSubnormal) {
+          const size_t d_k = static_cast<size_t>(p.head_dim),
+                       d_v = static_cast<size_t>(p.value_dim);
+          if (q_folds && FoldBelowLimit(v_scales, nk, kFp8HalfFactor, v_folded) &&
+              !Fp8RowsHaveSpecial<true>(runs.k, runs.begin, runs.count, runs.ldk, d_k) &&
+              !Fp8RowsHaveSpecial<true>(runs.v, runs.begin, runs.count, runs.ldv, d_v)) {
+            if (update_as(Fp8HalfFolded{}, v_folded)) {  // (it checks no codes: true)
+              CountFp8TileRunHalf();
+              ATTNKIT_PHASE_MARK(phase_timer, kDecodeTile);
+              continue;
+            }
+          }
         }
         CountFp8TileRunDecoded();
       }

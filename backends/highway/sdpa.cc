@@ -38,10 +38,13 @@ HWY_EXPORT(FlashForwardTarget);
 
 namespace {
 std::atomic<int64_t> fp8_tiles_run_decoded{0};
+std::atomic<int64_t> fp8_tiles_run_half{0};
 }  // namespace
 
 int64_t Fp8TilesRunDecoded() { return fp8_tiles_run_decoded.load(std::memory_order_relaxed); }
 void CountFp8TileRunDecoded() { fp8_tiles_run_decoded.fetch_add(1, std::memory_order_relaxed); }
+int64_t Fp8TilesRunHalf() { return fp8_tiles_run_half.load(std::memory_order_relaxed); }
+void CountFp8TileRunHalf() { fp8_tiles_run_half.fetch_add(1, std::memory_order_relaxed); }
 
 absl::Status FlashAttention(const FlashParams& p, int64_t target, ThreadPool* pool, Workspace* ws,
                             FlashRunInfo* info) {

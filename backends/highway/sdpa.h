@@ -40,6 +40,12 @@ absl::StatusOr<int64_t> ParseFlashTarget(const std::string& name);
 // tests and benchmarks. CountFp8TileRunDecoded adds one (sdpa-inl.h).
 int64_t Fp8TilesRunDecoded();
 void CountFp8TileRunDecoded();
+// The E4M3 tiles the folded reads handed back for their subnormal codes
+// alone (no special code) that ran through f16 with the 2^8 folded
+// (microkernels-inl.h's Fp8HalfFolded: x86 from AVX2 up) instead, not
+// counted above; CountFp8TileRunHalf adds one.
+int64_t Fp8TilesRunHalf();
+void CountFp8TileRunHalf();
 
 }  // namespace attnkit
 

@@ -195,17 +195,20 @@ TEST_P(FlashTargetTest, Fp8DecodeTilesMatchTheOracle) {
   }
 }
 
-// Which fp8 decode tiles run decoded (Fp8TilesRunDecoded counts them): on
+// Which fp8 decode tiles the folded reads hand back, and how they run: on
 // x86 targets from AVX2 up, where the folded reads would take a microcode
 // assist per subnormal code, a tile with more than 8 subnormal codes in K
-// (checked before Q.K) or in V (after it); none where the rows hold the
-// random inputs' few (their own scale per row) or 8 a tile, nor on SSE4
-// (whose decoding makes the same f32 subnormals), nor where the codes are
-// widened to bf16 by tables (AMD under FAST: no folded reads). Each run
-// against the oracle too.
+// (checked before Q.K) or in V (after it) runs through f16 where it is
+// E4M3 with no special code (Fp8TilesRunHalf), decoded otherwise
+// (Fp8TilesRunDecoded: E5M2, or a NaN code beside them); none is handed
+// back where the rows hold the random inputs' few subnormal codes (their
+// own scale per row) or 8 a tile, nor on SSE4 (whose decoding makes the
+// same f32 subnormals), nor where the codes are widened to bf16 by tables
+// (AMD under FAST: no folded reads). Each run against the oracle too.
 TEST_P(FlashTargetTest, Fp8TilesWithManySubnormalCodesRunDecoded) {
   static Backend* backend = MakeHighwayBackend({/*num_threads=*/2}).release();
   const bool counts = GetParam() <= HWY_AVX2;
+  const bool folded_reads = GetParam() != HWY_SCALAR;  // (kHavePackedScores)
   const bool bf16_codes =
       GetParam() <= HWY_AVX3 && x86_dot::HaveFp8BF16Dot() && x86_dot::PreferBF16Dot();
   for (const auto& [kv, mode] : {std::pair{DType::kF8E4M3, ComputeMode::kExact},
@@ -214,10 +217,19 @@ TEST_P(FlashTargetTest, Fp8TilesWithManySubnormalCodesRunDecoded) {
     const uint8_t mantissa = kv == DType::kF8E4M3 ? 0x07 : 0x03;
     // Subnormal codes planted in the first 16 keys of the tiles at keys 64
     // and 128 (16-key tiles under EXACT, 64 under FAST) of KV head 1 of
-    // batch 1: none, 8 (in K), 9 (in K), 9 (in V) a tile; the random
-    // inputs' own codes of exponent 0 made normal first.
-    for (const auto& [planted, in_k] :
-         {std::pair<int64_t, bool>{0, true}, {8, true}, {9, true}, {9, false}}) {
+    // batch 1: none, 8 (in K), 9 (in K), 9 (in V), 9 (in K) and a NaN code
+    // in the V row of the tile's first key, a tile; the random inputs' own
+    // codes of exponent 0 made normal first.
+    struct Planting {
+      int64_t subnormal;
+      bool in_k;
+      bool nan;
+    };
+    for (const Planting& plant : {Planting{0, true, false},
+                                  {8, true, false},
+                                  {9, true, false},
+                                  {9, false, false},
+                                  {9, true, true}}) {
       const AttentionProblem p = TwoRowDecode(kv, mode, 301, 128);
       absl::StatusOr<ProblemData> data = ProblemData::Random(p, 17);
       ASSERT_TRUE(data.ok()) << data.status();
@@ -230,23 +242,32 @@ TEST_P(FlashTargetTest, Fp8TilesWithManySubnormalCodesRunDecoded) {
           if ((all[i] & exponent_bits) == 0) all[i] |= exponent_one;
         }
       }
-      const TensorView& rows = in_k ? a.k : a.v;
+      const TensorView& rows = plant.in_k ? a.k : a.v;
       auto* codes = static_cast<uint8_t*>(rows.data);
       for (int64_t j : {64, 128}) {
-        for (int64_t i = 0; i < planted; ++i) {  // one a row
+        for (int64_t i = 0; i < plant.subnormal; ++i) {  // one a row
           codes[rows.Offset(1, 1, j + i, 3 * i)] = static_cast<uint8_t>(1 + i % mantissa);
         }
+        if (plant.nan) static_cast<uint8_t*>(a.v.data)[a.v.Offset(1, 1, j, 5)] = 0x7F;
       }
-      const int64_t before = Fp8TilesRunDecoded();
+      const int64_t decoded_before = Fp8TilesRunDecoded(), half_before = Fp8TilesRunHalf();
       RunInfo info;
       const absl::Status s = backend->Forward(p, a, &info);
       ASSERT_TRUE(s.ok()) << p.Id() << ": " << s;
-      const int64_t decoded = Fp8TilesRunDecoded() - before;
-      const bool want = counts && planted > 8 && !(bf16_codes && mode == ComputeMode::kFast);
-      EXPECT_EQ(decoded > 0, want) << p.Id() << " planted " << planted << (in_k ? " in K" : " in V")
-                                   << ": " << decoded << " tiles decoded, kernel " << info.kernel;
+      const int64_t decoded = Fp8TilesRunDecoded() - decoded_before;
+      const int64_t half = Fp8TilesRunHalf() - half_before;
+      const bool handed_back = ((counts && plant.subnormal > 8) || (plant.nan && folded_reads)) &&
+                               !(bf16_codes && mode == ComputeMode::kFast);
+      const bool want_half = handed_back && counts && kv == DType::kF8E4M3 && !plant.nan;
+      const std::string where = p.Id() + " planted " + std::to_string(plant.subnormal) +
+                                (plant.in_k ? " in K" : " in V") + (plant.nan ? " and a NaN" : "");
+      EXPECT_EQ(half > 0, want_half)
+          << where << ": " << half << " tiles through f16, kernel " << info.kernel;
+      EXPECT_EQ(decoded > 0, handed_back && !want_half)
+          << where << ": " << decoded << " tiles decoded, kernel " << info.kernel;
       const Comparison c = CompareToReference(p, a, ComputeReference(p, a));
-      EXPECT_TRUE(c.ok()) << p.Id() << ": " << c.first_failure;
+      EXPECT_TRUE(c.ok()) << where << ": " << c.first_failure;
+      if (plant.nan) EXPECT_GT(c.poisoned_rows, 0) << where;
     }
   }
 }

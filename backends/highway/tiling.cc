@@ -128,6 +128,8 @@ Tiling PlanTiling(const FlashParams& p, const KernelShape& k) {
   // also Q rows as bf16 in x86_dot::Fp8QDotK4's block layout, [mp, 4 d]
   // two-byte values.
   t.off_qfold = take(t.packed && IsFp8(p.k.dtype) ? mp * t.dp : 0);
+  // and E4M3's times 2^8 (Fp8HalfFolded), [mp, dp].
+  t.off_qhalf = take(t.packed && p.k.dtype == DType::kF8E4M3 ? mp * t.dp : 0);
   t.off_qbf = take(t.packed && IsFp8(p.k.dtype) && p.round_q ? mp * 2 * d : 0);
   // Direct bf16 tiles under FAST: Q rows as bf16 for x86_dot::BF16QDotK4,
   // [mp, ldqb16] two-byte values, zero past d.

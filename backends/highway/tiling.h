@@ -120,6 +120,7 @@ struct Tiling {
   size_t off_qt, off_q, off_k, off_v, off_s, off_o, off_m, off_l, off_alpha, off_kb, off_ke,
       off_bad, off_row, off_qrow, off_pp, off_q8, off_qsum, off_qscale, off_alibi_slope,
       off_alibi_diag, off_qfold,  // off_qfold: fp8 direct Q rows times 2^bias
+      off_qhalf,                  // off_qhalf: E4M3 direct Q rows times 2^8 (Fp8HalfFolded)
       off_qbf,                    // off_qbf: fp8 direct Q rows as bf16 (FAST)
       off_qb16;                   // off_qb16: bf16 direct Q rows as bf16 (BF16QDotK4)
   int64_t ldq8;                   // bytes per int8 Q row of the VNNI tiles
