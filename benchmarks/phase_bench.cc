@@ -170,8 +170,9 @@ int Main(int argc, char** argv) {
                 100.0 * flops / times[times.size() / 2] * 1e-9 / peak, peak);
     if (IsFp8(p.kv_dtype)) {  // microkernels-inl.h's Fp8RowsNeedDecoding
       std::printf(
-          "  fp8 tiles run decoded (a special code): %.1f a call; through f16 (many subnormal "
-          "codes, E4M3): %.1f\n",
+          "  fp8 tiles handed back by the folded reads: decoded (a special code, E5M2's many "
+          "subnormal codes, or Q or a V scale too large to fold) %.1f a call; through f16 "
+          "(E4M3's many subnormal codes) %.1f\n",
           static_cast<double>(decoded) / calls, static_cast<double>(half) / calls);
     }
     // Thread-seconds per call of each phase; the threads' time is wall * threads.

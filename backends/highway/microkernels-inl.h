@@ -253,7 +253,9 @@ HWY_INLINE VF LoadF32(DF df, const Fp8Folded<kE4M3>* HWY_RESTRICT p) {
 // and its NaN, to the value times 2^-8, exact and never an f32 subnormal.
 // The 2^8 is left to the other factor as Fp8Folded leaves its 2^bias: Q
 // rows and the V scales times kFp8HalfFactor, where neither can overflow
-// (FoldBelowLimit), so the products equal the decoded path's. Five
+// (FoldBelowLimit against kFp8HalfFoldLimit), so the products equal the
+// decoded path's (but where a weight times its V scale is an f32
+// subnormal, which the fold may round with more bits, as Fp8Folded's). Five
 // operations a vector against the decoding's nine. B8 H32/8 Tk4096 d128
 // E4M3 decode, K and V from N(0, 1) stored with scale 1 (every tile holds
 // many subnormal codes: phase_bench's unit-scale), Xeon with AMX, two
@@ -267,6 +269,7 @@ struct Fp8HalfFolded {
   uint8_t bits;
 };
 constexpr float kFp8HalfFactor = 0x1p8f;
+constexpr float kFp8HalfFoldLimit = 0x1p119f;  // |q| and V scales below this fold by 2^8
 HWY_INLINE VF LoadF32(DF df, const Fp8HalfFolded* HWY_RESTRICT p) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   return LoadE4M3TimesTwoToMinus8(df, reinterpret_cast<const uint8_t*>(p));
@@ -277,15 +280,15 @@ HWY_INLINE VF LoadF32(DF df, const Fp8HalfFolded* HWY_RESTRICT p) {
 }
 
 // folded[i] = x[i] * factor for i < n, and true, where every finite x[i]
-// is below kFp8FoldLimit in magnitude (NaN and Inf stay what they are);
+// is below fold_limit in magnitude (NaN and Inf stay what they are);
 // else false (folded is then unspecified). For Q rows and V row scales.
 // Whole vectors, then the rest (the scalar loop was 2 % of an fp8 decode:
 // it runs on each tile's V scales).
 HWY_INLINE bool FoldBelowLimit(const float* HWY_RESTRICT x, int64_t n, float factor,
-                               float* HWY_RESTRICT folded) {
+                               float* HWY_RESTRICT folded, float fold_limit = kFp8FoldLimit) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const VF limit = hn::Set(df, kFp8FoldLimit);
+  const VF limit = hn::Set(df, fold_limit);
   const VF inf = hn::Set(df, std::numeric_limits<float>::infinity());
   const VF f = hn::Set(df, factor);
   VF over = hn::Zero(df);  // the largest finite |x| at or over the limit seen, else 0
@@ -298,7 +301,7 @@ HWY_INLINE bool FoldBelowLimit(const float* HWY_RESTRICT x, int64_t n, float fac
   }
   bool ok = hn::AllTrue(df, hn::Eq(over, hn::Zero(df)));
   for (; i < n; ++i) {
-    ok &= !(std::fabs(x[i]) >= kFp8FoldLimit) || !std::isfinite(x[i]);
+    ok &= !(std::fabs(x[i]) >= fold_limit) || !std::isfinite(x[i]);
     folded[i] = x[i] * factor;
   }
   return ok;

@@ -179,9 +179,10 @@ inline KernelShape KernelShapeOfTarget() {
 // alpha, O, the flags), when T is Fp8Finite or Fp8Folded (either format)
 // and the tile holds a special code (NaN; E5M2's Inf) or many subnormal
 // ones after all (Fp8RowsNeedDecoding): the caller then runs it as
-// Fp8HalfFolded (E4M3 with subnormal codes alone, x86 from AVX2 up), or
-// as Fp8E4M3 or Fp8E5M2, which build the special values and widen
-// subnormal codes without f32 subnormals (LoadFp8AsF32).
+// Fp8HalfFolded (E4M3 with subnormal codes alone, x86 from AVX2 up, Q and
+// the V scales below kFp8HalfFoldLimit), or as Fp8E4M3 or Fp8E5M2, which
+// build the special values and widen subnormal codes without f32
+// subnormals (LoadFp8AsF32).
 template <typename T>
 bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int64_t k0, int64_t nk,
                       TileVisibility vis, const TileRuns<T>& runs, const AheadRows<T>& k_ahead,
@@ -226,7 +227,8 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   const size_t ldk = runs.ldk, ldv = runs.ldv;
   // Dense rows (back to back, no stride, not paged) spread their memory
   // requests over the tile: Q.K brings the K rows ahead (AheadRows), P.V
-  // the V rows of the tile after, each a few lines a key.
+  // the V rows of the tile after, each a few lines a key (int8 on Intel:
+  // see int8_next_k).
   //  - int8 with VNNI products on both sides, fp8 and bf16 under FAST
   //    (l1_rows):
   //    into L1 from inside their kernels (x86_dot::L1Rows says why and
@@ -267,7 +269,9 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     return x86_dot::L1Rows{reinterpret_cast<const uint8_t*>(rows), ld * sizeof(T),
                            static_cast<size_t>(values) * sizeof(T), count};
   };
-  // int8 under VNNI products on both sides, dense rows (int8_next_k): P.V
+  // int8 under VNNI products on both sides, dense rows, on Intel's CPUs
+  // (int8_next_k; measured there only, and on Zen 5 an earlier schedule
+  // found P.V taking the next tile's V rows better than its K rows): P.V
   // takes the next tile's K rows into L1 instead of its V rows, and Q.K
   // asks for no rows ahead into L2 (the hardware's streams bring them),
   // only the tile's own V rows into L1. So every row reaches L1 a kernel
@@ -275,8 +279,9 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // buffer a whole memory latency. B8 H32/8 Tk4096 d128 int8 FAST decode
   // (19), Xeon with AMX, AVX3_DL, phase_bench, two threads, alternating
   // runs: 2.18-2.28 -> 2.02-2.13 ms (each round won); without the rows
-  // ahead alone 2.19-2.29, the next K alone 2.27-2.34.
-  const bool int8_next_k = int8_vnni_pv && l1_rows;
+  // ahead alone 2.19-2.29, the next K alone 2.27-2.34. The AVX2 target's
+  // AVX-VNNI kernels likewise: 2.85-2.94 -> 2.61-2.67.
+  const bool int8_next_k = int8_vnni_pv && l1_rows && x86_dot::IntelCpu();
   x86_dot::L1Rows pv_next;  // l1_rows: the next tile's V rows (int8_next_k: K rows), for P.V
   if (l1_rows) {            // tiles start at multiples of key_tile: the next one at k0 + nk
     const int64_t next = k0 + nk, count = std::min(t.key_tile, it.k_end - next);
@@ -572,9 +577,10 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
   const int64_t pair = 2 * static_cast<int64_t>(hn::Lanes(DF()));
   auto column_at = [&](int64_t c) { return c - c % pair + perm[c % pair]; };
   float* HWY_RESTRICT row = scratch + t.off_row;
-  // fp8: Q rows times 2^bias at off_qfold (Fp8Folded).
+  // fp8: Q rows times 2^bias at off_qfold (Fp8Folded), E4M3's times 2^8
+  // at off_qhalf (Fp8HalfFolded).
   constexpr bool kFp8 = std::is_same<T, Fp8E4M3>::value || std::is_same<T, Fp8E5M2>::value;
-  bool q_folds = false;
+  bool q_folds = false, q_halves = false;
   if (it.k_begin < it.k_end) {
     if (t.narrow && std::is_same<T, int8_t>::value && dots.vnni_qk) {
       LoadQueryInt8(p, t, it, static_cast<size_t>(t.ldq8),
@@ -594,9 +600,9 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
           // Every row the row groups read: the zero rows past `rows` too.
           q_folds = FoldBelowLimit(qrows, mp * dp, kFp8TwoToBias<std::is_same<T, Fp8E4M3>::value>,
                                    scratch + t.off_qfold);
-          // (The same limit: Q folds by 2^8 exactly where it folds by 2^bias.)
-          if (std::is_same<T, Fp8E4M3>::value && kFp8CountsSubnormal && q_folds) {
-            FoldBelowLimit(qrows, mp * dp, kFp8HalfFactor, scratch + t.off_qhalf);
+          if (std::is_same<T, Fp8E4M3>::value && kFp8CountsSubnormal) {
+            q_halves = FoldBelowLimit(qrows, mp * dp, kFp8HalfFactor, scratch + t.off_qhalf,
+                                      kFp8HalfFoldLimit);
           }
         }
       }
@@ -629,7 +635,8 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
                                          highway_plan::kPackedFp8KeyTile}),
                 "every direct tile fits the scale arrays");
   float k_scales[kScales] = {}, v_scales[kScales] = {};
-  // fp8: v_scales times 2^bias (Fp8Folded); unused where no target folds.
+  // fp8: v_scales times 2^bias (Fp8Folded), or E4M3's times 2^8
+  // (Fp8HalfFolded); unused where no target folds.
   [[maybe_unused]] float v_folded[kScales] = {};
   // Tiles start at multiples of key_tile (the item's first may be shorter).
   for (int64_t k0 = it.k_begin, nk = 0; k0 < it.k_end; k0 += nk) {
@@ -739,7 +746,8 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
         if constexpr (kE4M3 && kFp8CountsSubnormal) {
           const size_t d_k = static_cast<size_t>(p.head_dim),
                        d_v = static_cast<size_t>(p.value_dim);
-          if (q_folds && FoldBelowLimit(v_scales, nk, kFp8HalfFactor, v_folded) &&
+          if (q_halves &&
+              FoldBelowLimit(v_scales, nk, kFp8HalfFactor, v_folded, kFp8HalfFoldLimit) &&
               !Fp8RowsHaveSpecial<true>(runs.k, runs.begin, runs.count, runs.ldk, d_k) &&
               !Fp8RowsHaveSpecial<true>(runs.v, runs.begin, runs.count, runs.ldv, d_v)) {
             if (update_as(Fp8HalfFolded{}, v_folded)) {  // (it checks no codes: true)

@@ -115,14 +115,16 @@ void PlantSubnormalKV(const AttentionProblem& p, const AttentionArgs& a, int64_t
   }
 }
 
-// fp8 decode tiles take one of three decodes (sdpa-inl.h): the 2^bias
+// fp8 decode tiles take one of four reads (sdpa-inl.h): the 2^bias
 // folded into Q and the V scales, the 2^bias multiplied in where a factor
-// could overflow (|q| >= 2^7, a V scale >= 2^7), and NaN and Inf built
-// where a tile holds a special code (the tile runs again). Each against the
-// oracle, in both formats: batch 0's queries times 4000 (scaled, up to
-// 354), two V rows' scales 500, a few subnormal codes in every tile (taken
-// as they are), many in the tiles of keys 64-191 of one KV head's K and
-// another's V (so those tiles run decoded: Fp8RowsNeedDecoding), and a
+// could overflow (|q| >= 2^7, a V scale >= 2^7), and where a tile holds a
+// special code or many subnormal ones (the tile runs again) E4M3's
+// subnormal codes alone through f16 with 2^8 folded (x86 from AVX2 up),
+// the rest decoded, NaN and Inf built. Each against the oracle, in both
+// formats: batch 0's queries times 4000 (scaled, up to 354), two V rows'
+// scales 500, a few subnormal codes in every tile (taken as they are),
+// many in the tiles of keys 64-191 of one KV head's K and another's V
+// (so those tiles run again: Fp8RowsNeedDecoding), and a
 // special code (E4M3 NaN; E5M2 Inf, NaN) in the last key of one head's K
 // and another's V. Two query rows per head (causal): the first never sees
 // the last key, so it checks the rerun tile's finite output, the second
@@ -205,7 +207,7 @@ TEST_P(FlashTargetTest, Fp8DecodeTilesMatchTheOracle) {
 // own scale per row) or 8 a tile, nor on SSE4 (whose decoding makes the
 // same f32 subnormals), nor where the codes are widened to bf16 by tables
 // (AMD under FAST: no folded reads). Each run against the oracle too.
-TEST_P(FlashTargetTest, Fp8TilesWithManySubnormalCodesRunDecoded) {
+TEST_P(FlashTargetTest, Fp8TilesHandedBackRunThroughF16OrDecoded) {
   static Backend* backend = MakeHighwayBackend({/*num_threads=*/2}).release();
   const bool counts = GetParam() <= HWY_AVX2;
   const bool folded_reads = GetParam() != HWY_SCALAR;  // (kHavePackedScores)

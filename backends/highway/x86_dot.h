@@ -88,6 +88,9 @@ bool HaveBF16Dot();
 bool PreferBF16Dot();
 // The CPU has AVX512F/BW/VL and AVX512_VNNI.
 bool HaveVnni();
+// CPUID's vendor is GenuineIntel: for choices measured on Intel's CPUs only
+// (sdpa-inl.h's int8_next_k).
+bool IntelCpu();
 // The CPU has AVX2, FMA and AVX-VNNI (the VEX-encoded 256-bit vpdpbusd).
 bool HaveAvxVnni();
 
