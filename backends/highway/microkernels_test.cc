@@ -702,10 +702,10 @@ void CheckFp8RowsNeedDecoding() {
         // second run's rows copied elsewhere, the bytes around them
         // special).
         std::vector<uint8_t> second(n * ld + 64 + ld);
-        auto need = [&] {
+        auto one_and_split = [&](const auto& check) {
           const uint8_t* one[1] = {rows.data()};
           const int64_t one_begin[2] = {0, static_cast<int64_t>(n)};
-          const bool whole = Fp8RowsNeedDecoding<kE4M3>(one, one_begin, 1, ld, d);
+          const bool whole = check(one, one_begin, 1);
           if (n > 1) {
             std::fill(second.begin(), second.end(), outside);
             uint8_t* const copy = second.data() + ld;  // a row's worth of special bytes before
@@ -714,27 +714,20 @@ void CheckFp8RowsNeedDecoding() {
             }
             const uint8_t* two[2] = {rows.data(), copy};
             const int64_t two_begin[3] = {0, 1, static_cast<int64_t>(n)};
-            EXPECT_EQ(Fp8RowsNeedDecoding<kE4M3>(two, two_begin, 2, ld, d), whole) << "split";
+            EXPECT_EQ(check(two, two_begin, 2), whole) << "split";
           }
           return whole;
         };
-        // Fp8RowsHaveSpecial: the specials alone (whatever the subnormal
-        // codes), one run.
+        auto need = [&] {
+          return one_and_split([&](const uint8_t* const* r, const int64_t* begin, int count) {
+            return Fp8RowsNeedDecoding<kE4M3>(r, begin, count, ld, d);
+          });
+        };
+        // Fp8RowsHaveSpecial: the specials alone, whatever the subnormal codes.
         auto has_special = [&] {
-          const uint8_t* one[1] = {rows.data()};
-          const int64_t one_begin[2] = {0, static_cast<int64_t>(n)};
-          const bool whole = Fp8RowsHaveSpecial<kE4M3>(one, one_begin, 1, ld, d);
-          if (n > 1) {  // split as need() splits them
-            std::fill(second.begin(), second.end(), outside);
-            uint8_t* const copy = second.data() + ld;
-            for (size_t row = 1; row < n; ++row) {
-              std::copy_n(rows.data() + row * ld, d, copy + (row - 1) * ld);
-            }
-            const uint8_t* two[2] = {rows.data(), copy};
-            const int64_t two_begin[3] = {0, 1, static_cast<int64_t>(n)};
-            EXPECT_EQ(Fp8RowsHaveSpecial<kE4M3>(two, two_begin, 2, ld, d), whole) << "split";
-          }
-          return whole;
+          return one_and_split([&](const uint8_t* const* r, const int64_t* begin, int count) {
+            return Fp8RowsHaveSpecial<kE4M3>(r, begin, count, ld, d);
+          });
         };
         fill();
         EXPECT_FALSE(need());
