@@ -285,12 +285,11 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   x86_dot::L1Rows pv_next;  // l1_rows: the next tile's V rows (int8_next_k: K rows), for P.V
   if (l1_rows) {            // tiles start at multiples of key_tile: the next one at k0 + nk
     const int64_t next = k0 + nk, count = std::min(t.key_tile, it.k_end - next);
-    if (count > 0 && int8_next_k) {
-      pv_next = l1_of(static_cast<const T*>(p.k.data) + p.kv_rows.Offset(p.k, it.b, it.g, next),
-                      ldk, p.head_dim, static_cast<size_t>(count));
-    } else if (count > 0) {
-      pv_next = l1_of(static_cast<const T*>(p.v.data) + p.kv_rows.Offset(p.v, it.b, it.g, next),
-                      ldv, p.value_dim, static_cast<size_t>(count));
+    const TensorView& rows = int8_next_k ? p.k : p.v;
+    if (count > 0) {
+      pv_next = l1_of(static_cast<const T*>(rows.data) + p.kv_rows.Offset(rows, it.b, it.g, next),
+                      int8_next_k ? ldk : ldv, int8_next_k ? p.head_dim : p.value_dim,
+                      static_cast<size_t>(count));
     }
   }
   if ((kCheckNaN && !fp8_fma_l1) || (int8_vnni_pv && !l1_rows)) {

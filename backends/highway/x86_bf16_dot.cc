@@ -290,13 +290,23 @@ ATTNKIT_TARGET_BF16 double BF16DotPeakLoop(int64_t iterations) {
   return 64.0 * 16.0 * static_cast<double>(iterations);
 }
 
+namespace {
+// CPUID leaf 0's vendor string is `name` (12 characters).
+bool CpuVendorIs(const char* name) {
+  unsigned eax, vendor[3];
+  if (!__get_cpuid(0, &eax, &vendor[0], &vendor[2], &vendor[1])) return false;
+  return std::memcmp(vendor, name, 12) == 0;  // ebx, edx, ecx
+}
+}  // namespace
+
 bool PreferBF16Dot() {
-  static const bool prefer = [] {
-    unsigned eax, vendor[3];
-    if (!HaveBF16Dot() || !__get_cpuid(0, &eax, &vendor[0], &vendor[2], &vendor[1])) return false;
-    return std::memcmp(vendor, "AuthenticAMD", 12) == 0;  // ebx, edx, ecx
-  }();
+  static const bool prefer = HaveBF16Dot() && CpuVendorIs("AuthenticAMD");
   return prefer;
+}
+
+bool IntelCpu() {
+  static const bool intel = CpuVendorIs("GenuineIntel");
+  return intel;
 }
 
 bool HaveBF16Dot() {
@@ -317,6 +327,7 @@ namespace x86_dot {
 
 bool HaveBF16Dot() { return false; }
 bool PreferBF16Dot() { return false; }
+bool IntelCpu() { return false; }
 double BF16DotPeakLoop(int64_t) { return 0; }
 void BF16QDotK(const uint32_t*, size_t, const uint16_t*, size_t, size_t, size_t, size_t, float,
                float*, size_t) {}

@@ -7,10 +7,8 @@
 #include "platform/prefetch.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
 #include <immintrin.h>
 
-#include <cstring>
 #include <limits>
 
 // GCC 12's AVX-512 headers start some intrinsics from an undefined vector,
@@ -321,15 +319,6 @@ ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8
   return true;
 }
 
-bool IntelCpu() {
-  static const bool intel = [] {
-    unsigned eax, vendor[3];
-    if (!__get_cpuid(0, &eax, &vendor[0], &vendor[2], &vendor[1])) return false;
-    return std::memcmp(vendor, "GenuineIntel", 12) == 0;  // ebx, edx, ecx
-  }();
-  return intel;
-}
-
 bool HaveVnni() {
   static const bool have =
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -346,7 +335,6 @@ namespace attnkit {
 namespace x86_dot {
 
 bool HaveVnni() { return false; }
-bool IntelCpu() { return false; }
 void VnniQDotK4(const int8_t*, size_t, const int32_t*, const float*, const int8_t*, size_t, size_t,
                 size_t, float*, size_t, const int8_t*, size_t, const int8_t*, size_t, size_t,
                 const L1Rows&) {}
