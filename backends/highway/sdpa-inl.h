@@ -137,6 +137,8 @@ inline DotChoice ChooseDots(const FlashParams& p, const Tiling& t) {
   c.bf16_dec = t.bf16_dec;
   static_assert(kMaxKeyTile <= static_cast<int64_t>(x86_dot::kMaxWeightedQuadsKeys),
                 "WeightedQuadsV4's integer sums hold at most kMaxWeightedQuadsKeys keys");
+  static_assert(kProblemMaxHeadDim <= static_cast<int64_t>(x86_dot::kMaxVnniQDotD),
+                "VnniQDotK4 takes head dims up to kMaxVnniQDotD");
   static_assert(kProblemMaxHeadDim <= static_cast<int64_t>(x86_dot::kMaxFp8QDotD),
                 "Fp8QDotK4 takes head dims up to kMaxFp8QDotD");
   static_assert(kMaxKeyTile <= static_cast<int64_t>(x86_dot::kMaxAmxKeys),

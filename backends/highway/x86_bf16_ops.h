@@ -1,9 +1,10 @@
 // Small AVX-512 helpers the x86 dot-product kernels share
 // (x86_bf16_dot.cc, x86_bf16_decode.cc, x86_fp8_dot.cc, x86_fp8_fma.cc,
 // x86_amx_dot.cc): vdpbf16ps on integer-typed vectors, compiled for AVX-512
-// with BF16 by its target attribute, and the f32 levels of VnniQDotK4's
-// transposing reduction tree, compiled for AVX-512 alone (so that the fp8
-// FMA kernels, which need no BF16, inline them too). Each is inlined into
+// with BF16 by its target attribute, and the f32 levels of a transposing
+// reduction tree (16 vectors, four keys' four rows, to their 16 sums in
+// the packed order), compiled for AVX-512 alone (so that the fp8 FMA
+// kernels, which need no BF16, inline them too). Each is inlined into
 // kernels compiled for at least its target. Include only from those
 // translation units (x86-64 with GCC or Clang).
 #ifndef ATTNKIT_BACKENDS_HIGHWAY_X86_BF16_OPS_H_

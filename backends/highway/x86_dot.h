@@ -305,7 +305,7 @@ bool HaveFp8FmaDot();
 // 2^bias, microkernels-inl.h's Fp8Folded). Each product is of the f32 Q
 // value and the code's exact value, as the Highway kernels' are; the sums
 // f32 in another order. Four keys at a time share each Q vector, and one
-// transposing tree (VnniQDotK4's) leaves their 16 sums in order.
+// transposing tree (x86_bf16_ops.h) leaves their 16 sums in order.
 //   q:  f32 rows q + r * ldq, d values each (zero past d to d rounded up
 //       to 16: ldq at least that).
 //   k:  fp8 rows k + j * ldk, d codes each (any d: no byte past d is
@@ -328,13 +328,16 @@ void Fp8FmaQDotK4(const float* q, size_t ldq, const uint8_t* k, size_t ldk, size
 // s[j * lds + r] = row_scale[r] * sum_{c < d} Q[r, c] K[j, c] for r < 4,
 // j < keys, the integer sum exact (vpdpbusd on K + 128 as u8, less 128 *
 // sum_c Q[r, c]: q_sum128[r]).
-//   q:  int8 rows q + r * ldq (d values, d a multiple of 16).
+//   q:  int8 rows q + r * ldq (d values, d a multiple of 16 and at most
+//       kMaxVnniQDotD; zero past d to d rounded up to 64, ldq at least
+//       that).
 //   k:  int8 rows k + j * ldk (storage).
 // Also prefetches (into L2) the first `ahead` rows of pf_k and pf_v (rows
 // pf_k + j * ld_pf_k, pf_v + j * ld_pf_v), one K and one V row per key (K
 // alone where pf_v is null), to overlap memory with this tile's products as
 // the f32 kernels do; and into L1 the rows of l1 (L1Rows: the tile's V),
 // row j with key j.
+constexpr size_t kMaxVnniQDotD = 1024;  // core/problem.h's kProblemMaxHeadDim
 void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* q_sum128, const float* row_scale,
                 const int8_t* k, size_t ldk, size_t d, size_t keys, float* s, size_t lds,
                 const int8_t* pf_k, size_t ld_pf_k, const int8_t* pf_v, size_t ld_pf_v,

@@ -9,7 +9,7 @@
 // (QDotTwoKeys) issues the same widening and FMAs per code, but reduces
 // each pair of keys' 8 accumulators alone, and GCC copies accumulators
 // between registers at most steps. Here four keys share each Q vector and
-// one transposing tree (VnniQDotK4's) leaves their 16 sums in the packed
+// one transposing tree (x86_bf16_ops.h) leaves their 16 sums in the packed
 // order: per key and group of 4 rows at d 128, 8 x (3 widening + 4 FMAs)
 // and about 11 tree operations. decode_kernels_bench, Xeon with AMX, rows
 // in L1: 10.6 ns a key, against about 8.5 for the widening and FMAs alone
@@ -85,7 +85,7 @@ ATTNKIT_TARGET_FP8_FMA inline void StepFourKeys(const float* q, size_t ldq, cons
 
 // The whole 16-code steps of four keys: written out where their count
 // kSteps is known (d 64-256), so that GCC keeps the 16 accumulators in
-// registers (VnniQDotK4's FullStepsFourKeys says what a loop cost); a loop
+// registers (x86_vnni_dot.cc's FullPairSteps says what a loop cost); a loop
 // otherwise (kSteps 0).
 template <bool kE4M3, size_t... kStep>
 ATTNKIT_TARGET_FP8_FMA inline void WrittenOutSteps(const float* q, size_t ldq,

@@ -9,6 +9,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include <algorithm>
 #include <limits>
 
 // GCC 12's AVX-512 headers start some intrinsics from an undefined vector,
@@ -41,24 +42,6 @@ ATTNKIT_TARGET_VNNI inline void Step(__m512i kv, const int8_t* q, size_t ldq, si
   a[3] = _mm512_dpbusd_epi32(a[3], ku, _mm512_loadu_si512(q + 3 * ldq + c));
 }
 
-// a[key][r] += (K[key] + 128) . Q[r] over the 64 bytes at column c (those
-// `mask` keeps; the rest read as 0) for four keys (rows k + key * ldk) and
-// rows r < 4: each Q vector is loaded once for the four keys.
-ATTNKIT_TARGET_VNNI inline void StepFourKeys(const int8_t* q, size_t ldq, const int8_t* k,
-                                             size_t ldk, size_t c, __mmask64 mask,
-                                             __m512i (*a)[4]) {
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  __m512i qv[4];
-#pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r) qv[r] = _mm512_loadu_si512(q + r * ldq + c);
-#pragma GCC unroll 4
-  for (int key = 0; key < 4; ++key) {
-    const __m512i ku = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, k + key * ldk + c), flip);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) a[key][r] = _mm512_dpbusd_epi32(a[key][r], ku, qv[r]);
-  }
-}
-
 // Pairs of vectors (x, y) -> per 128-bit block [x0+x2, y0+y2, x1+x3, y1+y3].
 ATTNKIT_TARGET_VNNI inline __m512i PairSums32(__m512i x, __m512i y) {
   return _mm512_add_epi32(_mm512_unpacklo_epi32(x, y), _mm512_unpackhi_epi32(x, y));
@@ -72,36 +55,80 @@ ATTNKIT_TARGET_VNNI inline __m512i BlockPairSums(__m512i u, __m512i v) {
   return _mm512_add_epi32(_mm512_shuffle_i32x4(u, v, 0x88), _mm512_shuffle_i32x4(u, v, 0xDD));
 }
 
-// a[key][r] += the products of four keys (rows k + key * ldk) with rows r
-// < 4 over the whole 64-byte steps [0, full): written out step by step
-// where their count kSteps is known here (1-4: d up to 256), a loop
-// otherwise (kSteps 0). Written out, GCC 12 keeps the 16 accumulators in
-// registers; through the loop it copied each to a new register at every
-// step and spilled two to the stack (Zen 5, one thread, d 128, 64 keys in
-// L1: 4.3 -> 4.05 ns a key).
-template <size_t kSteps>
-ATTNKIT_TARGET_VNNI inline void FullStepsFourKeys(const int8_t* q, size_t ldq, const int8_t* k,
-                                                  size_t ldk, size_t full, __m512i (*a)[4]) {
-  const __mmask64 all = ~__mmask64{0};
-  if constexpr (kSteps == 0) {
-    for (size_t c = 0; c < full; c += 64) StepFourKeys(q, ldq, k, ldk, c, all, a);
-  } else {
-    StepFourKeys(q, ldq, k, ldk, 0, all, a);
-    if constexpr (kSteps > 1) StepFourKeys(q, ldq, k, ldk, 64, all, a);
-    if constexpr (kSteps > 2) StepFourKeys(q, ldq, k, ldk, 128, all, a);
-    if constexpr (kSteps > 3) StepFourKeys(q, ldq, k, ldk, 192, all, a);
+// Q rows as FourKeyBlocks multiplies them: each 32-byte half h of each
+// 64-byte step st of row r repeated across a vector, at qd + 64 * (8 st +
+// 2 r + h), for the steps of d rounded up to 64 (Q rows are zero past d).
+constexpr size_t kMaxQDotSteps = (kMaxVnniQDotD + 63) / 64;
+ATTNKIT_TARGET_VNNI inline void DoubleQueryHalves(const int8_t* q, size_t ldq, size_t steps,
+                                                  int8_t* qd) {
+  for (size_t st = 0; st < steps; ++st) {
+    for (size_t r = 0; r < 4; ++r) {
+      for (size_t h = 0; h < 2; ++h) {
+        const __m256i x =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + r * ldq + 64 * st + 32 * h));
+        _mm512_store_si512(qd + 64 * (8 * st + 2 * r + h), _mm512_broadcast_i64x4(x));
+      }
+    }
   }
 }
 
-// VnniQDotK4's keys [0, keys rounded down to 4), four at a time: 16
-// accumulators (key-major, 4 rows each), each Q vector loaded once for the
-// four keys, and one transposing tree that leaves the 16 sums in key-major
-// order, [key 0 rows 0-3, key 1 ...]: a quarter of the per-key reductions'
-// shuffles. Per key the tree below costs about 12 operations where
-// reducing each key alone took 17. kSteps: FullStepsFourKeys. Returns the
-// keys done.
+// a[x][r] += (K + 128) . Q[r] over the 64 bytes at column c (those `mask`
+// keeps, kMasked; the rest read as 0) of keys 2x and 2x + 1 (rows k + key *
+// ldk), x < 2, r < 4. Each vector pairs the two keys, a 32-byte half of
+// each (blocks 0-1 key 2x, blocks 2-3 key 2x + 1), against the doubled Q
+// halves qd (DoubleQueryHalves' step), so the sums of a key lie in half a
+// vector and the tree below starts a level down: against four keys' rows
+// each a vector, a shuffle more per vector loaded and half the tree (one
+// thread, d 128, 64 keys in L1, Xeon with AMX: 3.8 -> 2.9 ns a key).
+template <bool kMasked>
+ATTNKIT_TARGET_VNNI inline void PairStep(const int8_t* k, size_t ldk, size_t c, __mmask64 mask,
+                                         const __m512i* qd, __m512i (*a)[4]) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+#pragma GCC unroll 2
+  for (int x = 0; x < 2; ++x) {
+    const int8_t* k0 = k + 2 * x * ldk + c;
+    const int8_t* k1 = k0 + ldk;
+    const __m512i v0 = kMasked ? _mm512_maskz_loadu_epi8(mask, k0) : _mm512_loadu_si512(k0);
+    const __m512i v1 = kMasked ? _mm512_maskz_loadu_epi8(mask, k1) : _mm512_loadu_si512(k1);
+    const __m512i lo = _mm512_xor_si512(_mm512_shuffle_i64x2(v0, v1, 0x44), flip);
+    const __m512i hi = _mm512_xor_si512(_mm512_shuffle_i64x2(v0, v1, 0xEE), flip);
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      a[x][r] = _mm512_dpbusd_epi32(a[x][r], lo, qd[2 * r]);
+      a[x][r] = _mm512_dpbusd_epi32(a[x][r], hi, qd[2 * r + 1]);
+    }
+  }
+}
+
+// a[x][r] += the products of four keys (rows k + key * ldk) with rows r <
+// 4 over the whole 64-byte steps [0, full): written out step by step
+// where their count kSteps is known here (1-4: d up to 256), a loop
+// otherwise (kSteps 0). Written out, GCC 12 keeps the accumulators in
+// registers; through a loop it copied each to a new register at every
+// step and spilled some to the stack (Zen 5, one thread, d 128, 64 keys in
+// L1: 4.3 -> 4.05 ns a key, with a vector per key and row).
 template <size_t kSteps>
-ATTNKIT_TARGET_VNNI size_t FourKeyBlocks(const int8_t* q, size_t ldq, const int32_t* q_sum128,
+ATTNKIT_TARGET_VNNI inline void FullPairSteps(const int8_t* k, size_t ldk, size_t full,
+                                              const __m512i* qd, __m512i (*a)[4]) {
+  if constexpr (kSteps == 0) {
+    for (size_t c = 0; c < full; c += 64) PairStep<false>(k, ldk, c, 0, qd + c / 8, a);
+  } else {
+    PairStep<false>(k, ldk, 0, 0, qd, a);
+    if constexpr (kSteps > 1) PairStep<false>(k, ldk, 64, 0, qd + 8, a);
+    if constexpr (kSteps > 2) PairStep<false>(k, ldk, 128, 0, qd + 16, a);
+    if constexpr (kSteps > 3) PairStep<false>(k, ldk, 192, 0, qd + 24, a);
+  }
+}
+
+// VnniQDotK4's keys [0, keys rounded down to 4), four at a time: 8
+// accumulators (PairStep's: two keys and a row each), Q's doubled halves
+// read from qd, and one transposing tree that leaves the 16 sums in
+// key-major order, [key 0 rows 0-3, key 1 ...]. kSteps: FullPairSteps;
+// kTail: d holds a last part step (d % 64 != 0; its own instantiation, so
+// that the registers it takes do not push d 128's Q vectors to the stack).
+// Returns the keys done.
+template <size_t kSteps, bool kTail>
+ATTNKIT_TARGET_VNNI size_t FourKeyBlocks(const int8_t* qd, const int32_t* q_sum128,
                                          const float* row_scale, const int8_t* k, size_t ldk,
                                          size_t d, size_t keys, float* s, size_t lds,
                                          const int8_t* pf_k, size_t ld_pf_k, const int8_t* pf_v,
@@ -111,28 +138,42 @@ ATTNKIT_TARGET_VNNI size_t FourKeyBlocks(const int8_t* q, size_t ldq, const int3
   const __m512i sum128 =
       _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q_sum128)));
   const __m512 scale = _mm512_broadcast_f32x4(_mm_loadu_ps(row_scale));
+  // The whole steps' Q vectors as locals where their count is known: GCC
+  // then keeps them in registers (d 64 and 128); read from qd by each
+  // vpdpbusd, they took Q.K from 2.9 to 3.6 ns a key (as in PairStep).
+  const __m512i* qv = reinterpret_cast<const __m512i*>(qd);
+  __m512i qreg[8 * (kSteps == 0 ? 1 : kSteps)];
+  if constexpr (kSteps > 0) {
+#pragma GCC unroll 32
+    for (size_t i = 0; i < 8 * kSteps; ++i) qreg[i] = qv[i];
+  }
+  const __m512i* qfull = kSteps > 0 ? qreg : qv;
+  // Where the prefetches end, worked out once, so that a block of keys past
+  // them costs a compare each: clamping them per block took 0.25 ns a key
+  // (as above, no rows to prefetch).
+  const size_t ahead_end = std::min(ahead, keys), l1_end = std::min(l1.count, keys);
   size_t j = 0;
   for (; j + 4 <= keys; j += 4) {
-    for (size_t x = j; x < j + 4 && x < ahead; ++x) {
-      PrefetchAheadKeyL2(pf_k, ld_pf_k, pf_v, ld_pf_v, x, d);
+    if (j < ahead_end) {
+      for (size_t x = j; x < j + 4 && x < ahead_end; ++x) {
+        PrefetchAheadKeyL2(pf_k, ld_pf_k, pf_v, ld_pf_v, x, d);
+      }
     }
-    PrefetchL1Rows(l1, j, j + 4);
-    __m512i a[4][4];
+    if (j < l1_end) PrefetchRowsL1(l1.rows, l1.ld, l1.bytes, j, std::min(j + 4, l1_end));
+    __m512i a[2][4];
+#pragma GCC unroll 2
+    for (int x = 0; x < 2; ++x) {
 #pragma GCC unroll 4
-    for (int key = 0; key < 4; ++key) {
-#pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) a[key][r] = _mm512_setzero_si512();
+      for (int r = 0; r < 4; ++r) a[x][r] = _mm512_setzero_si512();
     }
-    FullStepsFourKeys<kSteps>(q, ldq, k + j * ldk, ldk, full, a);
+    FullPairSteps<kSteps>(k + j * ldk, ldk, full, qfull, a);
     // Q rows are zero past d (ldq >= d rounded up to 64), so the bytes the
     // masked load leaves 0 (read as 128) add nothing.
-    if (rest != 0) StepFourKeys(q, ldq, k + j * ldk, ldk, full, rest_mask, a);
-    __m512i u[4];
-#pragma GCC unroll 4
-    for (int key = 0; key < 4; ++key) {
-      u[key] = QuadSums(PairSums32(a[key][0], a[key][1]), PairSums32(a[key][2], a[key][3]));
-    }
-    const __m512i dots = BlockPairSums(BlockPairSums(u[0], u[1]), BlockPairSums(u[2], u[3]));
+    if (kTail) PairStep<true>(k + j * ldk, ldk, full, rest_mask, qv + full / 8, a);
+    // Per block [rows 0-3]: blocks 0-1 of u[x] key 2x's halves, 2-3 key 2x + 1's.
+    const __m512i u0 = QuadSums(PairSums32(a[0][0], a[0][1]), PairSums32(a[0][2], a[0][3]));
+    const __m512i u1 = QuadSums(PairSums32(a[1][0], a[1][1]), PairSums32(a[1][2], a[1][3]));
+    const __m512i dots = BlockPairSums(u0, u1);
     // Exact integer dot products, then one f32 multiply by the row's scale.
     const __m512 out = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(dots, sum128)), scale);
     if (lds == 4) {  // the packed layout: the four keys' rows back to back
@@ -156,13 +197,21 @@ ATTNKIT_TARGET_VNNI void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* 
                                     size_t ahead, const L1Rows& l1) {
   const size_t full = d / 64 * 64, rest = d - full;
   const __mmask64 rest_mask = rest == 0 ? 0 : (__mmask64{1} << rest) - 1;
-  const auto blocks = full == 64    ? &FourKeyBlocks<1>
-                      : full == 128 ? &FourKeyBlocks<2>
-                      : full == 192 ? &FourKeyBlocks<3>
-                      : full == 256 ? &FourKeyBlocks<4>
-                                    : &FourKeyBlocks<0>;
-  size_t j = blocks(q, ldq, q_sum128, row_scale, k, ldk, d, keys, s, lds, pf_k, ld_pf_k, pf_v,
-                    ld_pf_v, ahead, l1);
+  const auto blocks = rest != 0     ? (full == 64    ? &FourKeyBlocks<1, true>
+                                       : full == 128 ? &FourKeyBlocks<2, true>
+                                                     : &FourKeyBlocks<0, true>)
+                      : full == 64  ? &FourKeyBlocks<1, false>
+                      : full == 128 ? &FourKeyBlocks<2, false>
+                      : full == 192 ? &FourKeyBlocks<3, false>
+                      : full == 256 ? &FourKeyBlocks<4, false>
+                                    : &FourKeyBlocks<0, false>;
+  size_t j = 0;
+  if (keys >= 4) {
+    alignas(64) int8_t qd[64 * 8 * kMaxQDotSteps];
+    DoubleQueryHalves(q, ldq, (d + 63) / 64, qd);
+    j = blocks(qd, q_sum128, row_scale, k, ldk, d, keys, s, lds, pf_k, ld_pf_k, pf_v, ld_pf_v,
+               ahead, l1);
+  }
   const __m128i sum128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q_sum128));
   const __m128 scale = _mm_loadu_ps(row_scale);
   for (; j < keys; ++j) {
