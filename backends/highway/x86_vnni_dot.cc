@@ -248,6 +248,82 @@ ATTNKIT_TARGET_VNNI inline void TransposeBlocks(const __m512i* x, __m512i* out) 
   out[3] = _mm512_shuffle_i32x4(b, d, 0xDD);
 }
 
+// WeightedQuadsV4's column block [c0, c0 + 64) of O: per row four int32
+// accumulators, lane (block b, i) of accumulator x the sum over keys of
+// column c0 + 16 b + 4 x + i. A quad of keys' V rows is interleaved
+// bytewise (two unpack levels) so each int32 lane holds one column of the
+// four keys, as the weights' bytes pq do (4 uint32 a quad, one per row).
+// Exact: |sum| <= keys * 255 * 128 < 2^24 for keys <= 512, so the sum's
+// conversion to f32 is exact too. Then O = alpha O + back * sum for the
+// columns below dvp. V's bytes past `mask` read as 0 (kMasked; a whole
+// block reads its rows unmasked: masked loads took about a tenth more of
+// the block's time). Prefetches rows [4 i, 4 i + 4) of l1 with quad i,
+// below pf_end.
+template <bool kMasked>
+ATTNKIT_TARGET_VNNI inline void QuadColumnBlock(const uint32_t* pq, size_t quads,
+                                                const int8_t* const* v, size_t c0, __mmask64 mask,
+                                                const L1Rows& l1, size_t pf_end, const float* alpha,
+                                                const float* back, size_t dvp, float* o,
+                                                size_t ldo) {
+  __m512i a00 = _mm512_setzero_si512(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00,
+          a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00,
+          a32 = a00, a33 = a00;
+  const uint32_t* w = pq;
+  for (size_t i = 0; i < quads; ++i, w += 4) {
+    if (4 * i < pf_end)
+      PrefetchRowsL1(l1.rows, l1.ld, l1.bytes, 4 * i, std::min(4 * i + 4, pf_end));
+    const int8_t* r0 = v[4 * i] + c0;
+    const int8_t* r1 = v[4 * i + 1] + c0;
+    const int8_t* r2 = v[4 * i + 2] + c0;
+    const int8_t* r3 = v[4 * i + 3] + c0;
+    const __m512i v0 = kMasked ? _mm512_maskz_loadu_epi8(mask, r0) : _mm512_loadu_si512(r0);
+    const __m512i v1 = kMasked ? _mm512_maskz_loadu_epi8(mask, r1) : _mm512_loadu_si512(r1);
+    const __m512i v2 = kMasked ? _mm512_maskz_loadu_epi8(mask, r2) : _mm512_loadu_si512(r2);
+    const __m512i v3 = kMasked ? _mm512_maskz_loadu_epi8(mask, r3) : _mm512_loadu_si512(r3);
+    const __m512i lo01 = _mm512_unpacklo_epi8(v0, v1), hi01 = _mm512_unpackhi_epi8(v0, v1);
+    const __m512i lo23 = _mm512_unpacklo_epi8(v2, v3), hi23 = _mm512_unpackhi_epi8(v2, v3);
+    const __m512i x0 = _mm512_unpacklo_epi16(lo01, lo23), x1 = _mm512_unpackhi_epi16(lo01, lo23);
+    const __m512i x2 = _mm512_unpacklo_epi16(hi01, hi23), x3 = _mm512_unpackhi_epi16(hi01, hi23);
+    const __m512i w0 = _mm512_set1_epi32(static_cast<int>(w[0]));
+    const __m512i w1 = _mm512_set1_epi32(static_cast<int>(w[1]));
+    const __m512i w2 = _mm512_set1_epi32(static_cast<int>(w[2]));
+    const __m512i w3 = _mm512_set1_epi32(static_cast<int>(w[3]));
+    DpBusd(a00, w0, x0);
+    DpBusd(a01, w0, x1);
+    DpBusd(a02, w0, x2);
+    DpBusd(a03, w0, x3);
+    DpBusd(a10, w1, x0);
+    DpBusd(a11, w1, x1);
+    DpBusd(a12, w1, x2);
+    DpBusd(a13, w1, x3);
+    DpBusd(a20, w2, x0);
+    DpBusd(a21, w2, x1);
+    DpBusd(a22, w2, x2);
+    DpBusd(a23, w2, x3);
+    DpBusd(a30, w3, x0);
+    DpBusd(a31, w3, x1);
+    DpBusd(a32, w3, x2);
+    DpBusd(a33, w3, x3);
+  }
+  // O = alpha O + back * sum, 16 columns at a time below dvp: columns
+  // 16 m .. 16 m + 15 are block m of the four accumulators.
+  const __m512i acc[4][4] = {
+      {a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23}, {a30, a31, a32, a33}};
+  for (int r = 0; r < 4; ++r) {
+    const __m512 a = _mm512_set1_ps(alpha == nullptr ? 1.0f : alpha[r]);
+    const __m512 s = _mm512_set1_ps(back[r]);
+    float* orow = o + r * ldo;
+    __m512i cols[4];
+    TransposeBlocks(acc[r], cols);
+    for (int m = 0; m < 4; ++m) {
+      const size_t c = c0 + 16 * m;
+      if (c >= dvp) break;
+      const __m512 sum = _mm512_mul_ps(_mm512_cvtepi32_ps(cols[m]), s);
+      _mm512_storeu_ps(orow + c, _mm512_fmadd_ps(_mm512_loadu_ps(orow + c), a, sum));
+    }
+  }
+}
+
 }  // namespace
 
 ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8_t* const* v,
@@ -301,70 +377,19 @@ ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8
     _mm_store_si128(reinterpret_cast<__m128i*>(pq + 4 * i),
                     _mm_shuffle_epi8(_mm512_cvtusepi32_epi8(q), order));
   }
-  // Column blocks of 64: per row four int32 accumulators, lane (block b,
-  // i) of accumulator x the sum over keys of column 16 b + 4 x + i. A quad
-  // of keys' V rows is interleaved bytewise (two unpack levels) so each
-  // int32 lane holds one column of the four keys, as the weights' bytes.
-  // Exact: |sum| <= keys * 255 * 128 < 2^24 for keys <= 512, so the sum's
-  // conversion to f32 is exact too.
+  // Column blocks of 64 (QuadColumnBlock); l1's rows spread over the
+  // first, a quad per quad.
+  const size_t l1_end = std::min(l1.count, 4 * quads);
   for (size_t c0 = 0; c0 < dvp; c0 += 64) {
-    const __mmask64 mask = RowBytesMask(c0, dv);
-    __m512i a00 = _mm512_setzero_si512(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00,
-            a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00,
-            a32 = a00, a33 = a00;
-    const uint32_t* w = pq;
-    // l1's rows spread over the first column block, a quad per quad.
-    const L1Rows l1_here = c0 == 0 ? l1 : L1Rows{};
-    for (size_t i = 0; i < quads; ++i, w += 4) {
-      PrefetchL1Rows(l1_here, 4 * i, 4 * i + 4);
-      const __m512i v0 = _mm512_maskz_loadu_epi8(mask, v[4 * i] + c0);
-      const __m512i v1 = _mm512_maskz_loadu_epi8(mask, v[4 * i + 1] + c0);
-      const __m512i v2 = _mm512_maskz_loadu_epi8(mask, v[4 * i + 2] + c0);
-      const __m512i v3 = _mm512_maskz_loadu_epi8(mask, v[4 * i + 3] + c0);
-      const __m512i lo01 = _mm512_unpacklo_epi8(v0, v1), hi01 = _mm512_unpackhi_epi8(v0, v1);
-      const __m512i lo23 = _mm512_unpacklo_epi8(v2, v3), hi23 = _mm512_unpackhi_epi8(v2, v3);
-      const __m512i x0 = _mm512_unpacklo_epi16(lo01, lo23), x1 = _mm512_unpackhi_epi16(lo01, lo23);
-      const __m512i x2 = _mm512_unpacklo_epi16(hi01, hi23), x3 = _mm512_unpackhi_epi16(hi01, hi23);
-      const __m512i w0 = _mm512_set1_epi32(static_cast<int>(w[0]));
-      const __m512i w1 = _mm512_set1_epi32(static_cast<int>(w[1]));
-      const __m512i w2 = _mm512_set1_epi32(static_cast<int>(w[2]));
-      const __m512i w3 = _mm512_set1_epi32(static_cast<int>(w[3]));
-      DpBusd(a00, w0, x0);
-      DpBusd(a01, w0, x1);
-      DpBusd(a02, w0, x2);
-      DpBusd(a03, w0, x3);
-      DpBusd(a10, w1, x0);
-      DpBusd(a11, w1, x1);
-      DpBusd(a12, w1, x2);
-      DpBusd(a13, w1, x3);
-      DpBusd(a20, w2, x0);
-      DpBusd(a21, w2, x1);
-      DpBusd(a22, w2, x2);
-      DpBusd(a23, w2, x3);
-      DpBusd(a30, w3, x0);
-      DpBusd(a31, w3, x1);
-      DpBusd(a32, w3, x2);
-      DpBusd(a33, w3, x3);
-    }
-    PrefetchL1Rows(l1_here, 4 * quads, l1_here.count);
-    // O = alpha O + back * sum, 16 columns at a time below dvp: columns
-    // 16 m .. 16 m + 15 are block m of the four accumulators.
-    const __m512i acc[4][4] = {
-        {a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23}, {a30, a31, a32, a33}};
-    for (int r = 0; r < 4; ++r) {
-      const __m512 a = _mm512_set1_ps(alpha == nullptr ? 1.0f : alpha[r]);
-      const __m512 s = _mm512_set1_ps(back[r]);
-      float* orow = o + r * ldo;
-      __m512i cols[4];
-      TransposeBlocks(acc[r], cols);
-      for (int m = 0; m < 4; ++m) {
-        const size_t c = c0 + 16 * m;
-        if (c >= dvp) break;
-        const __m512 sum = _mm512_mul_ps(_mm512_cvtepi32_ps(cols[m]), s);
-        _mm512_storeu_ps(orow + c, _mm512_fmadd_ps(_mm512_loadu_ps(orow + c), a, sum));
-      }
+    const size_t pf_end = c0 == 0 ? l1_end : 0;
+    if (c0 + 64 <= dv) {
+      QuadColumnBlock<false>(pq, quads, v, c0, ~__mmask64{0}, l1, pf_end, alpha, back, dvp, o, ldo);
+    } else {
+      QuadColumnBlock<true>(pq, quads, v, c0, RowBytesMask(c0, dv), l1, pf_end, alpha, back, dvp, o,
+                            ldo);
     }
   }
+  PrefetchL1Rows(l1, l1_end, l1.count);
   return true;
 }
 
