@@ -3,7 +3,7 @@
 // (backends/highway/phase_timing.h), each phase as a share of the threads'
 // time and, for Q.K and P.V, the rate it reaches while it runs as a
 // fraction of the FMA peak measured in the same run.
-//   bazel run //benchmarks:phase_bench -- [filter] [threads] [seconds] [fp8 scales]
+//   bazel run //benchmarks:phase_bench -- [filter] [threads] [seconds] [fp8 scales] [paired]
 // filter: a substring of the problem names (default: every f32 prefill,
 // "prefill"), or a text-format config file (a name ending in .textproto:
 // that problem alone, e.g. a suite shape with a shorter kv_len to see it
@@ -15,6 +15,13 @@
 //     (with E4M3 about 1.2 % of the codes subnormal: |x| < 2^-6);
 //   tensor-scale: each tensor's max|x| / the format's largest (E4M3: about
 //     one subnormal code in 6,000).
+// paired (after the other arguments, any problem): after each timed call,
+// one untimed pass of `attnkit compare`'s paired read loop over as many
+// bytes as the problem moves (harness/paired_read.h), so each call meets
+// its K and V where compare's calls do, after a problem-sized read (as a
+// model's decode meets a layer's cache after the other layers' traffic),
+// rather than where the last call left them; the loop's median GB/s and
+// the call's share of it are printed as compare prints them.
 // The marks cost a few ns per phase per tile: the printed wall time is a
 // little above an untimed build's (compare it with `attnkit compare`).
 #include <algorithm>
@@ -22,6 +29,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -39,9 +47,11 @@
 #include "core/problem_config.h"
 #include "core/status_macros.h"
 #include "harness/machine_kernels.h"
+#include "harness/paired_read.h"
 #include "harness/problem_data.h"
 #include "harness/suite.h"
 #include "io/config_io.h"
+#include "ops/cost.h"
 
 namespace attnkit {
 namespace {
@@ -100,14 +110,26 @@ int Main(int argc, char** argv) {
   const std::string filter = argc > 1 ? argv[1] : "prefill";
   const int threads = argc > 2 ? std::atoi(argv[2]) : 2;
   const double seconds = argc > 3 ? std::atof(argv[3]) : 1.0;
-  const std::string scales = argc > 4 ? argv[4] : "";
-  if (threads < 1 || seconds <= 0 ||
-      !(scales.empty() || scales == "unit-scale" || scales == "tensor-scale")) {
+  std::string scales;
+  bool paired = false, usage_error = threads < 1 || seconds <= 0;
+  for (int i = 4; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "paired" && !paired) {
+      paired = true;
+    } else if ((arg == "unit-scale" || arg == "tensor-scale") && scales.empty() && !paired) {
+      scales = arg;
+    } else {
+      usage_error = true;
+    }
+  }
+  if (usage_error) {
     std::fprintf(stderr,
                  "usage: phase_bench [filter] [threads >= 1] [seconds > 0] "
-                 "[unit-scale | tensor-scale]\n");
+                 "[unit-scale | tensor-scale] [paired]\n");
     return 2;
   }
+  std::unique_ptr<PairedReadLoop> read_loop;
+  if (paired) read_loop = std::make_unique<PairedReadLoop>(threads);
   auto problems = ForwardProblems(filter);
   if (!problems.ok()) {
     std::fprintf(stderr, "%s\n", std::string(problems.status().message()).c_str());
@@ -132,6 +154,12 @@ int Main(int argc, char** argv) {
       }
       RedrawFp8WithOneScale(p, scales == "tensor-scale", *data);
     }
+    const int64_t bytes = ComputeCost(p).bytes_moved;
+    if (read_loop != nullptr && !read_loop->Resize(bytes)) {
+      std::fprintf(stderr, "%s: no memory for a %lld-byte read loop\n", p.name.c_str(),
+                   static_cast<long long>(bytes));
+      return 1;
+    }
     RunInfo info;
     if (auto s = backend->Forward(p, data->args(), &info); !s.ok()) {  // warm-up
       std::printf("%s: %s\n", p.name.c_str(), std::string(s.message()).c_str());
@@ -143,7 +171,7 @@ int Main(int argc, char** argv) {
         MeasureFmaGflops(targets.front(), threads, 3, kFmaLoopIterations / 4);
     pt::Take();
     const int64_t decoded_before = Fp8TilesRunDecoded(), half_before = Fp8TilesRunHalf();
-    std::vector<double> times;
+    std::vector<double> times, reads;
     const auto begin = std::chrono::steady_clock::now();
     double elapsed = 0;
     while (times.size() < 3 || elapsed < seconds) {
@@ -151,7 +179,8 @@ int Main(int argc, char** argv) {
       if (!backend->Forward(p, data->args(), &info).ok()) return 1;
       const auto end = std::chrono::steady_clock::now();
       times.push_back(std::chrono::duration<double>(end - start).count());
-      elapsed = std::chrono::duration<double>(end - begin).count();
+      if (read_loop != nullptr) reads.push_back(read_loop->TimeOnePass());
+      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     }
     const pt::Totals totals = pt::Take();
     const int64_t decoded = Fp8TilesRunDecoded() - decoded_before;
@@ -168,6 +197,15 @@ int Main(int argc, char** argv) {
                 p.name.c_str(), p.Id().c_str(), info.kernel.c_str(), times[times.size() / 2] * 1e3,
                 flops / times[times.size() / 2] * 1e-9,
                 100.0 * flops / times[times.size() / 2] * 1e-9 / peak, peak);
+    if (!reads.empty()) {  // as compare: GB/s of the medians, the call's share
+      std::sort(reads.begin(), reads.end());
+      const double call_gbps = static_cast<double>(bytes) / times[times.size() / 2] * 1e-9;
+      const double read_gbps = static_cast<double>(bytes) / reads[reads.size() / 2] * 1e-9;
+      std::printf("  paired read loop %.1f GB/s (%.1f-%.1f), the call %.1f GB/s = %.1f %% of it\n",
+                  read_gbps, static_cast<double>(bytes) / reads.back() * 1e-9,
+                  static_cast<double>(bytes) / reads.front() * 1e-9, call_gbps,
+                  100.0 * call_gbps / read_gbps);
+    }
     if (IsFp8(p.kv_dtype)) {  // microkernels-inl.h's Fp8RowsNeedDecoding
       std::printf(
           "  fp8 tiles handed back by the folded reads: decoded (a special code, E5M2's many "
