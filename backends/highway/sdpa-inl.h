@@ -274,15 +274,22 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // int8 under VNNI products on both sides, dense rows, on Intel's CPUs
   // (int8_next_k; measured there only, and on Zen 5 an earlier schedule
   // found P.V taking the next tile's V rows better than its K rows): P.V
-  // takes the next tile's K rows into L1 instead of its V rows, and Q.K
-  // asks for no rows ahead into L2 (the hardware's streams bring them),
-  // only the tile's own V rows into L1. So every row reaches L1 a kernel
-  // before the kernel that reads it, and no prefetch to L2 holds a fill
-  // buffer a whole memory latency. B8 H32/8 Tk4096 d128 int8 FAST decode
-  // (19), Xeon with AMX, AVX3_DL, phase_bench, two threads, alternating
-  // runs: 2.18-2.28 -> 2.02-2.13 ms (each round won); without the rows
-  // ahead alone 2.19-2.29, the next K alone 2.27-2.34. The AVX2 target's
-  // AVX-VNNI kernels likewise: 2.85-2.94 -> 2.61-2.67.
+  // takes the next tile's K rows into L1 instead of its V rows, so every
+  // row reaches L1 a kernel before the kernel that reads it (Q.K takes
+  // the tile's own V rows into L1, and asks for the rows ahead into L2 as
+  // elsewhere). Measured with `phase_bench ... paired`, each call after a
+  // problem-sized read as `compare`'s are (and as a model's decode meets a
+  // layer's cache, after the other layers' traffic): B8 H32/8 Tk4096 d128
+  // int8 FAST decode (19), Xeon with AMX, AVX3_DL, four alternating
+  // rounds, % of the paired read loop. The next K rows against the next V
+  // rows: one thread 56.6-58.2 -> 59.6-60.5 %, two even (57.6-61.6 either
+  // way). Q.K's rows ahead against none (an earlier stop's choice): two
+  // threads 2.79-3.22 -> 2.70-2.93 ms (55.1-59.9 -> 57.9-62.0 %), one
+  // 6.68-7.08 -> 6.55-6.82 ms (57.0-57.8 -> 59.6-60.5 %), the AVX2
+  // target's AVX-VNNI kernels 46.7-51.4 -> 50.7-54.4 %; `compare` 57.2-61.1
+  // -> 64.3-65.9 % (three rounds). Calls back to back, on the cache the
+  // last call left in the LLC, rank the rows ahead the other way (none
+  // 2.00-2.04 ms, with them 2.33): the earlier choice was made there.
   const bool int8_next_k = int8_vnni_pv && l1_rows && x86_dot::IntelCpu();
   x86_dot::L1Rows pv_next;  // l1_rows: the next tile's V rows (int8_next_k: K rows), for P.V
   if (l1_rows) {            // tiles start at multiples of key_tile: the next one at k0 + nk
@@ -342,7 +349,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
                ldk, static_cast<size_t>(p.head_dim), keys, sg + j0 * kGroupRows, kGroupRows,
                reinterpret_cast<const int8_t*>(ka.rows), ka.ld,
                l1_rows ? nullptr : reinterpret_cast<const int8_t*>(va.rows), va.ld,
-               int8_next_k ? 0 : std::min(ka.count, va.count), v_l1);
+               std::min(ka.count, va.count), v_l1);
       } else if (bf16_dec) {  // bf16 Q rows (LoadQueryRowsBF16): scale * q.k
         x86_dot::BF16QDotK4(
             reinterpret_cast<const uint16_t*>(scratch + t.off_qb16) + g * kGroupRows * t.ldqb16,
