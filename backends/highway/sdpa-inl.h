@@ -264,7 +264,13 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // AMX, phase_bench, two threads, four alternating rounds: 3.94-4.11 ->
   // 3.82-3.88 ms (each round won); the kernel alone with the old
   // prefetches 3.85-4.16. Under EXACT (23, 16-key tiles) within the noise,
-  // three rounds: old kernel and prefetches 4.74-4.99, new 4.71-4.98.
+  // three rounds: old kernel and prefetches 4.74-4.99, new 4.71-4.98. Q.K
+  // also asks for the K and V rows ahead into L2: with each call after a
+  // problem-sized read (`phase_bench ... paired`, as `compare`'s calls,
+  // three alternating rounds), 24 at one thread 10.86-11.31 -> 10.29-10.56
+  // ms (41.4-42.3 -> 43.4-44.5 % of the paired read loop), two 5.36-5.50
+  // -> 5.19-5.39 (43.8-44.4 -> 45.3-46.6 %), 23 at two 5.82-5.97 ->
+  // 5.66-5.72 (37.7-38.4 -> 40.7-41.5 %); 24 back to back 4.59 -> 4.64.
   const bool fp8_fma = kFp8FoldedTag<T> && dots.fp8_fma;
   const bool fp8_fma_l1 = fp8_fma && dense;
   auto l1_of = [](const T* rows, size_t ld, int64_t values, size_t count) {
@@ -376,7 +382,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
                               reinterpret_cast<const uint8_t*>(runs.k[r]), ldk,
                               static_cast<size_t>(p.head_dim), keys, e4m3, sg + j0 * kGroupRows,
                               k_ahead_rows, ka.ld, reinterpret_cast<const uint8_t*>(va.rows), va.ld,
-                              fp8_fma_l1 ? 0 : std::min(ka.count, va.count), k_ahead_l1);
+                              std::min(ka.count, va.count), k_ahead_l1);
       } else {
         QDotKRows(qrows + g * kGroupRows * dp, static_cast<size_t>(dp), runs.k[r], ldk,
                   static_cast<size_t>(dp), kGroupRows, kGroupRows, keys, sg + j0 * kGroupRows,

@@ -46,9 +46,9 @@ inline uint64_t RowBytesMask(size_t c, size_t n) {
 // 2.02-2.11 -> 1.82-1.91; fp8 E4M3 3.50 -> 3.38 and 2.19 -> 2.01; each
 // round or all but one won). AVX2's AvxVnniQDotK4 and
 // AvxVnniWeightedQuadsV4 take them as the 512-bit kernels do.
-// (Fp8FmaQDotK4's caller passes the K rows ahead instead, and P.V takes
-// the V rows ahead: sdpa-inl.h's fp8_fma_l1. int8's on Intel's CPUs passes
-// P.V the next tile's K rows: sdpa-inl.h's int8_next_k.)
+// (Fp8FmaQDotK4's caller passes it the K rows ahead as its L1 rows, and
+// P.V takes the V rows ahead: sdpa-inl.h's fp8_fma_l1. int8's on Intel's
+// CPUs passes P.V the next tile's K rows: sdpa-inl.h's int8_next_k.)
 // Empty (count 0): nothing.
 struct L1Rows {
   const uint8_t* rows = nullptr;
