@@ -254,7 +254,8 @@ double Pass(ThreadPool& pool, const KvData& kv, bool in_l1,
 // calls them on dense rows (sdpa-inl.h PackedTileUpdate, l1_rows):
 // VnniQDotK4 (Q.K of 4 rows; the K rows kAhead bytes on into L2, the
 // tile's V rows into L1) and WeightedQuadsV4 (P.V; the next tile's V rows
-// into L1).
+// into L1, the schedule the decode keeps off Intel's CPUs: on them it
+// takes the next tile's K rows, sdpa-inl.h's int8_next_k).
 struct Int8Kernels {
   alignas(64) int8_t q[4 * kD] = {};
   int32_t qsum[4] = {};
@@ -272,7 +273,7 @@ struct Int8Kernels {
                         prefetch ? v_l1 : x86_dot::L1Rows{});
     const int8_t* rows[kTileKeys + 3];
     for (int64_t j = 0; j < kTileKeys + 3; ++j) rows[j] = v8 + std::min(j, kTileKeys - 1) * kD;
-    // The next tile's V rows into L1 as P.V goes (sdpa-inl.h pv_next_v).
+    // The next tile's V rows into L1 as P.V goes (sdpa-inl.h pv_next).
     const x86_dot::L1Rows next_v{v + kTileKeys * kD, kD, kD, static_cast<size_t>(kTileKeys)};
     x86_dot::WeightedQuadsV4(p.data(), kTileKeys, rows, kD, kD, alpha, o, kD,
                              prefetch ? next_v : x86_dot::L1Rows{});

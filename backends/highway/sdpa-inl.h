@@ -265,7 +265,8 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // 3.82-3.88 ms (each round won); the kernel alone with the old
   // prefetches 3.85-4.16. Under EXACT (23, 16-key tiles) within the noise,
   // three rounds: old kernel and prefetches 4.74-4.99, new 4.71-4.98. Q.K
-  // also asks for the K and V rows ahead into L2: with each call after a
+  // also asks for the K and V rows ahead into L2 (the K rows' requests
+  // repeat its L1 ones; the V rows' are the new ones): with each call after a
   // problem-sized read (`phase_bench ... paired`, as `compare`'s calls,
   // three alternating rounds), 24 at one thread 10.86-11.31 -> 10.29-10.56
   // ms (41.4-42.3 -> 43.4-44.5 % of the paired read loop), two 5.36-5.50
@@ -282,19 +283,19 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // found P.V taking the next tile's V rows better than its K rows): P.V
   // takes the next tile's K rows into L1 instead of its V rows, so every
   // row reaches L1 a kernel before the kernel that reads it (Q.K takes
-  // the tile's own V rows into L1, and asks for the rows ahead into L2 as
-  // elsewhere). Measured with `phase_bench ... paired`, each call after a
-  // problem-sized read as `compare`'s are (and as a model's decode meets a
+  // the tile's own V rows into L1, and asks for the K rows ahead into L2,
+  // as elsewhere under l1_rows: its pf_v is null there). Measured with `phase_bench ... paired`,
+  // each call after a problem-sized read as `compare`'s are (and as a model's decode meets a
   // layer's cache, after the other layers' traffic): B8 H32/8 Tk4096 d128
   // int8 FAST decode (19), Xeon with AMX, AVX3_DL, four alternating
   // rounds, % of the paired read loop. The next K rows against the next V
   // rows: one thread 56.6-58.2 -> 59.6-60.5 %, two even (57.6-61.6 either
-  // way). Q.K's rows ahead against none (an earlier stop's choice): two
+  // way). Q.K's K rows ahead against none (an earlier stop's choice): two
   // threads 2.79-3.22 -> 2.70-2.93 ms (55.1-59.9 -> 57.9-62.0 %), one
   // 6.68-7.08 -> 6.55-6.82 ms (57.0-57.8 -> 59.6-60.5 %), the AVX2
   // target's AVX-VNNI kernels 46.7-51.4 -> 50.7-54.4 %; `compare` 57.2-61.1
   // -> 64.3-65.9 % (three rounds). Calls back to back, on the cache the
-  // last call left in the LLC, rank the rows ahead the other way (none
+  // last call left in the LLC, rank the K rows ahead the other way (none
   // 2.00-2.04 ms, with them 2.33): the earlier choice was made there.
   const bool int8_next_k = int8_vnni_pv && l1_rows && x86_dot::IntelCpu();
   x86_dot::L1Rows pv_next;  // l1_rows: the next tile's V rows (int8_next_k: K rows), for P.V

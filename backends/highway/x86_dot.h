@@ -356,8 +356,9 @@ void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* q_sum128, const floa
 // are stored). keys <= kMaxWeightedQuadsKeys.
 // Returns false, having changed nothing, where a weight is NaN, Inf or
 // negative (a negative V scale), or a row's largest weight is tiny (below
-// 1e-30, not 0). Prefetches the rows of l1 (L1Rows: the V rows ahead) into
-// L1 as it goes, whatever it returns.
+// 1e-30, not 0). Prefetches the rows of l1 (L1Rows: the next tile's V rows,
+// on Intel's CPUs its K rows: sdpa-inl.h's int8_next_k) into L1 as it goes,
+// whatever it returns.
 constexpr size_t kMaxWeightedQuadsKeys = 512;
 bool WeightedQuadsV4(const float* p, size_t keys, const int8_t* const* v, size_t dv, size_t dvp,
                      const float* alpha, float* o, size_t ldo, const L1Rows& l1 = {});

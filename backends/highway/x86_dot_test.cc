@@ -280,8 +280,8 @@ TEST(X86DotTest, VnniQDotK4IsTheExactIntegerDotTimesTheRowScale) {
   if (!x86_dot::HaveVnni()) GTEST_SKIP() << "this CPU has no AVX512_VNNI";
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> i8(-127, 127);
-  // Whole 64-byte steps 1-4 (d 64-256, with or without a tail) are written
-  // out, others looped.
+  // Whole 64-byte steps 1-4 (d 64-256) are written out, and 1-2 before a
+  // tail (d 80-176); others looped.
   for (size_t d : {16, 48, 64, 80, 128, 144, 192, 208, 256, 272, 1024}) {
     const size_t ldq = (d + 63) / 64 * 64, keys = 19, ldk = d + 32;
     std::vector<int8_t> q(4 * ldq, 0), k(keys * ldk);

@@ -79,7 +79,7 @@ ATTNKIT_TARGET_VNNI inline void DoubleQueryHalves(const int8_t* q, size_t ldq, s
 // halves qd (DoubleQueryHalves' step), so the sums of a key lie in half a
 // vector and the tree below starts a level down: against four keys' rows
 // each a vector, a shuffle more per vector loaded and half the tree (one
-// thread, d 128, 64 keys in L1, Xeon with AMX: 3.8 -> 2.9 ns a key).
+// thread, d 128, 64 keys in L1, Xeon with AMX: 3.8-4.0 -> 2.9-3.1 ns a key).
 template <bool kMasked>
 ATTNKIT_TARGET_VNNI inline void PairStep(const int8_t* k, size_t ldk, size_t c, __mmask64 mask,
                                          const __m512i* qd, __m512i (*a)[4]) {
@@ -102,11 +102,11 @@ ATTNKIT_TARGET_VNNI inline void PairStep(const int8_t* k, size_t ldk, size_t c, 
 
 // a[x][r] += the products of four keys (rows k + key * ldk) with rows r <
 // 4 over the whole 64-byte steps [0, full): written out step by step
-// where their count kSteps is known here (1-4: d up to 256), a loop
-// otherwise (kSteps 0). Written out, GCC 12 keeps the accumulators in
-// registers; through a loop it copied each to a new register at every
-// step and spilled some to the stack (Zen 5, one thread, d 128, 64 keys in
-// L1: 4.3 -> 4.05 ns a key, with a vector per key and row).
+// where their count kSteps is known here (VnniQDotK4 passes 1-4 for d 64-
+// 256, 1-2 before a tail), a loop otherwise (kSteps 0). Written out, GCC 12 keeps the accumulators
+// in registers; through a loop it copied each to a new register at every step and spilled some to
+// the stack (Zen 5, one thread, d 128, 64 keys in L1: 4.3 -> 4.05 ns a key, with a vector per key
+// and row).
 template <size_t kSteps>
 ATTNKIT_TARGET_VNNI inline void FullPairSteps(const int8_t* k, size_t ldk, size_t full,
                                               const __m512i* qd, __m512i (*a)[4]) {
@@ -141,13 +141,16 @@ ATTNKIT_TARGET_VNNI size_t FourKeyBlocks(const int8_t* qd, const int32_t* q_sum1
   // The whole steps' Q vectors as locals where their count is known: GCC
   // then keeps them in registers (d 64 and 128); read from qd by each
   // vpdpbusd, they took Q.K from 2.9 to 3.6 ns a key (as in PairStep).
+  // (3 and 4 steps' 24 and 32 vectors would not fit beside the
+  // accumulators: they are read from qd.)
+  constexpr bool kQInRegisters = kSteps == 1 || kSteps == 2;
   const __m512i* qv = reinterpret_cast<const __m512i*>(qd);
-  __m512i qreg[8 * (kSteps == 0 ? 1 : kSteps)];
-  if constexpr (kSteps > 0) {
-#pragma GCC unroll 32
+  __m512i qreg[8 * (kQInRegisters ? kSteps : 1)];
+  if constexpr (kQInRegisters) {
+#pragma GCC unroll 16
     for (size_t i = 0; i < 8 * kSteps; ++i) qreg[i] = qv[i];
   }
-  const __m512i* qfull = kSteps > 0 ? qreg : qv;
+  const __m512i* qfull = kQInRegisters ? qreg : qv;
   // Where the prefetches end, worked out once, so that a block of keys past
   // them costs a compare each: clamping them per block took 0.25 ns a key
   // (as above, no rows to prefetch).
