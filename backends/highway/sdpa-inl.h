@@ -266,8 +266,8 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // prefetches 3.85-4.16. Under EXACT (23, 16-key tiles) within the noise,
   // three rounds: old kernel and prefetches 4.74-4.99, new 4.71-4.98. Q.K
   // also asks for the K and V rows ahead into L2 (the K rows' requests
-  // repeat its L1 ones; the V rows' are the new ones): with each call after a
-  // problem-sized read (`phase_bench ... paired`, as `compare`'s calls,
+  // repeat its L1 ones; the V rows' are the new ones): with each call
+  // after a problem-sized read (`phase_bench ... paired`, as `compare`'s calls,
   // three alternating rounds), 24 at one thread 10.86-11.31 -> 10.29-10.56
   // ms (41.4-42.3 -> 43.4-44.5 % of the paired read loop), two 5.36-5.50
   // -> 5.19-5.39 (43.8-44.4 -> 45.3-46.6 %), 23 at two 5.82-5.97 ->
@@ -284,9 +284,10 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // takes the next tile's K rows into L1 instead of its V rows, so every
   // row reaches L1 a kernel before the kernel that reads it (Q.K takes
   // the tile's own V rows into L1, and asks for the K rows ahead into L2,
-  // as elsewhere under l1_rows: its pf_v is null there). Measured with `phase_bench ... paired`,
-  // each call after a problem-sized read as `compare`'s are (and as a model's decode meets a
-  // layer's cache, after the other layers' traffic): B8 H32/8 Tk4096 d128
+  // as elsewhere under l1_rows: its pf_v is null there). Measured with
+  // `phase_bench ... paired`, each call after a problem-sized read as
+  // `compare`'s are (and as a model's decode meets a layer's cache, after
+  // the other layers' traffic): B8 H32/8 Tk4096 d128
   // int8 FAST decode (19), Xeon with AMX, AVX3_DL, four alternating
   // rounds, % of the paired read loop. The next K rows against the next V
   // rows: one thread 56.6-58.2 -> 59.6-60.5 %, two even (57.6-61.6 either

@@ -102,11 +102,12 @@ ATTNKIT_TARGET_VNNI inline void PairStep(const int8_t* k, size_t ldk, size_t c, 
 
 // a[x][r] += the products of four keys (rows k + key * ldk) with rows r <
 // 4 over the whole 64-byte steps [0, full): written out step by step
-// where their count kSteps is known here (VnniQDotK4 passes 1-4 for d 64-
-// 256, 1-2 before a tail), a loop otherwise (kSteps 0). Written out, GCC 12 keeps the accumulators
-// in registers; through a loop it copied each to a new register at every step and spilled some to
-// the stack (Zen 5, one thread, d 128, 64 keys in L1: 4.3 -> 4.05 ns a key, with a vector per key
-// and row).
+// where their count kSteps is known here (VnniQDotK4 passes 1-4 for d
+// 64-256, 1-2 before a tail), a loop otherwise (kSteps 0). Written out,
+// GCC 12 keeps the accumulators in registers; through a loop it copied
+// each to a new register at every step and spilled some to the stack
+// (Zen 5, one thread, d 128, 64 keys in L1: 4.3 -> 4.05 ns a key, with a
+// vector per key and row).
 template <size_t kSteps>
 ATTNKIT_TARGET_VNNI inline void FullPairSteps(const int8_t* k, size_t ldk, size_t full,
                                               const __m512i* qd, __m512i (*a)[4]) {
@@ -152,8 +153,10 @@ ATTNKIT_TARGET_VNNI size_t FourKeyBlocks(const int8_t* qd, const int32_t* q_sum1
   }
   const __m512i* qfull = kQInRegisters ? qreg : qv;
   // Where the prefetches end, worked out once, so that a block of keys past
-  // them costs a compare each: clamping them per block took 0.25 ns a key
-  // (as above, no rows to prefetch).
+  // them costs one compare each: clamping per block (PrefetchL1Rows, the
+  // ahead loop's two bounds) was 3 % slower here (one thread, d 128, 64
+  // keys in L1: 3.43-3.53 against 3.32-3.42 ns a key, no rows to
+  // prefetch; 3.96-4.06 against 3.76-3.90 with the tile's V rows).
   const size_t ahead_end = std::min(ahead, keys), l1_end = std::min(l1.count, keys);
   size_t j = 0;
   for (; j + 4 <= keys; j += 4) {
@@ -261,11 +264,11 @@ ATTNKIT_TARGET_VNNI inline void TransposeBlocks(const __m512i* x, __m512i* out) 
 // columns below dvp. V's bytes past `mask` read as 0 (kMasked; a whole
 // block reads its rows unmasked: masked loads took about a tenth more of
 // the block's time). Prefetches rows [4 i, 4 i + 4) of l1 with quad i,
-// below pf_end.
+// and its rows past the last quad after them.
 template <bool kMasked>
 ATTNKIT_TARGET_VNNI inline void QuadColumnBlock(const uint32_t* pq, size_t quads,
                                                 const int8_t* const* v, size_t c0, __mmask64 mask,
-                                                const L1Rows& l1, size_t pf_end, const float* alpha,
+                                                const L1Rows& l1, const float* alpha,
                                                 const float* back, size_t dvp, float* o,
                                                 size_t ldo) {
   __m512i a00 = _mm512_setzero_si512(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00,
@@ -273,8 +276,7 @@ ATTNKIT_TARGET_VNNI inline void QuadColumnBlock(const uint32_t* pq, size_t quads
           a32 = a00, a33 = a00;
   const uint32_t* w = pq;
   for (size_t i = 0; i < quads; ++i, w += 4) {
-    if (4 * i < pf_end)
-      PrefetchRowsL1(l1.rows, l1.ld, l1.bytes, 4 * i, std::min(4 * i + 4, pf_end));
+    PrefetchL1Rows(l1, 4 * i, 4 * i + 4);
     const int8_t* r0 = v[4 * i] + c0;
     const int8_t* r1 = v[4 * i + 1] + c0;
     const int8_t* r2 = v[4 * i + 2] + c0;
@@ -308,6 +310,7 @@ ATTNKIT_TARGET_VNNI inline void QuadColumnBlock(const uint32_t* pq, size_t quads
     DpBusd(a32, w3, x2);
     DpBusd(a33, w3, x3);
   }
+  PrefetchL1Rows(l1, 4 * quads, l1.count);
   // O = alpha O + back * sum, 16 columns at a time below dvp: columns
   // 16 m .. 16 m + 15 are block m of the four accumulators.
   const __m512i acc[4][4] = {
@@ -382,17 +385,15 @@ ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8
   }
   // Column blocks of 64 (QuadColumnBlock); l1's rows spread over the
   // first, a quad per quad.
-  const size_t l1_end = std::min(l1.count, 4 * quads);
   for (size_t c0 = 0; c0 < dvp; c0 += 64) {
-    const size_t pf_end = c0 == 0 ? l1_end : 0;
+    const L1Rows l1_here = c0 == 0 ? l1 : L1Rows{};
     if (c0 + 64 <= dv) {
-      QuadColumnBlock<false>(pq, quads, v, c0, ~__mmask64{0}, l1, pf_end, alpha, back, dvp, o, ldo);
+      QuadColumnBlock<false>(pq, quads, v, c0, ~__mmask64{0}, l1_here, alpha, back, dvp, o, ldo);
     } else {
-      QuadColumnBlock<true>(pq, quads, v, c0, RowBytesMask(c0, dv), l1, pf_end, alpha, back, dvp, o,
+      QuadColumnBlock<true>(pq, quads, v, c0, RowBytesMask(c0, dv), l1_here, alpha, back, dvp, o,
                             ldo);
     }
   }
-  PrefetchL1Rows(l1, l1_end, l1.count);
   return true;
 }
 
