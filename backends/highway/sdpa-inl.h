@@ -700,6 +700,10 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
         }
       }
     }
+    // int8 and fp8 direct tiles: the tile's row scales (TileRowScales: where
+    // they lie, or gathered into k_scales and v_scales).
+    [[maybe_unused]] const float* tile_k_scales = k_scales;
+    [[maybe_unused]] const float* tile_v_scales = v_scales;
     AheadRows<T> k_ahead, v_ahead;  // direct: rows t.ahead_keys past this tile's
     TileRuns<T> runs;               // direct: the tile's rows, a run (page) at a time
     if (t.direct) {
@@ -722,8 +726,8 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
                    t.ahead_into_l1};
       }
       if constexpr (kScaled) {
-        GatherRowScales(p, p.k_scale, p.k_scale_view, it, k0, nk, k_scales);
-        GatherRowScales(p, p.v_scale, p.v_scale_view, it, k0, nk, v_scales);
+        tile_k_scales = TileRowScales(p, p.k_scale, p.k_scale_view, it, k0, nk, k_scales);
+        tile_v_scales = TileRowScales(p, p.v_scale, p.v_scale_view, it, k0, nk, v_scales);
       }
     }
     ATTNKIT_PHASE_MARK(phase_timer, kKvLoad);
@@ -731,8 +735,8 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
     if (t.packed) {  // int8, fp8 and bf16 FAST tiles may span pages (kMaxTileRuns)
       if constexpr (kFp8) {
         if (dots.fp8_bf16) {  // FAST: bf16 dot products on the codes
-          PackedTileUpdate<T>(p, t, it, k0, nk, vis, runs, k_ahead, v_ahead, k_scales, v_scales,
-                              dots, scratch);
+          PackedTileUpdate<T>(p, t, it, k0, nk, vis, runs, k_ahead, v_ahead, tile_k_scales,
+                              tile_v_scales, dots, scratch);
           ATTNKIT_PHASE_MARK(phase_timer, kDecodeTile);
           continue;
         }
@@ -749,11 +753,12 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
           using U = decltype(tag);
           return PackedTileUpdate<U>(p, t, it, k0, nk, vis, RecastTileRuns<U>(runs),
                                      RecastAheadRows<U>(k_ahead), RecastAheadRows<U>(v_ahead),
-                                     k_scales, value_scales, dots, scratch);
+                                     tile_k_scales, value_scales, dots, scratch);
         };
-        const bool folds = q_folds && FoldBelowLimit(v_scales, nk, kFp8TwoToBias<kE4M3>, v_folded);
+        const bool folds =
+            q_folds && FoldBelowLimit(tile_v_scales, nk, kFp8TwoToBias<kE4M3>, v_folded);
         if (folds ? update_as(Fp8Folded<kE4M3>{}, v_folded)
-                  : update_as(Fp8Finite<kE4M3>{}, v_scales)) {
+                  : update_as(Fp8Finite<kE4M3>{}, tile_v_scales)) {
           ATTNKIT_PHASE_MARK(phase_timer, kDecodeTile);
           continue;
         }
@@ -763,7 +768,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
           const size_t d_k = static_cast<size_t>(p.head_dim),
                        d_v = static_cast<size_t>(p.value_dim);
           if (q_halves &&
-              FoldBelowLimit(v_scales, nk, kFp8HalfFactor, v_folded, kFp8HalfFoldLimit) &&
+              FoldBelowLimit(tile_v_scales, nk, kFp8HalfFactor, v_folded, kFp8HalfFoldLimit) &&
               !Fp8RowsHaveSpecial<true>(runs.k, runs.begin, runs.count, runs.ldk, d_k) &&
               !Fp8RowsHaveSpecial<true>(runs.v, runs.begin, runs.count, runs.ldv, d_v)) {
             if (update_as(Fp8HalfFolded{}, v_folded)) {  // (it checks no codes: true)
@@ -775,8 +780,8 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
         }
         CountFp8TileRunDecoded();
       }
-      PackedTileUpdate<T>(p, t, it, k0, nk, vis, runs, k_ahead, v_ahead, k_scales, v_scales, dots,
-                          scratch);
+      PackedTileUpdate<T>(p, t, it, k0, nk, vis, runs, k_ahead, v_ahead, tile_k_scales,
+                          tile_v_scales, dots, scratch);
       ATTNKIT_PHASE_MARK(phase_timer, kDecodeTile);
       continue;
     }
@@ -800,7 +805,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       }
     }
     // int8 direct: integer dot products times the key scales (nkp == nk).
-    if constexpr (kScaled) ScaleKeyColumns(s, mp, nk, mp, k_scales, /*keep_zero=*/false);
+    if constexpr (kScaled) ScaleKeyColumns(s, mp, nk, mp, tile_k_scales, /*keep_zero=*/false);
     ATTNKIT_PHASE_MARK(phase_timer, kQK);
     // Raw scores: flag non-finite ones of visible pairs, then mask. Fully
     // visible tiles skip the per-element structured mask.
@@ -886,7 +891,7 @@ void RunItemAs(const FlashParams& p, const Tiling& t, const Item& it, float* scr
       continue;
     }
     // int8 direct: P times the value scales, after l has summed P itself.
-    if constexpr (kScaled) ScaleKeyColumns(s, mp, nk, mp, v_scales, /*keep_zero=*/true);
+    if constexpr (kScaled) ScaleKeyColumns(s, mp, nk, mp, tile_v_scales, /*keep_zero=*/true);
     const float* rescale = alpha;  // the first product applies it
     int64_t j0 = 0;
     // Prepared V has no zero rows past nk: stop there (their P is 0 anyway).
