@@ -36,7 +36,8 @@
 //               streamed   +prefetch  in L1 (c)   `attnkit compare`
 //   read        1.30-1.42  1.21-1.31  0.18
 //   int8 floor  1.58-1.81  1.31-1.36  0.50-0.54   19 (int8 FAST): 3.24-3.49
-//   int8 kernels 2.32-2.63 2.14-2.28  1.31-1.34
+//   int8 kernels 2.32-2.63 2.14-2.28  1.31-1.34   (P.V then took the next
+//                             tile's V rows; on Intel it now takes its K rows)
 //   fp8 floor   3.32-3.86  2.43-2.48  2.39-2.49   24 (fp8 FAST):  4.79-4.87
 //   bf16 read   4.38-4.48  4.35-4.61  0.31-0.35
 //   bf16 floor  8.25-8.27  5.43-5.65  1.86-1.89   09 (bf16):      6.74-6.81
@@ -371,14 +372,17 @@ int Main(int threads, int rounds, bool paired) {
     // Rounds alternate the rows (the host is shared); each row's three ways.
     std::vector<std::vector<double>> t(kind.rows.size() * 3);
     std::vector<double> loop_seconds;  // paired: the read loop's passes
-    auto streamed_pass = [&](const Row& row, bool prefetched) {
-      if (loop != nullptr) loop_seconds.push_back(loop->TimeOnePass());
+    auto streamed_pass = [&](const Row& row, bool prefetched, bool timed) {
+      if (loop != nullptr) {
+        const double s = loop->TimeOnePass();
+        if (timed) loop_seconds.push_back(s);  // not the warming round's
+      }
       return Pass(pool, kv, /*in_l1=*/false, prefetched ? row.prefetched : row.streamed, sinks);
     };
     for (int r = -1; r < rounds; ++r) {  // round -1 warms the caches
       for (size_t i = 0; i < kind.rows.size(); ++i) {
-        const double a = streamed_pass(kind.rows[i], false);
-        const double b = streamed_pass(kind.rows[i], true);
+        const double a = streamed_pass(kind.rows[i], false, r >= 0);
+        const double b = streamed_pass(kind.rows[i], true, r >= 0);
         const double c = Pass(pool, kv, /*in_l1=*/true, kind.rows[i].streamed, sinks);
         if (r < 0) continue;
         t[3 * i].push_back(a);

@@ -126,10 +126,14 @@ HWY_INLINE void PackedFlagNonFinite(const float* HWY_RESTRICT sg, size_t keys4,
 // sg [keys4, 4]: each key's four scores times scales[j]: int8 K scales on
 // integer dot products, or V scales on probabilities. keep_zero as in
 // ScaleKeyColumns. Each vector's keys' scales are spread over their lanes by
-// a lane shuffle. Lanes of keys past the tile's may turn NaN (-inf times a
-// zero scale) before the mask sets them to -inf again; their probabilities
-// are 0 and stay 0. scales must be readable to index keys4 - keys per vector
-// + Lanes (the caller's tile-sized array).
+// a lane shuffle. Lanes of keys past the tile's may turn NaN or +inf (-inf
+// times a zero or negative scale): the mask sets them to -inf again for
+// real rows, and a padded row's lane at the tile's end (RowKeyRanges'
+// ke = nk + 1) gives probability 0 (ExpNonPositive takes NaN to 0); rows
+// past the real ones are never written out. scales must be readable to
+// index keys4 - keys per vector + Lanes: the caller's tile-sized array, or
+// the scale tensor itself where TileRowScales (tile_loads-inl.h) found that
+// much of it past the tile.
 HWY_INLINE void PackedScale(float* HWY_RESTRICT sg, size_t keys4, const float* HWY_RESTRICT scales,
                             bool keep_zero) {
   const DF df;

@@ -175,7 +175,8 @@ inline KernelShape KernelShapeOfTarget() {
 // softmax and O = alpha * O + P.V. runs: the tile's K and V storage rows,
 // a run (page) at a time, each key's products taken from its own run's rows
 // in the order a one-run tile takes them (so paged equals dense bit for
-// bit); k_scales, v_scales: int8 rows' scales (nk each); dots.vnni_qk: int8
+// bit); k_scales, v_scales: int8 rows' scales (nk each, readable to a
+// vector past nk: PackedScale); dots.vnni_qk: int8
 // Q.K by x86_dot::VnniQDotK4 (AvxVnniQDotK4 if dots.vnni_256) on the rows
 // LoadQueryInt8 stored. Returns false, having changed no state (m, l,
 // alpha, O, the flags), when T is Fp8Finite or Fp8Folded (either format)

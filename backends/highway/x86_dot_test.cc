@@ -27,7 +27,8 @@
 namespace attnkit {
 namespace {
 
-// The AVX-512 kernels (every one here but the AVX-VNNI ones) run in the
+// The AVX-512 kernels (every one here but AvxVnniQDotK4 and
+// AvxVnniWeightedQuadsV4, whose own tests stay in X86DotTest) run in the
 // decode and prefill only from their AVX3 and AVX3_DL targets (x86_dot.h),
 // so a process whose Highway targets are capped below those
 // (ATTNKIT_HWY_TARGET=AVX2, platform/hwy_target_cap.h) never calls them,
@@ -39,8 +40,8 @@ class X86Dot512Test : public testing::Test {
  protected:
   void SetUp() override {
     if ((SupportedHighwayTargets() & (HWY_AVX3 | HWY_AVX3_DL)) == 0) {
-      GTEST_SKIP() << "Highway's targets are capped below AVX3 here (ATTNKIT_HWY_TARGET): the "
-                      "AVX-512 kernels are not called";
+      GTEST_SKIP() << "Highway's targets here lack AVX3 (no AVX-512, or ATTNKIT_HWY_TARGET caps "
+                      "them): the AVX-512 kernels are not called";
     }
   }
 };
