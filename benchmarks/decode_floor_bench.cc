@@ -273,10 +273,10 @@ double Pass(ThreadPool& pool, const KvData& kv, bool in_l1,
 
 // int8's real decode kernels on a tile, with `prefetch` as the decode
 // calls them on dense rows (sdpa-inl.h PackedTileUpdate, l1_rows):
-// VnniQDotK4 (Q.K of 4 rows; the K rows kAhead bytes on into L2, the
-// tile's V rows into L1) and WeightedQuadsV4 (P.V; the next tile's K rows
-// into L1 on Intel's CPUs, its V rows elsewhere: sdpa-inl.h's
-// int8_next_k).
+// VnniQDotK4 (Q.K of 4 rows; the K rows kAhead bytes on into L2, on
+// Intel's CPUs the V rows there too, the tile's V rows into L1) and
+// WeightedQuadsV4 (P.V; the next tile's K rows into L1 on Intel's CPUs,
+// its V rows elsewhere: sdpa-inl.h's int8_next_k).
 struct Int8Kernels {
   alignas(64) int8_t q[4 * kD] = {};
   int32_t qsum[4] = {};
@@ -289,8 +289,10 @@ struct Int8Kernels {
     const int8_t* v8 = reinterpret_cast<const int8_t*>(v);
     const size_t ahead_rows = prefetch ? kAhead / kD : 0;
     x86_dot::L1Rows v_l1{v, kD, kD, static_cast<size_t>(kTileKeys)};
+    // On Intel's CPUs the V rows ahead into L2 as well (int8_next_k).
+    const int8_t* v_ahead = prefetch && x86_dot::IntelCpu() ? v8 + kAhead : nullptr;
     x86_dot::VnniQDotK4(q, kD, qsum, qscale, k8, kD, kD, kTileKeys, s, 4,
-                        prefetch ? k8 + kAhead : nullptr, kD, nullptr, kD, ahead_rows,
+                        prefetch ? k8 + kAhead : nullptr, kD, v_ahead, kD, ahead_rows,
                         prefetch ? v_l1 : x86_dot::L1Rows{});
     const int8_t* rows[kTileKeys + 3];
     for (int64_t j = 0; j < kTileKeys + 3; ++j) rows[j] = v8 + std::min(j, kTileKeys - 1) * kD;

@@ -284,8 +284,8 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // found P.V taking the next tile's V rows better than its K rows): P.V
   // takes the next tile's K rows into L1 instead of its V rows, so every
   // row reaches L1 a kernel before the kernel that reads it (Q.K takes
-  // the tile's own V rows into L1, and asks for the K rows ahead into L2,
-  // as elsewhere under l1_rows: its pf_v is null there). Measured with
+  // the tile's own V rows into L1, and asks for the K and V rows ahead
+  // into L2, below). Measured with
   // `phase_bench ... paired`, each call after a problem-sized read as
   // `compare`'s are (and as a model's decode meets a layer's cache, after
   // the other layers' traffic): B8 H32/8 Tk4096 d128
@@ -299,6 +299,14 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // -> 64.3-65.9 % (three rounds). Calls back to back, on the cache the
   // last call left in the LLC, rank the K rows ahead the other way (none
   // 2.00-2.04 ms, with them 2.33): the earlier choice was made there.
+  // Q.K asking for the V rows ahead into L2 beside the K rows (so that
+  // the tile's own V rows, which it takes into L1, come from L2 rather
+  // than memory), four alternating rounds as above: one thread 63.3-64.1
+  // -> 65.3-66.6 % (each won; with an experiment's knob, seven more
+  // rounds, each won too), two 60.9-63.7 -> 61.1-65.6 % (three won). Not
+  // for the AVX2 target's AVX-VNNI kernels, which have less time to spare
+  // for the requests: two threads 54.7-56.3 -> 51.6-53.5 % (three rounds,
+  // each lost).
   const bool int8_next_k = int8_vnni_pv && l1_rows && x86_dot::IntelCpu();
   x86_dot::L1Rows pv_next;  // l1_rows: the next tile's V rows (int8_next_k: K rows), for P.V
   if (l1_rows) {            // tiles start at multiples of key_tile: the next one at k0 + nk
@@ -353,11 +361,14 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
         const int8_t* q8 = reinterpret_cast<const int8_t*>(scratch + t.off_q8);
         const int32_t* qsum = reinterpret_cast<const int32_t*>(scratch + t.off_qsum);
         const auto qdotk4 = dots.vnni_256 ? &x86_dot::AvxVnniQDotK4 : &x86_dot::VnniQDotK4;
+        // The V rows ahead into L2 too: under l1_rows only for the 512-bit
+        // kernels on Intel's CPUs (int8_next_k says why).
+        const bool v_ahead_l2 = !l1_rows || (int8_next_k && !dots.vnni_256);
         qdotk4(q8 + g * kGroupRows * t.ldq8, static_cast<size_t>(t.ldq8), qsum + g * kGroupRows,
                scratch + t.off_qscale + g * kGroupRows, reinterpret_cast<const int8_t*>(runs.k[r]),
                ldk, static_cast<size_t>(p.head_dim), keys, sg + j0 * kGroupRows, kGroupRows,
                reinterpret_cast<const int8_t*>(ka.rows), ka.ld,
-               l1_rows ? nullptr : reinterpret_cast<const int8_t*>(va.rows), va.ld,
+               v_ahead_l2 ? reinterpret_cast<const int8_t*>(va.rows) : nullptr, va.ld,
                std::min(ka.count, va.count), v_l1);
       } else if (bf16_dec) {  // bf16 Q rows (LoadQueryRowsBF16): scale * q.k
         x86_dot::BF16QDotK4(
