@@ -84,6 +84,7 @@
 
 #include "backends/highway/x86_dot.h"
 #include "harness/paired_read.h"
+#include "platform/median.h"
 #include "platform/thread_pool.h"
 
 namespace attnkit {
@@ -241,11 +242,6 @@ struct KvData {
     }
   }
 };
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // One pass over every item's tiles (K's then V's rows of each), items
 // spread over the pool's workers; seconds. in_l1: each worker's one tile

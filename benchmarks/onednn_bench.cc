@@ -37,6 +37,7 @@
 #include "backends/onednn/onednn_engine.h"
 #include "core/backend.h"
 #include "harness/problem_data.h"
+#include "platform/median.h"
 #include "platform/thread_pool.h"
 
 namespace attnkit {
@@ -60,11 +61,6 @@ double Seconds(BlasBackend& backend, const AttentionProblem& p, const AttentionA
     std::exit(1);
   }
   return t;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 std::shared_ptr<onednn::OneDnnEngine> NewEngine() {

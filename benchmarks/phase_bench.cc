@@ -52,6 +52,7 @@
 #include "harness/suite.h"
 #include "io/config_io.h"
 #include "ops/cost.h"
+#include "platform/median.h"
 
 namespace attnkit {
 namespace {
@@ -191,18 +192,17 @@ int Main(int argc, char** argv) {
     const double calls = static_cast<double>(times.size());
     double wall = 0;
     for (double t : times) wall += t;
-    std::sort(times.begin(), times.end());
+    const double median_s = Median(times);
     const double flops = UsefulFlops(p);
     std::printf("\n%s  [%s]\n  %s\n  median %.3f ms, %.1f GFLOP/s = %.1f %% of peak FMA %.1f\n",
-                p.name.c_str(), p.Id().c_str(), info.kernel.c_str(), times[times.size() / 2] * 1e3,
-                flops / times[times.size() / 2] * 1e-9,
-                100.0 * flops / times[times.size() / 2] * 1e-9 / peak, peak);
+                p.name.c_str(), p.Id().c_str(), info.kernel.c_str(), median_s * 1e3,
+                flops / median_s * 1e-9, 100.0 * flops / median_s * 1e-9 / peak, peak);
     if (!reads.empty()) {  // as compare: GB/s of the medians, the call's share
       std::sort(reads.begin(), reads.end());
-      const double call_gbps = static_cast<double>(bytes) / times[times.size() / 2] * 1e-9;
+      const double call_gbps = static_cast<double>(bytes) / median_s * 1e-9;
       // The loop reads its own bytes (at least 64 KiB, whole chunks).
       const double loop_bytes = static_cast<double>(read_loop->bytes());
-      const double read_gbps = loop_bytes / reads[reads.size() / 2] * 1e-9;
+      const double read_gbps = loop_bytes / Median(reads) * 1e-9;
       std::printf("  paired read loop %.1f GB/s (%.1f-%.1f), the call %.1f GB/s = %.1f %% of it\n",
                   read_gbps, loop_bytes / reads.back() * 1e-9, loop_bytes / reads.front() * 1e-9,
                   call_gbps, 100.0 * call_gbps / read_gbps);

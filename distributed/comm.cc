@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
 #include "distributed/comm_testing.h"
+#include "platform/median.h"
 
 namespace attnkit {
 namespace dist {
@@ -271,12 +272,6 @@ struct AgreeRecord {
   int32_t length;
   char message[480];
 };
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 }  // namespace
 

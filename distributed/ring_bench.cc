@@ -37,6 +37,7 @@
 #include "distributed/comm.h"
 #include "distributed/cost_model.h"
 #include "harness/problem_data.h"
+#include "platform/median.h"
 
 ABSL_FLAG(std::string, backend, "highway", "backend that computes the timed ring block");
 ABSL_FLAG(int, threads, 0, "backend threads on rank 0; 0 = the CPUs rank 0 may run on");
@@ -106,8 +107,7 @@ absl::StatusOr<double> TimeBlock(const std::string& backend_name, int threads, i
     ATTNKIT_RETURN_IF_ERROR(backend->Forward(p, args));
     seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  std::sort(seconds.begin(), seconds.end());
-  return seconds[seconds.size() / 2];
+  return Median(seconds);
 }
 
 // The projected layer: H32/G8 d128, bf16 Q/K/V/O, causal self-attention.

@@ -27,6 +27,7 @@
 #include "oracle/compare.h"
 #include "oracle/reference_backward.h"
 #include "platform/machine_info.h"
+#include "platform/median.h"
 #include "platform/version.h"
 
 namespace attnkit {
@@ -36,12 +37,6 @@ using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // Checks then times one backend on one problem: the forward, or with
