@@ -284,9 +284,9 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // found P.V taking the next tile's V rows better than its K rows): P.V
   // takes the next tile's K rows into L1 instead of its V rows, so every
   // row reaches L1 a kernel before the kernel that reads it (Q.K takes
-  // the tile's own V rows into L1, and asks for the K and V rows ahead
-  // into L2, below). Measured with
-  // `phase_bench ... paired`, each call after a problem-sized read as
+  // the tile's own V rows into L1, and asks for the K rows ahead into L2,
+  // the 512-bit kernels the V rows ahead too: v_ahead_l2 below). Measured
+  // with `phase_bench ... paired`, each call after a problem-sized read as
   // `compare`'s are (and as a model's decode meets a layer's cache, after
   // the other layers' traffic): B8 H32/8 Tk4096 d128
   // int8 FAST decode (19), Xeon with AMX, AVX3_DL, four alternating
@@ -302,8 +302,9 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // Q.K asking for the V rows ahead into L2 beside the K rows (so that
   // the tile's own V rows, which it takes into L1, come from L2 rather
   // than memory), four alternating rounds as above: one thread 63.3-64.1
-  // -> 65.3-66.6 % (each won; with an experiment's knob, seven more
-  // rounds, each won too), two 60.9-63.7 -> 61.1-65.6 % (three won). Not
+  // -> 65.3-66.6 % (each won; seven more rounds of a scratch build that
+  // switched it at run time, each won too), two 60.9-63.7 -> 61.1-65.6 %
+  // (three won). Not
   // for the AVX2 target's AVX-VNNI kernels, which have less time to spare
   // for the requests: two threads 54.7-56.3 -> 51.6-53.5 % (three rounds,
   // each lost).

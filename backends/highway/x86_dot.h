@@ -48,7 +48,9 @@ inline uint64_t RowBytesMask(size_t c, size_t n) {
 // AvxVnniWeightedQuadsV4 take them as the 512-bit kernels do.
 // (Fp8FmaQDotK4's caller passes it the K rows ahead as its L1 rows, and
 // P.V takes the V rows ahead: sdpa-inl.h's fp8_fma_l1. int8's on Intel's
-// CPUs passes P.V the next tile's K rows: sdpa-inl.h's int8_next_k.)
+// CPUs passes P.V the next tile's K rows, and has the 512-bit Q.K ask for
+// the V rows ahead into L2 beside the K rows, which did not queue too many
+// lines there: sdpa-inl.h's int8_next_k and v_ahead_l2.)
 // Empty (count 0): nothing.
 struct L1Rows {
   const uint8_t* rows = nullptr;
