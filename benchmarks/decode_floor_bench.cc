@@ -14,14 +14,22 @@
 //           Fp8Folded) and 4 FMAs: 28 instructions;
 //   bf16:   per 32 values a shift and an AND (both halves of each 32-bit
 //           lane to f32) and 8 FMAs: 10 instructions.
-// Each kind runs three ways:
+// Each kind runs four ways:
 //   streamed: the problem's K and V (67 MB of int8 or fp8, 134 MB of
 //             bf16: in this machine's LLC where it holds them, as in
 //             `attnkit compare`'s repeated calls), rows read once a call;
-//   +prefetch: the same with each line prefetched into L1 8 KiB ahead
+//   +prefetch L1: the same with each line prefetched into L1 8 KiB ahead
 //             (the distance of attnkit's decode kernels, tiling.h
 //             kAheadBytes; they ask for L2, and their tile's V rows for
 //             L1);
+//   +prefetch L2: the same into L2 (prefetcht1). A later stop (2026-12-07,
+//             the Xeon below, paired, one run at each thread count)
+//             found it the better floor: int8 79 % of the loop at one
+//             thread and 98 % at two against L1's 72 and 85 %, bf16 77
+//             and 81 % against 62 and 71 %, fp8 61 and 60 % against 52
+//             and 62 %; the real int8 kernels, which prefetch as the
+//             decode does in both columns, 66-71 %. (Earlier tables
+//             below ran the L1 way as "+prefetch".)
 //   in L1:    the same instructions on one 64-key tile per worker, read
 //             again for every tile: the arithmetic alone (c).
 // A decode whose arithmetic overlapped its memory traffic would take
@@ -29,8 +37,8 @@
 // floor says which this CPU does; with the decode's own times from
 // `attnkit compare` (run beside it) it bounds the ratios the issues ask
 // for. int8's real kernels (x86_dot's VnniQDotK4 and WeightedQuadsV4,
-// prefetching as the decode has them in +prefetch) run the same three
-// ways.
+// prefetching as the decode has them in both +prefetch ways) run the
+// same four ways.
 // Xeon with AMX (AVX-512 VNNI), 2 threads, two rounds, each beside one
 // `attnkit compare --backends=highway --threads=2` of 09, 19 and 24, ms:
 //               streamed   +prefetch  in L1 (c)   `attnkit compare`
@@ -70,6 +78,11 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+// GCC 12's AVX-512 headers start some intrinsics from an undefined vector,
+// which -Wmaybe-uninitialized reports at every use (as in x86_vnni_dot.cc).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -105,17 +118,23 @@ struct Buffer {
 };
 
 // ---- Floor kernels: `bytes` (a multiple of 256) from p, prefetching each
-// line `ahead` bytes on when ahead > 0; the accumulators go to *sink so
-// nothing is dropped. ----
+// line `ahead` bytes on when ahead > 0 (into L1, or with kL2 into L2); the
+// accumulators go to *sink so nothing is dropped. ----
+
+// The line at p into L1 (prefetcht0) or L2 (prefetcht1).
+template <bool kL2>
+inline void PrefetchLine(const uint8_t* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(p), kL2 ? _MM_HINT_T1 : _MM_HINT_T0);
+}
 
 #define ATTNKIT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
+template <bool kL2>
 ATTNKIT_AVX512 void ReadFloor(const uint8_t* p, size_t bytes, size_t ahead, float* sink) {
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
   for (size_t i = 0; i < bytes; i += 256) {
     if (ahead) {
-      for (size_t l = 0; l < 256; l += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(p + i + ahead + l), _MM_HINT_T0);
+      for (size_t l = 0; l < 256; l += 64) PrefetchLine<kL2>(p + i + ahead + l);
     }
     a0 = _mm512_add_epi32(a0, _mm512_load_si512(p + i));
     a1 = _mm512_add_epi32(a1, _mm512_load_si512(p + i + 64));
@@ -130,6 +149,7 @@ ATTNKIT_AVX512 void ReadFloor(const uint8_t* p, size_t bytes, size_t ahead, floa
 // -O2 kept an indexed array of them on the stack.
 
 // 4 rows x 64 values a vpdpbusd: 4 per 64 bytes, 8 chains.
+template <bool kL2>
 ATTNKIT_AVX512 void Int8Floor(const uint8_t* p, size_t bytes, size_t ahead, float* sink) {
   const __m512i q0 = _mm512_set1_epi32(0x01020304), q1 = _mm512_set1_epi32(0x05060708);
   const __m512i q2 = _mm512_set1_epi32(0x090a0b0c), q3 = _mm512_set1_epi32(0x0d0e0f10);
@@ -137,8 +157,8 @@ ATTNKIT_AVX512 void Int8Floor(const uint8_t* p, size_t bytes, size_t ahead, floa
           a7 = a0;
   for (size_t i = 0; i < bytes; i += 128) {
     if (ahead) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + ahead), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + ahead + 64), _MM_HINT_T0);
+      PrefetchLine<kL2>(p + i + ahead);
+      PrefetchLine<kL2>(p + i + ahead + 64);
     }
     const __m512i x = _mm512_load_si512(p + i), y = _mm512_load_si512(p + i + 64);
     a0 = _mm512_dpbusd_epi32(a0, q0, x);
@@ -184,13 +204,14 @@ ATTNKIT_AVX512 inline float SumOf8(__m512 a0, __m512 a1, __m512 a2, __m512 a3, _
   return _mm512_reduce_add_ps(s);
 }
 
+template <bool kL2>
 ATTNKIT_AVX512 void Fp8Floor(const uint8_t* p, size_t bytes, size_t ahead, float* sink) {
   const QRows q{_mm512_set1_ps(0x1p120f), _mm512_set1_ps(-0x1p120f), _mm512_set1_ps(0x1p119f),
                 _mm512_set1_ps(-0x1p119f)};
   const __m512i mask = _mm512_set1_epi32(static_cast<int32_t>(0x87F00000u));
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
   for (size_t i = 0; i < bytes; i += 64) {
-    if (ahead) _mm_prefetch(reinterpret_cast<const char*>(p + i + ahead), _MM_HINT_T0);
+    if (ahead) PrefetchLine<kL2>(p + i + ahead);
     Fma4(q, WidenE4M3(p + i, mask), a0, a1, a2, a3);
     Fma4(q, WidenE4M3(p + i + 16, mask), a4, a5, a6, a7);
     Fma4(q, WidenE4M3(p + i + 32, mask), a0, a1, a2, a3);
@@ -201,13 +222,14 @@ ATTNKIT_AVX512 void Fp8Floor(const uint8_t* p, size_t bytes, size_t ahead, float
 
 // bf16 pairs to f32 (the low half shifted up, the high half masked) and 8
 // FMAs per 32 values: 10 instructions per 64 bytes, 8 FMA chains.
+template <bool kL2>
 ATTNKIT_AVX512 void BF16Floor(const uint8_t* p, size_t bytes, size_t ahead, float* sink) {
   const QRows q{_mm512_set1_ps(1.0f), _mm512_set1_ps(-1.0f), _mm512_set1_ps(0.5f),
                 _mm512_set1_ps(-0.5f)};
   const __m512i high = _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
   for (size_t i = 0; i < bytes; i += 64) {
-    if (ahead) _mm_prefetch(reinterpret_cast<const char*>(p + i + ahead), _MM_HINT_T0);
+    if (ahead) PrefetchLine<kL2>(p + i + ahead);
     const __m512i x = _mm512_load_si512(p + i);
     Fma4(q, _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)), a0, a1, a2, a3);
     Fma4(q, _mm512_castsi512_ps(_mm512_and_si512(x, high)), a4, a5, a6, a7);
@@ -303,7 +325,10 @@ struct Int8Kernels {
 
 struct Row {
   std::string name;
-  std::function<void(const uint8_t*, const uint8_t*, size_t, float*)> streamed, prefetched;
+  // prefetched: rows ahead into L1; prefetched_l2: into L2 (the int8
+  // kernels: the decode's own schedule in both).
+  std::function<void(const uint8_t*, const uint8_t*, size_t, float*)> streamed, prefetched,
+      prefetched_l2;
 };
 
 int Main(int threads, int rounds, bool paired) {
@@ -340,14 +365,20 @@ int Main(int threads, int rounds, bool paired) {
   const Kind kinds[] = {
       {"int8 / fp8 bytes (problems 19, 23, 24)",
        1,
-       {{"read", floor(ReadFloor, 0), floor(ReadFloor, kAhead)},
-        {"int8 floor (vpdpbusd)", floor(Int8Floor, 0), floor(Int8Floor, kAhead)},
-        {"int8 kernels (VnniQDotK4 + WeightedQuadsV4)", real_int8(false), real_int8(true)},
-        {"fp8 floor (widen + FMA)", floor(Fp8Floor, 0), floor(Fp8Floor, kAhead)}}},
+       {{"read", floor(ReadFloor<false>, 0), floor(ReadFloor<false>, kAhead),
+         floor(ReadFloor<true>, kAhead)},
+        {"int8 floor (vpdpbusd)", floor(Int8Floor<false>, 0), floor(Int8Floor<false>, kAhead),
+         floor(Int8Floor<true>, kAhead)},
+        {"int8 kernels (VnniQDotK4 + WeightedQuadsV4)", real_int8(false), real_int8(true),
+         real_int8(true)},
+        {"fp8 floor (widen + FMA)", floor(Fp8Floor<false>, 0), floor(Fp8Floor<false>, kAhead),
+         floor(Fp8Floor<true>, kAhead)}}},
       {"bf16 bytes (problems 09, 20)",
        2,
-       {{"read", floor(ReadFloor, 0), floor(ReadFloor, kAhead)},
-        {"bf16 floor (widen + FMA)", floor(BF16Floor, 0), floor(BF16Floor, kAhead)}}},
+       {{"read", floor(ReadFloor<false>, 0), floor(ReadFloor<false>, kAhead),
+         floor(ReadFloor<true>, kAhead)},
+        {"bf16 floor (widen + FMA)", floor(BF16Floor<false>, 0), floor(BF16Floor<false>, kAhead),
+         floor(BF16Floor<true>, kAhead)}}},
   };
   std::printf(
       "decode floors, B8 H32/8 Tk4096 d128 (K and V of 64 items x 4096 keys), %d threads, "
@@ -365,48 +396,54 @@ int Main(int threads, int rounds, bool paired) {
       std::fprintf(stderr, "decode_floor_bench: no memory for the paired read loop\n");
       return 1;
     }
-    std::printf("\n%s: %.1f MB\n  %-46s %20s %20s %10s %16s\n", kind.name, bytes * 1e-6, "kernel",
-                "streamed", "+prefetch", "in L1 (c)", "read + c");
-    // Rounds alternate the rows (the host is shared); each row's three ways.
-    std::vector<std::vector<double>> t(kind.rows.size() * 3);
+    std::printf("\n%s: %.1f MB\n  %-46s %20s %20s %20s %10s %16s\n", kind.name, bytes * 1e-6,
+                "kernel", "streamed", "+prefetch L1", "+prefetch L2", "in L1 (c)", "read + c");
+    // Rounds alternate the rows (the host is shared); each row's four ways:
+    // streamed, its rows ahead into L1, into L2, and in L1 (kWays).
+    constexpr size_t kWays = 4;
+    std::vector<std::vector<double>> t(kind.rows.size() * kWays);
     std::vector<double> loop_seconds;  // paired: the read loop's passes
-    auto streamed_pass = [&](const Row& row, bool prefetched, bool timed) {
+    auto streamed_pass = [&](const Row& row, int way, bool timed) {
       if (loop != nullptr) {
         const double s = loop->TimeOnePass();
         if (timed) loop_seconds.push_back(s);  // not the warming round's
       }
-      return Pass(pool, kv, /*in_l1=*/false, prefetched ? row.prefetched : row.streamed, sinks);
+      return Pass(pool, kv, /*in_l1=*/false,
+                  way == 0   ? row.streamed
+                  : way == 1 ? row.prefetched
+                             : row.prefetched_l2,
+                  sinks);
     };
     for (int r = -1; r < rounds; ++r) {  // round -1 warms the caches
       for (size_t i = 0; i < kind.rows.size(); ++i) {
-        const double a = streamed_pass(kind.rows[i], false, r >= 0);
-        const double b = streamed_pass(kind.rows[i], true, r >= 0);
-        const double c = Pass(pool, kv, /*in_l1=*/true, kind.rows[i].streamed, sinks);
+        double x[kWays];
+        for (int way = 0; way < 3; ++way) x[way] = streamed_pass(kind.rows[i], way, r >= 0);
+        x[3] = Pass(pool, kv, /*in_l1=*/true, kind.rows[i].streamed, sinks);
         if (r < 0) continue;
-        t[3 * i].push_back(a);
-        t[3 * i + 1].push_back(b);
-        t[3 * i + 2].push_back(c);
+        for (size_t way = 0; way < kWays; ++way) t[kWays * i + way].push_back(x[way]);
       }
     }
     // The reference: what reading these bytes takes, by the paired loop's
-    // median rate, or by the faster of the read rows.
+    // median rate, or by the fastest of the streamed read rows.
     const double read = loop != nullptr
                             ? bytes / (static_cast<double>(loop->bytes()) / Median(loop_seconds))
-                            : std::min(Median(t[0]), Median(t[1]));
+                            : std::min({Median(t[0]), Median(t[1]), Median(t[2])});
     if (loop != nullptr) {
       std::printf("  paired read loop: %.1f GB/s (median of %zu passes)\n", bytes / read * 1e-9,
                   loop_seconds.size());
     }
     for (size_t i = 0; i < kind.rows.size(); ++i) {
-      const double a = Median(t[3 * i]), b = Median(t[3 * i + 1]), c = Median(t[3 * i + 2]);
+      double m[kWays];
+      for (size_t way = 0; way < kWays; ++way) m[way] = Median(t[kWays * i + way]);
       auto cell = [&](double x) {
         char buf[64];
         std::snprintf(buf, sizeof buf, "%.3f (%.1f, %3.0f%%)", x * 1e3, bytes / x * 1e-9,
                       100.0 * read / x);
         return std::string(buf);
       };
-      std::printf("  %-46s %20s %20s %10.3f %16s\n", kind.rows[i].name.c_str(), cell(a).c_str(),
-                  cell(b).c_str(), c * 1e3, i == 0 ? "" : cell(read + c).c_str());
+      std::printf("  %-46s %20s %20s %20s %10.3f %16s\n", kind.rows[i].name.c_str(),
+                  cell(m[0]).c_str(), cell(m[1]).c_str(), cell(m[2]).c_str(), m[3] * 1e3,
+                  i == 0 ? "" : cell(read + m[3]).c_str());
     }
   }
   float total = 0;
