@@ -27,6 +27,7 @@
 #include "io/json_writer.h"
 #include "io/proto_json.h"
 #include "platform/machine_info.h"
+#include "platform/median.h"
 
 namespace attnkit {
 namespace {
@@ -56,8 +57,7 @@ ReadBandwidth MeasureReadBandwidth(int threads, int passes) {
   r.passes = passes;
   r.min_gbps = rates.front();
   r.max_gbps = rates.back();
-  r.median_gbps =
-      passes % 2 ? rates[passes / 2] : 0.5 * (rates[passes / 2 - 1] + rates[passes / 2]);
+  r.median_gbps = Median(rates);
   return r;
 }
 

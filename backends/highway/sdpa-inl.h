@@ -304,10 +304,9 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // than memory), four alternating rounds as above: one thread 63.3-64.1
   // -> 65.3-66.6 % (each won; seven more rounds of a scratch build that
   // switched it at run time, each won too), two 60.9-63.7 -> 61.1-65.6 %
-  // (three won). Not
-  // for the AVX2 target's AVX-VNNI kernels, which have less time to spare
-  // for the requests: two threads 54.7-56.3 -> 51.6-53.5 % (three rounds,
-  // each lost).
+  // (three won). Not for the AVX2 target's AVX-VNNI kernels, which have
+  // less time to spare for the requests: two threads 54.7-56.3 -> 51.6-53.5
+  // % (three rounds, each lost).
   const bool int8_next_k = int8_vnni_pv && l1_rows && x86_dot::IntelCpu();
   x86_dot::L1Rows pv_next;  // l1_rows: the next tile's V rows (int8_next_k: K rows), for P.V
   if (l1_rows) {            // tiles start at multiples of key_tile: the next one at k0 + nk
