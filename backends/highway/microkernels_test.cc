@@ -16,6 +16,7 @@
 
 #include "backends/highway/microkernels-inl.h"
 #include "backends/highway/x86_dot.h"
+#include "core/fast_compute.h"
 #include "core/fp8.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
@@ -349,6 +350,45 @@ void TestSoftCapAndLoadRow() {
       for (size_t i = 0; i < n; ++i) EXPECT_EQ(dst[i], F32FromBF16(bf[i * stride]));
       LoadRowAsF32(h.data(), DType::kF16, stride, n, np, dst.data());
       for (size_t i = 0; i < n; ++i) EXPECT_EQ(dst[i], F32FromF16(h[i * stride]));
+    }
+  }
+}
+
+// QuantizeRowInt8 gives core's QuantizeQueryRow's bits: the values, the
+// scale and their sum, on ties, rows of zeros and rows holding a NaN or
+// an Inf.
+void TestQuantizeRowInt8() {
+  const size_t N = hn::Lanes(DF());
+  std::mt19937 rng(41);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const float kNaN = std::numeric_limits<float>::quiet_NaN();
+  const float kInf = std::numeric_limits<float>::infinity();
+  for (size_t n : {N, 2 * N, 8 * N, size_t{128} / N * N}) {
+    for (int kind = 0; kind < 7; ++kind) {
+      std::vector<float> row(n);
+      for (float& x : row) x = normal(rng) * (kind == 1 ? 1e-30f : kind == 2 ? 3e30f : 1.0f);
+      if (kind == 3) {  // max 127: the inverse scale is 1 and x.5 values are ties
+        for (size_t c = 0; c < n; ++c)
+          row[c] = static_cast<float>(static_cast<int>(c % 9) - 4) + 0.5f;
+        row[n - 1] = -127.0f;
+      }
+      if (kind == 4) std::fill(row.begin(), row.end(), 0.0f);
+      if (kind == 4 && n > 1) row[1] = -0.0f;
+      if (kind == 5) row[n / 2] = kNaN;
+      if (kind == 6) row[n - 1] = -kInf;
+      std::vector<int8_t> want(n, 99), got(n, 99);
+      const float want_scale = QuantizeQueryRow(row.data(), static_cast<int64_t>(n), want.data());
+      int32_t sum = 12345;
+      const float got_scale = QuantizeRowInt8(row.data(), n, got.data(), &sum);
+      int32_t want_sum = 0;
+      for (int8_t v : want) want_sum += v;
+      if (std::isnan(want_scale)) {
+        EXPECT_TRUE(std::isnan(got_scale)) << "n " << n << " kind " << kind;
+      } else {
+        EXPECT_EQ(want_scale, got_scale) << "n " << n << " kind " << kind;
+      }
+      EXPECT_EQ(want, got) << "n " << n << " kind " << kind;
+      EXPECT_EQ(want_sum, sum) << "n " << n << " kind " << kind;
     }
   }
 }
@@ -832,5 +872,6 @@ HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestSoftmaxToBF16Pairs);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestSoftmaxScoreScale);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestFp8RowsNeedDecoding);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestFp8HalfFoldedLoad);
+HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestQuantizeRowInt8);
 }  // namespace attnkit
 #endif
