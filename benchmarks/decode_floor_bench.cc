@@ -294,8 +294,11 @@ double Pass(ThreadPool& pool, const KvData& kv, bool in_l1,
 // VnniQDotK4 (Q.K of 4 rows; the K rows kAhead bytes on into L2, on
 // Intel's CPUs the V rows there too, the tile's V rows into L1) and
 // WeightedQuadsV4 (P.V; the next tile's K rows into L1 on Intel's CPUs,
-// its V rows elsewhere: sdpa-inl.h's int8_next_k).
+// its V rows elsewhere: sdpa-inl.h's int8_next_k). With several threads
+// on Intel's, P.V asks for the V rows ahead into L2 instead of Q.K
+// (sdpa-inl.h's pv_v_ahead_l2).
 struct Int8Kernels {
+  bool several_threads = false;
   alignas(64) int8_t q[4 * kD] = {};
   int32_t qsum[4] = {};
   float qscale[4] = {1e-3f, 1e-3f, 1e-3f, 1e-3f};
@@ -307,8 +310,10 @@ struct Int8Kernels {
     const int8_t* v8 = reinterpret_cast<const int8_t*>(v);
     const size_t ahead_rows = prefetch ? kAhead / kD : 0;
     x86_dot::L1Rows v_l1{v, kD, kD, static_cast<size_t>(kTileKeys)};
-    // On Intel's CPUs the V rows ahead into L2 as well (int8_next_k).
-    const int8_t* v_ahead = prefetch && x86_dot::IntelCpu() ? v8 + kAhead : nullptr;
+    // On Intel's CPUs the V rows ahead into L2 as well (int8_next_k), by
+    // P.V with several threads (pv_v_ahead_l2).
+    const bool pv_v_ahead = prefetch && x86_dot::IntelCpu() && several_threads;
+    const int8_t* v_ahead = prefetch && x86_dot::IntelCpu() && !pv_v_ahead ? v8 + kAhead : nullptr;
     x86_dot::VnniQDotK4(q, kD, qsum, qscale, k8, kD, kD, kTileKeys, s, 4,
                         prefetch ? k8 + kAhead : nullptr, kD, v_ahead, kD, ahead_rows,
                         prefetch ? v_l1 : x86_dot::L1Rows{});
@@ -318,8 +323,10 @@ struct Int8Kernels {
     // rows on Intel's CPUs (int8_next_k), its V rows elsewhere.
     const uint8_t* next = (x86_dot::IntelCpu() ? k : v) + kTileKeys * kD;
     const x86_dot::L1Rows next_rows{next, kD, kD, static_cast<size_t>(kTileKeys)};
+    const x86_dot::L1Rows v_ahead_rows{v + kAhead, kD, kD, ahead_rows};
     x86_dot::WeightedQuadsV4(p.data(), kTileKeys, rows, kD, kD, alpha, o, kD,
-                             prefetch ? next_rows : x86_dot::L1Rows{});
+                             prefetch ? next_rows : x86_dot::L1Rows{},
+                             pv_v_ahead ? v_ahead_rows : x86_dot::L1Rows{});
   }
 };
 
@@ -344,6 +351,7 @@ int Main(int threads, int rounds, bool paired) {
   std::vector<std::vector<float>> s(threads, std::vector<float>(4 * (kTileKeys + 4)));
   std::vector<std::vector<float>> o(threads, std::vector<float>(4 * kD));
   Int8Kernels int8;
+  int8.several_threads = threads > 1;
   auto floor = [](FloorFn f, size_t ahead) {
     return [f, ahead](const uint8_t* k, const uint8_t* v, size_t bytes, float* sink) {
       f(k, bytes, ahead, sink);

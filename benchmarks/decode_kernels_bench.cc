@@ -29,7 +29,8 @@ using QDotK4Fn = void (*)(const int8_t*, size_t, const int32_t*, const float*, c
                           size_t, size_t, size_t, float*, size_t, const int8_t*, size_t,
                           const int8_t*, size_t, size_t, const x86_dot::L1Rows&);
 using WeightedQuadsFn = bool (*)(const float*, size_t, const int8_t* const*, size_t, size_t,
-                                 const float*, float*, size_t, const x86_dot::L1Rows&);
+                                 const float*, float*, size_t, const x86_dot::L1Rows&,
+                                 const x86_dot::L1Rows&);
 void TimeInt8(const char* name, QDotK4Fn qdotk4, const char* qk_name,
               WeightedQuadsFn weighted_quads, const char* pv_name, std::mt19937* rng,
               const std::vector<float>& p, float* s, float* o) {
@@ -50,7 +51,7 @@ void TimeInt8(const char* name, QDotK4Fn qdotk4, const char* qk_name,
     qdotk4(q, kD, sum128, row_scale, k, kD, kD, kKeys, s, 4, nullptr, 0, nullptr, 0, 0, {});
   });
   const double pv =
-      NsPerKey([&] { weighted_quads(p.data(), kKeys, rows.data(), kD, kD, alpha, o, kD, {}); });
+      NsPerKey([&] { weighted_quads(p.data(), kKeys, rows.data(), kD, kD, alpha, o, kD, {}, {}); });
   std::printf("int8 (%s): Q.K %.2f ns a key (%s), P.V %.2f (%s)\n", name, qk, qk_name, pv, pv_name);
 }
 

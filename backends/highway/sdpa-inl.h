@@ -308,6 +308,18 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // less time to spare for the requests: two threads 54.7-56.3 -> 51.6-53.5
   // % (three rounds, each lost).
   const bool int8_next_k = int8_vnni_pv && l1_rows && x86_dot::IntelCpu();
+  // With several threads (their cores sharing the memory system), P.V
+  // asks for the V rows ahead into L2 instead of Q.K, so that the tile's
+  // requests to memory go out over both kernels rather than in one burst
+  // during Q.K (4 lines a key there against none in P.V). 19 with
+  // `phase_bench ... paired`, Xeon with AMX, AVX3_DL, a run-time switch in
+  // one build, alternating: two threads 64.0-66.2 -> 65.8-68.3 % of the
+  // paired read loop (eleven rounds, each won), and in this code 61.4-67.4
+  // -> 66.6-68.0 % (five rounds, four won; the median call 2.56-2.97 ->
+  // 2.67-2.79 ms, as the read loop swung 35-43 GB/s); one thread lost
+  // (62.9-65.5 -> 61.1-64.0 %, ten rounds of eleven, one even), so one
+  // thread keeps Q.K's requests. The 512-bit kernels only, as v_ahead_l2.
+  const bool pv_v_ahead_l2 = int8_next_k && !dots.vnni_256 && t.threads > 1;
   x86_dot::L1Rows pv_next;  // l1_rows: the next tile's V rows (int8_next_k: K rows), for P.V
   if (l1_rows) {            // tiles start at multiples of key_tile: the next one at k0 + nk
     const int64_t next = k0 + nk, count = std::min(t.key_tile, it.k_end - next);
@@ -363,7 +375,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
         const auto qdotk4 = dots.vnni_256 ? &x86_dot::AvxVnniQDotK4 : &x86_dot::VnniQDotK4;
         // The V rows ahead into L2 too: under l1_rows only for the 512-bit
         // kernels on Intel's CPUs (int8_next_k says why).
-        const bool v_ahead_l2 = !l1_rows || (int8_next_k && !dots.vnni_256);
+        const bool v_ahead_l2 = !l1_rows || (int8_next_k && !dots.vnni_256 && !pv_v_ahead_l2);
         qdotk4(q8 + g * kGroupRows * t.ldq8, static_cast<size_t>(t.ldq8), qsum + g * kGroupRows,
                scratch + t.off_qscale + g * kGroupRows, reinterpret_cast<const int8_t*>(runs.k[r]),
                ldk, static_cast<size_t>(p.head_dim), keys, sg + j0 * kGroupRows, kGroupRows,
@@ -486,6 +498,11 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     // rows) into L1: the kernels below as they go, the f32 products (which
     // do not) here.
     const x86_dot::L1Rows next_rows = g == 0 ? pv_next : x86_dot::L1Rows{};
+    // pv_v_ahead_l2: the V rows ahead into L2 too (the rows AheadRows
+    // holds, within one run: dense rows).
+    const x86_dot::L1Rows v_ahead_rows =
+        pv_v_ahead_l2 && g == 0 ? l1_of(v_ahead.rows, v_ahead.ld, p.value_dim, v_ahead.count)
+                                : x86_dot::L1Rows{};
     if (!int_pv && !fp8_pv && !bf16_pv) x86_dot::PrefetchL1Rows(next_rows, 0, next_rows.count);
     // The weights quantized to u8 and the tile's P.V one exact integer
     // sum per element, whatever its runs: unless a row's weights are not
@@ -498,7 +515,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     if (int_pv &&
         weighted_quads(sg, static_cast<size_t>(nk), reinterpret_cast<const int8_t* const*>(vrows),
                        static_cast<size_t>(p.value_dim), static_cast<size_t>(dvp), alpha + r0,
-                       o + r0 * dvp, static_cast<size_t>(dvp), next_rows)) {
+                       o + r0 * dvp, static_cast<size_t>(dvp), next_rows, v_ahead_rows)) {
       continue;
     }
     if (bf16_pv && x86_dot::BF16WeightedSumV4(
@@ -1203,7 +1220,8 @@ inline void PrepareValues(const FlashParams& p, const Tiling& t, const DotChoice
 
 inline absl::Status FlashForwardOne(const FlashParams& params, ThreadPool* pool, Workspace* ws,
                                     FlashRunInfo* info) {
-  const Tiling t = PlanTiling(params, KernelShapeOfTarget());
+  Tiling t = PlanTiling(params, KernelShapeOfTarget());
+  t.threads = pool->num_threads();
   const DotChoice dots = ChooseDots(params, t);
   // Prepared V takes B G Tk d floats (f32 rows) or half that (pairs), kept
   // by the workspace: beyond kMaxPreparedFloats tiles convert their own.
@@ -1262,7 +1280,8 @@ inline absl::Status FlashForwardOne(const FlashParams& params, ThreadPool* pool,
 // split items. Also reports the threads' utilisation.
 inline absl::Status FlashForwardRagged(const FlashParams* params, size_t n, ThreadPool* pool,
                                        Workspace* ws, FlashRunInfo* info) {
-  const RaggedSchedule plan = PlanRagged(params, n, KernelShapeOfTarget());
+  RaggedSchedule plan = PlanRagged(params, n, KernelShapeOfTarget());
+  for (RaggedPart& part : plan.parts) part.t.threads = pool->num_threads();
   const std::vector<RaggedPart>& parts = plan.parts;
   const std::vector<RaggedWork>& work = plan.work;
   const std::vector<std::pair<int64_t, int64_t>>& merges = plan.merges;

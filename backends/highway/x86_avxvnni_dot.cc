@@ -88,11 +88,12 @@ ATTNKIT_TARGET_AVXVNNI inline void QuadsHalf(const uint32_t* pq, size_t quads,
                                              const int8_t* const* v, size_t dv, size_t c0,
                                              __m256i dword_mask, const float* back,
                                              const float* alpha, float* o, size_t ldo, size_t dvp,
-                                             const L1Rows& l1) {
+                                             const L1Rows& l1, const L1Rows& l2) {
   __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
           a30 = a00, a31 = a00;
   for (size_t i = 0; i < quads; ++i) {
     PrefetchL1Rows(l1, 4 * i, 4 * i + 4);
+    PrefetchL2Rows(l2, 4 * i, 4 * i + 4);
     const __m256i v0 = LoadValues<kHow>(v[4 * i], c0, dv, dword_mask);
     const __m256i v1 = LoadValues<kHow>(v[4 * i + 1], c0, dv, dword_mask);
     const __m256i v2 = LoadValues<kHow>(v[4 * i + 2], c0, dv, dword_mask);
@@ -115,6 +116,7 @@ ATTNKIT_TARGET_AVXVNNI inline void QuadsHalf(const uint32_t* pq, size_t quads,
     DpBusd(a31, w3, x1);
   }
   PrefetchL1Rows(l1, 4 * quads, l1.count);
+  PrefetchL2Rows(l2, 4 * quads, l2.count);
   const __m256i acc[4][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};
 #pragma GCC unroll 4
   for (int r = 0; r < 4; ++r) {
@@ -179,7 +181,7 @@ ATTNKIT_TARGET_AVXVNNI void AvxVnniQDotK4(const int8_t* q, size_t ldq, const int
 ATTNKIT_TARGET_AVXVNNI bool AvxVnniWeightedQuadsV4(const float* p, size_t keys,
                                                    const int8_t* const* v, size_t dv, size_t dvp,
                                                    const float* alpha, float* o, size_t ldo,
-                                                   const L1Rows& l1) {
+                                                   const L1Rows& l1, const L1Rows& l2) {
   // Each row's largest weight: a vector holds two keys' four rows (lane
   // 4 k + r), so the two halves' maximum is the rows'. P holds zeros up to
   // keys rounded up to 4. The same tests as WeightedQuadsV4's.
@@ -196,6 +198,7 @@ ATTNKIT_TARGET_AVXVNNI bool AvxVnniWeightedQuadsV4(const float* p, size_t keys,
   }
   if (refused != 0) {
     PrefetchL1Rows(l1, 0, l1.count);
+    PrefetchL2Rows(l2, 0, l2.count);
     return false;
   }
   alignas(16) float row_max[4];
@@ -203,6 +206,7 @@ ATTNKIT_TARGET_AVXVNNI bool AvxVnniWeightedQuadsV4(const float* p, size_t keys,
   for (int r = 0; r < 4; ++r) {
     if (row_max[r] != 0 && row_max[r] < 1e-30f) {
       PrefetchL1Rows(l1, 0, l1.count);
+      PrefetchL2Rows(l2, 0, l2.count);
       return false;
     }
   }
@@ -238,23 +242,31 @@ ATTNKIT_TARGET_AVXVNNI bool AvxVnniWeightedQuadsV4(const float* p, size_t keys,
   // accumulators in an array the intrinsic kept on the stack, it was
   // slower than the f32 P.V: 5.9 ms at one thread.)
   for (size_t c0 = 0; c0 < dvp; c0 += 32) {
-    // l1's rows spread over the first pass, a quad per quad.
+    // l1's rows spread over the first pass, a quad per quad, l2's over
+    // the second.
     const L1Rows l1_here = c0 == 0 ? l1 : L1Rows{};
+    const L1Rows l2_here = c0 == 0 ? l2 : L1Rows{};
     if (c0 + 32 <= dv) {
       const __m256i none = _mm256_setzero_si256();
-      QuadsHalf<0, Columns::kWhole>(pq, quads, v, dv, c0, none, back, alpha, o, ldo, dvp, l1_here);
-      QuadsHalf<1, Columns::kWhole>(pq, quads, v, dv, c0, none, back, alpha, o, ldo, dvp, {});
+      QuadsHalf<0, Columns::kWhole>(pq, quads, v, dv, c0, none, back, alpha, o, ldo, dvp, l1_here,
+                                    {});
+      QuadsHalf<1, Columns::kWhole>(pq, quads, v, dv, c0, none, back, alpha, o, ldo, dvp, {},
+                                    l2_here);
     } else if (dv % 4 == 0) {
       // Dword lane i kept where its 4 bytes lie below dv: i < (dv - c0) / 4.
       const int kept = c0 < dv ? static_cast<int>((dv - c0) / 4) : 0;
       const __m256i mask =
           _mm256_cmpgt_epi32(_mm256_set1_epi32(kept), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-      QuadsHalf<0, Columns::kDwords>(pq, quads, v, dv, c0, mask, back, alpha, o, ldo, dvp, l1_here);
-      QuadsHalf<1, Columns::kDwords>(pq, quads, v, dv, c0, mask, back, alpha, o, ldo, dvp, {});
+      QuadsHalf<0, Columns::kDwords>(pq, quads, v, dv, c0, mask, back, alpha, o, ldo, dvp, l1_here,
+                                     {});
+      QuadsHalf<1, Columns::kDwords>(pq, quads, v, dv, c0, mask, back, alpha, o, ldo, dvp, {},
+                                     l2_here);
     } else {
       const __m256i none = _mm256_setzero_si256();
-      QuadsHalf<0, Columns::kBytes>(pq, quads, v, dv, c0, none, back, alpha, o, ldo, dvp, l1_here);
-      QuadsHalf<1, Columns::kBytes>(pq, quads, v, dv, c0, none, back, alpha, o, ldo, dvp, {});
+      QuadsHalf<0, Columns::kBytes>(pq, quads, v, dv, c0, none, back, alpha, o, ldo, dvp, l1_here,
+                                    {});
+      QuadsHalf<1, Columns::kBytes>(pq, quads, v, dv, c0, none, back, alpha, o, ldo, dvp, {},
+                                    l2_here);
     }
   }
   return true;
@@ -280,7 +292,7 @@ void AvxVnniQDotK4(const int8_t*, size_t, const int32_t*, const float*, const in
                    size_t, size_t, float*, size_t, const int8_t*, size_t, const int8_t*, size_t,
                    size_t, const L1Rows&) {}
 bool AvxVnniWeightedQuadsV4(const float*, size_t, const int8_t* const*, size_t, size_t,
-                            const float*, float*, size_t, const L1Rows&) {
+                            const float*, float*, size_t, const L1Rows&, const L1Rows&) {
   return false;
 }
 

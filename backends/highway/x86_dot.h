@@ -50,8 +50,10 @@ inline uint64_t RowBytesMask(size_t c, size_t n) {
 // P.V takes the V rows ahead: sdpa-inl.h's fp8_fma_l1. int8's on Intel's
 // CPUs passes P.V the next tile's K rows, and has the 512-bit Q.K ask for
 // the V rows ahead into L2 beside the K rows, which did not queue too many
-// lines there: sdpa-inl.h's int8_next_k and v_ahead_l2.)
-// Empty (count 0): nothing.
+// lines there, or with several threads P.V: sdpa-inl.h's int8_next_k,
+// v_ahead_l2 and pv_v_ahead_l2.)
+// Empty (count 0): nothing. (PrefetchL2Rows asks for such rows into L2
+// instead: prefetcht1.)
 struct L1Rows {
   const uint8_t* rows = nullptr;
   size_t ld = 0;     // bytes from one row to the next
@@ -63,6 +65,10 @@ struct L1Rows {
 inline void PrefetchL1Rows(const L1Rows& l1, size_t from, size_t to) {
   if (to > l1.count) to = l1.count;
   if (from < to) PrefetchRowsL1(l1.rows, l1.ld, l1.bytes, from, to);
+}
+inline void PrefetchL2Rows(const L1Rows& l2, size_t from, size_t to) {
+  if (to > l2.count) to = l2.count;
+  if (from < to) PrefetchRowsL2(l2.rows, l2.ld, l2.bytes, from, to);
 }
 
 // Key j's rows `ahead` of a decode tile into L2, as the kernels' Q.K asks
@@ -360,10 +366,12 @@ void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* q_sum128, const floa
 // negative (a negative V scale), or a row's largest weight is tiny (below
 // 1e-30, not 0). Prefetches the rows of l1 (L1Rows: the next tile's V rows,
 // on Intel's CPUs its K rows: sdpa-inl.h's int8_next_k) into L1 as it goes,
-// whatever it returns.
+// and those of l2 (the V rows ahead, in a call of several threads on
+// Intel's CPUs: sdpa-inl.h's pv_v_ahead_l2) into L2, whatever it returns.
 constexpr size_t kMaxWeightedQuadsKeys = 512;
 bool WeightedQuadsV4(const float* p, size_t keys, const int8_t* const* v, size_t dv, size_t dvp,
-                     const float* alpha, float* o, size_t ldo, const L1Rows& l1 = {});
+                     const float* alpha, float* o, size_t ldo, const L1Rows& l1 = {},
+                     const L1Rows& l2 = {});
 
 // ---- int8 (x86_avxvnni_dot.cc) ----
 
@@ -382,7 +390,7 @@ void AvxVnniQDotK4(const int8_t* q, size_t ldq, const int32_t* q_sum128, const f
 // vectors). Reads no byte of a V row past dv.
 bool AvxVnniWeightedQuadsV4(const float* p, size_t keys, const int8_t* const* v, size_t dv,
                             size_t dvp, const float* alpha, float* o, size_t ldo,
-                            const L1Rows& l1 = {});
+                            const L1Rows& l1 = {}, const L1Rows& l2 = {});
 
 }  // namespace x86_dot
 }  // namespace attnkit

@@ -378,7 +378,8 @@ class GuardedBytes {
 // the kernel's f32 vector (dvp a multiple of it); the 256-bit kernel also
 // gets head dims that end mid-way through its 32-byte column blocks.
 using WeightedQuadsFn = bool (*)(const float*, size_t, const int8_t* const*, size_t, size_t,
-                                 const float*, float*, size_t, const x86_dot::L1Rows&);
+                                 const float*, float*, size_t, const x86_dot::L1Rows&,
+                                 const x86_dot::L1Rows&);
 void CheckWeightedQuads(WeightedQuadsFn weighted_quads, size_t lanes) {
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> i8(-128, 127);
@@ -428,12 +429,13 @@ void CheckWeightedQuads(WeightedQuadsFn weighted_quads, size_t lanes) {
               want[r * ldo + c] = std::fma(o[r * ldo + c], a, static_cast<float>(sum) * back);
             }
           }
-          // With the first rows prefetched into L1 (as the V rows ahead).
+          // With the first rows prefetched into L1 (as the V rows ahead),
+          // and into L2 without alpha.
           const x86_dot::L1Rows l1{reinterpret_cast<const uint8_t*>(rows.data()), ldv, dv,
                                    keys - 1};
-          ASSERT_TRUE(weighted_quads(p.data(), keys, v.data(), dv, dvp,
-                                     with_alpha ? alpha.data() : nullptr, o.data(), ldo,
-                                     with_alpha ? l1 : x86_dot::L1Rows{}));
+          ASSERT_TRUE(weighted_quads(
+              p.data(), keys, v.data(), dv, dvp, with_alpha ? alpha.data() : nullptr, o.data(), ldo,
+              with_alpha ? l1 : x86_dot::L1Rows{}, with_alpha ? x86_dot::L1Rows{} : l1));
           for (size_t x = 0; x < o.size(); ++x) {
             if (std::isnan(want[x])) {
               ASSERT_TRUE(std::isnan(o[x])) << "dv " << dv << " dvp " << dvp << " wrote " << x;
@@ -452,8 +454,8 @@ void CheckWeightedQuads(WeightedQuadsFn weighted_quads, size_t lanes) {
               q[(keys - 1) * 4 + 1] = bad;
             }
             const std::vector<float> before = o;
-            EXPECT_FALSE(
-                weighted_quads(q.data(), keys, v.data(), dv, dvp, alpha.data(), o.data(), ldo, l1))
+            EXPECT_FALSE(weighted_quads(q.data(), keys, v.data(), dv, dvp, alpha.data(), o.data(),
+                                        ldo, l1, l1))
                 << "weight " << bad;
             EXPECT_EQ(std::memcmp(o.data(), before.data(), o.size() * sizeof(float)), 0);
           }

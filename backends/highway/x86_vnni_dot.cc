@@ -263,20 +263,25 @@ ATTNKIT_TARGET_VNNI inline void TransposeBlocks(const __m512i* x, __m512i* out) 
 // conversion to f32 is exact too. Then O = alpha O + back * sum for the
 // columns below dvp. V's bytes past `mask` read as 0 (kMasked; a whole
 // block reads its rows unmasked: masked loads took about a tenth more of
-// the block's time). Prefetches rows [4 i, 4 i + 4) of l1 with quad i,
-// and its rows past the last quad after them.
-template <bool kMasked>
+// the block's time). kPrefetches: prefetches rows [4 i, 4 i + 4) of l1
+// (into L1) and of l2 (into L2) with quad i, and their rows past the last
+// quad after them; else neither (no test per quad in the blocks that
+// have no rows to ask for).
+template <bool kMasked, bool kPrefetches>
 ATTNKIT_TARGET_VNNI inline void QuadColumnBlock(const uint32_t* pq, size_t quads,
                                                 const int8_t* const* v, size_t c0, __mmask64 mask,
-                                                const L1Rows& l1, const float* alpha,
-                                                const float* back, size_t dvp, float* o,
-                                                size_t ldo) {
+                                                const L1Rows& l1, const L1Rows& l2,
+                                                const float* alpha, const float* back, size_t dvp,
+                                                float* o, size_t ldo) {
   __m512i a00 = _mm512_setzero_si512(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00,
           a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00,
           a32 = a00, a33 = a00;
   const uint32_t* w = pq;
   for (size_t i = 0; i < quads; ++i, w += 4) {
-    PrefetchL1Rows(l1, 4 * i, 4 * i + 4);
+    if (kPrefetches) {
+      PrefetchL1Rows(l1, 4 * i, 4 * i + 4);
+      PrefetchL2Rows(l2, 4 * i, 4 * i + 4);
+    }
     const int8_t* r0 = v[4 * i] + c0;
     const int8_t* r1 = v[4 * i + 1] + c0;
     const int8_t* r2 = v[4 * i + 2] + c0;
@@ -310,7 +315,10 @@ ATTNKIT_TARGET_VNNI inline void QuadColumnBlock(const uint32_t* pq, size_t quads
     DpBusd(a32, w3, x2);
     DpBusd(a33, w3, x3);
   }
-  PrefetchL1Rows(l1, 4 * quads, l1.count);
+  if (kPrefetches) {
+    PrefetchL1Rows(l1, 4 * quads, l1.count);
+    PrefetchL2Rows(l2, 4 * quads, l2.count);
+  }
   // O = alpha O + back * sum, 16 columns at a time below dvp: columns
   // 16 m .. 16 m + 15 are block m of the four accumulators.
   const __m512i acc[4][4] = {
@@ -334,7 +342,7 @@ ATTNKIT_TARGET_VNNI inline void QuadColumnBlock(const uint32_t* pq, size_t quads
 
 ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8_t* const* v,
                                          size_t dv, size_t dvp, const float* alpha, float* o,
-                                         size_t ldo, const L1Rows& l1) {
+                                         size_t ldo, const L1Rows& l1, const L1Rows& l2) {
   // Each row's largest weight: the 128-bit blocks of a vector are keys,
   // their lanes rows. P holds zeros up to keys rounded up to 4.
   const size_t quads = (keys + 3) / 4;
@@ -349,6 +357,7 @@ ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8
   }
   if (refused != 0) {
     PrefetchL1Rows(l1, 0, l1.count);
+    PrefetchL2Rows(l2, 0, l2.count);
     return false;
   }
   mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, 0x4E));  // blocks (2, 3, 0, 1)
@@ -361,6 +370,7 @@ ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8
   for (int r = 0; r < 4; ++r) {
     if (row_max[r] != 0 && row_max[r] < 1e-30f) {
       PrefetchL1Rows(l1, 0, l1.count);
+      PrefetchL2Rows(l2, 0, l2.count);
       return false;
     }
   }
@@ -383,15 +393,20 @@ ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8
     _mm_store_si128(reinterpret_cast<__m128i*>(pq + 4 * i),
                     _mm_shuffle_epi8(_mm512_cvtusepi32_epi8(q), order));
   }
-  // Column blocks of 64 (QuadColumnBlock); l1's rows spread over the
-  // first, a quad per quad.
+  // Column blocks of 64 (QuadColumnBlock); l1's and l2's rows spread
+  // over the first, a quad per quad.
+  const bool prefetches = l1.count > 0 || l2.count > 0;
   for (size_t c0 = 0; c0 < dvp; c0 += 64) {
-    const L1Rows l1_here = c0 == 0 ? l1 : L1Rows{};
-    if (c0 + 64 <= dv) {
-      QuadColumnBlock<false>(pq, quads, v, c0, ~__mmask64{0}, l1_here, alpha, back, dvp, o, ldo);
+    const bool whole = c0 + 64 <= dv;
+    const __mmask64 mask = whole ? ~__mmask64{0} : RowBytesMask(c0, dv);
+    if (c0 == 0 && prefetches) {
+      (whole ? &QuadColumnBlock<false, true> : &QuadColumnBlock<true, true>)(pq, quads, v, c0, mask,
+                                                                             l1, l2, alpha, back,
+                                                                             dvp, o, ldo);
     } else {
-      QuadColumnBlock<true>(pq, quads, v, c0, RowBytesMask(c0, dv), l1_here, alpha, back, dvp, o,
-                            ldo);
+      (whole ? &QuadColumnBlock<false, false> : &QuadColumnBlock<true, false>)(pq, quads, v, c0,
+                                                                               mask, l1, l2, alpha,
+                                                                               back, dvp, o, ldo);
     }
   }
   return true;
@@ -417,7 +432,7 @@ void VnniQDotK4(const int8_t*, size_t, const int32_t*, const float*, const int8_
                 size_t, float*, size_t, const int8_t*, size_t, const int8_t*, size_t, size_t,
                 const L1Rows&) {}
 bool WeightedQuadsV4(const float*, size_t, const int8_t* const*, size_t, size_t, const float*,
-                     float*, size_t, const L1Rows&) {
+                     float*, size_t, const L1Rows&, const L1Rows&) {
   return false;
 }
 
