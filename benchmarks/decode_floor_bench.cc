@@ -29,7 +29,10 @@
 //             and 81 % against 62 and 71 %, fp8 61 and 60 % against 52
 //             and 62 %; the real int8 kernels, which prefetch as the
 //             decode does in both columns, 66-71 %. (Earlier tables
-//             below ran the L1 way as "+prefetch".)
+//             below ran the L1 way as "+prefetch". Since a later stop,
+//             at two threads their P.V asks for the V rows ahead into
+//             L2 and their Q.K no longer does: sdpa-inl.h's
+//             pv_v_ahead_l2.)
 //   in L1:    the same instructions on one 64-key tile per worker, read
 //             again for every tile: the arithmetic alone (c).
 // A decode whose arithmetic overlapped its memory traffic would take

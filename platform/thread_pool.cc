@@ -6,20 +6,21 @@
 namespace attnkit {
 namespace {
 
-// Workers wait for the next Run, and Run for the workers to finish, by
-// spinning this many rounds of a CPU pause (about 50 us on Zen 3) before
-// sleeping on a condition variable. A decode step is a few calls of about a
+// Workers wait for the next Run by spinning this many rounds of a CPU
+// pause (about 50 us on Zen 3) before sleeping on a condition variable
+// (Run's caller waits for the workers longer: kCallerWait). A decode step is a few calls of about a
 // millisecond each, back to back; a futex wake-up per call costs tens of
 // microseconds on a virtual machine, for every call and both directions.
 // OpenMP runtimes spin-wait for the same reason (GOMP_SPINCOUNT).
 constexpr int kSpinRounds = 2048;
 
 // Run's caller, its own items done, waits for the workers' last ones
-// longer: up to kCallerWait, yielding its core every 64 pauses after the
-// first kSpinRounds (so that a worker sharing it, more threads than cores,
-// runs), then sleeping. It has nothing else to do, and 2048 pauses lasted
-// under 50 us on a Xeon with AMX, so a last item longer than that cost a
-// futex wake-up on top (20-50 us on a virtual machine). A pool of 2
+// longer: kCallerWait more after the first kSpinRounds pauses, yielding
+// its core every 64 pauses then (so that a worker sharing it, with more
+// threads than cores, runs), and only then sleeps. It has nothing else to
+// do, and 2048 pauses lasted under 50 us on a Xeon with AMX, so a last
+// item longer than that cost a futex wake-up on top (20-50 us on a
+// virtual machine). A pool of 2
 // threads after a 3 ms gap, 64 items of 78 us, 300 runs: the caller back
 // 20-27 us after the last item (median; p90 47-48) -> 1.5 (p90 3.1-3.3).
 constexpr std::chrono::microseconds kCallerWait{1000};
@@ -79,10 +80,11 @@ void ThreadPool::Run(int64_t num_items, absl::FunctionRef<void(int64_t, int)> fn
   }
   start_cv_.notify_all();
   Drain(0);
-  const auto deadline = std::chrono::steady_clock::now() + kCallerWait;
+  std::chrono::steady_clock::time_point deadline;  // set once the pauses alone are done
   for (int i = 0; busy_workers_.load(std::memory_order_acquire) != 0; ++i) {
     CpuPause();
-    if (i >= kSpinRounds && (i & 63) == 0) {
+    if (i == kSpinRounds) deadline = std::chrono::steady_clock::now() + kCallerWait;
+    if (i > kSpinRounds && (i & 63) == 0) {
       std::this_thread::yield();
       if (std::chrono::steady_clock::now() > deadline) break;
     }

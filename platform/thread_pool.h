@@ -40,7 +40,8 @@ class ThreadPool {
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;
   // Written under mu_; atomic so that workers and the caller can spin on
-  // them briefly before sleeping (see kSpinRounds in thread_pool.cc).
+  // them briefly before sleeping (see kSpinRounds and kCallerWait in
+  // thread_pool.cc).
   std::atomic<uint64_t> generation_{0};  // bumped by each Run
   std::atomic<int> busy_workers_{0};
   std::atomic<bool> stop_{false};

@@ -1239,39 +1239,45 @@ HWY_INLINE void LoadRowAsF32(const void* src, DType type, int64_t stride, size_t
 }
 
 // core/fast_compute.h's QuantizeQueryRow in vectors, to the same bits, for
-// n a multiple of Lanes: out[c] = q[c] * (127 / max_c |q[c]|) rounded to the
-// nearest integer, ties to even (the f32 product, then Round: the product
-// is never fused with a sum), within +-127; zeros for a row of zeros or
-// one holding a NaN or Inf. Returns the row's scale, max|q| / 127 (0 or
-// NaN for those rows), and stores the sum of out in *sum. The scalar
-// function took about 2 us of each int8 decode item (4 rows of 128): B8
-// H32/8 Tk4096 d128 int8 FAST decode, Xeon with AMX, AVX3_DL, one thread,
-// `phase_bench ... paired`, three alternating rounds: query phase 0.144
-// -> 0.053-0.058 ms a call, the call 64.2-65.1 -> 64.9-65.9 % of the
-// paired read loop.
-HWY_INLINE float QuantizeRowInt8(const float* HWY_RESTRICT q, size_t n, int8_t* HWY_RESTRICT out,
-                                 int32_t* HWY_RESTRICT sum) {
+// n a multiple of Lanes: out[c] = q[c] * (127 / max_c |q[c]|) rounded to
+// the nearest integer, ties to even (the f32 product, then Round, an
+// intrinsic on the SIMD targets, so no sum is fused with the product),
+// within +-127; zeros for a row of zeros or one holding a NaN or Inf.
+// Stores the row's scale, max|q| / 127 (0 or NaN for those rows), and the
+// sum of out, and returns true; returns false, having written nothing,
+// where 127 / max|q| overflows f32 (max|q| below about 3.7e-37), which the
+// caller leaves to QuantizeQueryRow. The scalar function took about 2 us
+// of each int8 decode item (4 rows of 128): B8 H32/8 Tk4096 d128 int8
+// FAST decode, Xeon with AMX, AVX3_DL, one thread, `phase_bench ...
+// paired`, three alternating rounds: query phase 0.144 -> 0.053-0.058 ms a
+// call, the call 64.2-65.1 -> 64.9-65.9 % of the paired read loop.
+HWY_INLINE bool QuantizeQueryRowInt8(const float* HWY_RESTRICT q, size_t n,
+                                     int8_t* HWY_RESTRICT out, float* HWY_RESTRICT scale,
+                                     int32_t* HWY_RESTRICT sum) {
   const DF df;
   const hn::RebindToSigned<DF> di;
   const hn::Rebind<int8_t, DF> d8;
   const size_t N = hn::Lanes(df);
-  const VF finite_max = hn::Set(df, std::numeric_limits<float>::max());
+  const float kFiniteMax = std::numeric_limits<float>::max();
+  const VF finite_max = hn::Set(df, kFiniteMax);
   VF max_abs = hn::Zero(df);
-  auto non_finite = hn::Zero(df);  // lanes that saw a NaN or Inf: all bits set
+  auto finite = hn::Eq(max_abs, max_abs);  // lanes that saw only finite values
   for (size_t c = 0; c < n; c += N) {
     const VF a = hn::Abs(hn::LoadU(df, q + c));
-    non_finite = hn::Or(non_finite, hn::VecFromMask(df, hn::Not(hn::Le(a, finite_max))));
+    finite = hn::And(finite, hn::Le(a, finite_max));  // false for NaN and Inf
     max_abs = hn::Max(max_abs, a);
   }
-  const float m = hn::AllFalse(df, hn::MaskFromVec(non_finite))
-                      ? hn::GetLane(hn::MaxOfLanes(df, max_abs))
-                      : std::numeric_limits<float>::quiet_NaN();
-  *sum = 0;
+  const float m = hn::AllTrue(df, finite) ? hn::GetLane(hn::MaxOfLanes(df, max_abs))
+                                          : std::numeric_limits<float>::quiet_NaN();
   if (!(m > 0.0f)) {
     std::fill(out, out + n, int8_t{0});
-    return m;
+    *scale = m;
+    *sum = 0;
+    return true;
   }
-  const VF inv = hn::Set(df, 127.0f / m);
+  const float inv_scale = 127.0f / m;
+  if (!(inv_scale <= kFiniteMax)) return false;
+  const VF inv = hn::Set(df, inv_scale);
   const VF hi = hn::Set(df, 127.0f), lo = hn::Set(df, -127.0f);
   auto total = hn::Zero(di);
   for (size_t c = 0; c < n; c += N) {
@@ -1280,8 +1286,9 @@ HWY_INLINE float QuantizeRowInt8(const float* HWY_RESTRICT q, size_t n, int8_t* 
     total = hn::Add(total, i);
     hn::StoreU(hn::DemoteTo(d8, i), d8, out + c);
   }
+  *scale = m / 127.0f;
   *sum = hn::GetLane(hn::SumOfLanes(di, total));
-  return m / 127.0f;
+  return true;
 }
 
 // Merges one row's partial results over disjoint key ranges (split-K):

@@ -354,32 +354,63 @@ void TestSoftCapAndLoadRow() {
   }
 }
 
-// QuantizeRowInt8 gives core's QuantizeQueryRow's bits: the values, the
-// scale and their sum, on ties, rows of zeros and rows holding a NaN or
-// an Inf.
-void TestQuantizeRowInt8() {
+// QuantizeQueryRowInt8 gives core's QuantizeQueryRow's bits: the values,
+// the scale and their sum, on ties (k / 4 against an inverse scale of 1,
+// and the floats either side of x.5), rows of zeros, rows holding a NaN
+// or an Inf; and it leaves rows whose inverse scale overflows to core.
+void TestQuantizeQueryRowInt8() {
   const size_t N = hn::Lanes(DF());
   std::mt19937 rng(41);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const float kNaN = std::numeric_limits<float>::quiet_NaN();
   const float kInf = std::numeric_limits<float>::infinity();
-  for (size_t n : {N, 2 * N, 8 * N, size_t{128} / N * N}) {
-    for (int kind = 0; kind < 7; ++kind) {
+  std::vector<float> ties;  // against max 127 (inverse scale 1)
+  for (int k = -508; k <= 508; ++k) ties.push_back(static_cast<float>(k) / 4.0f);
+  for (float x : {0.5f, 1.5f, 2.5f, 126.5f, -0.5f, -3.5f, -126.5f}) {
+    ties.push_back(std::nextafter(x, 0.0f));
+    ties.push_back(std::nextafter(x, 2 * x));
+  }
+  for (size_t n : {N, 2 * N, 8 * N, std::max(N, size_t{128} / N * N)}) {
+    for (int kind = 0; kind < 9; ++kind) {
       std::vector<float> row(n);
       for (float& x : row) x = normal(rng) * (kind == 1 ? 1e-30f : kind == 2 ? 3e30f : 1.0f);
-      if (kind == 3) {  // max 127: the inverse scale is 1 and x.5 values are ties
-        for (size_t c = 0; c < n; ++c)
-          row[c] = static_cast<float>(static_cast<int>(c % 9) - 4) + 0.5f;
-        row[n - 1] = -127.0f;
+      if (kind == 3) {  // the ties, n at a time, with -127 last
+        for (size_t at = 0; at < ties.size(); at += n) {
+          for (size_t c = 0; c < n; ++c) row[c] = ties[(at + c) % ties.size()];
+          row[n - 1] = -127.0f;
+          std::vector<int8_t> want(n), got(n);
+          const float want_scale =
+              QuantizeQueryRow(row.data(), static_cast<int64_t>(n), want.data());
+          float got_scale = 0.0f;
+          int32_t sum = 0;
+          ASSERT_TRUE(QuantizeQueryRowInt8(row.data(), n, got.data(), &got_scale, &sum));
+          EXPECT_EQ(want_scale, got_scale);
+          ASSERT_EQ(want, got) << "ties from " << at;
+        }
+        continue;
       }
       if (kind == 4) std::fill(row.begin(), row.end(), 0.0f);
       if (kind == 4 && n > 1) row[1] = -0.0f;
       if (kind == 5) row[n / 2] = kNaN;
       if (kind == 6) row[n - 1] = -kInf;
+      if (kind == 7) row[0] = kInf;
+      if (kind == 8) {  // 127 / max|q| overflows: left to core
+        for (float& x : row) x = (x < 0 ? -1e-38f : 1e-38f) * (1.0f + std::fabs(x));
+        if (n > 1) row[n - 1] = 0.0f;
+        std::vector<int8_t> out(n, 99);
+        float scale = 5.0f;
+        int32_t sum = 5;
+        EXPECT_FALSE(QuantizeQueryRowInt8(row.data(), n, out.data(), &scale, &sum));
+        EXPECT_EQ(out, std::vector<int8_t>(n, 99));
+        EXPECT_EQ(scale, 5.0f);
+        EXPECT_EQ(sum, 5);
+        continue;
+      }
       std::vector<int8_t> want(n, 99), got(n, 99);
       const float want_scale = QuantizeQueryRow(row.data(), static_cast<int64_t>(n), want.data());
+      float got_scale = 0.0f;
       int32_t sum = 12345;
-      const float got_scale = QuantizeRowInt8(row.data(), n, got.data(), &sum);
+      ASSERT_TRUE(QuantizeQueryRowInt8(row.data(), n, got.data(), &got_scale, &sum));
       int32_t want_sum = 0;
       for (int8_t v : want) want_sum += v;
       if (std::isnan(want_scale)) {
@@ -872,6 +903,6 @@ HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestSoftmaxToBF16Pairs);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestSoftmaxScoreScale);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestFp8RowsNeedDecoding);
 HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestFp8HalfFoldedLoad);
-HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestQuantizeRowInt8);
+HWY_EXPORT_AND_TEST_P(MicroKernelTest, TestQuantizeQueryRowInt8);
 }  // namespace attnkit
 #endif

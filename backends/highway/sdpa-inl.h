@@ -285,7 +285,8 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // takes the next tile's K rows into L1 instead of its V rows, so every
   // row reaches L1 a kernel before the kernel that reads it (Q.K takes
   // the tile's own V rows into L1, and asks for the K rows ahead into L2,
-  // the 512-bit kernels the V rows ahead too: v_ahead_l2 below). Measured
+  // the 512-bit kernels the V rows ahead too at one thread, P.V with
+  // several: v_ahead_l2 and pv_v_ahead_l2 below). Measured
   // with `phase_bench ... paired`, each call after a problem-sized read as
   // `compare`'s are (and as a model's decode meets a layer's cache, after
   // the other layers' traffic): B8 H32/8 Tk4096 d128
@@ -311,7 +312,7 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
   // With several threads (their cores sharing the memory system), P.V
   // asks for the V rows ahead into L2 instead of Q.K, so that the tile's
   // requests to memory go out over both kernels rather than in one burst
-  // during Q.K (4 lines a key there against none in P.V). 19 with
+  // during Q.K (4 lines a key there at d 128, none in P.V). 19 with
   // `phase_bench ... paired`, Xeon with AMX, AVX3_DL, a run-time switch in
   // one build, alternating: two threads 64.0-66.2 -> 65.8-68.3 % of the
   // paired read loop (eleven rounds, each won), and in this code 61.4-67.4
@@ -374,7 +375,8 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
         const int32_t* qsum = reinterpret_cast<const int32_t*>(scratch + t.off_qsum);
         const auto qdotk4 = dots.vnni_256 ? &x86_dot::AvxVnniQDotK4 : &x86_dot::VnniQDotK4;
         // The V rows ahead into L2 too: under l1_rows only for the 512-bit
-        // kernels on Intel's CPUs (int8_next_k says why).
+        // kernels on Intel's CPUs (int8_next_k says why), at one thread
+        // (with several P.V asks for them: pv_v_ahead_l2).
         const bool v_ahead_l2 = !l1_rows || (int8_next_k && !dots.vnni_256 && !pv_v_ahead_l2);
         qdotk4(q8 + g * kGroupRows * t.ldq8, static_cast<size_t>(t.ldq8), qsum + g * kGroupRows,
                scratch + t.off_qscale + g * kGroupRows, reinterpret_cast<const int8_t*>(runs.k[r]),
@@ -503,7 +505,10 @@ bool PackedTileUpdate(const FlashParams& p, const Tiling& t, const Item& it, int
     const x86_dot::L1Rows v_ahead_rows =
         pv_v_ahead_l2 && g == 0 ? l1_of(v_ahead.rows, v_ahead.ld, p.value_dim, v_ahead.count)
                                 : x86_dot::L1Rows{};
-    if (!int_pv && !fp8_pv && !bf16_pv) x86_dot::PrefetchL1Rows(next_rows, 0, next_rows.count);
+    if (!int_pv && !fp8_pv && !bf16_pv) {
+      x86_dot::PrefetchL1Rows(next_rows, 0, next_rows.count);
+      x86_dot::PrefetchL2Rows(v_ahead_rows, 0, v_ahead_rows.count);
+    }
     // The weights quantized to u8 and the tile's P.V one exact integer
     // sum per element, whatever its runs: unless a row's weights are not
     // finite (or tiny), which the f32 products below then take. The
@@ -1221,7 +1226,7 @@ inline void PrepareValues(const FlashParams& p, const Tiling& t, const DotChoice
 inline absl::Status FlashForwardOne(const FlashParams& params, ThreadPool* pool, Workspace* ws,
                                     FlashRunInfo* info) {
   Tiling t = PlanTiling(params, KernelShapeOfTarget());
-  t.threads = pool->num_threads();
+  t.threads = static_cast<int>(std::min<int64_t>(pool->num_threads(), t.base_items * t.splits));
   const DotChoice dots = ChooseDots(params, t);
   // Prepared V takes B G Tk d floats (f32 rows) or half that (pairs), kept
   // by the workspace: beyond kMaxPreparedFloats tiles convert their own.
@@ -1281,7 +1286,9 @@ inline absl::Status FlashForwardOne(const FlashParams& params, ThreadPool* pool,
 inline absl::Status FlashForwardRagged(const FlashParams* params, size_t n, ThreadPool* pool,
                                        Workspace* ws, FlashRunInfo* info) {
   RaggedSchedule plan = PlanRagged(params, n, KernelShapeOfTarget());
-  for (RaggedPart& part : plan.parts) part.t.threads = pool->num_threads();
+  const int64_t ragged_threads =
+      std::min<int64_t>(pool->num_threads(), static_cast<int64_t>(plan.work.size()));
+  for (RaggedPart& part : plan.parts) part.t.threads = static_cast<int>(ragged_threads);
   const std::vector<RaggedPart>& parts = plan.parts;
   const std::vector<RaggedWork>& work = plan.work;
   const std::vector<std::pair<int64_t, int64_t>>& merges = plan.merges;

@@ -228,13 +228,15 @@ inline void LoadQueryInt8(const FlashParams& p, const Tiling& t, const Item& it,
     if (r >= rows) continue;
     LoadQueryRowAsIs(p, it.b, it.h0 + r / it.nq, it.q0 + r % it.nq, row);
     int8_t* qr = q8 + r * ldq8;
+    // The same bits in vectors where they can (QuantizeQueryRowInt8).
+    float scale = 0.0f;
     int32_t sum = 0;
-    if (d % static_cast<int64_t>(hn::Lanes(DF())) == 0) {  // the same bits, in vectors
-      row_scale[r] = p.scale * QuantizeRowInt8(row, static_cast<size_t>(d), qr, &sum);
-    } else {
-      row_scale[r] = p.scale * QuantizeQueryRow(row, d, qr);
+    if (d % static_cast<int64_t>(hn::Lanes(DF())) != 0 ||
+        !QuantizeQueryRowInt8(row, static_cast<size_t>(d), qr, &scale, &sum)) {
+      scale = QuantizeQueryRow(row, d, qr);
       for (int64_t c = 0; c < d; ++c) sum += qr[c];
     }
+    row_scale[r] = p.scale * scale;
     q_sum128[r] = 128 * sum;
   }
 }

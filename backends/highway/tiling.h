@@ -128,9 +128,10 @@ struct Tiling {
   int64_t ldv;  // floats between rows of the f32 V tile at off_v (PaddedRowFloats)
   size_t scratch_floats;
   size_t partial_floats;  // split-K partials: [base_items, splits, rows, dvp + 1]
-  // The pool's threads that run the plan, set by the caller after
-  // planning: it chooses prefetch schedules (sdpa-inl.h's pv_v_ahead_l2),
-  // never what is computed.
+  // The threads that run the plan's items at once (the pool's, at most
+  // one per item), set by the caller after planning, unlike the rest,
+  // which the problem alone decides: it chooses prefetch schedules
+  // (sdpa-inl.h's pv_v_ahead_l2), never what is computed.
   int threads = 1;
 };
 

@@ -76,24 +76,36 @@ ATTNKIT_TARGET_AVXVNNI inline __m256i LoadValues(const int8_t* row, size_t c0, s
   }
 }
 
+// Rows [from, to) of `rows` into L1 (kHalf 0: QuadsHalf's first pass) or
+// into L2 (its second).
+template <int kHalf>
+inline void PrefetchPassRows(const L1Rows& rows, size_t from, size_t to) {
+  if constexpr (kHalf == 0) {
+    PrefetchL1Rows(rows, from, to);
+  } else {
+    PrefetchL2Rows(rows, from, to);
+  }
+}
+
 // AvxVnniWeightedQuadsV4's columns c0 + 16 b + 8 kHalf .. + 7 (b = 0, 1)
 // of the 32 at c0, for rows r < 4: per row two int32 accumulators, lane
 // (128-bit block b, i) of accumulator x the sum over keys of column 16 b
 // + 8 kHalf + 4 x + i, a quad of V rows interleaved bytewise (bytes 0-7
 // of each block for kHalf 0, 8-15 for 1) so each int32 lane holds one
 // column of the four keys, as the weights' bytes do. Exact: |sum| <= 512
-// * 255 * 128 < 2^24. Then O = alpha O + back * sum below dvp.
+// * 255 * 128 < 2^24. Then O = alpha O + back * sum below dvp. Prefetches
+// rows [4 i, 4 i + 4) of `rows` with quad i (PrefetchPassRows), the rest
+// after the last.
 template <int kHalf, Columns kHow>
 ATTNKIT_TARGET_AVXVNNI inline void QuadsHalf(const uint32_t* pq, size_t quads,
                                              const int8_t* const* v, size_t dv, size_t c0,
                                              __m256i dword_mask, const float* back,
                                              const float* alpha, float* o, size_t ldo, size_t dvp,
-                                             const L1Rows& l1, const L1Rows& l2) {
+                                             const L1Rows& rows) {
   __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
           a30 = a00, a31 = a00;
   for (size_t i = 0; i < quads; ++i) {
-    PrefetchL1Rows(l1, 4 * i, 4 * i + 4);
-    PrefetchL2Rows(l2, 4 * i, 4 * i + 4);
+    PrefetchPassRows<kHalf>(rows, 4 * i, 4 * i + 4);
     const __m256i v0 = LoadValues<kHow>(v[4 * i], c0, dv, dword_mask);
     const __m256i v1 = LoadValues<kHow>(v[4 * i + 1], c0, dv, dword_mask);
     const __m256i v2 = LoadValues<kHow>(v[4 * i + 2], c0, dv, dword_mask);
@@ -115,8 +127,7 @@ ATTNKIT_TARGET_AVXVNNI inline void QuadsHalf(const uint32_t* pq, size_t quads,
     DpBusd(a30, w3, x0);
     DpBusd(a31, w3, x1);
   }
-  PrefetchL1Rows(l1, 4 * quads, l1.count);
-  PrefetchL2Rows(l2, 4 * quads, l2.count);
+  PrefetchPassRows<kHalf>(rows, 4 * quads, rows.count);
   const __m256i acc[4][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};
 #pragma GCC unroll 4
   for (int r = 0; r < 4; ++r) {
@@ -242,31 +253,25 @@ ATTNKIT_TARGET_AVXVNNI bool AvxVnniWeightedQuadsV4(const float* p, size_t keys,
   // accumulators in an array the intrinsic kept on the stack, it was
   // slower than the f32 P.V: 5.9 ms at one thread.)
   for (size_t c0 = 0; c0 < dvp; c0 += 32) {
-    // l1's rows spread over the first pass, a quad per quad, l2's over
-    // the second.
+    // The first block's rows to prefetch, a quad per quad: l1's over its
+    // first pass (QuadsHalf<0>, into L1), l2's over its second (into L2).
     const L1Rows l1_here = c0 == 0 ? l1 : L1Rows{};
     const L1Rows l2_here = c0 == 0 ? l2 : L1Rows{};
     if (c0 + 32 <= dv) {
       const __m256i none = _mm256_setzero_si256();
-      QuadsHalf<0, Columns::kWhole>(pq, quads, v, dv, c0, none, back, alpha, o, ldo, dvp, l1_here,
-                                    {});
-      QuadsHalf<1, Columns::kWhole>(pq, quads, v, dv, c0, none, back, alpha, o, ldo, dvp, {},
-                                    l2_here);
+      QuadsHalf<0, Columns::kWhole>(pq, quads, v, dv, c0, none, back, alpha, o, ldo, dvp, l1_here);
+      QuadsHalf<1, Columns::kWhole>(pq, quads, v, dv, c0, none, back, alpha, o, ldo, dvp, l2_here);
     } else if (dv % 4 == 0) {
       // Dword lane i kept where its 4 bytes lie below dv: i < (dv - c0) / 4.
       const int kept = c0 < dv ? static_cast<int>((dv - c0) / 4) : 0;
       const __m256i mask =
           _mm256_cmpgt_epi32(_mm256_set1_epi32(kept), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-      QuadsHalf<0, Columns::kDwords>(pq, quads, v, dv, c0, mask, back, alpha, o, ldo, dvp, l1_here,
-                                     {});
-      QuadsHalf<1, Columns::kDwords>(pq, quads, v, dv, c0, mask, back, alpha, o, ldo, dvp, {},
-                                     l2_here);
+      QuadsHalf<0, Columns::kDwords>(pq, quads, v, dv, c0, mask, back, alpha, o, ldo, dvp, l1_here);
+      QuadsHalf<1, Columns::kDwords>(pq, quads, v, dv, c0, mask, back, alpha, o, ldo, dvp, l2_here);
     } else {
       const __m256i none = _mm256_setzero_si256();
-      QuadsHalf<0, Columns::kBytes>(pq, quads, v, dv, c0, none, back, alpha, o, ldo, dvp, l1_here,
-                                    {});
-      QuadsHalf<1, Columns::kBytes>(pq, quads, v, dv, c0, none, back, alpha, o, ldo, dvp, {},
-                                    l2_here);
+      QuadsHalf<0, Columns::kBytes>(pq, quads, v, dv, c0, none, back, alpha, o, ldo, dvp, l1_here);
+      QuadsHalf<1, Columns::kBytes>(pq, quads, v, dv, c0, none, back, alpha, o, ldo, dvp, l2_here);
     }
   }
   return true;

@@ -367,7 +367,9 @@ void VnniQDotK4(const int8_t* q, size_t ldq, const int32_t* q_sum128, const floa
 // 1e-30, not 0). Prefetches the rows of l1 (L1Rows: the next tile's V rows,
 // on Intel's CPUs its K rows: sdpa-inl.h's int8_next_k) into L1 as it goes,
 // and those of l2 (the V rows ahead, in a call of several threads on
-// Intel's CPUs: sdpa-inl.h's pv_v_ahead_l2) into L2, whatever it returns.
+// Intel's CPUs: sdpa-inl.h's pv_v_ahead_l2) into L2, whatever it returns;
+// both over its first block of 64 columns, a quad of rows with each quad
+// of keys.
 constexpr size_t kMaxWeightedQuadsKeys = 512;
 bool WeightedQuadsV4(const float* p, size_t keys, const int8_t* const* v, size_t dv, size_t dvp,
                      const float* alpha, float* o, size_t ldo, const L1Rows& l1 = {},
@@ -386,7 +388,8 @@ void AvxVnniQDotK4(const int8_t* q, size_t ldq, const int32_t* q_sum128, const f
 // WeightedQuadsV4 with AVX-VNNI's 256-bit vpdpbusd, for AVX2 CPUs without
 // AVX-512: the same contract, refusals, results (bit for bit: the same
 // quantized weights, exact integer sums and f32 operations) and
-// prefetches, but for dvp, which is a multiple of 8 here (AVX2's f32
+// prefetches (the decode passes it no l2 rows: pv_v_ahead_l2 is for the
+// 512-bit kernels), but for dvp, which is a multiple of 8 here (AVX2's f32
 // vectors). Reads no byte of a V row past dv.
 bool AvxVnniWeightedQuadsV4(const float* p, size_t keys, const int8_t* const* v, size_t dv,
                             size_t dvp, const float* alpha, float* o, size_t ldo,

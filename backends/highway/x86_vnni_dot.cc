@@ -338,6 +338,22 @@ ATTNKIT_TARGET_VNNI inline void QuadColumnBlock(const uint32_t* pq, size_t quads
   }
 }
 
+// QuadColumnBlock for the block at c0: whole (no byte of it past dv) or
+// masked.
+template <bool kPrefetches>
+ATTNKIT_TARGET_VNNI inline void ColumnBlock(const uint32_t* pq, size_t quads,
+                                            const int8_t* const* v, size_t dv, size_t c0,
+                                            const L1Rows& l1, const L1Rows& l2, const float* alpha,
+                                            const float* back, size_t dvp, float* o, size_t ldo) {
+  if (c0 + 64 <= dv) {
+    QuadColumnBlock<false, kPrefetches>(pq, quads, v, c0, ~__mmask64{0}, l1, l2, alpha, back, dvp,
+                                        o, ldo);
+  } else {
+    QuadColumnBlock<true, kPrefetches>(pq, quads, v, c0, RowBytesMask(c0, dv), l1, l2, alpha, back,
+                                       dvp, o, ldo);
+  }
+}
+
 }  // namespace
 
 ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8_t* const* v,
@@ -397,16 +413,10 @@ ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8
   // over the first, a quad per quad.
   const bool prefetches = l1.count > 0 || l2.count > 0;
   for (size_t c0 = 0; c0 < dvp; c0 += 64) {
-    const bool whole = c0 + 64 <= dv;
-    const __mmask64 mask = whole ? ~__mmask64{0} : RowBytesMask(c0, dv);
     if (c0 == 0 && prefetches) {
-      (whole ? &QuadColumnBlock<false, true> : &QuadColumnBlock<true, true>)(pq, quads, v, c0, mask,
-                                                                             l1, l2, alpha, back,
-                                                                             dvp, o, ldo);
+      ColumnBlock<true>(pq, quads, v, dv, c0, l1, l2, alpha, back, dvp, o, ldo);
     } else {
-      (whole ? &QuadColumnBlock<false, false> : &QuadColumnBlock<true, false>)(pq, quads, v, c0,
-                                                                               mask, l1, l2, alpha,
-                                                                               back, dvp, o, ldo);
+      ColumnBlock<false>(pq, quads, v, dv, c0, l1, l2, alpha, back, dvp, o, ldo);
     }
   }
   return true;
