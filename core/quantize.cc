@@ -42,12 +42,19 @@ float QuantizeRowI8(const float* x, int64_t n, int8_t* out) {
     return max_abs;
   }
   const float scale = max_abs / 127.0f;
-  const float inv = 127.0f / max_abs;
+  float inv = 127.0f / max_abs;
+  // A row below about 3.7e-37, where 127 / max_abs overflows f32 (every
+  // value then went to +-127, zeros too): its values and max_abs times
+  // 2^64, exactly (a power of two, into the normal range), give the
+  // quotient and the products the unscaled row has without the overflow.
+  const bool tiny = !(inv <= std::numeric_limits<float>::max());
+  constexpr float kTwoTo64 = 18446744073709551616.0f;
+  if (tiny) inv = 127.0f / (max_abs * kTwoTo64);
   for (int64_t c = 0; c < n; ++c) {
     // |x[c] * inv| <= 127 (and a rounding): well within RoundHalfEvenSmall.
     // The product is rounded to f32 first (core/BUILD builds this file
     // without fused multiply-adds): as std::nearbyint(x[c] * inv) was.
-    const float q = RoundHalfEvenSmall(x[c] * inv);
+    const float q = RoundHalfEvenSmall((tiny ? x[c] * kTwoTo64 : x[c]) * inv);
     out[c] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, q)));
   }
   return scale;

@@ -1,6 +1,7 @@
 // QuantizeRowI8: symmetric int8 rows with one f32 scale (core/quantize.h).
 #include "core/quantize.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -56,6 +57,29 @@ TEST(QuantizeTest, RoundsAsNearbyintAcrossTheRange) {
   for (size_t c = 0; c < x.size(); ++c) {
     EXPECT_EQ(q[c], static_cast<int8_t>(std::nearbyint(x[c]))) << "x = " << x[c];
   }
+}
+
+// A row so small that 127 / max|x| overflows f32 (below about 3.7e-37,
+// subnormal values included) quantizes as the same row times 2^64 does:
+// its zeros stay 0 (they went to -127 when the inverse scale was Inf).
+TEST(QuantizeTest, TinyRowQuantizesAsItsScaledTwin) {
+  const float kTwoTo64 = 18446744073709551616.0f;
+  const float kTiny = std::numeric_limits<float>::denorm_min();
+  for (const std::vector<float>& row : {std::vector<float>{2e-38f, 0.0f, -1e-38f, 5e-39f, -0.0f},
+                                        std::vector<float>{3 * kTiny, -kTiny, 0.0f, 2 * kTiny},
+                                        std::vector<float>{-3e-37f, 1e-37f}}) {
+    std::vector<float> twin(row);
+    for (float& x : twin) x *= kTwoTo64;
+    float scale = 0, twin_scale = 0;
+    const std::vector<int8_t> q = Quantize(row, &scale), want = Quantize(twin, &twin_scale);
+    EXPECT_EQ(q, want) << "first value " << row[0];
+    float max_abs = 0;
+    for (float x : row) max_abs = std::max(max_abs, std::fabs(x));
+    EXPECT_EQ(scale, max_abs / 127.0f);
+  }
+  // 2^-126 and -2^-127: -63.5, a tie, to even.
+  float scale = 0;
+  EXPECT_EQ(Quantize({0x1p-126f, 0.0f, -0x1p-127f}, &scale), (std::vector<int8_t>{127, 0, -64}));
 }
 
 TEST(QuantizeTest, ZeroRowHasScaleZero) {
