@@ -67,6 +67,13 @@ float QuantizeRowFp8(const float* x, int64_t n, Fp8Format format, uint8_t* out) 
     return max_abs;
   }
   const float scale = max_abs / Fp8Max(format);
+  if (!(scale > 0.0f)) {
+    // Below about 6e-43 (E4M3; 1e-40 E5M2) the scale underflows to 0, so
+    // every value dequantizes to 0: stored as 0 (x / 0 made the row's
+    // zeros NaN codes, which read back as NaN).
+    std::fill(out, out + n, uint8_t{0});
+    return 0.0f;
+  }
   for (int64_t c = 0; c < n; ++c) out[c] = EncodeFp8(x[c] / scale, format);
   return scale;
 }

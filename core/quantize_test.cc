@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "core/fp8.h"
 #include "gtest/gtest.h"
 
 namespace attnkit {
@@ -80,6 +81,30 @@ TEST(QuantizeTest, TinyRowQuantizesAsItsScaledTwin) {
   // 2^-126 and -2^-127: -63.5, a tie, to even.
   float scale = 0;
   EXPECT_EQ(Quantize({0x1p-126f, 0.0f, -0x1p-127f}, &scale), (std::vector<int8_t>{127, 0, -64}));
+}
+
+// fp8 rows: the largest magnitude maps to the format's largest value, and
+// every code reads back within half a step of x / scale; a row whose scale
+// underflows to 0 (below about 6e-43 in E4M3) is stored as zeros, never as
+// the NaN codes x / 0 gave its zeros.
+TEST(QuantizeTest, Fp8RowsAndTinyFp8Rows) {
+  for (Fp8Format format : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+    const std::vector<float> row = {0.75f, -3.0f, 0.0f, 1e-3f};
+    std::vector<uint8_t> codes(row.size(), 99);
+    const float scale = QuantizeRowFp8(row.data(), 4, format, codes.data());
+    EXPECT_EQ(scale, 3.0f / Fp8Max(format));
+    EXPECT_EQ(DecodeFp8(codes[1], format), -Fp8Max(format));
+    EXPECT_EQ(codes[2], 0);
+    for (size_t c = 0; c < row.size(); ++c) {
+      const float back = DecodeFp8(codes[c], format) * scale;
+      EXPECT_NEAR(back, row[c], 3.0f / 8.0f) << "value " << row[c];  // E5M2's step at 3 is 1
+    }
+    const float kTiny = std::numeric_limits<float>::denorm_min();
+    const std::vector<float> tiny = {7 * kTiny, 0.0f, -kTiny, -0.0f};
+    std::vector<uint8_t> tiny_codes(tiny.size(), 99);
+    EXPECT_EQ(QuantizeRowFp8(tiny.data(), 4, format, tiny_codes.data()), 0.0f);
+    EXPECT_EQ(tiny_codes, std::vector<uint8_t>(tiny.size(), 0));
+  }
 }
 
 TEST(QuantizeTest, ZeroRowHasScaleZero) {
