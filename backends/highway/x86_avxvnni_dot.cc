@@ -208,16 +208,14 @@ ATTNKIT_TARGET_AVXVNNI bool AvxVnniWeightedQuadsV4(const float* p, size_t keys,
     mx = _mm256_max_ps(mx, w);
   }
   if (refused != 0) {
-    PrefetchL1Rows(l1, 0, l1.count);
-    PrefetchL2Rows(l2, 0, l2.count);
+    PrefetchRowLists(l1, l2, 0, SIZE_MAX);
     return false;
   }
   alignas(16) float row_max[4];
   _mm_store_ps(row_max, _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1)));
   for (int r = 0; r < 4; ++r) {
     if (row_max[r] != 0 && row_max[r] < 1e-30f) {
-      PrefetchL1Rows(l1, 0, l1.count);
-      PrefetchL2Rows(l2, 0, l2.count);
+      PrefetchRowLists(l1, l2, 0, SIZE_MAX);
       return false;
     }
   }

@@ -70,6 +70,12 @@ inline void PrefetchL2Rows(const L1Rows& l2, size_t from, size_t to) {
   if (to > l2.count) to = l2.count;
   if (from < to) PrefetchRowsL2(l2.rows, l2.ld, l2.bytes, from, to);
 }
+// Rows [from, to) of l1 into L1 and of l2 into L2, each list's below its
+// own count (the int8 P.V kernels' two lists: x86_dot's WeightedQuadsV4).
+inline void PrefetchRowLists(const L1Rows& l1, const L1Rows& l2, size_t from, size_t to) {
+  PrefetchL1Rows(l1, from, to);
+  PrefetchL2Rows(l2, from, to);
+}
 
 // Key j's rows `ahead` of a decode tile into L2, as the kernels' Q.K asks
 // for them: the first `bytes` bytes of K's row (pf_k + j * ld_pf_k) and of

@@ -278,10 +278,7 @@ ATTNKIT_TARGET_VNNI inline void QuadColumnBlock(const uint32_t* pq, size_t quads
           a32 = a00, a33 = a00;
   const uint32_t* w = pq;
   for (size_t i = 0; i < quads; ++i, w += 4) {
-    if (kPrefetches) {
-      PrefetchL1Rows(l1, 4 * i, 4 * i + 4);
-      PrefetchL2Rows(l2, 4 * i, 4 * i + 4);
-    }
+    if (kPrefetches) PrefetchRowLists(l1, l2, 4 * i, 4 * i + 4);
     const int8_t* r0 = v[4 * i] + c0;
     const int8_t* r1 = v[4 * i + 1] + c0;
     const int8_t* r2 = v[4 * i + 2] + c0;
@@ -315,10 +312,7 @@ ATTNKIT_TARGET_VNNI inline void QuadColumnBlock(const uint32_t* pq, size_t quads
     DpBusd(a32, w3, x2);
     DpBusd(a33, w3, x3);
   }
-  if (kPrefetches) {
-    PrefetchL1Rows(l1, 4 * quads, l1.count);
-    PrefetchL2Rows(l2, 4 * quads, l2.count);
-  }
+  if (kPrefetches) PrefetchRowLists(l1, l2, 4 * quads, SIZE_MAX);
   // O = alpha O + back * sum, 16 columns at a time below dvp: columns
   // 16 m .. 16 m + 15 are block m of the four accumulators.
   const __m512i acc[4][4] = {
@@ -372,8 +366,7 @@ ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8
     mx = _mm512_max_ps(mx, w);
   }
   if (refused != 0) {
-    PrefetchL1Rows(l1, 0, l1.count);
-    PrefetchL2Rows(l2, 0, l2.count);
+    PrefetchRowLists(l1, l2, 0, SIZE_MAX);
     return false;
   }
   mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, 0x4E));  // blocks (2, 3, 0, 1)
@@ -385,8 +378,7 @@ ATTNKIT_TARGET_VNNI bool WeightedQuadsV4(const float* p, size_t keys, const int8
   _mm512_storeu_ps(row_max, mx);
   for (int r = 0; r < 4; ++r) {
     if (row_max[r] != 0 && row_max[r] < 1e-30f) {
-      PrefetchL1Rows(l1, 0, l1.count);
-      PrefetchL2Rows(l2, 0, l2.count);
+      PrefetchRowLists(l1, l2, 0, SIZE_MAX);
       return false;
     }
   }
