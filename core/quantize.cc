@@ -48,7 +48,7 @@ float QuantizeRowI8(const float* x, int64_t n, int8_t* out) {
   // 2^64, exactly (a power of two, into the normal range), give the
   // quotient and the products the unscaled row has without the overflow.
   const bool tiny = !(inv <= std::numeric_limits<float>::max());
-  constexpr float kTwoTo64 = 18446744073709551616.0f;
+  constexpr float kTwoTo64 = 0x1p64f;
   if (tiny) inv = 127.0f / (max_abs * kTwoTo64);
   for (int64_t c = 0; c < n; ++c) {
     // |x[c] * inv| <= 127 (and a rounding): well within RoundHalfEvenSmall.

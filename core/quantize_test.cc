@@ -64,7 +64,7 @@ TEST(QuantizeTest, RoundsAsNearbyintAcrossTheRange) {
 // subnormal values included) quantizes as the same row times 2^64 does:
 // its zeros stay 0 (they went to -127 when the inverse scale was Inf).
 TEST(QuantizeTest, TinyRowQuantizesAsItsScaledTwin) {
-  const float kTwoTo64 = 18446744073709551616.0f;
+  const float kTwoTo64 = 0x1p64f;
   const float kTiny = std::numeric_limits<float>::denorm_min();
   for (const std::vector<float>& row : {std::vector<float>{2e-38f, 0.0f, -1e-38f, 5e-39f, -0.0f},
                                         std::vector<float>{3 * kTiny, -kTiny, 0.0f, 2 * kTiny},

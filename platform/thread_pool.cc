@@ -8,10 +8,11 @@ namespace {
 
 // Workers wait for the next Run by spinning this many rounds of a CPU
 // pause (about 50 us on Zen 3) before sleeping on a condition variable
-// (Run's caller waits for the workers longer: kCallerWait). A decode step is a few calls of about a
-// millisecond each, back to back; a futex wake-up per call costs tens of
-// microseconds on a virtual machine, for every call and both directions.
-// OpenMP runtimes spin-wait for the same reason (GOMP_SPINCOUNT).
+// (Run's caller waits for the workers longer: kCallerWait). A decode step
+// is a few calls of about a millisecond each, back to back; a futex
+// wake-up per call costs tens of microseconds on a virtual machine, for
+// every call and both directions. OpenMP runtimes spin-wait for the same
+// reason (GOMP_SPINCOUNT).
 constexpr int kSpinRounds = 2048;
 
 // Run's caller, its own items done, waits for the workers' last ones
@@ -20,9 +21,9 @@ constexpr int kSpinRounds = 2048;
 // threads than cores, runs), and only then sleeps. It has nothing else to
 // do, and 2048 pauses lasted under 50 us on a Xeon with AMX, so a last
 // item longer than that cost a futex wake-up on top (20-50 us on a
-// virtual machine). A pool of 2
-// threads after a 3 ms gap, 64 items of 78 us, 300 runs: the caller back
-// 20-27 us after the last item (median; p90 47-48) -> 1.5 (p90 3.1-3.3).
+// virtual machine). A pool of 2 threads after a 3 ms gap, 64 items of 78
+// us, 300 runs: the caller back 20-27 us after the last item (median; p90
+// 47-48) -> 1.5 (p90 3.1-3.3).
 constexpr std::chrono::microseconds kCallerWait{1000};
 
 inline void CpuPause() {
